@@ -1,0 +1,235 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static void set_defaults(const cli_opt *opts) {
+    for (const cli_opt *o = opts; o->type != CLI_T_END; o++) {
+        switch (o->type) {
+        case CLI_T_INT: *(int *)o->ptr = (int)o->def_i; break;
+        case CLI_T_I64: *(int64_t *)o->ptr = o->def_i; break;
+        case CLI_T_DBL: *(double *)o->ptr = o->def_d; break;
+        case CLI_T_STR: *(const char **)o->ptr = o->def_s; break;
+        case CLI_T_FLAG: *(int *)o->ptr = 0; break;
+        case CLI_T_CHOICE: *(int *)o->ptr = (int)o->def_i; break;
+        case CLI_T_END: break;
+        }
+    }
+}
+
+// Index of `val` among "a|b|c", or -1.
+static int choice_index(const char *choices, const char *val) {
+    int idx = 0;
+    size_t vlen = strlen(val);
+    for (const char *p = choices; *p; idx++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == vlen && strncmp(p, val, len) == 0) return idx;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+static void choice_name(const char *choices, int idx, char *buf, size_t cap) {
+    const char *p = choices;
+    for (int i = 0; i < idx && p; i++) {
+        p = strchr(p, '|');
+        if (p) p++;
+    }
+    if (!p) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    snprintf(buf, cap, "%.*s", (int)len, p);
+}
+
+static int set_value(const cli_opt *o, const char *val) {
+    char *end = NULL;
+    errno = 0;
+    switch (o->type) {
+    case CLI_T_INT:
+    case CLI_T_I64: {
+        long long v = strtoll(val, &end, 0);
+        if (errno || end == val || *end)
+            return bp_fail(BP_EUSAGE, "--%s: expected an integer, got '%s'", o->name, val);
+        if (v < o->min_i || v > o->max_i)
+            return bp_fail(BP_EUSAGE, "--%s: %lld is out of range [%lld, %lld]", o->name, v,
+                           (long long)o->min_i, (long long)o->max_i);
+        if (o->type == CLI_T_INT) *(int *)o->ptr = (int)v;
+        else *(int64_t *)o->ptr = v;
+        return 0;
+    }
+    case CLI_T_DBL: {
+        double v = strtod(val, &end);
+        if (errno || end == val || *end || !isfinite(v))
+            return bp_fail(BP_EUSAGE, "--%s: expected a number, got '%s'", o->name, val);
+        if (v < o->min_d || v > o->max_d)
+            return bp_fail(BP_EUSAGE, "--%s: %g is out of range [%g, %g]", o->name, v, o->min_d, o->max_d);
+        *(double *)o->ptr = v;
+        return 0;
+    }
+    case CLI_T_STR: *(const char **)o->ptr = val; return 0;
+    case CLI_T_CHOICE: {
+        int idx = choice_index(o->choices, val);
+        if (idx < 0) return bp_fail(BP_EUSAGE, "--%s: expected one of %s, got '%s'", o->name, o->choices, val);
+        *(int *)o->ptr = idx;
+        return 0;
+    }
+    default: BP_ASSERT(0);
+    }
+    return 0;
+}
+
+static const cli_opt *find_long(const cli_opt *opts, const char *name, size_t len) {
+    for (const cli_opt *o = opts; o->type != CLI_T_END; o++)
+        if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
+    return NULL;
+}
+
+int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
+              char ***pos, int *npos) {
+    set_defaults(opts);
+    char **out = bp_xcalloc((size_t)argc + 1, sizeof *out);
+    int n = 0, only_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_pos || a[0] != '-' || a[1] == 0) {
+            out[n++] = argv[i];
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_pos = 1;
+            continue;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            cli_usage(prog, synopsis, opts, stdout);
+            free(out);
+            return 1;
+        }
+        const cli_opt *o = NULL;
+        const char *val = NULL;
+        int negated = 0;
+        if (a[1] == '-') {
+            const char *name = a + 2;
+            const char *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            o = find_long(opts, name, len);
+            if (!o && len > 3 && strncmp(name, "no-", 3) == 0) {
+                o = find_long(opts, name + 3, len - 3);
+                if (o && o->type == CLI_T_FLAG) negated = 1;
+                else o = NULL;
+            }
+            if (!o) {
+                free(out);
+                return bp_fail(BP_EUSAGE, "unknown flag '--%.*s' (see '%s --help')", (int)len, name, prog);
+            }
+            if (eq) val = eq + 1;
+        } else {
+            for (const cli_opt *p = opts; p->type != CLI_T_END; p++)
+                if (p->short_name && p->short_name == a[1] && a[2] == 0) o = p;
+            if (!o) {
+                free(out);
+                return bp_fail(BP_EUSAGE, "unknown flag '%s' (see '%s --help')", a, prog);
+            }
+        }
+        if (o->type == CLI_T_FLAG) {
+            if (val) {
+                free(out);
+                return bp_fail(BP_EUSAGE, "--%s takes no value", o->name);
+            }
+            *(int *)o->ptr = !negated;
+            continue;
+        }
+        if (!val) {
+            if (i + 1 >= argc) {
+                free(out);
+                return bp_fail(BP_EUSAGE, "--%s needs a value", o->name);
+            }
+            val = argv[++i];
+        }
+        int rc = set_value(o, val);
+        if (rc) {
+            free(out);
+            return rc;
+        }
+    }
+    *pos = out;
+    *npos = n;
+    return 0;
+}
+
+void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE *f) {
+    fprintf(f, "usage: %s %s\n\noptions:\n", prog, synopsis);
+    for (const cli_opt *o = opts; o->type != CLI_T_END; o++) {
+        char lhs[96], def[128] = "";
+        const char *arg = "";
+        switch (o->type) {
+        case CLI_T_INT:
+        case CLI_T_I64: arg = " N"; snprintf(def, sizeof def, " (default %lld)", (long long)o->def_i); break;
+        case CLI_T_DBL: arg = " X"; snprintf(def, sizeof def, " (default %g)", o->def_d); break;
+        case CLI_T_STR:
+            arg = " S";
+            if (o->def_s) snprintf(def, sizeof def, " (default %s)", o->def_s);
+            break;
+        case CLI_T_CHOICE: {
+            char name[64];
+            choice_name(o->choices, (int)o->def_i, name, sizeof name);
+            arg = " C";
+            snprintf(def, sizeof def, " {%s} (default %s)", o->choices, name);
+            break;
+        }
+        default: break;
+        }
+        if (o->short_name) snprintf(lhs, sizeof lhs, "-%c, --%s%s", o->short_name, o->name, arg);
+        else snprintf(lhs, sizeof lhs, "    --%s%s", o->name, arg);
+        fprintf(f, "  %-30s %s%s\n", lhs, o->help, def);
+    }
+    fprintf(f, "  %-30s %s\n", "-h, --help", "show this help");
+}
+
+int cli_parse_dims(const char *flag, const char *s, int *dims, int cap) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v <= 0 || v > (1 << 24))
+            return bp_fail(BP_EUSAGE, "--%s: expected sizes like 13-512-256, got '%s'", flag, s);
+        if (n == cap) return bp_fail(BP_EUSAGE, "--%s: at most %d sizes, got '%s'", flag, cap, s);
+        dims[n++] = (int)v;
+        if (*end == '-') p = end + 1;
+        else if (*end == 0) p = end;
+        else return bp_fail(BP_EUSAGE, "--%s: expected sizes like 13-512-256, got '%s'", flag, s);
+        if (*end == '-' && *p == 0) return bp_fail(BP_EUSAGE, "--%s: trailing '-' in '%s'", flag, s);
+    }
+    if (n == 0) return bp_fail(BP_EUSAGE, "--%s: empty size list", flag);
+    return n;
+}
+
+int cli_parse_u64_list(const char *flag, const char *s, uint64_t *vals, int cap) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        if (*p == '-') return bp_fail(BP_EUSAGE, "--%s: negative value in '%s'", flag, s);
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p || errno) return bp_fail(BP_EUSAGE, "--%s: expected numbers like 10,20,30, got '%s'", flag, s);
+        if (n == cap) return bp_fail(BP_EUSAGE, "--%s: at most %d values, got '%s'", flag, cap, s);
+        vals[n++] = v;
+        if (*end == ',') p = end + 1;
+        else if (*end == 0) p = end;
+        else return bp_fail(BP_EUSAGE, "--%s: expected numbers like 10,20,30, got '%s'", flag, s);
+        if (*end == ',' && *p == 0) return bp_fail(BP_EUSAGE, "--%s: trailing ',' in '%s'", flag, s);
+    }
+    if (n == 0) return bp_fail(BP_EUSAGE, "--%s: empty list", flag);
+    return n;
+}

@@ -1,0 +1,58 @@
+// cli: one table per subcommand drives flag parsing, validation, defaults and --help.
+//
+//   static const cli_opt opts[] = {
+//       CLI_INT("batch-size", 'b', &cfg.batch, 128, 1, 1 << 24, "global batch size (samples)"),
+//       CLI_STR("out", 'o', &cfg.out, NULL, "output file"),
+//       CLI_END,
+//   };
+//   int rc = cli_parse("bagpipe prep", "[options] INPUT...", opts, argc, argv, &pos, &npos);
+//
+// Flags accept "--name value" and "--name=value"; CLI_FLAG takes no value ("--no-name" clears
+// it).  Errors name the flag and the expected form, and return BP_EUSAGE; argv is not modified.
+#ifndef BP_CLI_H
+#define BP_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { CLI_T_END, CLI_T_INT, CLI_T_I64, CLI_T_DBL, CLI_T_STR, CLI_T_FLAG, CLI_T_CHOICE } cli_type;
+
+typedef struct {
+    const char *name;     // long name without "--"
+    char short_name;      // 0 for none
+    cli_type type;
+    void *ptr;            // int*, int64_t*, double*, const char**, int* (flag), int* (choice index)
+    int64_t def_i, min_i, max_i;
+    double def_d, min_d, max_d;
+    const char *def_s;
+    const char *choices;  // CLI_T_CHOICE: "a|b|c"; the value stored is the index
+    const char *help;
+} cli_opt;
+
+#define CLI_INT(n, s, p, def, lo, hi, h) \
+    {n, s, CLI_T_INT, p, def, lo, hi, 0, 0, 0, NULL, NULL, h}
+#define CLI_I64(n, s, p, def, lo, hi, h) \
+    {n, s, CLI_T_I64, p, def, lo, hi, 0, 0, 0, NULL, NULL, h}
+#define CLI_DBL(n, s, p, def, lo, hi, h) \
+    {n, s, CLI_T_DBL, p, 0, 0, 0, def, lo, hi, NULL, NULL, h}
+#define CLI_STR(n, s, p, def, h) {n, s, CLI_T_STR, p, 0, 0, 0, 0, 0, 0, def, NULL, h}
+#define CLI_FLAG(n, s, p, h) {n, s, CLI_T_FLAG, p, 0, 0, 1, 0, 0, 0, NULL, NULL, h}
+#define CLI_CHOICE(n, s, p, def, choices, h) \
+    {n, s, CLI_T_CHOICE, p, def, 0, 0, 0, 0, 0, NULL, choices, h}
+#define CLI_END {NULL, 0, CLI_T_END, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL}
+
+// Sets every option to its default, then parses argv[1..argc-1].  Positional arguments are
+// returned in *pos (a malloc'd array of pointers into argv; free it) and *npos.  "-h"/"--help"
+// prints the usage to stdout and returns 1.  Returns 0 on success, BP_EUSAGE on a bad flag
+// (the message is in bp_errmsg).
+int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
+              char ***pos, int *npos);
+void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE *out);
+
+// Parses "13-512-256-64-16" into dims (at most cap).  Returns the count, or BP_EUSAGE with a
+// message naming flag.
+int cli_parse_dims(const char *flag, const char *s, int *dims, int cap);
+// Parses a comma-separated list of non-negative integers ("1460,583,..."), same conventions.
+int cli_parse_u64_list(const char *flag, const char *s, uint64_t *vals, int cap);
+
+#endif

@@ -1,0 +1,17 @@
+// The subcommands of the bagpipe binary.  Each takes the argv that follows the binary's name
+// (argv[0] is the subcommand) and returns a process exit code: 0 success, 1 runtime failure,
+// 2 usage error.
+#ifndef BP_CMDS_H
+#define BP_CMDS_H
+
+int cmd_synth(int argc, char **argv);   // data_synth.c
+int cmd_prep(int argc, char **argv);    // data_prep.c
+int cmd_analyze(int argc, char **argv); // analyze.c
+int cmd_train(int argc, char **argv);   // train.c
+int cmd_eval(int argc, char **argv);    // train.c
+int cmd_info(int argc, char **argv);    // cmds.c
+
+// Exit code for a bagpipe error code (BP_EUSAGE -> 2, others -> 1), after printing its message.
+int cmd_exit(int rc);
+
+#endif

@@ -1,0 +1,314 @@
+#include "common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+_Noreturn void bp_panic(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "bagpipe: internal error at %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}
+
+const char *bp_strerror(int code) {
+    switch (code) {
+    case 0: return "success";
+#define BP_ERR_CASE(name, val, msg) \
+    case val: return msg;
+        BP_ERRORS(BP_ERR_CASE)
+#undef BP_ERR_CASE
+    }
+    return "unknown error";
+}
+
+static _Thread_local char err_buf[1024];
+
+int bp_fail(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *bp_errmsg(int code) { return err_buf[0] ? err_buf : bp_strerror(code); }
+void bp_clear_error(void) { err_buf[0] = 0; }
+
+// ---------------------------------------------------------------------------------------------
+// Logging
+
+int bp_log_level = BP_LOG_INFO;
+
+void bp_log_write(int level, const char *fmt, ...) {
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    va_list ap;
+    if (level < BP_LOG_INFO) fprintf(stderr, "bagpipe: %s: ", names[level]);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+double bp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random numbers
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void bp_rng_seed(bp_rng *r, uint64_t seed, uint64_t stream) {
+    uint64_t x = seed ^ bp_mix64(stream + 0x5851f42d4c957f2dull);
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t bp_rng_u64(bp_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+uint32_t bp_rng_below(bp_rng *r, uint32_t n) {
+    // Lemire's multiply-shift with rejection: unbiased.
+    BP_ASSERT(n > 0);
+    uint64_t m = (uint64_t)(uint32_t)(bp_rng_u64(r) >> 32) * n;
+    uint32_t lo = (uint32_t)m;
+    if (lo < n) {
+        uint32_t thresh = (uint32_t)(-n) % n;
+        while (lo < thresh) {
+            m = (uint64_t)(uint32_t)(bp_rng_u64(r) >> 32) * n;
+            lo = (uint32_t)m;
+        }
+    }
+    return (uint32_t)(m >> 32);
+}
+
+double bp_rng_uniform(bp_rng *r) { return (double)(bp_rng_u64(r) >> 11) * 0x1.0p-53; }
+float bp_rng_uniformf(bp_rng *r) { return (float)(bp_rng_u64(r) >> 40) * 0x1.0p-24f; }
+
+double bp_rng_normal(bp_rng *r) {
+    double u1 = 1.0 - bp_rng_uniform(r); // (0, 1]
+    double u2 = bp_rng_uniform(r);
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+void *bp_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) bp_panic(__FILE__, __LINE__, "out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *bp_xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) bp_panic(__FILE__, __LINE__, "out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *bp_xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) bp_panic(__FILE__, __LINE__, "out of memory reallocating %zu bytes", n);
+    return q;
+}
+
+char *bp_xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    return memcpy(bp_xmalloc(n), s, n);
+}
+
+void *bp_alloc_huge(size_t n) {
+    if (n == 0) n = 1;
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (n >= (size_t)32 << 20) madvise(p, n, MADV_HUGEPAGE);
+    return p;
+}
+
+void bp_free_huge(void *p, size_t n) {
+    if (p) munmap(p, n ? n : 1);
+}
+
+static uint64_t meminfo_field(const char *key) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t kb = 0;
+    size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
+            kb = strtoull(line + klen + 1, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+uint64_t bp_mem_total(void) { return meminfo_field("MemTotal"); }
+uint64_t bp_mem_available(void) { return meminfo_field("MemAvailable"); }
+
+const char *bp_fmt_bytes(char *buf, size_t cap, double bytes) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) bytes /= 1024.0, u++;
+    snprintf(buf, cap, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+    return buf;
+}
+
+// ---------------------------------------------------------------------------------------------
+// I/O
+
+int bp_write_all(int fd, const void *buf, size_t n, const char *what) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return bp_fail(BP_EIO, "%s: write failed: %s", what, strerror(errno));
+        }
+        p += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
+int bp_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const char *what) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, n, (off_t)off);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return bp_fail(BP_EIO, "%s: write failed: %s", what, strerror(errno));
+        }
+        p += k, n -= (size_t)k, off += (uint64_t)k;
+    }
+    return 0;
+}
+
+int bp_read_all(int fd, void *buf, size_t n, const char *what) {
+    char *p = buf;
+    while (n > 0) {
+        ssize_t k = read(fd, p, n);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return bp_fail(BP_EIO, "%s: read failed: %s", what, strerror(errno));
+        }
+        if (k == 0) return bp_fail(BP_ECORRUPT, "%s: unexpected end of file", what);
+        p += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
+int bp_pread_all(int fd, void *buf, size_t n, uint64_t off, const char *what) {
+    char *p = buf;
+    while (n > 0) {
+        ssize_t k = pread(fd, p, n, (off_t)off);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return bp_fail(BP_EIO, "%s: read failed: %s", what, strerror(errno));
+        }
+        if (k == 0) return bp_fail(BP_ECORRUPT, "%s: unexpected end of file", what);
+        p += k, n -= (size_t)k, off += (uint64_t)k;
+    }
+    return 0;
+}
+
+int bp_fsync_dir(const char *path) {
+    char *copy = bp_xstrdup(path);
+    const char *dir = dirname(copy);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    int rc = 0;
+    if (fd < 0 || fsync(fd) != 0) rc = bp_fail(BP_EIO, "%s: cannot sync directory: %s", dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    free(copy);
+    return rc;
+}
+
+int bp_afile_open(bp_afile *af, const char *path) {
+    memset(af, 0, sizeof *af);
+    af->fd = -1;
+    size_t n = strlen(path) + 32;
+    af->path = bp_xstrdup(path);
+    af->tmp_path = bp_xmalloc(n);
+    snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    af->fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (af->fd < 0) {
+        int rc = bp_fail(BP_EIO, "%s: cannot create: %s", path, strerror(errno));
+        free(af->path), free(af->tmp_path);
+        af->path = af->tmp_path = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+int bp_afile_write(bp_afile *af, const void *buf, size_t n) {
+    int rc = bp_write_all(af->fd, buf, n, af->path);
+    if (rc == 0) af->written += n;
+    return rc;
+}
+
+int bp_afile_pwrite(bp_afile *af, const void *buf, size_t n, uint64_t off) {
+    return bp_pwrite_all(af->fd, buf, n, off, af->path);
+}
+
+int bp_afile_commit(bp_afile *af) {
+    BP_ASSERT(af->fd >= 0);
+    int rc = 0;
+    if (fsync(af->fd) != 0) rc = bp_fail(BP_EIO, "%s: fsync failed: %s", af->path, strerror(errno));
+    if (close(af->fd) != 0 && rc == 0) rc = bp_fail(BP_EIO, "%s: close failed: %s", af->path, strerror(errno));
+    af->fd = -1;
+    if (rc == 0 && rename(af->tmp_path, af->path) != 0)
+        rc = bp_fail(BP_EIO, "%s: cannot rename into place: %s", af->path, strerror(errno));
+    if (rc == 0) rc = bp_fsync_dir(af->path);
+    if (rc != 0) unlink(af->tmp_path);
+    free(af->path), free(af->tmp_path);
+    af->path = af->tmp_path = NULL;
+    return rc;
+}
+
+void bp_afile_abort(bp_afile *af) {
+    if (af->fd >= 0) close(af->fd);
+    if (af->tmp_path) unlink(af->tmp_path);
+    free(af->path), free(af->tmp_path);
+    af->path = af->tmp_path = NULL;
+    af->fd = -1;
+}
+
+uint32_t bp_crc32(uint32_t crc, const void *buf, size_t n) {
+    return (uint32_t)crc32_z(crc, buf, n);
+}

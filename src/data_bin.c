@@ -1,0 +1,425 @@
+#include "data_bin.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+// Header field offsets.  Bytes not listed are zero; the last 4 bytes hold the CRC-32 of the
+// preceding BP_DS_HEADER_SIZE - 4 bytes.
+enum {
+    H_MAGIC = 0,
+    H_VERSION = 8,
+    H_HEADER_SIZE = 12,
+    H_ROWS = 16,
+    H_N_DENSE = 24,
+    H_N_SPARSE = 28,
+    H_TRANSFORM = 32,
+    H_FLAGS = 36,
+    H_KIND = 40,
+    H_IDMAP = 44,
+    H_MIN_COUNT = 48,
+    H_MAX_IND_RANGE = 56,
+    H_SPLIT = 64,   // 3 x u64
+    H_SEED = 88,
+    H_OFF_LABEL = 96,
+    H_OFF_DENSE = 104,
+    H_OFF_SPARSE = 112,
+    H_OFF_PROB = 120,
+    H_FILE_SIZE = 128,
+    H_CRC_LABEL = 136,
+    H_CRC_DENSE = 140,
+    H_CRC_SPARSE = 144,
+    H_CRC_PROB = 148,
+    H_CARD = 256,   // 64 x u64
+    H_SOURCE = 768, // 256 bytes, NUL-padded
+    H_CRC = BP_DS_HEADER_SIZE - 4,
+};
+
+static uint64_t align_up(uint64_t x) { return (x + BP_DS_ALIGN - 1) / BP_DS_ALIGN * BP_DS_ALIGN; }
+
+void bp_ds_layout(bp_ds_info *in) {
+    uint64_t off = BP_DS_HEADER_SIZE;
+    in->off_label = off;
+    off = align_up(off + in->rows);
+    in->off_dense = off;
+    off = align_up(off + in->rows * in->n_dense * 4);
+    in->off_sparse = off;
+    off += in->rows * in->n_sparse * 4;
+    if (in->flags & BP_DS_HAS_PROB) {
+        off = align_up(off);
+        in->off_prob = off;
+        off += in->rows * 4;
+    } else {
+        in->off_prob = 0;
+    }
+    in->file_size = off;
+}
+
+void bp_ds_header_encode(const bp_ds_info *in, uint8_t *b) {
+    memset(b, 0, BP_DS_HEADER_SIZE);
+    memcpy(b + H_MAGIC, BP_DS_MAGIC, 8);
+    bp_put_u32(b + H_VERSION, BP_DS_VERSION);
+    bp_put_u32(b + H_HEADER_SIZE, BP_DS_HEADER_SIZE);
+    bp_put_u64(b + H_ROWS, in->rows);
+    bp_put_u32(b + H_N_DENSE, in->n_dense);
+    bp_put_u32(b + H_N_SPARSE, in->n_sparse);
+    bp_put_u32(b + H_TRANSFORM, in->transform);
+    bp_put_u32(b + H_FLAGS, in->flags);
+    bp_put_u32(b + H_KIND, in->kind);
+    bp_put_u32(b + H_IDMAP, in->idmap);
+    bp_put_u32(b + H_MIN_COUNT, in->min_count);
+    bp_put_u64(b + H_MAX_IND_RANGE, in->max_ind_range);
+    for (int i = 0; i < 3; i++) bp_put_u64(b + H_SPLIT + 8 * i, in->split[i]);
+    bp_put_u64(b + H_SEED, in->seed);
+    bp_put_u64(b + H_OFF_LABEL, in->off_label);
+    bp_put_u64(b + H_OFF_DENSE, in->off_dense);
+    bp_put_u64(b + H_OFF_SPARSE, in->off_sparse);
+    bp_put_u64(b + H_OFF_PROB, in->off_prob);
+    bp_put_u64(b + H_FILE_SIZE, in->file_size);
+    bp_put_u32(b + H_CRC_LABEL, in->crc_label);
+    bp_put_u32(b + H_CRC_DENSE, in->crc_dense);
+    bp_put_u32(b + H_CRC_SPARSE, in->crc_sparse);
+    bp_put_u32(b + H_CRC_PROB, in->crc_prob);
+    for (uint32_t f = 0; f < in->n_sparse && f < BP_DS_MAX_SPARSE; f++) bp_put_u64(b + H_CARD + 8 * f, in->card[f]);
+    size_t slen = strnlen(in->source, sizeof in->source - 1);
+    memcpy(b + H_SOURCE, in->source, slen);
+    bp_put_u32(b + H_CRC, bp_crc32(0, b, H_CRC));
+}
+
+int bp_ds_header_decode(bp_ds_info *out, const uint8_t *b, size_t n, const char *what) {
+    bp_ds_info in;
+    memset(&in, 0, sizeof in);
+    if (n < BP_DS_HEADER_SIZE)
+        return bp_fail(BP_ECORRUPT, "%s: too short for a bagpipe dataset header (%zu bytes)", what, n);
+    if (memcmp(b + H_MAGIC, BP_DS_MAGIC, 8) != 0)
+        return bp_fail(BP_EFORMAT, "%s: not a bagpipe binary dataset (bad magic; raw files go through 'bagpipe prep')", what);
+    in.version = bp_get_u32(b + H_VERSION);
+    if (in.version != BP_DS_VERSION)
+        return bp_fail(BP_EVERSION, "%s: dataset version %u, this build reads version %u", what, in.version, BP_DS_VERSION);
+    if (bp_get_u32(b + H_CRC) != bp_crc32(0, b, H_CRC))
+        return bp_fail(BP_ECORRUPT, "%s: header checksum mismatch (file damaged)", what);
+    if (bp_get_u32(b + H_HEADER_SIZE) != BP_DS_HEADER_SIZE)
+        return bp_fail(BP_ECORRUPT, "%s: bad header size", what);
+    in.rows = bp_get_u64(b + H_ROWS);
+    in.n_dense = bp_get_u32(b + H_N_DENSE);
+    in.n_sparse = bp_get_u32(b + H_N_SPARSE);
+    in.transform = bp_get_u32(b + H_TRANSFORM);
+    in.flags = bp_get_u32(b + H_FLAGS);
+    in.kind = bp_get_u32(b + H_KIND);
+    in.idmap = bp_get_u32(b + H_IDMAP);
+    in.min_count = bp_get_u32(b + H_MIN_COUNT);
+    in.max_ind_range = bp_get_u64(b + H_MAX_IND_RANGE);
+    for (int i = 0; i < 3; i++) in.split[i] = bp_get_u64(b + H_SPLIT + 8 * i);
+    in.seed = bp_get_u64(b + H_SEED);
+    in.off_label = bp_get_u64(b + H_OFF_LABEL);
+    in.off_dense = bp_get_u64(b + H_OFF_DENSE);
+    in.off_sparse = bp_get_u64(b + H_OFF_SPARSE);
+    in.off_prob = bp_get_u64(b + H_OFF_PROB);
+    in.file_size = bp_get_u64(b + H_FILE_SIZE);
+    in.crc_label = bp_get_u32(b + H_CRC_LABEL);
+    in.crc_dense = bp_get_u32(b + H_CRC_DENSE);
+    in.crc_sparse = bp_get_u32(b + H_CRC_SPARSE);
+    in.crc_prob = bp_get_u32(b + H_CRC_PROB);
+    memcpy(in.source, b + H_SOURCE, sizeof in.source - 1);
+
+    if (in.n_dense > BP_DS_MAX_DENSE || in.n_sparse > BP_DS_MAX_SPARSE || in.n_sparse == 0)
+        return bp_fail(BP_ECORRUPT, "%s: bad feature counts (%u dense, %u sparse)", what, in.n_dense, in.n_sparse);
+    if (in.transform > BP_TRANSFORM_LOG1P || in.kind > BP_KIND_SYNTH || in.idmap > BP_IDMAP_HASH ||
+        (in.flags & ~(uint32_t)BP_DS_HAS_PROB))
+        return bp_fail(BP_ECORRUPT, "%s: unknown transform, kind, id mapping or flags", what);
+    // rows * (1 + 4 Nd + 4 F + 4) must not overflow: 2^48 rows is far beyond any real dataset.
+    if (in.rows > ((uint64_t)1 << 48))
+        return bp_fail(BP_ECORRUPT, "%s: implausible row count %llu", what, (unsigned long long)in.rows);
+    if (in.split[0] > in.rows || in.split[1] > in.rows - in.split[0] ||
+        in.split[2] != in.rows - in.split[0] - in.split[1])
+        return bp_fail(BP_ECORRUPT, "%s: split sizes do not add up to the row count", what);
+    for (uint32_t f = 0; f < in.n_sparse; f++) {
+        in.card[f] = bp_get_u64(b + H_CARD + 8 * f);
+        if (in.card[f] == 0 || in.card[f] > ((uint64_t)1 << 32))
+            return bp_fail(BP_ECORRUPT, "%s: table %u has bad cardinality %llu", what, f, (unsigned long long)in.card[f]);
+    }
+    bp_ds_info want = in;
+    bp_ds_layout(&want);
+    if (want.off_label != in.off_label || want.off_dense != in.off_dense || want.off_sparse != in.off_sparse ||
+        want.off_prob != in.off_prob || want.file_size != in.file_size)
+        return bp_fail(BP_ECORRUPT, "%s: section layout does not match the header's sizes", what);
+    *out = in;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+enum { SEC_LABEL, SEC_DENSE, SEC_SPARSE, SEC_PROB, N_SEC };
+
+struct bp_ds_writer {
+    bp_ds_info info;
+    char *path;
+    int spill[N_SEC];      // unlinked temporary files, one per section
+    uint32_t crc[N_SEC];
+    uint64_t rows;
+    uint32_t *max_id;      // (F) largest id seen per table, +1 (0 = none)
+};
+
+static int open_spill(const char *path, int *fd) {
+    size_t n = strlen(path) + 32;
+    char *tmpl = bp_xmalloc(n);
+    snprintf(tmpl, n, "%s.spill.XXXXXX", path);
+    *fd = mkstemp(tmpl);
+    int rc = 0;
+    if (*fd < 0) rc = bp_fail(BP_EIO, "%s: cannot create temporary file: %s", path, strerror(errno));
+    else unlink(tmpl); // lives until closed; a crash leaves nothing behind
+    free(tmpl);
+    return rc;
+}
+
+int bp_ds_writer_open(bp_ds_writer **out, const char *path, const bp_ds_info *tmpl) {
+    *out = NULL;
+    if (tmpl->n_dense > BP_DS_MAX_DENSE || tmpl->n_sparse == 0 || tmpl->n_sparse > BP_DS_MAX_SPARSE)
+        return bp_fail(BP_EINVAL, "%s: a dataset needs 0-%d dense and 1-%d sparse features (got %u, %u)", path,
+                       BP_DS_MAX_DENSE, BP_DS_MAX_SPARSE, tmpl->n_dense, tmpl->n_sparse);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return bp_fail(BP_EINVAL, "%s: is a directory, expected a file name for the dataset", path);
+    bp_ds_writer *w = bp_xcalloc(1, sizeof *w);
+    w->info = *tmpl;
+    w->info.version = BP_DS_VERSION;
+    w->path = bp_xstrdup(path);
+    for (int s = 0; s < N_SEC; s++) w->spill[s] = -1;
+    w->max_id = bp_xcalloc(tmpl->n_sparse, sizeof *w->max_id);
+    int nsec = (tmpl->flags & BP_DS_HAS_PROB) ? N_SEC : SEC_PROB;
+    for (int s = 0; s < nsec; s++) {
+        int rc = open_spill(path, &w->spill[s]);
+        if (rc) {
+            bp_ds_writer_abort(w);
+            return rc;
+        }
+    }
+    *out = w;
+    return 0;
+}
+
+uint64_t bp_ds_writer_rows(const bp_ds_writer *w) { return w->rows; }
+
+static int spill_write(bp_ds_writer *w, int s, const void *buf, size_t n) {
+    w->crc[s] = bp_crc32(w->crc[s], buf, n);
+    return bp_write_all(w->spill[s], buf, n, w->path);
+}
+
+int bp_ds_writer_append(bp_ds_writer *w, size_t n, const uint8_t *labels, const float *dense,
+                        const uint32_t *sparse, const float *prob) {
+    const uint32_t F = w->info.n_sparse, Nd = w->info.n_dense;
+    for (size_t i = 0; i < n; i++) {
+        BP_ASSERTF(labels[i] <= 1, "label %u is not 0 or 1", labels[i]);
+        for (uint32_t f = 0; f < F; f++) {
+            uint32_t id1 = sparse[i * F + f] + 1;
+            if (id1 > w->max_id[f] || id1 == 0) w->max_id[f] = id1 == 0 ? UINT32_MAX : id1;
+        }
+    }
+    int rc = spill_write(w, SEC_LABEL, labels, n);
+    if (!rc && Nd) rc = spill_write(w, SEC_DENSE, dense, n * Nd * sizeof(float));
+    if (!rc) rc = spill_write(w, SEC_SPARSE, sparse, n * F * sizeof(uint32_t));
+    if (!rc && (w->info.flags & BP_DS_HAS_PROB)) {
+        BP_ASSERT(prob);
+        rc = spill_write(w, SEC_PROB, prob, n * sizeof(float));
+    }
+    if (!rc) w->rows += n;
+    return rc;
+}
+
+// Copies the whole spill file src into dst at offset off.
+static int copy_section(int dst, uint64_t off, int src, uint64_t len, const char *what) {
+    loff_t in_off = 0, out_off = (loff_t)off;
+    while (len > 0) {
+        ssize_t k = copy_file_range(src, &in_off, dst, &out_off, len, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break; // not supported here, or a short copy: finish with read/write
+        len -= (uint64_t)k;
+    }
+    char *buf = len ? bp_xmalloc(1 << 20) : NULL;
+    while (len > 0) {
+        size_t chunk = len < (1u << 20) ? (size_t)len : (1u << 20);
+        int rc = bp_pread_all(src, buf, chunk, (uint64_t)in_off, what);
+        if (!rc) rc = bp_pwrite_all(dst, buf, chunk, (uint64_t)out_off, what);
+        if (rc) {
+            free(buf);
+            return rc;
+        }
+        in_off += (loff_t)chunk, out_off += (loff_t)chunk, len -= chunk;
+    }
+    free(buf);
+    return 0;
+}
+
+int bp_ds_writer_finish(bp_ds_writer *w, const uint64_t *card, const uint64_t split[3]) {
+    bp_ds_info *in = &w->info;
+    int rc = 0;
+    in->rows = w->rows;
+    for (uint32_t f = 0; f < in->n_sparse; f++) {
+        in->card[f] = card[f];
+        if (card[f] == 0 || card[f] > ((uint64_t)1 << 32) || w->max_id[f] > card[f]) {
+            rc = bp_fail(BP_ERANGE, "%s: table %u: ids up to %u do not fit its cardinality %llu", w->path, f,
+                         w->max_id[f] - 1, (unsigned long long)card[f]);
+            bp_ds_writer_abort(w);
+            return rc;
+        }
+    }
+    if (split) {
+        if (split[0] + split[1] + split[2] != w->rows) {
+            rc = bp_fail(BP_EINVAL, "%s: split sizes do not add up to %llu rows", w->path, (unsigned long long)w->rows);
+            bp_ds_writer_abort(w);
+            return rc;
+        }
+        memcpy(in->split, split, sizeof in->split);
+    } else {
+        in->split[0] = w->rows, in->split[1] = in->split[2] = 0;
+    }
+    bp_ds_layout(in);
+    in->crc_label = w->crc[SEC_LABEL];
+    in->crc_dense = w->crc[SEC_DENSE];
+    in->crc_sparse = w->crc[SEC_SPARSE];
+    in->crc_prob = w->crc[SEC_PROB];
+
+    bp_afile af;
+    rc = bp_afile_open(&af, w->path);
+    if (rc) {
+        bp_ds_writer_abort(w);
+        return rc;
+    }
+    uint8_t *hdr = bp_xmalloc(BP_DS_HEADER_SIZE);
+    bp_ds_header_encode(in, hdr);
+    rc = bp_afile_pwrite(&af, hdr, BP_DS_HEADER_SIZE, 0);
+    free(hdr);
+    const uint64_t off[N_SEC] = {in->off_label, in->off_dense, in->off_sparse, in->off_prob};
+    const uint64_t len[N_SEC] = {in->rows, in->rows * in->n_dense * 4, in->rows * in->n_sparse * 4, in->rows * 4};
+    for (int s = 0; s < N_SEC && !rc; s++)
+        if (w->spill[s] >= 0 && len[s]) rc = copy_section(af.fd, off[s], w->spill[s], len[s], w->path);
+    if (!rc && ftruncate(af.fd, (off_t)in->file_size) != 0)
+        rc = bp_fail(BP_EIO, "%s: cannot set file size: %s", w->path, strerror(errno));
+    if (!rc) rc = bp_afile_commit(&af);
+    else bp_afile_abort(&af);
+    bp_ds_writer_abort(w); // frees the spills and w
+    return rc;
+}
+
+void bp_ds_writer_abort(bp_ds_writer *w) {
+    if (!w) return;
+    for (int s = 0; s < N_SEC; s++)
+        if (w->spill[s] >= 0) close(w->spill[s]);
+    free(w->max_id);
+    free(w->path);
+    free(w);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+int bp_ds_open(bp_dataset *ds, const char *path, unsigned flags) {
+    memset(ds, 0, sizeof *ds);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return bp_fail(BP_EIO, "%s: cannot open dataset: %s", path, strerror(errno));
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = bp_fail(BP_EIO, "%s: cannot stat: %s", path, strerror(errno));
+        goto out_close;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        rc = bp_fail(BP_EINVAL, "%s: is a directory, expected a dataset file", path);
+        goto out_close;
+    }
+    uint8_t hdr[BP_DS_HEADER_SIZE];
+    size_t have = st.st_size < BP_DS_HEADER_SIZE ? (size_t)st.st_size : BP_DS_HEADER_SIZE;
+    if (have < 8 || (rc = bp_pread_all(fd, hdr, have, 0, path)) != 0) {
+        if (!rc) rc = bp_fail(BP_ECORRUPT, "%s: empty or truncated dataset (%lld bytes)", path, (long long)st.st_size);
+        goto out_close;
+    }
+    rc = bp_ds_header_decode(&ds->info, hdr, have, path);
+    if (rc) goto out_close;
+    if ((uint64_t)st.st_size != ds->info.file_size) {
+        rc = bp_fail(BP_ECORRUPT, "%s: file is %lld bytes but its header says %llu (truncated or damaged)", path,
+                     (long long)st.st_size, (unsigned long long)ds->info.file_size);
+        goto out_close;
+    }
+    ds->map_size = (size_t)st.st_size;
+    ds->map = mmap(NULL, ds->map_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (ds->map == MAP_FAILED) {
+        ds->map = NULL;
+        rc = bp_fail(BP_EIO, "%s: cannot map: %s", path, strerror(errno));
+        goto out_close;
+    }
+    const uint8_t *base = ds->map;
+    const bp_ds_info *in = &ds->info;
+    ds->label = base + in->off_label;
+    ds->dense = (const float *)(base + in->off_dense);
+    ds->sparse = (const uint32_t *)(base + in->off_sparse);
+    ds->prob = (in->flags & BP_DS_HAS_PROB) ? (const float *)(base + in->off_prob) : NULL;
+    ds->path = bp_xstrdup(path);
+    if (flags & BP_DS_VERIFY) {
+        madvise(ds->map, ds->map_size, MADV_SEQUENTIAL);
+        const struct { const char *name; const void *p; uint64_t n; uint32_t crc; } sec[] = {
+            {"label", ds->label, in->rows, in->crc_label},
+            {"dense", ds->dense, in->rows * in->n_dense * 4, in->crc_dense},
+            {"sparse", ds->sparse, in->rows * in->n_sparse * 4, in->crc_sparse},
+            {"prob", ds->prob, ds->prob ? in->rows * 4 : 0, in->crc_prob},
+        };
+        for (size_t s = 0; s < BP_ARRAY_LEN(sec) && !rc; s++)
+            if (sec[s].p && bp_crc32(0, sec[s].p, sec[s].n) != sec[s].crc)
+                rc = bp_fail(BP_ECORRUPT, "%s: %s section checksum mismatch (file damaged)", path, sec[s].name);
+        for (uint64_t r = 0; r < in->rows && !rc; r++) {
+            if (ds->label[r] > 1) rc = bp_fail(BP_ECORRUPT, "%s: row %llu: label %u", path, (unsigned long long)r, ds->label[r]);
+            const uint32_t *row = ds->sparse + r * in->n_sparse;
+            for (uint32_t f = 0; f < in->n_sparse && !rc; f++)
+                if (row[f] >= in->card[f])
+                    rc = bp_fail(BP_ECORRUPT, "%s: row %llu: id %u of table %u is outside its %llu rows", path,
+                                 (unsigned long long)r, row[f], f, (unsigned long long)in->card[f]);
+        }
+        madvise(ds->map, ds->map_size, MADV_NORMAL);
+    }
+    if (rc) {
+        bp_ds_close(ds);
+        goto out_close;
+    }
+out_close:
+    close(fd);
+    return rc;
+}
+
+void bp_ds_close(bp_dataset *ds) {
+    if (ds->map) munmap(ds->map, ds->map_size);
+    free(ds->path);
+    memset(ds, 0, sizeof *ds);
+}
+
+void bp_ds_split_range(const bp_dataset *ds, bp_split s, uint64_t *begin, uint64_t *end) {
+    const uint64_t *sp = ds->info.split;
+    switch (s) {
+    case BP_SPLIT_TRAIN: *begin = 0, *end = sp[0]; break;
+    case BP_SPLIT_VAL: *begin = sp[0], *end = sp[0] + sp[1]; break;
+    case BP_SPLIT_TEST: *begin = sp[0] + sp[1], *end = ds->info.rows; break;
+    default: *begin = 0, *end = ds->info.rows; break;
+    }
+}
+
+uint64_t bp_ds_total_card(const bp_ds_info *info) {
+    uint64_t t = 0;
+    for (uint32_t f = 0; f < info->n_sparse; f++) t += info->card[f];
+    return t;
+}
+
+const char *bp_ds_kind_name(uint32_t kind) {
+    static const char *names[] = {"custom", "criteo", "avazu", "synth"};
+    return kind < BP_ARRAY_LEN(names) ? names[kind] : "unknown";
+}
+
+const char *bp_split_name(bp_split s) {
+    static const char *names[] = {"train", "val", "test", "all"};
+    return (unsigned)s < BP_ARRAY_LEN(names) ? names[s] : "unknown";
+}

@@ -1,0 +1,105 @@
+// data_bin: the binary dataset that every other part reads (DESIGN §3).
+//
+// File layout (all integers little-endian, every section 4096-aligned so the file can be mapped):
+//
+//   offset 0     header, BP_DS_HEADER_SIZE bytes (layout in data_bin.c, checksummed)
+//   off_label    uint8   label[rows]              0 or 1
+//   off_dense    float32 dense[rows][n_dense]     already transformed (see `transform`)
+//   off_sparse   uint32  sparse[rows][n_sparse]   per-table ids, sparse[r][f] < card[f]
+//   off_prob     float32 prob[rows]               optional (BP_DS_HAS_PROB): the true click
+//                                                 probability of a synthetic sample
+//
+// Rows are stored in training order.  The split is three consecutive row ranges:
+// train [0, n_train), val [n_train, n_train + n_val), test [n_train + n_val, rows).
+// A file is written under a temporary name and renamed into place only when complete, so a
+// file under its final name is always whole; opening checks magic, version, header checksum,
+// section sizes against the file size, and (with BP_DS_VERIFY) every section's CRC-32.
+#ifndef BP_DATA_BIN_H
+#define BP_DATA_BIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BP_DS_MAGIC "BPDATA\r\n" // 8 bytes; the CR LF catches text-mode mangling
+#define BP_DS_VERSION 1
+#define BP_DS_HEADER_SIZE 4096
+#define BP_DS_MAX_DENSE 64
+#define BP_DS_MAX_SPARSE 64
+#define BP_DS_ALIGN 4096
+
+enum { BP_DS_HAS_PROB = 1u << 0 };
+
+typedef enum { BP_TRANSFORM_NONE = 0, BP_TRANSFORM_LOG1P = 1 } bp_transform; // log(1 + max(x, 0))
+typedef enum { BP_KIND_CUSTOM = 0, BP_KIND_CRITEO = 1, BP_KIND_AVAZU = 2, BP_KIND_SYNTH = 3 } bp_ds_kind;
+typedef enum { BP_IDMAP_RAW = 0, BP_IDMAP_FREQ = 1, BP_IDMAP_HASH = 2 } bp_idmap;
+typedef enum { BP_SPLIT_TRAIN = 0, BP_SPLIT_VAL = 1, BP_SPLIT_TEST = 2, BP_SPLIT_ALL = 3 } bp_split;
+
+typedef struct {
+    uint32_t version;
+    uint64_t rows;
+    uint32_t n_dense;              // Nd
+    uint32_t n_sparse;             // F
+    uint32_t transform;            // bp_transform applied to dense values
+    uint32_t flags;                // BP_DS_HAS_PROB
+    uint32_t kind;                 // bp_ds_kind
+    uint32_t idmap;                // bp_idmap used to make sparse ids
+    uint32_t min_count;            // BP_IDMAP_FREQ: values seen fewer times share one id
+    uint64_t max_ind_range;        // BP_IDMAP_HASH: ids are value % max_ind_range
+    uint64_t split[3];             // rows in train, val, test; sum = rows
+    uint64_t card[BP_DS_MAX_SPARSE]; // rows of each table
+    uint64_t seed;                 // synth seed (0 otherwise)
+    char source[256];              // free text: command, preset, input files
+    // Section layout, filled by the writer / checked by the reader.
+    uint64_t off_label, off_dense, off_sparse, off_prob, file_size;
+    uint32_t crc_label, crc_dense, crc_sparse, crc_prob;
+} bp_ds_info;
+
+// Encodes info into a BP_DS_HEADER_SIZE buffer (with its checksum) / decodes and validates it.
+// decode checks magic, version, checksum and every field's range; `what` names the file in
+// messages.  Returns 0 or BP_ECORRUPT / BP_EVERSION.
+void bp_ds_header_encode(const bp_ds_info *info, uint8_t *buf);
+int bp_ds_header_decode(bp_ds_info *info, const uint8_t *buf, size_t n, const char *what);
+// Computes the section offsets and file size of info from rows, n_dense, n_sparse, flags.
+void bp_ds_layout(bp_ds_info *info);
+
+// ---------------------------------------------------------------------------------------------
+// Streaming writer.  Rows are appended in batches; nothing appears under `path` until finish
+// succeeds.  Memory use is bounded (sections are spilled to unlinked temporary files).
+typedef struct bp_ds_writer bp_ds_writer;
+
+// `tmpl` gives n_dense, n_sparse, flags, transform, kind, idmap, min_count, max_ind_range, seed
+// and source; rows, split, card and the layout are filled in at finish.
+int bp_ds_writer_open(bp_ds_writer **w, const char *path, const bp_ds_info *tmpl);
+// labels: (n), dense: (n, Nd), sparse: (n, F), prob: (n) or NULL when !BP_DS_HAS_PROB.
+int bp_ds_writer_append(bp_ds_writer *w, size_t n, const uint8_t *labels, const float *dense,
+                        const uint32_t *sparse, const float *prob);
+uint64_t bp_ds_writer_rows(const bp_ds_writer *w);
+// card: (F) table sizes; every id written must be < card (checked).  split: rows per split, or
+// NULL for "all train".  Commits the file atomically and frees w (also on failure).
+int bp_ds_writer_finish(bp_ds_writer *w, const uint64_t *card, const uint64_t split[3]);
+void bp_ds_writer_abort(bp_ds_writer *w); // discards everything; NULL is fine
+
+// ---------------------------------------------------------------------------------------------
+// Reader: maps the file read-only.
+typedef struct {
+    bp_ds_info info;
+    const uint8_t *label;   // (rows)
+    const float *dense;     // (rows, Nd)
+    const uint32_t *sparse; // (rows, F)
+    const float *prob;      // (rows) or NULL
+    void *map;
+    size_t map_size;
+    char *path;
+} bp_dataset;
+
+enum { BP_DS_VERIFY = 1u << 0 }; // check every section's CRC-32 on open
+
+int bp_ds_open(bp_dataset *ds, const char *path, unsigned flags);
+void bp_ds_close(bp_dataset *ds); // safe on a zeroed or closed dataset
+// Row range [*begin, *end) of a split.
+void bp_ds_split_range(const bp_dataset *ds, bp_split s, uint64_t *begin, uint64_t *end);
+uint64_t bp_ds_total_card(const bp_ds_info *info); // sum of card[0..F)
+const char *bp_ds_kind_name(uint32_t kind);
+const char *bp_split_name(bp_split s);
+
+#endif

@@ -1,0 +1,45 @@
+// bagpipe: subcommand dispatch.
+#include <stdio.h>
+#include <string.h>
+
+#include "cmds.h"
+#include "common.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"synth", cmd_synth, "generate a synthetic dataset with the shape of Criteo or Avazu"},
+    {"prep", cmd_prep, "convert raw Criteo TSV / Avazu CSV (plain or gzip) to a binary dataset"},
+    {"analyze", cmd_analyze, "access skew, reuse distances and cache simulation of a dataset"},
+    {"train", cmd_train, "train a model (DLRM, Wide&Deep, DeepFM, DCN)"},
+    {"eval", cmd_eval, "evaluate a saved model on a dataset"},
+    {"info", cmd_info, "print the header of a binary dataset and verify it"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bagpipe COMMAND [options]\n\n"
+               "Trains deep recommendation models with lookahead embedding caching (BagPipe).\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < BP_ARRAY_LEN(commands); i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n'bagpipe COMMAND --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < BP_ARRAY_LEN(commands); i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "bagpipe: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,26 @@
+// progress: a one-line progress display on a terminal (rate, ETA, a caller's note), silent when
+// stderr is not a terminal or when disabled.  Redraws at most 10 times a second.
+#ifndef BP_PROGRESS_H
+#define BP_PROGRESS_H
+
+#include <stdint.h>
+
+typedef struct {
+    const char *what;  // "prep", "train", ...
+    const char *unit;  // "rows", "samples", ...
+    uint64_t total;    // 0 when unknown
+    uint64_t done;
+    double t_start, t_last;
+    int enabled;
+    int drawn;
+} bp_progress;
+
+void bp_progress_init(bp_progress *p, const char *what, const char *unit, uint64_t total);
+// Sets done and redraws if due; note (may be NULL) is appended, e.g. "loss 0.4512".
+void bp_progress_update(bp_progress *p, uint64_t done, const char *note);
+// Clears the line (the caller prints its own summary).
+void bp_progress_finish(bp_progress *p);
+// Elapsed seconds since init.
+double bp_progress_elapsed(const bp_progress *p);
+
+#endif

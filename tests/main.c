@@ -1,0 +1,149 @@
+// Test runner: runs every registered test (or those whose name contains argv[1]) in
+// registration order, each in a forked child so a crash or abort fails one test, not the run.
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "test.h"
+
+typedef struct {
+    const char *name, *file;
+    test_fn fn;
+} test_case;
+
+static test_case *tests;
+static int n_tests, cap_tests;
+static int cur_failed, cur_skipped;
+static char tmpdir[256];
+
+void test_register(const char *name, const char *file, test_fn fn) {
+    if (n_tests == cap_tests) {
+        cap_tests = cap_tests ? 2 * cap_tests : 64;
+        tests = realloc(tests, (size_t)cap_tests * sizeof *tests);
+    }
+    tests[n_tests++] = (test_case){name, file, fn};
+}
+
+void test_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "    %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    cur_failed = 1;
+}
+
+int test_failed(void) { return cur_failed; }
+
+void test_skip(const char *why) {
+    fprintf(stderr, "    SKIP: %s\n", why);
+    cur_skipped = 1;
+}
+
+const char *test_tmpdir(void) {
+    if (!tmpdir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/bagpipe-test-XXXXXX", base && *base ? base : "/tmp");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(2);
+        }
+    }
+    return tmpdir;
+}
+
+const char *test_path(const char *name) {
+    static char bufs[8][512];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, 512, "%s/%s", test_tmpdir(), name);
+    return b;
+}
+
+const char *test_bin(void) {
+    const char *b = getenv("BAGPIPE_BIN");
+    return b && *b ? b : "build/bagpipe";
+}
+
+int test_run(char **out, int timeout_s, const char *fmt, ...) {
+    char cmd[8192], full[8400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "timeout -k 5 %d sh -c '%s' 2>&1", timeout_s, cmd);
+    // cmd must not contain single quotes; the tests build their own commands.
+    BP_ASSERTF(!strchr(cmd, '\''), "test_run: no single quotes allowed: %s", cmd);
+    FILE *p = popen(full, "r");
+    if (!p) return -1;
+    size_t len = 0, cap = 4096;
+    char *buf = bp_xmalloc(cap);
+    size_t k;
+    while ((k = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += k;
+        if (cap - len < 2) buf = bp_xrealloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    int st = pclose(p);
+    if (out) *out = buf;
+    else free(buf);
+    if (st == -1) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void rm_rf(const char *path) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
+}
+
+int main(int argc, char **argv) {
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    int passed = 0, failed = 0, skipped = 0;
+    double t_all = bp_now();
+    for (int i = 0; i < n_tests; i++) {
+        test_case *t = &tests[i];
+        if (filter && !strstr(t->name, filter)) continue;
+        double t0 = bp_now();
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) return 2;
+        if (pid == 0) {
+            tmpdir[0] = 0;
+            cur_failed = cur_skipped = 0;
+            t->fn();
+            int code = cur_failed ? 1 : cur_skipped ? 3 : 0;
+            if (code == 0 && tmpdir[0]) rm_rf(tmpdir);
+            else if (tmpdir[0]) fprintf(stderr, "    (files kept in %s)\n", tmpdir);
+            fflush(stdout);
+            fflush(stderr);
+            _exit(code);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        double dt = bp_now() - t0;
+        const char *verdict;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) verdict = "ok", passed++;
+        else if (WIFEXITED(st) && WEXITSTATUS(st) == 3) verdict = "SKIP", skipped++;
+        else {
+            verdict = "FAIL";
+            failed++;
+            if (WIFSIGNALED(st)) fprintf(stderr, "    killed by signal %d\n", WTERMSIG(st));
+        }
+        printf("%-4s %-48s %7.2fs  (%s)\n", verdict, t->name, dt, t->file);
+        fflush(stdout);
+    }
+    printf("\ntotal time %.1fs\n", bp_now() - t_all);
+    if (skipped) printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    else printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

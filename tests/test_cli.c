@@ -1,0 +1,72 @@
+#include <stdlib.h>
+
+#include "cli.h"
+#include "common.h"
+#include "test.h"
+
+TEST(cli_parses_table) {
+    int batch, flag, choice;
+    double lr;
+    const char *out;
+    const cli_opt opts[] = {
+        CLI_INT("batch-size", 'b', &batch, 128, 1, 1 << 20, "batch"),
+        CLI_DBL("learning-rate", 0, &lr, 0.1, 0, 10, "lr"),
+        CLI_STR("out", 'o', &out, "x", "output"),
+        CLI_FLAG("verbose", 'v', &flag, "verbose"),
+        CLI_CHOICE("mode", 0, &choice, 1, "local|sync|bagpipe", "mode"),
+        CLI_END,
+    };
+    char *argv[] = {"p", "-b", "64", "--learning-rate=0.5", "in1", "--mode", "bagpipe", "-v", "in2", NULL};
+    char **pos;
+    int npos;
+    ASSERT_OK(cli_parse("p", "", opts, 9, argv, &pos, &npos));
+    ASSERT_EQ(batch, 64);
+    ASSERT_NEAR(lr, 0.5, 0);
+    ASSERT_TRUE(flag == 1 && choice == 2 && npos == 2);
+    ASSERT_TRUE(strcmp(out, "x") == 0 && strcmp(pos[1], "in2") == 0);
+    free(pos);
+
+    char *bad1[] = {"p", "--batch-size", "0"};
+    ASSERT_EQ(cli_parse("p", "", opts, 3, bad1, &pos, &npos), BP_EUSAGE);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "--batch-size");
+    char *bad2[] = {"p", "--mode", "fast"};
+    ASSERT_EQ(cli_parse("p", "", opts, 3, bad2, &pos, &npos), BP_EUSAGE);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "local|sync|bagpipe");
+    char *bad3[] = {"p", "--nope"};
+    ASSERT_EQ(cli_parse("p", "", opts, 2, bad3, &pos, &npos), BP_EUSAGE);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "--nope");
+    char *bad4[] = {"p", "--learning-rate"};
+    ASSERT_EQ(cli_parse("p", "", opts, 2, bad4, &pos, &npos), BP_EUSAGE);
+}
+
+TEST(cli_dims_and_lists) {
+    int d[8];
+    ASSERT_EQ(cli_parse_dims("arch-mlp-bot", "13-512-256-64-16", d, 8), 5);
+    ASSERT_EQ(d[4], 16);
+    ASSERT_EQ(cli_parse_dims("arch-mlp-bot", "13--5", d, 8), BP_EUSAGE);
+    ASSERT_EQ(cli_parse_dims("arch-mlp-bot", "13-", d, 8), BP_EUSAGE);
+    ASSERT_EQ(cli_parse_dims("arch-mlp-bot", "0-4", d, 8), BP_EUSAGE);
+    uint64_t v[4];
+    ASSERT_EQ(cli_parse_u64_list("tables", "1460,583,10131227", v, 4), 3);
+    ASSERT_EQ(v[2], 10131227);
+    ASSERT_EQ(cli_parse_u64_list("tables", "1,-2", v, 4), BP_EUSAGE);
+}
+
+TEST(rng_is_reproducible_and_uniform) {
+    bp_rng a, b;
+    bp_rng_seed(&a, 42, 7);
+    bp_rng_seed(&b, 42, 7);
+    for (int i = 0; i < 100; i++) ASSERT_EQ(bp_rng_u64(&a), bp_rng_u64(&b));
+    bp_rng_seed(&b, 42, 8);
+    ASSERT_TRUE(bp_rng_u64(&a) != bp_rng_u64(&b));
+    int hist[10] = {0};
+    for (int i = 0; i < 100000; i++) hist[bp_rng_below(&a, 10)]++;
+    for (int i = 0; i < 10; i++) ASSERT_NEAR(hist[i], 10000, 500);
+    double s = 0, s2 = 0;
+    for (int i = 0; i < 100000; i++) {
+        double x = bp_rng_normal(&a);
+        s += x, s2 += x * x;
+    }
+    ASSERT_NEAR(s / 1e5, 0.0, 0.02);
+    ASSERT_NEAR(s2 / 1e5, 1.0, 0.02);
+}
