@@ -1,0 +1,58 @@
+// ckpt: saved models and checkpoints as a directory of parts plus a manifest.
+//
+//   DIR/MANIFEST   text, committed last and atomically; it names every part with its size and
+//                  CRC-32, carries the configuration as "key value" lines, and ends with a line
+//                  holding the CRC-32 of everything before it.
+//   DIR/<part>     binary parts, each written atomically (temp + fsync + rename).
+//
+// A directory whose MANIFEST is missing, damaged, or disagrees with a part's size or checksum
+// does not hold a valid save; loading says which file is wrong.
+#ifndef BP_CKPT_H
+#define BP_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CKPT_MAX_FILES 256
+#define CKPT_MAX_KV 128
+#define CKPT_NAME_MAX 64
+#define CKPT_VAL_MAX 512
+
+typedef struct {
+    char name[CKPT_NAME_MAX];
+    uint64_t size;
+    uint32_t crc;
+} ckpt_file;
+
+typedef struct {
+    int n_kv;
+    char key[CKPT_MAX_KV][CKPT_NAME_MAX];
+    char val[CKPT_MAX_KV][CKPT_VAL_MAX];
+    int n_files;
+    ckpt_file files[CKPT_MAX_FILES];
+} ckpt_manifest;
+
+// Creates dir if missing (one level).
+int ckpt_mkdir(const char *dir);
+
+// Writes one part from n buffers laid end to end; fills *out (name, size, crc).
+int ckpt_write_part(const char *dir, const char *name, const void *const *bufs, const size_t *lens, int n,
+                    ckpt_file *out);
+
+void ckpt_manifest_init(ckpt_manifest *m);
+void ckpt_set(ckpt_manifest *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void ckpt_add_file(ckpt_manifest *m, const ckpt_file *f);
+const char *ckpt_get(const ckpt_manifest *m, const char *key); // NULL when absent
+// Reads key as an integer; BP_ECORRUPT naming dir and key when absent or malformed.
+int ckpt_get_i64(const ckpt_manifest *m, const char *dir, const char *key, int64_t *v);
+const ckpt_file *ckpt_find(const ckpt_manifest *m, const char *name);
+
+int ckpt_manifest_commit(const char *dir, const ckpt_manifest *m);
+// Parses and validates DIR/MANIFEST (format, checksum line, field syntax).
+int ckpt_manifest_load(const char *dir, ckpt_manifest *m);
+// Reads part `name` whole into n buffers of the given lengths (which must add up to its size)
+// and checks its CRC.
+int ckpt_read_part(const char *dir, const ckpt_manifest *m, const char *name, void *const *bufs, const size_t *lens,
+                   int n);
+
+#endif
