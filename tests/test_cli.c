@@ -70,3 +70,17 @@ TEST(rng_is_reproducible_and_uniform) {
     ASSERT_NEAR(s / 1e5, 0.0, 0.02);
     ASSERT_NEAR(s2 / 1e5, 1.0, 0.02);
 }
+
+#include "jsonl.h"
+
+TEST(jsonl_escapes_and_nulls) {
+    jsonl j;
+    jsonl_begin(&j);
+    jsonl_str(&j, "event", "a\"b\\c\n");
+    jsonl_int(&j, "iter", -3);
+    jsonl_num(&j, "loss", 0.25);
+    jsonl_num(&j, "auc", NAN);
+    jsonl_end(&j, NULL);
+    j.buf[j.len] = 0;
+    ASSERT_TRUE(strcmp(j.buf, "{\"event\":\"a\\\"b\\\\c\\u000a\",\"iter\":-3,\"loss\":0.25,\"auc\":null}\n") == 0);
+}
