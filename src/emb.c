@@ -186,10 +186,12 @@ static __attribute__((noinline, noreturn, cold)) void bad_id(int f, uint32_t id,
              (unsigned long long)card);
 }
 
-static inline __attribute__((always_inline)) void prefetch_row(const float *row, int E) {
+// Prefetches the lines of E floats from row; `unaligned`: the row may not start a cache line, so
+// its last float can lie one line further.
+static inline __attribute__((always_inline)) void prefetch_row(const float *row, int E, int unaligned) {
     const char *p = (const char *)row;
     for (int o = 0; o < E * (int)sizeof(float); o += 64) __builtin_prefetch(p + o, 0, 3);
-    __builtin_prefetch(p + E * sizeof(float) - 1, 0, 3); // a row need not start a line
+    if (unaligned) __builtin_prefetch(p + E * sizeof(float) - 1, 0, 3);
 }
 
 static inline __attribute__((always_inline)) void gather_body(const emb_table *t,
@@ -199,11 +201,12 @@ static inline __attribute__((always_inline)) void gather_body(const emb_table *t
     const size_t stride = (size_t)t->L.stride;
     const float *base = t->data;
     const uint64_t *off = t->L.offset, *card = t->L.card;
+    const int unaligned = (stride * sizeof(float)) % 64 != 0; // (the table starts a page)
     size_t n_pf = n > EMB_PREFETCH_ROWS ? n - EMB_PREFETCH_ROWS : 0;
     int f = 0, pf = EMB_PREFETCH_ROWS % F;
     size_t i = 0;
     for (; i < n_pf; i++) {
-        prefetch_row(base + (off[pf] + ids[i + EMB_PREFETCH_ROWS]) * stride, E);
+        prefetch_row(base + (off[pf] + ids[i + EMB_PREFETCH_ROWS]) * stride, E, unaligned);
         uint32_t id = ids[i];
         if (__builtin_expect(id >= card[f], 0)) bad_id(f, id, card[f]);
         memcpy(out + i * E, base + (off[f] + id) * stride, (size_t)E * sizeof(float));
@@ -223,7 +226,7 @@ static inline __attribute__((always_inline)) void gather_rows_body(const float *
                                                                    const int E) {
     size_t n_pf = n > EMB_PREFETCH_ROWS ? n - EMB_PREFETCH_ROWS : 0, i = 0;
     for (; i < n_pf; i++) {
-        prefetch_row(rows[i + EMB_PREFETCH_ROWS], E);
+        prefetch_row(rows[i + EMB_PREFETCH_ROWS], E, 1);
         memcpy(out + i * E, rows[i], (size_t)E * sizeof(float));
     }
     for (; i < n; i++) memcpy(out + i * E, rows[i], (size_t)E * sizeof(float));
