@@ -1,0 +1,455 @@
+// bench_gather: embedding gather, coalescing, optimizer apply and init throughput.
+//
+//   build/bench/bench_gather [GIB [SECONDS [SECTIONS]]]
+//     GIB: table size (default 2), SECONDS: time per figure (default 0.4), SECTIONS: a
+//     comma-separated subset of gather,padding,coalesce,apply,init (default all)
+//
+// Every gather figure is shown next to a bound measured in the same run on the same table and
+// the same random rows: the simplest loop that copies rows of a compile-time size from
+// precomputed addresses ("plain"), and the same loop with software prefetch ("plain+pf").
+// Figures are aggregate rows per second over 1 or 2 threads; the machine is shared, so they are
+// lower bounds and only the ratios side by side mean much.
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "emb.h"
+#include "optim.h"
+
+static const uint64_t kaggle_card[26] = {1460,    583,   10131227, 2202608, 305,    24,   12517,
+                                         633,     3,     93145,    5683,    8351593, 3194, 27,
+                                         14992,   5461306, 10,     5652,    2173,   4,    7046547,
+                                         18,      15,    286181,   105,     142572};
+
+enum { F = 26, B = 1024, NB = 16, MAX_THREADS = 2 };
+static double g_seconds = 0.4;
+
+// ---------------------------------------------------------------------------------------------
+// Timed runs on 1..2 threads: each thread calls fn(arg, thread, iter) until the time is up and
+// returns the rows it moved; the result is total rows / slowest thread's time.
+typedef long (*work_fn)(void *arg, int thread, long iter);
+typedef struct {
+    work_fn fn;
+    void *arg;
+    int thread;
+    long rows;
+    double secs;
+    pthread_barrier_t *bar;
+} worker;
+
+static void *worker_main(void *p) {
+    worker *w = p;
+    pthread_barrier_wait(w->bar);
+    double t0 = bp_now(), t;
+    long it = 0;
+    do {
+        w->rows += w->fn(w->arg, w->thread, it++);
+    } while ((t = bp_now()) - t0 < g_seconds);
+    w->secs = t - t0;
+    return NULL;
+}
+
+static double run_timed(work_fn fn, void *arg, int nthreads) {
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)nthreads);
+    worker w[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    for (int i = 0; i < nthreads; i++) {
+        w[i] = (worker){fn, arg, i, 0, 0, &bar};
+        if (i) pthread_create(&tid[i], NULL, worker_main, &w[i]);
+    }
+    worker_main(&w[0]);
+    double rows = 0, secs = 0;
+    for (int i = 0; i < nthreads; i++) {
+        if (i) pthread_join(tid[i], NULL);
+        rows += (double)w[i].rows;
+        secs = BP_MAX(secs, w[i].secs);
+    }
+    pthread_barrier_destroy(&bar);
+    return rows / secs;
+}
+
+// Measures the nv variants side by side: ROUNDS rounds, each running every variant for
+// g_seconds / ROUNDS in turn; best[i] is variant i's best round (other jobs on a shared machine
+// only ever slow a round down).
+enum { ROUNDS = 4 };
+typedef struct {
+    work_fn fn;
+    void *arg;
+} variant;
+
+static void measure(const variant *v, int nv, int nthreads, double *best) {
+    double full = g_seconds;
+    g_seconds = full / ROUNDS;
+    for (int i = 0; i < nv; i++) best[i] = 0;
+    for (int r = 0; r < ROUNDS; r++)
+        for (int i = 0; i < nv; i++)
+            if (v[i].fn) best[i] = BP_MAX(best[i], run_timed(v[i].fn, v[i].arg, nthreads));
+            else best[i] = NAN;
+    g_seconds = full;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gather
+
+typedef struct {
+    emb_table *t;
+    uint32_t *ids[MAX_THREADS];  // (NB, B, F) per thread
+    uint64_t *keys[MAX_THREADS]; // (NB, B * F) the same rows as global keys
+    float *out[MAX_THREADS];     // (B, F, E)
+} gather_ctx;
+
+#define PLAIN_DEF(DC)                                                                         \
+    static long plain_##DC(void *arg, int th, long it) {                                      \
+        gather_ctx *c = arg;                                                                  \
+        const float *base = c->t->data;                                                       \
+        const size_t stride = (size_t)c->t->L.stride;                                         \
+        const uint64_t *k = c->keys[th] + (size_t)(it % NB) * B * F;                          \
+        float *out = c->out[th];                                                              \
+        for (size_t i = 0; i < (size_t)B * F; i++)                                            \
+            memcpy(out + i * DC, base + k[i] * stride, DC * sizeof(float));                   \
+        return (long)B * F;                                                                   \
+    }                                                                                         \
+    static long plainpf_##DC(void *arg, int th, long it) {                                    \
+        gather_ctx *c = arg;                                                                  \
+        const float *base = c->t->data;                                                       \
+        const size_t stride = (size_t)c->t->L.stride, n = (size_t)B * F;                      \
+        const uint64_t *k = c->keys[th] + (size_t)(it % NB) * B * F;                          \
+        float *out = c->out[th];                                                              \
+        for (size_t i = 0; i < n; i++) {                                                      \
+            if (i + 16 < n)                                                                   \
+                for (int o = 0; o < DC * 4; o += 64)                                          \
+                    __builtin_prefetch((const char *)(base + k[i + 16] * stride) + o);        \
+            memcpy(out + i * DC, base + k[i] * stride, DC * sizeof(float));                   \
+        }                                                                                     \
+        return (long)n;                                                                       \
+    }
+PLAIN_DEF(16)
+PLAIN_DEF(64)
+
+static long gather_work(void *arg, int th, long it) {
+    gather_ctx *c = arg;
+    emb_gather(c->t, c->ids[th] + (size_t)(it % NB) * B * F, B, c->out[th]);
+    return (long)B * F;
+}
+
+// Uniform random ids over every table (the worst case: no reuse at all).
+static void gather_ctx_init(gather_ctx *c, emb_table *t, uint64_t seed) {
+    memset(c, 0, sizeof *c);
+    c->t = t;
+    bp_rng r;
+    for (int th = 0; th < MAX_THREADS; th++) {
+        bp_rng_seed(&r, seed, (uint64_t)th);
+        c->ids[th] = bp_xmalloc((size_t)NB * B * F * sizeof(uint32_t));
+        c->keys[th] = bp_xmalloc((size_t)NB * B * F * sizeof(uint64_t));
+        c->out[th] = bp_xmalloc((size_t)B * F * t->L.E * sizeof(float));
+        for (size_t i = 0; i < (size_t)NB * B * F; i++) {
+            int f = (int)(i % F);
+            c->ids[th][i] = (uint32_t)(bp_rng_u64(&r) % t->L.card[f]);
+            c->keys[th][i] = emb_key(&t->L, f, c->ids[th][i]);
+        }
+    }
+}
+
+static void gather_ctx_free(gather_ctx *c) {
+    for (int th = 0; th < MAX_THREADS; th++) free(c->ids[th]), free(c->keys[th]), free(c->out[th]);
+}
+
+// A layout of F equal tables holding about `bytes`.
+static emb_layout layout_for_bytes(double bytes, int D, int E, int S, int align) {
+    int stride = (E + S + align - 1) / align * align;
+    uint64_t per = (uint64_t)(bytes / (stride * 4.0) / F);
+    uint64_t card[F];
+    for (int f = 0; f < F; f++) card[f] = per;
+    emb_layout L;
+    emb_layout_cfg cfg = {.F = F, .card = card, .D = D, .E = E, .S = S, .seed = 1, .row_align = align};
+    BP_ASSERT(emb_layout_init(&L, &cfg) == 0);
+    return L;
+}
+
+static int table_or_skip(emb_table *t, const emb_layout *L, int huge) {
+    if (emb_table_alloc(t, L, huge)) {
+        printf("  (skipped: %s)\n", bp_errmsg(BP_ENOMEM));
+        return -1;
+    }
+    emb_table_fill(t, 2);
+    return 0;
+}
+
+static void bench_gather_plain(double bytes) {
+    printf("\n== gather vs plain random-row copy, %.1f GiB table, %d tables, uniform random ids, "
+           "batches of %d x %d rows ==\n", bytes / (1 << 30), F, B, F);
+    printf("%-4s %-6s %-3s %14s %14s %14s %10s\n", "D", "pages", "thr", "plain Mrow/s",
+           "plain+pf", "emb_gather", "gather/plain");
+    for (int D = 16; D <= 64; D *= 4) {
+        for (int huge = 1; huge >= 0; huge--) {
+            emb_layout L = layout_for_bytes(bytes, D, D, 0, 4);
+            emb_table t;
+            if (table_or_skip(&t, &L, huge)) continue;
+            gather_ctx c;
+            gather_ctx_init(&c, &t, 7);
+            for (int nt = 1; nt <= 2; nt++) {
+                variant v[3] = {{D == 16 ? plain_16 : plain_64, &c}, {D == 16 ? plainpf_16 : plainpf_64, &c},
+                                {gather_work, &c}};
+                double m[3];
+                measure(v, 3, nt, m);
+                double plain = m[0], plainpf = m[1], g = m[2];
+                printf("%-4d %-6s %-3d %14.1f %14.1f %14.1f %9.2fx\n", D, huge ? "huge" : "4k", nt,
+                       plain / 1e6, plainpf / 1e6, g / 1e6, g / plain);
+            }
+            gather_ctx_free(&c);
+            emb_table_free(&t);
+        }
+    }
+}
+
+// Row padding: the same rows (row-wise Adagrad: E model floats + 1 accumulator) with stride
+// rounded to 4 floats or to 16 (a cache line): gather rate and optimizer apply rate.
+typedef struct {
+    emb_table *t;
+    const emb_opt *o;
+    emb_grad *g[MAX_THREADS];
+} apply_ctx;
+
+static long apply_work(void *arg, int th, long it) {
+    apply_ctx *c = arg;
+    emb_opt_apply_table_range(c->o, c->t, c->g[th], 0, c->g[th]->n);
+    return c->g[th]->n;
+}
+
+// A gradient of n distinct random keys (ascending) with small values, drawn from part `part`
+// of `parts` equal parts of the key space (threads get disjoint rows).
+static void random_grad(emb_grad *g, const emb_layout *L, int n, int part, int parts) {
+    bp_rng r;
+    bp_rng_seed(&r, (uint64_t)part, 99);
+    uint64_t *keys = bp_xmalloc((size_t)n * sizeof *keys);
+    uint64_t base = L->rows / parts * part, span = L->rows / parts;
+    // n keys from n equal strata: distinct and ascending
+    for (int i = 0; i < n; i++) {
+        uint64_t lo = span * (uint64_t)i / (uint64_t)n, hi = span * (uint64_t)(i + 1) / (uint64_t)n;
+        keys[i] = base + lo + bp_rng_u64(&r) % (hi - lo);
+    }
+    BP_ASSERT(emb_grad_set_keys(g, keys, n) == 0);
+    for (size_t i = 0; i < (size_t)n * g->E; i++) g->rows[i] = (float)(bp_rng_uniform(&r) - 0.5) * 1e-3f;
+    free(keys);
+}
+
+static void bench_padding(double bytes) {
+    printf("\n== row padding: row-wise Adagrad rows (E + 1 floats), stride rounded to 4 or 16 floats, "
+           "same rows, huge pages ==\n");
+    printf("%-4s %-6s %-3s %14s %14s %16s\n", "E", "stride", "thr", "gather Mrow/s", "plain Mrow/s",
+           "apply Mrow/s");
+    const int Es[] = {16, 17, 64, 65};
+    for (int c = 0; c < 4; c++) {
+        int E = Es[c], D = E & ~1;
+        emb_layout L4 = layout_for_bytes(bytes, D, E, 1, 4);
+        for (int align = 4; align <= 16; align *= 4) {
+            emb_layout_cfg cfg = {.F = F, .card = L4.card, .D = D, .E = E, .S = 1, .seed = 1, .row_align = align};
+            emb_layout L;
+            BP_ASSERT(emb_layout_init(&L, &cfg) == 0);
+            emb_table t;
+            if (table_or_skip(&t, &L, 1)) continue;
+            gather_ctx gc;
+            gather_ctx_init(&gc, &t, 7);
+            emb_opt o = emb_opt_make(EMB_OPT_ROWWISE_ADAGRAD, 0.01f, E);
+            apply_ctx ac = {&t, &o, {0}};
+            // two threads take disjoint halves of the key space
+            emb_grad g[MAX_THREADS];
+            for (int th = 0; th < MAX_THREADS; th++) {
+                emb_grad_init(&g[th], B * F, E);
+                random_grad(&g[th], &L, B * F, th, MAX_THREADS);
+                ac.g[th] = &g[th];
+            }
+            for (int nt = 1; nt <= 2; nt++) {
+                variant v[3] = {{gather_work, &gc}, {E == 16 ? plain_16 : E == 64 ? plain_64 : NULL, &gc},
+                                {apply_work, &ac}};
+                double m[3];
+                measure(v, 3, nt, m);
+                double gr = m[0], pl = m[1], ap = m[2];
+                printf("%-4d %-6d %-3d %14.1f %14.1f %16.1f\n", E, L.stride, nt, gr / 1e6, pl / 1e6, ap / 1e6);
+            }
+            for (int th = 0; th < MAX_THREADS; th++) emb_grad_free(&g[th]);
+            gather_ctx_free(&gc);
+            emb_table_free(&t);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Coalescing, against a hash-grouping alternative written here for comparison: open addressing
+// on the key gives each entry its unique index in first-seen order, rows are summed in sample
+// order into those slots, then the unique keys are sorted and the rows permuted into key order.
+
+typedef struct {
+    int cap_pow2;
+    uint64_t *hkeys;  // (cap_pow2) UINT64_MAX = empty
+    int32_t *hidx;    // (cap_pow2)
+    int32_t *slot;    // (N) unique index of each entry
+    uint64_t *uk;     // (N) unique keys, first-seen order, then (key << 32 | index) sorted
+    float *acc;       // (N, E)
+} hash_ws;
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void coalesce_hash(hash_ws *w, emb_grad *g, const emb_layout *L, const uint32_t *ids,
+                          const float *d, int Bn) {
+    const int E = g->E;
+    const size_t N = (size_t)Bn * L->F;
+    const uint64_t mask = (uint64_t)w->cap_pow2 - 1;
+    memset(w->hkeys, 0xff, (size_t)w->cap_pow2 * sizeof *w->hkeys);
+    int n = 0, f = 0;
+    for (size_t i = 0; i < N; i++) {
+        uint64_t key = L->offset[f] + ids[i];
+        uint64_t h = bp_mix64(key) & mask;
+        while (w->hkeys[h] != UINT64_MAX && w->hkeys[h] != key) h = (h + 1) & mask;
+        if (w->hkeys[h] == UINT64_MAX) {
+            w->hkeys[h] = key, w->hidx[h] = n;
+            w->uk[n] = key;
+            memcpy(w->acc + (size_t)n * E, d + i * E, (size_t)E * sizeof(float));
+            w->slot[i] = n++;
+        } else {
+            float *a = w->acc + (size_t)w->hidx[h] * E;
+            const float *s = d + i * E;
+            for (int e = 0; e < E; e++) a[e] += s[e];
+            w->slot[i] = w->hidx[h];
+        }
+        if (++f == L->F) f = 0;
+    }
+    for (int u = 0; u < n; u++) w->uk[u] = w->uk[u] << 24 | (uint64_t)u; // keys < 2^40, n < 2^24
+    qsort(w->uk, (size_t)n, sizeof *w->uk, cmp_u64);
+    for (int u = 0; u < n; u++) {
+        int src = (int)(w->uk[u] & 0xffffff);
+        g->keys[u] = w->uk[u] >> 24;
+        memcpy(g->rows + (size_t)u * E, w->acc + (size_t)src * E, (size_t)E * sizeof(float));
+    }
+    g->n = n;
+}
+
+static void bench_coalesce(void) {
+    emb_layout L;
+    emb_layout_cfg cfg = {.F = F, .card = kaggle_card, .D = 16, .seed = 1};
+    BP_ASSERT(emb_layout_init(&L, &cfg) == 0);
+    printf("\n== coalesce (Kaggle cardinalities, %llu rows, E = 16, skewed ids: id = card * u^6) ==\n",
+           (unsigned long long)L.rows);
+    printf("%-7s %-9s %9s %16s %16s %8s\n", "B", "entries", "unique", "radix Mkeys/s", "hash Mkeys/s",
+           "same");
+    for (int Bn = 256; Bn <= 65536; Bn *= 8) {
+        const int N = Bn * F, E = 16;
+        uint32_t *ids = bp_xmalloc((size_t)N * sizeof *ids);
+        float *d = bp_xmalloc((size_t)N * E * sizeof *d);
+        bp_rng r;
+        bp_rng_seed(&r, 3, (uint64_t)Bn);
+        for (int i = 0; i < N; i++) {
+            double u = bp_rng_uniform(&r);
+            ids[i] = (uint32_t)(kaggle_card[i % F] * pow(u, 6));
+        }
+        for (size_t i = 0; i < (size_t)N * E; i++) d[i] = (float)bp_rng_normal(&r);
+        emb_grad g, g2;
+        emb_grad_init(&g, N, E);
+        emb_grad_init(&g2, N, E);
+        hash_ws w;
+        w.cap_pow2 = 1;
+        while (w.cap_pow2 < 2 * N) w.cap_pow2 *= 2;
+        w.hkeys = bp_xmalloc((size_t)w.cap_pow2 * sizeof *w.hkeys);
+        w.hidx = bp_xmalloc((size_t)w.cap_pow2 * sizeof *w.hidx);
+        w.slot = bp_xmalloc((size_t)N * sizeof *w.slot);
+        w.uk = bp_xmalloc((size_t)N * sizeof *w.uk);
+        w.acc = bp_xmalloc((size_t)N * E * sizeof *w.acc);
+        long reps = 0;
+        double t0 = bp_now();
+        do emb_grad_coalesce(&g, &L, ids, d, Bn), reps++;
+        while (bp_now() - t0 < g_seconds);
+        double radix = (double)reps * N / (bp_now() - t0);
+        reps = 0;
+        t0 = bp_now();
+        do coalesce_hash(&w, &g2, &L, ids, d, Bn), reps++;
+        while (bp_now() - t0 < g_seconds);
+        double hash = (double)reps * N / (bp_now() - t0);
+        int same = g.n == g2.n && memcmp(g.keys, g2.keys, (size_t)g.n * 8) == 0 &&
+                   memcmp(g.rows, g2.rows, (size_t)g.n * E * 4) == 0;
+        printf("%-7d %-9d %8.1f%% %16.1f %16.1f %8s\n", Bn, N, 100.0 * g.n / N, radix / 1e6, hash / 1e6,
+               same ? "yes" : "NO");
+        free(ids), free(d), free(w.hkeys), free(w.hidx), free(w.slot), free(w.uk), free(w.acc);
+        emb_grad_free(&g), emb_grad_free(&g2);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Optimizer apply on a large table, and initialisation of a Kaggle-sized table.
+
+static void bench_apply(double bytes) {
+    printf("\n== optimizer apply, D = 16, %.1f GiB of model floats, %d distinct random keys per call ==\n",
+           bytes / (1 << 30), B * F);
+    printf("%-16s %-6s %-3s %14s\n", "optimizer", "stride", "thr", "apply Mrow/s");
+    for (int kind = 0; kind < 3; kind++) {
+        emb_opt o = emb_opt_make((emb_opt_kind)kind, 0.01f, 16);
+        emb_layout L0 = layout_for_bytes(bytes, 16, 16, 0, 4); // same rows for every optimizer
+        emb_layout_cfg cfg = {.F = F, .card = L0.card, .D = 16, .S = emb_opt_state_floats(&o), .seed = 1};
+        emb_layout L;
+        BP_ASSERT(emb_layout_init(&L, &cfg) == 0);
+        emb_table t;
+        if (table_or_skip(&t, &L, 1)) continue;
+        apply_ctx ac = {&t, &o, {0}};
+        emb_grad g[MAX_THREADS];
+        for (int th = 0; th < MAX_THREADS; th++) {
+            emb_grad_init(&g[th], B * F, 16);
+            random_grad(&g[th], &L, B * F, th, MAX_THREADS);
+            ac.g[th] = &g[th];
+        }
+        for (int nt = 1; nt <= 2; nt++) {
+            variant v[1] = {{apply_work, &ac}};
+            double m;
+            measure(v, 1, nt, &m);
+            printf("%-16s %-6d %-3d %14.1f\n", emb_opt_kind_name(o.kind), L.stride, nt, m / 1e6);
+        }
+        for (int th = 0; th < MAX_THREADS; th++) emb_grad_free(&g[th]);
+        emb_table_free(&t);
+    }
+}
+
+static void bench_init(void) {
+    emb_layout L;
+    emb_layout_cfg cfg = {.F = F, .card = kaggle_card, .D = 16, .seed = 1};
+    BP_ASSERT(emb_layout_init(&L, &cfg) == 0);
+    char b[32];
+    printf("\n== init: Kaggle tables, D = 16, SGD rows (%llu rows, %s) ==\n", (unsigned long long)L.rows,
+           bp_fmt_bytes(b, sizeof b, (double)emb_layout_bytes(&L)));
+    emb_table t;
+    if (emb_table_alloc(&t, &L, 1)) {
+        printf("  (skipped: %s)\n", bp_errmsg(BP_ENOMEM));
+        return;
+    }
+    // The first fill includes the page faults of fresh memory (slow on a VM whose host has not
+    // backed the pages yet); the refills show the generator and the memory writes alone.
+    const char *what[3] = {"first fill, 2 threads", "refill, 1 thread", "refill, 2 threads"};
+    const int nts[3] = {2, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        double t0 = bp_now();
+        emb_table_fill(&t, nts[i]);
+        double s = bp_now() - t0;
+        printf("%-22s %6.2f s  %7.1f M rows/s\n", what[i], s, L.rows / s / 1e6);
+    }
+    emb_table_free(&t);
+}
+
+int main(int argc, char **argv) {
+    double gib = argc > 1 ? atof(argv[1]) : 2.0;
+    if (argc > 2) g_seconds = atof(argv[2]);
+    if (!(gib > 0) || !(g_seconds > 0)) {
+        fprintf(stderr, "usage: bench_gather [GIB [SECONDS]]\n");
+        return 2;
+    }
+    const char *sec = argc > 3 ? argv[3] : "gather,padding,coalesce,apply,init";
+    double bytes = gib * (1 << 30);
+    if (strstr(sec, "gather")) bench_gather_plain(bytes);
+    if (strstr(sec, "padding")) bench_padding(bytes);
+    if (strstr(sec, "coalesce")) bench_coalesce();
+    if (strstr(sec, "apply")) bench_apply(bytes);
+    if (strstr(sec, "init")) bench_init();
+    return 0;
+}

@@ -1,0 +1,324 @@
+// nn: dense layers on OpenBLAS sgemm, plus hand-written loops for the interactions.  Shapes and
+// gradient conventions are documented in nn.h.
+#include "nn.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+
+// Eight floats; unaligned loads and stores go through memcpy, which compiles to vector moves.
+// The sums below are written out in a fixed order (no FMA contraction in ISO C mode), so every
+// instruction set the compiler picks gives the same bits.  Vectors travel by pointer, never by
+// value, so no function's ABI depends on the instruction set.
+typedef float v8f __attribute__((vector_size(32)));
+static inline void v8_load(v8f *v, const float *p) { memcpy(v, p, sizeof *v); }
+static inline void v8_store(float *p, const v8f *v) { memcpy(p, v, sizeof *v); }
+
+// ---------------------------------------------------------------------------------------------
+// Linear
+
+void nn_linear_forward(float *y, const float *x, const float *W, const float *b, int B, int IN, int OUT) {
+    BP_ASSERT(B >= 0 && IN >= 0 && OUT >= 0);
+    if (B == 0 || OUT == 0) return;
+    float beta = 0.0f;
+    if (b) {
+        for (int i = 0; i < B; i++) memcpy(y + (size_t)i * OUT, b, (size_t)OUT * sizeof *y);
+        beta = 1.0f;
+    }
+    if (IN == 0) {
+        if (!b) memset(y, 0, (size_t)B * OUT * sizeof *y);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, x, IN, W, IN, beta, y, OUT);
+}
+
+// db[o] += sum_i dy[i, o], summed in batch order.
+static void bias_grad_accumulate(float *db, const float *dy, int B, int OUT) {
+    for (int i = 0; i < B; i++) {
+        const float *row = dy + (size_t)i * OUT;
+        for (int o = 0; o < OUT; o++) db[o] += row[o];
+    }
+}
+
+void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
+                        int IN, int OUT) {
+    BP_ASSERT(B >= 0 && IN >= 0 && OUT >= 0);
+    if (B == 0 || OUT == 0) {
+        if (dx && B > 0 && IN > 0) memset(dx, 0, (size_t)B * IN * sizeof *dx);
+        return;
+    }
+    if (IN > 0)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dy, OUT, x, IN, 1.0f, dW, IN);
+    if (db) bias_grad_accumulate(db, dy, B, OUT);
+    if (dx && IN > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dy, OUT, W, IN, 0.0f, dx, IN);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise
+
+void nn_relu_forward(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i]; // NaN passes through
+}
+
+void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void nn_sigmoid_forward(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        if (v >= 0.0f) {
+            y[i] = 1.0f / (1.0f + expf(-v));
+        } else {
+            float e = expf(v);
+            y[i] = e / (1.0f + e);
+        }
+    }
+}
+
+void nn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dot interaction.
+//
+// Per sample the F+1 vectors are transposed into Tt (D, Kp), K = F+1 padded with zero columns to
+// Kp, a multiple of 8.  Row i of the Gram matrix below the diagonal is then
+//   G[i, 0..i) = sum_d T[i][d] * Tt[d][0..i)
+// which runs eight columns at a time with no horizontal sums.  The backward pass builds the
+// symmetric gradient matrix Gs (K, Kp) and computes dTt[d][:] = sum_j Tt[d][j] * Gs[j][:] the same
+// way.  Tt, dTt and Gs stay in L1 for the usual sizes (F = 26, D = 16: 2 KiB + 2 KiB + 3.5 KiB).
+
+static inline int pad8(int n) { return (n + 7) & ~7; }
+
+size_t nn_interact_dot_scratch(int F, int D) {
+    size_t Kp = (size_t)pad8(F + 1);
+    return 2 * (size_t)D * Kp + (size_t)(F + 1) * Kp;
+}
+
+// Tt[d][k] = T_k[d], zero for k in [K, Kp).
+static void interact_transpose(float *Tt, const float *z, const float *emb, int F, int D, int E, int Kp) {
+    for (int d = 0; d < D; d++) {
+        float *row = Tt + (size_t)d * Kp;
+        row[0] = z[d];
+        for (int f = 0; f < F; f++) row[f + 1] = emb[(size_t)f * E + d];
+        for (int k = F + 1; k < Kp; k++) row[k] = 0.0f;
+    }
+}
+
+void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,
+                             float *scratch) {
+    BP_ASSERT(B >= 0 && F >= 0 && D > 0 && E >= D);
+    const int Kp = pad8(F + 1), W = nn_interact_dot_width(F, D);
+    float *Tt = scratch; // (D, Kp)
+    for (int s = 0; s < B; s++) {
+        const float *zs = z + (size_t)s * D, *es = emb + (size_t)s * F * E;
+        float *os = out + (size_t)s * W;
+        memcpy(os, zs, (size_t)D * sizeof *os);
+        interact_transpose(Tt, zs, es, F, D, E, Kp);
+        float *pairs = os + D;
+        for (int i = 1; i <= F; i++) {
+            const float *Ti = es + (size_t)(i - 1) * E;
+            float *dst = pairs + (size_t)i * (i - 1) / 2; // row i holds j = 0..i-1
+            for (int c = 0; c < i; c += 8) {
+                v8f acc = {0};
+                for (int d = 0; d < D; d++) {
+                    v8f t;
+                    v8_load(&t, Tt + (size_t)d * Kp + c);
+                    acc += Ti[d] * t;
+                }
+                if (i - c >= 8) {
+                    v8_store(dst + c, &acc);
+                } else {
+                    float tmp[8];
+                    v8_store(tmp, &acc);
+                    memcpy(dst + c, tmp, (size_t)(i - c) * sizeof *dst);
+                }
+            }
+        }
+    }
+}
+
+void nn_interact_dot_backward(float *dz, float *demb, const float *dout, const float *z, const float *emb, int B,
+                              int F, int D, int E, float *scratch) {
+    BP_ASSERT(B >= 0 && F >= 0 && D > 0 && E >= D);
+    const int K = F + 1, Kp = pad8(K), W = nn_interact_dot_width(F, D);
+    float *Tt = scratch;                    // (D, Kp)
+    float *dTt = Tt + (size_t)D * Kp;       // (D, Kp)
+    float *Gs = dTt + (size_t)D * Kp;       // (K, Kp), symmetric in its first K columns
+    for (int s = 0; s < B; s++) {
+        const float *zs = z + (size_t)s * D, *es = emb + (size_t)s * F * E;
+        const float *ds = dout + (size_t)s * W, *dpairs = ds + D;
+        interact_transpose(Tt, zs, es, F, D, E, Kp);
+        for (int i = 0; i < K; i++) {
+            float *row = Gs + (size_t)i * Kp;
+            row[i] = 0.0f;
+            for (int j = 0; j < i; j++) {
+                float g = dpairs[(size_t)i * (i - 1) / 2 + j];
+                row[j] = g;
+                Gs[(size_t)j * Kp + i] = g;
+            }
+            for (int k = K; k < Kp; k++) row[k] = 0.0f;
+        }
+        for (int d = 0; d < D; d++) {
+            const float *trow = Tt + (size_t)d * Kp;
+            float *drow = dTt + (size_t)d * Kp;
+            for (int c = 0; c < Kp; c += 8) {
+                v8f acc = {0};
+                for (int j = 0; j < K; j++) {
+                    v8f g;
+                    v8_load(&g, Gs + (size_t)j * Kp + c);
+                    acc += trow[j] * g;
+                }
+                v8_store(drow + c, &acc);
+            }
+        }
+        float *dzs = dz + (size_t)s * D, *des = demb + (size_t)s * F * E;
+        for (int d = 0; d < D; d++) {
+            const float *drow = dTt + (size_t)d * Kp;
+            dzs[d] = ds[d] + drow[0];
+            for (int f = 0; f < F; f++) des[(size_t)f * E + d] += drow[f + 1];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concatenation
+
+void nn_concat_forward(float *out, const float *a, const float *emb, int B, int Na, int F, int D, int E) {
+    const size_t W = (size_t)Na + (size_t)F * D;
+    for (int s = 0; s < B; s++) {
+        float *o = out + (size_t)s * W;
+        if (Na) memcpy(o, a + (size_t)s * Na, (size_t)Na * sizeof *o);
+        const float *es = emb + (size_t)s * F * E;
+        for (int f = 0; f < F; f++) memcpy(o + Na + (size_t)f * D, es + (size_t)f * E, (size_t)D * sizeof *o);
+    }
+}
+
+void nn_concat_backward(float *da, float *demb, const float *dout, int B, int Na, int F, int D, int E) {
+    const size_t W = (size_t)Na + (size_t)F * D;
+    for (int s = 0; s < B; s++) {
+        const float *g = dout + (size_t)s * W;
+        if (da && Na) memcpy(da + (size_t)s * Na, g, (size_t)Na * sizeof *da);
+        float *des = demb + (size_t)s * F * E;
+        for (int f = 0; f < F; f++) {
+            float *dr = des + (size_t)f * E;
+            const float *gr = g + Na + (size_t)f * D;
+            for (int k = 0; k < D; k++) dr[k] += gr[k];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross layers
+
+// y = x0 ⊙ u + xl over n values.
+static void cross_combine(float *y, const float *x0, const float *u, const float *xl, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = x0[i] * u[i] + xl[i];
+}
+
+// du = dy ⊙ x0;  dx0 += dy ⊙ u;  dxl = dy.
+static void cross_split_grad(float *du, float *dx0, float *dxl, const float *dy, const float *x0, const float *u,
+                             size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        du[i] = dy[i] * x0[i];
+        dx0[i] += dy[i] * u[i];
+        dxl[i] = dy[i];
+    }
+}
+
+void nn_cross_forward(float *y, float *u, const float *x0, const float *xl, const float *W, const float *b, int B,
+                      int d) {
+    nn_linear_forward(u, xl, W, b, B, d, d);
+    cross_combine(y, x0, u, xl, (size_t)B * d);
+}
+
+void nn_cross_backward(float *dx0, float *dxl, float *dW, float *db, float *du, const float *dy, const float *x0,
+                       const float *xl, const float *u, const float *W, int B, int d) {
+    if (B == 0 || d == 0) return;
+    cross_split_grad(du, dx0, dxl, dy, x0, u, (size_t)B * d);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, B, 1.0f, du, d, xl, d, 1.0f, dW, d);
+    bias_grad_accumulate(db, du, B, d);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, d, d, 1.0f, du, d, W, d, 1.0f, dxl, d);
+}
+
+void nn_cross_lowrank_forward(float *y, float *u, float *p, const float *x0, const float *xl, const float *U,
+                              const float *V, const float *b, int B, int d, int r) {
+    if (B == 0 || d == 0) return;
+    BP_ASSERT(r > 0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, r, d, 1.0f, xl, d, V, r, 0.0f, p, r);
+    nn_linear_forward(u, p, U, b, B, r, d);
+    cross_combine(y, x0, u, xl, (size_t)B * d);
+}
+
+void nn_cross_lowrank_backward(float *dx0, float *dxl, float *dU, float *dV, float *db, float *du, float *dp,
+                               const float *dy, const float *x0, const float *xl, const float *u, const float *p,
+                               const float *U, const float *V, int B, int d, int r) {
+    if (B == 0 || d == 0) return;
+    cross_split_grad(du, dx0, dxl, dy, x0, u, (size_t)B * d);
+    nn_linear_backward(dp, dU, db, du, p, U, B, r, d);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, r, B, 1.0f, xl, d, dp, r, 1.0f, dV, r);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, d, r, 1.0f, dp, r, V, r, 1.0f, dxl, d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// FM and wide
+
+void nn_fm_forward(float *out, const float *emb, int B, int F, int D, int E) {
+    for (int s = 0; s < B; s++) {
+        const float *es = emb + (size_t)s * F * E;
+        float acc = 0.0f;
+        for (int k = 0; k < D; k++) {
+            float sum = 0.0f, sq = 0.0f;
+            for (int f = 0; f < F; f++) {
+                float v = es[(size_t)f * E + k];
+                sum += v;
+                sq += v * v;
+            }
+            acc += sum * sum - sq;
+        }
+        out[s] = 0.5f * acc;
+    }
+}
+
+void nn_fm_backward(float *demb, const float *dout, const float *emb, int B, int F, int D, int E) {
+    for (int s = 0; s < B; s++) {
+        const float *es = emb + (size_t)s * F * E;
+        float *des = demb + (size_t)s * F * E;
+        for (int k = 0; k < D; k++) {
+            float sum = 0.0f;
+            for (int f = 0; f < F; f++) sum += es[(size_t)f * E + k];
+            for (int f = 0; f < F; f++) des[(size_t)f * E + k] += dout[s] * (sum - es[(size_t)f * E + k]);
+        }
+    }
+}
+
+void nn_wide_forward(float *out, const float *dense, const float *emb, const float *w, const float *bias, int B,
+                     int Nd, int F, int D, int E) {
+    BP_ASSERT(E > D);
+    for (int s = 0; s < B; s++) {
+        const float *x = dense + (size_t)s * Nd, *es = emb + (size_t)s * F * E;
+        float acc = bias[0];
+        for (int i = 0; i < Nd; i++) acc += w[i] * x[i];
+        for (int f = 0; f < F; f++) acc += es[(size_t)f * E + D];
+        out[s] = acc;
+    }
+}
+
+void nn_wide_backward(float *ddense, float *dw, float *dbias, float *demb, const float *dout, const float *dense,
+                      const float *w, int B, int Nd, int F, int D, int E) {
+    BP_ASSERT(E > D);
+    for (int s = 0; s < B; s++) {
+        const float g = dout[s], *x = dense + (size_t)s * Nd;
+        for (int i = 0; i < Nd; i++) dw[i] += g * x[i];
+        dbias[0] += g;
+        float *des = demb + (size_t)s * F * E;
+        for (int f = 0; f < F; f++) des[(size_t)f * E + D] += g;
+        if (ddense)
+            for (int i = 0; i < Nd; i++) ddense[(size_t)s * Nd + i] += g * w[i];
+    }
+}

@@ -1,0 +1,128 @@
+// nn: the dense layers of the models, as forward/backward pairs over raw float arrays.
+//
+// Dimension names: B batch, IN/OUT layer widths, Nd dense features, F sparse features (one
+// embedding row each), D embedding size, E floats per embedding row as stored (E >= D; only the
+// first D take part in interactions, element D is the row's scalar first-order weight when the
+// model has one), d the width of a DCN cross layer, r its rank.
+//
+// Gradient conventions, the same for every layer here:
+//   - parameter gradients (dW, db, dU, ...) are ACCUMULATED (+=): the caller zeroes them once
+//     per step;
+//   - embedding-row gradients (demb, shape (B, F, E)) are ACCUMULATED: several parts of a model
+//     read the same rows;
+//   - input gradients (dx, dz, da) are OVERWRITTEN, except where a function says otherwise (an
+//     input that the model also feeds elsewhere: cross's dx0, wide's ddense).
+// Every kernel is single-threaded except the sgemm calls, which use OpenBLAS's threads; results
+// are bit-identical run to run for a fixed BLAS kernel and thread count.
+//
+// nn_naive_* (nn_naive.c) are straightforward double-precision twins of every kernel with the
+// same conventions; the tests check the float kernels against them and the twins against finite
+// differences.
+#ifndef BP_NN_H
+#define BP_NN_H
+
+#include <stddef.h>
+
+// ---------------------------------------------------------------------------------------------
+// Linear: y = x W^T + b.   x: (B, IN)  W: (OUT, IN)  b: (OUT) or NULL  y: (B, OUT)
+void nn_linear_forward(float *y, const float *x, const float *W, const float *b, int B, int IN, int OUT);
+// dW += dy^T x;  db += sum over the batch of dy (db NULL when there is no bias);
+// dx = dy W (overwritten; NULL skips it).   dy: (B, OUT)  dx: (B, IN)
+void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
+                        int IN, int OUT);
+
+// Elementwise, over n values.  y may alias x; dx may alias dy.
+void nn_relu_forward(float *y, const float *x, size_t n);
+void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n); // dx = dy * (y > 0)
+void nn_sigmoid_forward(float *y, const float *x, size_t n);
+void nn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n); // dx = dy * y (1 - y)
+
+// ---------------------------------------------------------------------------------------------
+// DLRM dot interaction.  Per sample, T = [z; e_1 .. e_F] (F+1 vectors of D), and
+//   out = [z, <T_i, T_j> for i in 1..F, for j in 0..i-1]          (B, D + F(F+1)/2)
+// which is the DLRM reference's order (pairs below the diagonal, no self-interaction).
+//   z: (B, D)  emb: (B, F, E), first D of each row used
+// scratch: nn_interact_dot_scratch(F, D) floats, any content.
+size_t nn_interact_dot_scratch(int F, int D);
+static inline int nn_interact_dot_width(int F, int D) { return D + F * (F + 1) / 2; }
+void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,
+                             float *scratch);
+// dz: (B, D) overwritten;  demb: (B, F, E) accumulated on the first D of each row.
+void nn_interact_dot_backward(float *dz, float *demb, const float *dout, const float *z, const float *emb, int B,
+                              int F, int D, int E, float *scratch);
+
+// Concatenation of a dense block with the flattened embeddings (DLRM "cat" interaction with
+// a = z; the deep tower input of Wide&Deep, DeepFM and DCN with a = dense features):
+//   out = [a, emb[:, 0, :D], .., emb[:, F-1, :D]]                   (B, Na + F D)
+void nn_concat_forward(float *out, const float *a, const float *emb, int B, int Na, int F, int D, int E);
+// da: (B, Na) overwritten (NULL skips it);  demb accumulated on the first D of each row.
+void nn_concat_backward(float *da, float *demb, const float *dout, int B, int Na, int F, int D, int E);
+
+// ---------------------------------------------------------------------------------------------
+// DCN-v2 cross layer, full rank:  u = xl W^T + b;  y = x0 ⊙ u + xl.
+//   x0, xl, y, u: (B, d)  W: (d, d)  b: (d).  u is an output kept for the backward pass.
+void nn_cross_forward(float *y, float *u, const float *x0, const float *xl, const float *W, const float *b, int B,
+                      int d);
+// With du = dy ⊙ x0:  dW += du^T xl;  db += sum du;  dx0 += dy ⊙ u (ACCUMULATED: every cross
+// layer reads x0);  dxl = dy + du W (overwritten).  du: (B, d) scratch.
+void nn_cross_backward(float *dx0, float *dxl, float *dW, float *db, float *du, const float *dy, const float *x0,
+                       const float *xl, const float *u, const float *W, int B, int d);
+
+// Low-rank cross layer, W = U V^T (the DCN-v2 "mixture" with one expert):
+//   p = xl V;  u = p U^T + b;  y = x0 ⊙ u + xl.
+//   U, V: (d, r)  p: (B, r), kept for the backward pass with u.
+void nn_cross_lowrank_forward(float *y, float *u, float *p, const float *x0, const float *xl, const float *U,
+                              const float *V, const float *b, int B, int d, int r);
+// With du = dy ⊙ x0, dp = du U:  dU += du^T p;  dV += xl^T dp;  db += sum du;
+// dx0 += dy ⊙ u (accumulated);  dxl = dy + dp V^T (overwritten).  du: (B, d), dp: (B, r) scratch.
+void nn_cross_lowrank_backward(float *dx0, float *dxl, float *dU, float *dV, float *db, float *du, float *dp,
+                               const float *dy, const float *x0, const float *xl, const float *u, const float *p,
+                               const float *U, const float *V, int B, int d, int r);
+
+// ---------------------------------------------------------------------------------------------
+// Factorization machine, second order over the F embedding vectors v_f = emb[b, f, :D]:
+//   out[b] = 0.5 * sum_k ((sum_f v_fk)^2 - sum_f v_fk^2)               out: (B)
+void nn_fm_forward(float *out, const float *emb, int B, int F, int D, int E);
+// demb[b, f, k] += dout[b] * (sum_g v_gk - v_fk)
+void nn_fm_backward(float *demb, const float *dout, const float *emb, int B, int F, int D, int E);
+
+// Wide / first-order part:  out[b] = w . dense[b] + bias + sum_f emb[b, f, D]
+// (element D of each row is its first-order weight, so E > D).   w: (Nd)  bias: (1)  out: (B)
+void nn_wide_forward(float *out, const float *dense, const float *emb, const float *w, const float *bias, int B,
+                     int Nd, int F, int D, int E);
+// dw += dout^T dense;  dbias += sum dout;  demb[b, f, D] += dout[b];
+// ddense += dout w (ACCUMULATED: the dense features also feed the deep tower; NULL skips it).
+void nn_wide_backward(float *ddense, float *dw, float *dbias, float *demb, const float *dout, const float *dense,
+                      const float *w, int B, int Nd, int F, int D, int E);
+
+// ---------------------------------------------------------------------------------------------
+// Double-precision naive twins (nn_naive.c), same shapes and conventions; scratch not needed.
+void nn_naive_linear_forward(double *y, const double *x, const double *W, const double *b, int B, int IN, int OUT);
+void nn_naive_linear_backward(double *dx, double *dW, double *db, const double *dy, const double *x,
+                              const double *W, int B, int IN, int OUT);
+void nn_naive_relu_forward(double *y, const double *x, size_t n);
+void nn_naive_relu_backward(double *dx, const double *dy, const double *y, size_t n);
+void nn_naive_sigmoid_forward(double *y, const double *x, size_t n);
+void nn_naive_sigmoid_backward(double *dx, const double *dy, const double *y, size_t n);
+void nn_naive_interact_dot_forward(double *out, const double *z, const double *emb, int B, int F, int D, int E);
+void nn_naive_interact_dot_backward(double *dz, double *demb, const double *dout, const double *z,
+                                    const double *emb, int B, int F, int D, int E);
+void nn_naive_concat_forward(double *out, const double *a, const double *emb, int B, int Na, int F, int D, int E);
+void nn_naive_concat_backward(double *da, double *demb, const double *dout, int B, int Na, int F, int D, int E);
+void nn_naive_cross_forward(double *y, double *u, const double *x0, const double *xl, const double *W,
+                            const double *b, int B, int d);
+void nn_naive_cross_backward(double *dx0, double *dxl, double *dW, double *db, const double *dy, const double *x0,
+                             const double *xl, const double *u, const double *W, int B, int d);
+void nn_naive_cross_lowrank_forward(double *y, double *u, double *p, const double *x0, const double *xl,
+                                    const double *U, const double *V, const double *b, int B, int d, int r);
+void nn_naive_cross_lowrank_backward(double *dx0, double *dxl, double *dU, double *dV, double *db,
+                                     const double *dy, const double *x0, const double *xl, const double *u,
+                                     const double *p, const double *U, const double *V, int B, int d, int r);
+void nn_naive_fm_forward(double *out, const double *emb, int B, int F, int D, int E);
+void nn_naive_fm_backward(double *demb, const double *dout, const double *emb, int B, int F, int D, int E);
+void nn_naive_wide_forward(double *out, const double *dense, const double *emb, const double *w,
+                           const double *bias, int B, int Nd, int F, int D, int E);
+void nn_naive_wide_backward(double *ddense, double *dw, double *dbias, double *demb, const double *dout,
+                            const double *dense, const double *w, int B, int Nd, int F, int D, int E);
+
+#endif

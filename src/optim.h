@@ -1,0 +1,81 @@
+// optim: row optimizers for embedding rows (state inside the row, emb.h) and dense optimizers
+// over flat parameter slabs.
+//
+// Formulas (g: gradient, w: weight, acc: accumulator; every operation in float, in this order):
+//
+//   SGD                 w -= lr * g                                   (torch.optim.SGD, momentum 0,
+//                                                                      dampening 0, nesterov off)
+//   Adagrad             acc += g * g                                  (torch.optim.Adagrad with
+//                       w -= (lr * g) / (sqrt(acc) + eps)              lr_decay 0; eps default 1e-10,
+//                                                                      initial_accumulator_value 0)
+//   row-wise Adagrad    acc += (sum_j g[j] * g[j]) / E                (one acc per row, as FBGEMM's
+//                       w[j] -= (lr * g[j]) / (sqrt(acc) + eps)        rowwise Adagrad / DLRM)
+//
+// The sum in row-wise Adagrad runs over the row's E model floats (the wide weight included when
+// E = D + 1), j ascending, in one float accumulator.  PyTorch computes Adagrad's update as
+// addcdiv(w, g, std, value=-lr) = w + (-lr * g) / std, which is the same float arithmetic as the
+// form above; SGD's add(g, alpha=-lr) likewise.  Dense weight decay (torch's weight_decay)
+// adds wd * w to g before the update; sparse rows take none (torch refuses weight decay with
+// sparse gradients).  lr_decay, momentum and the other torch options are not offered.
+#ifndef BP_OPTIM_H
+#define BP_OPTIM_H
+
+#include <stddef.h>
+
+#include "emb.h"
+
+typedef enum { EMB_OPT_SGD = 0, EMB_OPT_ADAGRAD = 1, EMB_OPT_ROWWISE_ADAGRAD = 2 } emb_opt_kind;
+
+#define OPT_ADAGRAD_EPS 1e-10f // torch.optim.Adagrad's default
+
+// A row optimizer for rows of E model floats.
+typedef struct {
+    emb_opt_kind kind;
+    int E;             // model floats per row
+    float lr;          // learning rate
+    float eps;         // Adagrad denominator term
+    float initial_acc; // Adagrad accumulator start (emb_layout_cfg.state_init)
+} emb_opt;
+
+// kind, lr and E with the defaults above for the rest.
+emb_opt emb_opt_make(emb_opt_kind kind, float lr, int E);
+// Optimizer-state floats per row (emb_layout_cfg.S): 0, E or 1.
+int emb_opt_state_floats(const emb_opt *o);
+// Parses "sgd", "adagrad", "rowwise_adagrad" (also "rowwise-adagrad"); -1 when unknown.
+int emb_opt_kind_parse(const char *name);
+const char *emb_opt_kind_name(emb_opt_kind kind);
+
+// Updates one row wherever it lives: row = [E model floats | state], grad = (E).
+void emb_opt_apply_row(const emb_opt *o, float *row, const float *grad);
+// rows[i] += update from grads[i] for i < n (rows anywhere, e.g. cache slots), prefetching
+// ahead.  The rows must be distinct (a coalesced gradient has unique keys).
+void emb_opt_apply_rows(const emb_opt *o, float *const *rows /*(n)*/, const float *grads /*(n, E)*/,
+                        int n);
+// Applies entries [i0, i1) of a coalesced gradient to a local table; the keys are unique, so
+// disjoint entry ranges may run on different threads at once.
+void emb_opt_apply_table_range(const emb_opt *o, emb_table *t, const emb_grad *g, int i0, int i1);
+// The whole gradient with nthreads threads (1: this thread only).
+void emb_opt_apply_table(const emb_opt *o, emb_table *t, const emb_grad *g, int nthreads);
+
+// ---------------------------------------------------------------------------------------------
+// Dense optimizers over one parameter slab.
+
+typedef enum { DENSE_OPT_SGD = 0, DENSE_OPT_ADAGRAD = 1 } dense_opt_kind;
+
+typedef struct {
+    dense_opt_kind kind;
+    float lr;
+    float eps;          // Adagrad
+    float initial_acc;  // Adagrad
+    float weight_decay; // g += weight_decay * w before the update (0: off)
+} dense_opt;
+
+dense_opt dense_opt_make(dense_opt_kind kind, float lr);
+// State floats for n parameters (0 for SGD, n for Adagrad) and their initial values.
+size_t dense_opt_state_floats(const dense_opt *o, size_t n);
+void dense_opt_state_init(const dense_opt *o, float *state, size_t n);
+// One step: params (n), grads (n), state (dense_opt_state_floats; NULL for SGD).  Element-wise,
+// so a slab may be split into ranges across threads.
+void dense_opt_step(const dense_opt *o, float *params, const float *grads, float *state, size_t n);
+
+#endif

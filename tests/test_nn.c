@@ -1,0 +1,444 @@
+// Layer tests: every naive twin against central finite differences in double precision, and every
+// float kernel against its naive twin, including the accumulate/overwrite conventions of nn.h.
+#include <stdlib.h>
+
+#include "common.h"
+#include "nn.h"
+#include "test.h"
+
+// A layer under test: up to 8 variables (inputs and parameters), each with a gradient that the
+// backward pass either accumulates into or overwrites, and one output.  The callbacks read the
+// dims and variables from the case; the *_naive ones use the double arrays, the fast ones the
+// float mirrors.
+#define LC_MAXV 8
+typedef struct lcase lcase;
+struct lcase {
+    const char *name;
+    int nv;
+    const char *vname[LC_MAXV];
+    size_t n[LC_MAXV];
+    int accum[LC_MAXV];   // 1: backward accumulates into the gradient; 0: overwrites it
+    int away_from_0;      // draw inputs with |x| >= 0.05 (ReLU kinks)
+    int skip_fd;          // big cases: only compare the float kernels with the twins
+    int quiet;            // record a mismatch in t->why instead of failing the test
+    char why[256];
+    double *x[LC_MAXV], *g[LC_MAXV];
+    float *xf[LC_MAXV], *gf[LC_MAXV];
+    size_t nout;
+    double *out, *c; // c: the weights of the scalar loss L = sum c * out (the output gradient)
+    float *outf, *cf;
+    int B, IN, OUT, F, D, E, Na, d, r; // whichever the layer uses
+    float *scratch;
+    void (*fwd_naive)(lcase *t);
+    void (*bwd_naive)(lcase *t); // g[] receive the gradients of L for dy = c
+    void (*fwd_fast)(lcase *t);
+    void (*bwd_fast)(lcase *t);
+};
+
+static double lc_loss(lcase *t) {
+    t->fwd_naive(t);
+    double L = 0.0;
+    for (size_t i = 0; i < t->nout; i++) L += t->c[i] * t->out[i];
+    return L;
+}
+
+static double max_abs(const double *a, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i]));
+    return m;
+}
+
+// Reports a mismatch (through test_fail, or into t->why when t->quiet) and evaluates to -1.
+#define LC_FAIL(t, ...)                                                                     \
+    ((t)->quiet ? (void)snprintf((t)->why, sizeof (t)->why, __VA_ARGS__)                    \
+                : test_fail(__FILE__, __LINE__, __VA_ARGS__),                               \
+     -1)
+
+// Runs every check on t; returns 0, or -1 after reporting the first mismatch.
+static int lc_run(lcase *t, uint64_t seed) {
+    bp_rng rng;
+    bp_rng_seed(&rng, seed, 0);
+    int rc = 0;
+    double *g0[LC_MAXV];
+    for (int v = 0; v < t->nv; v++) {
+        size_t n = t->n[v];
+        t->x[v] = malloc(n * sizeof(double)), t->g[v] = malloc(n * sizeof(double));
+        t->xf[v] = malloc(n * sizeof(float)), t->gf[v] = malloc(n * sizeof(float));
+        g0[v] = malloc(n * sizeof(double));
+        for (size_t i = 0; i < n; i++) {
+            double x = 2.0 * bp_rng_uniform(&rng) - 1.0;
+            if (t->away_from_0 && fabs(x) < 0.05) x = x < 0 ? x - 0.05 : x + 0.05;
+            t->x[v][i] = (float)x; // exactly representable, so both paths see the same inputs
+            t->xf[v][i] = (float)x;
+            g0[v][i] = t->accum[v] ? (float)(2.0 * bp_rng_uniform(&rng) - 1.0) : NAN;
+        }
+    }
+    t->out = malloc(t->nout * sizeof(double)), t->c = malloc(t->nout * sizeof(double));
+    t->outf = malloc(t->nout * sizeof(float)), t->cf = malloc(t->nout * sizeof(float));
+    for (size_t i = 0; i < t->nout; i++) t->c[i] = t->cf[i] = (float)(2.0 * bp_rng_uniform(&rng) - 1.0);
+
+    // 1. Naive backward against central differences of the naive forward.
+    t->fwd_naive(t);
+    for (int v = 0; v < t->nv; v++) memcpy(t->g[v], g0[v], t->n[v] * sizeof(double));
+    t->bwd_naive(t);
+    for (int v = 0; v < t->nv && !rc; v++)
+        for (size_t i = 0; i < t->n[v]; i++) {
+            if (t->accum[v]) t->g[v][i] -= g0[v][i];
+            if (isnan(t->g[v][i])) {
+                rc = LC_FAIL(t, "%s: naive d%s[%zu] not written", t->name, t->vname[v], i);
+                break;
+            }
+        }
+    const double h = 1e-5;
+    for (int v = 0; v < t->nv && !rc && !t->skip_fd; v++)
+        for (size_t i = 0; i < t->n[v]; i++) {
+            double keep = t->x[v][i];
+            t->x[v][i] = keep + h;
+            double Lp = lc_loss(t);
+            t->x[v][i] = keep - h;
+            double Lm = lc_loss(t);
+            t->x[v][i] = keep;
+            double fd = (Lp - Lm) / (2 * h), an = t->g[v][i];
+            if (fabs(fd - an) > 1e-7 * (1.0 + fabs(fd))) {
+                rc = LC_FAIL(t, "%s: d%s[%zu]: finite difference %.12g, naive backward %.12g", t->name,
+                          t->vname[v], i, fd, an);
+                break;
+            }
+        }
+
+    // 2. Float kernels against the twins (re-run the naive forward on unperturbed inputs).
+    if (!rc) {
+        t->fwd_naive(t);
+        t->fwd_fast(t);
+        double tol = 1e-5 * fmax(1.0, max_abs(t->out, t->nout));
+        for (size_t i = 0; i < t->nout; i++)
+            if (!(fabs(t->outf[i] - t->out[i]) <= tol)) {
+                rc = LC_FAIL(t, "%s: out[%zu]: float %.9g, naive %.9g", t->name, i, t->outf[i],
+                          t->out[i]);
+                break;
+            }
+    }
+    if (!rc) {
+        for (int v = 0; v < t->nv; v++)
+            for (size_t i = 0; i < t->n[v]; i++) t->gf[v][i] = (float)g0[v][i];
+        t->bwd_fast(t);
+        for (int v = 0; v < t->nv && !rc; v++) {
+            double tol = 1e-5 * fmax(1.0, max_abs(t->g[v], t->n[v]));
+            for (size_t i = 0; i < t->n[v]; i++) {
+                double gf = t->accum[v] ? (double)t->gf[v][i] - g0[v][i] : t->gf[v][i];
+                if (!(fabs(gf - t->g[v][i]) <= tol + (t->accum[v] ? 1e-6 * fabs(g0[v][i]) : 0.0))) {
+                    rc = LC_FAIL(t, "%s: d%s[%zu]: float %.9g, naive %.9g (%s)", t->name,
+                              t->vname[v], i, gf, t->g[v][i], t->accum[v] ? "accumulated" : "overwritten");
+                    break;
+                }
+            }
+        }
+    }
+    for (int v = 0; v < t->nv; v++) free(t->x[v]), free(t->g[v]), free(t->xf[v]), free(t->gf[v]), free(g0[v]);
+    free(t->out), free(t->c), free(t->outf), free(t->cf);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linear: vars x, W, b.
+
+static void lin_fn(lcase *t) { nn_naive_linear_forward(t->out, t->x[0], t->x[1], t->x[2], t->B, t->IN, t->OUT); }
+static void lin_bn(lcase *t) {
+    nn_naive_linear_backward(t->g[0], t->g[1], t->g[2], t->c, t->x[0], t->x[1], t->B, t->IN, t->OUT);
+}
+static void lin_ff(lcase *t) { nn_linear_forward(t->outf, t->xf[0], t->xf[1], t->xf[2], t->B, t->IN, t->OUT); }
+static void lin_bf(lcase *t) {
+    nn_linear_backward(t->gf[0], t->gf[1], t->gf[2], t->cf, t->xf[0], t->xf[1], t->B, t->IN, t->OUT);
+}
+
+static lcase linear_case(int B, int IN, int OUT) {
+    lcase t = {.name = "linear", .nv = 3, .vname = {"x", "W", "b"}, .n = {(size_t)B * IN, (size_t)OUT * IN, OUT},
+               .accum = {0, 1, 1}, .nout = (size_t)B * OUT, .B = B, .IN = IN, .OUT = OUT,
+               .fwd_naive = lin_fn, .bwd_naive = lin_bn, .fwd_fast = lin_ff, .bwd_fast = lin_bf};
+    return t;
+}
+
+TEST(nn_linear_grad) {
+    lcase t = linear_case(5, 7, 6);
+    ASSERT_TRUE(lc_run(&t, 1) == 0);
+}
+
+TEST(nn_linear_blas_vs_naive_big) {
+    lcase t = linear_case(70, 129, 65);
+    t.skip_fd = 1;
+    ASSERT_TRUE(lc_run(&t, 2) == 0);
+    t = linear_case(33, 3, 1); // thin shapes: a 1-wide output, a 3-wide input
+    ASSERT_TRUE(lc_run(&t, 3) == 0);
+}
+
+// Linear without a bias: b is NULL on both paths.
+static void linnb_fn(lcase *t) { nn_naive_linear_forward(t->out, t->x[0], t->x[1], NULL, t->B, t->IN, t->OUT); }
+static void linnb_bn(lcase *t) {
+    nn_naive_linear_backward(t->g[0], t->g[1], NULL, t->c, t->x[0], t->x[1], t->B, t->IN, t->OUT);
+}
+static void linnb_ff(lcase *t) { nn_linear_forward(t->outf, t->xf[0], t->xf[1], NULL, t->B, t->IN, t->OUT); }
+static void linnb_bf(lcase *t) {
+    nn_linear_backward(t->gf[0], t->gf[1], NULL, t->cf, t->xf[0], t->xf[1], t->B, t->IN, t->OUT);
+}
+
+TEST(nn_linear_no_bias_grad) {
+    lcase t = linear_case(4, 5, 3);
+    t.nv = 2, t.fwd_naive = linnb_fn, t.bwd_naive = linnb_bn, t.fwd_fast = linnb_ff, t.bwd_fast = linnb_bf;
+    ASSERT_TRUE(lc_run(&t, 4) == 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ReLU and sigmoid: var x; the naive backward needs the forward output, recomputed here.
+
+static void relu_fn(lcase *t) { nn_naive_relu_forward(t->out, t->x[0], t->nout); }
+static void relu_bn(lcase *t) {
+    nn_naive_relu_forward(t->out, t->x[0], t->nout);
+    nn_naive_relu_backward(t->g[0], t->c, t->out, t->nout);
+}
+static void relu_ff(lcase *t) { nn_relu_forward(t->outf, t->xf[0], t->nout); }
+static void relu_bf(lcase *t) { nn_relu_backward(t->gf[0], t->cf, t->outf, t->nout); }
+static void sig_fn(lcase *t) { nn_naive_sigmoid_forward(t->out, t->x[0], t->nout); }
+static void sig_bn(lcase *t) {
+    nn_naive_sigmoid_forward(t->out, t->x[0], t->nout);
+    nn_naive_sigmoid_backward(t->g[0], t->c, t->out, t->nout);
+}
+static void sig_ff(lcase *t) { nn_sigmoid_forward(t->outf, t->xf[0], t->nout); }
+static void sig_bf(lcase *t) { nn_sigmoid_backward(t->gf[0], t->cf, t->outf, t->nout); }
+
+TEST(nn_relu_sigmoid_grad) {
+    lcase t = {.name = "relu", .nv = 1, .vname = {"x"}, .n = {40}, .nout = 40, .away_from_0 = 1,
+               .fwd_naive = relu_fn, .bwd_naive = relu_bn, .fwd_fast = relu_ff, .bwd_fast = relu_bf};
+    ASSERT_TRUE(lc_run(&t, 5) == 0);
+    lcase s = {.name = "sigmoid", .nv = 1, .vname = {"x"}, .n = {40}, .nout = 40,
+               .fwd_naive = sig_fn, .bwd_naive = sig_bn, .fwd_fast = sig_ff, .bwd_fast = sig_bf};
+    ASSERT_TRUE(lc_run(&s, 6) == 0);
+}
+
+TEST(nn_relu_in_place_and_nan) {
+    float x[4] = {-1.0f, 2.0f, NAN, 0.0f}, dy[4] = {1, 1, 1, 1};
+    nn_relu_forward(x, x, 4);
+    ASSERT_TRUE(x[0] == 0.0f && x[1] == 2.0f && isnan(x[2]) && x[3] == 0.0f);
+    nn_relu_backward(dy, dy, x, 4);
+    ASSERT_TRUE(dy[0] == 0.0f && dy[1] == 1.0f && dy[3] == 0.0f);
+    float big[2] = {-1000.0f, 1000.0f}, sg[2];
+    nn_sigmoid_forward(sg, big, 2);
+    ASSERT_TRUE(sg[0] == 0.0f && sg[1] == 1.0f); // no NaN from exp overflow
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dot interaction: vars z, emb.
+
+static void dot_fn(lcase *t) {
+    nn_naive_interact_dot_forward(t->out, t->x[0], t->x[1], t->B, t->F, t->D, t->E);
+}
+static void dot_bn(lcase *t) {
+    nn_naive_interact_dot_backward(t->g[0], t->g[1], t->c, t->x[0], t->x[1], t->B, t->F, t->D, t->E);
+}
+static void dot_ff(lcase *t) {
+    nn_interact_dot_forward(t->outf, t->xf[0], t->xf[1], t->B, t->F, t->D, t->E, t->scratch);
+}
+static void dot_bf(lcase *t) {
+    nn_interact_dot_backward(t->gf[0], t->gf[1], t->cf, t->xf[0], t->xf[1], t->B, t->F, t->D, t->E, t->scratch);
+}
+
+static int dot_case_run(int B, int F, int D, int E, int skip_fd, uint64_t seed) {
+    lcase t = {.name = "interact_dot", .nv = 2, .vname = {"z", "emb"}, .n = {(size_t)B * D, (size_t)B * F * E},
+               .accum = {0, 1}, .nout = (size_t)B * nn_interact_dot_width(F, D), .B = B, .F = F, .D = D, .E = E,
+               .skip_fd = skip_fd, .fwd_naive = dot_fn, .bwd_naive = dot_bn, .fwd_fast = dot_ff, .bwd_fast = dot_bf};
+    t.scratch = malloc(nn_interact_dot_scratch(F, D) * sizeof(float));
+    int rc = lc_run(&t, seed);
+    free(t.scratch);
+    return rc;
+}
+
+TEST(nn_interact_dot_grad) {
+    ASSERT_TRUE(dot_case_run(3, 5, 3, 4, 0, 7) == 0);   // E > D: the extra element is left alone
+    ASSERT_TRUE(dot_case_run(2, 26, 16, 16, 0, 8) == 0); // the Criteo Kaggle shape: K = 27 spans 4 blocks
+    ASSERT_TRUE(dot_case_run(2, 7, 5, 5, 0, 9) == 0);   // K = 8, exactly one block
+    ASSERT_TRUE(dot_case_run(2, 1, 2, 2, 0, 10) == 0);  // a single pair
+    ASSERT_TRUE(dot_case_run(17, 40, 64, 65, 1, 11) == 0);
+}
+
+// The output order is the DLRM reference's: z, then for i = 1..F, j = 0..i-1 the pair (i, j).
+TEST(nn_interact_dot_order) {
+    enum { F = 3, D = 2 };
+    // T_0 = z = (1, 0); e_1 = (0, 1); e_2 = (2, 3); e_3 = (5, 7)
+    float z[D] = {1, 0}, emb[F * D] = {0, 1, 2, 3, 5, 7};
+    float out[D + F * (F + 1) / 2], scratch[64];
+    ASSERT_TRUE(nn_interact_dot_scratch(F, D) <= 64);
+    nn_interact_dot_forward(out, z, emb, 1, F, D, D, scratch);
+    // (1,0)=0  (2,0)=2  (2,1)=3  (3,0)=5  (3,1)=7  (3,2)=10+21=31
+    const float want[] = {1, 0, 0, 2, 3, 5, 7, 31};
+    for (int i = 0; i < (int)BP_ARRAY_LEN(want); i++) ASSERT_NEAR(out[i], want[i], 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concat: vars a, emb.
+
+static void cat_fn(lcase *t) {
+    nn_naive_concat_forward(t->out, t->x[0], t->x[1], t->B, t->Na, t->F, t->D, t->E);
+}
+static void cat_bn(lcase *t) {
+    nn_naive_concat_backward(t->g[0], t->g[1], t->c, t->B, t->Na, t->F, t->D, t->E);
+}
+static void cat_ff(lcase *t) { nn_concat_forward(t->outf, t->xf[0], t->xf[1], t->B, t->Na, t->F, t->D, t->E); }
+static void cat_bf(lcase *t) { nn_concat_backward(t->gf[0], t->gf[1], t->cf, t->B, t->Na, t->F, t->D, t->E); }
+
+TEST(nn_concat_grad) {
+    int B = 3, Na = 2, F = 3, D = 3, E = 5;
+    lcase t = {.name = "concat", .nv = 2, .vname = {"a", "emb"}, .n = {(size_t)B * Na, (size_t)B * F * E},
+               .accum = {0, 1}, .nout = (size_t)B * (Na + F * D), .B = B, .Na = Na, .F = F, .D = D, .E = E,
+               .fwd_naive = cat_fn, .bwd_naive = cat_bn, .fwd_fast = cat_ff, .bwd_fast = cat_bf};
+    ASSERT_TRUE(lc_run(&t, 12) == 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross, full rank: vars x0, xl, W, b; out = y.  u is recomputed by the naive backward.
+
+static void cross_fn(lcase *t) {
+    double *u = malloc(t->nout * sizeof(double));
+    nn_naive_cross_forward(t->out, u, t->x[0], t->x[1], t->x[2], t->x[3], t->B, t->d);
+    free(u);
+}
+static void cross_bn(lcase *t) {
+    double *u = malloc(t->nout * sizeof(double)), *y = malloc(t->nout * sizeof(double));
+    nn_naive_cross_forward(y, u, t->x[0], t->x[1], t->x[2], t->x[3], t->B, t->d);
+    nn_naive_cross_backward(t->g[0], t->g[1], t->g[2], t->g[3], t->c, t->x[0], t->x[1], u, t->x[2], t->B, t->d);
+    free(u), free(y);
+}
+static void cross_ff(lcase *t) {
+    nn_cross_forward(t->outf, t->scratch, t->xf[0], t->xf[1], t->xf[2], t->xf[3], t->B, t->d);
+}
+static void cross_bf(lcase *t) { // uses u saved by cross_ff in scratch[0, B d)
+    float *u = t->scratch, *du = u + t->nout;
+    nn_cross_backward(t->gf[0], t->gf[1], t->gf[2], t->gf[3], du, t->cf, t->xf[0], t->xf[1], u, t->xf[2], t->B,
+                      t->d);
+}
+
+static int cross_case_run(int B, int d, int skip_fd, uint64_t seed) {
+    size_t n = (size_t)B * d;
+    lcase t = {.name = "cross", .nv = 4, .vname = {"x0", "xl", "W", "b"}, .n = {n, n, (size_t)d * d, d},
+               .accum = {1, 0, 1, 1}, .nout = n, .B = B, .d = d, .skip_fd = skip_fd,
+               .fwd_naive = cross_fn, .bwd_naive = cross_bn, .fwd_fast = cross_ff, .bwd_fast = cross_bf};
+    t.scratch = malloc(2 * n * sizeof(float));
+    int rc = lc_run(&t, seed);
+    free(t.scratch);
+    return rc;
+}
+
+TEST(nn_cross_grad) {
+    ASSERT_TRUE(cross_case_run(4, 6, 0, 13) == 0);
+    ASSERT_TRUE(cross_case_run(40, 129, 1, 14) == 0);
+}
+
+// Cross, low rank: vars x0, xl, U, V, b.
+static void crlr_fn(lcase *t) {
+    double *u = malloc(t->nout * sizeof(double)), *p = malloc((size_t)t->B * t->r * sizeof(double));
+    nn_naive_cross_lowrank_forward(t->out, u, p, t->x[0], t->x[1], t->x[2], t->x[3], t->x[4], t->B, t->d, t->r);
+    free(u), free(p);
+}
+static void crlr_bn(lcase *t) {
+    double *u = malloc(t->nout * sizeof(double)), *p = malloc((size_t)t->B * t->r * sizeof(double));
+    double *y = malloc(t->nout * sizeof(double));
+    nn_naive_cross_lowrank_forward(y, u, p, t->x[0], t->x[1], t->x[2], t->x[3], t->x[4], t->B, t->d, t->r);
+    nn_naive_cross_lowrank_backward(t->g[0], t->g[1], t->g[2], t->g[3], t->g[4], t->c, t->x[0], t->x[1], u, p,
+                                    t->x[2], t->x[3], t->B, t->d, t->r);
+    free(u), free(p), free(y);
+}
+static void crlr_ff(lcase *t) {
+    float *u = t->scratch, *p = u + t->nout;
+    nn_cross_lowrank_forward(t->outf, u, p, t->xf[0], t->xf[1], t->xf[2], t->xf[3], t->xf[4], t->B, t->d, t->r);
+}
+static void crlr_bf(lcase *t) {
+    float *u = t->scratch, *p = u + t->nout, *du = p + (size_t)t->B * t->r, *dp = du + t->nout;
+    nn_cross_lowrank_backward(t->gf[0], t->gf[1], t->gf[2], t->gf[3], t->gf[4], du, dp, t->cf, t->xf[0], t->xf[1],
+                              u, p, t->xf[2], t->xf[3], t->B, t->d, t->r);
+}
+
+static int crlr_case_run(int B, int d, int r, int skip_fd, uint64_t seed) {
+    size_t n = (size_t)B * d;
+    lcase t = {.name = "cross_lowrank", .nv = 5, .vname = {"x0", "xl", "U", "V", "b"},
+               .n = {n, n, (size_t)d * r, (size_t)d * r, d}, .accum = {1, 0, 1, 1, 1}, .nout = n, .B = B, .d = d,
+               .r = r, .skip_fd = skip_fd, .fwd_naive = crlr_fn, .bwd_naive = crlr_bn, .fwd_fast = crlr_ff,
+               .bwd_fast = crlr_bf};
+    t.scratch = malloc((2 * n + 2 * (size_t)B * r) * sizeof(float));
+    int rc = lc_run(&t, seed);
+    free(t.scratch);
+    return rc;
+}
+
+TEST(nn_cross_lowrank_grad) {
+    ASSERT_TRUE(crlr_case_run(4, 7, 3, 0, 15) == 0);
+    ASSERT_TRUE(crlr_case_run(4, 5, 1, 0, 16) == 0);
+    ASSERT_TRUE(crlr_case_run(50, 120, 17, 1, 17) == 0);
+}
+
+// Low rank with U V^T equal to a full W gives the full layer's output.
+TEST(nn_cross_lowrank_matches_full) {
+    enum { B = 3, d = 4, r = 2 };
+    bp_rng rng;
+    bp_rng_seed(&rng, 18, 0);
+    float x0[B * d], xl[B * d], U[d * r], V[d * r], W[d * d], b[d], y1[B * d], y2[B * d], u[B * d], p[B * r];
+    for (int i = 0; i < B * d; i++) x0[i] = bp_rng_uniformf(&rng), xl[i] = bp_rng_uniformf(&rng);
+    for (int i = 0; i < d * r; i++) U[i] = bp_rng_uniformf(&rng), V[i] = bp_rng_uniformf(&rng);
+    for (int i = 0; i < d; i++) b[i] = bp_rng_uniformf(&rng);
+    for (int o = 0; o < d; o++)
+        for (int i = 0; i < d; i++) W[o * d + i] = U[o * r] * V[i * r] + U[o * r + 1] * V[i * r + 1];
+    nn_cross_forward(y1, u, x0, xl, W, b, B, d);
+    nn_cross_lowrank_forward(y2, u, p, x0, xl, U, V, b, B, d, r);
+    for (int i = 0; i < B * d; i++) ASSERT_NEAR(y1[i], y2[i], 1e-5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// FM (var emb) and wide (vars dense, emb, w, bias).
+
+static void fm_fn(lcase *t) { nn_naive_fm_forward(t->out, t->x[0], t->B, t->F, t->D, t->E); }
+static void fm_bn(lcase *t) { nn_naive_fm_backward(t->g[0], t->c, t->x[0], t->B, t->F, t->D, t->E); }
+static void fm_ff(lcase *t) { nn_fm_forward(t->outf, t->xf[0], t->B, t->F, t->D, t->E); }
+static void fm_bf(lcase *t) { nn_fm_backward(t->gf[0], t->cf, t->xf[0], t->B, t->F, t->D, t->E); }
+
+TEST(nn_fm_grad) {
+    int B = 3, F = 5, D = 4, E = 5;
+    lcase t = {.name = "fm", .nv = 1, .vname = {"emb"}, .n = {(size_t)B * F * E}, .accum = {1}, .nout = B, .B = B,
+               .F = F, .D = D, .E = E, .fwd_naive = fm_fn, .bwd_naive = fm_bn, .fwd_fast = fm_ff, .bwd_fast = fm_bf};
+    ASSERT_TRUE(lc_run(&t, 19) == 0);
+}
+
+static void wide_fn(lcase *t) {
+    nn_naive_wide_forward(t->out, t->x[0], t->x[1], t->x[2], t->x[3], t->B, t->IN, t->F, t->D, t->E);
+}
+static void wide_bn(lcase *t) {
+    nn_naive_wide_backward(t->g[0], t->g[2], t->g[3], t->g[1], t->c, t->x[0], t->x[2], t->B, t->IN, t->F, t->D,
+                           t->E);
+}
+static void wide_ff(lcase *t) {
+    nn_wide_forward(t->outf, t->xf[0], t->xf[1], t->xf[2], t->xf[3], t->B, t->IN, t->F, t->D, t->E);
+}
+static void wide_bf(lcase *t) {
+    nn_wide_backward(t->gf[0], t->gf[2], t->gf[3], t->gf[1], t->cf, t->xf[0], t->xf[2], t->B, t->IN, t->F, t->D,
+                     t->E);
+}
+
+TEST(nn_wide_grad) {
+    int B = 3, Nd = 4, F = 5, D = 3, E = 4;
+    lcase t = {.name = "wide", .nv = 4, .vname = {"dense", "emb", "w", "bias"},
+               .n = {(size_t)B * Nd, (size_t)B * F * E, Nd, 1}, .accum = {1, 1, 1, 1}, .nout = B, .B = B, .IN = Nd,
+               .F = F, .D = D, .E = E, .fwd_naive = wide_fn, .bwd_naive = wide_bn, .fwd_fast = wide_ff,
+               .bwd_fast = wide_bf};
+    ASSERT_TRUE(lc_run(&t, 20) == 0);
+}
+
+// The checker itself must catch a wrong gradient: a backward that drops the bias gradient.
+static void lin_bn_broken(lcase *t) {
+    lin_bn(t);
+    t->g[2][0] += 1e-3;
+}
+
+TEST(nn_gradcheck_catches_a_wrong_gradient) {
+    lcase t = linear_case(3, 4, 2);
+    t.name = "deliberately broken linear";
+    t.bwd_naive = lin_bn_broken;
+    t.quiet = 1;
+    ASSERT_TRUE(lc_run(&t, 21) != 0);
+    ASSERT_STR_CONTAINS(t.why, "db[0]: finite difference");
+}
