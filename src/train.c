@@ -1,11 +1,484 @@
-// Placeholder until the module lands.
+// train / eval: single-process training (`--mode local`, the reference every other mode must
+// match bit for bit), evaluation, and saved models.
+//
+// One iteration over global batch t (rows [t*B, (t+1)*B) of the train split, file order):
+//   gather rows -> model forward -> BCE (mean over the batch) -> model backward ->
+//   dense optimizer step -> coalesce row gradients (ascending keys, sample order) -> row optimizer.
+// The last partial batch of an epoch is dropped, as the DLRM reference's loader does with
+// drop_last, so every iteration has exactly B samples.
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "cli.h"
 #include "cmds.h"
 #include "common.h"
-int cmd_train(int argc, char **argv) {
-    (void)argc, (void)argv;
-    return cmd_exit(bp_fail(BP_EUSAGE, "'train' is not available in this build yet"));
+#include "data_bin.h"
+#include "emb.h"
+#include "jsonl.h"
+#include "metric.h"
+#include "model.h"
+#include "optim.h"
+#include "progress.h"
+#include "train.h"
+
+#define SAVE_FORMAT "1"
+
+// ---------------------------------------------------------------------------------------------
+// The trainer state shared by train and eval.
+
+int trainer_init(trainer *tr, const model_config *mc, const emb_layout_cfg *lc, const dense_opt *dopt,
+                 const emb_opt *eopt, int max_batch, int alloc_only) {
+    memset(tr, 0, sizeof *tr);
+    tr->dopt = *dopt;
+    tr->eopt = *eopt;
+    int rc = emb_layout_init(&tr->L, lc);
+    if (rc) return rc;
+    rc = model_init(&tr->m, mc, max_batch);
+    if (rc) return rc;
+    const int B = max_batch, F = mc->F, E = mc->E;
+    rc = emb_grad_init(&tr->g, B * F, E);
+    if (rc) goto fail;
+    rc = alloc_only ? emb_table_alloc(&tr->table, &tr->L, 1) : emb_table_init(&tr->table, &tr->L, 0);
+    if (rc) goto fail;
+    tr->emb = bp_xmalloc((size_t)B * F * E * sizeof(float));
+    tr->d_emb = bp_xmalloc((size_t)B * F * E * sizeof(float));
+    tr->logit = bp_xmalloc((size_t)B * sizeof(float));
+    tr->dlogit = bp_xmalloc((size_t)B * sizeof(float));
+    tr->n_dstate = dense_opt_state_floats(dopt, tr->m.n_params);
+    tr->dstate = tr->n_dstate ? bp_xmalloc(tr->n_dstate * sizeof(float)) : NULL;
+    if (tr->dstate) dense_opt_state_init(dopt, tr->dstate, tr->n_dstate);
+    return 0;
+fail:
+    trainer_free(tr);
+    return rc;
 }
+
+void trainer_free(trainer *tr) {
+    model_free(&tr->m);
+    emb_table_free(&tr->table);
+    emb_grad_free(&tr->g);
+    free(tr->emb), free(tr->d_emb), free(tr->logit), free(tr->dlogit), free(tr->dstate);
+    memset(tr, 0, sizeof *tr);
+}
+
+double trainer_step(trainer *tr, const float *dense, const uint32_t *ids, const uint8_t *label, int B) {
+    model *m = &tr->m;
+    emb_gather(&tr->table, ids, B, tr->emb);
+    model_forward(m, dense, tr->emb, B, tr->logit);
+    double loss = bce_with_logits(tr->logit, label, B, 1.0f / (float)B, tr->dlogit);
+    model_zero_grad(m);
+    model_backward(m, dense, tr->emb, tr->dlogit, tr->d_emb, NULL);
+    dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
+    emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, B);
+    emb_opt_apply_table(&tr->eopt, &tr->table, &tr->g, 1);
+    return loss / B;
+}
+
+void trainer_eval(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1, int B, metric_result *res,
+                  metric_result *bayes) {
+    const int Nd = (int)ds->info.n_dense, F = (int)ds->info.n_sparse;
+    metric_acc acc, truth;
+    metric_acc_init(&acc, 1, r1 - r0);
+    metric_acc_init(&truth, 0, ds->prob && bayes ? r1 - r0 : 1);
+    for (uint64_t r = r0; r < r1; r += (uint64_t)B) {
+        int n = (int)BP_MIN((uint64_t)B, r1 - r);
+        emb_gather(&tr->table, ds->sparse + r * F, n, tr->emb);
+        model_forward(&tr->m, ds->dense + r * Nd, tr->emb, n, tr->logit);
+        metric_acc_add(&acc, tr->logit, ds->label + r, (size_t)n);
+        if (ds->prob && bayes) metric_acc_add(&truth, ds->prob + r, ds->label + r, (size_t)n);
+    }
+    metric_acc_compute(&acc, res);
+    if (bayes) {
+        memset(bayes, 0, sizeof *bayes);
+        bayes->auc = bayes->logloss = bayes->accuracy = NAN;
+        if (ds->prob) metric_acc_compute(&truth, bayes);
+    }
+    metric_acc_free(&acc);
+    metric_acc_free(&truth);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Saved models: MANIFEST (configuration) + dense.bin (parameters, dense optimizer state) +
+// emb.bin (every embedding row with its optimizer state).
+
+int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
+                 uint64_t seed) {
+    int rc = ckpt_mkdir(dir);
+    if (rc) return rc;
+    ckpt_manifest man;
+    ckpt_manifest_init(&man);
+    char buf[CKPT_VAL_MAX];
+    model_config_format(&tr->m.cfg, buf, sizeof buf);
+    ckpt_set(&man, "format", SAVE_FORMAT);
+    ckpt_set(&man, "kind", "model");
+    ckpt_set(&man, "model", "%s", buf);
+    ckpt_set(&man, "dense_features", "%d", tr->m.cfg.Nd);
+    ckpt_set(&man, "sparse_features", "%d", tr->m.cfg.F);
+    size_t len = 0;
+    for (int f = 0; f < tr->L.F; f++) len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%llu", f ? "," : "", (unsigned long long)tr->L.card[f]);
+    BP_ASSERTF(len < sizeof buf, "cardinality list too long for the manifest");
+    ckpt_set(&man, "cardinalities", "%s", buf);
+    ckpt_set(&man, "row_stride", "%d", tr->L.stride);
+    ckpt_set(&man, "row_state", "%d", tr->L.S);
+    ckpt_set(&man, "emb_seed", "%llu", (unsigned long long)tr->L.seed);
+    ckpt_set(&man, "emb_optimizer", "%s", emb_opt_kind_name(tr->eopt.kind));
+    ckpt_set(&man, "dense_optimizer", "%s", tr->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad");
+    ckpt_set(&man, "learning_rate", "%.9g", (double)tr->eopt.lr);
+    ckpt_set(&man, "seed", "%llu", (unsigned long long)seed);
+    ckpt_set(&man, "iteration", "%lld", (long long)iter);
+    ckpt_set(&man, "samples", "%lld", (long long)samples);
+    ckpt_set(&man, "dataset", "%s", ds ? ds->path : "");
+    ckpt_set(&man, "n_params", "%zu", tr->m.n_params);
+    ckpt_file f;
+    const void *dbufs[2] = {tr->m.params, tr->dstate};
+    size_t dlens[2] = {tr->m.n_params * sizeof(float), tr->n_dstate * sizeof(float)};
+    rc = ckpt_write_part(dir, "dense.bin", dbufs, dlens, tr->n_dstate ? 2 : 1, &f);
+    if (rc) return rc;
+    ckpt_add_file(&man, &f);
+    const void *ebuf[1] = {tr->table.data};
+    size_t elen[1] = {(size_t)emb_layout_bytes(&tr->L)};
+    rc = ckpt_write_part(dir, "emb.bin", ebuf, elen, 1, &f);
+    if (rc) return rc;
+    ckpt_add_file(&man, &f);
+    return ckpt_manifest_commit(dir, &man);
+}
+
+// Reads a saved model's configuration, checks it against the dataset, builds the trainer and
+// loads the parameters.
+int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch) {
+    ckpt_manifest man;
+    int rc = ckpt_manifest_load(dir, &man);
+    if (rc) return rc;
+    const char *fmt = ckpt_get(&man, "format"), *model_flags_s = ckpt_get(&man, "model"),
+               *cards = ckpt_get(&man, "cardinalities"), *eo = ckpt_get(&man, "emb_optimizer"),
+               *dop = ckpt_get(&man, "dense_optimizer");
+    if (!fmt || strcmp(fmt, SAVE_FORMAT) != 0)
+        return bp_fail(BP_EVERSION, "%s/MANIFEST: saved-model format '%s', this build reads %s", dir,
+                       fmt ? fmt : "(none)", SAVE_FORMAT);
+    if (!model_flags_s || !cards || !eo || !dop)
+        return bp_fail(BP_ECORRUPT, "%s/MANIFEST: model, cardinalities or optimizers missing", dir);
+    int64_t nd, nf, stride, state, seed;
+    if ((rc = ckpt_get_i64(&man, dir, "dense_features", &nd)) || (rc = ckpt_get_i64(&man, dir, "sparse_features", &nf)) ||
+        (rc = ckpt_get_i64(&man, dir, "row_stride", &stride)) || (rc = ckpt_get_i64(&man, dir, "row_state", &state)) ||
+        (rc = ckpt_get_i64(&man, dir, "emb_seed", &seed)))
+        return rc;
+    const bp_ds_info *in = &ds->info;
+    if (nd != in->n_dense || nf != in->n_sparse)
+        return bp_fail(BP_EMISMATCH, "%s: model expects %lld dense and %lld sparse features, dataset %s has %u and %u",
+                       dir, (long long)nd, (long long)nf, ds->path, in->n_dense, in->n_sparse);
+    uint64_t card[BP_DS_MAX_SPARSE];
+    int n = cli_parse_u64_list("cardinalities", cards, card, BP_DS_MAX_SPARSE);
+    if (n != (int)nf) return bp_fail(BP_ECORRUPT, "%s/MANIFEST: bad cardinality list", dir);
+    for (int f = 0; f < n; f++)
+        if (card[f] != in->card[f])
+            return bp_fail(BP_EMISMATCH, "%s: table %d has %llu rows in the model but %llu in dataset %s", dir, f,
+                           (unsigned long long)card[f], (unsigned long long)in->card[f], ds->path);
+    model_config mc;
+    rc = model_config_parse(&mc, model_flags_s, (int)nd, (int)nf);
+    if (rc) return bp_fail(BP_ECORRUPT, "%s/MANIFEST: bad model line: %s", dir, bp_errmsg(rc));
+    int ek = emb_opt_kind_parse(eo);
+    if (ek < 0) return bp_fail(BP_ECORRUPT, "%s/MANIFEST: unknown embedding optimizer '%s'", dir, eo);
+    emb_opt eopt = emb_opt_make((emb_opt_kind)ek, 0.0f, mc.E);
+    dense_opt dopt = dense_opt_make(strcmp(dop, "adagrad") == 0 ? DENSE_OPT_ADAGRAD : DENSE_OPT_SGD, 0.0f);
+    emb_layout_cfg lc = {.F = (int)nf, .card = card, .D = mc.D, .E = mc.E, .S = emb_opt_state_floats(&eopt),
+                         .seed = (uint64_t)seed};
+    rc = trainer_init(tr, &mc, &lc, &dopt, &eopt, max_batch, 1);
+    if (rc) return rc;
+    if (tr->L.stride != stride || tr->L.S != state) {
+        trainer_free(tr);
+        return bp_fail(BP_EMISMATCH, "%s: row layout (stride %lld, state %lld) differs from this build's (%d, %d)", dir,
+                       (long long)stride, (long long)state, tr->L.stride, tr->L.S);
+    }
+    void *dbufs[2] = {tr->m.params, tr->dstate};
+    size_t dlens[2] = {tr->m.n_params * sizeof(float), tr->n_dstate * sizeof(float)};
+    rc = ckpt_read_part(dir, &man, "dense.bin", dbufs, dlens, tr->n_dstate ? 2 : 1);
+    if (!rc) {
+        void *ebuf[1] = {tr->table.data};
+        size_t elen[1] = {(size_t)emb_layout_bytes(&tr->L)};
+        rc = ckpt_read_part(dir, &man, "emb.bin", ebuf, elen, 1);
+    }
+    if (rc) trainer_free(tr);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+
+typedef struct {
+    model_flags mf;
+    int mode;
+    int batch, eval_batch, epochs, threads, eval_every, print_every, eval_split, dense_opt, emb_opt;
+    int64_t iters, eval_rows;
+    double lr, emb_lr;
+    int64_t seed;
+    const char *save, *metrics;
+    int no_eval;
+} train_flags;
+
+static void print_result(const char *label, const metric_result *r, const metric_result *bayes) {
+    printf("%-5s AUC %.4f  logloss %.4f  accuracy %.4f  (%llu samples, %.1f%% clicks)", label, r->auc, r->logloss,
+           r->accuracy, (unsigned long long)r->n, r->n ? 100.0 * (double)r->pos / (double)r->n : 0.0);
+    if (bayes && bayes->auc_defined) printf("\n      Bayes-optimal AUC %.4f  logloss %.4f (planted model)", bayes->auc, bayes->logloss);
+    printf("\n");
+}
+
+static void json_result(jsonl *j, const char *prefix, const metric_result *r) {
+    char k[64];
+    snprintf(k, sizeof k, "%sauc", prefix), jsonl_num(j, k, r->auc);
+    snprintf(k, sizeof k, "%slogloss", prefix), jsonl_num(j, k, r->logloss);
+    snprintf(k, sizeof k, "%saccuracy", prefix), jsonl_num(j, k, r->accuracy);
+}
+
+static int open_dataset(bp_dataset *ds, const char *path) {
+    int rc = bp_ds_open(ds, path, BP_DS_VERIFY);
+    if (rc == BP_EFORMAT)
+        return bp_fail(rc, "%s (a raw Criteo/Avazu file must be converted first: bagpipe prep -o DATA.bin %s)",
+                       bp_errmsg(rc), path);
+    return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+    train_flags fl;
+    const cli_opt opts[] = {
+        CLI_CHOICE("mode", 0, &fl.mode, 0, "local", "training mode (local: one process, all tables in memory)"),
+        MODEL_CLI_OPTS(&fl.mf),
+        CLI_INT("batch-size", 'b', &fl.batch, 128, 1, 1 << 20, "global mini-batch size (samples)"),
+        CLI_DBL("learning-rate", 0, &fl.lr, 0.1, 0, 1e6, "learning rate"),
+        CLI_DBL("emb-learning-rate", 0, &fl.emb_lr, -1, -1, 1e6, "embedding learning rate (-1: --learning-rate)"),
+        CLI_CHOICE("optimizer", 0, &fl.dense_opt, 0, "sgd|adagrad", "dense optimizer"),
+        CLI_CHOICE("emb-optimizer", 0, &fl.emb_opt, 0, "sgd|adagrad|rowwise-adagrad", "embedding optimizer (state travels with each row)"),
+        CLI_INT("epochs", 0, &fl.epochs, 1, 1, 100000, "passes over the train split"),
+        CLI_I64("iters", 'n', &fl.iters, 0, 0, INT64_MAX / 2, "stop after this many iterations (0: run the epochs)"),
+        CLI_I64("seed", 0, &fl.seed, 1, 0, INT64_MAX, "seed for parameter initialisation"),
+        CLI_INT("threads", 0, &fl.threads, 1, 1, 256, "BLAS threads (results are bit-reproducible for a fixed count)"),
+        CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations (0: only at the end)"),
+        CLI_CHOICE("eval-split", 0, &fl.eval_split, 1, "train|val|test", "split to evaluate on"),
+        CLI_I64("eval-rows", 0, &fl.eval_rows, 0, 0, INT64_MAX, "evaluate on at most this many rows (0: all)"),
+        CLI_INT("eval-batch-size", 0, &fl.eval_batch, 4096, 1, 1 << 20, "batch size for evaluation"),
+        CLI_FLAG("no-eval", 0, &fl.no_eval, "skip the final evaluation"),
+        CLI_INT("print-every", 0, &fl.print_every, 100, 1, INT32_MAX, "write a train metrics line every N iterations"),
+        CLI_STR("metrics", 'm', &fl.metrics, NULL, "append JSON-lines metrics to this file"),
+        CLI_STR("save", 'o', &fl.save, NULL, "save the trained model to this directory"),
+        CLI_END,
+    };
+    char **pos = NULL;
+    int npos;
+    int rc = cli_parse("bagpipe train", "[options] DATA", opts, argc, argv, &pos, &npos);
+    if (rc == 1) return 0;
+    if (rc) return cmd_exit(rc);
+    if (npos != 1) {
+        free(pos);
+        return cmd_exit(bp_fail(BP_EUSAGE, "train: expected one dataset file (see 'bagpipe train --help')"));
+    }
+    const char *data_path = pos[0];
+    free(pos);
+
+    bp_dataset ds;
+    FILE *mf = NULL;
+    trainer tr;
+    memset(&tr, 0, sizeof tr);
+    if ((rc = open_dataset(&ds, data_path))) return cmd_exit(rc);
+    const bp_ds_info *in = &ds.info;
+    model_config mc;
+    if ((rc = model_config_from_flags(&mc, &fl.mf, (int)in->n_dense, (int)in->n_sparse))) goto out;
+    uint64_t tr0, tr1;
+    bp_ds_split_range(&ds, BP_SPLIT_TRAIN, &tr0, &tr1);
+    const uint64_t per_epoch = (tr1 - tr0) / (uint64_t)fl.batch;
+    if (per_epoch == 0) {
+        rc = bp_fail(BP_EUSAGE, "--batch-size %d: the train split of %s has only %llu rows", fl.batch, data_path,
+                     (unsigned long long)(tr1 - tr0));
+        goto out;
+    }
+    int64_t total_iters = fl.iters ? fl.iters : (int64_t)per_epoch * fl.epochs;
+    uint64_t ev0, ev1;
+    bp_ds_split_range(&ds, (bp_split)fl.eval_split, &ev0, &ev1);
+    if (fl.eval_rows && ev1 - ev0 > (uint64_t)fl.eval_rows) ev1 = ev0 + (uint64_t)fl.eval_rows;
+    int do_eval = !fl.no_eval && ev1 > ev0;
+    if (!fl.no_eval && ev1 == ev0)
+        bp_log(BP_LOG_WARN, "the %s split of %s is empty: no evaluation", bp_split_name((bp_split)fl.eval_split), data_path);
+
+    // Optimizers, row layout, memory plan.
+    float emb_lr = (float)(fl.emb_lr >= 0 ? fl.emb_lr : fl.lr);
+    static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
+    emb_opt eopt = emb_opt_make(ekinds[fl.emb_opt], emb_lr, mc.E);
+    dense_opt dopt = dense_opt_make(fl.dense_opt ? DENSE_OPT_ADAGRAD : DENSE_OPT_SGD, (float)fl.lr);
+    emb_layout_cfg lc = {.F = mc.F, .card = in->card, .D = mc.D, .E = mc.E, .S = emb_opt_state_floats(&eopt),
+                         .seed = (uint64_t)fl.seed};
+    emb_layout L;
+    if ((rc = emb_layout_init(&L, &lc))) goto out;
+    const int max_batch = BP_MAX(fl.batch, do_eval ? fl.eval_batch : 1);
+    {
+        char b1[32], b2[32], b3[32], b4[32];
+        double tbytes = (double)emb_layout_bytes(&L);
+        double gbytes = (double)emb_grad_bytes(max_batch * mc.F, mc.E) + 2.0 * max_batch * mc.F * mc.E * 4;
+        model probe;
+        if ((rc = model_init(&probe, &mc, max_batch))) goto out;
+        double mbytes = (double)(probe.n_params * 2 + probe.n_acts) * 4 + (double)dense_opt_state_floats(&dopt, probe.n_params) * 4;
+        model_free(&probe);
+        double need = tbytes + gbytes + mbytes, avail = (double)bp_mem_available();
+        printf("memory plan: embedding tables %s (%llu rows x %d floats), model %s, buffers %s; %s available\n",
+               bp_fmt_bytes(b1, sizeof b1, tbytes), (unsigned long long)L.rows, L.stride,
+               bp_fmt_bytes(b2, sizeof b2, mbytes), bp_fmt_bytes(b3, sizeof b3, gbytes),
+               bp_fmt_bytes(b4, sizeof b4, avail));
+        if (avail > 0 && need > avail) {
+            rc = bp_fail(BP_ENOMEM, "training needs %s but only %s is available; use a smaller model, "
+                         "--arch-sparse-feature-size, or a dataset with smaller tables (prep --max-ind-range)",
+                         bp_fmt_bytes(b1, sizeof b1, need), bp_fmt_bytes(b2, sizeof b2, avail));
+            goto out;
+        }
+    }
+    openblas_set_num_threads(fl.threads);
+    if (fl.metrics && !(mf = fopen(fl.metrics, "a"))) {
+        rc = bp_fail(BP_EIO, "--metrics %s: cannot open: %s", fl.metrics, strerror(errno));
+        goto out;
+    }
+    if ((rc = trainer_init(&tr, &mc, &lc, &dopt, &eopt, max_batch, 0))) goto out;
+    bp_rng rng;
+    bp_rng_seed(&rng, (uint64_t)fl.seed, 0);
+    model_init_params(&tr.m, &rng);
+    {
+        char arch[512];
+        model_config_format(&mc, arch, sizeof arch);
+        printf("model: %s (%zu dense parameters, %d-float rows, %s/%s optimizers, lr %g)\n", arch, tr.m.n_weights,
+               mc.E, dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(eopt.kind), fl.lr);
+        printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), BLAS %s x%d\n", data_path,
+               (unsigned long long)(tr1 - tr0), (long long)total_iters, fl.batch,
+               (double)total_iters / (double)per_epoch, openblas_get_corename(), fl.threads);
+    }
+
+    bp_progress prog;
+    bp_progress_init(&prog, "train", "it", (uint64_t)total_iters);
+    const int Nd = (int)in->n_dense, F = (int)in->n_sparse, B = fl.batch;
+    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
+    int64_t win_n = 0;
+    metric_result res = {0}, bayes = {0};
+    int have_res = 0;
+    for (int64_t t = 0; t < total_iters; t++) {
+        uint64_t r = tr0 + (uint64_t)(t % (int64_t)per_epoch) * (uint64_t)B;
+        double loss = trainer_step(&tr, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
+        if (!isfinite(loss)) {
+            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
+            break;
+        }
+        win_loss += loss, win_n++;
+        if ((t + 1) % fl.print_every == 0 || t + 1 == total_iters) {
+            double now = bp_now();
+            jsonl j;
+            jsonl_begin(&j);
+            jsonl_str(&j, "event", "train");
+            jsonl_int(&j, "iter", t + 1);
+            jsonl_int(&j, "samples", (t + 1) * B);
+            jsonl_num(&j, "epoch", (double)(t + 1) / (double)per_epoch);
+            jsonl_num(&j, "loss", win_loss / (double)win_n);
+            jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
+            jsonl_end(&j, mf);
+            char note[64];
+            snprintf(note, sizeof note, "loss %.4f", win_loss / (double)win_n);
+            bp_progress_update(&prog, (uint64_t)(t + 1), note);
+            win_loss = 0, win_n = 0, t_window = bp_now();
+        }
+        if (do_eval && fl.eval_every && (t + 1) % fl.eval_every == 0 && t + 1 < total_iters) {
+            double t0 = bp_now();
+            trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
+            t_eval += bp_now() - t0;
+            jsonl j;
+            jsonl_begin(&j);
+            jsonl_str(&j, "event", "eval");
+            jsonl_str(&j, "split", bp_split_name((bp_split)fl.eval_split));
+            jsonl_int(&j, "iter", t + 1);
+            jsonl_int(&j, "samples", (t + 1) * B);
+            json_result(&j, "", &res);
+            jsonl_end(&j, mf);
+            t_window += bp_now() - t0; // keep evaluation out of the throughput figure
+        }
+    }
+    bp_progress_finish(&prog);
+    if (rc) goto out;
+    double train_s = bp_now() - t_start - t_eval;
+    double sps = (double)total_iters * B / train_s;
+    printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)total_iters,
+           (long long)total_iters * B, train_s, sps);
+    if (do_eval) {
+        trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
+        have_res = 1;
+        print_result(bp_split_name((bp_split)fl.eval_split), &res, &bayes);
+    }
+    {
+        jsonl j;
+        jsonl_begin(&j);
+        jsonl_str(&j, "event", "summary");
+        jsonl_str(&j, "mode", "local");
+        jsonl_str(&j, "model", model_kind_name(mc.kind));
+        jsonl_int(&j, "iters", total_iters);
+        jsonl_int(&j, "samples", total_iters * B);
+        jsonl_num(&j, "train_s", train_s);
+        jsonl_num(&j, "samples_per_s", sps);
+        if (have_res) {
+            jsonl_str(&j, "split", bp_split_name((bp_split)fl.eval_split));
+            json_result(&j, "", &res);
+            if (bayes.auc_defined) json_result(&j, "bayes_", &bayes);
+        }
+        jsonl_end(&j, mf);
+    }
+    if (fl.save) {
+        rc = trainer_save(&tr, fl.save, &ds, total_iters, total_iters * B, (uint64_t)fl.seed);
+        if (!rc) printf("saved model to %s\n", fl.save);
+    }
+out:
+    trainer_free(&tr);
+    if (mf) fclose(mf);
+    bp_ds_close(&ds);
+    return cmd_exit(rc);
+}
+
 int cmd_eval(int argc, char **argv) {
-    (void)argc, (void)argv;
-    return cmd_exit(bp_fail(BP_EUSAGE, "'eval' is not available in this build yet"));
+    const char *load = NULL;
+    int split, batch, threads;
+    int64_t rows;
+    const cli_opt opts[] = {
+        CLI_STR("load", 'l', &load, NULL, "directory of a saved model (train --save)"),
+        CLI_CHOICE("split", 0, &split, 2, "train|val|test|all", "rows to evaluate"),
+        CLI_I64("rows", 0, &rows, 0, 0, INT64_MAX, "evaluate at most this many rows (0: all)"),
+        CLI_INT("batch-size", 'b', &batch, 4096, 1, 1 << 20, "evaluation batch size"),
+        CLI_INT("threads", 0, &threads, 1, 1, 256, "BLAS threads"),
+        CLI_END,
+    };
+    char **pos = NULL;
+    int npos;
+    int rc = cli_parse("bagpipe eval", "--load DIR [options] DATA", opts, argc, argv, &pos, &npos);
+    if (rc == 1) return 0;
+    if (rc) return cmd_exit(rc);
+    if (npos != 1 || !load) {
+        free(pos);
+        return cmd_exit(bp_fail(BP_EUSAGE, "eval: expected --load DIR and one dataset file (see 'bagpipe eval --help')"));
+    }
+    bp_dataset ds;
+    rc = open_dataset(&ds, pos[0]);
+    free(pos);
+    if (rc) return cmd_exit(rc);
+    openblas_set_num_threads(threads);
+    trainer tr;
+    rc = trainer_load(&tr, load, &ds, batch);
+    if (!rc) {
+        uint64_t r0, r1;
+        bp_ds_split_range(&ds, (bp_split)split, &r0, &r1);
+        if (rows && r1 - r0 > (uint64_t)rows) r1 = r0 + (uint64_t)rows;
+        if (r1 == r0) {
+            rc = bp_fail(BP_EUSAGE, "--split %s: no rows in %s", bp_split_name((bp_split)split), ds.path);
+        } else {
+            metric_result res, bayes;
+            double t0 = bp_now();
+            trainer_eval(&tr, &ds, r0, r1, batch, &res, &bayes);
+            print_result(bp_split_name((bp_split)split), &res, &bayes);
+            printf("evaluated in %.2f s (%.0f samples/s)\n", bp_now() - t0, (double)(r1 - r0) / (bp_now() - t0));
+        }
+        trainer_free(&tr);
+    }
+    bp_ds_close(&ds);
+    return cmd_exit(rc);
 }
