@@ -4,17 +4,22 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "common.h"
 
-// Eight floats; unaligned loads and stores go through memcpy, which compiles to vector moves.
-// The sums below are written out in a fixed order (no FMA contraction in ISO C mode), so every
-// instruction set the compiler picks gives the same bits.  Vectors travel by pointer, never by
-// value, so no function's ABI depends on the instruction set.
-typedef float v8f __attribute__((vector_size(32)));
-static inline void v8_load(v8f *v, const float *p) { memcpy(v, p, sizeof *v); }
-static inline void v8_store(float *p, const v8f *v) { memcpy(p, v, sizeof *v); }
+// Four floats: the vector every x86-64 (SSE2) and AArch64 (NEON) target has natively, so the
+// compiler keeps these in registers at the project's plain -O2.  Loads and stores go through
+// memcpy (one unaligned vector move).  The sums are written out in a fixed order and ISO C mode
+// does not contract a * b + c into an FMA, so the bits do not depend on the instruction set.
+typedef float v4f __attribute__((vector_size(16)));
+static inline v4f v4_load(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void v4_store(float *p, v4f v) { memcpy(p, &v, sizeof v); }
 
 // ---------------------------------------------------------------------------------------------
 // Linear
@@ -34,11 +39,13 @@ void nn_linear_forward(float *y, const float *x, const float *W, const float *b,
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, x, IN, W, IN, beta, y, OUT);
 }
 
-// db[o] += sum_i dy[i, o], summed in batch order.
+// db[o] += sum_i dy[i, o], summed in batch order (four columns at a time: the same sums).
 static void bias_grad_accumulate(float *db, const float *dy, int B, int OUT) {
     for (int i = 0; i < B; i++) {
         const float *row = dy + (size_t)i * OUT;
-        for (int o = 0; o < OUT; o++) db[o] += row[o];
+        int o = 0;
+        for (; o + 4 <= OUT; o += 4) v4_store(db + o, v4_load(db + o) + v4_load(row + o));
+        for (; o < OUT; o++) db[o] += row[o];
     }
 }
 
@@ -59,12 +66,27 @@ void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const 
 // ---------------------------------------------------------------------------------------------
 // Elementwise
 
+// Branch-free and four at a time: activations are positive or negative at random, so a branch
+// per value mispredicts half the time (it made ReLU a quarter of a DLRM step).
+typedef int32_t v4i __attribute__((vector_size(16)));
+
 void nn_relu_forward(float *y, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i]; // NaN passes through
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4f v = v4_load(x + i);
+        v4i keep = ~(v < 0.0f); // NaN and -0 pass through, as in the scalar tail
+        v4_store(y + i, (v4f)((v4i)v & keep));
+    }
+    for (; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
 void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4i on = v4_load(y + i) > 0.0f;
+        v4_store(dx + i, (v4f)((v4i)v4_load(dy + i) & on));
+    }
+    for (; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 void nn_sigmoid_forward(float *y, const float *x, size_t n) {
@@ -86,17 +108,19 @@ void nn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n) {
 // ---------------------------------------------------------------------------------------------
 // Dot interaction.
 //
-// Per sample the F+1 vectors are transposed into Tt (D, Kp), K = F+1 padded with zero columns to
-// Kp, a multiple of 8.  Row i of the Gram matrix below the diagonal is then
+// Per sample the K = F+1 vectors are transposed into Tt (D, Kp), Kp = K rounded up to a multiple
+// of 16 with zero columns.  Row i of the Gram matrix below the diagonal is then
 //   G[i, 0..i) = sum_d T[i][d] * Tt[d][0..i)
-// which runs eight columns at a time with no horizontal sums.  The backward pass builds the
-// symmetric gradient matrix Gs (K, Kp) and computes dTt[d][:] = sum_j Tt[d][j] * Gs[j][:] the same
-// way.  Tt, dTt and Gs stay in L1 for the usual sizes (F = 26, D = 16: 2 KiB + 2 KiB + 3.5 KiB).
+// computed 16 columns at a time in four vector accumulators: no horizontal sums, no reductions
+// across registers.  The backward pass builds the symmetric gradient matrix Gs (K, Kp) and
+// computes dTt[d][:] = sum_j Tt[d][j] * Gs[j][:] the same way.  Tt, dTt and Gs stay in L1 for
+// the usual sizes (F = 26, D = 16: 2 KiB + 2 KiB + 3.4 KiB).
 
-static inline int pad8(int n) { return (n + 7) & ~7; }
+enum { DOT_BLOCK = 16 };
+static inline int pad_block(int n) { return (n + DOT_BLOCK - 1) / DOT_BLOCK * DOT_BLOCK; }
 
 size_t nn_interact_dot_scratch(int F, int D) {
-    size_t Kp = (size_t)pad8(F + 1);
+    size_t Kp = (size_t)pad_block(F + 1);
     return 2 * (size_t)D * Kp + (size_t)(F + 1) * Kp;
 }
 
@@ -110,11 +134,26 @@ static void interact_transpose(float *Tt, const float *z, const float *emb, int 
     }
 }
 
+// out[0..16) = sum_k a[k] * M[k * ldm + 0..16) over k in [0, n).
+static inline void dot_block(float *out, const float *a, const float *M, size_t ldm, int n) {
+    v4f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    for (int k = 0; k < n; k++) {
+        const float *row = M + (size_t)k * ldm;
+        float x = a[k];
+        s0 += x * v4_load(row);
+        s1 += x * v4_load(row + 4);
+        s2 += x * v4_load(row + 8);
+        s3 += x * v4_load(row + 12);
+    }
+    v4_store(out, s0), v4_store(out + 4, s1), v4_store(out + 8, s2), v4_store(out + 12, s3);
+}
+
 void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,
                              float *scratch) {
     BP_ASSERT(B >= 0 && F >= 0 && D > 0 && E >= D);
-    const int Kp = pad8(F + 1), W = nn_interact_dot_width(F, D);
+    const int Kp = pad_block(F + 1), W = nn_interact_dot_width(F, D);
     float *Tt = scratch; // (D, Kp)
+    float row[DOT_BLOCK];
     for (int s = 0; s < B; s++) {
         const float *zs = z + (size_t)s * D, *es = emb + (size_t)s * F * E;
         float *os = out + (size_t)s * W;
@@ -124,19 +163,13 @@ void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B
         for (int i = 1; i <= F; i++) {
             const float *Ti = es + (size_t)(i - 1) * E;
             float *dst = pairs + (size_t)i * (i - 1) / 2; // row i holds j = 0..i-1
-            for (int c = 0; c < i; c += 8) {
-                v8f acc = {0};
-                for (int d = 0; d < D; d++) {
-                    v8f t;
-                    v8_load(&t, Tt + (size_t)d * Kp + c);
-                    acc += Ti[d] * t;
-                }
-                if (i - c >= 8) {
-                    v8_store(dst + c, &acc);
+            for (int c = 0; c < i; c += DOT_BLOCK) {
+                int n = BP_MIN(DOT_BLOCK, i - c);
+                if (n == DOT_BLOCK) {
+                    dot_block(dst + c, Ti, Tt + c, (size_t)Kp, D);
                 } else {
-                    float tmp[8];
-                    v8_store(tmp, &acc);
-                    memcpy(dst + c, tmp, (size_t)(i - c) * sizeof *dst);
+                    dot_block(row, Ti, Tt + c, (size_t)Kp, D);
+                    memcpy(dst + c, row, (size_t)n * sizeof *dst);
                 }
             }
         }
@@ -146,37 +179,25 @@ void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B
 void nn_interact_dot_backward(float *dz, float *demb, const float *dout, const float *z, const float *emb, int B,
                               int F, int D, int E, float *scratch) {
     BP_ASSERT(B >= 0 && F >= 0 && D > 0 && E >= D);
-    const int K = F + 1, Kp = pad8(K), W = nn_interact_dot_width(F, D);
-    float *Tt = scratch;                    // (D, Kp)
-    float *dTt = Tt + (size_t)D * Kp;       // (D, Kp)
-    float *Gs = dTt + (size_t)D * Kp;       // (K, Kp), symmetric in its first K columns
+    const int K = F + 1, Kp = pad_block(K), W = nn_interact_dot_width(F, D);
+    float *Tt = scratch;              // (D, Kp)
+    float *dTt = Tt + (size_t)D * Kp; // (D, Kp)
+    float *Gs = dTt + (size_t)D * Kp; // (K, Kp), symmetric in its first K columns
     for (int s = 0; s < B; s++) {
         const float *zs = z + (size_t)s * D, *es = emb + (size_t)s * F * E;
         const float *ds = dout + (size_t)s * W, *dpairs = ds + D;
         interact_transpose(Tt, zs, es, F, D, E, Kp);
         for (int i = 0; i < K; i++) {
-            float *row = Gs + (size_t)i * Kp;
-            row[i] = 0.0f;
-            for (int j = 0; j < i; j++) {
-                float g = dpairs[(size_t)i * (i - 1) / 2 + j];
-                row[j] = g;
-                Gs[(size_t)j * Kp + i] = g;
-            }
-            for (int k = K; k < Kp; k++) row[k] = 0.0f;
+            float *gi = Gs + (size_t)i * Kp;
+            const float *src = dpairs + (size_t)i * (i - 1) / 2;
+            if (i > 0) memcpy(gi, src, (size_t)i * sizeof *gi);
+            gi[i] = 0.0f;
+            for (int j = i + 1; j < K; j++) gi[j] = dpairs[(size_t)j * (j - 1) / 2 + i];
+            for (int k = K; k < Kp; k++) gi[k] = 0.0f;
         }
-        for (int d = 0; d < D; d++) {
-            const float *trow = Tt + (size_t)d * Kp;
-            float *drow = dTt + (size_t)d * Kp;
-            for (int c = 0; c < Kp; c += 8) {
-                v8f acc = {0};
-                for (int j = 0; j < K; j++) {
-                    v8f g;
-                    v8_load(&g, Gs + (size_t)j * Kp + c);
-                    acc += trow[j] * g;
-                }
-                v8_store(drow + c, &acc);
-            }
-        }
+        for (int d = 0; d < D; d++)
+            for (int c = 0; c < Kp; c += DOT_BLOCK)
+                dot_block(dTt + (size_t)d * Kp + c, Tt + (size_t)d * Kp, Gs + c, (size_t)Kp, K);
         float *dzs = dz + (size_t)s * D, *des = demb + (size_t)s * F * E;
         for (int d = 0; d < D; d++) {
             const float *drow = dTt + (size_t)d * Kp;
@@ -218,13 +239,22 @@ void nn_concat_backward(float *da, float *demb, const float *dout, int B, int Na
 
 // y = x0 ⊙ u + xl over n values.
 static void cross_combine(float *y, const float *x0, const float *u, const float *xl, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = x0[i] * u[i] + xl[i];
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) v4_store(y + i, v4_load(x0 + i) * v4_load(u + i) + v4_load(xl + i));
+    for (; i < n; i++) y[i] = x0[i] * u[i] + xl[i];
 }
 
 // du = dy ⊙ x0;  dx0 += dy ⊙ u;  dxl = dy.
 static void cross_split_grad(float *du, float *dx0, float *dxl, const float *dy, const float *x0, const float *u,
                              size_t n) {
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4f g = v4_load(dy + i);
+        v4_store(du + i, g * v4_load(x0 + i));
+        v4_store(dx0 + i, v4_load(dx0 + i) + g * v4_load(u + i));
+        v4_store(dxl + i, g);
+    }
+    for (; i < n; i++) {
         du[i] = dy[i] * x0[i];
         dx0[i] += dy[i] * u[i];
         dxl[i] = dy[i];

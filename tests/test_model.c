@@ -485,14 +485,18 @@ TEST(model_init_params_statistics) {
     model_free(&m);
 }
 
-// Same inputs, same BLAS threads: bit-identical logits, gradients and row gradients.
+extern void openblas_set_num_threads(int);
+
+// Same inputs, same BLAS threads: bit-identical logits, gradients and row gradients, with one
+// BLAS thread and with two (the batch is big enough for OpenBLAS to split the products).
 TEST(model_deterministic) {
     const char *cases[] = {"", "--model wdl", "--model deepfm", "--model dcn"};
-    for (int k = 0; k < (int)BP_ARRAY_LEN(cases); k++) {
+    for (int k = 0; k < 2 * (int)BP_ARRAY_LEN(cases); k++) {
+        openblas_set_num_threads(1 + k / (int)BP_ARRAY_LEN(cases));
         model_config c;
         model m;
-        ASSERT_OK(model_config_parse(&c, cases[k], 13, 26));
-        const int B = 64;
+        ASSERT_OK(model_config_parse(&c, cases[k % BP_ARRAY_LEN(cases)], 13, 26));
+        const int B = 256;
         ASSERT_OK(model_init(&m, &c, B));
         bp_rng rng;
         bp_rng_seed(&rng, 5, 0);
@@ -502,7 +506,7 @@ TEST(model_deterministic) {
         float *logit[2], *dlogit = malloc(B * sizeof(float)), *demb[2], *grads[2];
         for (int i = 0; i < B * 13; i++) dense[i] = bp_rng_uniformf(&rng);
         for (size_t i = 0; i < ne; i++) emb[i] = bp_rng_uniformf(&rng) - 0.5f;
-        uint8_t label[64];
+        uint8_t label[256];
         for (int i = 0; i < B; i++) label[i] = (uint8_t)(i % 3 == 0);
         for (int t = 0; t < 2; t++) {
             logit[t] = malloc(B * sizeof(float)), demb[t] = malloc(ne * sizeof(float));

@@ -264,8 +264,8 @@ TEST(nn_interact_dot_order) {
     enum { F = 3, D = 2 };
     // T_0 = z = (1, 0); e_1 = (0, 1); e_2 = (2, 3); e_3 = (5, 7)
     float z[D] = {1, 0}, emb[F * D] = {0, 1, 2, 3, 5, 7};
-    float out[D + F * (F + 1) / 2], scratch[64];
-    ASSERT_TRUE(nn_interact_dot_scratch(F, D) <= 64);
+    float out[D + F * (F + 1) / 2], scratch[256];
+    ASSERT_TRUE(nn_interact_dot_scratch(F, D) <= 256);
     nn_interact_dot_forward(out, z, emb, 1, F, D, D, scratch);
     // (1,0)=0  (2,0)=2  (2,1)=3  (3,0)=5  (3,1)=7  (3,2)=10+21=31
     const float want[] = {1, 0, 0, 2, 3, 5, 7, 31};
