@@ -42,41 +42,53 @@ const char *lines_quote(char *out, size_t cap, const char *s, size_t n, size_t m
     return out;
 }
 
+// Opens path read-only and checks that it is something prep can read.
+static int lines_open_fd(const char *path, int need_regular, int *fd_out, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return bp_fail(BP_EIO, "%s: cannot open input: %s", path, strerror(errno));
+    int rc = 0;
+    if (fstat(fd, st) != 0)
+        rc = bp_fail(BP_EIO, "%s: cannot stat input: %s", path, strerror(errno));
+    else if (S_ISDIR(st->st_mode))
+        rc = bp_fail(BP_EINVAL, "%s: is a directory, expected a Criteo/Avazu text file (plain or gzip)", path);
+    else if (need_regular && !S_ISREG(st->st_mode))
+        rc = bp_fail(BP_EINVAL, "%s: not a regular file; the frequency id mapping reads every input twice "
+                     "(use a file, or --max-ind-range N for one pass)", path);
+    else if (S_ISREG(st->st_mode) && st->st_size == 0)
+        rc = bp_fail(BP_EFORMAT, "%s: empty input file", path);
+    if (rc) close(fd);
+    else *fd_out = fd;
+    return rc;
+}
+
+int lines_check(const char *path, int need_regular, uint64_t *size) {
+    struct stat st;
+    int fd;
+    int rc = lines_open_fd(path, need_regular, &fd, &st);
+    if (rc) return rc;
+    *size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    close(fd);
+    return 0;
+}
+
 int lines_open(lines_reader *r, const char *path, int need_regular) {
     memset(r, 0, sizeof *r);
     r->fd = -1;
     r->path = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return bp_fail(BP_EIO, "%s: cannot open input: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return bp_fail(BP_EIO, "%s: cannot stat input: %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return bp_fail(BP_EINVAL, "%s: is a directory, expected a Criteo/Avazu text file (plain or gzip)", path);
-    }
-    if (need_regular && !S_ISREG(st.st_mode)) {
-        close(fd);
-        return bp_fail(BP_EINVAL, "%s: not a regular file; the frequency id mapping reads every input twice "
-                       "(use a file, or --max-ind-range N for one pass)", path);
-    }
-    if (S_ISREG(st.st_mode) && st.st_size == 0) {
-        close(fd);
-        return bp_fail(BP_EFORMAT, "%s: empty input file", path);
-    }
+    int fd;
+    int rc = lines_open_fd(path, need_regular, &fd, &st);
+    if (rc) return rc;
     r->fd = fd;
     r->file_size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
     r->cap = LINES_BLOCK + LINES_MAX;
     r->buf = bp_xmalloc(r->cap + 1);
     // Sniff the gzip magic; the bytes read stay in the buffer for a plain file.
-    ssize_t k;
-    do k = read(fd, r->buf, 2);
-    while (k < 0 && errno == EINTR);
-    if (k < 0) {
+    ssize_t k = 0, got;
+    while (k < 2 && ((got = read(fd, r->buf + k, (size_t)(2 - k))) > 0 || (got < 0 && errno == EINTR)))
+        if (got > 0) k += got;
+    if (k < 2 && got < 0) {
         int e = errno;
         lines_close(r);
         return bp_fail(BP_EIO, "%s: cannot read input: %s", path, strerror(e));

@@ -161,11 +161,12 @@ static int prep_flush(prep_ctx *c) {
         const uint64_t N = c->o->max_ind_range;
         size_t total = n * F;
         if (N <= UINT32_MAX) {
-            // Criteo keys are below 2^32 except the missing value: mostly a 32-bit division.
-            const uint32_t n32 = (uint32_t)N;
+            // Keys below 2^32 (all Criteo values but the missing one) take Lemire's remainder
+            // by multiplication: k mod N = ((M k mod 2^64) N) >> 64 with M = ceil(2^64 / N).
+            const uint64_t M = UINT64_MAX / N + 1;
             for (size_t i = 0; i < total; i++) {
                 uint64_t k = c->keys[i];
-                c->ids[i] = k <= UINT32_MAX ? (uint32_t)k % n32 : (uint32_t)(k % N);
+                c->ids[i] = k <= UINT32_MAX ? (uint32_t)(((unsigned __int128)(M * k) * N) >> 64) : (uint32_t)(k % N);
             }
         } else {
             for (size_t i = 0; i < total; i++) c->ids[i] = (uint32_t)(c->keys[i] % N);
@@ -286,11 +287,9 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
     c.Nd = o->format == PREP_AVAZU ? 0 : CRITEO_ND;
     // Every input must open before any work starts.
     for (int i = 0; i < o->n_inputs; i++) {
-        lines_reader r;
-        rc = lines_open(&r, o->inputs[i], o->max_ind_range == 0);
-        c.total_bytes += r.file_size;
-        lines_close(&r);
-        if (rc) return rc;
+        uint64_t size;
+        if ((rc = lines_check(o->inputs[i], o->max_ind_range == 0, &size)) != 0) return rc;
+        c.total_bytes += size;
     }
     if ((rc = prep_check_out(o->out)) != 0) return rc;
 
