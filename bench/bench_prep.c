@@ -5,11 +5,13 @@
 // Generates a Criteo-shaped TSV (Kaggle's 26 table sizes, log-uniform "power-law" categorical
 // ranks, heavy-tailed integers, Kaggle-like shares of empty fields, ~250 bytes a line), a gzip
 // copy of it, then times in one run: read+parse only, prep with hashed ids, prep with frequency
-// ids (two passes), and prep of the gzip copy with hashed ids.  Prints MB/s of text and rows/s.
+// ids (two passes), and prep of the gzip copy with hashed ids.  Prints MB/s of text and rows/s
+// over wall time (which includes writing and fsyncing the output), and the CPU time used.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -106,6 +108,13 @@ static void bench_parse(const char *path, uint64_t bytes) {
            (double)bytes / 1e6 / dt, (double)rows / dt, (unsigned long long)(sum & 0xffff));
 }
 
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
 static void bench_prep(const char *what, const char *in, const char *out, uint64_t min_count, uint64_t max_ind) {
     prep_opts o;
     prep_opts_default(&o);
@@ -116,13 +125,16 @@ static void bench_prep(const char *what, const char *in, const char *out, uint64
     o.max_ind_range = max_ind;
     o.split = PREP_SPLIT_KAGGLE;
     prep_stats st;
+    double cpu0 = cpu_seconds();
     int rc = prep_run(&o, &st);
+    double cpu = cpu_seconds() - cpu0;
     if (rc) {
         fprintf(stderr, "prep failed: %s\n", bp_errmsg(rc));
         exit(1);
     }
-    printf("%-34s %8.1f MB/s %10.0f rows/s   %.2f s", what, (double)st.bytes_text / 1e6 / st.seconds,
-           (double)st.rows / st.seconds, st.seconds);
+    printf("%-34s %8.1f MB/s %10.0f rows/s   %.2f s wall, %.2f s cpu (%.0f MB/s per cpu-second)", what,
+           (double)st.bytes_text / 1e6 / st.seconds, (double)st.rows / st.seconds, st.seconds, cpu,
+           (double)st.bytes_text / 1e6 / cpu);
     if (st.bytes_file != st.bytes_text) printf(", %.1f MB/s of gzip", (double)st.bytes_file / 1e6 / st.seconds);
     if (!max_ind) {
         char b[32];

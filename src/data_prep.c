@@ -195,6 +195,11 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
             break;
         }
         nlines++;
+        if (k == LINES_LONG && need_header) {
+            rc = bp_fail(BP_EFORMAT, "%s:%llu: header line longer than %u bytes; expected the Avazu header",
+                         r.path, (unsigned long long)r.line_no, LINES_MAX);
+            break;
+        }
         if (k == LINES_LONG) {
             lines_bad_set(&bad, LINES_BAD_LONG, "line longer than %u bytes, expected text lines of at most that "
                           "(is this a %s file?)", LINES_MAX, o->format == PREP_AVAZU ? "Avazu CSV" : "Criteo TSV");
@@ -292,6 +297,10 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
         c.total_bytes += size;
     }
     if ((rc = prep_check_out(o->out)) != 0) return rc;
+    struct stat so, si;
+    for (int i = 0; i < o->n_inputs && stat(o->out, &so) == 0; i++)
+        if (stat(o->inputs[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+            return bp_fail(BP_EUSAGE, "%s: the output is also an input; choose another --out", o->out);
 
     bp_ds_info tmpl;
     memset(&tmpl, 0, sizeof tmpl);

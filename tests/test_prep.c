@@ -780,6 +780,10 @@ TEST(prep_bad_inputs_and_outputs) {
     ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s/o.bin %s", test_bin(), good, good), 1);
     ASSERT_STR_CONTAINS(msg, "is not a directory");
     free(msg);
+    // Output over an input.
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), good, good), 2);
+    ASSERT_STR_CONTAINS(msg, "the output is also an input");
+    free(msg);
     // Output is a directory.
     ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), dir, good), 1);
     ASSERT_STR_CONTAINS(msg, "is a directory");
