@@ -9,11 +9,13 @@
 // Keys are 64-bit values.  A narrow vocabulary (Criteo hex values) stores uint32 keys and holds
 // the one key above 32 bits that Criteo needs, VOCAB_KEY_EXTRA = 2^32 (the "missing" value),
 // in a counter beside the table; a wide one (Avazu string hashes) stores uint64 keys.  Open
-// addressing, linear probing, one slot = key + uint32 count/id (0 marks an empty slot): 8 bytes
-// narrow, 12 wide.  The table doubles when 3/4 full, so its load stays in (3/8, 3/4] and a
-// distinct value costs 10.7-21.3 bytes (narrow) or 16-32 bytes (wide); ranking needs 4 more
-// bytes per kept value for a while.  Counts saturate at 2^32 - 1, which keeps the ranking exact
-// for fewer than 2 * (2^32 - 1) rows (two values cannot both reach the cap).
+// addressing with linear probing; a slot holds the key and a uint32 count/id (0 marks an empty
+// slot) side by side, so a probe touches one cache line: 8 bytes narrow, 16 bytes wide.  The
+// table doubles when 3/4 full, so its load stays in (3/8, 3/4] and a distinct value costs
+// 10.7-21.3 bytes (narrow) or 21.3-42.7 bytes (wide); ranking needs 16 (narrow) or 32 (wide)
+// more bytes per kept value of the table being ranked, for a while.  Counts saturate at
+// 2^32 - 1, which keeps the ranking exact for fewer than 2 * (2^32 - 1) rows (two values cannot
+// both reach the cap).
 #ifndef BP_DATA_VOCAB_H
 #define BP_DATA_VOCAB_H
 
@@ -23,12 +25,18 @@
 #define VOCAB_KEY_EXTRA ((uint64_t)1 << 32)
 
 typedef struct {
+    uint64_t key;
+    uint32_t val;
+    uint32_t pad;
+} vocab_wslot;
+
+typedef struct {
     int wide;
     uint32_t bits;         // log2 of the slot count
     uint64_t n;            // distinct keys in the slots
-    uint32_t *k32;         // (1 << bits) narrow keys, or NULL
-    uint64_t *k64;         // (1 << bits) wide keys, or NULL
-    uint32_t *val;         // (1 << bits) count, 0 = empty; after vocab_rank: id + 1
+    uint64_t *s32;         // (1 << bits) narrow slots: key | val << 32, or NULL
+    vocab_wslot *s64;      // (1 << bits) wide slots, or NULL
+                           // val: count, 0 = empty; after vocab_rank: id + 1
     uint64_t extra_count;  // narrow: occurrences of VOCAB_KEY_EXTRA
     uint32_t extra_id;     // its id after vocab_rank, or UINT32_MAX if never seen
     uint32_t min_count;    // K of vocab_rank
