@@ -299,20 +299,23 @@ TEST(prep_vocab_grows_and_ranks_like_a_sort) {
     for (int wide = 0; wide <= 1; wide++) {
         vocab v;
         vocab_init(&v, wide);
-        const int n = 60000;
+        const int n = 100000;
         uint64_t *keys = bp_xmalloc(n * sizeof *keys);
         uint32_t *ids = bp_xmalloc(n * sizeof *ids);
         bp_rng rng;
         bp_rng_seed(&rng, 7, (uint64_t)wide);
         for (int i = 0; i < n; i++) {
-            uint64_t k = bp_rng_below(&rng, 5000) * 2654435761u % 4294967291u; // ~5000 distinct
-            keys[i] = wide ? bp_mix64(k) : (i % 97 == 0 ? VOCAB_KEY_EXTRA : k);
+            uint64_t k = (uint64_t)bp_rng_below(&rng, 8000) * 2654435761u % 4294967291u; // ~8000 distinct
+            // The extra key about as often as the others: it ranks somewhere in the middle.
+            keys[i] = wide ? bp_mix64(k) : (i % 8000 == 0 ? VOCAB_KEY_EXTRA : k);
         }
         vocab_count(&v, keys, 1, n);
         uint64_t distinct = vocab_distinct(&v);
-        ASSERT_TRUE(distinct > 4000 && distinct <= 5001);
+        ASSERT_TRUE(distinct > 7900 && distinct <= 8001);
         ASSERT_TRUE(v.bits > 10); // grew
         vocab_rank(&v, 5);
+        ASSERT_TRUE(v.kept > 4096); // the radix sort, not the small-array qsort
+        if (!wide) ASSERT_TRUE(v.extra_id > 0 && v.extra_id < v.kept - 1);
         ASSERT_EQ(vocab_map(&v, keys, 1, n, ids, 1), n);
         // Check the order: an id is smaller exactly when (count desc, key asc) says so.
         uint32_t *cnt = bp_xcalloc(v.card, sizeof *cnt);
