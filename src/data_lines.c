@@ -64,6 +64,10 @@ static int lines_open_fd(const char *path, int need_regular, int *fd_out, struct
 
 int lines_check(const char *path, int need_regular, uint64_t *size) {
     struct stat st;
+    if (!need_regular && stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        *size = 0; // a pipe or device: opening it now could block or lose data; lines_open checks it
+        return 0;
+    }
     int fd;
     int rc = lines_open_fd(path, need_regular, &fd, &st);
     if (rc) return rc;

@@ -166,7 +166,8 @@ static int prep_flush(prep_ctx *c) {
             const uint64_t M = UINT64_MAX / N + 1;
             for (size_t i = 0; i < total; i++) {
                 uint64_t k = c->keys[i];
-                c->ids[i] = k <= UINT32_MAX ? (uint32_t)(((unsigned __int128)(M * k) * N) >> 64) : (uint32_t)(k % N);
+                c->ids[i] = k <= UINT32_MAX ? (uint32_t)(((unsigned __int128)(M * k) * N) >> 64)
+                                            : (uint32_t)(k % N);
             }
         } else {
             for (size_t i = 0; i < total; i++) c->ids[i] = (uint32_t)(c->keys[i] % N);
