@@ -1,7 +1,456 @@
-// Placeholder until the module lands.
+// prep: raw Criteo / Avazu logs -> binary dataset.  See data_prep.h and docs/data.md.
+#include "data_prep.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
 #include "cmds.h"
 #include "common.h"
+#include "data_avazu.h"
+#include "data_criteo.h"
+#include "data_vocab.h"
+#include "progress.h"
+
+enum { PASS_COUNT, PASS_WRITE };
+
+typedef struct {
+    const prep_opts *o;
+    prep_stats st;
+    uint32_t F, Nd;
+    vocab *voc;            // (F) frequency mapping; NULL when hashing
+    uint8_t *label;        // (PREP_CHUNK)
+    float *dense;          // (PREP_CHUNK, Nd)
+    uint64_t *keys;        // (PREP_CHUNK, F) values before id mapping
+    uint32_t *ids;         // (PREP_CHUNK, F)
+    size_t n;              // rows in the current chunk
+    int pass;
+    int count_bad;         // this pass records bad lines (the first pass does)
+    int shown_bad;         // bad lines already shown with --skip-bad
+    uint64_t rows;         // rows parsed in this pass
+    uint64_t *file_rows;   // (n_inputs) rows per input in this pass
+    int files_read;        // inputs reached in this pass (--max-rows may stop early)
+    uint64_t total_bytes;  // size of all inputs on disk (progress)
+    uint64_t bytes_before; // file bytes of the inputs finished in this pass
+    bp_progress prog;
+    avazu_header hdr;
+    bp_ds_writer *w;
+} prep_ctx;
+
+void prep_opts_default(prep_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->format = PREP_CRITEO;
+    o->min_count = 1;
+    o->split = PREP_SPLIT_NONE;
+}
+
+int prep_split_parse(prep_opts *o, const char *s) {
+    if (!strcmp(s, "none")) o->split = PREP_SPLIT_NONE;
+    else if (!strcmp(s, "kaggle")) o->split = PREP_SPLIT_KAGGLE;
+    else if (!strcmp(s, "days")) o->split = PREP_SPLIT_DAYS;
+    else if (!strncmp(s, "ratio:", 6)) {
+        const char *p = s + 6;
+        double sum = 0;
+        for (int i = 0; i < 3; i++) {
+            char *end;
+            errno = 0;
+            double x = strtod(p, &end);
+            if (end == p || errno || !(x >= 0 && x <= 1) || *end != (i < 2 ? ',' : '\0'))
+                return bp_fail(BP_EUSAGE, "--split: '%s' is not ratio:A,B,C with three fractions in [0, 1] "
+                               "(e.g. ratio:0.8,0.1,0.1)", s);
+            o->ratio[i] = x;
+            sum += x;
+            p = end + 1;
+        }
+        if (sum < 1 - 1e-6 || sum > 1 + 1e-6)
+            return bp_fail(BP_EUSAGE, "--split: the fractions of '%s' add up to %g, expected 1", s, sum);
+        o->split = PREP_SPLIT_RATIO;
+    } else {
+        return bp_fail(BP_EUSAGE, "--split: expected none, kaggle, days or ratio:A,B,C, got '%s'", s);
+    }
+    return 0;
+}
+
+static uint64_t frac_rows(double f, uint64_t rows) {
+    double x = f * (double)rows + 1e-6; // absorbs the rounding of f (0.29 * 100 = 28.999...)
+    return x >= (double)rows ? rows : (uint64_t)x;
+}
+
+void prep_split_sizes(const prep_opts *o, uint64_t rows, const uint64_t *rows_per_file, int n_files,
+                      uint64_t split[3]) {
+    split[0] = rows, split[1] = split[2] = 0;
+    uint64_t last = 0; // rows of the part halved into val / test
+    switch (o->split) {
+    case PREP_SPLIT_NONE: return;
+    case PREP_SPLIT_RATIO:
+        split[0] = frac_rows(o->ratio[0], rows);
+        split[1] = BP_MIN(frac_rows(o->ratio[1], rows), rows - split[0]);
+        split[2] = rows - split[0] - split[1];
+        return;
+    case PREP_SPLIT_KAGGLE: {
+        // 7 days of equal row counts; the first rows % 7 days get one extra row.
+        uint64_t base = rows / 7, extra = rows % 7;
+        last = rows - (6 * base + BP_MIN(extra, 6));
+        break;
+    }
+    case PREP_SPLIT_DAYS:
+        last = n_files > 0 ? rows_per_file[n_files - 1] : 0;
+        break;
+    }
+    BP_ASSERT(last <= rows);
+    split[0] = rows - last;
+    split[1] = (last + 1) / 2;
+    split[2] = last / 2;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// Checks that the output's directory exists and is writable, for a clear message up front.
+static int prep_check_out(const char *out) {
+    char *copy = bp_xstrdup(out);
+    const char *dir = dirname(copy);
+    struct stat st;
+    int rc = 0;
+    if (stat(dir, &st) != 0)
+        rc = bp_fail(BP_EIO, "%s: cannot write the output: directory '%s' %s", out, dir,
+                     errno == ENOENT ? "does not exist" : strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        rc = bp_fail(BP_EIO, "%s: cannot write the output: '%s' is not a directory", out, dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        rc = bp_fail(BP_EIO, "%s: cannot write the output: directory '%s' is not writable (%s)", out, dir,
+                     strerror(errno));
+    free(copy);
+    return rc;
+}
+
+static int prep_bad_line(prep_ctx *c, const lines_reader *r, const lines_bad *bad) {
+    if (!c->o->skip_bad)
+        return bp_fail(BP_EFORMAT, "%s:%llu: %s (or --skip-bad to skip bad lines)", r->path,
+                       (unsigned long long)r->line_no, bad->msg);
+    if (c->count_bad) {
+        c->st.bad[bad->kind]++;
+        c->st.bad_total++;
+        if (c->shown_bad++ < 3)
+            bp_log(BP_LOG_WARN, "skipping %s:%llu: %s", r->path, (unsigned long long)r->line_no, bad->msg);
+    }
+    return 0;
+}
+
+// Hands the parsed chunk on: counts values (first pass of the frequency mapping) or maps them
+// to ids and appends the rows to the dataset.
+static int prep_flush(prep_ctx *c) {
+    size_t n = c->n;
+    const uint32_t F = c->F;
+    c->n = 0;
+    if (!n) return 0;
+    if (c->pass == PASS_COUNT) {
+        for (uint32_t f = 0; f < F; f++) vocab_count(&c->voc[f], c->keys + f, F, n);
+        return 0;
+    }
+    if (c->voc) {
+        for (uint32_t f = 0; f < F; f++)
+            if (vocab_map(&c->voc[f], c->keys + f, F, n, c->ids + f, F) < n)
+                return bp_fail(BP_EMISMATCH, "an input changed between the counting and the writing pass "
+                               "(table %u has a value the first pass never saw)", f);
+    } else {
+        const uint64_t N = c->o->max_ind_range;
+        size_t total = n * F;
+        if (N <= UINT32_MAX) {
+            // Keys below 2^32 (all Criteo values but the missing one) take Lemire's remainder
+            // by multiplication: k mod N = ((M k mod 2^64) N) >> 64 with M = ceil(2^64 / N).
+            const uint64_t M = UINT64_MAX / N + 1;
+            for (size_t i = 0; i < total; i++) {
+                uint64_t k = c->keys[i];
+                c->ids[i] = k <= UINT32_MAX ? (uint32_t)(((unsigned __int128)(M * k) * N) >> 64)
+                                            : (uint32_t)(k % N);
+            }
+        } else {
+            for (size_t i = 0; i < total; i++) c->ids[i] = (uint32_t)(c->keys[i] % N);
+        }
+    }
+    return bp_ds_writer_append(c->w, n, c->label, c->Nd ? c->dense : NULL, c->ids, NULL);
+}
+
+// Reads input fi to the end (or to --max-rows): sets *stop when the row limit is reached.
+static int prep_file(prep_ctx *c, int fi, int *stop) {
+    const prep_opts *o = c->o;
+    const uint32_t F = c->F, Nd = c->Nd;
+    lines_reader r;
+    int rc = lines_open(&r, o->inputs[fi], c->voc != NULL);
+    if (rc) return rc;
+    c->files_read = fi + 1;
+    int need_header = o->format == PREP_AVAZU;
+    lines_bad bad;
+    const char *s;
+    size_t len;
+    uint64_t nlines = 0;
+    for (;;) {
+        int k = lines_next(&r, &s, &len);
+        if (k <= 0) {
+            rc = k;
+            break;
+        }
+        nlines++;
+        if (k == LINES_LONG && need_header) {
+            rc = bp_fail(BP_EFORMAT, "%s:%llu: header line longer than %u bytes; expected the Avazu header",
+                         r.path, (unsigned long long)r.line_no, LINES_MAX);
+            break;
+        }
+        if (k == LINES_LONG) {
+            lines_bad_set(&bad, LINES_BAD_LONG, "line longer than %u bytes, expected text lines of at most that "
+                          "(is this a %s file?)", LINES_MAX, o->format == PREP_AVAZU ? "Avazu CSV" : "Criteo TSV");
+            if ((rc = prep_bad_line(c, &r, &bad)) != 0) break;
+            continue;
+        }
+        if (need_header) {
+            // The header names the columns of this file; a bad one is fatal even with --skip-bad.
+            if (avazu_header_parse(&c->hdr, s, len, &bad)) {
+                rc = bp_fail(BP_EFORMAT, "%s:%llu: %s", r.path, (unsigned long long)r.line_no, bad.msg);
+                break;
+            }
+            need_header = 0;
+            continue;
+        }
+        size_t i = c->n;
+        int is_bad = o->format == PREP_CRITEO
+                         ? criteo_parse(s, len, &c->label[i], &c->dense[i * Nd], &c->keys[i * F], &bad)
+                         : avazu_parse(&c->hdr, s, len, &c->label[i], &c->keys[i * F], &bad);
+        if (is_bad) {
+            if ((rc = prep_bad_line(c, &r, &bad)) != 0) break;
+            continue;
+        }
+        c->n++, c->rows++, c->file_rows[fi]++;
+        if (c->n == PREP_CHUNK) {
+            if ((rc = prep_flush(c)) != 0) break;
+            char note[48];
+            snprintf(note, sizeof note, "%llu rows", (unsigned long long)c->rows);
+            bp_progress_update(&c->prog, c->bytes_before + r.bytes_file, note);
+        }
+        if (o->max_rows && c->rows >= o->max_rows) {
+            *stop = 1;
+            break;
+        }
+    }
+    if (!rc && nlines == 0) rc = bp_fail(BP_EFORMAT, "%s: empty input file (no lines after decompression)", r.path);
+    c->st.bytes_file += r.bytes_file;
+    c->st.bytes_text += r.bytes_text;
+    c->st.lines += nlines;
+    c->bytes_before += r.bytes_file;
+    lines_close(&r);
+    return rc;
+}
+
+static int prep_pass(prep_ctx *c, int pass) {
+    const prep_opts *o = c->o;
+    c->pass = pass;
+    c->rows = 0, c->n = 0, c->bytes_before = 0;
+    c->st.bytes_file = c->st.bytes_text = c->st.lines = 0;
+    memset(c->file_rows, 0, (size_t)o->n_inputs * sizeof *c->file_rows);
+    if (o->progress)
+        bp_progress_init(&c->prog, pass == PASS_COUNT ? "prep: counting" : "prep", "bytes", c->total_bytes);
+    else
+        c->prog.enabled = 0;
+    int rc = 0, stop = 0;
+    for (int fi = 0; fi < o->n_inputs && !rc && !stop; fi++) rc = prep_file(c, fi, &stop);
+    if (!rc) rc = prep_flush(c);
+    bp_progress_finish(&c->prog);
+    return rc;
+}
+
+static void prep_source(const prep_opts *o, char *buf, size_t cap) {
+    size_t k = (size_t)snprintf(buf, cap, "prep %s", o->format == PREP_AVAZU ? "avazu" : "criteo");
+    for (int i = 0; i < o->n_inputs && k < cap; i++) {
+        const char *base = strrchr(o->inputs[i], '/');
+        k += (size_t)snprintf(buf + k, cap - k, " %s", base ? base + 1 : o->inputs[i]);
+    }
+}
+
+static int prep_check_opts(const prep_opts *o) {
+    if (o->n_inputs < 1) return bp_fail(BP_EUSAGE, "prep: no input files given");
+    if (!o->out || !*o->out) return bp_fail(BP_EUSAGE, "prep: no output file given (--out FILE)");
+    if (o->max_ind_range == 0 && o->min_count < 1) return bp_fail(BP_EUSAGE, "--min-count: expected at least 1");
+    if (o->max_ind_range > ((uint64_t)1 << 32))
+        return bp_fail(BP_EUSAGE, "--max-ind-range: %llu is over 2^32, the largest table a dataset can hold",
+                       (unsigned long long)o->max_ind_range);
+    if (o->split == PREP_SPLIT_DAYS && o->n_inputs < 2)
+        return bp_fail(BP_EUSAGE, "--split days: expected one input file per day (at least 2), got %d", o->n_inputs);
+    return 0;
+}
+
+int prep_run(const prep_opts *o, prep_stats *st_out) {
+    double t0 = bp_now();
+    int rc = prep_check_opts(o);
+    if (rc) return rc;
+    prep_ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.F = o->format == PREP_AVAZU ? AVAZU_F : CRITEO_F;
+    c.Nd = o->format == PREP_AVAZU ? 0 : CRITEO_ND;
+    // Every input must open before any work starts.
+    for (int i = 0; i < o->n_inputs; i++) {
+        uint64_t size;
+        if ((rc = lines_check(o->inputs[i], o->max_ind_range == 0, &size)) != 0) return rc;
+        c.total_bytes += size;
+    }
+    if ((rc = prep_check_out(o->out)) != 0) return rc;
+    struct stat so, si;
+    for (int i = 0; i < o->n_inputs && stat(o->out, &so) == 0; i++)
+        if (stat(o->inputs[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+            return bp_fail(BP_EUSAGE, "%s: the output is also an input; choose another --out", o->out);
+
+    bp_ds_info tmpl;
+    memset(&tmpl, 0, sizeof tmpl);
+    tmpl.n_dense = c.Nd, tmpl.n_sparse = c.F;
+    tmpl.transform = c.Nd ? BP_TRANSFORM_LOG1P : BP_TRANSFORM_NONE;
+    tmpl.kind = o->format == PREP_AVAZU ? BP_KIND_AVAZU : BP_KIND_CRITEO;
+    tmpl.idmap = o->max_ind_range ? BP_IDMAP_HASH : BP_IDMAP_FREQ;
+    tmpl.min_count = o->max_ind_range ? 0 : o->min_count;
+    tmpl.max_ind_range = o->max_ind_range;
+    if (o->source) snprintf(tmpl.source, sizeof tmpl.source, "%s", o->source);
+    else prep_source(o, tmpl.source, sizeof tmpl.source);
+    if ((rc = bp_ds_writer_open(&c.w, o->out, &tmpl)) != 0) return rc;
+
+    c.label = bp_xmalloc(PREP_CHUNK);
+    c.dense = bp_xmalloc((size_t)PREP_CHUNK * (c.Nd ? c.Nd : 1) * sizeof *c.dense);
+    c.keys = bp_xmalloc((size_t)PREP_CHUNK * c.F * sizeof *c.keys);
+    c.ids = bp_xmalloc((size_t)PREP_CHUNK * c.F * sizeof *c.ids);
+    c.file_rows = bp_xcalloc((size_t)o->n_inputs, sizeof *c.file_rows);
+    c.st.n_dense = c.Nd, c.st.n_sparse = c.F;
+    c.count_bad = 1;
+
+    if (!o->max_ind_range) {
+        // Avazu's hour and weekday features have small integer keys: narrow tables.
+        c.voc = bp_xcalloc(c.F, sizeof *c.voc);
+        for (uint32_t f = 0; f < c.F; f++) vocab_init(&c.voc[f], o->format == PREP_AVAZU && f >= 2);
+        rc = prep_pass(&c, PASS_COUNT);
+        c.st.seconds_count = bp_now() - t0;
+        for (uint32_t f = 0; f < c.F && !rc; f++) {
+            c.st.vocab_bytes += vocab_mem_bytes(&c.voc[f]);
+            c.st.distinct += vocab_distinct(&c.voc[f]);
+            vocab_rank(&c.voc[f], o->min_count);
+            c.st.card[f] = c.voc[f].card;
+        }
+        c.count_bad = 0;
+    } else {
+        for (uint32_t f = 0; f < c.F; f++) c.st.card[f] = o->max_ind_range;
+        if (o->format == PREP_AVAZU) {
+            c.st.card[0] = BP_MIN(o->max_ind_range, 24);
+            c.st.card[1] = BP_MIN(o->max_ind_range, 7);
+        }
+    }
+    if (!rc) rc = prep_pass(&c, PASS_WRITE);
+    if (!rc && c.rows == 0)
+        rc = bp_fail(BP_EFORMAT, "%s: no data rows in the input (%llu bad lines skipped)", o->inputs[0],
+                     (unsigned long long)c.st.bad_total);
+    if (!rc) {
+        c.st.rows = c.rows;
+        prep_split_sizes(o, c.rows, c.file_rows, c.files_read, c.st.split);
+        rc = bp_ds_writer_finish(c.w, c.st.card, c.st.split); // frees the writer
+        c.w = NULL;
+    }
+    bp_ds_writer_abort(c.w);
+    if (c.voc)
+        for (uint32_t f = 0; f < c.F; f++) vocab_free(&c.voc[f]);
+    free(c.voc);
+    free(c.label);
+    free(c.dense);
+    free(c.keys);
+    free(c.ids);
+    free(c.file_rows);
+    c.st.seconds = bp_now() - t0;
+    if (st_out) *st_out = c.st;
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CLI
+
+static void prep_print_summary(const prep_opts *o, const prep_stats *st) {
+    char a[32], b[32];
+    double mb = (double)st->bytes_text / 1e6, secs = st->seconds > 0 ? st->seconds : 1e-9;
+    printf("prep: %llu rows (train %llu, val %llu, test %llu) from %d input file%s\n", (unsigned long long)st->rows,
+           (unsigned long long)st->split[0], (unsigned long long)st->split[1], (unsigned long long)st->split[2],
+           o->n_inputs, o->n_inputs == 1 ? "" : "s");
+    printf("input: %s text", bp_fmt_bytes(a, sizeof a, (double)st->bytes_text));
+    if (st->bytes_file != st->bytes_text) printf(" (%s compressed)", bp_fmt_bytes(b, sizeof b, (double)st->bytes_file));
+    printf(" in %.2f s: %.1f MB/s, %.0f rows/s", st->seconds, mb / secs, (double)st->rows / secs);
+    if (!o->max_ind_range) printf(" (two passes; counting took %.2f s)", st->seconds_count);
+    printf("\n");
+    uint64_t total = 0;
+    for (uint32_t f = 0; f < st->n_sparse; f++) total += st->card[f];
+    if (o->max_ind_range)
+        printf("ids: hashed, value mod %llu; %u tables, %llu rows in all:", (unsigned long long)o->max_ind_range,
+               st->n_sparse, (unsigned long long)total);
+    else
+        printf("ids: by frequency, min count %u; %u tables, %llu rows in all (%llu distinct values, %s of "
+               "vocabulary):", o->min_count, st->n_sparse, (unsigned long long)total,
+               (unsigned long long)st->distinct, bp_fmt_bytes(a, sizeof a, (double)st->vocab_bytes));
+    for (uint32_t f = 0; f < st->n_sparse; f++) printf("%s%llu", f ? "," : " ", (unsigned long long)st->card[f]);
+    printf("\n");
+    if (st->bad_total) {
+        printf("bad lines skipped: %llu (", (unsigned long long)st->bad_total);
+        int first = 1;
+        for (int k = 0; k < LINES_BAD_N; k++)
+            if (st->bad[k]) {
+                printf("%s%s %llu", first ? "" : ", ", lines_bad_name((lines_bad_kind)k), (unsigned long long)st->bad[k]);
+                first = 0;
+            }
+        printf(")\n");
+    }
+    printf("wrote %s\n", o->out);
+}
+
 int cmd_prep(int argc, char **argv) {
-    (void)argc, (void)argv;
-    return cmd_exit(bp_fail(BP_EUSAGE, "'prep' is not available in this build yet"));
+    int format = 0, skip_bad = 0, quiet = 0;
+    const char *out = NULL, *split = NULL;
+    int64_t min_count = 1, max_ind_range = 0, max_rows = 0;
+    const cli_opt opts[] = {
+        CLI_CHOICE("format", 'f', &format, 0, "criteo|avazu",
+                   "input format: Criteo TSV (Kaggle or Terabyte days) or Avazu CSV with its header"),
+        CLI_STR("out", 'o', &out, NULL, "output dataset file (required; written atomically)"),
+        CLI_I64("min-count", 0, &min_count, 1, 1, UINT32_MAX,
+                "frequency ids (two passes): most frequent value = id 0; values seen fewer than K times "
+                "share the last id"),
+        CLI_I64("max-ind-range", 0, &max_ind_range, 0, 0, (int64_t)1 << 32,
+                "hashed ids instead (one pass): id = value mod N, 0 = off"),
+        CLI_STR("split", 0, &split, "none",
+                "none | kaggle (7 equal days: 0-5 train, 6 halved val/test) | days (one file per day, last "
+                "halved) | ratio:A,B,C"),
+        CLI_FLAG("skip-bad", 0, &skip_bad, "skip malformed lines (counted per kind) instead of failing"),
+        CLI_I64("max-rows", 0, &max_rows, 0, 0, INT64_MAX, "stop after N rows (0 = all)"),
+        CLI_FLAG("quiet", 'q', &quiet, "no progress line and no summary"),
+        CLI_END,
+    };
+    char **pos = NULL;
+    int npos = 0;
+    int rc = cli_parse("bagpipe prep", "[options] -o OUT INPUT...  (inputs in order: plain or gzip)", opts, argc,
+                       argv, &pos, &npos);
+    if (rc == 1) return 0;
+    if (rc) return cmd_exit(rc);
+    prep_opts o;
+    prep_opts_default(&o);
+    o.format = format == 1 ? PREP_AVAZU : PREP_CRITEO;
+    o.inputs = (const char *const *)pos;
+    o.n_inputs = npos;
+    o.out = out;
+    o.min_count = (uint32_t)min_count;
+    o.max_ind_range = (uint64_t)max_ind_range;
+    o.skip_bad = skip_bad;
+    o.max_rows = (uint64_t)max_rows;
+    o.progress = !quiet;
+    if (max_ind_range && min_count != 1)
+        rc = bp_fail(BP_EUSAGE, "--min-count and --max-ind-range choose two different id mappings; give one");
+    if (!rc) rc = prep_split_parse(&o, split);
+    if (!rc && !out) rc = bp_fail(BP_EUSAGE, "prep: --out FILE is required (see 'bagpipe prep --help')");
+    if (!rc && npos < 1) rc = bp_fail(BP_EUSAGE, "prep: no input files given (see 'bagpipe prep --help')");
+    prep_stats st;
+    if (!rc) rc = prep_run(&o, &st);
+    if (!rc && !quiet) prep_print_summary(&o, &st);
+    free(pos);
+    return cmd_exit(rc);
 }

@@ -1,7 +1,501 @@
-// Placeholder until the module lands.
+// `bagpipe synth`: runs the generator (data_synth_gen.c) over worker threads and writes the
+// binary dataset, Criteo TSV or Avazu CSV, in row order and atomically.
+#include "data_synth.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
 #include "cmds.h"
-#include "common.h"
+#include "progress.h"
+
+#define BLOCK_CHUNKS 8 // chunks per unit of work handed to a thread (32768 rows)
+
+// ---------------------------------------------------------------------------------------------
+// Avazu CSV columns
+
+typedef enum { AV_HEX, AV_LIST, AV_OFFSET, AV_C20 } av_kind;
+typedef struct {
+    const char *name;
+    av_kind kind;
+    int base;         // AV_OFFSET: value = base + id
+    const int *list;  // AV_LIST: value = list[id]
+} av_column;
+
+static const int av_c1[] = {1001, 1002, 1005, 1007, 1008, 1010, 1012};
+static const int av_banner[] = {0, 1, 2, 3, 4, 5, 7};
+static const int av_devtype[] = {0, 1, 2, 4, 5};
+static const int av_conn[] = {0, 2, 3, 5};
+static const int av_c15[] = {120, 216, 300, 320, 480, 728, 768, 1024};
+static const int av_c16[] = {20, 36, 50, 90, 250, 320, 480, 768, 1024};
+static const int av_c18[] = {0, 1, 2, 3};
+
+// In table order 2..22; value ranges follow the real columns (C14 375.., C17 112.., C19 33..,
+// C20 -1 or 100000.., C21 1..).
+static const av_column av_cols[21] = {
+    {"C1", AV_LIST, 0, av_c1},           {"banner_pos", AV_LIST, 0, av_banner},
+    {"site_id", AV_HEX, 0, NULL},        {"site_domain", AV_HEX, 0, NULL},
+    {"site_category", AV_HEX, 0, NULL},  {"app_id", AV_HEX, 0, NULL},
+    {"app_domain", AV_HEX, 0, NULL},     {"app_category", AV_HEX, 0, NULL},
+    {"device_id", AV_HEX, 0, NULL},      {"device_ip", AV_HEX, 0, NULL},
+    {"device_model", AV_HEX, 0, NULL},   {"device_type", AV_LIST, 0, av_devtype},
+    {"device_conn_type", AV_LIST, 0, av_conn}, {"C14", AV_OFFSET, 375, NULL},
+    {"C15", AV_LIST, 0, av_c15},         {"C16", AV_LIST, 0, av_c16},
+    {"C17", AV_OFFSET, 112, NULL},       {"C18", AV_LIST, 0, av_c18},
+    {"C19", AV_OFFSET, 33, NULL},        {"C20", AV_C20, 0, NULL},
+    {"C21", AV_OFFSET, 1, NULL},
+};
+
+static const char hexdig[] = "0123456789abcdef";
+
+static inline char *put_hex8(char *p, uint32_t v) {
+    for (int i = 7; i >= 0; i--) p[i] = hexdig[v & 15], v >>= 4;
+    return p + 8;
+}
+
+static inline char *put_u64(char *p, uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do tmp[n++] = (char)('0' + v % 10), v /= 10;
+    while (v);
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
+static inline char *put_i64(char *p, int64_t v) {
+    if (v < 0) *p++ = '-', v = -v;
+    return put_u64(p, (uint64_t)v);
+}
+
+const char *synth_avazu_column(uint32_t f) {
+    BP_ASSERT(f >= 2 && f < 23);
+    return av_cols[f - 2].name;
+}
+
+int synth_avazu_format(uint32_t f, uint32_t id, char *buf) {
+    BP_ASSERT(f >= 2 && f < 23);
+    const av_column *c = &av_cols[f - 2];
+    char *p = buf;
+    switch (c->kind) {
+    case AV_HEX: p = put_hex8(p, synth_cat_hash32(f, id)); break;
+    case AV_LIST: p = put_i64(p, c->list[id]); break;
+    case AV_OFFSET: p = put_i64(p, (int64_t)c->base + id); break;
+    case AV_C20: p = put_i64(p, id == 0 ? -1 : 100000 + (int64_t)id - 1); break;
+    }
+    return (int)(p - buf);
+}
+
+int synth_avazu_parse(uint32_t f, const char *s, size_t len, uint32_t *id) {
+    if (f < 2 || f >= 23 || len == 0 || len > 15) return BP_EFORMAT;
+    const av_column *c = &av_cols[f - 2];
+    char buf[16];
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    char *end;
+    if (c->kind == AV_HEX) {
+        if (len != 8) return BP_EFORMAT;
+        unsigned long v = strtoul(buf, &end, 16);
+        if (*end) return BP_EFORMAT;
+        *id = synth_cat_unhash32(f, (uint32_t)v);
+        return 0;
+    }
+    long v = strtol(buf, &end, 10);
+    if (*end) return BP_EFORMAT;
+    uint32_t F;
+    const uint64_t card = synth_preset_card(SYNTH_PRESET_AVAZU, &F)[f];
+    if (c->kind == AV_LIST) {
+        for (uint32_t i = 0; i < card; i++)
+            if (c->list[i] == v) return *id = i, 0;
+        return BP_EFORMAT;
+    }
+    if (c->kind == AV_OFFSET) v -= c->base;
+    else v = v == -1 ? 0 : v < 100000 ? -1 : v - 100000 + 1;
+    if (v < 0 || (uint64_t)v >= card) return BP_EFORMAT;
+    *id = (uint32_t)v;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text rows
+
+static size_t text_row_max(const synth_opts *o) {
+    if (o->format == SYNTH_FMT_CSV) return 21 + 2 + 9 + (size_t)o->n_tables * 12 + 1;
+    return 2 + (size_t)o->n_dense * 11 + (size_t)o->n_tables * 9 + 1;
+}
+
+// Criteo: label, then Nd counts (empty when missing), then F categorical values as 8 hex digits,
+// tab-separated.
+static char *format_tsv(char *p, const synth_rows *r, uint32_t Nd, uint32_t F) {
+    for (uint32_t i = 0; i < r->n; i++) {
+        *p++ = (char)('0' + r->label[i]);
+        const uint32_t *d = r->dense_raw + (size_t)i * Nd;
+        for (uint32_t j = 0; j < Nd; j++) {
+            *p++ = '\t';
+            if (d[j] != SYNTH_DENSE_MISSING) p = put_u64(p, d[j]);
+        }
+        const uint32_t *s = r->sparse + (size_t)i * F;
+        for (uint32_t f = 0; f < F; f++) {
+            *p++ = '\t';
+            p = put_hex8(p, synth_cat_hash32(f, s[f]));
+        }
+        *p++ = '\n';
+    }
+    return p;
+}
+
+static const char avazu_header[] =
+    "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,"
+    "device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21\n";
+
+// Avazu: id, click, hour as YYMMDDHH (rows cover 2014-10-21 00h to 2014-10-30 23h in order), then
+// the 21 categorical columns.
+static char *format_csv(char *p, const synth_rows *r, uint64_t row0, const synth_opts *o) {
+    const uint32_t F = o->n_tables;
+    for (uint32_t i = 0; i < r->n; i++) {
+        uint64_t row = row0 + i, hour = row * 240 / o->rows;
+        p = put_u64(p, bp_hash2(o->seed ^ 0xa7a2d1dull, row));
+        *p++ = ',';
+        *p++ = (char)('0' + r->label[i]);
+        *p++ = ',';
+        p = put_u64(p, 14102100 + (hour / 24) * 100 + hour % 24);
+        const uint32_t *s = r->sparse + (size_t)i * F;
+        for (uint32_t f = 2; f < F; f++) {
+            *p++ = ',';
+            p += synth_avazu_format(f, s[f], p);
+        }
+        *p++ = '\n';
+    }
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The job: worker threads fill blocks of rows in any order; the calling thread hands them to the
+// writer in row order.
+
+typedef struct {
+    uint64_t expect; // the block this slot holds next
+    int ready;       // it holds block `expect`
+    uint32_t rows;
+    uint8_t *label;      // (R)
+    uint32_t *dense_raw; // (R, Nd)
+    float *dense;        // (R, Nd)
+    uint32_t *sparse;    // (R, F)
+    float *prob;         // (R)
+    float *pair_fac;     // generator scratch, see synth_rows
+    char *text;          // (R * text_row_max) for text formats
+    size_t text_len;
+    double sum_label, sum_prob;
+} run_slot;
+
+typedef struct {
+    const synth_model *m;
+    const synth_opts *o;
+    uint64_t nchunks, nblocks, next_block;
+    int nslots, stop;
+    run_slot *slots;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} run_state;
+
+static void fill_block(run_state *st, run_slot *sl, uint64_t b) {
+    const uint32_t Nd = st->o->n_dense, F = st->o->n_tables;
+    uint64_t c0 = b * BLOCK_CHUNKS, c1 = BP_MIN(c0 + BLOCK_CHUNKS, st->nchunks);
+    uint32_t off = 0;
+    char *p = sl->text;
+    sl->sum_label = sl->sum_prob = 0;
+    for (uint64_t c = c0; c < c1; c++) {
+        synth_rows v = {0, sl->label + off, sl->dense_raw + (size_t)off * Nd, sl->dense + (size_t)off * Nd,
+                        sl->sparse + (size_t)off * F, sl->prob + off, sl->pair_fac};
+        synth_model_gen_chunk(st->m, c, &v);
+        for (uint32_t i = 0; i < v.n; i++) sl->sum_label += v.label[i], sl->sum_prob += v.prob[i];
+        if (st->o->format == SYNTH_FMT_TSV) p = format_tsv(p, &v, Nd, F);
+        else if (st->o->format == SYNTH_FMT_CSV) p = format_csv(p, &v, c * SYNTH_CHUNK_ROWS, st->o);
+        off += v.n;
+    }
+    sl->rows = off;
+    sl->text_len = (size_t)(p - sl->text);
+}
+
+static void *run_worker(void *arg) {
+    run_state *st = arg;
+    pthread_mutex_lock(&st->mu);
+    while (!st->stop && st->next_block < st->nblocks) {
+        uint64_t b = st->next_block++;
+        run_slot *sl = &st->slots[b % (uint64_t)st->nslots];
+        while (!st->stop && sl->expect != b) pthread_cond_wait(&st->cv, &st->mu);
+        if (st->stop) break;
+        pthread_mutex_unlock(&st->mu);
+        fill_block(st, sl, b);
+        pthread_mutex_lock(&st->mu);
+        sl->ready = 1;
+        pthread_cond_broadcast(&st->cv);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+static void source_text(const synth_opts *o, const synth_model *m, char *buf, size_t cap) {
+    static const char *names[] = {"custom", "criteo-kaggle", "avazu"};
+    snprintf(buf, cap, "bagpipe synth --preset %s --rows %llu --seed %llu --skew %.6g --drift %g --ctr %g --pairs %d",
+             names[o->preset], (unsigned long long)o->rows, (unsigned long long)o->seed, synth_model_skew(m), o->drift,
+             o->ctr, o->n_pairs);
+}
+
+int synth_run(const synth_opts *opts, synth_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    synth_opts o = *opts;
+    int rc = synth_opts_check(&o);
+    if (rc) return rc;
+    if (!o.out || !*o.out) return bp_fail(BP_EUSAGE, "synth: an output file is required (-o FILE)");
+    const double t0 = bp_now();
+    synth_model *m;
+    rc = synth_model_init(&m, &o);
+    if (rc) return rc;
+    const uint32_t Nd = o.n_dense, F = o.n_tables;
+    synth_split_sizes(&o, rep->split);
+
+    bp_ds_writer *w = NULL;
+    bp_afile af = {.fd = -1};
+    if (o.format == SYNTH_FMT_BIN) {
+        bp_ds_info t;
+        memset(&t, 0, sizeof t);
+        t.n_dense = Nd, t.n_sparse = F, t.transform = BP_TRANSFORM_LOG1P, t.flags = BP_DS_HAS_PROB;
+        t.kind = BP_KIND_SYNTH, t.idmap = BP_IDMAP_RAW, t.seed = o.seed;
+        source_text(&o, m, t.source, sizeof t.source);
+        rc = bp_ds_writer_open(&w, o.out, &t);
+    } else {
+        rc = bp_afile_open(&af, o.out);
+        if (!rc && o.format == SYNTH_FMT_CSV) rc = bp_afile_write(&af, avazu_header, sizeof avazu_header - 1);
+    }
+    if (rc) {
+        synth_model_free(m);
+        return rc;
+    }
+
+    run_state st;
+    memset(&st, 0, sizeof st);
+    st.m = m, st.o = &o;
+    st.nchunks = (o.rows + SYNTH_CHUNK_ROWS - 1) / SYNTH_CHUNK_ROWS;
+    st.nblocks = (st.nchunks + BLOCK_CHUNKS - 1) / BLOCK_CHUNKS;
+    st.nslots = BP_MIN(2 * o.threads, 2 * o.threads > 8 ? o.threads + 4 : 2 * o.threads);
+    st.slots = bp_xcalloc((size_t)st.nslots, sizeof *st.slots);
+    const size_t R = (size_t)BLOCK_CHUNKS * SYNTH_CHUNK_ROWS, Nd1 = Nd ? Nd : 1;
+    for (int k = 0; k < st.nslots; k++) {
+        run_slot *sl = &st.slots[k];
+        sl->expect = (uint64_t)k;
+        sl->label = bp_xmalloc(R);
+        sl->dense_raw = bp_xmalloc(R * Nd1 * sizeof *sl->dense_raw);
+        sl->dense = bp_xmalloc(R * Nd1 * sizeof *sl->dense);
+        sl->sparse = bp_xmalloc(R * F * sizeof *sl->sparse);
+        sl->prob = bp_xmalloc(R * sizeof *sl->prob);
+        sl->pair_fac = bp_xmalloc(2 * SYNTH_MAX_PAIRS * SYNTH_CHUNK_ROWS * sizeof *sl->pair_fac);
+        sl->text = o.format == SYNTH_FMT_BIN ? NULL : bp_xmalloc(R * text_row_max(&o));
+    }
+    pthread_mutex_init(&st.mu, NULL);
+    pthread_cond_init(&st.cv, NULL);
+    pthread_t *th = bp_xcalloc((size_t)o.threads, sizeof *th);
+    int started = 0;
+    for (int k = 0; k < o.threads; k++, started++)
+        if (pthread_create(&th[k], NULL, run_worker, &st) != 0) break;
+    if (started == 0) rc = bp_fail(BP_ENOMEM, "synth: cannot start a worker thread");
+
+    bp_progress pg;
+    bp_progress_init(&pg, "synth", "rows", o.rows);
+    if (!o.progress) pg.enabled = 0;
+    uint64_t done = 0;
+    for (uint64_t b = 0; b < st.nblocks && !rc; b++) {
+        run_slot *sl = &st.slots[b % (uint64_t)st.nslots];
+        pthread_mutex_lock(&st.mu);
+        while (!(sl->ready && sl->expect == b)) pthread_cond_wait(&st.cv, &st.mu);
+        pthread_mutex_unlock(&st.mu);
+        if (o.format == SYNTH_FMT_BIN) rc = bp_ds_writer_append(w, sl->rows, sl->label, sl->dense, sl->sparse, sl->prob);
+        else rc = bp_afile_write(&af, sl->text, sl->text_len);
+        rep->mean_label += sl->sum_label, rep->mean_prob += sl->sum_prob;
+        done += sl->rows;
+        pthread_mutex_lock(&st.mu);
+        sl->ready = 0;
+        sl->expect = b + (uint64_t)st.nslots;
+        if (rc) st.stop = 1;
+        pthread_cond_broadcast(&st.cv);
+        pthread_mutex_unlock(&st.mu);
+        bp_progress_update(&pg, done, NULL);
+    }
+    if (rc) {
+        pthread_mutex_lock(&st.mu);
+        st.stop = 1;
+        pthread_cond_broadcast(&st.cv);
+        pthread_mutex_unlock(&st.mu);
+    }
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    rep->gen_seconds = bp_now() - t0;
+    if (!rc) {
+        if (o.format == SYNTH_FMT_BIN) {
+            rc = bp_ds_writer_finish(w, o.card, rep->split);
+            w = NULL;
+        } else {
+            rep->bytes = af.written;
+            rc = bp_afile_commit(&af);
+        }
+    }
+    if (rc) {
+        bp_ds_writer_abort(w);
+        if (o.format != SYNTH_FMT_BIN) bp_afile_abort(&af);
+    }
+    bp_progress_finish(&pg);
+
+    for (int k = 0; k < st.nslots; k++) {
+        run_slot *sl = &st.slots[k];
+        free(sl->label), free(sl->dense_raw), free(sl->dense), free(sl->sparse), free(sl->prob), free(sl->pair_fac), free(sl->text);
+    }
+    free(st.slots);
+    free(th);
+    pthread_mutex_destroy(&st.mu);
+    pthread_cond_destroy(&st.cv);
+    if (!rc) {
+        rep->rows = o.rows;
+        rep->mean_label /= (double)o.rows;
+        rep->mean_prob /= (double)o.rows;
+        rep->skew = synth_model_skew(m);
+        rep->bias = synth_model_bias(m);
+        if (o.format == SYNTH_FMT_BIN) {
+            bp_ds_info t = {0};
+            t.rows = o.rows, t.n_dense = Nd, t.n_sparse = F, t.flags = BP_DS_HAS_PROB;
+            bp_ds_layout(&t);
+            rep->bytes = t.file_size;
+        }
+    }
+    rep->seconds = bp_now() - t0;
+    synth_model_free(m);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+
+static int parse_split(const char *s, synth_opts *o) {
+    if (strcmp(s, "kaggle") == 0) return o->split = SYNTH_SPLIT_KAGGLE, 0;
+    if (strcmp(s, "none") == 0) return o->split = SYNTH_SPLIT_NONE, 0;
+    if (strncmp(s, "ratio:", 6) == 0) {
+        double r[3];
+        char *end;
+        const char *p = s + 6;
+        for (int i = 0; i < 3; i++) {
+            r[i] = strtod(p, &end);
+            if (end == p || (i < 2 && *end != ',') || (i == 2 && *end)) goto bad;
+            p = end + 1;
+        }
+        o->split = SYNTH_SPLIT_RATIO;
+        memcpy(o->ratio, r, sizeof r);
+        return 0;
+    }
+bad:
+    return bp_fail(BP_EUSAGE, "--split: expected ratio:TRAIN,VAL,TEST (e.g. ratio:0.8,0.1,0.1), kaggle or none, got '%s'", s);
+}
+
 int cmd_synth(int argc, char **argv) {
-    (void)argc, (void)argv;
-    return cmd_exit(bp_fail(BP_EUSAGE, "'synth' is not available in this build yet"));
+    const char *preset = NULL, *tables = NULL, *skew = NULL, *split = NULL, *out = NULL;
+    int64_t rows, seed;
+    int dense, pairs, threads, format;
+    double hot_share, drift, ctr;
+    const cli_opt opts[] = {
+        CLI_STR("preset", 'p', &preset, NULL, "criteo-kaggle, avazu or custom (default criteo-kaggle; custom with --tables)"),
+        CLI_STR("tables", 0, &tables, NULL, "custom: rows of each table, e.g. 1000,50,20000"),
+        CLI_INT("dense", 0, &dense, 13, 0, BP_DS_MAX_DENSE, "custom: number of dense features"),
+        CLI_I64("rows", 'n', &rows, 1000000, INT64_MIN, INT64_MAX, "samples to generate"),
+        CLI_I64("seed", 's', &seed, 1, 0, INT64_MAX, "random seed (same flags and seed: same bytes)"),
+        CLI_STR("skew", 0, &skew, "auto", "Zipf exponent of row popularity, or auto (calibrated to --hot-share)"),
+        CLI_DBL("hot-share", 0, &hot_share, 0.90, 0, 1, "auto skew: share of accesses taken by the top 1% of rows"),
+        CLI_DBL("drift", 0, &drift, 0, -1e9, 1e9, "popularity drift: fraction of each table's top 1% replaced per day"),
+        CLI_DBL("ctr", 0, &ctr, 0.256, 0, 1, "base click rate of the planted model"),
+        CLI_INT("pairs", 0, &pairs, 4, 0, SYNTH_MAX_PAIRS, "planted pairwise interactions between tables"),
+        CLI_STR("split", 0, &split, NULL, "ratio:TRAIN,VAL,TEST, kaggle or none (default kaggle for criteo-kaggle, "
+                                          "ratio:0.8,0.1,0.1 otherwise)"),
+        CLI_CHOICE("format", 'f', &format, 0, "bin|tsv|csv|raw", "output: binary dataset, Criteo TSV, Avazu CSV, "
+                                                                  "or the preset's raw text format"),
+        CLI_INT("threads", 't', &threads, 0, 0, 256, "generator threads (0: one per core)"),
+        CLI_STR("out", 'o', &out, NULL, "output file"),
+        CLI_END,
+    };
+    char **pos;
+    int npos;
+    int rc = cli_parse("bagpipe synth", "[options] -o FILE", opts, argc, argv, &pos, &npos);
+    if (rc == 1) return 0;
+    if (rc) return cmd_exit(rc);
+    if (npos) {
+        rc = bp_fail(BP_EUSAGE, "synth: unexpected argument '%s' (the output goes to -o FILE)", pos[0]);
+        free(pos);
+        return cmd_exit(rc);
+    }
+    free(pos);
+
+    synth_preset p = SYNTH_PRESET_CRITEO_KAGGLE;
+    if (!preset) p = tables ? SYNTH_PRESET_CUSTOM : SYNTH_PRESET_CRITEO_KAGGLE;
+    else if (strcmp(preset, "criteo-kaggle") == 0) p = SYNTH_PRESET_CRITEO_KAGGLE;
+    else if (strcmp(preset, "avazu") == 0) p = SYNTH_PRESET_AVAZU;
+    else if (strcmp(preset, "custom") == 0) p = SYNTH_PRESET_CUSTOM;
+    else return cmd_exit(bp_fail(BP_EUSAGE, "--preset: unknown preset '%s' (expected criteo-kaggle, avazu or custom)", preset));
+    synth_opts o;
+    synth_opts_default(&o, p);
+    if (p == SYNTH_PRESET_CUSTOM) {
+        if (!tables) return cmd_exit(bp_fail(BP_EUSAGE, "--preset custom needs --tables, e.g. --tables 1000,50,20000"));
+        int n = cli_parse_u64_list("tables", tables, o.card, BP_DS_MAX_SPARSE);
+        if (n < 0) return cmd_exit(n);
+        o.n_tables = (uint32_t)n;
+        o.n_dense = (uint32_t)dense;
+    } else {
+        if (tables) return cmd_exit(bp_fail(BP_EUSAGE, "--tables: only with --preset custom (the %s preset has its own)", preset));
+        for (int i = 1; i < argc; i++)
+            if (strcmp(argv[i], "--dense") == 0 || strncmp(argv[i], "--dense=", 8) == 0)
+                return cmd_exit(bp_fail(BP_EUSAGE, "--dense: only with --preset custom"));
+    }
+    if (rows < 1) return cmd_exit(bp_fail(BP_EUSAGE, "--rows: expected at least 1 sample, got %lld", (long long)rows));
+    o.rows = (uint64_t)rows;
+    o.seed = (uint64_t)seed;
+    if (strcmp(skew, "auto") == 0) {
+        o.skew = -1;
+    } else {
+        char *end;
+        o.skew = strtod(skew, &end);
+        if (end == skew || *end || !isfinite(o.skew))
+            return cmd_exit(bp_fail(BP_EUSAGE, "--skew: expected a Zipf exponent (e.g. 1.05) or auto, got '%s'", skew));
+        if (o.skew < 0)
+            return cmd_exit(bp_fail(BP_EUSAGE, "--skew: the exponent must be >= 0 (0 is uniform), got %s", skew));
+    }
+    o.hot_share = hot_share;
+    if (drift < 0) return cmd_exit(bp_fail(BP_EUSAGE, "--drift: expected a rate >= 0, got %g", drift));
+    o.drift = drift;
+    o.ctr = ctr;
+    o.n_pairs = pairs;
+    if (split && (rc = parse_split(split, &o))) return cmd_exit(rc);
+    if (format == 3) o.format = p == SYNTH_PRESET_AVAZU ? SYNTH_FMT_CSV : SYNTH_FMT_TSV;
+    else o.format = (synth_format)format;
+    if (threads == 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = nc < 1 ? 1 : nc > 64 ? 64 : (int)nc;
+    }
+    o.threads = threads;
+    o.progress = 1;
+    o.out = out;
+    if (!out) return cmd_exit(bp_fail(BP_EUSAGE, "synth: an output file is required (-o FILE)"));
+
+    synth_report rep;
+    rc = synth_run(&o, &rep);
+    if (rc) return cmd_exit(rc);
+    char b[32];
+    printf("synth: %llu rows (train %llu, val %llu, test %llu) -> %s (%s) in %.2f s, %.2fM rows/s\n",
+           (unsigned long long)rep.rows, (unsigned long long)rep.split[0], (unsigned long long)rep.split[1],
+           (unsigned long long)rep.split[2], o.out, bp_fmt_bytes(b, sizeof b, (double)rep.bytes), rep.seconds,
+           rep.rows / rep.seconds / 1e6);
+    uint64_t total = 0;
+    for (uint32_t f = 0; f < o.n_tables; f++) total += o.card[f];
+    printf("  shape   %u dense, %u tables, %llu rows in all; seed %llu\n", o.n_dense, o.n_tables,
+           (unsigned long long)total, (unsigned long long)o.seed);
+    printf("  skew    Zipf exponent %.4f%s\n", rep.skew,
+           o.skew < 0 ? " (calibrated to --hot-share)" : "");
+    printf("  labels  base rate %.2f%%, mean true probability %.2f%%, logit bias %.4f\n", 100 * rep.mean_label,
+           100 * rep.mean_prob, rep.bias);
+    return 0;
 }

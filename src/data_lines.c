@@ -1,0 +1,213 @@
+#include "data_lines.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common.h"
+
+const char *lines_bad_name(lines_bad_kind kind) {
+    static const char *names[LINES_BAD_N] = {
+        "wrong field count", "bad label", "bad integer", "bad categorical",
+        "bad hour",          "over-long line", "binary data",
+    };
+    return (unsigned)kind < LINES_BAD_N ? names[kind] : "unknown";
+}
+
+int lines_bad_set(lines_bad *bad, lines_bad_kind kind, const char *fmt, ...) {
+    bad->kind = kind;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(bad->msg, sizeof bad->msg, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+const char *lines_quote(char *out, size_t cap, const char *s, size_t n, size_t max) {
+    BP_ASSERT(cap >= 8);
+    size_t o = 0;
+    for (size_t i = 0; i < n && i < max && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x7f && c != '\'') out[o++] = (char)c;
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+    }
+    if (n > max && o + 4 < cap) memcpy(out + o, "...", 3), o += 3;
+    out[o] = 0;
+    return out;
+}
+
+// Opens path read-only and checks that it is something prep can read.
+static int lines_open_fd(const char *path, int need_regular, int *fd_out, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return bp_fail(BP_EIO, "%s: cannot open input: %s", path, strerror(errno));
+    int rc = 0;
+    if (fstat(fd, st) != 0)
+        rc = bp_fail(BP_EIO, "%s: cannot stat input: %s", path, strerror(errno));
+    else if (S_ISDIR(st->st_mode))
+        rc = bp_fail(BP_EINVAL, "%s: is a directory, expected a Criteo/Avazu text file (plain or gzip)", path);
+    else if (need_regular && !S_ISREG(st->st_mode))
+        rc = bp_fail(BP_EINVAL, "%s: not a regular file; the frequency id mapping reads every input twice "
+                     "(use a file, or --max-ind-range N for one pass)", path);
+    else if (S_ISREG(st->st_mode) && st->st_size == 0)
+        rc = bp_fail(BP_EFORMAT, "%s: empty input file", path);
+    if (rc) close(fd);
+    else *fd_out = fd;
+    return rc;
+}
+
+int lines_check(const char *path, int need_regular, uint64_t *size) {
+    struct stat st;
+    if (!need_regular && stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        *size = 0; // a pipe or device: opening it now could block or lose data; lines_open checks it
+        return 0;
+    }
+    int fd;
+    int rc = lines_open_fd(path, need_regular, &fd, &st);
+    if (rc) return rc;
+    *size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    close(fd);
+    return 0;
+}
+
+int lines_open(lines_reader *r, const char *path, int need_regular) {
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
+    r->path = path;
+    struct stat st;
+    int fd;
+    int rc = lines_open_fd(path, need_regular, &fd, &st);
+    if (rc) return rc;
+    r->fd = fd;
+    r->file_size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    r->cap = LINES_BLOCK + LINES_MAX;
+    r->buf = bp_xmalloc(r->cap + 1);
+    // Sniff the gzip magic; the bytes read stay in the buffer for a plain file.
+    ssize_t k = 0, got;
+    while (k < 2 && ((got = read(fd, r->buf + k, (size_t)(2 - k))) > 0 || (got < 0 && errno == EINTR)))
+        if (got > 0) k += got;
+    if (k < 2 && got < 0) {
+        int e = errno;
+        lines_close(r);
+        return bp_fail(BP_EIO, "%s: cannot read input: %s", path, strerror(e));
+    }
+    if (k == 2 && (unsigned char)r->buf[0] == 0x1f && (unsigned char)r->buf[1] == 0x8b) {
+        if (lseek(fd, 0, SEEK_SET) != 0) {
+            lines_close(r);
+            return bp_fail(BP_EINVAL, "%s: gzip input must be seekable", path);
+        }
+        int gfd = dup(fd);
+        gzFile gz = gfd >= 0 ? gzdopen(gfd, "rb") : NULL;
+        if (!gz) {
+            if (gfd >= 0) close(gfd);
+            lines_close(r);
+            return bp_fail(BP_ENOMEM, "%s: cannot start gzip decompression", path);
+        }
+        gzbuffer(gz, 1u << 20);
+        r->gz = gz;
+    } else {
+        r->len = (size_t)k;
+        r->bytes_text = r->bytes_file = (uint64_t)k;
+    }
+    return 0;
+}
+
+// Reads more text after buf[len); sets eof at the end of the input.
+static int lines_fill(lines_reader *r) {
+    size_t want = r->cap - r->len;
+    BP_ASSERT(want > 0);
+    if (r->gz) {
+        gzFile gz = r->gz;
+        int k = gzread(gz, r->buf + r->len, (unsigned)want);
+        int err = Z_OK;
+        const char *why = gzerror(gz, &err);
+        if (k < 0 || (err != Z_OK && err != Z_BUF_ERROR))
+            return bp_fail(BP_ECORRUPT, "%s:%llu: damaged gzip data (%s)", r->path,
+                           (unsigned long long)r->line_no + 1, why ? why : "zlib error");
+        if (k == 0) {
+            if (err == Z_BUF_ERROR)
+                return bp_fail(BP_ECORRUPT, "%s:%llu: truncated gzip stream (the file ends inside compressed data; "
+                               "re-download or re-compress it)", r->path, (unsigned long long)r->line_no + 1);
+            r->eof = 1;
+        }
+        r->len += (size_t)k;
+        r->bytes_text += (uint64_t)k;
+        r->bytes_file = (uint64_t)gzoffset(gz);
+        return 0;
+    }
+    ssize_t k;
+    do k = read(r->fd, r->buf + r->len, want);
+    while (k < 0 && errno == EINTR);
+    if (k < 0)
+        return bp_fail(BP_EIO, "%s:%llu: read error: %s", r->path, (unsigned long long)r->line_no + 1, strerror(errno));
+    if (k == 0) r->eof = 1;
+    r->len += (size_t)k;
+    r->bytes_text += (uint64_t)k;
+    r->bytes_file += (uint64_t)k;
+    return 0;
+}
+
+// Moves the unread tail to the front of the buffer and refills after it.
+static int lines_refill(lines_reader *r) {
+    size_t avail = r->len - r->pos;
+    if (r->pos) memmove(r->buf, r->buf + r->pos, avail);
+    r->pos = 0, r->len = avail;
+    return lines_fill(r);
+}
+
+int lines_next(lines_reader *r, const char **s, size_t *n) {
+    for (;;) {
+        char *start = r->buf + r->pos;
+        size_t avail = r->len - r->pos;
+        char *nl = memchr(start, '\n', avail);
+        if (nl) {
+            size_t len = (size_t)(nl - start);
+            r->pos += len + 1;
+            r->line_no++;
+            if (len > LINES_MAX) return LINES_LONG;
+            if (len && start[len - 1] == '\r') len--;
+            *s = start, *n = len;
+            return 1;
+        }
+        if (avail > LINES_MAX) {
+            // Over-long: drop text until the next newline (or the end).
+            r->line_no++;
+            for (;;) {
+                r->pos = r->len;
+                if (r->eof) return LINES_LONG;
+                int rc = lines_refill(r);
+                if (rc) return rc;
+                nl = memchr(r->buf, '\n', r->len);
+                if (nl) {
+                    r->pos = (size_t)(nl - r->buf) + 1;
+                    return LINES_LONG;
+                }
+            }
+        }
+        if (r->eof) {
+            if (avail == 0) return 0;
+            // The last line has no newline: give it the sentinel one.
+            r->buf[r->len] = '\n';
+            r->pos = r->len;
+            r->line_no++;
+            if (start[avail - 1] == '\r') avail--;
+            *s = start, *n = avail;
+            return 1;
+        }
+        int rc = lines_refill(r);
+        if (rc) return rc;
+    }
+}
+
+void lines_close(lines_reader *r) {
+    if (r->gz) gzclose_r((gzFile)r->gz);
+    if (r->fd >= 0) close(r->fd);
+    free(r->buf);
+    r->gz = NULL, r->fd = -1, r->buf = NULL;
+}

@@ -1,0 +1,743 @@
+// The synthetic data generator: presets, option checks, the popularity sampler, the id
+// permutation and the planted ground-truth model.  data_synth.c drives it (threads, writers).
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_synth.h"
+
+// ---------------------------------------------------------------------------------------------
+// Presets
+
+// Criteo Kaggle (Display Advertising Challenge): rows of each of the 26 categorical tables as
+// the DLRM reference's preprocessing counts them; 33,762,577 rows in all.
+static const uint64_t criteo_kaggle_card[26] = {
+    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
+    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+};
+
+// Avazu: hour of day and day of week (from the `hour` column), then the 21 categorical columns
+// with their numbers of distinct values in train.csv (40,428,967 rows); see docs/synth.md.
+static const uint64_t avazu_card[23] = {
+    24, 7, 7, 7, 4737, 7745, 26, 8552, 559, 36, 2686408, 6729486, 8251, 5, 4, 2626, 8, 9, 435, 4, 68, 172, 60,
+};
+enum { AVAZU_T_HOUR = 0, AVAZU_T_DOW = 1, AVAZU_DAYS = 10, CRITEO_DAYS = 7 };
+
+const uint64_t *synth_preset_card(synth_preset p, uint32_t *F) {
+    if (p == SYNTH_PRESET_CRITEO_KAGGLE) return *F = 26, criteo_kaggle_card;
+    if (p == SYNTH_PRESET_AVAZU) return *F = 23, avazu_card;
+    *F = 0;
+    return NULL;
+}
+
+void synth_opts_default(synth_opts *o, synth_preset p) {
+    memset(o, 0, sizeof *o);
+    o->preset = p;
+    o->rows = 1000000;
+    o->seed = 1;
+    o->skew = -1;
+    o->hot_share = 0.90;
+    o->drift = 0;
+    o->ctr = 0.256;
+    o->n_pairs = 4;
+    o->split = p == SYNTH_PRESET_CRITEO_KAGGLE ? SYNTH_SPLIT_KAGGLE : SYNTH_SPLIT_RATIO;
+    o->ratio[0] = 0.8, o->ratio[1] = 0.1, o->ratio[2] = 0.1;
+    o->format = SYNTH_FMT_BIN;
+    o->threads = 2;
+    if (p == SYNTH_PRESET_CRITEO_KAGGLE) {
+        o->n_dense = 13, o->n_tables = 26;
+        memcpy(o->card, criteo_kaggle_card, sizeof criteo_kaggle_card);
+    } else if (p == SYNTH_PRESET_AVAZU) {
+        o->n_dense = 0, o->n_tables = 23;
+        memcpy(o->card, avazu_card, sizeof avazu_card);
+    }
+}
+
+int synth_opts_check(synth_opts *o) {
+    if (o->preset == SYNTH_PRESET_CRITEO_KAGGLE) {
+        o->n_dense = 13, o->n_tables = 26;
+        memcpy(o->card, criteo_kaggle_card, sizeof criteo_kaggle_card);
+    } else if (o->preset == SYNTH_PRESET_AVAZU) {
+        o->n_dense = 0, o->n_tables = 23;
+        memcpy(o->card, avazu_card, sizeof avazu_card);
+    }
+    if (o->rows == 0) return bp_fail(BP_EUSAGE, "--rows: must be at least 1");
+    if (o->rows > ((uint64_t)1 << 40)) return bp_fail(BP_EUSAGE, "--rows: %llu is more than 2^40", (unsigned long long)o->rows);
+    if (o->n_tables == 0 || o->n_tables > BP_DS_MAX_SPARSE)
+        return bp_fail(BP_EUSAGE, "--tables: expected 1-%d table sizes, got %u", BP_DS_MAX_SPARSE, o->n_tables);
+    if (o->n_dense > BP_DS_MAX_DENSE) return bp_fail(BP_EUSAGE, "--dense: at most %d, got %u", BP_DS_MAX_DENSE, o->n_dense);
+    for (uint32_t f = 0; f < o->n_tables; f++)
+        if (o->card[f] == 0 || o->card[f] > ((uint64_t)1 << 32))
+            return bp_fail(BP_EUSAGE, "--tables: table %u has %llu rows; expected 1 to 2^32", f, (unsigned long long)o->card[f]);
+    if (!(o->skew < 0) && !(o->skew <= 8))
+        return bp_fail(BP_EUSAGE, "--skew: expected an exponent in [0, 8] or 'auto'");
+    if (!(o->hot_share > 0.01 && o->hot_share < 1))
+        return bp_fail(BP_EUSAGE, "--hot-share: expected a share in (0.01, 1), got %g", o->hot_share);
+    if (!(o->drift >= 0 && o->drift <= 100)) return bp_fail(BP_EUSAGE, "--drift: expected a rate in [0, 100], got %g", o->drift);
+    if (!(o->ctr > 0.001 && o->ctr < 0.999)) return bp_fail(BP_EUSAGE, "--ctr: expected a rate in (0.001, 0.999), got %g", o->ctr);
+    if (o->n_pairs < 0 || o->n_pairs > SYNTH_MAX_PAIRS)
+        return bp_fail(BP_EUSAGE, "--pairs: expected 0-%d, got %d", SYNTH_MAX_PAIRS, o->n_pairs);
+    if (o->split == SYNTH_SPLIT_RATIO) {
+        double s = o->ratio[0] + o->ratio[1] + o->ratio[2];
+        if (!(o->ratio[0] >= 0 && o->ratio[1] >= 0 && o->ratio[2] >= 0) || fabs(s - 1) > 1e-6)
+            return bp_fail(BP_EUSAGE, "--split: ratios must be non-negative and add up to 1 (got %g,%g,%g)",
+                           o->ratio[0], o->ratio[1], o->ratio[2]);
+    }
+    if (o->format == SYNTH_FMT_CSV && o->preset != SYNTH_PRESET_AVAZU)
+        return bp_fail(BP_EUSAGE, "--format csv: the Avazu CSV layout needs --preset avazu (Criteo-shaped data is tsv)");
+    if (o->format == SYNTH_FMT_TSV && o->preset == SYNTH_PRESET_AVAZU)
+        return bp_fail(BP_EUSAGE, "--format tsv: Avazu's raw format is CSV; use --format csv (or raw)");
+    if (o->threads < 1 || o->threads > 256) return bp_fail(BP_EUSAGE, "--threads: expected 1-256, got %d", o->threads);
+    return 0;
+}
+
+void synth_split_sizes(const synth_opts *o, uint64_t split[3]) {
+    uint64_t n = o->rows;
+    if (o->split == SYNTH_SPLIT_NONE) {
+        split[0] = n, split[1] = split[2] = 0;
+    } else if (o->split == SYNTH_SPLIT_KAGGLE) {
+        // Seven equal days (day d is rows [d n / 7, (d+1) n / 7)); days 0-5 train; day 6 is cut
+        // in halves, the first for validation, the second for test.
+        uint64_t day6 = n - n * 6 / 7;
+        split[0] = n - day6, split[1] = day6 / 2, split[2] = day6 - day6 / 2;
+    } else {
+        split[0] = (uint64_t)floor((double)n * o->ratio[0]);
+        split[1] = (uint64_t)floor((double)n * o->ratio[1]);
+        if (split[0] > n) split[0] = n;
+        if (split[1] > n - split[0]) split[1] = n - split[0];
+        split[2] = n - split[0] - split[1];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Permutation and categorical hashing
+
+static uint64_t gcd64(uint64_t a, uint64_t b) {
+    while (b) {
+        uint64_t t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+
+void synth_perm_init(synth_perm *p, uint64_t n, uint64_t key) {
+    BP_ASSERT(n >= 1 && n <= ((uint64_t)1 << 32));
+    memset(p, 0, sizeof *p);
+    p->n = n;
+    p->minv = UINT64_MAX / n;
+    uint32_t j = 0;
+    while (j < 16 && ((uint64_t)2 << j) <= n) j++; // largest j <= 16 with 2^j <= n
+    p->mask = ((uint64_t)1 << j) - 1;
+    p->full = n / (p->mask + 1) * (p->mask + 1);
+    p->h = j > 1 ? (j + 1) / 2 : 1;
+    uint64_t k = bp_mix64(key);
+    p->k = k & p->mask;
+    p->m1 = (bp_mix64(k + 1) | 1) & p->mask;
+    p->m2 = (bp_mix64(k + 2) | 1) & p->mask;
+    // A multiplier coprime with n, away from the small values that would keep neighbours close.
+    // (for n >= 8 in [n/4, 3n/4); a = 1 always qualifies, so small n end quickly).
+    uint64_t a = n == 1 ? 0 : 1;
+    for (uint64_t i = 3; n > 2 && i < 1000; i++) {
+        uint64_t c = n >= 8 ? n / 4 + bp_mix64(k + i) % (n / 2) : 1 + bp_mix64(k + i) % (n - 1);
+        if (gcd64(c, n) == 1) {
+            a = c;
+            break;
+        }
+    }
+    p->a = a;
+    p->b = bp_mix64(k + 4) % n;
+}
+
+// A 32-bit mixer made of invertible steps (xor-shift, odd multiply) keyed per table.
+#define CAT_M1 0x7feb352du
+#define CAT_M2 0x846ca68bu
+static uint32_t inv_odd32(uint32_t a) {
+    uint32_t x = a; // Newton's iteration doubles the correct low bits each step
+    for (int i = 0; i < 5; i++) x *= 2 - a * x;
+    return x;
+}
+static uint32_t cat_key(uint32_t f) { return (uint32_t)bp_mix64(0xc47e0000ull + f); }
+
+uint32_t synth_cat_hash32(uint32_t f, uint32_t id) {
+    uint32_t x = id ^ cat_key(f);
+    x ^= x >> 16;
+    x *= CAT_M1;
+    x ^= x >> 15;
+    x *= CAT_M2;
+    x ^= x >> 16;
+    return x;
+}
+
+uint32_t synth_cat_unhash32(uint32_t f, uint32_t x) {
+    x ^= x >> 16;
+    x *= inv_odd32(CAT_M2);
+    x ^= (x >> 15) ^ (x >> 30);
+    x *= inv_odd32(CAT_M1);
+    x ^= x >> 16;
+    return x ^ cat_key(f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model
+
+#define NORM_BITS 12     // standard normal quantiles: 4096 midpoints, looked up by hash bits
+#define DENSE_QBITS 10   // dense count quantile table: 1024 intervals, linearly interpolated
+#define LOG1P_TAB 4096   // log(1 + x) for small counts
+#define BIN_RATIO_SHIFT 6 // popularity bins grow by 1/64 of their start: density varies < 2% within
+
+// Variance budget of the logit (before the rank scaling of rare rows) and the scaling itself:
+// a row's effect std is sigma * sqrt(m / (m + M0)) where m is its expected number of accesses in
+// NREF samples, so rows too rare to be learned from ~1M samples carry little signal.
+#define V_ROW 1.6
+#define V_DENSE 0.35
+#define V_PAIR 0.35
+#define NREF 1e6
+#define M0 20.0
+
+typedef struct {
+    uint32_t thr;      // accept the column's own bin when the low 32 random bits are below
+    uint32_t start[2]; // first rank of the own / alias bin
+    uint32_t width[2]; // ranks in the own / alias bin
+} alias_entry;
+
+enum { T_SAMPLED = 0, T_HOUR = 1, T_DOW = 2 };
+
+typedef struct {
+    int kind;              // T_SAMPLED, or a time table of the avazu preset
+    uint64_t n;            // card
+    uint32_t nbins;
+    alias_entry *alias;    // (nbins)
+    double *bin_mass;      // (nbins) probability of each bin
+    uint32_t *bin_start;   // (nbins + 1)
+    synth_perm perm;
+    uint64_t key;          // row-effect hash key
+    double drift_rate;     // rank shift per row
+    uint64_t shift_max;    // the shift reached at the last row
+    float fac[SYNTH_SCALE_BUCKETS];   // rank factor sqrt(m / (m + M0)) by rank bucket
+    float eff[SYNTH_SCALE_BUCKETS];   // sigma * fac
+    int pair_slot;         // row of pair_fac holding this table's factors, -1 if in no pair
+} synth_table;
+
+typedef struct {
+    float miss;        // probability of an empty field
+    float mu, sigma;   // log(1 + count) ~ N(mu, sigma) before flooring at 0
+} dense_profile;
+
+// Thirteen profiles shaped like Criteo's I1..I13 (rate of empty fields, typical size, spread);
+// custom configurations cycle through them.
+static const dense_profile dense_profiles[13] = {
+    {0.45f, 0.69f, 1.3f}, {0.00f, 1.40f, 1.8f}, {0.21f, 2.08f, 1.3f}, {0.22f, 1.79f, 0.9f},
+    {0.026f, 7.90f, 1.6f}, {0.22f, 3.58f, 1.5f}, {0.043f, 1.39f, 1.6f}, {0.0005f, 2.20f, 1.0f},
+    {0.043f, 3.71f, 1.3f}, {0.45f, 0.50f, 0.5f}, {0.043f, 0.69f, 1.0f}, {0.77f, 0.30f, 1.0f},
+    {0.22f, 1.79f, 0.9f},
+};
+
+struct synth_model {
+    synth_opts o;
+    uint32_t F, Nd;
+    uint64_t rows;
+    double skew, bias;
+    int days;
+    synth_table *tab;              // (F)
+    float normtab[1 << NORM_BITS]; // standard normal quantiles
+    float log1p_tab[LOG1P_TAB];
+    float *dense_q;                // (Nd, 2^DENSE_QBITS + 1) count quantiles
+    uint32_t *dense_miss;          // (Nd) empty-field threshold on 32 random bits
+    float *dense_w, *dense_mean;   // (Nd) weight on log(1 + count), its mean
+    int n_pairs;
+    uint32_t pair[SYNTH_MAX_PAIRS][2];
+    uint64_t pair_key[SYNTH_MAX_PAIRS][2];
+    float pair_sigma;
+};
+
+// Fast xoshiro256** on a local copy of a bp_rng (same sequence as bp_rng_u64).
+static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rng_next(uint64_t s[4]) {
+    uint64_t r = rotl64(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0], s[3] ^= s[1], s[1] ^= s[2], s[0] ^= s[3];
+    s[2] ^= t, s[3] = rotl64(s[3], 45);
+    return r;
+}
+
+static double norm_cdf(double x) { return 0.5 * erfc(-x / sqrt(2.0)); }
+static double norm_quantile(double p) {
+    double lo = -12, hi = 12;
+    for (int i = 0; i < 90; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (norm_cdf(mid) < p) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+// Bucket of a rank for the row-effect scale: the top 8 bits of the float (rank + 1) past its
+// exponent's bias, i.e. 8 buckets per octave.
+static inline uint32_t rank_bucket(uint64_t rank) {
+    float x = (float)(rank + 1);
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return (b >> 20) - (127u << 3);
+}
+
+// Sum of (k+1)^-s over ranks k in [a, a + w).
+static double zipf_mass(uint64_t a, uint64_t w, double s) {
+    if (w <= 8) {
+        double m = 0;
+        for (uint64_t k = a; k < a + w; k++) m += pow((double)(k + 1), -s);
+        return m;
+    }
+    double lo = (double)a + 0.5, hi = (double)(a + w) + 0.5, t = 1 - s;
+    if (fabs(t) < 1e-12) return log(hi / lo);
+    return pow(lo, t) * expm1(t * log(hi / lo)) / t; // (hi^t - lo^t) / t without cancellation
+}
+
+static void table_bins(synth_table *t) {
+    uint32_t nb = 0;
+    for (uint64_t r = 0; r < t->n; nb++) {
+        uint64_t w = r >> BIN_RATIO_SHIFT;
+        r += w ? w : 1;
+    }
+    t->nbins = nb;
+    t->bin_start = bp_xmalloc(((size_t)nb + 1) * sizeof *t->bin_start);
+    t->bin_mass = bp_xmalloc((size_t)nb * sizeof *t->bin_mass);
+    t->alias = bp_xmalloc((size_t)nb * sizeof *t->alias);
+    uint64_t r = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        t->bin_start[b] = (uint32_t)r;
+        uint64_t w = r >> BIN_RATIO_SHIFT;
+        r += w ? w : 1;
+        if (r > t->n) r = t->n;
+    }
+    BP_ASSERT(r == t->n);
+    t->bin_start[nb] = (uint32_t)(t->n - 1); // sentinel (n itself may be 2^32)
+}
+
+static uint64_t bin_width(const synth_table *t, uint32_t b) {
+    return b + 1 < t->nbins ? (uint64_t)t->bin_start[b + 1] - t->bin_start[b] : t->n - t->bin_start[b];
+}
+
+// Bin probabilities for exponent s (they sum to 1).
+static void table_masses(synth_table *t, double s) {
+    double total = 0;
+    for (uint32_t b = 0; b < t->nbins; b++) total += t->bin_mass[b] = zipf_mass(t->bin_start[b], bin_width(t, b), s);
+    for (uint32_t b = 0; b < t->nbins; b++) t->bin_mass[b] /= total;
+}
+
+// Walker's alias table over the bins (Vose's construction), deterministic.
+static void table_alias(synth_table *t) {
+    uint32_t nb = t->nbins;
+    double *p = bp_xmalloc(nb * sizeof *p);
+    uint32_t *small = bp_xmalloc(nb * sizeof *small), *large = bp_xmalloc(nb * sizeof *large);
+    uint32_t ns = 0, nl = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        p[b] = t->bin_mass[b] * nb;
+        if (p[b] < 1) small[ns++] = b;
+        else large[nl++] = b;
+    }
+    for (uint32_t b = 0; b < nb; b++) {
+        alias_entry *e = &t->alias[b];
+        e->start[0] = e->start[1] = t->bin_start[b];
+        e->width[0] = e->width[1] = (uint32_t)bin_width(t, b);
+        e->thr = UINT32_MAX;
+    }
+    while (ns && nl) {
+        uint32_t s = small[--ns], l = large[--nl];
+        alias_entry *e = &t->alias[s];
+        e->thr = (uint32_t)(p[s] * 4294967296.0);
+        e->start[1] = t->bin_start[l];
+        e->width[1] = (uint32_t)bin_width(t, l);
+        p[l] -= 1 - p[s];
+        if (p[l] < 1) small[ns++] = l;
+        else large[nl++] = l;
+    }
+    // Leftovers are 1 up to rounding: they always keep their own bin (thr = UINT32_MAX and the
+    // alias is the bin itself).
+    free(p), free(small), free(large);
+}
+
+// Expected share of all accesses taken by the top `frac` of all rows, for the current masses.
+typedef struct {
+    double p;   // probability of one rank (per access of its table)
+    double cnt; // ranks with that probability
+} rank_class;
+static int rank_class_desc(const void *a, const void *b) {
+    double x = ((const rank_class *)a)->p, y = ((const rank_class *)b)->p;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+static double top_share(const synth_model *m, double frac) {
+    size_t n = 0;
+    for (uint32_t f = 0; f < m->F; f++) n += m->tab[f].kind == T_SAMPLED ? m->tab[f].nbins : 1;
+    rank_class *c = bp_xmalloc(n * sizeof *c);
+    double total_rows = 0;
+    size_t i = 0;
+    for (uint32_t f = 0; f < m->F; f++) {
+        const synth_table *t = &m->tab[f];
+        total_rows += (double)t->n;
+        if (t->kind != T_SAMPLED) {
+            c[i++] = (rank_class){1.0 / (double)t->n / m->F, (double)t->n};
+            continue;
+        }
+        for (uint32_t b = 0; b < t->nbins; b++) {
+            double w = (double)bin_width(t, b);
+            c[i++] = (rank_class){t->bin_mass[b] / w / m->F, w};
+        }
+    }
+    qsort(c, n, sizeof *c, rank_class_desc);
+    double k = ceil(frac * total_rows), share = 0;
+    for (i = 0; i < n && k > 0; i++) {
+        double take = c[i].cnt < k ? c[i].cnt : k;
+        share += take * c[i].p;
+        k -= take;
+    }
+    free(c);
+    return share;
+}
+
+static void set_skew(synth_model *m, double s) {
+    for (uint32_t f = 0; f < m->F; f++)
+        if (m->tab[f].kind == T_SAMPLED) table_masses(&m->tab[f], s);
+}
+
+static double calibrate_skew(synth_model *m, double target, int fallback);
+
+// The exponent calibrated on the Criteo Kaggle tables, where the target was measured.
+static double reference_skew(double target) {
+    synth_model r;
+    memset(&r, 0, sizeof r);
+    r.F = 26;
+    r.tab = bp_xcalloc(r.F, sizeof *r.tab);
+    for (uint32_t f = 0; f < r.F; f++) {
+        r.tab[f].n = criteo_kaggle_card[f];
+        r.tab[f].kind = T_SAMPLED;
+        table_bins(&r.tab[f]);
+    }
+    double s = calibrate_skew(&r, target, 0);
+    for (uint32_t f = 0; f < r.F; f++) free(r.tab[f].alias), free(r.tab[f].bin_mass), free(r.tab[f].bin_start);
+    free(r.tab);
+    return s;
+}
+
+// Bisection for the exponent whose top-1% share is the target (the share grows with s).  When
+// the table sizes alone already give the target (in Avazu 21 of 23 tables are tiny, so their
+// rows are the top 1% whatever the exponent), the share says nothing about the exponent: then
+// the exponent calibrated on the Criteo Kaggle tables is used (0 there, or without fallback).
+static double calibrate_skew(synth_model *m, double target, int fallback) {
+    double lo = 0, hi = 6;
+    set_skew(m, hi);
+    if (top_share(m, 0.01) < target) return hi;
+    set_skew(m, lo);
+    if (top_share(m, 0.01) >= target) return fallback ? reference_skew(target) : lo;
+    for (int it = 0; it < 40; it++) {
+        double mid = 0.5 * (lo + hi);
+        set_skew(m, mid);
+        if (top_share(m, 0.01) < target) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+// Per-rank access probability of rank r (for the row-effect scale).
+static double rank_prob(const synth_table *t, double rank) {
+    if (t->kind != T_SAMPLED) return 1.0 / (double)t->n;
+    // Find the bin by bisection on bin_start.
+    uint64_t r = (uint64_t)rank;
+    uint32_t lo = 0, hi = t->nbins - 1;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi + 1) / 2;
+        if (t->bin_start[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return t->bin_mass[lo] / (double)bin_width(t, lo);
+}
+
+static void model_dense_init(synth_model *m, bp_rng *rng) {
+    uint32_t Nd = m->Nd, Q = 1u << DENSE_QBITS;
+    m->dense_q = bp_xcalloc((size_t)Nd * (Q + 1), sizeof *m->dense_q);
+    m->dense_miss = bp_xcalloc(Nd ? Nd : 1, sizeof *m->dense_miss);
+    m->dense_w = bp_xcalloc(Nd ? Nd : 1, sizeof *m->dense_w);
+    m->dense_mean = bp_xcalloc(Nd ? Nd : 1, sizeof *m->dense_mean);
+    for (uint32_t j = 0; j < Nd; j++) {
+        const dense_profile *pr = &dense_profiles[j % 13];
+        float *q = m->dense_q + (size_t)j * (Q + 1);
+        for (uint32_t i = 0; i <= Q; i++) {
+            double z = i == 0 ? -12 : i == Q ? 4.75 : norm_quantile((double)i / Q);
+            double v = expm1(pr->mu + pr->sigma * z);
+            q[i] = (float)(v < 0 ? 0 : v > 2e9 ? 2e9 : v);
+        }
+        m->dense_miss[j] = (uint32_t)(pr->miss * 4294967296.0);
+        // Mean and spread of the stored value log(1 + count), from the quantile table.
+        double s1 = 0, s2 = 0;
+        const int sub = 16;
+        for (uint32_t i = 0; i < Q * sub; i++) {
+            double u = (i + 0.5) / (Q * sub), pos = u * Q;
+            uint32_t k = (uint32_t)pos;
+            double c = floor(q[k] + (pos - k) * (q[k + 1] - q[k]));
+            double l = log1p(c);
+            s1 += l, s2 += l * l;
+        }
+        double present = 1 - pr->miss, mean = present * s1 / (Q * sub);
+        double var = present * s2 / (Q * sub) - mean * mean;
+        m->dense_mean[j] = (float)mean;
+        m->dense_w[j] = (float)(sqrt(V_DENSE / Nd) * bp_rng_normal(rng) / sqrt(var > 1e-6 ? var : 1e-6));
+    }
+}
+
+static void model_tables_init(synth_model *m, bp_rng *rng) {
+    uint32_t F = m->F;
+    m->tab = bp_xcalloc(F, sizeof *m->tab);
+    for (uint32_t f = 0; f < F; f++) {
+        synth_table *t = &m->tab[f];
+        t->n = m->o.card[f];
+        t->kind = T_SAMPLED;
+        if (m->o.preset == SYNTH_PRESET_AVAZU && f == AVAZU_T_HOUR) t->kind = T_HOUR;
+        if (m->o.preset == SYNTH_PRESET_AVAZU && f == AVAZU_T_DOW) t->kind = T_DOW;
+        t->key = bp_hash2(m->o.seed, 0x7ab1e000ull + f);
+        synth_perm_init(&t->perm, t->n, bp_hash2(m->o.seed, 0x9e4d0000ull + f));
+        if (t->kind == T_SAMPLED) table_bins(t);
+    }
+    m->skew = m->o.skew >= 0 ? m->o.skew : calibrate_skew(m, m->o.hot_share, 1);
+    set_skew(m, m->skew);
+    // Per-table importance: lognormal weights normalised so their squares add up to F.
+    double g[BP_DS_MAX_SPARSE], g2 = 0;
+    for (uint32_t f = 0; f < F; f++) g[f] = exp(0.5 * bp_rng_normal(rng)), g2 += g[f] * g[f];
+    for (uint32_t f = 0; f < F; f++) {
+        synth_table *t = &m->tab[f];
+        if (t->kind == T_SAMPLED) table_alias(t);
+        double sigma = sqrt(V_ROW / F) * g[f] * sqrt(F / g2);
+        double hot = ceil(0.01 * (double)t->n);
+        t->drift_rate = m->o.drift * hot * m->days / (double)m->rows;
+        t->shift_max = (uint64_t)(t->drift_rate * (double)(m->rows - 1));
+        for (uint32_t b = 0; b < SYNTH_SCALE_BUCKETS; b++) {
+            // Middle rank of the bucket: rank + 1 = 2^(b/8 + 1/16).
+            double rank = exp2((b + 0.5) / 8.0) - 1;
+            double mm = NREF * rank_prob(t, rank < (double)t->n ? rank : (double)t->n - 1);
+            double fac = sqrt(mm / (mm + M0));
+            t->fac[b] = (float)fac;
+            t->eff[b] = (float)(sigma * fac);
+        }
+    }
+}
+
+static void model_pairs_init(synth_model *m, bp_rng *rng) {
+    int want = m->o.n_pairs;
+    if (want > (int)m->F / 2) want = (int)m->F / 2;
+    m->n_pairs = 0;
+    while (m->n_pairs < want) {
+        uint32_t a = bp_rng_below(rng, m->F), b = bp_rng_below(rng, m->F);
+        if (a == b) continue;
+        if (a > b) { uint32_t t = a; a = b; b = t; }
+        int dup = 0;
+        for (int p = 0; p < m->n_pairs; p++) dup |= m->pair[p][0] == a && m->pair[p][1] == b;
+        if (dup) continue;
+        int p = m->n_pairs++;
+        m->pair[p][0] = a, m->pair[p][1] = b;
+        m->pair_key[p][0] = bp_hash2(m->o.seed, 0x9a110000ull + 2 * (uint64_t)p);
+        m->pair_key[p][1] = bp_hash2(m->o.seed, 0x9a110001ull + 2 * (uint64_t)p);
+    }
+    m->pair_sigma = m->n_pairs ? (float)sqrt(V_PAIR / m->n_pairs) : 0;
+    int slots = 0;
+    for (uint32_t f = 0; f < m->F; f++) m->tab[f].pair_slot = -1;
+    for (int p = 0; p < m->n_pairs; p++)
+        for (int k = 0; k < 2; k++)
+            if (m->tab[m->pair[p][k]].pair_slot < 0) m->tab[m->pair[p][k]].pair_slot = slots++;
+}
+
+// Latent vector of an interaction from a 64-bit hash: 4 uniform components of variance 1.
+static inline void latent(uint64_t h, float v[SYNTH_LAT]) {
+    for (int d = 0; d < SYNTH_LAT; d++)
+        v[d] = ((float)((h >> (16 * d)) & 0xffff) - 32767.5f) * (1.7320508f / 32768.0f);
+}
+
+// Generates n rows starting at absolute row `row0` from the stream in rng.  logit: (n) receives
+// the logit without the bias; with `finish`, labels and probabilities are drawn/filled too.
+// Work goes column by column (one table over all n rows, then the next): each pass keeps one
+// table's sampler in L1 and its iterations are independent, so they overlap in the pipeline.
+// The stream is consumed in that order: 2 draws per row for each sampled table, 1 per row for
+// each dense feature, 1 per row for the label.
+static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t n, synth_rows *out,
+                     float *restrict logit, float *pair_fac, int finish) {
+    const uint32_t F = m->F, Nd = m->Nd, Q = 1u << DENSE_QBITS;
+    BP_ASSERT(n <= SYNTH_CHUNK_ROWS);
+    uint64_t s[4];
+    memcpy(s, rng->s, sizeof s);
+    for (uint32_t i = 0; i < n; i++) logit[i] = 0;
+    const float *restrict normtab = m->normtab;
+    for (uint32_t f = 0; f < F; f++) {
+        const synth_table *t = &m->tab[f];
+        uint32_t *restrict sp = out->sparse + f;
+        float *restrict pf = t->pair_slot >= 0 ? pair_fac + (size_t)t->pair_slot * SYNTH_CHUNK_ROWS : NULL;
+        const float *restrict eff_tab = t->eff, *restrict fac_tab = t->fac;
+        const uint64_t key = t->key;
+        if (t->kind == T_SAMPLED) {
+            const alias_entry *restrict alias = t->alias;
+            const uint64_t nbins = t->nbins, n_rows = t->n, shift_max = t->shift_max;
+            const double drift_rate = t->drift_rate;
+            const synth_perm perm = t->perm;
+            for (uint32_t i = 0; i < n; i++) {
+                uint64_t x = rng_next(s);
+                const alias_entry *e = &alias[((x >> 32) * nbins) >> 32];
+                uint32_t sel = (uint32_t)x >= e->thr;
+                // Uniform within the bin (width 1 for the head: adds 0).  Branch-free on purpose:
+                // the width is unpredictable and a mispredict costs more than a draw.
+                uint64_t rank = e->start[sel] + (((rng_next(s) >> 32) * e->width[sel]) >> 32);
+                uint64_t eff = rank;
+                if (drift_rate > 0) {
+                    // The row that held base rank r0 at row 0 holds rank r0 + shift now: new rows
+                    // rise to the top and old favourites sink slowly.  Effects follow a row's best
+                    // rank over the dataset (see docs/synth.md).
+                    uint64_t shift = (uint64_t)(drift_rate * (double)(row0 + i)) % n_rows;
+                    rank = rank >= shift ? rank - shift : rank + n_rows - shift;
+                    eff = rank + shift_max >= n_rows ? rank + shift_max - n_rows : rank;
+                }
+                uint64_t id = synth_perm_apply(&perm, rank);
+                uint32_t bk = rank_bucket(eff);
+                logit[i] += eff_tab[bk] * normtab[bp_mix64(id ^ key) >> (64 - NORM_BITS)];
+                sp[(size_t)i * F] = (uint32_t)id;
+                if (pf) pf[i] = fac_tab[bk];
+            }
+        } else {
+            for (uint32_t i = 0; i < n; i++) {
+                uint64_t hour = (row0 + i) * (AVAZU_DAYS * 24) / m->rows; // rows cover 10 days in order
+                uint64_t id = t->kind == T_HOUR ? hour % 24 : (1 + hour / 24) % 7; // day 0 is a Tuesday
+                logit[i] += eff_tab[0] * normtab[bp_mix64(id ^ key) >> (64 - NORM_BITS)];
+                sp[(size_t)i * F] = (uint32_t)id;
+                if (pf) pf[i] = fac_tab[0];
+            }
+        }
+    }
+    for (int p = 0; p < m->n_pairs; p++) {
+        const uint32_t a = m->pair[p][0], b = m->pair[p][1];
+        const float *fa = pair_fac + (size_t)m->tab[a].pair_slot * SYNTH_CHUNK_ROWS;
+        const float *fb = pair_fac + (size_t)m->tab[b].pair_slot * SYNTH_CHUNK_ROWS;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint32_t *sp = out->sparse + (size_t)i * F;
+            float va[SYNTH_LAT], vb[SYNTH_LAT], dot = 0;
+            latent(bp_mix64(sp[a] ^ m->pair_key[p][0]), va);
+            latent(bp_mix64(sp[b] ^ m->pair_key[p][1]), vb);
+            for (int d = 0; d < SYNTH_LAT; d++) dot += va[d] * vb[d];
+            logit[i] += m->pair_sigma * fa[i] * fb[i] * 0.5f * dot;
+        }
+    }
+    for (uint32_t j = 0; j < Nd; j++) {
+        const float *q = m->dense_q + (size_t)j * (Q + 1);
+        const float w = m->dense_w[j], mean = m->dense_mean[j];
+        const uint32_t miss_thr = m->dense_miss[j];
+        uint32_t *dr = out->dense_raw + j;
+        float *dv = out->dense + j;
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t x = rng_next(s);
+            uint32_t k = (uint32_t)(x >> (64 - DENSE_QBITS));
+            float frac = (float)((x >> 32) & ((1u << (32 - DENSE_QBITS)) - 1)) * (1.0f / (1u << (32 - DENSE_QBITS)));
+            uint32_t c = (uint32_t)(q[k] + frac * (q[k + 1] - q[k]));
+            float l = c < LOG1P_TAB ? m->log1p_tab[c] : (float)log1p((double)c);
+            int miss = (uint32_t)x < miss_thr; // an empty field (selects, no branch)
+            dr[(size_t)i * Nd] = miss ? SYNTH_DENSE_MISSING : c;
+            l = miss ? 0.0f : l;
+            dv[(size_t)i * Nd] = l;
+            logit[i] += w * (l - mean);
+        }
+    }
+    if (finish) {
+        for (uint32_t i = 0; i < n; i++) {
+            float p = (float)(1.0 / (1.0 + exp(-(m->bias + (double)logit[i]))));
+            out->prob[i] = p;
+            out->label[i] = (float)(rng_next(s) >> 40) * 0x1.0p-24f < p;
+        }
+    }
+    memcpy(rng->s, s, sizeof s);
+}
+
+// Solves for the bias that gives the target base rate on a pilot sample spread over the
+// dataset (its own random streams, so the result does not depend on threads).
+static void model_solve_bias(synth_model *m) {
+    enum { PILOT_CHUNKS = 16 };
+    uint32_t n = SYNTH_CHUNK_ROWS;
+    synth_rows r;
+    synth_rows_alloc(&r, m->Nd, m->F);
+    float *lg = bp_xmalloc((size_t)PILOT_CHUNKS * n * sizeof *lg); // (PILOT_CHUNKS * n)
+    for (uint32_t c = 0; c < PILOT_CHUNKS; c++) {
+        bp_rng rng;
+        bp_rng_seed(&rng, m->o.seed, ~(uint64_t)c); // streams far from the data's chunk indices
+        uint64_t row0 = m->rows * c / PILOT_CHUNKS;
+        gen_rows(m, &rng, row0, n, &r, lg + (size_t)c * n, r.pair_fac, 0);
+    }
+    double lo = -20, hi = 20;
+    for (int it = 0; it < 60; it++) {
+        double b = 0.5 * (lo + hi), mean = 0;
+        for (uint32_t i = 0; i < PILOT_CHUNKS * n; i++) mean += 1 / (1 + exp(-(b + lg[i])));
+        if (mean / (PILOT_CHUNKS * n) < m->o.ctr) lo = b;
+        else hi = b;
+    }
+    m->bias = 0.5 * (lo + hi);
+    free(lg);
+    synth_rows_free(&r);
+}
+
+int synth_model_init(synth_model **out, const synth_opts *o) {
+    synth_model *m = bp_xcalloc(1, sizeof *m);
+    m->o = *o;
+    m->o.out = NULL;
+    m->F = o->n_tables, m->Nd = o->n_dense, m->rows = o->rows;
+    m->days = o->preset == SYNTH_PRESET_AVAZU ? AVAZU_DAYS : CRITEO_DAYS;
+    for (uint32_t i = 0; i < (1u << NORM_BITS); i++)
+        m->normtab[i] = (float)norm_quantile((i + 0.5) / (1u << NORM_BITS));
+    for (uint32_t c = 0; c < LOG1P_TAB; c++) m->log1p_tab[c] = (float)log1p((double)c);
+    bp_rng rng;
+    bp_rng_seed(&rng, o->seed, 0x5eedull << 40);
+    model_tables_init(m, &rng);
+    model_dense_init(m, &rng);
+    model_pairs_init(m, &rng);
+    model_solve_bias(m);
+    *out = m;
+    return 0;
+}
+
+void synth_model_free(synth_model *m) {
+    if (!m) return;
+    for (uint32_t f = 0; f < m->F && m->tab; f++) {
+        free(m->tab[f].alias);
+        free(m->tab[f].bin_mass);
+        free(m->tab[f].bin_start);
+    }
+    free(m->tab);
+    free(m->dense_q), free(m->dense_miss), free(m->dense_w), free(m->dense_mean);
+    free(m);
+}
+
+uint32_t synth_model_n_dense(const synth_model *m) { return m->Nd; }
+uint32_t synth_model_n_tables(const synth_model *m) { return m->F; }
+const uint64_t *synth_model_card(const synth_model *m) { return m->o.card; }
+double synth_model_skew(const synth_model *m) { return m->skew; }
+double synth_model_bias(const synth_model *m) { return m->bias; }
+double synth_model_expected_top_share(const synth_model *m, double frac) { return top_share(m, frac); }
+const synth_perm *synth_model_perm(const synth_model *m, uint32_t f) { return &m->tab[f].perm; }
+int synth_model_pairs(const synth_model *m, uint32_t pairs[][2]) {
+    for (int p = 0; p < m->n_pairs; p++) pairs[p][0] = m->pair[p][0], pairs[p][1] = m->pair[p][1];
+    return m->n_pairs;
+}
+
+void synth_rows_alloc(synth_rows *r, uint32_t Nd, uint32_t F) {
+    size_t n = SYNTH_CHUNK_ROWS;
+    r->n = 0;
+    r->label = bp_xmalloc(n);
+    r->dense_raw = bp_xmalloc(n * (Nd ? Nd : 1) * sizeof *r->dense_raw);
+    r->dense = bp_xmalloc(n * (Nd ? Nd : 1) * sizeof *r->dense);
+    r->sparse = bp_xmalloc(n * F * sizeof *r->sparse);
+    r->prob = bp_xmalloc(n * sizeof *r->prob);
+    r->pair_fac = bp_xmalloc(2 * SYNTH_MAX_PAIRS * n * sizeof *r->pair_fac);
+}
+
+void synth_rows_free(synth_rows *r) {
+    free(r->label), free(r->dense_raw), free(r->dense), free(r->sparse), free(r->prob), free(r->pair_fac);
+    memset(r, 0, sizeof *r);
+}
+
+void synth_model_gen_chunk(const synth_model *m, uint64_t chunk, synth_rows *r) {
+    uint64_t row0 = chunk * SYNTH_CHUNK_ROWS;
+    BP_ASSERT(row0 < m->rows);
+    uint64_t left = m->rows - row0;
+    r->n = left < SYNTH_CHUNK_ROWS ? (uint32_t)left : SYNTH_CHUNK_ROWS;
+    bp_rng rng;
+    bp_rng_seed(&rng, m->o.seed, chunk);
+    gen_rows(m, &rng, row0, r->n, r, r->prob, r->pair_fac, 1); // prob doubles as the logit scratch
+}

@@ -1,0 +1,942 @@
+// prep: raw Criteo / Avazu text -> binary dataset, end to end, with exact expected values.
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common.h"
+#include "data_avazu.h"
+#include "data_bin.h"
+#include "data_criteo.h"
+#include "data_lines.h"
+#include "data_prep.h"
+#include "data_vocab.h"
+#include "test.h"
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+// test_path() rotates 8 buffers; the paths a test holds on to live here (64 slots).
+static const char *tpath(const char *name) {
+    static char ring[64][512];
+    static int next;
+    char *b = ring[next++ % 64];
+    snprintf(b, sizeof ring[0], "%s", test_path(name));
+    return b;
+}
+
+static const char *write_bytes(const char *name, const char *data, size_t n) {
+    const char *path = tpath(name);
+    FILE *f = fopen(path, "wb");
+    BP_ASSERTF(f, "cannot create %s", path);
+    BP_ASSERT(fwrite(data, 1, n, f) == n);
+    BP_ASSERT(fclose(f) == 0);
+    return path;
+}
+
+static const char *write_text(const char *name, const char *text) { return write_bytes(name, text, strlen(text)); }
+
+static const char *write_gz(const char *name, const char *data, size_t n) {
+    const char *path = tpath(name);
+    gzFile gz = gzopen(path, "wb6");
+    BP_ASSERT(gz);
+    BP_ASSERT(n == 0 || gzwrite(gz, data, (unsigned)n) == (int)n);
+    BP_ASSERT(gzclose(gz) == Z_OK);
+    return path;
+}
+
+static int file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+// A growing text buffer.
+typedef struct {
+    char *s;
+    size_t n, cap;
+} text;
+
+static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(text *t, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(t->s ? t->s + t->n : NULL, t->s ? t->cap - t->n : 0, fmt, ap);
+        va_end(ap);
+        if (t->s && (size_t)k < t->cap - t->n) {
+            t->n += (size_t)k;
+            return;
+        }
+        t->cap = 2 * (t->cap + (size_t)k + 64);
+        t->s = bp_xrealloc(t->s, t->cap);
+    }
+}
+
+// Row r of a deterministic Criteo file: label r%3==0; I1 = r, I2 = -r (clamps to 0), I3 empty
+// on odd rows, I4 = 1000003 * r, I5..I13 = i; C1 = r%4, C2 empty when r%3==0 else 0xabcd,
+// C3 = r, C4..C26 = j + 1 (all written as 8 hex digits).
+static int64_t crow_int(int r, int i) {
+    switch (i) {
+    case 0: return r;
+    case 1: return -r;
+    case 2: return r % 2 ? -1 : 7 * r; // -1 marks empty
+    case 3: return 1000003LL * r;
+    default: return i;
+    }
+}
+static uint64_t crow_key(int r, int j) {
+    switch (j) {
+    case 0: return (uint64_t)(r % 4);
+    case 1: return r % 3 == 0 ? CRITEO_MISSING : 0xabcd;
+    case 2: return (uint64_t)r;
+    default: return (uint64_t)j + 1;
+    }
+}
+static void crow(text *t, int r) {
+    text_add(t, "%d", r % 3 == 0);
+    for (int i = 0; i < CRITEO_ND; i++) {
+        int64_t x = crow_int(r, i);
+        if (i == 2 && x < 0) text_add(t, "\t");
+        else text_add(t, "\t%lld", (long long)x);
+    }
+    for (int j = 0; j < CRITEO_F; j++) {
+        uint64_t k = crow_key(r, j);
+        if (k == CRITEO_MISSING) text_add(t, "\t");
+        else text_add(t, "\t%08llx", (unsigned long long)k);
+    }
+    text_add(t, "\n");
+}
+
+static const char *criteo_file(const char *name, int first, int rows) {
+    text t = {0};
+    for (int r = first; r < first + rows; r++) crow(&t, r);
+    const char *path = write_bytes(name, t.s, t.n);
+    free(t.s);
+    return path;
+}
+
+static int run_prep(prep_format fmt, const char *const *inputs, int n, const char *out, uint32_t min_count,
+                    uint64_t max_ind, prep_stats *st) {
+    prep_opts o;
+    prep_opts_default(&o);
+    o.format = fmt;
+    o.inputs = inputs;
+    o.n_inputs = n;
+    o.out = out;
+    o.min_count = min_count;
+    o.max_ind_range = max_ind;
+    return prep_run(&o, st);
+}
+
+// Expected frequency ids of column vals (n values): count desc, value asc; with K > 1 values
+// seen fewer than K times get the last id.  Brute force, independent of data_vocab.
+static void expected_freq_ids(const uint64_t *vals, int n, uint32_t K, uint32_t *ids, uint64_t *card) {
+    uint64_t *dv = bp_xmalloc((size_t)n * sizeof *dv);
+    int *cnt = bp_xcalloc((size_t)n, sizeof *cnt);
+    int nd = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (k < nd && dv[k] != vals[i]) k++;
+        if (k == nd) dv[nd++] = vals[i];
+        cnt[k]++;
+    }
+    uint64_t kept = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (dv[k] != vals[i]) k++;
+        if ((uint32_t)cnt[k] < K) continue;
+        uint32_t rank = 0; // distinct values ahead of this one
+        for (int m = 0; m < nd; m++)
+            if ((uint32_t)cnt[m] >= K && (cnt[m] > cnt[k] || (cnt[m] == cnt[k] && dv[m] < dv[k]))) rank++;
+        ids[i] = rank;
+    }
+    for (int m = 0; m < nd; m++) kept += (uint32_t)cnt[m] >= K;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (dv[k] != vals[i]) k++;
+        if ((uint32_t)cnt[k] < K) ids[i] = (uint32_t)kept;
+    }
+    *card = kept + (K > 1);
+    free(dv);
+    free(cnt);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Criteo values
+
+TEST(prep_criteo_hashed_values_exact) {
+    // A hand-written line: a huge integer, a negative one, uppercase and short hex, empty fields.
+    const char *line = "1\t0\t-5\t\t123456789012\t1\t2\t3\t4\t5\t6\t7\t8\t9"
+                       "\t68fd1e64\tFFFFFFFF\t1f\t\t0\t00000001\t7e0ccccf\tde7995b8\t1f89b562\ta73ee510\ta8cd5504"
+                       "\tb2cb9c98\t37c9c164\t2824a5f6\t1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9"
+                       "\tb1252a9d\t07b5194c\t\t3a171ecb\tc5c50484\t\n";
+    text t = {0};
+    text_add(&t, "%s", line);
+    for (int r = 1; r <= 40; r++) crow(&t, r);
+    const char *in = write_bytes("h.tsv", t.s, t.n);
+    free(t.s);
+    const char *out = tpath("h.bin");
+    const uint64_t N = 1000003;
+    prep_stats st;
+    ASSERT_OK(run_prep(PREP_CRITEO, &in, 1, out, 1, N, &st));
+    ASSERT_EQ(st.rows, 41);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    const bp_ds_info *in_ = &ds.info;
+    ASSERT_TRUE(in_->kind == BP_KIND_CRITEO && in_->idmap == BP_IDMAP_HASH && in_->max_ind_range == N);
+    ASSERT_TRUE(in_->transform == BP_TRANSFORM_LOG1P && in_->n_dense == 13 && in_->n_sparse == 26);
+    ASSERT_EQ(in_->rows, 41);
+    for (int f = 0; f < 26; f++) ASSERT_EQ(in_->card[f], N);
+    // Row 0, by hand.
+    ASSERT_EQ(ds.label[0], 1);
+    const double want_dense[13] = {0, 0, 0, 123456789012.0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    for (int i = 0; i < 13; i++) ASSERT_TRUE(ds.dense[i] == (float)log1p(want_dense[i]));
+    ASSERT_EQ(ds.sparse[0], 0x68fd1e64ull % N);
+    ASSERT_EQ(ds.sparse[1], 0xffffffffull % N);
+    ASSERT_EQ(ds.sparse[2], 0x1f);
+    ASSERT_EQ(ds.sparse[3], ((uint64_t)1 << 32) % N); // empty: the missing value 2^32
+    ASSERT_EQ(ds.sparse[4], 0);
+    ASSERT_EQ(ds.sparse[5], 1);
+    ASSERT_EQ(ds.sparse[25], ((uint64_t)1 << 32) % N);
+    // The generated rows.
+    for (int r = 1; r <= 40; r++) {
+        ASSERT_EQ(ds.label[r], r % 3 == 0);
+        for (int i = 0; i < 13; i++) {
+            int64_t x = crow_int(r, i);
+            ASSERT_TRUE(ds.dense[r * 13 + i] == (float)log1p((double)(x > 0 ? x : 0)));
+        }
+        for (int j = 0; j < 26; j++) ASSERT_EQ(ds.sparse[r * 26 + j], crow_key(r, j) % N);
+    }
+    bp_ds_close(&ds);
+    // A modulus above 2^32 - 1 takes the 64-bit path: same ids as plain `%`.
+    ASSERT_OK(run_prep(PREP_CRITEO, &in, 1, out, 1, (uint64_t)1 << 32, &st));
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    ASSERT_EQ(ds.sparse[1], 0xffffffffull);
+    ASSERT_EQ(ds.sparse[3], 0); // 2^32 mod 2^32
+    bp_ds_close(&ds);
+}
+
+TEST(prep_criteo_log1p_table_matches_libm) {
+    for (int64_t x = -3; x < 5000; x++) ASSERT_TRUE(criteo_log1p(x) == (float)log1p((double)(x > 0 ? x : 0)));
+    ASSERT_TRUE(criteo_log1p(INT64_MAX) == (float)log1p((double)INT64_MAX));
+}
+
+TEST(prep_criteo_frequency_ids_rare_bucket_and_ties) {
+    // Column C1 by hand: b, c twice each (tie: 0xb < 0xc), a, d once (tie: a < d); C2 has the
+    // missing value 3 times and 0x5 twice; C3 ties the missing value with 0xffffffff.
+    static const char *c1[] = {"0000000c", "0000000b", "0000000a", "0000000b", "0000000d", "0000000c"};
+    static const char *c2[] = {"", "00000005", "", "00000005", "", "00000009"};
+    static const char *c3[] = {"", "ffffffff", "00000001", "00000002", "00000003", "00000004"};
+    text t = {0};
+    for (int r = 0; r < 6; r++) {
+        text_add(&t, "0\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t%s\t%s\t%s", c1[r], c2[r], c3[r]);
+        for (int j = 3; j < 26; j++) text_add(&t, "\t%08x", r % 2 ? j : 0);
+        text_add(&t, "\n");
+    }
+    const char *in = write_bytes("f.tsv", t.s, t.n);
+    free(t.s);
+    const char *out = tpath("f.bin");
+    prep_stats st;
+    bp_dataset ds;
+    // min count 1: every value its own id.
+    ASSERT_OK(run_prep(PREP_CRITEO, &in, 1, out, 1, 0, &st));
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    ASSERT_TRUE(ds.info.idmap == BP_IDMAP_FREQ && ds.info.min_count == 1 && ds.info.max_ind_range == 0);
+    const uint32_t want_c1[6] = {1, 0, 2, 0, 3, 1}; // b=0, c=1, a=2, d=3
+    const uint32_t want_c2[6] = {0, 1, 0, 1, 0, 2}; // missing=0, 5=1, 9=2
+    const uint32_t want_c3[6] = {5, 4, 0, 1, 2, 3}; // all once: by value, missing (2^32) last
+    for (int r = 0; r < 6; r++) {
+        ASSERT_EQ(ds.sparse[r * 26 + 0], want_c1[r]);
+        ASSERT_EQ(ds.sparse[r * 26 + 1], want_c2[r]);
+        ASSERT_EQ(ds.sparse[r * 26 + 2], want_c3[r]);
+    }
+    ASSERT_EQ(ds.info.card[0], 4);
+    ASSERT_EQ(ds.info.card[1], 3);
+    ASSERT_EQ(ds.info.card[2], 6);
+    bp_ds_close(&ds);
+    // min count 2: a, d, 9 and all of C3 fall into the rare bucket, the last id.
+    ASSERT_OK(run_prep(PREP_CRITEO, &in, 1, out, 2, 0, &st));
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    ASSERT_EQ(ds.info.min_count, 2);
+    const uint32_t want2_c1[6] = {1, 0, 2, 0, 2, 1};
+    const uint32_t want2_c2[6] = {0, 1, 0, 1, 0, 2};
+    for (int r = 0; r < 6; r++) {
+        ASSERT_EQ(ds.sparse[r * 26 + 0], want2_c1[r]);
+        ASSERT_EQ(ds.sparse[r * 26 + 1], want2_c2[r]);
+        ASSERT_EQ(ds.sparse[r * 26 + 2], 0);
+    }
+    ASSERT_EQ(ds.info.card[0], 3);
+    ASSERT_EQ(ds.info.card[1], 3);
+    ASSERT_EQ(ds.info.card[2], 1); // only the rare bucket
+    ASSERT_EQ(ds.info.card[3], 3); // 0 three times, 3 three times: both kept, plus the bucket
+    bp_ds_close(&ds);
+}
+
+TEST(prep_criteo_frequency_matches_brute_force) {
+    const int R = 300;
+    const char *in = criteo_file("bf.tsv", 0, R);
+    const char *out = tpath("bf.bin");
+    uint64_t *col = bp_xmalloc(R * sizeof *col);
+    uint32_t *ids = bp_xmalloc(R * sizeof *ids);
+    for (uint32_t K = 1; K <= 3; K += 2) {
+        prep_stats st;
+        ASSERT_OK(run_prep(PREP_CRITEO, &in, 1, out, K, 0, &st));
+        bp_dataset ds;
+        ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+        for (int j = 0; j < 26; j++) {
+            for (int r = 0; r < R; r++) col[r] = crow_key(r, j);
+            uint64_t card;
+            expected_freq_ids(col, R, K, ids, &card);
+            ASSERT_EQ(ds.info.card[j], card);
+            for (int r = 0; r < R; r++) ASSERT_EQ(ds.sparse[r * 26 + j], ids[r]);
+        }
+        bp_ds_close(&ds);
+    }
+    free(col);
+    free(ids);
+}
+
+TEST(prep_vocab_grows_and_ranks_like_a_sort) {
+    // Enough distinct keys to grow the table several times, narrow and wide.
+    for (int wide = 0; wide <= 1; wide++) {
+        vocab v;
+        vocab_init(&v, wide);
+        const int n = 100000;
+        uint64_t *keys = bp_xmalloc(n * sizeof *keys);
+        uint32_t *ids = bp_xmalloc(n * sizeof *ids);
+        bp_rng rng;
+        bp_rng_seed(&rng, 7, (uint64_t)wide);
+        for (int i = 0; i < n; i++) {
+            uint64_t k = (uint64_t)bp_rng_below(&rng, 8000) * 2654435761u % 4294967291u; // ~8000 distinct
+            // The extra key about as often as the others: it ranks somewhere in the middle.
+            keys[i] = wide ? bp_mix64(k) : (i % 8000 == 0 ? VOCAB_KEY_EXTRA : k);
+        }
+        vocab_count(&v, keys, 1, n);
+        uint64_t distinct = vocab_distinct(&v);
+        ASSERT_TRUE(distinct > 7900 && distinct <= 8001);
+        ASSERT_TRUE(v.bits > 10); // grew
+        vocab_rank(&v, 5);
+        ASSERT_TRUE(v.kept > 4096); // the radix sort, not the small-array qsort
+        if (!wide) ASSERT_TRUE(v.extra_id > 0 && v.extra_id < v.kept - 1);
+        ASSERT_EQ(vocab_map(&v, keys, 1, n, ids, 1), n);
+        // Check the order: an id is smaller exactly when (count desc, key asc) says so.
+        uint32_t *cnt = bp_xcalloc(v.card, sizeof *cnt);
+        uint64_t *key_of = bp_xcalloc(v.card, sizeof *key_of);
+        for (int i = 0; i < n; i++) {
+            ASSERT_TRUE(ids[i] < v.card);
+            cnt[ids[i]]++;
+            if (ids[i] < v.kept) {
+                ASSERT_TRUE(key_of[ids[i]] == 0 || key_of[ids[i]] == keys[i] + 1); // one key per kept id
+                key_of[ids[i]] = keys[i] + 1;
+            }
+        }
+        for (uint64_t r = 0; r < v.kept; r++) ASSERT_TRUE(cnt[r] >= 5);
+        for (uint64_t r = 1; r < v.kept; r++)
+            ASSERT_TRUE(cnt[r - 1] > cnt[r] || (cnt[r - 1] == cnt[r] && key_of[r - 1] < key_of[r]));
+        ASSERT_EQ(v.card, v.kept + 1);
+        // A key never counted is reported.
+        uint64_t unseen = wide ? 12345 : 4294967295u;
+        ASSERT_EQ(vocab_map(&v, &unseen, 1, 1, ids, 1), 0);
+        free(cnt);
+        free(key_of);
+        free(keys);
+        free(ids);
+        vocab_free(&v);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Avazu
+
+static const char *avazu_hdr = "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,"
+                               "app_category,device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,"
+                               "C16,C17,C18,C19,C20,C21\n";
+static const char *avazu_rows[] = {
+    "1000009418151094273,0,14102100,1005,0,1fbe01fe,f3845767,28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,"
+    "ddd2926e,44956a24,1,2,15706,320,50,1722,0,35,-1,79\n",
+    "10000169349117863715,1,14102623,1005,0,1fbe01fe,f3845767,28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,"
+    "96809ac8,711ee120,1,0,15704,320,50,1722,0,35,100084,79\n",
+    "10000371904215119486,0,14103005,1002,1,,f3845767,28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,"
+    "b3cf8def,8a4875bd,1,0,15704,320,50,1722,0,35,100084,79\n",
+};
+
+TEST(prep_avazu_weekday) {
+    ASSERT_EQ(avazu_weekday(0, 1, 1), 5);   // 2000-01-01 Saturday
+    ASSERT_EQ(avazu_weekday(14, 10, 21), 1); // 2014-10-21 Tuesday (first day of Avazu's train)
+    ASSERT_EQ(avazu_weekday(14, 10, 26), 6); // Sunday
+    ASSERT_EQ(avazu_weekday(14, 10, 27), 0); // Monday
+    ASSERT_EQ(avazu_weekday(24, 2, 29), 3);  // leap day, Thursday
+    ASSERT_EQ(avazu_weekday(23, 2, 29), -1);
+    ASSERT_EQ(avazu_weekday(14, 13, 1), -1);
+    ASSERT_EQ(avazu_weekday(14, 4, 31), -1);
+}
+
+TEST(prep_avazu_hashed_and_frequency) {
+    text t = {0};
+    text_add(&t, "%s", avazu_hdr);
+    for (int r = 0; r < 3; r++) text_add(&t, "%s", avazu_rows[r]);
+    const char *in = write_bytes("a.csv", t.s, t.n);
+    free(t.s);
+    const char *out = tpath("a.bin");
+    const uint64_t N = 1000;
+    prep_stats st;
+    ASSERT_OK(run_prep(PREP_AVAZU, &in, 1, out, 1, N, &st));
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    ASSERT_TRUE(ds.info.kind == BP_KIND_AVAZU && ds.info.n_dense == 0 && ds.info.n_sparse == 23);
+    ASSERT_EQ(ds.info.rows, 3);
+    ASSERT_EQ(ds.info.card[0], 24);
+    ASSERT_EQ(ds.info.card[1], 7);
+    ASSERT_EQ(ds.info.card[2], N);
+    ASSERT_TRUE(ds.label[0] == 0 && ds.label[1] == 1 && ds.label[2] == 0);
+    const uint32_t hod[3] = {0, 23, 5}, dow[3] = {1, 6, 3}; // Tue, Sun, Thu 2014-10-30
+    for (int r = 0; r < 3; r++) {
+        ASSERT_EQ(ds.sparse[r * 23 + 0], hod[r]);
+        ASSERT_EQ(ds.sparse[r * 23 + 1], dow[r]);
+    }
+    ASSERT_EQ(ds.sparse[0 * 23 + 2], avazu_hash("1005", 4) % N);  // C1
+    ASSERT_EQ(ds.sparse[2 * 23 + 2], avazu_hash("1002", 4) % N);
+    ASSERT_EQ(ds.sparse[2 * 23 + 4], avazu_hash("", 0) % N);      // empty site_id
+    ASSERT_EQ(ds.sparse[0 * 23 + 11], avazu_hash("ddd2926e", 8) % N); // device_ip
+    ASSERT_EQ(ds.sparse[1 * 23 + 21], avazu_hash("100084", 6) % N);   // C20
+    ASSERT_EQ(ds.sparse[0 * 23 + 21], avazu_hash("-1", 2) % N);
+    bp_ds_close(&ds);
+
+    // Frequency ids: C1 has 1005 twice, 1002 once; C20 has 100084 twice, -1 once.
+    ASSERT_OK(run_prep(PREP_AVAZU, &in, 1, out, 1, 0, &st));
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    ASSERT_EQ(ds.info.card[0], 3);
+    ASSERT_EQ(ds.info.card[1], 3);
+    ASSERT_EQ(ds.info.card[2], 2);
+    ASSERT_TRUE(ds.sparse[0 * 23 + 2] == 0 && ds.sparse[1 * 23 + 2] == 0 && ds.sparse[2 * 23 + 2] == 1);
+    ASSERT_TRUE(ds.sparse[1 * 23 + 21] == 0 && ds.sparse[2 * 23 + 21] == 0 && ds.sparse[0 * 23 + 21] == 1);
+    // hour of day: 0, 23, 5 once each -> by value
+    ASSERT_TRUE(ds.sparse[0 * 23 + 0] == 0 && ds.sparse[1 * 23 + 0] == 2 && ds.sparse[2 * 23 + 0] == 1);
+    // site_id: 1fbe01fe twice (id 0), empty once (id 1)
+    ASSERT_TRUE(ds.sparse[0 * 23 + 4] == 0 && ds.sparse[2 * 23 + 4] == 1);
+    ASSERT_EQ(ds.info.card[22], 1); // C21 always 79
+    bp_ds_close(&ds);
+}
+
+TEST(prep_avazu_header_locates_columns) {
+    // The same data with the columns in another order and no id column gives the same dataset.
+    const char *in1;
+    {
+        text t = {0};
+        text_add(&t, "%s", avazu_hdr);
+        for (int r = 0; r < 3; r++) text_add(&t, "%s", avazu_rows[r]);
+        in1 = write_bytes("o1.csv", t.s, t.n);
+        free(t.s);
+    }
+    text t = {0};
+    text_add(&t, "C21,hour,click,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,"
+                 "device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20\r\n");
+    for (int r = 0; r < 3; r++) {
+        // split the original: id, click, hour, rest..., C21
+        char line[512];
+        snprintf(line, sizeof line, "%s", avazu_rows[r]);
+        line[strcspn(line, "\n")] = 0;
+        char *f[24];
+        int nf = 0;
+        for (char *p = line; nf < 24;) {
+            f[nf++] = p;
+            char *c = strchr(p, ',');
+            if (!c) break;
+            *c = 0;
+            p = c + 1;
+        }
+        ASSERT_EQ(nf, 24);
+        text_add(&t, "%s,%s,%s", f[23], f[2], f[1]);
+        for (int k = 3; k < 23; k++) text_add(&t, ",%s", f[k]);
+        text_add(&t, "\r\n");
+    }
+    const char *in2 = write_bytes("o2.csv", t.s, t.n);
+    free(t.s);
+    prep_stats st;
+    ASSERT_OK(run_prep(PREP_AVAZU, &in1, 1, test_path("o1.bin"), 1, 0, &st));
+    ASSERT_OK(run_prep(PREP_AVAZU, &in2, 1, test_path("o2.bin"), 1, 0, &st));
+    bp_dataset a, b;
+    ASSERT_OK(bp_ds_open(&a, test_path("o1.bin"), BP_DS_VERIFY));
+    ASSERT_OK(bp_ds_open(&b, test_path("o2.bin"), BP_DS_VERIFY));
+    ASSERT_TRUE(memcmp(a.label, b.label, 3) == 0 && memcmp(a.sparse, b.sparse, 3 * 23 * 4) == 0);
+    ASSERT_TRUE(memcmp(a.info.card, b.info.card, sizeof a.info.card) == 0);
+    bp_ds_close(&a);
+    bp_ds_close(&b);
+
+    // Headers that are wrong.
+    char *out = NULL;
+    const char *nolabel = write_text("nl.csv", "id,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,"
+                                     "app_domain,app_category,device_id,device_ip,device_model,device_type,"
+                                     "device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21\n1,14102100\n");
+    ASSERT_EQ(test_run(&out, 20, "%s prep -q --format avazu -o %s %s", test_bin(), test_path("x.bin"), nolabel), 1);
+    ASSERT_STR_CONTAINS(out, "nl.csv:1: header has no 'click' column");
+    free(out);
+    const char *unknown = write_text("uk.csv", "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,"
+                                     "app_domain,app_category,device_id,device_ip,device_model,device_type,"
+                                     "device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21,extra\n");
+    ASSERT_EQ(test_run(&out, 20, "%s prep -q -f avazu -o %s %s", test_bin(), test_path("x.bin"), unknown), 1);
+    ASSERT_STR_CONTAINS(out, "uk.csv:1: unknown column 'extra'");
+    free(out);
+    // A Criteo file given as Avazu.
+    const char *crit = criteo_file("c.tsv", 0, 3);
+    ASSERT_EQ(test_run(&out, 20, "%s prep -q -f avazu -o %s %s", test_bin(), test_path("x.bin"), crit), 1);
+    ASSERT_STR_CONTAINS(out, "c.tsv:1: unknown column");
+    free(out);
+    // Header only: no rows.
+    const char *hdr_only = write_text("ho.csv", avazu_hdr);
+    ASSERT_EQ(test_run(&out, 20, "%s prep -q -f avazu -o %s %s", test_bin(), test_path("x.bin"), hdr_only), 1);
+    ASSERT_STR_CONTAINS(out, "no data rows");
+    free(out);
+    ASSERT_TRUE(!file_exists(test_path("x.bin")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs: gzip, several files, line endings
+
+static int same_dataset(const char *p1, const char *p2) {
+    bp_dataset a, b;
+    if (bp_ds_open(&a, p1, BP_DS_VERIFY)) return 0;
+    if (bp_ds_open(&b, p2, BP_DS_VERIFY)) {
+        bp_ds_close(&a);
+        return 0;
+    }
+    const bp_ds_info *x = &a.info, *y = &b.info;
+    int same = x->rows == y->rows && x->n_dense == y->n_dense && x->n_sparse == y->n_sparse &&
+               !memcmp(x->card, y->card, sizeof x->card) && !memcmp(x->split, y->split, sizeof x->split) &&
+               !memcmp(a.label, b.label, x->rows) &&
+               !memcmp(a.dense, b.dense, x->rows * x->n_dense * 4) &&
+               !memcmp(a.sparse, b.sparse, x->rows * x->n_sparse * 4);
+    bp_ds_close(&a);
+    bp_ds_close(&b);
+    return same;
+}
+
+TEST(prep_gzip_equals_plain) {
+    text t = {0};
+    for (int r = 0; r < 500; r++) crow(&t, r);
+    const char *plain = write_bytes("g.tsv", t.s, t.n);
+    const char *gz = write_gz("g.tsv.gz", t.s, t.n);
+    // Two gzip members back to back (as `cat a.gz b.gz`) read as one stream.
+    size_t half = t.n / 2;
+    while (t.s[half - 1] != '\n') half--;
+    const char *m1 = write_gz("m1.gz", t.s, half);
+    const char *m2 = write_gz("m2.gz", t.s + half, t.n - half);
+    ASSERT_EQ(test_run(NULL, 10, "cat %s %s > %s", m1, m2, test_path("m.gz")), 0);
+    const char *multi = tpath("m.gz");
+    free(t.s);
+    for (int hashed = 0; hashed <= 1; hashed++) {
+        uint64_t N = hashed ? 777 : 0;
+        ASSERT_OK(run_prep(PREP_CRITEO, &plain, 1, test_path("p.bin"), 2, N, NULL));
+        prep_stats st;
+        ASSERT_OK(run_prep(PREP_CRITEO, &gz, 1, test_path("z.bin"), 2, N, &st));
+        ASSERT_TRUE(st.bytes_file < st.bytes_text); // it really was compressed
+        ASSERT_TRUE(same_dataset(test_path("p.bin"), test_path("z.bin")));
+        ASSERT_OK(run_prep(PREP_CRITEO, &multi, 1, test_path("z.bin"), 2, N, NULL));
+        ASSERT_TRUE(same_dataset(test_path("p.bin"), test_path("z.bin")));
+    }
+}
+
+TEST(prep_several_inputs_in_order_and_line_endings) {
+    const char *a = criteo_file("d0.tsv", 0, 30);
+    const char *b = criteo_file("d1.tsv", 30, 25);
+    // The third file: CRLF line endings and no '\n' after the last line's '\r'.
+    text t = {0}, crlf = {0};
+    for (int r = 55; r < 75; r++) crow(&t, r);
+    for (size_t i = 0; i < t.n; i++) text_add(&crlf, t.s[i] == '\n' ? "\r\n" : "%c", t.s[i]);
+    const char *c = write_bytes("d2.tsv", crlf.s, crlf.n - 1);
+    free(t.s);
+    free(crlf.s);
+    const char *all = criteo_file("all.tsv", 0, 75);
+    const char *ins[3] = {a, b, c};
+    prep_stats st;
+    ASSERT_OK(run_prep(PREP_CRITEO, ins, 3, test_path("three.bin"), 1, 0, &st));
+    ASSERT_EQ(st.rows, 75);
+    ASSERT_OK(run_prep(PREP_CRITEO, &all, 1, test_path("one.bin"), 1, 0, &st));
+    ASSERT_TRUE(same_dataset(test_path("three.bin"), test_path("one.bin")));
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, test_path("three.bin"), 0));
+    ASSERT_STR_CONTAINS(ds.info.source, "d0.tsv d1.tsv d2.tsv");
+    bp_ds_close(&ds);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input
+
+typedef struct {
+    const char *raw;     // the whole bad line (without newline), or NULL
+    int field;           // else: all 40 fields empty but label 1 and this field = value
+    const char *value;
+    lines_bad_kind kind;
+    const char *message; // expected in the error
+} bad_case;
+
+enum { CASE_NUL = -1, CASE_LONG = -2 };
+
+static const bad_case criteo_bad_cases[] = {
+    {"1\t2\t3", 0, NULL, LINES_BAD_FIELDS, "3 fields, expected 40"},
+    {"", 0, NULL, LINES_BAD_FIELDS, "empty line"},
+    {NULL, 0, "2", LINES_BAD_LABEL, "label '2', expected 0 or 1"},
+    {NULL, 3, "12x", LINES_BAD_INT, "I3 '12x' is not an integer"},
+    {NULL, 1, "99999999999999999999", LINES_BAD_INT, "I1 '99999999999999999999' is out of range"},
+    {NULL, 15, "zz123456", LINES_BAD_CAT, "C2 'zz123456' is not a hex value"},
+    {NULL, 39, "123456789", LINES_BAD_CAT, "C26 '123456789' has 9 hex digits, expected at most 8"},
+    {NULL, CASE_NUL, NULL, LINES_BAD_BINARY, "NUL byte at column 5"},
+    {NULL, CASE_LONG, NULL, LINES_BAD_LONG, "line longer than 65536 bytes"},
+};
+
+// Appends the bad line of case bc (with its newline); r is the row it replaces.
+static void add_bad(text *t, const bad_case *bc, int r) {
+    if (bc->raw) {
+        text_add(t, "%s\n", bc->raw);
+    } else if (bc->field == CASE_NUL) {
+        size_t at = t->n;
+        crow(t, r);
+        t->s[at + 4] = 0; // inside I2
+    } else if (bc->field == CASE_LONG) {
+        for (int i = 0; i < 7000; i++) text_add(t, "0123456789");
+        text_add(t, "\n");
+    } else {
+        for (int f = 0; f < CRITEO_FIELDS; f++)
+            text_add(t, "%s%s", f ? "\t" : "", f == bc->field ? bc->value : f == 0 ? "1" : "");
+        text_add(t, "\n");
+    }
+}
+
+// Writes 4 good lines, the bad case as line 5, then 3 good lines.
+static const char *write_with_bad(const char *name, const bad_case *bc) {
+    text t = {0};
+    for (int r = 0; r < 4; r++) crow(&t, r);
+    add_bad(&t, bc, 4);
+    for (int r = 5; r < 8; r++) crow(&t, r);
+    const char *path = write_bytes(name, t.s, t.n);
+    free(t.s);
+    return path;
+}
+
+TEST(prep_bad_lines_fail_with_file_line_or_are_skipped) {
+    const char *outdir = tpath("out");
+    ASSERT_EQ(mkdir(outdir, 0755), 0);
+    const char *out = tpath("out/bad.bin");
+    char *msg = NULL;
+    for (size_t i = 0; i < BP_ARRAY_LEN(criteo_bad_cases); i++) {
+        const bad_case *bc = &criteo_bad_cases[i];
+        char name[32];
+        snprintf(name, sizeof name, "bad%zu.tsv", i);
+        const char *in = write_with_bad(name, bc);
+        // Default: fails, names file:line and what was wrong, leaves nothing behind.
+        for (int hashed = 0; hashed <= 1; hashed++) {
+            int rc = test_run(&msg, 20, "%s prep -q %s -o %s %s", test_bin(), hashed ? "--max-ind-range 100" : "",
+                              out, in);
+            ASSERT_MSG(rc == 1, "case %zu: exit %d: %s", i, rc, msg);
+            char where[64];
+            snprintf(where, sizeof where, "%s:5: ", name);
+            ASSERT_STR_CONTAINS(msg, where);
+            ASSERT_STR_CONTAINS(msg, bc->message);
+            ASSERT_STR_CONTAINS(msg, "--skip-bad");
+            free(msg);
+            ASSERT_EQ(test_run(&msg, 10, "ls -A %s", outdir), 0);
+            ASSERT_MSG(msg[0] == 0, "case %zu left files behind: %s", i, msg);
+            free(msg);
+        }
+        // --skip-bad: the 7 good rows are written and the bad line is counted by kind.
+        ASSERT_EQ(test_run(&msg, 20, "%s prep --skip-bad -o %s %s", test_bin(), out, in), 0);
+        ASSERT_STR_CONTAINS(msg, "bad lines skipped: 1 (");
+        ASSERT_STR_CONTAINS(msg, lines_bad_name(bc->kind));
+        ASSERT_STR_CONTAINS(msg, "prep: 7 rows");
+        free(msg);
+        prep_opts o;
+        prep_opts_default(&o);
+        o.inputs = &in, o.n_inputs = 1, o.out = out, o.skip_bad = 1;
+        prep_stats st;
+        ASSERT_OK(prep_run(&o, &st));
+        ASSERT_EQ(st.bad_total, 1);
+        ASSERT_EQ(st.bad[bc->kind], 1);
+        ASSERT_EQ(st.rows, 7);
+        bp_dataset ds;
+        ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+        ASSERT_TRUE(ds.dense[4 * 13 + 0] == (float)log1p(5.0)); // row 4 is the line after the bad one
+        bp_ds_close(&ds);
+        unlink(out);
+    }
+}
+
+TEST(prep_skip_bad_counts_every_kind) {
+    text t = {0};
+    for (size_t i = 0; i < BP_ARRAY_LEN(criteo_bad_cases); i++) {
+        const bad_case *bc = &criteo_bad_cases[i];
+        crow(&t, (int)i);
+        add_bad(&t, bc, (int)i);
+    }
+    const char *in = write_bytes("every.tsv", t.s, t.n);
+    free(t.s);
+    prep_opts o;
+    prep_opts_default(&o);
+    o.inputs = &in, o.n_inputs = 1, o.out = tpath("every.bin"), o.skip_bad = 1;
+    prep_stats st;
+    ASSERT_OK(prep_run(&o, &st));
+    ASSERT_EQ(st.rows, BP_ARRAY_LEN(criteo_bad_cases));
+    ASSERT_EQ(st.bad_total, BP_ARRAY_LEN(criteo_bad_cases));
+    ASSERT_EQ(st.bad[LINES_BAD_FIELDS], 2);
+    ASSERT_EQ(st.bad[LINES_BAD_LABEL], 1);
+    ASSERT_EQ(st.bad[LINES_BAD_INT], 2);
+    ASSERT_EQ(st.bad[LINES_BAD_CAT], 2);
+    ASSERT_EQ(st.bad[LINES_BAD_BINARY], 1);
+    ASSERT_EQ(st.bad[LINES_BAD_LONG], 1);
+    // Hashing (one pass) counts the same.
+    o.max_ind_range = 50;
+    ASSERT_OK(prep_run(&o, &st));
+    ASSERT_EQ(st.bad_total, BP_ARRAY_LEN(criteo_bad_cases));
+    ASSERT_EQ(st.bad[LINES_BAD_INT], 2);
+}
+
+TEST(prep_avazu_bad_lines) {
+    static const struct {
+        const char *line, *message;
+    } cases[] = {
+        {"1,2,14102100,1005", "4 fields, expected 24"},
+        {"1,x,14102100,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "click 'x', expected 0 or 1"},
+        {"1,1,14102199,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '14102199' is not a time"},
+        {"1,1,14023100,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '14023100' is not a time"},
+        {"1,1,2014102,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '2014102' is not a time"},
+    };
+    char *msg = NULL;
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        text t = {0};
+        text_add(&t, "%s%s%s\n%s", avazu_hdr, avazu_rows[0], cases[i].line, avazu_rows[1]);
+        char name[32];
+        snprintf(name, sizeof name, "ab%zu.csv", i);
+        const char *in = write_bytes(name, t.s, t.n);
+        free(t.s);
+        ASSERT_EQ(test_run(&msg, 20, "%s prep -q -f avazu -o %s %s", test_bin(), test_path("ab.bin"), in), 1);
+        char where[64];
+        snprintf(where, sizeof where, "%s:3: ", name);
+        ASSERT_STR_CONTAINS(msg, where);
+        ASSERT_STR_CONTAINS(msg, cases[i].message);
+        free(msg);
+        ASSERT_TRUE(!file_exists(test_path("ab.bin")));
+        ASSERT_EQ(test_run(&msg, 20, "%s prep --skip-bad -f avazu -o %s %s", test_bin(), test_path("ab.bin"), in), 0);
+        ASSERT_STR_CONTAINS(msg, "prep: 2 rows");
+        ASSERT_STR_CONTAINS(msg, "bad lines skipped: 1");
+        free(msg);
+        unlink(test_path("ab.bin"));
+    }
+}
+
+TEST(prep_truncated_gzip_fails_even_with_skip_bad) {
+    text t = {0};
+    for (int r = 0; r < 3000; r++) crow(&t, r);
+    const char *gz = write_gz("t.tsv.gz", t.s, t.n);
+    free(t.s);
+    struct stat sb;
+    ASSERT_EQ(stat(gz, &sb), 0);
+    ASSERT_EQ(truncate(gz, sb.st_size / 2), 0);
+    const char *out = tpath("t.bin");
+    char *msg = NULL;
+    for (int skip = 0; skip <= 1; skip++)
+        for (int hashed = 0; hashed <= 1; hashed++) {
+            ASSERT_EQ(test_run(&msg, 20, "%s prep -q %s %s -o %s %s", test_bin(), skip ? "--skip-bad" : "",
+                               hashed ? "--max-ind-range 99" : "", out, gz), 1);
+            ASSERT_STR_CONTAINS(msg, "t.tsv.gz:");
+            ASSERT_STR_CONTAINS(msg, "truncated gzip stream");
+            free(msg);
+            ASSERT_TRUE(!file_exists(out));
+        }
+    // Damaged compressed data (not just cut short) is an error too.
+    text u = {0};
+    for (int r = 0; r < 3000; r++) crow(&u, r);
+    const char *gz2 = write_gz("d.tsv.gz", u.s, u.n);
+    free(u.s);
+    ASSERT_EQ(test_run(NULL, 10, "printf XXXXXXXX | dd of=%s bs=1 seek=2000 conv=notrunc status=none", gz2), 0);
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q --skip-bad -o %s %s", test_bin(), out, gz2), 1);
+    ASSERT_STR_CONTAINS(msg, "d.tsv.gz:");
+    ASSERT_STR_CONTAINS(msg, "gzip");
+    free(msg);
+    ASSERT_TRUE(!file_exists(out));
+}
+
+TEST(prep_bad_inputs_and_outputs) {
+    const char *good = criteo_file("good.tsv", 0, 10);
+    const char *empty = write_text("empty.tsv", "");
+    const char *empty_gz = write_gz("empty.tsv.gz", "", 0);
+    const char *dir = tpath("adir");
+    ASSERT_EQ(mkdir(dir, 0755), 0);
+    const char *out = tpath("o.bin");
+    char *msg = NULL;
+    struct {
+        const char *input, *message;
+    } cases[] = {
+        {empty, "empty.tsv: empty input file"},
+        {empty_gz, "empty.tsv.gz: empty input file"},
+        {dir, "adir: is a directory"},
+        {tpath("nope.tsv"), "nope.tsv: cannot open input: No such file or directory"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        // The bad input second: every input is checked before any work starts.
+        ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s %s", test_bin(), out, good, cases[i].input), 1);
+        ASSERT_STR_CONTAINS(msg, cases[i].message);
+        free(msg);
+        ASSERT_TRUE(!file_exists(out));
+    }
+    // Output in a directory that does not exist, or under a file.
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), test_path("no/such/dir/o.bin"), good), 1);
+    ASSERT_STR_CONTAINS(msg, "does not exist");
+    free(msg);
+    ASSERT_TRUE(!file_exists(test_path("no")));
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s/o.bin %s", test_bin(), good, good), 1);
+    ASSERT_STR_CONTAINS(msg, "is not a directory");
+    free(msg);
+    // Output over an input.
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), good, good), 2);
+    ASSERT_STR_CONTAINS(msg, "the output is also an input");
+    free(msg);
+    // Output is a directory.
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), dir, good), 1);
+    ASSERT_STR_CONTAINS(msg, "is a directory");
+    free(msg);
+    if (geteuid() != 0) { // root writes anywhere
+        const char *ro = tpath("ro");
+        ASSERT_EQ(mkdir(ro, 0555), 0);
+        ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s/o.bin %s", test_bin(), ro, good), 1);
+        ASSERT_STR_CONTAINS(msg, "not writable");
+        free(msg);
+    }
+    // The frequency mapping needs regular files (two passes); hashing reads a pipe.
+    ASSERT_EQ(test_run(&msg, 20, "cat %s | %s prep -q -o %s /dev/stdin", good, test_bin(), out), 1);
+    ASSERT_STR_CONTAINS(msg, "not a regular file");
+    free(msg);
+    ASSERT_EQ(test_run(&msg, 20, "cat %s | %s prep --max-ind-range 10 -o %s /dev/stdin", good, test_bin(), out), 0);
+    ASSERT_STR_CONTAINS(msg, "prep: 10 rows");
+    free(msg);
+}
+
+TEST(prep_cli_flags) {
+    char *msg = NULL;
+    ASSERT_EQ(test_run(&msg, 10, "%s prep --help", test_bin()), 0);
+    static const char *flags[] = {"--format", "--out", "--min-count", "--max-ind-range", "--split", "--skip-bad",
+                                  "--max-rows", "--quiet"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(flags); i++) ASSERT_STR_CONTAINS(msg, flags[i]);
+    free(msg);
+    const char *good = criteo_file("good.tsv", 0, 10);
+    const char *out = tpath("o.bin");
+    ASSERT_EQ(test_run(&msg, 10, "%s prep %s", test_bin(), good), 2);
+    ASSERT_STR_CONTAINS(msg, "--out");
+    free(msg);
+    ASSERT_EQ(test_run(&msg, 10, "%s prep -o %s", test_bin(), out), 2);
+    ASSERT_STR_CONTAINS(msg, "no input files");
+    free(msg);
+    ASSERT_EQ(test_run(&msg, 10, "%s prep --min-count 3 --max-ind-range 10 -o %s %s", test_bin(), out, good), 2);
+    ASSERT_STR_CONTAINS(msg, "give one");
+    free(msg);
+    ASSERT_EQ(test_run(&msg, 10, "%s prep --split ratio:0.5,0.2,0.2 -o %s %s", test_bin(), out, good), 2);
+    ASSERT_STR_CONTAINS(msg, "add up to 0.9");
+    free(msg);
+    ASSERT_EQ(test_run(&msg, 10, "%s prep --split weekly -o %s %s", test_bin(), out, good), 2);
+    ASSERT_STR_CONTAINS(msg, "expected none, kaggle, days or ratio");
+    free(msg);
+    ASSERT_EQ(test_run(&msg, 10, "%s prep --split days -o %s %s", test_bin(), out, good), 2);
+    ASSERT_STR_CONTAINS(msg, "one input file per day");
+    free(msg);
+    ASSERT_TRUE(!file_exists(out));
+    // --max-rows and the summary.
+    ASSERT_EQ(test_run(&msg, 10, "%s prep --max-rows 4 --split kaggle -o %s %s", test_bin(), out, good), 0);
+    ASSERT_STR_CONTAINS(msg, "prep: 4 rows (train 4, val 0, test 0)");
+    ASSERT_STR_CONTAINS(msg, "ids: by frequency, min count 1; 26 tables");
+    free(msg);
+    ASSERT_EQ(test_run(&msg, 10, "%s info %s", test_bin(), out), 0);
+    ASSERT_STR_CONTAINS(msg, "frequency (min count 1)");
+    free(msg);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Splits
+
+TEST(prep_split_sizes_by_rule) {
+    prep_opts o;
+    prep_opts_default(&o);
+    uint64_t s[3];
+    prep_split_sizes(&o, 100, NULL, 0, s);
+    ASSERT_TRUE(s[0] == 100 && s[1] == 0 && s[2] == 0);
+    // kaggle: 7 days of equal rows, the first rows % 7 days one longer; day 6 halved.
+    ASSERT_OK(prep_split_parse(&o, "kaggle"));
+    prep_split_sizes(&o, 100, NULL, 0, s); // days 15,15,14,14,14,14 | 14
+    ASSERT_TRUE(s[0] == 86 && s[1] == 7 && s[2] == 7);
+    prep_split_sizes(&o, 20, NULL, 0, s); // 3,3,3,3,3,3 | 2
+    ASSERT_TRUE(s[0] == 18 && s[1] == 1 && s[2] == 1);
+    prep_split_sizes(&o, 45840617, NULL, 0, s); // the Kaggle training file
+    ASSERT_TRUE(s[0] == 39291958 && s[1] == 3274330 && s[2] == 3274329);
+    prep_split_sizes(&o, 6, NULL, 0, s);
+    ASSERT_TRUE(s[0] == 6 && s[1] == 0 && s[2] == 0);
+    ASSERT_OK(prep_split_parse(&o, "ratio:0.8,0.1,0.1"));
+    prep_split_sizes(&o, 10, NULL, 0, s);
+    ASSERT_TRUE(s[0] == 8 && s[1] == 1 && s[2] == 1);
+    ASSERT_OK(prep_split_parse(&o, "ratio:0.29,0.71,0"));
+    prep_split_sizes(&o, 100, NULL, 0, s);
+    ASSERT_TRUE(s[0] == 29 && s[1] == 71 && s[2] == 0);
+    ASSERT_OK(prep_split_parse(&o, "days"));
+    const uint64_t per_file[3] = {5, 6, 7};
+    prep_split_sizes(&o, 18, per_file, 3, s);
+    ASSERT_TRUE(s[0] == 11 && s[1] == 4 && s[2] == 3);
+    ASSERT_EQ(prep_split_parse(&o, "ratio:0.8,0.1"), BP_EUSAGE);
+    ASSERT_EQ(prep_split_parse(&o, "ratio:0.8,0.1,0.1,0"), BP_EUSAGE);
+    ASSERT_EQ(prep_split_parse(&o, "ratio:1.5,-0.5,0"), BP_EUSAGE);
+}
+
+TEST(prep_splits_in_the_dataset) {
+    const char *d[3] = {criteo_file("s0.tsv", 0, 40), criteo_file("s1.tsv", 40, 30), criteo_file("s2.tsv", 70, 31)};
+    const char *out = tpath("s.bin");
+    static const struct {
+        const char *flag;
+        uint64_t train, val, test;
+    } cases[] = {
+        {"none", 101, 0, 0},
+        {"kaggle", 87, 7, 7},      // 101 = 7*14 + 3: days 15,15,15,14,14,14 | 14
+        {"ratio:0.8,0.1,0.1", 80, 10, 11},
+        {"days", 70, 16, 15},      // the last file (31 rows) halved
+    };
+    char *msg = NULL;
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        ASSERT_EQ(test_run(&msg, 20, "%s prep -q --max-ind-range 1000 --split %s -o %s %s %s %s", test_bin(),
+                           cases[i].flag, out, d[0], d[1], d[2]), 0);
+        free(msg);
+        bp_dataset ds;
+        ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+        ASSERT_MSG(ds.info.split[0] == cases[i].train && ds.info.split[1] == cases[i].val &&
+                       ds.info.split[2] == cases[i].test,
+                   "%s: %llu/%llu/%llu", cases[i].flag, (unsigned long long)ds.info.split[0],
+                   (unsigned long long)ds.info.split[1], (unsigned long long)ds.info.split[2]);
+        uint64_t b, e;
+        bp_ds_split_range(&ds, BP_SPLIT_TEST, &b, &e);
+        ASSERT_EQ(e, 101);
+        bp_ds_close(&ds);
+    }
+    // days with --max-rows: the last file reached is halved.
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q --max-rows 50 --split days -o %s %s %s %s", test_bin(), out, d[0], d[1],
+                       d[2]), 0);
+    free(msg);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    ASSERT_TRUE(ds.info.rows == 50 && ds.info.split[0] == 40 && ds.info.split[1] == 5 && ds.info.split[2] == 5);
+    bp_ds_close(&ds);
+}
+
+// A chunk boundary (PREP_CHUNK rows) and a read-block boundary inside one run, with frequency
+// ids: the result must equal a brute-force mapping of a file that spans both.
+TEST(prep_large_input_spans_chunks_and_blocks) {
+    const int R = PREP_CHUNK + 4000; // ~ 19 MB: crosses the 4 MiB read blocks several times
+    const char *in = criteo_file("big.tsv", 0, R);
+    const char *out = tpath("big.bin");
+    prep_stats st;
+    ASSERT_OK(run_prep(PREP_CRITEO, &in, 1, out, 3, 0, &st));
+    ASSERT_EQ(st.rows, (uint64_t)R);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    // C1 = r % 4: four values with counts R/4 (ties by value) -> id = r % 4.
+    // C3 = r: every value once, all rare with K = 3 -> the single bucket, id 0.
+    // C2: missing on r % 3 == 0 (R/3 + 1 times) vs 0xabcd (the rest, more): abcd = 0, missing = 1.
+    for (int r = 0; r < R; r += 97) {
+        ASSERT_EQ(ds.sparse[(size_t)r * 26 + 0], r % 4);
+        ASSERT_EQ(ds.sparse[(size_t)r * 26 + 1], r % 3 == 0 ? 1 : 0);
+        ASSERT_EQ(ds.sparse[(size_t)r * 26 + 2], 0);
+        ASSERT_TRUE(ds.dense[(size_t)r * 13 + 3] == (float)log1p(1000003.0 * r));
+    }
+    ASSERT_EQ(ds.info.card[2], 1);
+    bp_ds_close(&ds);
+}
