@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -57,6 +58,14 @@ int emb_layout_table_of(const emb_layout *L, uint64_t key) {
 }
 
 uint64_t emb_layout_bytes(const emb_layout *L) { return L->rows * (uint64_t)L->stride * sizeof(float); }
+
+const char *emb_layout_describe(const emb_layout *L, char *buf, size_t cap) {
+    char b[32];
+    snprintf(buf, cap, "%d tables, %llu rows x %d floats (%d model + %d state + %d padding) = %s", L->F,
+             (unsigned long long)L->rows, L->stride, L->E, L->S, L->stride - L->E - L->S,
+             bp_fmt_bytes(b, sizeof b, (double)emb_layout_bytes(L)));
+    return buf;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Initialisation.  Row `key` has its own seed h = hash(seed, key); its k-th 64-bit draw is

@@ -74,6 +74,9 @@ static inline uint64_t emb_key(const emb_layout *L, int f, uint32_t id) { return
 int emb_layout_table_of(const emb_layout *L, uint64_t key);
 // Bytes of one table allocation holding every row (rows * stride floats).
 uint64_t emb_layout_bytes(const emb_layout *L);
+// One line for a memory plan, e.g. "26 tables, 33762577 rows x 20 floats (16 model + 1 state
+// + 3 padding) = 2.5 GiB"; returns buf.
+const char *emb_layout_describe(const emb_layout *L, char *buf, size_t cap);
 
 // Writes the initial value of row `key` (stride floats) / of the n consecutive rows
 // [key0, key0 + n) into rows (n, stride).  Pure functions of (L->seed, key).

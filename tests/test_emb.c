@@ -27,6 +27,8 @@ TEST(emb_layout_keys_and_stride) {
     ASSERT_EQ(emb_layout_table_of(&L, 11), 2);
     ASSERT_EQ(emb_layout_table_of(&L, 17), 2);
     ASSERT_EQ(emb_layout_bytes(&L), 18 * 20 * 4);
+    char buf[128];
+    ASSERT_STR_CONTAINS(emb_layout_describe(&L, buf, sizeof buf), "3 tables, 18 rows x 20 floats (17 model + 1 state + 2 padding)");
     emb_layout_cfg c = {.F = 3, .card = card, .D = 16, .S = 16, .row_align = 16};
     ASSERT_OK(emb_layout_init(&L, &c));
     ASSERT_EQ(L.E, 16);
