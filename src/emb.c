@@ -395,7 +395,7 @@ void emb_grad_coalesce(emb_grad *g, const emb_layout *L, const uint32_t *ids, co
         uint64_t key = L->offset[f] + id;
         g->pairs[i] = key << pbits | i;
         if (passes <= 3) { // the common case (keys < 2^33), unrolled
-            h0[key & wmask]++;
+            if (passes > 0) h0[key & wmask]++;
             if (passes > 1) h1[(key >> w) & wmask]++;
             if (passes > 2) h2[(key >> 2 * w) & wmask]++;
         } else {

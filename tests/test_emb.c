@@ -390,3 +390,23 @@ TEST(emb_grad_partials_sum_over_union) {
     }
     emb_grad_free(&p0), emb_grad_free(&p1), emb_grad_free(&total);
 }
+
+// One row in all (no key bits to sort on) and one entry (no position bits).
+TEST(emb_coalesce_degenerate_sizes) {
+    uint64_t card[1] = {1};
+    emb_layout L;
+    ASSERT_OK(make_layout(&L, 1, card, 16, 17, 0, 1));
+    emb_grad g;
+    ASSERT_OK(emb_grad_init(&g, 4, 17));
+    uint32_t ids[4] = {0, 0, 0, 0};
+    float d[4 * 17];
+    for (int i = 0; i < 4 * 17; i++) d[i] = (float)i;
+    emb_grad_coalesce(&g, &L, ids, d, 4);
+    ASSERT_EQ(g.n, 1);
+    ASSERT_EQ(g.keys[0], 0);
+    for (int e = 0; e < 17; e++) ASSERT_TRUE(g.rows[e] == ((d[e] + d[17 + e]) + d[34 + e]) + d[51 + e]);
+    emb_grad_coalesce(&g, &L, ids, d + 17, 1);
+    ASSERT_EQ(g.n, 1);
+    ASSERT_TRUE(g.rows[0] == 17.0f);
+    emb_grad_free(&g);
+}
