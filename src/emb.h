@@ -18,11 +18,12 @@
 //     accumulator per row, at row[E]).  The state is part of the row: it moves, is cached,
 //     written back and checkpointed with it.
 //   - stride = E + S rounded up to a multiple of row_align floats (EMB_ROW_ALIGN by default).
-//     EMB_ROW_ALIGN is 4 (16 bytes): every row starts 16-byte aligned so the copy loops use
-//     aligned 16-byte moves, and the padding is at most 3 floats.  Rounding to 16 floats
-//     (one 64-byte cache line) would put the model part of E = 16 rows in a single line but
-//     costs up to 60% more memory (E = 16, S = 1: 32 instead of 20 floats).  bench/bench_gather
-//     measures both; the figures are in the module's report and the choice follows them.
+//     EMB_ROW_ALIGN is 4 (16 bytes): every row starts 16-byte aligned, the padding is at most 3
+//     floats.  Rounding to 16 floats (a 64-byte line) would put the model part of an E = 16 row
+//     in one line, but costs up to 60% more memory (E = 16, S = 1: 32 instead of 20 floats) and
+//     measured no faster (`bench_gather 0.5 0.2 padding`, a lightly loaded machine): row-wise Adagrad rows on the
+//     same random rows, gathered 132 vs 99 M rows/s (E = 16, 2 threads) and 118 vs 96 (E = 17),
+//     applied the optimizer at 151 vs 145 and 127 vs 68, and was within noise at E = 64, 65.
 //
 // Initialisation (the DLRM reference's): model float j of a row of table f is uniform in
 // [-sqrt(1/card[f]), +sqrt(1/card[f])]; with E = D + 1 the wide weight (element D) is 0 unless
@@ -74,6 +75,9 @@ static inline uint64_t emb_key(const emb_layout *L, int f, uint32_t id) { return
 int emb_layout_table_of(const emb_layout *L, uint64_t key);
 // Bytes of one table allocation holding every row (rows * stride floats).
 uint64_t emb_layout_bytes(const emb_layout *L);
+// One line for a memory plan, e.g. "26 tables, 33762577 rows x 20 floats (16 model + 1 state
+// + 3 padding) = 2.5 GiB"; returns buf.
+const char *emb_layout_describe(const emb_layout *L, char *buf, size_t cap);
 
 // Writes the initial value of row `key` (stride floats) / of the n consecutive rows
 // [key0, key0 + n) into rows (n, stride).  Pure functions of (L->seed, key).

@@ -27,6 +27,8 @@ TEST(emb_layout_keys_and_stride) {
     ASSERT_EQ(emb_layout_table_of(&L, 11), 2);
     ASSERT_EQ(emb_layout_table_of(&L, 17), 2);
     ASSERT_EQ(emb_layout_bytes(&L), 18 * 20 * 4);
+    char buf[128];
+    ASSERT_STR_CONTAINS(emb_layout_describe(&L, buf, sizeof buf), "3 tables, 18 rows x 20 floats (17 model + 1 state + 2 padding)");
     emb_layout_cfg c = {.F = 3, .card = card, .D = 16, .S = 16, .row_align = 16};
     ASSERT_OK(emb_layout_init(&L, &c));
     ASSERT_EQ(L.E, 16);
@@ -291,21 +293,23 @@ TEST(emb_coalesce_matches_brute_force) {
 }
 
 // Summation order is sample order: with values whose float sum depends on the order, the
-// result is exactly ((a + b) + c) for three occurrences in samples 0, 1, 2.
+// result is exactly ((a + b) + c) for three occurrences in samples 0, 1, 2: here 1, where the
+// reverse order or any other gives 0.
 TEST(emb_coalesce_sums_in_sample_order) {
     uint64_t card[1] = {4};
     emb_layout L;
     ASSERT_OK(make_layout(&L, 1, card, 16, 16, 0, 1));
     emb_grad g;
-    ASSERT_OK(emb_grad_init(&g, 3, 16));
-    uint32_t ids[3] = {2, 2, 2};
-    float d[3 * 16];
-    for (int e = 0; e < 16; e++) d[e] = 1e8f, d[16 + e] = 1.0f, d[32 + e] = -1e8f;
-    emb_grad_coalesce(&g, &L, ids, d, 3);
-    ASSERT_EQ(g.n, 1);
-    ASSERT_EQ(g.keys[0], 2);
-    float expect = (1e8f + 1.0f) + -1e8f; // 0 in float; (a + c) + b would be 1
-    for (int e = 0; e < 16; e++) ASSERT_TRUE(g.rows[e] == expect);
+    ASSERT_OK(emb_grad_init(&g, 5, 16));
+    uint32_t ids[5] = {2, 0, 2, 3, 2}; // key 2 in samples 0, 2, 4, other keys between
+    float d[5 * 16];
+    for (int e = 0; e < 16; e++)
+        d[e] = 1e8f, d[16 + e] = 7.0f, d[32 + e] = -1e8f, d[48 + e] = 7.0f, d[64 + e] = 1.0f;
+    emb_grad_coalesce(&g, &L, ids, d, 5);
+    ASSERT_EQ(g.n, 3);
+    ASSERT_TRUE(g.keys[0] == 0 && g.keys[1] == 2 && g.keys[2] == 3);
+    ASSERT_TRUE((1.0f + -1e8f) + 1e8f == 0.0f && (1e8f + 1.0f) + -1e8f == 0.0f); // other orders
+    for (int e = 0; e < 16; e++) ASSERT_TRUE(g.rows[16 + e] == 1.0f);
     emb_grad_free(&g);
 }
 
@@ -385,4 +389,24 @@ TEST(emb_grad_partials_sum_over_union) {
         }
     }
     emb_grad_free(&p0), emb_grad_free(&p1), emb_grad_free(&total);
+}
+
+// One row in all (no key bits to sort on) and one entry (no position bits).
+TEST(emb_coalesce_degenerate_sizes) {
+    uint64_t card[1] = {1};
+    emb_layout L;
+    ASSERT_OK(make_layout(&L, 1, card, 16, 17, 0, 1));
+    emb_grad g;
+    ASSERT_OK(emb_grad_init(&g, 4, 17));
+    uint32_t ids[4] = {0, 0, 0, 0};
+    float d[4 * 17];
+    for (int i = 0; i < 4 * 17; i++) d[i] = (float)i;
+    emb_grad_coalesce(&g, &L, ids, d, 4);
+    ASSERT_EQ(g.n, 1);
+    ASSERT_EQ(g.keys[0], 0);
+    for (int e = 0; e < 17; e++) ASSERT_TRUE(g.rows[e] == ((d[e] + d[17 + e]) + d[34 + e]) + d[51 + e]);
+    emb_grad_coalesce(&g, &L, ids, d + 17, 1);
+    ASSERT_EQ(g.n, 1);
+    ASSERT_TRUE(g.rows[0] == 17.0f);
+    emb_grad_free(&g);
 }

@@ -32,6 +32,7 @@ TEST(optim_rows_match_double_reference) {
             const int E = Es[c];
             emb_opt o = emb_opt_make((emb_opt_kind)kind, 0.05f, E);
             o.initial_acc = kind ? 0.1f : 0.0f;
+            if (c % 2) o.eps = 0.05f; // large enough to matter: where eps goes is checked
             const int S = emb_opt_state_floats(&o);
             ASSERT_EQ(S, kind == 0 ? 0 : kind == 1 ? E : 1);
             float row[129 + 129 + 3], g[129];
@@ -147,6 +148,7 @@ TEST(optim_dense_matches_formulas) {
             dense_opt o = dense_opt_make((dense_opt_kind)kind, 0.03f);
             o.weight_decay = wdi ? 0.01f : 0.0f;
             o.initial_acc = kind ? 0.5f : 0.0f;
+            if (wdi) o.eps = 0.25f;
             ASSERT_EQ(dense_opt_state_floats(&o, n), kind ? n : 0);
             for (int i = 0; i < n; i++) p[i] = pe[i] = p0[i] = (float)bp_rng_normal(&r);
             dense_opt_state_init(&o, st, n);
