@@ -56,14 +56,15 @@ static int write_dataset(const char *path, uint64_t n, uint64_t seed) {
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
+    size_t n = 0, cap = 4096, k;
+    char *b = malloc(cap);
+    while ((k = fread(b + n, 1, cap - n - 1, f)) > 0) { // /proc files report no size: read to EOF
+        n += k;
+        if (cap - n < 2) b = realloc(b, cap *= 2);
+    }
     fclose(f);
     b[n] = 0;
-    *len = (size_t)n;
+    *len = n;
     return b;
 }
 
@@ -177,3 +178,137 @@ TEST(dist_sync_reproducible) {
     // A different T sums in a different order (and trains at all): the tables differ.
     ASSERT_TRUE(!same_file(test_path("t2s1"), test_path("t3a"), "emb.bin"));
 }
+
+// (c) Adagrad and row-wise Adagrad keep their state inside the server's rows: T = 1 matches
+// local (state included in emb.bin), and T = 2 gives the same model with 1 or 2 servers.
+static void check_emb_optimizer(const char *opt) {
+    char data[512], extra[128];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 3));
+    snprintf(extra, sizeof extra, "--emb-optimizer %s --iters 120 --no-eval", opt);
+    TRAIN_OK(data, test_path("local"), "--mode local", extra);
+    TRAIN_OK(data, test_path("t1"), "--mode sync --trainers 1 --servers 1", extra);
+    ASSERT_TRUE(same_file(test_path("local"), test_path("t1"), "dense.bin"));
+    ASSERT_TRUE(same_file(test_path("local"), test_path("t1"), "emb.bin"));
+    TRAIN_OK(data, test_path("t2s1"), "--mode sync --trainers 2 --servers 1", extra);
+    TRAIN_OK(data, test_path("t2s2"), "--mode sync --trainers 2 --servers 2", extra);
+    ASSERT_TRUE(same_file(test_path("t2s1"), test_path("t2s2"), "dense.bin"));
+    ASSERT_TRUE(same_file(test_path("t2s1"), test_path("t2s2"), "emb.bin"));
+    ASSERT_TRUE(!same_file(test_path("t1"), test_path("t2s1"), "emb.bin"));
+}
+
+TEST(dist_sync_adagrad_state_on_servers) { check_emb_optimizer("adagrad"); }
+TEST(dist_sync_rowwise_adagrad_state_on_servers) { check_emb_optimizer("rowwise-adagrad"); }
+
+// (d) Under mpirun with the wrong number of ranks every rank says what is needed; no hang.
+TEST(dist_wrong_rank_count) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 500, 4));
+    char *out = NULL;
+    int rc = test_run(&out, 30, OMPI_ENV " mpirun -np 3 --oversubscribe %s train --mode sync --trainers 2 --servers 1 "
+                      TINY_MODEL " --iters 5 %s", test_bin(), data);
+    ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "this job has 3 ranks, but --servers 1 --trainers 2 needs 1 + 1 + 2 = 4");
+    free(out);
+}
+
+// (f) A dataset that cannot be read: one clear message from the job, no hang.
+TEST(dist_unreadable_dataset) {
+    const char *bad = test_path("bad.bin");
+    FILE *f = fopen(bad, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("this is not a dataset\n", f);
+    fclose(f);
+    char *out = NULL;
+    int rc = test_run(&out, 30, OMPI_ENV " %s train --mode sync --trainers 2 --servers 1 " TINY_MODEL " %s",
+                      test_bin(), bad);
+    ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "bad.bin: too short for a bagpipe dataset");
+    free(out);
+    rc = test_run(&out, 30, OMPI_ENV " %s train --mode sync --trainers 1 --servers 2 " TINY_MODEL " %s",
+                  test_bin(), test_path("missing.bin"));
+    ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "missing.bin");
+    free(out);
+}
+
+// The pid of the process that is rank `rank` of an MPI job whose command line mentions `tag`.
+static pid_t find_rank(int rank, const char *tag) {
+    DIR *d = opendir("/proc");
+    if (!d) return -1;
+    char want[64];
+    int wl = snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    pid_t found = -1;
+    struct dirent *e;
+    while (found < 0 && (e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char p[64];
+        size_t len;
+        snprintf(p, sizeof p, "/proc/%ld/cmdline", pid);
+        char *cmd = read_file(p, &len);
+        int match = 0;
+        if (cmd) {
+            for (size_t i = 0; i + 1 < len; i++)
+                if (!cmd[i]) cmd[i] = ' ';
+            match = strstr(cmd, tag) && strstr(cmd, "train");
+            free(cmd);
+        }
+        if (!match) continue;
+        snprintf(p, sizeof p, "/proc/%ld/environ", pid);
+        char *env = read_file(p, &len);
+        for (size_t i = 0; env && i < len; i += strlen(env + i) + 1)
+            if (strncmp(env + i, want, (size_t)wl) == 0 && env[i + wl] == 0) found = (pid_t)pid;
+        free(env);
+    }
+    closedir(d);
+    return found;
+}
+
+// (e) kill -9 of one rank mid-run: the job ends within seconds, non-zero, naming rank and role.
+static void check_kill(int rank, const char *role) {
+    char data[512], outp[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "exec timeout -k 5 60 env " OMPI_ENV " %s train --mode sync --trainers 2 --servers 2 " TINY_MODEL
+             " --iters 1000000 --no-eval %s > %s 2>&1",
+             test_bin(), data, outp);
+    pid_t job = fork();
+    ASSERT_TRUE(job >= 0);
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    pid_t victim = -1;
+    double t0 = bp_now();
+    while (victim < 0 && bp_now() - t0 < 30) {
+        usleep(100000);
+        victim = find_rank(rank, data);
+    }
+    if (victim < 0) kill(job, SIGKILL);
+    ASSERT_MSG(victim > 0, "rank %d never appeared", rank);
+    usleep(1500000); // let it train
+    int st = 0;
+    ASSERT_MSG(waitpid(job, &st, WNOHANG) == 0, "the job ended before the kill");
+    ASSERT_EQ(kill(victim, SIGKILL), 0);
+    double tk = bp_now();
+    waitpid(job, &st, 0);
+    double dt = bp_now() - tk;
+    size_t len;
+    char *out = read_file(outp, &len);
+    ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 124, "status %d:\n%s", st, out);
+    ASSERT_MSG(dt < 10, "the job took %.1f s to end after the kill", dt);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d (%s) was killed by signal 9", rank, role);
+    ASSERT_STR_CONTAINS(out, want);
+    free(out);
+}
+
+TEST(dist_kill_oracle) { check_kill(0, "oracle"); }
+TEST(dist_kill_server) { check_kill(2, "server 1"); }
+TEST(dist_kill_trainer) { check_kill(3, "trainer 0"); }
