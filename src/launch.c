@@ -131,7 +131,8 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     else if (f.aborted)
         fprintf(stderr, "bagpipe: job failed: %s stopped the job after an error (message above)\n", what);
     else if (f.exit_code >= 0)
-        fprintf(stderr, "bagpipe: job failed: %s exited with code %d\n", what, f.exit_code);
+        fprintf(stderr, "bagpipe: job failed: %s was the first to exit, with code %d (its message is above)\n", what,
+                f.exit_code);
     else
         fprintf(stderr, "bagpipe: job failed: mpirun exited with code %d\n", code);
     return code;
