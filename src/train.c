@@ -18,8 +18,10 @@
 #include "cmds.h"
 #include "common.h"
 #include "data_bin.h"
+#include "dist.h"
 #include "emb.h"
 #include "jsonl.h"
+#include "launch.h"
 #include "metric.h"
 #include "model.h"
 #include "optim.h"
@@ -43,8 +45,10 @@ int trainer_init(trainer *tr, const model_config *mc, const emb_layout_cfg *lc, 
     const int B = max_batch, F = mc->F, E = mc->E;
     rc = emb_grad_init(&tr->g, B * F, E);
     if (rc) goto fail;
-    rc = alloc_only ? emb_table_alloc(&tr->table, &tr->L, 1) : emb_table_init(&tr->table, &tr->L, 0);
-    if (rc) goto fail;
+    if (alloc_only != TRAINER_NO_TABLE) {
+        rc = alloc_only ? emb_table_alloc(&tr->table, &tr->L, 1) : emb_table_init(&tr->table, &tr->L, 0);
+        if (rc) goto fail;
+    }
     tr->emb = bp_xmalloc((size_t)B * F * E * sizeof(float));
     tr->d_emb = bp_xmalloc((size_t)B * F * E * sizeof(float));
     tr->logit = bp_xmalloc((size_t)B * sizeof(float));
@@ -211,7 +215,7 @@ int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_bat
 
 typedef struct {
     model_flags mf;
-    int mode;
+    int mode, trainers, servers;
     int batch, eval_batch, epochs, threads, eval_every, print_every, eval_split, dense_opt, emb_opt;
     int64_t iters, eval_rows;
     double lr, emb_lr;
@@ -220,14 +224,14 @@ typedef struct {
     int no_eval;
 } train_flags;
 
-static void print_result(const char *label, const metric_result *r, const metric_result *bayes) {
+void train_print_result(const char *label, const metric_result *r, const metric_result *bayes) {
     printf("%-5s AUC %.4f  logloss %.4f  accuracy %.4f  (%llu samples, %.1f%% clicks)", label, r->auc, r->logloss,
            r->accuracy, (unsigned long long)r->n, r->n ? 100.0 * (double)r->pos / (double)r->n : 0.0);
     if (bayes && bayes->auc_defined) printf("\n      Bayes-optimal AUC %.4f  logloss %.4f (planted model)", bayes->auc, bayes->logloss);
     printf("\n");
 }
 
-static void json_result(jsonl *j, const char *prefix, const metric_result *r) {
+void train_json_result(jsonl *j, const char *prefix, const metric_result *r) {
     char k[64];
     snprintf(k, sizeof k, "%sauc", prefix), jsonl_num(j, k, r->auc);
     snprintf(k, sizeof k, "%slogloss", prefix), jsonl_num(j, k, r->logloss);
@@ -242,10 +246,65 @@ static int open_dataset(bp_dataset *ds, const char *path) {
     return rc;
 }
 
+// Opens the dataset and derives everything a run needs from the flags (no output but warnings).
+static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, const char *data_path) {
+    memset(su, 0, sizeof *su);
+    memset(ds, 0, sizeof *ds);
+    int rc = open_dataset(ds, data_path);
+    if (rc) return rc;
+    const bp_ds_info *in = &ds->info;
+    su->data_path = data_path, su->ds = ds;
+    if ((rc = model_config_from_flags(&su->mc, &fl->mf, (int)in->n_dense, (int)in->n_sparse))) return rc;
+    bp_ds_split_range(ds, BP_SPLIT_TRAIN, &su->tr0, &su->tr1);
+    su->per_epoch = (su->tr1 - su->tr0) / (uint64_t)fl->batch;
+    if (su->per_epoch == 0)
+        return bp_fail(BP_EUSAGE, "--batch-size %d: the train split of %s has only %llu rows", fl->batch, data_path,
+                       (unsigned long long)(su->tr1 - su->tr0));
+    su->total_iters = fl->iters ? fl->iters : (int64_t)su->per_epoch * fl->epochs;
+    su->eval_split = (bp_split)fl->eval_split;
+    bp_ds_split_range(ds, su->eval_split, &su->ev0, &su->ev1);
+    if (fl->eval_rows && su->ev1 - su->ev0 > (uint64_t)fl->eval_rows) su->ev1 = su->ev0 + (uint64_t)fl->eval_rows;
+    su->do_eval = !fl->no_eval && su->ev1 > su->ev0;
+    if (!fl->no_eval && su->ev1 == su->ev0)
+        bp_log(BP_LOG_WARN, "the %s split of %s is empty: no evaluation", bp_split_name(su->eval_split), data_path);
+    float emb_lr = (float)(fl->emb_lr >= 0 ? fl->emb_lr : fl->lr);
+    static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
+    su->eopt = emb_opt_make(ekinds[fl->emb_opt], emb_lr, su->mc.E);
+    su->dopt = dense_opt_make(fl->dense_opt ? DENSE_OPT_ADAGRAD : DENSE_OPT_SGD, (float)fl->lr);
+    su->lc = (emb_layout_cfg){.F = su->mc.F, .card = in->card, .D = su->mc.D, .E = su->mc.E,
+                              .S = emb_opt_state_floats(&su->eopt), .seed = (uint64_t)fl->seed};
+    su->B = fl->batch, su->eval_batch = fl->eval_batch, su->eval_every = fl->eval_every;
+    su->print_every = fl->print_every, su->threads = fl->threads;
+    su->seed = (uint64_t)fl->seed, su->lr = fl->lr, su->save = fl->save, su->metrics = fl->metrics;
+    su->trainers = fl->trainers, su->servers = fl->servers;
+    return 0;
+}
+
+// --mode sync: without a launcher, start the job (launch.h); under one, become a rank.
+static int train_distributed(const train_flags *fl, const char *data_path, int argc, char **argv) {
+    if (fl->trainers > fl->batch)
+        return cmd_exit(bp_fail(BP_EUSAGE, "--trainers %d: more trainers than samples in a batch (--batch-size %d)",
+                                fl->trainers, fl->batch));
+    dist_layout lay = {.S = fl->servers, .T = fl->trainers};
+    if (!launch_under_mpi()) return launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
+    int rc = dist_begin(&lay);
+    if (rc) return rc == BP_EMISMATCH ? 2 : 1;
+    bp_dataset ds;
+    train_setup su;
+    rc = setup_build(&su, fl, &ds, data_path);
+    rc = dist_run(&su, &lay, rc);
+    bp_ds_close(&ds);
+    return rc;
+}
+
 int cmd_train(int argc, char **argv) {
     train_flags fl;
     const cli_opt opts[] = {
-        CLI_CHOICE("mode", 0, &fl.mode, 0, "local", "training mode (local: one process, all tables in memory)"),
+        CLI_CHOICE("mode", 0, &fl.mode, 0, "local|sync",
+                   "training mode (local: one process, all tables in memory; sync: parameter servers, "
+                   "no cache)"),
+        CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes)"),
+        CLI_INT("servers", 0, &fl.servers, 1, 1, 1024, "embedding server ranks (distributed modes)"),
         MODEL_CLI_OPTS(&fl.mf),
         CLI_INT("batch-size", 'b', &fl.batch, 128, 1, 1 << 20, "global mini-batch size (samples)"),
         CLI_DBL("learning-rate", 0, &fl.lr, 0.1, 0, 1e6, "learning rate"),
@@ -277,38 +336,27 @@ int cmd_train(int argc, char **argv) {
     }
     const char *data_path = pos[0];
     free(pos);
+    if (fl.mode == 1) return train_distributed(&fl, data_path, argc, argv);
+    if (fl.trainers != 1 || fl.servers != 1)
+        return cmd_exit(bp_fail(BP_EUSAGE, "--trainers/--servers: --mode local is one process (use --mode sync)"));
 
     bp_dataset ds;
     FILE *mf = NULL;
     trainer tr;
     memset(&tr, 0, sizeof tr);
-    if ((rc = open_dataset(&ds, data_path))) return cmd_exit(rc);
-    const bp_ds_info *in = &ds.info;
-    model_config mc;
-    if ((rc = model_config_from_flags(&mc, &fl.mf, (int)in->n_dense, (int)in->n_sparse))) goto out;
-    uint64_t tr0, tr1;
-    bp_ds_split_range(&ds, BP_SPLIT_TRAIN, &tr0, &tr1);
-    const uint64_t per_epoch = (tr1 - tr0) / (uint64_t)fl.batch;
-    if (per_epoch == 0) {
-        rc = bp_fail(BP_EUSAGE, "--batch-size %d: the train split of %s has only %llu rows", fl.batch, data_path,
-                     (unsigned long long)(tr1 - tr0));
-        goto out;
+    train_setup su;
+    if ((rc = setup_build(&su, &fl, &ds, data_path))) {
+        bp_ds_close(&ds);
+        return cmd_exit(rc);
     }
-    int64_t total_iters = fl.iters ? fl.iters : (int64_t)per_epoch * fl.epochs;
-    uint64_t ev0, ev1;
-    bp_ds_split_range(&ds, (bp_split)fl.eval_split, &ev0, &ev1);
-    if (fl.eval_rows && ev1 - ev0 > (uint64_t)fl.eval_rows) ev1 = ev0 + (uint64_t)fl.eval_rows;
-    int do_eval = !fl.no_eval && ev1 > ev0;
-    if (!fl.no_eval && ev1 == ev0)
-        bp_log(BP_LOG_WARN, "the %s split of %s is empty: no evaluation", bp_split_name((bp_split)fl.eval_split), data_path);
-
-    // Optimizers, row layout, memory plan.
-    float emb_lr = (float)(fl.emb_lr >= 0 ? fl.emb_lr : fl.lr);
-    static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
-    emb_opt eopt = emb_opt_make(ekinds[fl.emb_opt], emb_lr, mc.E);
-    dense_opt dopt = dense_opt_make(fl.dense_opt ? DENSE_OPT_ADAGRAD : DENSE_OPT_SGD, (float)fl.lr);
-    emb_layout_cfg lc = {.F = mc.F, .card = in->card, .D = mc.D, .E = mc.E, .S = emb_opt_state_floats(&eopt),
-                         .seed = (uint64_t)fl.seed};
+    const bp_ds_info *in = &ds.info;
+    const model_config mc = su.mc;
+    const uint64_t tr0 = su.tr0, tr1 = su.tr1, per_epoch = su.per_epoch, ev0 = su.ev0, ev1 = su.ev1;
+    const int64_t total_iters = su.total_iters;
+    const int do_eval = su.do_eval;
+    const emb_opt eopt = su.eopt;
+    const dense_opt dopt = su.dopt;
+    const emb_layout_cfg lc = su.lc;
     emb_layout L;
     if ((rc = emb_layout_init(&L, &lc))) goto out;
     const int max_batch = BP_MAX(fl.batch, do_eval ? fl.eval_batch : 1);
@@ -392,7 +440,7 @@ int cmd_train(int argc, char **argv) {
             jsonl_str(&j, "split", bp_split_name((bp_split)fl.eval_split));
             jsonl_int(&j, "iter", t + 1);
             jsonl_int(&j, "samples", (t + 1) * B);
-            json_result(&j, "", &res);
+            train_json_result(&j, "", &res);
             jsonl_end(&j, mf);
             t_window += bp_now() - t0; // keep evaluation out of the throughput figure
         }
@@ -406,7 +454,7 @@ int cmd_train(int argc, char **argv) {
     if (do_eval) {
         trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
         have_res = 1;
-        print_result(bp_split_name((bp_split)fl.eval_split), &res, &bayes);
+        train_print_result(bp_split_name((bp_split)fl.eval_split), &res, &bayes);
     }
     {
         jsonl j;
@@ -420,8 +468,8 @@ int cmd_train(int argc, char **argv) {
         jsonl_num(&j, "samples_per_s", sps);
         if (have_res) {
             jsonl_str(&j, "split", bp_split_name((bp_split)fl.eval_split));
-            json_result(&j, "", &res);
-            if (bayes.auc_defined) json_result(&j, "bayes_", &bayes);
+            train_json_result(&j, "", &res);
+            if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
         }
         jsonl_end(&j, mf);
     }
@@ -474,7 +522,7 @@ int cmd_eval(int argc, char **argv) {
             metric_result res, bayes;
             double t0 = bp_now();
             trainer_eval(&tr, &ds, r0, r1, batch, &res, &bayes);
-            print_result(bp_split_name((bp_split)split), &res, &bayes);
+            train_print_result(bp_split_name((bp_split)split), &res, &bayes);
             printf("evaluated in %.2f s (%.0f samples/s)\n", bp_now() - t0, (double)(r1 - r0) / (bp_now() - t0));
         }
         trainer_free(&tr);

@@ -6,6 +6,7 @@
 
 #include "data_bin.h"
 #include "emb.h"
+#include "jsonl.h"
 #include "metric.h"
 #include "model.h"
 #include "optim.h"
@@ -26,7 +27,9 @@ typedef struct {
 } trainer;
 
 // Builds the model (parameters zero until model_init_params), the table (initialised from
-// lc->seed unless alloc_only), buffers for batches up to max_batch.
+// lc->seed unless alloc_only; not even allocated when alloc_only == TRAINER_NO_TABLE, for
+// trainers whose rows live elsewhere), buffers for batches up to max_batch.
+#define TRAINER_NO_TABLE 2
 int trainer_init(trainer *tr, const model_config *mc, const emb_layout_cfg *lc, const dense_opt *dopt,
                  const emb_opt *eopt, int max_batch, int alloc_only);
 void trainer_free(trainer *tr); // safe on a zeroed one
@@ -40,5 +43,31 @@ void trainer_eval(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1, i
 int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
                  uint64_t seed);
 int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch);
+
+// Everything a training run needs once the flags and the dataset are read: the local trainer and
+// every distributed mode (dist.h) start from it.
+typedef struct {
+    const char *data_path;
+    const bp_dataset *ds;
+    model_config mc;
+    emb_layout_cfg lc;          // lc.card points into ds
+    emb_opt eopt;
+    dense_opt dopt;
+    int B;                      // global batch size
+    int eval_batch, eval_every, print_every, threads, do_eval;
+    bp_split eval_split;
+    int64_t total_iters;
+    uint64_t per_epoch;         // iterations per epoch
+    uint64_t tr0, tr1, ev0, ev1; // train rows and evaluation rows
+    uint64_t seed;
+    double lr;
+    const char *save;
+    const char *metrics;        // metrics file (JSON lines) or NULL
+    int trainers, servers;      // distributed modes
+} train_setup;
+
+// The printed / JSON forms of evaluation results, shared with the distributed modes.
+void train_print_result(const char *label, const metric_result *r, const metric_result *bayes);
+void train_json_result(jsonl *j, const char *prefix, const metric_result *r);
 
 #endif

@@ -1,0 +1,109 @@
+// bench_dist: time and bytes per iteration of `--mode local` vs `--mode sync` (T = 2, S = 1) on
+// a small synthetic DLRM, measured side by side in one run through the bagpipe binary.
+//
+//   build/bench/bench_dist [BAGPIPE_BIN] [ITERS]
+//
+// Prints per mode: seconds per iteration (from the summary's train_s), the split of a trainer's
+// time (waiting for rows, embedding sync, dense all-reduce, compute) and the bytes per iteration
+// of each kind (summed over trainers).  Figures are lower bounds on a shared machine; the ranks
+// are oversubscribed when ranks > cores, so sync pays for that too.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "data_bin.h"
+
+static int write_dataset(const char *path, uint64_t n) {
+    bp_ds_info t = {0};
+    t.n_dense = 13, t.n_sparse = 8, t.kind = BP_KIND_CUSTOM;
+    snprintf(t.source, sizeof t.source, "bench_dist");
+    bp_ds_writer *w;
+    int rc = bp_ds_writer_open(&w, path, &t);
+    if (rc) return rc;
+    const uint64_t card[8] = {1000, 5000, 20000, 100000, 100000, 300, 50, 200000};
+    bp_rng rng;
+    bp_rng_seed(&rng, 42, 0);
+    for (uint64_t r = 0; r < n && !rc; r++) {
+        float d[13];
+        uint32_t s[8];
+        double z = 0;
+        for (int k = 0; k < 13; k++) d[k] = bp_rng_uniformf(&rng), z += 0.1 * (k - 6) * d[k];
+        for (int f = 0; f < 8; f++) {
+            double u = bp_rng_uniform(&rng);
+            s[f] = (uint32_t)((double)card[f] * u * u * u * u); // skewed: a few rows take most accesses
+            z += ((bp_mix64(s[f] + 7919u * f) & 255) / 255.0 - 0.5);
+        }
+        uint8_t lab = bp_rng_uniform(&rng) < 1.0 / (1.0 + exp(-z));
+        rc = bp_ds_writer_append(w, 1, &lab, d, s, NULL);
+    }
+    if (rc) {
+        bp_ds_writer_abort(w);
+        return rc;
+    }
+    return bp_ds_writer_finish(w, card, NULL);
+}
+
+// The number after "key": in the last line of path that contains "summary".
+static double summary_num(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NAN;
+    char line[4096], last[4096] = "";
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "\"summary\"")) snprintf(last, sizeof last, "%s", line);
+    fclose(f);
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(last, pat);
+    return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+int main(int argc, char **argv) {
+    const char *bin = argc > 1 ? argv[1] : getenv("BAGPIPE_BIN") ? getenv("BAGPIPE_BIN") : "build/bagpipe";
+    int iters = argc > 2 ? atoi(argv[2]) : 300;
+    char dir[] = "/tmp/bench-dist-XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    char data[256];
+    snprintf(data, sizeof data, "%s/d.bin", dir);
+    int rc = write_dataset(data, 200000);
+    if (rc) {
+        fprintf(stderr, "bench_dist: %s\n", bp_errmsg(rc));
+        return 1;
+    }
+    const char *model = "--arch-mlp-bot 13-64-16 --arch-mlp-top 64-1 --arch-sparse-feature-size 16 --batch-size 512 "
+                        "--no-eval --print-every 100";
+    const char *modes[3][2] = {{"local", "--mode local"},
+                               {"sync T=2 S=1", "--mode sync --trainers 2 --servers 1"},
+                               {"sync T=1 S=1", "--mode sync --trainers 1 --servers 1"}};
+    double spi[3];
+    printf("bench_dist: DLRM 13-64-16 / 64-1, D=16, 8 tables (426k rows), batch 512, %d iterations, binary %s\n",
+           iters, bin);
+    printf("%-14s %10s %9s %9s %9s %9s %12s %12s %12s\n", "mode", "ms/iter", "wait_ms", "sync_ms", "allred_ms",
+           "comp_ms", "fetch_B/it", "push_B/it", "allred_B/it");
+    for (int m = 0; m < 3; m++) {
+        char mpath[300], cmd[2048];
+        snprintf(mpath, sizeof mpath, "%s/m%d.jsonl", dir, m);
+        snprintf(cmd, sizeof cmd, "%s train %s %s --iters %d --metrics %s %s > /dev/null", bin, modes[m][1], model, iters,
+                 mpath, data);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "bench_dist: failed: %s\n", cmd);
+            return 1;
+        }
+        double ts = summary_num(mpath, "train_s");
+        spi[m] = ts / iters;
+        double it = iters;
+        printf("%-14s %10.3f %9.3f %9.3f %9.3f %9.3f %12.0f %12.0f %12.0f\n", modes[m][0], 1e3 * spi[m],
+               1e3 * summary_num(mpath, "wait_rows_s") / it, 1e3 * summary_num(mpath, "emb_sync_s") / it,
+               1e3 * summary_num(mpath, "allreduce_s") / it, 1e3 * summary_num(mpath, "compute_s") / it,
+               summary_num(mpath, "bytes_row_fetch") / it, summary_num(mpath, "bytes_grad_push") / it,
+               summary_num(mpath, "bytes_allreduce") / it);
+    }
+    printf("time per iteration, sync T=2 S=1 / local: %.2fx; sync T=1 S=1 / local: %.2fx\n", spi[1] / spi[0],
+           spi[2] / spi[0]);
+    char rm[300];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    if (system(rm) != 0) fprintf(stderr, "bench_dist: could not remove %s\n", dir);
+    return 0;
+}

@@ -1,0 +1,71 @@
+// comm: the message layer of the distributed modes, a thin layer over MPI (comm_mpi.c is the only
+// file that includes mpi.h).
+//
+// Threading: exactly one thread per process calls into comm (Open MPI 4.1 is pathological when
+// several threads block in MPI at once).  Waiting never blocks inside MPI: comm_wait polls
+// MPI_Test / MPI_Iprobe and, after a short spin, sleeps between polls (backing off up to
+// COMM_MAX_SLEEP_US), so an idle rank leaves the cores to the ranks that compute, which matters
+// when ranks outnumber cores.
+//
+// Errors: MPI errors are returned (MPI_ERRORS_RETURN), turned into BP_EPEER with a message naming
+// the operation and the peer.  A dead peer usually takes the whole job down through mpirun first.
+//
+// Byte counters: every send and receive adds its bytes to the counter of its tag (the message
+// kind, msg.h); the all-reduce counts under MSG_AR_RS / MSG_AR_AG.
+#ifndef BP_COMM_H
+#define BP_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define COMM_MAX_TAGS 16
+#define COMM_MAX_SLEEP_US 200
+#define COMM_ANY (-1) // any source / any tag
+
+typedef struct {
+    uint64_t opaque[2]; // an MPI_Request
+    int peer, tag;      // for messages and the receive counter
+    size_t cap;         // receive capacity (0 for sends)
+} comm_req;
+
+// MPI_Init (thread level FUNNELED: only the main thread calls MPI) and MPI_Finalize.
+int comm_init(int *argc, char ***argv);
+void comm_finalize(void);
+int comm_rank(void);
+int comm_size(void);
+// Ends every rank of the job with exit code `code` (MPI_Abort).  For the top of a role only.
+_Noreturn void comm_abort(int code);
+
+// Non-blocking point to point.  The buffer must stay valid until the request completes.
+int comm_isend(const void *buf, size_t bytes, int dst, int tag, comm_req *r);
+int comm_irecv(void *buf, size_t cap, int src, int tag, comm_req *r);
+// *done = 1 when complete; for a receive, *bytes (may be NULL) gets the received length.
+int comm_test(comm_req *r, int *done, size_t *bytes);
+int comm_wait(comm_req *r, size_t *bytes);
+int comm_waitall(comm_req *r, int n);
+// Waits for a message matching (src, tag) (COMM_ANY for either) and reports who sent it, its tag
+// and its length, without receiving it.
+int comm_probe(int src, int tag, int *from, int *got_tag, size_t *bytes);
+// Receives exactly one message from (src, tag) into buf (cap bytes); longer is an error.
+int comm_recv(void *buf, size_t cap, int src, int tag, size_t *bytes);
+
+// A barrier over every rank (non-blocking barrier + polling).
+int comm_barrier(void);
+// Every rank contributes one int; all[i] gets rank i's (size ints).
+int comm_allgather_int(int mine, int *all);
+
+// Deterministic sum of buf (n elements of float or double) over the `np` consecutive ranks
+// [first, first + np), this rank among them; every participant ends with the same bits.
+// Reduce-scatter by chunks (participant c owns [c n / np, (c + 1) n / np)), where the owner adds
+// the contributions in participant order 0..np-1 (the first copied), then all-gather.  The
+// result therefore depends only on the inputs and np, never on the MPI library's reduction
+// order.  work: np * ceil(n / np) elements of scratch.
+int comm_allreduce_sum_f32(float *buf, size_t n, int first, int np, float *work);
+int comm_allreduce_sum_f64(double *buf, size_t n, int first, int np, double *work);
+
+// Byte counters per tag (sent and received by this rank) and their reset.
+uint64_t comm_bytes_sent(int tag);
+uint64_t comm_bytes_recv(int tag);
+void comm_bytes_reset(void);
+
+#endif

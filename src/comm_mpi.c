@@ -1,0 +1,249 @@
+// comm over MPI: the only file that includes mpi.h.  Contracts in comm.h.
+#include <mpi.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "common.h"
+#include "msg.h"
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((comm_req *)0)->opaque), "comm_req too small for MPI_Request");
+
+static uint64_t bytes_sent[COMM_MAX_TAGS], bytes_recv[COMM_MAX_TAGS];
+static int my_rank = -1, n_ranks = 0;
+
+static MPI_Request *req_of(comm_req *r) { return (MPI_Request *)(void *)r->opaque; }
+
+static int mpi_fail(int err, const char *what, int peer) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, s, &len);
+    return bp_fail(BP_EPEER, "comm: rank %d: %s (peer %d): %s", my_rank, what, peer, s);
+}
+
+// Poll pacing: spin briefly, then sleep with exponential back-off up to COMM_MAX_SLEEP_US.
+typedef struct {
+    int polls;
+    long sleep_ns;
+} pacer;
+
+static void pacer_pause(pacer *p) {
+    if (++p->polls < 64) return;
+    p->sleep_ns = p->sleep_ns ? BP_MIN(p->sleep_ns * 2, (long)COMM_MAX_SLEEP_US * 1000) : 2000;
+    struct timespec ts = {0, p->sleep_ns};
+    nanosleep(&ts, NULL);
+}
+
+int comm_init(int *argc, char ***argv) {
+    int provided = 0;
+    int err = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (err != MPI_SUCCESS) return bp_fail(BP_EPEER, "comm: MPI_Init_thread failed (%d)", err);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n_ranks);
+    return 0;
+}
+
+void comm_finalize(void) { MPI_Finalize(); }
+int comm_rank(void) { return my_rank; }
+int comm_size(void) { return n_ranks; }
+
+_Noreturn void comm_abort(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    _exit(code); // MPI_Abort does not return; keep the compiler sure of it
+}
+
+static int tag_index(int tag) { return tag >= 0 && tag < COMM_MAX_TAGS ? tag : 0; }
+
+int comm_isend(const void *buf, size_t bytes, int dst, int tag, comm_req *r) {
+    BP_ASSERT(bytes <= (size_t)INT32_MAX);
+    r->peer = dst, r->tag = tag, r->cap = 0;
+    int err = MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, MPI_COMM_WORLD, req_of(r));
+    if (err != MPI_SUCCESS) return mpi_fail(err, "send", dst);
+    bytes_sent[tag_index(tag)] += bytes;
+    return 0;
+}
+
+int comm_irecv(void *buf, size_t cap, int src, int tag, comm_req *r) {
+    BP_ASSERT(cap <= (size_t)INT32_MAX);
+    r->peer = src, r->tag = tag, r->cap = cap ? cap : 1;
+    int err = MPI_Irecv(buf, (int)cap, MPI_BYTE, src == COMM_ANY ? MPI_ANY_SOURCE : src,
+                        tag == COMM_ANY ? MPI_ANY_TAG : tag, MPI_COMM_WORLD, req_of(r));
+    if (err != MPI_SUCCESS) return mpi_fail(err, "receive", src);
+    return 0;
+}
+
+int comm_test(comm_req *r, int *done, size_t *bytes) {
+    MPI_Status st;
+    int flag = 0;
+    int err = MPI_Test(req_of(r), &flag, &st);
+    if (err != MPI_SUCCESS) return mpi_fail(err, r->cap ? "receive" : "send", r->peer);
+    *done = flag;
+    if (flag && r->cap) {
+        int cnt = 0;
+        MPI_Get_count(&st, MPI_BYTE, &cnt);
+        bytes_recv[tag_index(st.MPI_TAG)] += (uint64_t)cnt;
+        if (bytes) *bytes = (size_t)cnt;
+    }
+    return 0;
+}
+
+int comm_wait(comm_req *r, size_t *bytes) {
+    pacer p = {0, 0};
+    for (;;) {
+        int done = 0, rc = comm_test(r, &done, bytes);
+        if (rc || done) return rc;
+        pacer_pause(&p);
+    }
+}
+
+int comm_waitall(comm_req *r, int n) {
+    for (int i = 0; i < n; i++) {
+        int rc = comm_wait(&r[i], NULL);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int comm_probe(int src, int tag, int *from, int *got_tag, size_t *bytes) {
+    pacer p = {0, 0};
+    for (;;) {
+        MPI_Status st;
+        int flag = 0;
+        int err = MPI_Iprobe(src == COMM_ANY ? MPI_ANY_SOURCE : src, tag == COMM_ANY ? MPI_ANY_TAG : tag,
+                             MPI_COMM_WORLD, &flag, &st);
+        if (err != MPI_SUCCESS) return mpi_fail(err, "probe", src);
+        if (flag) {
+            int cnt = 0;
+            MPI_Get_count(&st, MPI_BYTE, &cnt);
+            if (from) *from = st.MPI_SOURCE;
+            if (got_tag) *got_tag = st.MPI_TAG;
+            if (bytes) *bytes = (size_t)cnt;
+            return 0;
+        }
+        pacer_pause(&p);
+    }
+}
+
+int comm_recv(void *buf, size_t cap, int src, int tag, size_t *bytes) {
+    comm_req r;
+    int rc = comm_irecv(buf, cap, src, tag, &r);
+    return rc ? rc : comm_wait(&r, bytes);
+}
+
+int comm_barrier(void) {
+    comm_req r = {.peer = -1, .tag = -1, .cap = 0};
+    int err = MPI_Ibarrier(MPI_COMM_WORLD, req_of(&r));
+    if (err != MPI_SUCCESS) return mpi_fail(err, "barrier", -1);
+    return comm_wait(&r, NULL);
+}
+
+int comm_allgather_int(int mine, int *all) {
+    comm_req r = {.peer = -1, .tag = -1, .cap = 0};
+    int err = MPI_Iallgather(&mine, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD, req_of(&r));
+    if (err != MPI_SUCCESS) return mpi_fail(err, "allgather", -1);
+    return comm_wait(&r, NULL);
+}
+
+// The all-reduce over raw bytes: chunk c of participant p is sent to participant c; the owner
+// sums its chunk's np contributions in participant order; then every owner sends its result to
+// all others.  copy_add(dst, src, n): dst[i] += src[i] in the element type.
+static int allreduce_bytes(void *buf, size_t n, size_t esz, int first, int np, void *work,
+                           void (*copy_add)(void *dst, const void *src, size_t n)) {
+    const int me = my_rank - first;
+    BP_ASSERTF(me >= 0 && me < np, "comm: rank %d is not among the all-reduce's ranks [%d, %d)", my_rank, first,
+               first + np);
+    if (np == 1 || n == 0) return 0;
+    enum { MAXP = 1024 };
+    BP_ASSERT(np <= MAXP);
+    comm_req reqs[2 * MAXP];
+    char *b = buf, *w = work;
+    const size_t cmax = (n + (size_t)np - 1) / (size_t)np;
+#define CH0(c) ((size_t)(c) * n / (size_t)np)
+#define CHN(c) (CH0((c) + 1) - CH0(c))
+    // Reduce-scatter: receive the others' parts of my chunk into work[p], send my parts.
+    int nr = 0;
+    for (int p = 0; p < np; p++) {
+        if (p == me) continue;
+        int rc = comm_irecv(w + (size_t)p * cmax * esz, CHN(me) * esz, first + p, MSG_AR_RS, &reqs[nr++]);
+        if (rc) return rc;
+    }
+    for (int p = 0; p < np; p++) {
+        if (p == me) continue;
+        int rc = comm_isend(b + CH0(p) * esz, CHN(p) * esz, first + p, MSG_AR_RS, &reqs[nr++]);
+        if (rc) return rc;
+    }
+    for (int i = 0; i < nr; i++) {
+        size_t got = 0;
+        int rc = comm_wait(&reqs[i], &got);
+        if (rc) return rc;
+        if (reqs[i].cap && got != CHN(me) * esz)
+            return bp_fail(BP_EFORMAT, "comm: all-reduce chunk of %zu bytes from rank %d, expected %zu", got,
+                           reqs[i].peer, CHN(me) * esz);
+    }
+    // My chunk: contributions in participant order, the first one copied.
+    char *mine = b + CH0(me) * esz;
+    const size_t cn = CHN(me);
+    if (me != 0) {
+        // participant 0's part is in work[0]; start from it, then add 1..np-1 (mine in place).
+        char *tmp = w + (size_t)me * cmax * esz; // my own slot in work is unused: hold my part there
+        memcpy(tmp, mine, cn * esz);
+        memcpy(mine, w, cn * esz);
+        for (int p = 1; p < np; p++) copy_add(mine, w + (size_t)p * cmax * esz, cn);
+    } else {
+        for (int p = 1; p < np; p++) copy_add(mine, w + (size_t)p * cmax * esz, cn);
+    }
+    // All-gather: send my reduced chunk to everyone, receive theirs in place.
+    nr = 0;
+    for (int p = 0; p < np; p++) {
+        if (p == me) continue;
+        int rc = comm_irecv(b + CH0(p) * esz, CHN(p) * esz, first + p, MSG_AR_AG, &reqs[nr++]);
+        if (rc) return rc;
+    }
+    for (int p = 0; p < np; p++) {
+        if (p == me) continue;
+        int rc = comm_isend(mine, cn * esz, first + p, MSG_AR_AG, &reqs[nr++]);
+        if (rc) return rc;
+    }
+    for (int i = 0; i < nr; i++) {
+        size_t got = 0;
+        int rc = comm_wait(&reqs[i], &got);
+        if (rc) return rc;
+        if (reqs[i].cap && got != CHN(reqs[i].peer - first) * esz)
+            return bp_fail(BP_EFORMAT, "comm: all-gather chunk of %zu bytes from rank %d, expected %zu", got,
+                           reqs[i].peer, CHN(reqs[i].peer - first) * esz);
+    }
+#undef CH0
+#undef CHN
+    return 0;
+}
+
+static void add_f32(void *dst, const void *src, size_t n) {
+    float *d = dst;
+    const float *s = src;
+    for (size_t i = 0; i < n; i++) d[i] += s[i];
+}
+
+static void add_f64(void *dst, const void *src, size_t n) {
+    double *d = dst;
+    const double *s = src;
+    for (size_t i = 0; i < n; i++) d[i] += s[i];
+}
+
+int comm_allreduce_sum_f32(float *buf, size_t n, int first, int np, float *work) {
+    return allreduce_bytes(buf, n, sizeof(float), first, np, work, add_f32);
+}
+
+int comm_allreduce_sum_f64(double *buf, size_t n, int first, int np, double *work) {
+    return allreduce_bytes(buf, n, sizeof(double), first, np, work, add_f64);
+}
+
+uint64_t comm_bytes_sent(int tag) { return bytes_sent[tag_index(tag)]; }
+uint64_t comm_bytes_recv(int tag) { return bytes_recv[tag_index(tag)]; }
+void comm_bytes_reset(void) {
+    memset(bytes_sent, 0, sizeof bytes_sent);
+    memset(bytes_recv, 0, sizeof bytes_recv);
+}

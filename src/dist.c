@@ -1,0 +1,104 @@
+// dist: rank layout, start-up agreement, role dispatch.  Contracts in dist.h.
+#include "dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comm.h"
+#include "common.h"
+#include "model.h"
+#include "optim.h"
+
+dist_role dist_role_of(const dist_layout *l, int rank, int *index) {
+    if (rank == 0) {
+        if (index) *index = 0;
+        return DIST_ORACLE;
+    }
+    if (rank <= l->S) {
+        if (index) *index = rank - 1;
+        return DIST_SERVER;
+    }
+    if (index) *index = rank - 1 - l->S;
+    return DIST_TRAINER;
+}
+
+void dist_role_name(int rank, const void *ctx, char *buf, size_t cap) {
+    const dist_layout *l = ctx;
+    int idx;
+    if (rank < 0 || rank >= dist_ranks(l)) {
+        snprintf(buf, cap, "not in the layout");
+        return;
+    }
+    dist_role r = dist_role_of(l, rank, &idx);
+    if (r == DIST_ORACLE) snprintf(buf, cap, "oracle");
+    else snprintf(buf, cap, "%s %d", r == DIST_SERVER ? "server" : "trainer", idx);
+}
+
+int dist_begin(const dist_layout *l) {
+    int rc = comm_init(NULL, NULL);
+    if (rc) {
+        fprintf(stderr, "bagpipe: %s\n", bp_errmsg(rc));
+        return rc;
+    }
+    if (comm_size() != dist_ranks(l)) {
+        fprintf(stderr,
+                "bagpipe: rank %d: this job has %d ranks, but --servers %d --trainers %d needs 1 + %d + %d = %d "
+                "(mpirun -np %d, or run bagpipe without mpirun to start the job itself)\n",
+                comm_rank(), comm_size(), l->S, l->T, l->S, l->T, dist_ranks(l), dist_ranks(l));
+        comm_finalize();
+        return BP_EMISMATCH;
+    }
+    return 0;
+}
+
+static void print_layout(const train_setup *su, const dist_layout *l) {
+    printf("layout: %d ranks: rank 0 oracle (coordinator), ranks 1-%d servers 0-%d, ranks %d-%d trainers 0-%d\n",
+           dist_ranks(l), l->S, l->S - 1, l->S + 1, l->S + l->T, l->T - 1);
+    char arch[512];
+    model_config_format(&su->mc, arch, sizeof arch);
+    printf("model: %s (%d-float rows, %s/%s optimizers, lr %g)\n", arch, su->mc.E,
+           su->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(su->eopt.kind), su->lr);
+    printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), mode sync\n", su->data_path,
+           (unsigned long long)(su->tr1 - su->tr0), (long long)su->total_iters, su->B,
+           (double)su->total_iters / (double)su->per_epoch);
+    fflush(stdout);
+}
+
+int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
+    const int me = comm_rank(), n = comm_size();
+    char role[64];
+    dist_role_name(me, l, role, sizeof role);
+    int *all = bp_xcalloc((size_t)n, sizeof *all);
+    int rc = comm_allgather_int(setup_rc, all);
+    if (rc) {
+        fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
+        comm_abort(1);
+    }
+    int first_bad = -1, code = 0;
+    for (int r = 0; r < n && first_bad < 0; r++)
+        if (all[r]) first_bad = r, code = all[r];
+    free(all);
+    if (first_bad >= 0) {
+        // The lowest failing rank reports; every rank leaves cleanly.
+        if (me == first_bad) fprintf(stderr, "bagpipe: %s\n", bp_errmsg(setup_rc));
+        comm_finalize();
+        return code == BP_EUSAGE ? 2 : 1;
+    }
+    if (me == 0) print_layout(su, l);
+    int idx;
+    dist_role r = dist_role_of(l, me, &idx);
+    if (r == DIST_SERVER) rc = role_server_run(su, l, idx);
+    else if (r == DIST_TRAINER) rc = role_trainer_run(su, l, idx);
+    if (rc) {
+        fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
+        comm_abort(1);
+    }
+    rc = comm_barrier();
+    if (rc) {
+        fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
+        comm_abort(1);
+    }
+    fflush(stdout);
+    comm_finalize();
+    return 0;
+}

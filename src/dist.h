@@ -1,0 +1,52 @@
+// dist: the distributed training modes' rank layout, start-up agreement and role dispatch.
+//
+// Rank layout (N = 1 + S + T ranks):
+//
+//   rank 0              oracle: coordinator (prints the layout); in `bagpipe` mode the planner.
+//                       In `sync` mode it only takes part in start-up and the final barrier.
+//   ranks 1 .. S        embedding servers 0..S-1; server s owns the keys k with
+//                       bp_mix64(k) % S == s (msg_server_of), rows with their optimizer state
+//   ranks S+1 .. S+T    trainers 0..T-1; trainer i takes samples [i B / T, (i + 1) B / T) of
+//                       every global batch of B samples; trainer 0 is also the writer (saved
+//                       model, evaluation, metrics, result lines)
+//
+// Start-up: every rank reads the flags and the dataset header itself; a failure on any rank is
+// agreed on collectively (no rank trains unless all could start) and reported once, by the
+// lowest failing rank, with its role.  Errors after start-up print the rank and role and abort
+// the whole job (MPI_Abort), so no peer is left waiting.
+#ifndef BP_DIST_H
+#define BP_DIST_H
+
+#include <stddef.h>
+
+#include "train.h"
+
+typedef struct {
+    int S, T; // servers, trainers
+} dist_layout;
+
+typedef enum { DIST_ORACLE = 0, DIST_SERVER = 1, DIST_TRAINER = 2 } dist_role;
+
+static inline int dist_ranks(const dist_layout *l) { return 1 + l->S + l->T; }
+static inline int dist_server_rank(const dist_layout *l, int s) { return 1 + s; }
+static inline int dist_trainer_rank(const dist_layout *l, int i) { return 1 + l->S + i; }
+// The role of a rank and its index within the role.
+dist_role dist_role_of(const dist_layout *l, int rank, int *index);
+// "oracle", "server 1", "trainer 0" (a launch_role_fn; ctx is the dist_layout).
+void dist_role_name(int rank, const void *ctx, char *buf, size_t cap);
+
+// Joins the job (comm_init) and checks the rank count against the layout.  On a mismatch every
+// rank prints the same clear error and leaves MPI; returns BP_EMISMATCH (exit 2).
+int dist_begin(const dist_layout *l);
+// Agrees on setup_rc across ranks, then runs this rank's role in mode `sync`, the final barrier
+// and MPI_Finalize.  Returns the process exit code.
+int dist_run(const train_setup *su, const dist_layout *l, int setup_rc);
+
+// The roles (role_server.c, role_trainer.c).  Return 0 or a negative code with a message.
+int role_server_run(const train_setup *su, const dist_layout *l, int s);
+int role_trainer_run(const train_setup *su, const dist_layout *l, int i);
+
+// Samples of trainer i in a global batch of B: [dist_slice_begin(B, T, i), ..(B, T, i + 1)).
+static inline int dist_slice_begin(int B, int T, int i) { return (int)((long long)i * B / T); }
+
+#endif

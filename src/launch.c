@@ -1,0 +1,139 @@
+// launch: see launch.h.  mpirun's own failure reports (Open MPI 4) are read from its stderr to
+// find the rank:
+//   "mpirun noticed that process rank R with PID P on node N exited on signal S (Killed)."
+//   "MPI_ABORT was invoked on rank R in communicator ..."
+//   "  Process name: [[J,1],R]" followed by "  Exit code:    C"
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "launch.h"
+
+int launch_under_mpi(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(vars); i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+static volatile sig_atomic_t child_pid;
+
+static void forward_signal(int sig) {
+    if (child_pid > 0) kill((pid_t)child_pid, sig);
+}
+
+// What the launcher learnt about the failure from mpirun's stderr.
+typedef struct {
+    int rank;       // -1: unknown
+    int signal;     // > 0: killed by this signal
+    int exit_code;  // >= 0: exited with this code
+    int aborted;    // called MPI_Abort
+} failure;
+
+static void scan_line(const char *line, failure *f) {
+    const char *p;
+    int r, pid, sig, j, one, code;
+    char node[128];
+    if ((p = strstr(line, "process rank ")) &&
+        sscanf(p, "process rank %d with PID %d on node %127s exited on signal %d", &r, &pid, node, &sig) == 4) {
+        if (f->rank < 0) f->rank = r, f->signal = sig;
+    } else if ((p = strstr(line, "MPI_ABORT was invoked on rank ")) && sscanf(p, "MPI_ABORT was invoked on rank %d", &r) == 1) {
+        if (f->rank < 0) f->rank = r, f->aborted = 1;
+    } else if ((p = strstr(line, "Process name: [[")) && sscanf(p, "Process name: [[%d,%d],%d]", &j, &one, &r) == 3) {
+        if (f->rank < 0) f->rank = r;
+    } else if ((p = strstr(line, "Exit code:")) && sscanf(p, "Exit code: %d", &code) == 1) {
+        if (f->exit_code < 0) f->exit_code = code;
+    }
+}
+
+int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *ctx) {
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+        fprintf(stderr, "bagpipe: cannot find this program's path (/proc/self/exe): %s\n", strerror(errno));
+        return 1;
+    }
+    self[len] = 0;
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    setenv("OMPI_MCA_hwloc_base_binding_policy", "none", 0);
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+
+    char npbuf[16];
+    snprintf(npbuf, sizeof npbuf, "%d", np);
+    char **av = bp_xcalloc((size_t)argc + 6, sizeof *av);
+    int k = 0;
+    av[k++] = "mpirun", av[k++] = "-np", av[k++] = npbuf, av[k++] = "--oversubscribe", av[k++] = self;
+    for (int i = 0; i < argc; i++) av[k++] = argv[i];
+    av[k] = NULL;
+
+    int pfd[2];
+    if (pipe(pfd) != 0) {
+        fprintf(stderr, "bagpipe: pipe: %s\n", strerror(errno));
+        free(av);
+        return 1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "bagpipe: fork: %s\n", strerror(errno));
+        free(av);
+        return 1;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); // the job goes when the launcher goes
+        close(pfd[0]);
+        dup2(pfd[1], 2);
+        close(pfd[1]);
+        execvp("mpirun", av);
+        fprintf(stderr, "bagpipe: cannot run mpirun (is Open MPI installed and on PATH?): %s\n", strerror(errno));
+        _exit(127);
+    }
+    free(av);
+    close(pfd[1]);
+    child_pid = pid;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    failure f = {-1, 0, -1, 0};
+    FILE *in = fdopen(pfd[0], "r");
+    char line[1024];
+    while (in && fgets(line, sizeof line, in)) {
+        fputs(line, stderr);
+        scan_line(line, &f);
+    }
+    if (in) fclose(in);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    child_pid = 0;
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (code == 0) return 0;
+    char what[96] = "a rank";
+    if (f.rank >= 0) {
+        char r[64] = "?";
+        role(f.rank, ctx, r, sizeof r);
+        snprintf(what, sizeof what, "rank %d (%s)", f.rank, r);
+    }
+    if (f.signal > 0)
+        fprintf(stderr, "bagpipe: job failed: %s was killed by signal %d (%s)\n", what, f.signal, strsignal(f.signal));
+    else if (f.aborted)
+        fprintf(stderr, "bagpipe: job failed: %s stopped the job after an error (message above)\n", what);
+    else if (f.exit_code >= 0)
+        fprintf(stderr, "bagpipe: job failed: %s was the first to exit, with code %d (its message is above)\n", what,
+                f.exit_code);
+    else
+        fprintf(stderr, "bagpipe: job failed: mpirun exited with code %d\n", code);
+    return code;
+}

@@ -1,0 +1,27 @@
+// launch: starting a multi-rank job on this machine without a launcher, and telling who died.
+//
+// `bagpipe train --mode sync ...` run by hand (no mpirun/srun around it) re-executes its own
+// binary under `mpirun -np N --oversubscribe`, with the Open MPI settings this machine needs set
+// in the environment unless the user set them (ENV-NOTES): OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM),
+// OMPI_MCA_hwloc_base_binding_policy=none, OMPI_MCA_mpi_yield_when_idle=1,
+// OMPI_MCA_btl_vader_single_copy_mechanism=none.  It forks mpirun as a child, forwards
+// SIGINT/SIGTERM to it, copies its stderr through, and when the job fails prints one line naming
+// the rank that died (or aborted) and its role.
+#ifndef BP_LAUNCH_H
+#define BP_LAUNCH_H
+
+#include <stddef.h>
+
+// 1 when this process is a rank of a launched job (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK,
+// PMI_RANK or SLURM_PROCID... set), 0 otherwise.
+int launch_under_mpi(void);
+
+// Names the role of a rank into buf ("server 1").
+typedef void (*launch_role_fn)(int rank, const void *ctx, char *buf, size_t cap);
+
+// Runs `mpirun -np np --oversubscribe SELF argv[0..argc)` (argv as the subcommand got it) and
+// waits.  Returns the process exit code for the whole job: 0 when every rank succeeded,
+// otherwise mpirun's non-zero code (or 1), after printing "bagpipe: job failed: rank R (ROLE) ...".
+int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *ctx);
+
+#endif

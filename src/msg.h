@@ -1,0 +1,101 @@
+// msg: the whole wire protocol of the distributed modes on one screen.
+//
+// Ranks (dist.h): 0 = oracle/coordinator, 1..S = embedding servers, S+1..S+T = trainers.
+// Every message is one MPI message whose tag is its kind.  Layout: a 24-byte header, then arrays.
+//
+//   header   u32 kind | u32 flags | u64 iter | u32 n | u32 width       (little-endian)
+//   keys     u64[n]            ascending, unique, each < rows and owned by the receiving server
+//   rows     f32[n][width]     row values or gradients, in key order
+//
+//  tag  kind            from -> to              iter                 n / width / body
+//  ---  --------------  ----------------------  -------------------  ------------------------------
+//   1   MSG_ROW_REQ     trainer -> server       batch t to be read   n keys; width = floats wanted
+//                                                                    (E: model part; stride: with
+//                                                                    optimizer state); keys only
+//   2   MSG_ROW_REPLY   server -> trainer       same t               n rows of `width`, in the
+//                                                                    request's key order; no keys
+//   3   MSG_GRAD_PUSH   trainer -> server       batch t of the grad  n keys + n rows of E floats:
+//                                                                    the trainer's coalesced partial
+//   4   MSG_DUMP_REQ    writer -> server        state after t iters  n = 0: every row of the shard
+//   5   MSG_DUMP_ROWS   server -> writer        same t               n keys + n rows of stride
+//                                                                    floats; flags MSG_F_LAST on
+//                                                                    the shard's last chunk
+//   6   MSG_DONE        trainer -> server       iterations run       n = 0: no more messages
+//   7   MSG_AR_RS       trainer -> trainer      (raw, no header)     all-reduce reduce-scatter chunk
+//   8   MSG_AR_AG       trainer -> trainer      (raw, no header)     all-reduce all-gather chunk
+//
+// Ordering (sync mode): a server answers ROW_REQ(t) and DUMP_REQ(t) only once it has applied the
+// GRAD_PUSH(t') of every trainer for every t' < t, so a read of t+1 sees all updates of t.  It
+// sums the partial gradients of a key in trainer-rank order: the first trainer that touches the
+// key gives the starting value (a copy), the others are added in ascending rank; then
+// emb_opt_apply_row.  With T = 1 the applied gradient is the trainer's own, bit for bit.
+//
+// Decoding validates before anything is used: the byte length must equal the header's promise
+// exactly, kind and width must be what the receiver expects, n within its bound, keys ascending,
+// unique, in range and owned by the receiver.  A malformed message is an error (BP_EFORMAT with
+// the sender named), never trusted.  Arrays are in host order; only little-endian hosts are
+// supported (checked at compile time).
+#ifndef BP_MSG_H
+#define BP_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the wire protocol assumes a little-endian host"
+#endif
+
+enum {
+    MSG_ROW_REQ = 1,
+    MSG_ROW_REPLY = 2,
+    MSG_GRAD_PUSH = 3,
+    MSG_DUMP_REQ = 4,
+    MSG_DUMP_ROWS = 5,
+    MSG_DONE = 6,
+    MSG_AR_RS = 7,
+    MSG_AR_AG = 8,
+    MSG_KINDS = 9, // tags are < MSG_KINDS
+};
+
+enum { MSG_F_LAST = 1u << 0 };
+
+#define MSG_HEADER_BYTES 24
+#define MSG_MAX_N (1 << 28) // bound on n in any message (keeps every size within size_t and int)
+
+typedef struct {
+    uint32_t kind, flags;
+    uint64_t iter;
+    uint32_t n, width;
+} msg_header;
+
+// Which arrays a kind carries.
+int msg_has_keys(uint32_t kind);
+int msg_has_rows(uint32_t kind);
+const char *msg_kind_name(uint32_t kind);
+// Bytes of a message of this kind with n entries of width floats.
+size_t msg_bytes(uint32_t kind, uint32_t n, uint32_t width);
+
+// Writes the header into buf and returns pointers to where the keys and rows go (NULL when the
+// kind has none).  buf must hold msg_bytes(kind, n, width) bytes and be 8-byte aligned.
+void msg_encode(void *buf, const msg_header *h, uint64_t **keys, float **rows);
+
+// What the receiver expects; fields at 0 / -1 are not checked.
+typedef struct {
+    uint32_t kind;      // required
+    uint32_t width;     // 0: any
+    uint32_t max_n;     // bound on n (required, <= MSG_MAX_N)
+    int64_t iter;       // -1: any
+    uint64_t rows;      // keys must be < rows (0: no keys to check)
+    int server, S;      // S > 0: keys must hash to this server (msg_server_of)
+} msg_expect;
+
+// Validates a received buffer of len bytes from rank `from` against ex and fills h, keys, rows
+// (pointers into buf).  Returns 0 or BP_EFORMAT with a message naming the sender, the kind and
+// what is wrong.
+int msg_decode(const void *buf, size_t len, int from, const msg_expect *ex, msg_header *h,
+               const uint64_t **keys, const float **rows);
+
+// The server that owns key among S servers (0-based): bp_mix64(key) % S.
+uint32_t msg_server_of(uint64_t key, int S);
+
+#endif

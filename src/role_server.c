@@ -1,0 +1,285 @@
+// role_server: an embedding server of mode `sync` (dist.h, msg.h).
+//
+// The shard: the keys k with msg_server_of(k, S) == s, ascending (keys[slot]), and their rows
+// (slot, stride) with the optimizer state inside each row, initialised with emb_row_init so that
+// every value equals the local table's.  key -> slot is a binary search over keys: 8 bytes per
+// row, no other index.
+//
+// Loop: probe any message, receive it into the sender's buffer, handle it:
+//   ROW_REQ(t) / DUMP_REQ(t)   answered when applied == t, else held (one per trainer at most)
+//   GRAD_PUSH(t)               t must equal applied; once all T pushes of t are in, each key's
+//                              partial gradients are summed in trainer-rank order (first copied)
+//                              and applied with emb_opt_apply_row; applied = t + 1; held
+//                              requests of t + 1 are answered
+//   DONE                       the server returns after T of them, with nothing held
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "common.h"
+#include "dist.h"
+#include "emb.h"
+#include "msg.h"
+#include "optim.h"
+
+typedef struct {
+    emb_layout L;
+    emb_opt eopt;
+    int s, S, T, first_trainer;
+    uint64_t n;      // rows in the shard
+    uint64_t *keys;  // (n) ascending
+    float *rows;     // (n, stride)
+    size_t rows_bytes;
+    uint32_t cap;    // most keys in one request or push
+    // per trainer
+    void **req;      // (T) buffers of a held or current request
+    int *held;       // (T) 1 when req[p] holds a request not yet answered
+    void **push;     // (T) gradient pushes of iteration `applied`
+    int *pushed;     // (T)
+    size_t *push_len;
+    void **reply;    // (T) reply buffers
+    comm_req *reply_req; // (T)
+    int *reply_busy;
+    size_t req_cap, push_cap, reply_cap;
+    float *sum;      // (E) one key's summed gradient
+    int *cur;        // (T) merge cursors
+    int64_t applied; // iterations whose pushes are all applied
+} server;
+
+static int64_t slot_of(const server *sv, uint64_t key) {
+    uint64_t lo = 0, hi = sv->n;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (sv->keys[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < sv->n && sv->keys[lo] == key ? (int64_t)lo : -1;
+}
+
+static int server_init(server *sv, const train_setup *su, const dist_layout *l, int s) {
+    memset(sv, 0, sizeof *sv);
+    int rc = emb_layout_init(&sv->L, &su->lc);
+    if (rc) return rc;
+    sv->eopt = su->eopt, sv->s = s, sv->S = l->S, sv->T = l->T, sv->first_trainer = dist_trainer_rank(l, 0);
+    const emb_layout *L = &sv->L;
+    uint64_t n = 0;
+    for (uint64_t k = 0; k < L->rows; k++) n += msg_server_of(k, sv->S) == (uint32_t)s;
+    sv->n = n;
+    sv->keys = bp_xmalloc((n ? n : 1) * sizeof *sv->keys);
+    sv->rows_bytes = (size_t)(n ? n : 1) * (size_t)L->stride * sizeof(float);
+    sv->rows = bp_alloc_huge(sv->rows_bytes);
+    if (!sv->rows) return bp_fail(BP_ENOMEM, "server %d: cannot map %zu bytes for %llu rows", s, sv->rows_bytes,
+                                  (unsigned long long)n);
+    uint64_t j = 0;
+    for (uint64_t k = 0; k < L->rows; k++)
+        if (msg_server_of(k, sv->S) == (uint32_t)s) {
+            sv->keys[j] = k;
+            emb_row_init(L, k, sv->rows + j * (size_t)L->stride);
+            j++;
+        }
+    const int T = sv->T;
+    sv->cap = (uint32_t)(((su->B + T - 1) / T) * L->F);
+    sv->req_cap = msg_bytes(MSG_ROW_REQ, sv->cap, 0);
+    sv->push_cap = msg_bytes(MSG_GRAD_PUSH, sv->cap, (uint32_t)L->E);
+    sv->reply_cap = msg_bytes(MSG_ROW_REPLY, sv->cap, (uint32_t)L->stride);
+    sv->req = bp_xcalloc((size_t)T, sizeof *sv->req);
+    sv->push = bp_xcalloc((size_t)T, sizeof *sv->push);
+    sv->reply = bp_xcalloc((size_t)T, sizeof *sv->reply);
+    for (int p = 0; p < T; p++) {
+        sv->req[p] = bp_xmalloc(sv->req_cap);
+        sv->push[p] = bp_xmalloc(sv->push_cap);
+        sv->reply[p] = bp_xmalloc(sv->reply_cap);
+    }
+    sv->held = bp_xcalloc((size_t)T, sizeof *sv->held);
+    sv->pushed = bp_xcalloc((size_t)T, sizeof *sv->pushed);
+    sv->push_len = bp_xcalloc((size_t)T, sizeof *sv->push_len);
+    sv->reply_req = bp_xcalloc((size_t)T, sizeof *sv->reply_req);
+    sv->reply_busy = bp_xcalloc((size_t)T, sizeof *sv->reply_busy);
+    sv->sum = bp_xmalloc((size_t)L->E * sizeof(float));
+    sv->cur = bp_xcalloc((size_t)T, sizeof *sv->cur);
+    return 0;
+}
+
+static void server_free(server *sv) {
+    for (int p = 0; sv->req && p < sv->T; p++) free(sv->req[p]), free(sv->push[p]), free(sv->reply[p]);
+    free(sv->req), free(sv->push), free(sv->reply), free(sv->held), free(sv->pushed), free(sv->push_len);
+    free(sv->reply_req), free(sv->reply_busy), free(sv->sum), free(sv->cur), free(sv->keys);
+    if (sv->rows) bp_free_huge(sv->rows, sv->rows_bytes);
+    memset(sv, 0, sizeof *sv);
+}
+
+static msg_expect expect(const server *sv, uint32_t kind, uint32_t width) {
+    return (msg_expect){.kind = kind, .width = width, .max_n = sv->cap, .iter = -1, .rows = sv->L.rows,
+                        .server = sv->s, .S = sv->S};
+}
+
+// Sends every row of the shard (keys and full rows with optimizer state) to rank `to` in chunks
+// of at most ~32 MiB, the last one flagged.
+static int server_dump(server *sv, int to, int64_t iter) {
+    const int stride = sv->L.stride;
+    const uint64_t per = BP_MAX((uint64_t)1, ((uint64_t)32 << 20) / (8 + (uint64_t)stride * 4));
+    void *buf = bp_xmalloc(msg_bytes(MSG_DUMP_ROWS, (uint32_t)BP_MIN(per, sv->n ? sv->n : 1), (uint32_t)stride));
+    uint64_t i = 0;
+    int rc = 0;
+    do {
+        uint32_t n = (uint32_t)BP_MIN(per, sv->n - i);
+        msg_header h = {MSG_DUMP_ROWS, i + n == sv->n ? MSG_F_LAST : 0, (uint64_t)iter, n, (uint32_t)stride};
+        uint64_t *k;
+        float *r;
+        msg_encode(buf, &h, &k, &r);
+        memcpy(k, sv->keys + i, (size_t)n * sizeof *k);
+        memcpy(r, sv->rows + i * (size_t)stride, (size_t)n * stride * sizeof *r);
+        comm_req q;
+        rc = comm_isend(buf, msg_bytes(MSG_DUMP_ROWS, n, (uint32_t)stride), to, MSG_DUMP_ROWS, &q);
+        if (!rc) rc = comm_wait(&q, NULL);
+        i += n;
+    } while (!rc && i < sv->n);
+    free(buf);
+    return rc;
+}
+
+// Answers the request held in req[p] (a ROW_REQ or DUMP_REQ already validated).
+static int server_answer(server *sv, int p) {
+    const int from = sv->first_trainer + p;
+    const uint8_t *b = sv->req[p];
+    uint32_t kind = bp_get_u32(b);
+    int64_t iter = (int64_t)bp_get_u64(b + 8);
+    sv->held[p] = 0;
+    if (kind == MSG_DUMP_REQ) return server_dump(sv, from, iter);
+    uint32_t n = bp_get_u32(b + 16), width = bp_get_u32(b + 20);
+    const uint64_t *keys = (const uint64_t *)(b + MSG_HEADER_BYTES);
+    if (sv->reply_busy[p]) {
+        int rc = comm_wait(&sv->reply_req[p], NULL);
+        if (rc) return rc;
+        sv->reply_busy[p] = 0;
+    }
+    msg_header h = {MSG_ROW_REPLY, 0, (uint64_t)iter, n, width};
+    float *out;
+    msg_encode(sv->reply[p], &h, NULL, &out);
+    const int stride = sv->L.stride;
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t slot = slot_of(sv, keys[i]);
+        BP_ASSERT(slot >= 0); // the decoder checked ownership, and the shard holds every owned key
+        memcpy(out + (size_t)i * width, sv->rows + (size_t)slot * stride, (size_t)width * sizeof(float));
+    }
+    int rc = comm_isend(sv->reply[p], msg_bytes(MSG_ROW_REPLY, n, width), from, MSG_ROW_REPLY, &sv->reply_req[p]);
+    if (!rc) sv->reply_busy[p] = 1;
+    return rc;
+}
+
+// All T pushes of iteration `applied` are in: merge the T ascending key lists; for each key,
+// the partial gradients in trainer order (first copied, the rest added), then the row update.
+static void server_apply(server *sv) {
+    const int T = sv->T, E = sv->L.E, stride = sv->L.stride;
+    const uint64_t *keys[1024];
+    const float *grads[1024];
+    uint32_t n[1024];
+    BP_ASSERT(T <= 1024);
+    for (int p = 0; p < T; p++) {
+        const uint8_t *b = sv->push[p];
+        n[p] = bp_get_u32(b + 16);
+        keys[p] = (const uint64_t *)(b + MSG_HEADER_BYTES);
+        grads[p] = (const float *)(b + MSG_HEADER_BYTES + (size_t)n[p] * 8);
+        sv->cur[p] = 0;
+    }
+    for (;;) {
+        uint64_t k = UINT64_MAX;
+        for (int p = 0; p < T; p++)
+            if ((uint32_t)sv->cur[p] < n[p] && keys[p][sv->cur[p]] < k) k = keys[p][sv->cur[p]];
+        if (k == UINT64_MAX) break;
+        int first = 1;
+        for (int p = 0; p < T; p++) {
+            if ((uint32_t)sv->cur[p] >= n[p] || keys[p][sv->cur[p]] != k) continue;
+            const float *g = grads[p] + (size_t)sv->cur[p] * E;
+            if (first) memcpy(sv->sum, g, (size_t)E * sizeof(float)), first = 0;
+            else
+                for (int j = 0; j < E; j++) sv->sum[j] += g[j];
+            sv->cur[p]++;
+        }
+        int64_t slot = slot_of(sv, k);
+        BP_ASSERT(slot >= 0);
+        emb_opt_apply_row(&sv->eopt, sv->rows + (size_t)slot * stride, sv->sum);
+    }
+}
+
+int role_server_run(const train_setup *su, const dist_layout *l, int s) {
+    server sv;
+    int rc = server_init(&sv, su, l, s);
+    const int T = l->T;
+    int dones = 0, held = 0;
+    while (!rc && (dones < T || held)) {
+        int from, tag;
+        size_t len;
+        if ((rc = comm_probe(COMM_ANY, COMM_ANY, &from, &tag, &len))) break;
+        const int p = from - sv.first_trainer;
+        if (p < 0 || p >= T) {
+            rc = bp_fail(BP_EFORMAT, "server %d: message (tag %d) from rank %d, which is not a trainer", s, tag, from);
+            break;
+        }
+        size_t cap = tag == MSG_GRAD_PUSH ? sv.push_cap : sv.req_cap;
+        if (tag != MSG_ROW_REQ && tag != MSG_GRAD_PUSH && tag != MSG_DUMP_REQ && tag != MSG_DONE) {
+            rc = bp_fail(BP_EFORMAT, "server %d: unexpected message tag %d from rank %d", s, tag, from);
+            break;
+        }
+        if (len > cap) {
+            rc = bp_fail(BP_EFORMAT, "server %d: %s of %zu bytes from rank %d exceeds the %zu a batch allows", s,
+                         msg_kind_name((uint32_t)tag), len, from, cap);
+            break;
+        }
+        if ((tag == MSG_ROW_REQ || tag == MSG_DUMP_REQ) && sv.held[p]) {
+            rc = bp_fail(BP_EFORMAT, "server %d: rank %d sent a second request before the first was answered", s,
+                         from);
+            break;
+        }
+        if (tag == MSG_GRAD_PUSH && sv.pushed[p]) {
+            rc = bp_fail(BP_EFORMAT, "server %d: rank %d pushed twice for iteration %lld", s, from,
+                         (long long)sv.applied);
+            break;
+        }
+        void *buf = tag == MSG_GRAD_PUSH ? sv.push[p] : sv.req[p];
+        if ((rc = comm_recv(buf, cap, from, tag, &len))) break;
+        msg_header h;
+        msg_expect ex = expect(&sv, (uint32_t)tag, tag == MSG_GRAD_PUSH ? (uint32_t)sv.L.E : 0);
+        if (tag == MSG_GRAD_PUSH) ex.iter = sv.applied;
+        if (tag == MSG_DUMP_REQ || tag == MSG_DONE) ex.max_n = 0;
+        if ((rc = msg_decode(buf, len, from, &ex, &h, NULL, NULL))) break;
+        if (tag == MSG_DONE) {
+            dones++;
+        } else if (tag == MSG_GRAD_PUSH) {
+            sv.pushed[p] = 1;
+            int all = 1;
+            for (int q = 0; q < T; q++) all &= sv.pushed[q];
+            if (all) {
+                server_apply(&sv);
+                sv.applied++;
+                memset(sv.pushed, 0, (size_t)T * sizeof *sv.pushed);
+                for (int q = 0; q < T && !rc; q++)
+                    if (sv.held[q]) held--, rc = server_answer(&sv, q);
+            }
+        } else {
+            if (tag == MSG_ROW_REQ && h.width != (uint32_t)sv.L.E && h.width != (uint32_t)sv.L.stride) {
+                rc = bp_fail(BP_EFORMAT, "server %d: rank %d asks for rows of %u floats (%d or %d)", s, from, h.width,
+                             sv.L.E, sv.L.stride);
+                break;
+            }
+            if ((int64_t)h.iter == sv.applied) {
+                rc = server_answer(&sv, p);
+            } else if ((int64_t)h.iter == sv.applied + 1) {
+                sv.held[p] = 1, held++;
+            } else {
+                rc = bp_fail(BP_EFORMAT, "server %d: rank %d asks for iteration %llu, but %lld are applied", s, from,
+                             (unsigned long long)h.iter, (long long)sv.applied);
+            }
+        }
+    }
+    for (int p = 0; !rc && p < T; p++)
+        if (sv.reply_busy[p]) rc = comm_wait(&sv.reply_req[p], NULL);
+    if (rc && !strstr(bp_errmsg(rc), "server")) {
+        char m[512];
+        snprintf(m, sizeof m, "%s", bp_errmsg(rc));
+        rc = bp_fail(rc, "server %d: %s", s, m);
+    }
+    server_free(&sv);
+    return rc;
+}

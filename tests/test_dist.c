@@ -1,0 +1,336 @@
+// Multi-rank tests of the distributed runtime (mode sync): bit-identity with the local trainer,
+// reproducibility, optimizer state on the servers, wrong rank counts, dead ranks, bad input.
+// Every job is started through the binary (it launches mpirun itself) under a timeout.
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "data_bin.h"
+#include "msg.h"
+#include "test.h"
+
+// The Open MPI settings of ENV-NOTES, and LeakSanitizer suppressions for Open MPI's own
+// allocations (used by sanitizer builds only; they hide nothing of bagpipe's).
+#define OMPI_ENV "%s"
+static const char *ompi_env(void) {
+    static char env[1024];
+    const char *supp = test_path("lsan.supp");
+    FILE *f = fopen(supp, "w");
+    if (f) {
+        fputs("leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libhwloc.so\n"
+              "leak:libevent\nleak:mca_\n", f);
+        fclose(f);
+    }
+    snprintf(env, sizeof env,
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_hwloc_base_binding_policy=none "
+             "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+             "LSAN_OPTIONS=fast_unwind_on_malloc=0:suppressions=%s", supp);
+    return env;
+}
+#define TINY_MODEL                                                                                   \
+    "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 "         \
+    "--learning-rate 0.05 --print-every 100 --eval-rows 200"
+
+// A small dataset: 4 dense features, 3 tables, ids drawn with a power-law-ish skew
+// (id = card * u^3), labels from a planted logistic model.
+static int write_dataset(const char *path, uint64_t n, uint64_t seed) {
+    bp_ds_info t = {0};
+    t.n_dense = 4, t.n_sparse = 3, t.kind = BP_KIND_CUSTOM;
+    snprintf(t.source, sizeof t.source, "test_dist");
+    bp_ds_writer *w;
+    int rc = bp_ds_writer_open(&w, path, &t);
+    if (rc) return rc;
+    const uint64_t card[3] = {40, 300, 2000};
+    bp_rng rng;
+    bp_rng_seed(&rng, seed, 7);
+    for (uint64_t r = 0; r < n && !rc; r++) {
+        float d[4];
+        uint32_t s[3];
+        double z = -0.5;
+        for (int k = 0; k < 4; k++) d[k] = bp_rng_uniformf(&rng), z += (k - 1.5) * d[k];
+        for (int f = 0; f < 3; f++) {
+            double u = bp_rng_uniform(&rng);
+            s[f] = (uint32_t)((double)card[f] * u * u * u);
+            z += ((bp_mix64(s[f] * 3u + (uint64_t)f) & 255) / 255.0 - 0.5);
+        }
+        uint8_t lab = bp_rng_uniform(&rng) < 1.0 / (1.0 + exp(-2.0 * z));
+        rc = bp_ds_writer_append(w, 1, &lab, d, s, NULL);
+    }
+    if (rc) {
+        bp_ds_writer_abort(w);
+        return rc;
+    }
+    uint64_t split[3] = {n * 8 / 10, n / 10, n - n * 8 / 10 - n / 10};
+    return bp_ds_writer_finish(w, card, split);
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t n = 0, cap = 4096, k;
+    char *b = malloc(cap);
+    while ((k = fread(b + n, 1, cap - n - 1, f)) > 0) { // /proc files report no size: read to EOF
+        n += k;
+        if (cap - n < 2) b = realloc(b, cap *= 2);
+    }
+    fclose(f);
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
+// 1 when DIR_A/name and DIR_B/name exist and are byte-identical.
+static int same_file(const char *a, const char *b, const char *name) {
+    char pa[600], pb[600];
+    snprintf(pa, sizeof pa, "%s/%s", a, name), snprintf(pb, sizeof pb, "%s/%s", b, name);
+    size_t la, lb;
+    char *x = read_file(pa, &la), *y = read_file(pb, &lb);
+    int same = x && y && la == lb && la > 0 && memcmp(x, y, la) == 0;
+    free(x), free(y);
+    return same;
+}
+
+// Trains and saves to DIR; returns the exit code and the output in *out (caller frees).
+static int train(char **out, const char *data, const char *dir, const char *mode_args, const char *extra) {
+    return test_run(out, 60, OMPI_ENV " %s train %s " TINY_MODEL " %s --save %s %s", ompi_env(), test_bin(), mode_args, extra,
+                    dir, data);
+}
+
+#define TRAIN_OK(data, dir, mode, extra)                                                          \
+    do {                                                                                          \
+        char *o_ = NULL;                                                                          \
+        int rc_ = train(&o_, data, dir, mode, extra);                                             \
+        if (rc_ != 0) {                                                                           \
+            test_fail(__FILE__, __LINE__, "train %s exited %d:\n%s", mode, rc_, o_ ? o_ : "");    \
+            free(o_);                                                                             \
+            return;                                                                               \
+        }                                                                                         \
+        free(o_);                                                                                 \
+    } while (0)
+
+TEST(dist_msg_decode_validates) {
+    // A well-formed push round-trips; truncation, wrong kind, unsorted keys, keys of another
+    // server and out-of-range keys are refused.
+    uint64_t buf[64] = {0};
+    msg_header h = {MSG_GRAD_PUSH, 0, 5, 3, 2};
+    uint64_t *k;
+    float *r;
+    msg_encode(buf, &h, &k, &r);
+    uint64_t keys[3];
+    int n = 0;
+    for (uint64_t key = 0; n < 3; key++)
+        if (msg_server_of(key, 2) == 1) keys[n++] = key;
+    memcpy(k, keys, sizeof keys);
+    for (int i = 0; i < 6; i++) r[i] = (float)i;
+    size_t len = msg_bytes(MSG_GRAD_PUSH, 3, 2);
+    msg_expect ex = {.kind = MSG_GRAD_PUSH, .width = 2, .max_n = 10, .iter = 5, .rows = 1000, .server = 1, .S = 2};
+    msg_header g;
+    const uint64_t *gk;
+    const float *gr;
+    ASSERT_OK(msg_decode(buf, len, 3, &ex, &g, &gk, &gr));
+    ASSERT_EQ(g.n, 3);
+    ASSERT_EQ(gk[2], keys[2]);
+    ASSERT_TRUE(gr[5] == 5.0f);
+    ASSERT_EQ(msg_decode(buf, len - 4, 3, &ex, &g, &gk, &gr), BP_EFORMAT);
+    ASSERT_EQ(msg_decode(buf, 10, 3, &ex, &g, &gk, &gr), BP_EFORMAT);
+    msg_expect ex2 = ex;
+    ex2.iter = 6;
+    ASSERT_EQ(msg_decode(buf, len, 3, &ex2, &g, &gk, &gr), BP_EFORMAT);
+    ex2 = ex, ex2.kind = MSG_ROW_REQ;
+    ASSERT_EQ(msg_decode(buf, len, 3, &ex2, &g, &gk, &gr), BP_EFORMAT);
+    ex2 = ex, ex2.server = 0;
+    ASSERT_EQ(msg_decode(buf, len, 3, &ex2, &g, &gk, &gr), BP_EFORMAT);
+    ex2 = ex, ex2.rows = keys[2];
+    ASSERT_EQ(msg_decode(buf, len, 3, &ex2, &g, &gk, &gr), BP_EFORMAT);
+    ex2 = ex, ex2.max_n = 2;
+    ASSERT_EQ(msg_decode(buf, len, 3, &ex2, &g, &gk, &gr), BP_EFORMAT);
+    k[1] = k[2];
+    ASSERT_EQ(msg_decode(buf, len, 3, &ex, &g, &gk, &gr), BP_EFORMAT);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EFORMAT), "rank 3");
+}
+
+// (a) T = 1, S = 1 gives the local trainer's model bit for bit.
+TEST(dist_sync_t1_matches_local) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 3000, 1));
+    char *lout = NULL;
+    int rc = train(&lout, data, test_path("local"), "--mode local", "--iters 300");
+    ASSERT_MSG(rc == 0, "local exited %d:\n%s", rc, lout);
+    const char *lval = strstr(lout, "val   AUC");
+    ASSERT_TRUE(lval != NULL);
+    char line[256];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(lval, "\n"), lval);
+    free(lout);
+    char *out = NULL;
+    rc = test_run(&out, 60, OMPI_ENV " %s train --mode sync --trainers 1 --servers 1 " TINY_MODEL
+                      " --iters 300 --save %s --metrics %s %s", ompi_env(), test_bin(), test_path("sync"), test_path("m.jsonl"), data);
+    ASSERT_MSG(rc == 0, "sync exited %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "layout: 3 ranks");
+    ASSERT_STR_CONTAINS(out, line); // the same evaluation result line as local
+    free(out);
+    ASSERT_TRUE(same_file(test_path("local"), test_path("sync"), "dense.bin"));
+    ASSERT_TRUE(same_file(test_path("local"), test_path("sync"), "emb.bin"));
+    size_t len;
+    char *m = read_file(test_path("m.jsonl"), &len);
+    ASSERT_TRUE(m != NULL);
+    ASSERT_STR_CONTAINS(m, "\"event\":\"summary\"");
+    ASSERT_STR_CONTAINS(m, "\"bytes_row_fetch\"");
+    ASSERT_STR_CONTAINS(m, "\"wait_rows_s\"");
+    free(m);
+}
+
+// (b) For a given T the model is the same for any S, and a run repeats bit for bit.
+TEST(dist_sync_reproducible) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 3000, 2));
+    TRAIN_OK(data, test_path("t2s1"), "--mode sync --trainers 2 --servers 1", "--iters 150 --no-eval");
+    TRAIN_OK(data, test_path("t2s2"), "--mode sync --trainers 2 --servers 2", "--iters 150 --no-eval");
+    ASSERT_TRUE(same_file(test_path("t2s1"), test_path("t2s2"), "dense.bin"));
+    ASSERT_TRUE(same_file(test_path("t2s1"), test_path("t2s2"), "emb.bin"));
+    TRAIN_OK(data, test_path("t3a"), "--mode sync --trainers 3 --servers 2", "--iters 150 --no-eval");
+    TRAIN_OK(data, test_path("t3b"), "--mode sync --trainers 3 --servers 2", "--iters 150 --no-eval");
+    ASSERT_TRUE(same_file(test_path("t3a"), test_path("t3b"), "dense.bin"));
+    ASSERT_TRUE(same_file(test_path("t3a"), test_path("t3b"), "emb.bin"));
+    // A different T sums in a different order (and trains at all): the tables differ.
+    ASSERT_TRUE(!same_file(test_path("t2s1"), test_path("t3a"), "emb.bin"));
+}
+
+// (c) Adagrad and row-wise Adagrad keep their state inside the server's rows: T = 1 matches
+// local (state included in emb.bin), and T = 2 gives the same model with 1 or 2 servers.
+static void check_emb_optimizer(const char *opt) {
+    char data[512], extra[128];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 3));
+    snprintf(extra, sizeof extra, "--emb-optimizer %s --iters 120 --no-eval", opt);
+    TRAIN_OK(data, test_path("local"), "--mode local", extra);
+    TRAIN_OK(data, test_path("t1"), "--mode sync --trainers 1 --servers 1", extra);
+    ASSERT_TRUE(same_file(test_path("local"), test_path("t1"), "dense.bin"));
+    ASSERT_TRUE(same_file(test_path("local"), test_path("t1"), "emb.bin"));
+    TRAIN_OK(data, test_path("t2s1"), "--mode sync --trainers 2 --servers 1", extra);
+    TRAIN_OK(data, test_path("t2s2"), "--mode sync --trainers 2 --servers 2", extra);
+    ASSERT_TRUE(same_file(test_path("t2s1"), test_path("t2s2"), "dense.bin"));
+    ASSERT_TRUE(same_file(test_path("t2s1"), test_path("t2s2"), "emb.bin"));
+    ASSERT_TRUE(!same_file(test_path("t1"), test_path("t2s1"), "emb.bin"));
+}
+
+TEST(dist_sync_adagrad_state_on_servers) { check_emb_optimizer("adagrad"); }
+TEST(dist_sync_rowwise_adagrad_state_on_servers) { check_emb_optimizer("rowwise-adagrad"); }
+
+// (d) Under mpirun with the wrong number of ranks every rank says what is needed; no hang.
+TEST(dist_wrong_rank_count) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 500, 4));
+    char *out = NULL;
+    int rc = test_run(&out, 30, OMPI_ENV " mpirun -np 3 --oversubscribe %s train --mode sync --trainers 2 --servers 1 "
+                      TINY_MODEL " --iters 5 %s", ompi_env(), test_bin(), data);
+    ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "this job has 3 ranks, but --servers 1 --trainers 2 needs 1 + 1 + 2 = 4");
+    free(out);
+}
+
+// (f) A dataset that cannot be read: one clear message from the job, no hang.
+TEST(dist_unreadable_dataset) {
+    const char *bad = test_path("bad.bin");
+    FILE *f = fopen(bad, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("this is not a dataset\n", f);
+    fclose(f);
+    char *out = NULL;
+    int rc = test_run(&out, 30, OMPI_ENV " %s train --mode sync --trainers 2 --servers 1 " TINY_MODEL " %s",
+                      ompi_env(), test_bin(), bad);
+    ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "bad.bin: too short for a bagpipe dataset");
+    free(out);
+    rc = test_run(&out, 30, OMPI_ENV " %s train --mode sync --trainers 1 --servers 2 " TINY_MODEL " %s",
+                  ompi_env(), test_bin(), test_path("missing.bin"));
+    ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "missing.bin");
+    free(out);
+}
+
+// The pid of the process that is rank `rank` of an MPI job whose command line mentions `tag`.
+static pid_t find_rank(int rank, const char *tag) {
+    DIR *d = opendir("/proc");
+    if (!d) return -1;
+    char want[64];
+    int wl = snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    pid_t found = -1;
+    struct dirent *e;
+    while (found < 0 && (e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char p[64];
+        size_t len;
+        snprintf(p, sizeof p, "/proc/%ld/cmdline", pid);
+        char *cmd = read_file(p, &len);
+        int match = 0;
+        if (cmd) {
+            for (size_t i = 0; i + 1 < len; i++)
+                if (!cmd[i]) cmd[i] = ' ';
+            match = strstr(cmd, tag) && strstr(cmd, "train");
+            free(cmd);
+        }
+        if (!match) continue;
+        snprintf(p, sizeof p, "/proc/%ld/environ", pid);
+        char *env = read_file(p, &len);
+        for (size_t i = 0; env && i < len; i += strlen(env + i) + 1)
+            if (strncmp(env + i, want, (size_t)wl) == 0 && env[i + wl] == 0) found = (pid_t)pid;
+        free(env);
+    }
+    closedir(d);
+    return found;
+}
+
+// (e) kill -9 of one rank mid-run: the job ends within seconds, non-zero, naming rank and role.
+static void check_kill(int rank, const char *role) {
+    char data[512], outp[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "exec timeout -k 5 60 env " OMPI_ENV " %s train --mode sync --trainers 2 --servers 2 " TINY_MODEL
+             " --iters 1000000 --no-eval %s > %s 2>&1",
+             ompi_env(), test_bin(), data, outp);
+    pid_t job = fork();
+    ASSERT_TRUE(job >= 0);
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    pid_t victim = -1;
+    double t0 = bp_now();
+    while (victim < 0 && bp_now() - t0 < 30) {
+        usleep(100000);
+        victim = find_rank(rank, data);
+    }
+    if (victim < 0) kill(job, SIGKILL);
+    ASSERT_MSG(victim > 0, "rank %d never appeared", rank);
+    usleep(1500000); // let it train
+    int st = 0;
+    ASSERT_MSG(waitpid(job, &st, WNOHANG) == 0, "the job ended before the kill");
+    ASSERT_EQ(kill(victim, SIGKILL), 0);
+    double tk = bp_now();
+    waitpid(job, &st, 0);
+    double dt = bp_now() - tk;
+    size_t len;
+    char *out = read_file(outp, &len);
+    ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 124, "status %d:\n%s", st, out);
+    ASSERT_MSG(dt < 10, "the job took %.1f s to end after the kill", dt);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d (%s) was killed by signal 9", rank, role);
+    ASSERT_STR_CONTAINS(out, want);
+    free(out);
+}
+
+TEST(dist_kill_oracle) { check_kill(0, "oracle"); }
+TEST(dist_kill_server) { check_kill(2, "server 1"); }
+TEST(dist_kill_trainer) { check_kill(3, "trainer 0"); }
