@@ -341,6 +341,10 @@ int bp_ds_open(bp_dataset *ds, const char *path, unsigned flags) {
         if (!rc) rc = bp_fail(BP_ECORRUPT, "%s: empty or truncated dataset (%lld bytes)", path, (long long)st.st_size);
         goto out_close;
     }
+    if (memcmp(hdr, BP_DS_MAGIC, 8) != 0) { // before any size check: a short text file is no dataset
+        rc = bp_ds_header_decode(&ds->info, hdr, BP_DS_HEADER_SIZE, path);
+        goto out_close;
+    }
     rc = bp_ds_header_decode(&ds->info, hdr, have, path);
     if (rc) goto out_close;
     if ((uint64_t)st.st_size != ds->info.file_size) {

@@ -1,0 +1,155 @@
+// Single-process training end to end, through the binary: learning against a planted model,
+// determinism, save/eval, the four models, metrics, and bad input.
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "test.h"
+
+#define SMALL_ARCH "--arch-mlp-bot 13-64-16 --arch-mlp-top 64-1"
+#define TABLES "1000,500,20000,5000,300,50,10000,800,3,30000,4000,20000"
+
+static int synth(const char *out, long rows, const char *extra) {
+    return test_run(NULL, 120, "%s synth --preset custom --tables " TABLES " --dense 13 -n %ld --split ratio:0.9,0.1,0 %s -o %s",
+                    test_bin(), rows, extra, out);
+}
+
+// Reads "KEY value" from the first line of text containing KEY.
+static double number_after(const char *text, const char *key) {
+    const char *p = text ? strstr(text, key) : NULL;
+    return p ? atof(p + strlen(key)) : NAN;
+}
+
+TEST(train_learns_planted_model) {
+    // One pass over ~2M samples must come within 0.01 AUC of the Bayes-optimal AUC of the data's
+    // planted click model (the true probabilities are in the dataset).
+    const char *data = test_path("learn.bin");
+    ASSERT_EQ(synth(data, 2200000, ""), 0);
+    char *out = NULL;
+    int st = test_run(&out, 300, "%s train %s " SMALL_ARCH " --batch-size 256 --emb-optimizer adagrad --optimizer adagrad "
+                      "--learning-rate 0.05", test_bin(), data);
+    ASSERT_MSG(st == 0, "train failed: %s", out);
+    double auc = number_after(out, "val   AUC "), bayes = number_after(out, "Bayes-optimal AUC ");
+    printf("    val AUC %.4f, Bayes-optimal %.4f, gap %.4f\n", auc, bayes, bayes - auc);
+    ASSERT_MSG(bayes - auc < 0.01 && auc > 0.75, "AUC %.4f vs Bayes-optimal %.4f", auc, bayes);
+    free(out);
+}
+
+static int files_equal(const char *a, const char *b) {
+    return test_run(NULL, 60, "cmp -s %s %s", a, b) == 0;
+}
+
+TEST(train_is_deterministic_and_eval_reloads) {
+    const char *data = test_path("d.bin");
+    ASSERT_EQ(synth(data, 60000, ""), 0);
+    const char *common = SMALL_ARCH " --batch-size 64 --emb-optimizer rowwise-adagrad --optimizer adagrad --learning-rate 0.05";
+    char *out1 = NULL, *out2 = NULL, *out3 = NULL;
+    ASSERT_EQ(test_run(&out1, 120, "%s train %s %s --seed 3 --save %s/m1 -m %s/m.jsonl", test_bin(), data, common,
+                       test_tmpdir(), test_tmpdir()), 0);
+    ASSERT_EQ(test_run(&out2, 120, "%s train %s %s --seed 3 --save %s/m2", test_bin(), data, common, test_tmpdir()), 0);
+    ASSERT_EQ(test_run(NULL, 120, "%s train %s %s --seed 4 --save %s/m3", test_bin(), data, common, test_tmpdir()), 0);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/m1/dense.bin", test_tmpdir()), snprintf(b, sizeof b, "%s/m2/dense.bin", test_tmpdir());
+    ASSERT_TRUE(files_equal(a, b));
+    snprintf(a, sizeof a, "%s/m1/emb.bin", test_tmpdir()), snprintf(b, sizeof b, "%s/m2/emb.bin", test_tmpdir());
+    ASSERT_TRUE(files_equal(a, b));
+    snprintf(b, sizeof b, "%s/m3/emb.bin", test_tmpdir());
+    ASSERT_TRUE(!files_equal(a, b)); // another seed, another model: the comparison can fail
+
+    // eval --load of the saved model prints the same validation line as training did.
+    ASSERT_EQ(test_run(&out3, 120, "%s eval --load %s/m1 --split val %s", test_bin(), test_tmpdir(), data), 0);
+    const char *l1 = strstr(out1, "val   AUC"), *l3 = strstr(out3, "val   AUC");
+    ASSERT_TRUE(l1 && l3);
+    ASSERT_TRUE(strncmp(l1, l3, strcspn(l1, "\n")) == 0);
+
+    // The metrics file has train events and a summary, each a JSON object per line.
+    char *m = NULL;
+    ASSERT_EQ(test_run(&m, 10, "cat %s/m.jsonl", test_tmpdir()), 0);
+    ASSERT_STR_CONTAINS(m, "{\"event\":\"train\",\"iter\":100,");
+    ASSERT_STR_CONTAINS(m, "\"event\":\"summary\"");
+    ASSERT_STR_CONTAINS(m, "\"auc\":");
+    free(m);
+
+    // A damaged part of the save is named; a model for another dataset is refused.
+    ASSERT_EQ(test_run(NULL, 10, "printf X | dd of=%s/m1/emb.bin bs=1 seek=100 conv=notrunc status=none", test_tmpdir()), 0);
+    free(out3);
+    ASSERT_EQ(test_run(&out3, 60, "%s eval --load %s/m1 %s", test_bin(), test_tmpdir(), data), 1);
+    ASSERT_STR_CONTAINS(out3, "emb.bin: checksum mismatch");
+    free(out3);
+    const char *other = test_path("other.bin");
+    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 10,20 --dense 13 -n 1000 -o %s", test_bin(), other), 0);
+    ASSERT_EQ(test_run(&out3, 60, "%s eval --load %s/m2 %s", test_bin(), test_tmpdir(), other), 1);
+    ASSERT_STR_CONTAINS(out3, "sparse features");
+    free(out1), free(out2), free(out3);
+}
+
+TEST(train_four_models_learn) {
+    const char *data = test_path("m.bin");
+    ASSERT_EQ(synth(data, 200000, ""), 0);
+    static const char *models[] = {
+        "--model dlrm --arch-mlp-bot 13-64-8 --arch-mlp-top 64-1",
+        "--model dlrm --arch-interaction-op cat --arch-mlp-bot 13-64-8 --arch-mlp-top 64-1",
+        "--model wdl --arch-mlp-top 64-1",
+        "--model deepfm --arch-mlp-top 64-1",
+        "--model dcn --arch-mlp-top 64-1 --dcn-cross-layers 2",
+        "--model dcn --arch-mlp-top 64-1 --dcn-cross-layers 2 --dcn-rank 8",
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(models); i++) {
+        char *out = NULL;
+        int st = test_run(&out, 120, "%s train %s %s --batch-size 128 --emb-optimizer adagrad --optimizer adagrad "
+                          "--learning-rate 0.05 --arch-sparse-feature-size 8", test_bin(), data, models[i]);
+        double auc = number_after(out, "val   AUC ");
+        printf("    %-60s val AUC %.4f\n", models[i], auc);
+        ASSERT_MSG(st == 0 && auc > 0.72, "%s: %s", models[i], out);
+        free(out);
+    }
+}
+
+TEST(train_bad_input_is_explained) {
+    const char *data = test_path("b.bin");
+    ASSERT_EQ(synth(data, 5000, ""), 0);
+    char *out = NULL;
+    // An architecture that does not fit the dataset names the flag.
+    ASSERT_EQ(test_run(&out, 30, "%s train %s --arch-mlp-bot 12-64-16 --arch-mlp-top 64-1", test_bin(), data), 2);
+    ASSERT_STR_CONTAINS(out, "--arch-mlp-bot: first size 12 must equal the dataset's 13 dense features");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s train %s --arch-mlp-bot 13-64-8 --arch-sparse-feature-size 16", test_bin(), data), 2);
+    ASSERT_STR_CONTAINS(out, "--arch-mlp-bot");
+    free(out);
+    // A raw log instead of a binary dataset: the message says how to convert it.
+    ASSERT_EQ(test_run(&out, 30, "printf \"0\\t1\\t2\\t68fd1e64\\t80e26c9b\\n\" > %s/raw.txt && %s train %s/raw.txt", test_tmpdir(), test_bin(),
+                       test_tmpdir()), 1);
+    ASSERT_STR_CONTAINS(out, "bagpipe prep");
+    free(out);
+    // A batch larger than the train split, a bad flag value, a missing file.
+    ASSERT_EQ(test_run(&out, 30, "%s train %s --batch-size 100000", test_bin(), data), 2);
+    ASSERT_STR_CONTAINS(out, "--batch-size");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s train %s --learning-rate -1", test_bin(), data), 2);
+    ASSERT_STR_CONTAINS(out, "--learning-rate");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s train %s/missing.bin", test_bin(), test_tmpdir()), 1);
+    ASSERT_STR_CONTAINS(out, "missing.bin");
+    free(out);
+    // A learning rate that diverges is stopped with a message, not trained into NaN.
+    ASSERT_EQ(test_run(&out, 60, "%s train %s " SMALL_ARCH " --learning-rate 1e5 --batch-size 32", test_bin(), data), 1);
+    ASSERT_STR_CONTAINS(out, "lower --learning-rate");
+    free(out);
+}
+
+TEST(train_metrics_plot) {
+    if (test_run(NULL, 10, "command -v gnuplot && command -v python3") != 0) {
+        test_skip("gnuplot or python3 missing: plot tool not checked");
+        return;
+    }
+    const char *data = test_path("p.bin");
+    ASSERT_EQ(synth(data, 30000, ""), 0);
+    ASSERT_EQ(test_run(NULL, 60, "%s train %s " SMALL_ARCH " --batch-size 64 --eval-every 100 --print-every 20 -m %s/p.jsonl",
+                       test_bin(), data, test_tmpdir()), 0);
+    char *out = NULL;
+    int st = test_run(&out, 60, "python3 tools/plot_metrics.py %s/p.jsonl -o %s/p.png && head -c 8 %s/p.png | od -c | head -1",
+                      test_tmpdir(), test_tmpdir(), test_tmpdir());
+    ASSERT_MSG(st == 0, "plot failed: %s", out);
+    ASSERT_STR_CONTAINS(out, "P   N   G");
+    free(out);
+}
