@@ -58,9 +58,12 @@ static void print_layout(const train_setup *su, const dist_layout *l) {
     model_config_format(&su->mc, arch, sizeof arch);
     printf("model: %s (%d-float rows, %s/%s optimizers, lr %g)\n", arch, su->mc.E,
            su->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(su->eopt.kind), su->lr);
-    printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), mode sync\n", su->data_path,
+    printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), mode %s\n", su->data_path,
            (unsigned long long)(su->tr1 - su->tr0), (long long)su->total_iters, su->B,
-           (double)su->total_iters / (double)su->per_epoch);
+           (double)su->total_iters / (double)su->per_epoch, su->mode == TRAIN_MODE_BAGPIPE ? "bagpipe" : "sync");
+    if (su->mode == TRAIN_MODE_BAGPIPE)
+        printf("cache: %llu rows per trainer, lookahead %d, prefetch %d\n", (unsigned long long)su->cache_rows,
+               su->lookahead, su->prefetch);
     fflush(stdout);
 }
 
@@ -68,6 +71,8 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     const int me = comm_rank(), n = comm_size();
     char role[64];
     dist_role_name(me, l, role, sizeof role);
+    role_oracle *ro = NULL;
+    if (!setup_rc && me == 0 && su->mode == TRAIN_MODE_BAGPIPE) setup_rc = role_oracle_prepare(&ro, su, l);
     int *all = bp_xcalloc((size_t)n, sizeof *all);
     int rc = comm_allgather_int(setup_rc, all);
     if (rc) {
@@ -81,6 +86,7 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     if (first_bad >= 0) {
         // The lowest failing rank reports; every rank leaves cleanly.
         if (me == first_bad) fprintf(stderr, "bagpipe: %s\n", bp_errmsg(setup_rc));
+        role_oracle_free(ro);
         comm_finalize();
         return code == BP_EUSAGE ? 2 : 1;
     }
@@ -88,7 +94,10 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     int idx;
     dist_role r = dist_role_of(l, me, &idx);
     if (r == DIST_SERVER) rc = role_server_run(su, l, idx);
+    else if (r == DIST_TRAINER && su->mode == TRAIN_MODE_BAGPIPE) rc = role_bagpipe_trainer_run(su, l, idx);
     else if (r == DIST_TRAINER) rc = role_trainer_run(su, l, idx);
+    else if (ro) rc = role_oracle_run(ro);
+    role_oracle_free(ro);
     if (rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);

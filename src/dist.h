@@ -42,9 +42,27 @@ int dist_begin(const dist_layout *l);
 // and MPI_Finalize.  Returns the process exit code.
 int dist_run(const train_setup *su, const dist_layout *l, int setup_rc);
 
-// The roles (role_server.c, role_trainer.c).  Return 0 or a negative code with a message.
+// The roles (role_server.c, role_trainer.c, role_oracle.c, role_bagpipe.c).  Return 0 or a
+// negative code with a message.  role_server_run serves mode sync or bagpipe (su->mode).
 int role_server_run(const train_setup *su, const dist_layout *l, int s);
 int role_trainer_run(const train_setup *su, const dist_layout *l, int i);
+int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i);
+
+// The oracle rank of mode bagpipe.  prepare (before the start-up agreement) builds the planner
+// and plans the first records, so a cache too small for the first batches is a start-up error
+// reported once; run streams the records to the trainers under flow control (at most
+// ROLE_ORACLE_AHEAD(P) records beyond the slowest trainer's progress).
+typedef struct role_oracle role_oracle;
+#define ROLE_ORACLE_AHEAD(P) (16 + (P))
+#define ROLE_CREDIT_EVERY 4 // a trainer reports its progress every this many iterations (and at the end)
+int role_oracle_prepare(role_oracle **out, const train_setup *su, const dist_layout *l);
+int role_oracle_run(role_oracle *ro);
+void role_oracle_free(role_oracle *ro); // safe on NULL
+
+// Writer: every row of every server after `iter` iterations into tr->table (allocated if
+// needed).  buf: a receive buffer of cap bytes (dist_dump_cap).
+int dist_collect_rows(trainer *tr, int S, int first_server, void *buf, size_t cap, int64_t iter);
+size_t dist_dump_cap(const emb_layout *L);
 
 // Samples of trainer i in a global batch of B: [dist_slice_begin(B, T, i), ..(B, T, i + 1)).
 static inline int dist_slice_begin(int B, int T, int i) { return (int)((long long)i * B / T); }

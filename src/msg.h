@@ -24,6 +24,24 @@
 //   7   MSG_AR_RS       trainer -> trainer      (raw, no header)     all-reduce reduce-scatter chunk
 //   8   MSG_AR_AG       trainer -> trainer      (raw, no header)     all-reduce all-gather chunk
 //
+// Mode bagpipe (plan.h says when each is sent):
+//   9   MSG_FETCH       trainer -> server       record t issuing it  n keys + n gates of width 2
+//                                                                    32-bit words (evict_iter,
+//                                                                    writer) stored in the rows
+//  10   MSG_FETCH_REPLY server -> trainer       same t               n rows of stride floats, in
+//                                                                    the request's key order
+//  11   MSG_WB          trainer -> server       t + 1 after t        n keys + rows of stride: the
+//                                                                    written-back rows; iter = how
+//                                                                    many iterations' evictions of
+//                                                                    this writer are now written
+//  12   MSG_FWD         trainer -> trainer      record t             n keys + rows of stride: shared
+//                                                                    rows fetched once, forwarded
+//  13   MSG_GSYNC       trainer -> trainer      batch t of the grad  n keys + rows of E: the
+//                                                                    sender's partial gradients of
+//                                                                    t's shared keys
+//  14   MSG_PLAN        oracle -> trainer       (raw plan record, plan.h)
+//  15   MSG_CREDIT      trainer -> oracle       iterations finished  n = 0 (flow control)
+//
 // Ordering (sync mode): a server answers ROW_REQ(t) and DUMP_REQ(t) only once it has applied the
 // GRAD_PUSH(t') of every trainer for every t' < t, so a read of t+1 sees all updates of t.  It
 // sums the partial gradients of a key in trainer-rank order: the first trainer that touches the
@@ -54,7 +72,14 @@ enum {
     MSG_DONE = 6,
     MSG_AR_RS = 7,
     MSG_AR_AG = 8,
-    MSG_KINDS = 9, // tags are < MSG_KINDS
+    MSG_FETCH = 9,
+    MSG_FETCH_REPLY = 10,
+    MSG_WB = 11,
+    MSG_FWD = 12,
+    MSG_GSYNC = 13,
+    MSG_PLAN = 14,
+    MSG_CREDIT = 15,
+    MSG_KINDS = 16, // tags are < MSG_KINDS (<= COMM_MAX_TAGS)
 };
 
 enum { MSG_F_LAST = 1u << 0 };

@@ -12,6 +12,16 @@
 //                              and applied with emb_opt_apply_row; applied = t + 1; held
 //                              requests of t + 1 are answered
 //   DONE                       the server returns after T of them, with nothing held
+//
+// Mode bagpipe (server_run_bagpipe): no gradients reach the servers; rows leave and come back
+// whole (with their optimizer state).
+//   FETCH(t)     queued per trainer (FIFO); the head is answered (FETCH_REPLY, full rows in the
+//                request's key order) once every key's gate (evict_iter e, writer w) holds:
+//                e == PLAN_NEVER, or wb_done[w] > e (the per-writer watermark, DESIGN §6)
+//   WB(n)        rows replace the shard's copies; wb_done[writer] = n, which must grow by one
+//                per message (every writer sends one per iteration, empty or not)
+//   DUMP_REQ(n)  answered once every writer's wb_done >= n (all evictions through n-1 applied)
+//   DONE         as in sync
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +32,7 @@
 #include "emb.h"
 #include "msg.h"
 #include "optim.h"
+#include "plan.h"
 
 typedef struct {
     emb_layout L;
@@ -203,9 +214,201 @@ static void server_apply(server *sv) {
     }
 }
 
+// A growable message buffer (8-byte aligned).
+typedef struct {
+    void *p;
+    size_t cap;
+} gbuf;
+
+static void *gbuf_fit(gbuf *b, size_t n) {
+    if (n > b->cap) {
+        free(b->p);
+        b->cap = n + n / 4 + 64;
+        b->p = bp_xmalloc(b->cap);
+    }
+    return b->p;
+}
+
+typedef struct {
+    int Q;            // queue slots per trainer
+    gbuf *q;          // (T, Q) queued FETCH messages
+    int *qhead, *qn;  // (T)
+    gbuf *rep;        // (T) reply buffers
+    int64_t *wb_done; // (T) per-writer watermark: evictions of iterations < wb_done[w] are applied
+    gbuf wb;          // WB receive buffer
+    int64_t *dump_iter; // (T) held DUMP_REQ iteration, -1: none
+    uint64_t fetches, gated; // requests answered; of those, held for a watermark first
+} bpserver;
+
+static int gate_open(const server *sv, const bpserver *bs, const void *msg) {
+    const uint8_t *b = msg;
+    uint32_t n = bp_get_u32(b + 16);
+    const uint32_t *gate = (const uint32_t *)(b + MSG_HEADER_BYTES + (size_t)n * 8); // (n, 2) evict_iter, writer
+    for (uint32_t i = 0; i < n; i++)
+        if (gate[2 * i] != PLAN_NEVER && bs->wb_done[gate[2 * i + 1]] <= (int64_t)gate[2 * i]) return 0;
+    (void)sv;
+    return 1;
+}
+
+// Answers trainer p's queued fetches, oldest first, while their gates are open.
+static int bp_answer(server *sv, bpserver *bs, int p) {
+    const int stride = sv->L.stride, from = sv->first_trainer + p;
+    while (bs->qn[p] > 0) {
+        gbuf *m = &bs->q[(size_t)p * bs->Q + bs->qhead[p]];
+        if (!gate_open(sv, bs, m->p)) return 0;
+        const uint8_t *b = m->p;
+        uint32_t n = bp_get_u32(b + 16);
+        const uint64_t *keys = (const uint64_t *)(b + MSG_HEADER_BYTES);
+        if (sv->reply_busy[p]) {
+            int rc = comm_wait(&sv->reply_req[p], NULL);
+            if (rc) return rc;
+            sv->reply_busy[p] = 0;
+        }
+        void *out = gbuf_fit(&bs->rep[p], msg_bytes(MSG_FETCH_REPLY, n, (uint32_t)stride));
+        msg_header h = {MSG_FETCH_REPLY, 0, bp_get_u64(b + 8), n, (uint32_t)stride};
+        float *rows;
+        msg_encode(out, &h, NULL, &rows);
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t slot = slot_of(sv, keys[i]);
+            BP_ASSERT(slot >= 0);
+            memcpy(rows + (size_t)i * stride, sv->rows + (size_t)slot * stride, (size_t)stride * sizeof(float));
+        }
+        int rc = comm_isend(out, msg_bytes(MSG_FETCH_REPLY, n, (uint32_t)stride), from, MSG_FETCH_REPLY,
+                            &sv->reply_req[p]);
+        if (rc) return rc;
+        sv->reply_busy[p] = 1;
+        bs->qhead[p] = (bs->qhead[p] + 1) % bs->Q, bs->qn[p]--;
+    }
+    return 0;
+}
+
+static int bp_try_dumps(server *sv, bpserver *bs) {
+    int64_t low = INT64_MAX;
+    for (int w = 0; w < sv->T; w++) low = BP_MIN(low, bs->wb_done[w]);
+    for (int p = 0; p < sv->T; p++)
+        if (bs->dump_iter[p] >= 0 && bs->dump_iter[p] <= low) {
+            int64_t it = bs->dump_iter[p];
+            bs->dump_iter[p] = -1;
+            int rc = server_dump(sv, sv->first_trainer + p, it);
+            if (rc) return rc;
+        }
+    return 0;
+}
+
+static int server_run_bagpipe(server *sv, int P) {
+    const int T = sv->T, s = sv->s;
+    bpserver bs = {0};
+    bs.Q = P + 4;
+    bs.q = bp_xcalloc((size_t)T * bs.Q, sizeof *bs.q);
+    bs.qhead = bp_xcalloc((size_t)T, sizeof *bs.qhead);
+    bs.qn = bp_xcalloc((size_t)T, sizeof *bs.qn);
+    bs.rep = bp_xcalloc((size_t)T, sizeof *bs.rep);
+    bs.wb_done = bp_xcalloc((size_t)T, sizeof *bs.wb_done);
+    bs.dump_iter = bp_xmalloc((size_t)T * sizeof *bs.dump_iter);
+    for (int p = 0; p < T; p++) bs.dump_iter[p] = -1;
+    uint8_t small[MSG_HEADER_BYTES] __attribute__((aligned(8)));
+    int rc = 0, dones = 0;
+    for (;;) {
+        int busy = 0;
+        for (int p = 0; p < T; p++) busy |= bs.qn[p] > 0 || bs.dump_iter[p] >= 0;
+        if (dones == T && !busy) break;
+        int from, tag;
+        size_t len;
+        if ((rc = comm_probe(COMM_ANY, COMM_ANY, &from, &tag, &len))) break;
+        const int p = from - sv->first_trainer;
+        if (p < 0 || p >= T) {
+            rc = bp_fail(BP_EFORMAT, "server %d: message (tag %d) from rank %d, which is not a trainer", s, tag, from);
+            break;
+        }
+        msg_header h;
+        if (tag == MSG_FETCH) {
+            if (bs.qn[p] == bs.Q) {
+                rc = bp_fail(BP_EFORMAT, "server %d: rank %d has more than %d fetches outstanding", s, from, bs.Q);
+                break;
+            }
+            gbuf *m = &bs.q[(size_t)p * bs.Q + (bs.qhead[p] + bs.qn[p]) % bs.Q];
+            void *buf = gbuf_fit(m, len ? len : 1);
+            if ((rc = comm_recv(buf, m->cap, from, tag, &len))) break;
+            msg_expect ex = {.kind = MSG_FETCH, .width = 2, .max_n = MSG_MAX_N, .iter = -1, .rows = sv->L.rows,
+                             .server = s, .S = sv->S};
+            const float *g;
+            if ((rc = msg_decode(buf, len, from, &ex, &h, NULL, &g))) break;
+            const uint32_t *gate = (const uint32_t *)g;
+            for (uint32_t i = 0; i < h.n && !rc; i++)
+                if (gate[2 * i] != PLAN_NEVER && gate[2 * i + 1] >= (uint32_t)T)
+                    rc = bp_fail(BP_EFORMAT, "server %d: FETCH from rank %d gated on writer %u of %d trainers", s,
+                                 from, gate[2 * i + 1], T);
+            if (rc) break;
+            bs.qn[p]++, bs.fetches++;
+            rc = bp_answer(sv, &bs, p);
+            bs.gated += bs.qn[p] > 0; // still queued: its gate (or an older request's) is closed
+        } else if (tag == MSG_WB) {
+            void *buf = gbuf_fit(&bs.wb, len ? len : 1);
+            if ((rc = comm_recv(buf, bs.wb.cap, from, tag, &len))) break;
+            msg_expect ex = {.kind = MSG_WB, .width = (uint32_t)sv->L.stride, .max_n = MSG_MAX_N,
+                             .iter = bs.wb_done[p] + 1, .rows = sv->L.rows, .server = s, .S = sv->S};
+            const uint64_t *k;
+            const float *r;
+            if ((rc = msg_decode(buf, len, from, &ex, &h, &k, &r))) break;
+            const int stride = sv->L.stride;
+            for (uint32_t i = 0; i < h.n; i++) {
+                int64_t slot = slot_of(sv, k[i]);
+                BP_ASSERT(slot >= 0);
+                memcpy(sv->rows + (size_t)slot * stride, r + (size_t)i * stride, (size_t)stride * sizeof(float));
+            }
+            bs.wb_done[p] = (int64_t)h.iter;
+            for (int q = 0; q < T && !rc; q++) rc = bp_answer(sv, &bs, q);
+            if (!rc) rc = bp_try_dumps(sv, &bs);
+        } else if (tag == MSG_DUMP_REQ || tag == MSG_DONE) {
+            if (len > sizeof small) {
+                rc = bp_fail(BP_EFORMAT, "server %d: %s of %zu bytes from rank %d", s, msg_kind_name((uint32_t)tag),
+                             len, from);
+                break;
+            }
+            if ((rc = comm_recv(small, sizeof small, from, tag, &len))) break;
+            msg_expect ex = {.kind = (uint32_t)tag, .max_n = 0, .iter = -1};
+            if ((rc = msg_decode(small, len, from, &ex, &h, NULL, NULL))) break;
+            if (tag == MSG_DONE) {
+                dones++;
+            } else {
+                if (bs.dump_iter[p] >= 0) {
+                    rc = bp_fail(BP_EFORMAT, "server %d: rank %d sent a second dump request", s, from);
+                    break;
+                }
+                bs.dump_iter[p] = (int64_t)h.iter;
+                rc = bp_try_dumps(sv, &bs);
+            }
+        } else {
+            rc = bp_fail(BP_EFORMAT, "server %d: unexpected message tag %d from rank %d", s, tag, from);
+        }
+        if (rc) break;
+    }
+    for (int p = 0; !rc && p < T; p++)
+        if (sv->reply_busy[p]) rc = comm_wait(&sv->reply_req[p], NULL), sv->reply_busy[p] = 0;
+    if (!rc) {
+        printf("server %d: %llu fetch requests, %llu waited for a write-back watermark\n", s,
+               (unsigned long long)bs.fetches, (unsigned long long)bs.gated);
+        fflush(stdout);
+    }
+    for (size_t j = 0; j < (size_t)T * bs.Q; j++) free(bs.q[j].p);
+    for (int p = 0; p < T; p++) free(bs.rep[p].p);
+    free(bs.q), free(bs.qhead), free(bs.qn), free(bs.rep), free(bs.wb_done), free(bs.dump_iter), free(bs.wb.p);
+    return rc;
+}
+
 int role_server_run(const train_setup *su, const dist_layout *l, int s) {
     server sv;
     int rc = server_init(&sv, su, l, s);
+    if (!rc && su->mode == TRAIN_MODE_BAGPIPE) {
+        rc = server_run_bagpipe(&sv, su->prefetch);
+        if (rc && !strstr(bp_errmsg(rc), "server")) {
+            char m[512];
+            snprintf(m, sizeof m, "%s", bp_errmsg(rc));
+            rc = bp_fail(rc, "server %d: %s", s, m);
+        }
+        server_free(&sv);
+        return rc;
+    }
     const int T = l->T;
     int dones = 0, held = 0;
     while (!rc && (dones < T || held)) {

@@ -71,7 +71,7 @@ static int ts_init(tstate *ts, const train_setup *su, const dist_layout *l, int 
     ts->Lk = ts->tr.L;
     ts->Lk.E = 1;
     ts->zeros = bp_xcalloc(ts->cap, sizeof(float));
-    const int S = ts->S, stride = ts->tr.L.stride;
+    const int S = ts->S;
     ts->req_cap = msg_bytes(MSG_ROW_REQ, ts->cap, 0);
     ts->reply_cap = msg_bytes(MSG_ROW_REPLY, ts->cap, (uint32_t)E);
     ts->push_cap = msg_bytes(MSG_GRAD_PUSH, ts->cap, (uint32_t)E);
@@ -92,8 +92,7 @@ static int ts_init(tstate *ts, const train_setup *su, const dist_layout *l, int 
     ts->ar_work_n = (size_t)ts->T * ((n + (size_t)ts->T - 1) / (size_t)ts->T + 1);
     ts->ar_work = bp_xmalloc(ts->ar_work_n * sizeof(float));
     if (i == 0) {
-        const uint64_t per = BP_MAX((uint64_t)1, ((uint64_t)32 << 20) / (8 + (uint64_t)stride * 4));
-        ts->dump_cap = msg_bytes(MSG_DUMP_ROWS, (uint32_t)BP_MIN(per, ts->tr.L.rows), (uint32_t)stride);
+        ts->dump_cap = dist_dump_cap(&ts->tr.L);
         ts->dump = bp_xmalloc(ts->dump_cap);
     }
     return 0;
@@ -234,34 +233,37 @@ static int ts_step(tstate *ts, int64_t t, double *loss) {
     return rc;
 }
 
-// Writer: every row of every server after `iter` iterations into tr.table.
-static int ts_collect(tstate *ts, int64_t iter) {
-    trainer *tr = &ts->tr;
+size_t dist_dump_cap(const emb_layout *L) {
+    const uint64_t per = BP_MAX((uint64_t)1, ((uint64_t)32 << 20) / (8 + (uint64_t)L->stride * 4));
+    return msg_bytes(MSG_DUMP_ROWS, (uint32_t)BP_MIN(per, L->rows), (uint32_t)L->stride);
+}
+
+int dist_collect_rows(trainer *tr, int S, int first_server, void *buf, size_t cap, int64_t iter) {
     const emb_layout *L = &tr->L;
     int rc = 0;
     if (!tr->table.data && (rc = emb_table_alloc(&tr->table, L, 1))) return rc;
     comm_req rq[1024];
     uint8_t reqbuf[1024][MSG_HEADER_BYTES] __attribute__((aligned(8)));
-    BP_ASSERT(ts->S <= 1024);
-    for (int s = 0; s < ts->S && !rc; s++) {
+    BP_ASSERT(S <= 1024);
+    for (int s = 0; s < S && !rc; s++) {
         msg_header h = {MSG_DUMP_REQ, 0, (uint64_t)iter, 0, 0};
         msg_encode(reqbuf[s], &h, NULL, NULL);
-        rc = comm_isend(reqbuf[s], MSG_HEADER_BYTES, ts->first_server + s, MSG_DUMP_REQ, &rq[s]);
+        rc = comm_isend(reqbuf[s], MSG_HEADER_BYTES, first_server + s, MSG_DUMP_REQ, &rq[s]);
     }
     uint64_t total = 0;
-    for (int s = 0; s < ts->S && !rc; s++) {
-        const int from = ts->first_server + s;
+    for (int s = 0; s < S && !rc; s++) {
+        const int from = first_server + s;
         uint64_t last = 0;
         int any = 0;
         for (;;) {
             size_t len = 0;
-            if ((rc = comm_recv(ts->dump, ts->dump_cap, from, MSG_DUMP_ROWS, &len))) break;
+            if ((rc = comm_recv(buf, cap, from, MSG_DUMP_ROWS, &len))) break;
             msg_expect ex = {.kind = MSG_DUMP_ROWS, .width = (uint32_t)L->stride, .max_n = MSG_MAX_N, .iter = iter,
-                             .rows = L->rows, .server = s, .S = ts->S};
+                             .rows = L->rows, .server = s, .S = S};
             msg_header h;
             const uint64_t *k;
             const float *rows;
-            if ((rc = msg_decode(ts->dump, len, from, &ex, &h, &k, &rows))) break;
+            if ((rc = msg_decode(buf, len, from, &ex, &h, &k, &rows))) break;
             if (h.n && any && k[0] <= last) {
                 rc = bp_fail(BP_EFORMAT, "trainer 0: dump chunks of server rank %d out of key order", from);
                 break;
@@ -273,11 +275,16 @@ static int ts_collect(tstate *ts, int64_t iter) {
             if (h.flags & MSG_F_LAST) break;
         }
     }
-    if (!rc) rc = comm_waitall(rq, ts->S);
+    if (!rc) rc = comm_waitall(rq, S);
     if (!rc && total != L->rows)
         rc = bp_fail(BP_EFORMAT, "trainer 0: the servers returned %llu rows, the tables have %llu",
                      (unsigned long long)total, (unsigned long long)L->rows);
     return rc;
+}
+
+// Writer: every row of every server after `iter` iterations into tr.table.
+static int ts_collect(tstate *ts, int64_t iter) {
+    return dist_collect_rows(&ts->tr, ts->S, ts->first_server, ts->dump, ts->dump_cap, iter);
 }
 
 static int send_done(tstate *ts, int64_t iters) {

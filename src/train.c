@@ -215,7 +215,8 @@ int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_bat
 
 typedef struct {
     model_flags mf;
-    int mode, trainers, servers;
+    int mode, trainers, servers, lookahead, prefetch;
+    int64_t cache_rows;
     int batch, eval_batch, epochs, threads, eval_every, print_every, eval_split, dense_opt, emb_opt;
     int64_t iters, eval_rows;
     double lr, emb_lr;
@@ -276,11 +277,15 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->B = fl->batch, su->eval_batch = fl->eval_batch, su->eval_every = fl->eval_every;
     su->print_every = fl->print_every, su->threads = fl->threads;
     su->seed = (uint64_t)fl->seed, su->lr = fl->lr, su->save = fl->save, su->metrics = fl->metrics;
-    su->trainers = fl->trainers, su->servers = fl->servers;
+    su->trainers = fl->trainers, su->servers = fl->servers, su->mode = fl->mode;
+    su->cache_rows = (uint64_t)fl->cache_rows, su->lookahead = fl->lookahead, su->prefetch = fl->prefetch;
+    if (fl->mode == TRAIN_MODE_BAGPIPE && fl->eval_every)
+        return bp_fail(BP_EUSAGE, "--eval-every: not available with --mode bagpipe (rows live in the trainers' "
+                                  "caches during training); the final evaluation runs");
     return 0;
 }
 
-// --mode sync: without a launcher, start the job (launch.h); under one, become a rank.
+// --mode sync / bagpipe: without a launcher, start the job (launch.h); under one, become a rank.
 static int train_distributed(const train_flags *fl, const char *data_path, int argc, char **argv) {
     if (fl->trainers > fl->batch)
         return cmd_exit(bp_fail(BP_EUSAGE, "--trainers %d: more trainers than samples in a batch (--batch-size %d)",
@@ -300,9 +305,12 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
 int cmd_train(int argc, char **argv) {
     train_flags fl;
     const cli_opt opts[] = {
-        CLI_CHOICE("mode", 0, &fl.mode, 0, "local|sync",
+        CLI_CHOICE("mode", 0, &fl.mode, 0, "local|sync|bagpipe",
                    "training mode (local: one process, all tables in memory; sync: parameter servers, "
-                   "no cache)"),
+                   "no cache; bagpipe: oracle-planned lookahead cache, prefetch and LRPP sync)"),
+        CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, INT64_MAX / 2, "bagpipe: cache capacity per trainer (rows)"),
+        CLI_INT("lookahead", 0, &fl.lookahead, 32, 0, 65536, "bagpipe: lookahead window W (batches)"),
+        CLI_INT("prefetch", 0, &fl.prefetch, 2, 0, 255, "bagpipe: prefetch distance P (iterations)"),
         CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes)"),
         CLI_INT("servers", 0, &fl.servers, 1, 1, 1024, "embedding server ranks (distributed modes)"),
         MODEL_CLI_OPTS(&fl.mf),
@@ -336,7 +344,7 @@ int cmd_train(int argc, char **argv) {
     }
     const char *data_path = pos[0];
     free(pos);
-    if (fl.mode == 1) return train_distributed(&fl, data_path, argc, argv);
+    if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
     if (fl.trainers != 1 || fl.servers != 1)
         return cmd_exit(bp_fail(BP_EUSAGE, "--trainers/--servers: --mode local is one process (use --mode sync)"));
 

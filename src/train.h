@@ -64,7 +64,12 @@ typedef struct {
     const char *save;
     const char *metrics;        // metrics file (JSON lines) or NULL
     int trainers, servers;      // distributed modes
+    int mode;                   // TRAIN_MODE_*
+    uint64_t cache_rows;        // bagpipe: cache capacity per trainer (rows)
+    int lookahead, prefetch;    // bagpipe: window W and prefetch distance P (iterations)
 } train_setup;
+
+enum { TRAIN_MODE_LOCAL = 0, TRAIN_MODE_SYNC = 1, TRAIN_MODE_BAGPIPE = 2 };
 
 // The printed / JSON forms of evaluation results, shared with the distributed modes.
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes);

@@ -1,0 +1,774 @@
+// oracle: the lookahead planner.  Model and contract in oracle.h; record layout in plan.h.
+//
+// Data structures (all allocated at init; the steady state allocates nothing):
+//   keymap   key -> 64-bit word: KM_ACTIVE | active index, or the key's last eviction
+//            ((writer << 32) | (evict_iter + 1); 0 = never evicted).  Flat array or hash map.
+//   actives  one record per key with an occurrence in a held batch (every resident key has one):
+//            key, tail (its latest occurrence), and the planner's state (act_b).
+//   slots    ring of R held batches; a batch's occurrences are its unique keys in first-appearance
+//            order: (active index, next occurrence of the same key, users mask).  An occurrence id
+//            is (slot << pos_bits) | position.  next-links make "next use" O(1).
+//   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction.
+//
+// Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
+// free list and the slots being filled; the planner owns act_b of published keys, buckets and
+// records.  With threads = 2 the indexer runs on its own thread: batches are published through a
+// mutex (release/acquire) and the only field both touch concurrently, an occurrence's next link,
+// is atomic.  The planner never looks past its horizon H(s), so its output does not depend on how
+// far ahead the indexer is: plans are identical with one or two threads.
+#include "oracle.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define NIL 0xFFFFFFFFu
+#define KM_ACTIVE (1ull << 63)
+#define INQ 4 // input queue depth with two threads
+
+enum { RES_NONE = 0, RES_SHARED = 1, RES_PRIVATE = 2 };
+
+typedef struct {
+    uint32_t evict_iter; // iteration after which the key was last evicted, PLAN_NEVER
+    uint16_t writer;     // its write-back owner then, PLAN_NO_WRITER
+    uint8_t state;       // RES_*
+    uint8_t was_private; // the last eviction was of a private key
+    uint16_t priv;       // holder when RES_PRIVATE
+    uint16_t pad;
+    uint32_t last_use;   // iteration of the latest gradient, NIL
+    uint32_t deadline;   // that gradient's reduction is applied by the end of this iteration, NIL
+} act_b;
+
+typedef struct {
+    uint32_t *act;   // (cap) active index of each unique key
+    uint32_t *next;  // (cap) next occurrence of the same key (atomic), NIL
+    uint64_t *users; // (cap) trainers touching the key
+    uint32_t n;      // unique keys in the batch
+    uint32_t batch;  // which batch the slot holds
+    uint32_t samples;
+} slot;
+
+typedef struct {
+    uint64_t *keys; // (cap) key + 1, 0 = empty
+    uint64_t *vals; // (cap)
+    uint64_t cap, n;
+} hmap;
+
+typedef struct {
+    const uint32_t *ids; // (n, F)
+    uint32_t n;
+} inbatch;
+
+struct oracle_impl {
+    uint32_t T, B, F, W, P, R, NB, threads;
+    uint64_t C, K, row_base;
+    uint64_t *offset; // (F) first key of each table
+    uint64_t *card;   // (F)
+    int borrow;
+
+    // indexer side
+    int km_flat;
+    uint64_t *km; // (K) flat keymap
+    size_t km_bytes;
+    hmap hm;
+    uint64_t *act_key;  // (act_cap)
+    uint32_t *act_tail; // (act_cap)
+    uint32_t *act_free; // (act_cap) stack of free indices
+    uint32_t act_cap, act_hw, n_free;
+    size_t act_bytes;
+    slot *slots; // (R)
+    uint32_t pos_bits, pos_mask;
+    size_t slot_bytes;
+    uint32_t retire_done; // batches retired by the indexer
+    uint64_t occ_hw;      // most occurrences in one batch
+    int idx_err;          // sticky error of the indexer
+    char idx_msg[512];
+
+    act_b *actb; // (act_cap) planner state
+
+    // shared counters (under mu with two threads)
+    uint32_t n_pushed, n_indexed, n_retired;
+    uint32_t last_short; // a batch shorter than B was pushed (must be the last)
+    int finished;
+
+    // planner side
+    uint32_t step;
+    int done, err;
+    uint64_t shared_count;
+    uint64_t *priv_count; // (T)
+    uint32_t **bucket;    // (NB) resident shared keys by next use
+    uint32_t *bucket_n, *bucket_cap;
+    uint32_t rr_fetch, rr_owner;
+    plan rec[2];          // record s-1 being completed, record s collecting fetches
+    uint64_t *pv_key;     // (pv_cap) private keys of the batch being completed
+    uint16_t *pv_tr;      // (pv_cap) their trainers
+    uint32_t pv_n, pv_cap;
+    uint32_t *pv_cursor;  // (T) scratch for grouping private keys by trainer
+    oracle_stats st;
+    uint64_t pub_acts, pub_occ, pub_hm_cap; // indexer memory high-water marks, published per batch
+
+    // two threads
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int th_started, stop;
+    inbatch inq[INQ];
+    uint32_t *inbuf[INQ]; // (B, F) copies unless borrowed
+    uint32_t in_head, in_count;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Memory: large arrays are mapped (zero pages cost nothing until touched); small ones come from
+// the heap, so that small oracles (tests, short traces) do not pay for mappings.
+
+#define MAP_MIN ((size_t)1 << 20)
+
+static void *big_alloc(size_t n) { return n >= MAP_MIN ? bp_alloc_huge(n) : calloc(1, n ? n : 1); }
+
+static void big_free(void *p, size_t n) {
+    if (n >= MAP_MIN) bp_free_huge(p, n);
+    else free(p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keymap
+
+static void hmap_init(hmap *h, uint64_t cap) {
+    h->cap = cap, h->n = 0;
+    h->keys = bp_xcalloc(cap, sizeof *h->keys);
+    h->vals = bp_xcalloc(cap, sizeof *h->vals);
+}
+
+static void hmap_free(hmap *h) {
+    free(h->keys);
+    free(h->vals);
+    memset(h, 0, sizeof *h);
+}
+
+static uint64_t *hmap_slot(hmap *h, uint64_t key, int insert);
+
+static void hmap_grow(hmap *h) {
+    hmap old = *h;
+    hmap_init(h, old.cap * 2);
+    for (uint64_t i = 0; i < old.cap; i++)
+        if (old.keys[i]) *hmap_slot(h, old.keys[i] - 1, 1) = old.vals[i];
+    hmap_free(&old);
+}
+
+// The value slot of key; with insert, creates it (value 0) if absent, else returns NULL if absent.
+static uint64_t *hmap_slot(hmap *h, uint64_t key, int insert) {
+    uint64_t mask = h->cap - 1, i = bp_mix64(key) & mask;
+    for (;;) {
+        if (h->keys[i] == key + 1) return &h->vals[i];
+        if (h->keys[i] == 0) {
+            if (!insert) return NULL;
+            if (2 * (h->n + 1) > h->cap) {
+                hmap_grow(h);
+                return hmap_slot(h, key, 1);
+            }
+            h->keys[i] = key + 1, h->vals[i] = 0, h->n++;
+            return &h->vals[i];
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+static inline uint64_t *km_word(oracle_impl *o, uint64_t key) {
+    return o->km_flat ? &o->km[key] : hmap_slot(&o->hm, key, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Indexer: dedupe a batch into occurrences, link them to each key's previous occurrence, retire.
+
+static inline uint32_t act_get(oracle_impl *o, uint64_t key) {
+    uint64_t *w = km_word(o, key);
+    uint64_t v = *w;
+    if (v & KM_ACTIVE) return (uint32_t)v;
+    uint32_t a = o->n_free ? o->act_free[--o->n_free] : o->act_hw++;
+    BP_ASSERTF(a < o->act_cap, "oracle: %u active keys exceed the bound %u", a, o->act_cap);
+    o->act_key[a] = key;
+    o->act_tail[a] = NIL;
+    act_b *b = &o->actb[a];
+    b->evict_iter = (uint32_t)v - 1; // 0 -> PLAN_NEVER
+    b->writer = v ? (uint16_t)(v >> 32) : PLAN_NO_WRITER;
+    b->state = RES_NONE, b->was_private = 0, b->priv = 0;
+    b->last_use = NIL, b->deadline = NIL;
+    *w = KM_ACTIVE | a;
+    return a;
+}
+
+static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
+    return &o->slots[occ >> o->pos_bits].next[occ & o->pos_mask];
+}
+
+// Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.
+static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n) {
+    uint32_t bnum = o->n_indexed, j = bnum % o->R;
+    slot *sl = &o->slots[j];
+    const uint32_t F = o->F, T = o->T, tag = j << o->pos_bits;
+    const uint64_t *off = o->offset, *card = o->card;
+    sl->batch = bnum, sl->samples = n, sl->n = 0;
+    uint32_t cnt = 0;
+    for (uint32_t i = 0; i < T; i++) {
+        uint32_t lo = (uint32_t)((uint64_t)i * n / T), hi = (uint32_t)((uint64_t)(i + 1) * n / T);
+        uint64_t bit = 1ull << i;
+        for (uint32_t s = lo; s < hi; s++) {
+            const uint32_t *row = ids + (size_t)s * F;
+            for (uint32_t f = 0; f < F; f++) {
+                uint32_t id = row[f];
+                if (id >= card[f])
+                    return bp_fail(BP_ERANGE, "oracle: batch %u, sample %u, feature %u: id %u >= table size %llu",
+                                   bnum, s, f, id, (unsigned long long)card[f]);
+                uint32_t a = act_get(o, off[f] + id);
+                uint32_t t = o->act_tail[a], oc;
+                if (t != NIL && (t & ~o->pos_mask) == tag) {
+                    oc = t & o->pos_mask;
+                } else {
+                    oc = cnt++;
+                    sl->act[oc] = a, sl->next[oc] = NIL, sl->users[oc] = 0;
+                    if (t != NIL) __atomic_store_n(occ_next(o, t), tag | oc, __ATOMIC_RELEASE);
+                    o->act_tail[a] = tag | oc;
+                }
+                sl->users[oc] |= bit;
+            }
+        }
+    }
+    sl->n = cnt;
+    if (cnt > o->occ_hw) o->occ_hw = cnt;
+    return 0;
+}
+
+// Frees the active records of keys whose last held occurrence is in retired batch bnum.
+static void retire_batch(oracle_impl *o, uint32_t bnum) {
+    uint32_t j = bnum % o->R, tag = j << o->pos_bits;
+    slot *sl = &o->slots[j];
+    BP_ASSERT(sl->batch == bnum);
+    for (uint32_t oc = 0; oc < sl->n; oc++) {
+        if (__atomic_load_n(&sl->next[oc], __ATOMIC_RELAXED) != NIL) continue;
+        uint32_t a = sl->act[oc];
+        act_b *b = &o->actb[a];
+        BP_ASSERTF(o->act_tail[a] == (tag | oc), "oracle: tail of key %llu", (unsigned long long)o->act_key[a]);
+        BP_ASSERTF(b->state == RES_NONE, "oracle: key %llu resident with no use in the window",
+                   (unsigned long long)o->act_key[a]);
+        o->act_tail[a] = NIL;
+        uint64_t *w = o->km_flat ? &o->km[o->act_key[a]] : hmap_slot(&o->hm, o->act_key[a], 0);
+        BP_ASSERT(w && *w == (KM_ACTIVE | a));
+        *w = b->evict_iter == PLAN_NEVER ? 0 : ((uint64_t)b->writer << 32 | ((uint64_t)b->evict_iter + 1));
+        o->act_free[o->n_free++] = a;
+    }
+    sl->n = 0;
+}
+
+// Retires what the planner has released, then indexes one batch.  (Either thread.)
+static int indexer_run(oracle_impl *o, const uint32_t *ids, uint32_t n, uint32_t retired) {
+    while (o->retire_done < retired) retire_batch(o, o->retire_done++);
+    BP_ASSERT(o->n_indexed < o->R + o->retire_done);
+    return index_batch(o, ids, n);
+}
+
+static void publish_mem(oracle_impl *o) {
+    o->pub_acts = o->act_hw, o->pub_occ = o->occ_hw, o->pub_hm_cap = o->hm.cap;
+}
+
+static void *indexer_thread(void *arg) {
+    oracle_impl *o = arg;
+    pthread_mutex_lock(&o->mu);
+    for (;;) {
+        while (!o->stop && !(o->in_count > 0 && o->n_indexed < o->R + o->n_retired && !o->idx_err))
+            pthread_cond_wait(&o->cv, &o->mu);
+        if (o->stop) break;
+        inbatch in = o->inq[o->in_head % INQ];
+        uint32_t retired = o->n_retired;
+        pthread_mutex_unlock(&o->mu);
+        int rc = indexer_run(o, in.ids, in.n, retired);
+        if (rc) snprintf(o->idx_msg, sizeof o->idx_msg, "%s", bp_errmsg(rc));
+        pthread_mutex_lock(&o->mu);
+        if (rc) o->idx_err = rc;
+        else o->n_indexed++;
+        publish_mem(o);
+        o->in_head++, o->in_count--;
+        pthread_cond_broadcast(&o->cv);
+    }
+    pthread_mutex_unlock(&o->mu);
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Planner
+
+static inline uint32_t next_use(oracle_impl *o, const slot *sl, uint32_t oc) {
+    uint32_t nx = __atomic_load_n(&sl->next[oc], __ATOMIC_ACQUIRE);
+    return nx == NIL ? NIL : o->slots[nx >> o->pos_bits].batch;
+}
+
+static void bucket_push(oracle_impl *o, uint32_t v, uint32_t a) {
+    uint32_t j = v % o->NB;
+    if (o->bucket_n[j] == o->bucket_cap[j]) {
+        o->bucket_cap[j] = o->bucket_cap[j] ? 2 * o->bucket_cap[j] : 256;
+        o->bucket[j] = bp_xrealloc(o->bucket[j], (size_t)o->bucket_cap[j] * sizeof **o->bucket);
+    }
+    o->bucket[j][o->bucket_n[j]++] = a;
+}
+
+static uint32_t rr_next(uint32_t *rr, uint32_t T) {
+    uint32_t r = *rr;
+    *rr = r + 1 == T ? 0 : r + 1;
+    return r;
+}
+
+// Evicts shared key a after iteration s-1 under capacity pressure (record s-1).
+static void evict_pressure(oracle_impl *o, uint32_t a, uint32_t s, plan *prev) {
+    act_b *b = &o->actb[a];
+    BP_ASSERT(b->state == RES_SHARED && s >= 1);
+    uint16_t owner = (uint16_t)rr_next(&o->rr_owner, o->T);
+    int pending = b->deadline != NIL && b->deadline >= s;
+    if (pending && b->last_use != s - 1 && b->deadline > s) {
+        plan_add_sync_later(prev, (plan_sync){o->act_key[a], b->last_use, s});
+        o->st.sync_restated++;
+    }
+    if (pending) b->deadline = s;
+    plan_add_evict(prev, (plan_evict){o->act_key[a], owner, pending ? PLAN_WB_NEXT : 0});
+    b->state = RES_NONE, b->was_private = 0, b->evict_iter = s - 1, b->writer = owner;
+    o->shared_count--;
+    o->st.evictions++, o->st.evictions_pressure++;
+}
+
+static uint64_t max_private(const oracle_impl *o, uint32_t *who) {
+    uint64_t m = 0;
+    *who = 0;
+    for (uint32_t i = 0; i < o->T; i++)
+        if (o->priv_count[i] > m) m = o->priv_count[i], *who = i;
+    return m;
+}
+
+static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
+    const slot *sl = &o->slots[t % o->R];
+    BP_ASSERT(sl->batch == t);
+    r->iter = t, r->flags = (o->finished && t + 1 == o->n_pushed) ? PLAN_LAST : 0;
+    r->P = o->P, r->W = o->W, r->B = sl->samples;
+    r->row0 = o->row_base + (uint64_t)t * o->B;
+    r->capacity = o->C, r->n_keys = o->K;
+    r->key_bytes = o->K <= (1ull << 32) ? 4 : 8;
+    for (uint32_t i = 0; i <= o->T; i++) r->slice[i] = (uint32_t)((uint64_t)i * sl->samples / o->T);
+    // Private keys grouped by trainer, each group in occurrence order.
+    memset(r->priv_off, 0, (size_t)(o->T + 1) * sizeof *r->priv_off);
+    for (uint32_t k = 0; k < o->pv_n; k++) r->priv_off[o->pv_tr[k] + 1]++;
+    for (uint32_t i = 0; i < o->T; i++) r->priv_off[i + 1] += r->priv_off[i];
+    plan_reserve_private(r, o->pv_n);
+    memcpy(o->pv_cursor, r->priv_off, o->T * sizeof *o->pv_cursor);
+    for (uint32_t k = 0; k < o->pv_n; k++) r->priv_key[o->pv_cursor[o->pv_tr[k]]++] = o->pv_key[k];
+    r->n_private = o->pv_n;
+}
+
+// One planning step s (see oracle.h).  Returns 1 if it completed record s-1 (in rec[(s-1)&1]),
+// 0 if not (s = 0), or BP_ECAPACITY.
+static int plan_step(oracle_impl *o) {
+    const uint32_t s = o->step, P = o->P, T = o->T;
+    const uint32_t N = o->finished ? o->n_pushed : NIL;
+    uint32_t H = s + P + o->W;
+    if (o->finished && H > N - 1) H = N - 1; // N >= 1 here
+    plan *prev = &o->rec[(s + 1) & 1], *cur = &o->rec[s & 1];
+
+    // (a) evictions after s-1 of keys used at s-1.
+    if (s >= 1) {
+        o->bucket_n[(s - 1) % o->NB] = 0;
+        o->pv_n = 0;
+        const slot *sl = &o->slots[(s - 1) % o->R];
+        for (uint32_t oc = 0; oc < sl->n; oc++) {
+            uint32_t a = sl->act[oc];
+            act_b *b = &o->actb[a];
+            if (b->state == RES_PRIVATE) {
+                if (o->pv_n == o->pv_cap) {
+                    o->pv_cap = o->pv_cap ? 2 * o->pv_cap : 1024;
+                    o->pv_key = bp_xrealloc(o->pv_key, o->pv_cap * sizeof *o->pv_key);
+                    o->pv_tr = bp_xrealloc(o->pv_tr, o->pv_cap * sizeof *o->pv_tr);
+                }
+                o->pv_key[o->pv_n] = o->act_key[a], o->pv_tr[o->pv_n++] = b->priv;
+                plan_add_evict(prev, (plan_evict){o->act_key[a], b->priv, PLAN_PRIVATE});
+                o->priv_count[b->priv]--;
+                b->state = RES_NONE, b->was_private = 1, b->evict_iter = s - 1, b->writer = b->priv;
+                b->last_use = s - 1, b->deadline = NIL;
+                o->st.evictions++, o->st.evictions_private++;
+                continue;
+            }
+            BP_ASSERT(b->state == RES_SHARED);
+            uint32_t v = next_use(o, sl, oc);
+            b->last_use = s - 1;
+            if (v == NIL || v > H) {
+                uint16_t owner = (uint16_t)rr_next(&o->rr_owner, T);
+                plan_add_evict(prev, (plan_evict){o->act_key[a], owner, PLAN_WB_NEXT});
+                b->state = RES_NONE, b->was_private = 0, b->evict_iter = s - 1, b->writer = owner;
+                b->deadline = s;
+                o->shared_count--;
+                o->st.evictions++;
+            } else {
+                BP_ASSERT(v >= s);
+                b->deadline = v - 1;
+                bucket_push(o, v, a);
+            }
+        }
+    }
+
+    // (b) fetches issued at s: for batch s+P (all of 0..P at s = 0).
+    uint32_t u0 = s == 0 ? 0 : s + P;
+    for (uint32_t u = u0; u <= s + P && u < N; u++) {
+        const slot *su = &o->slots[u % o->R];
+        BP_ASSERT(su->batch == u && u <= H);
+        for (uint32_t oc = 0; oc < su->n; oc++) {
+            uint32_t a = su->act[oc];
+            act_b *b = &o->actb[a];
+            uint64_t users = su->users[oc];
+            uint32_t nu = (uint32_t)__builtin_popcountll(users);
+            o->st.accesses += nu;
+            if (b->state != RES_NONE) {
+                o->st.hits += nu;
+                continue;
+            }
+            plan_fetch f = {o->act_key[a], u, b->evict_iter, 0, b->writer, 0};
+            uint32_t v = next_use(o, su, oc);
+            // Private needs the window to show that no fetch decision for u+1..u+P can see the
+            // key resident: no use in (u, H] with H >= u + P.
+            if (nu == 1 && (v == NIL || v > H) && H >= u + P) {
+                uint32_t tr = (uint32_t)__builtin_ctzll(users);
+                b->state = RES_PRIVATE, b->priv = (uint16_t)tr;
+                o->priv_count[tr]++;
+                f.fetcher = (uint16_t)tr, f.flags = PLAN_PRIVATE;
+                o->st.fetches_private++;
+            } else {
+                b->state = RES_SHARED;
+                o->shared_count++;
+                f.fetcher = (uint16_t)rr_next(&o->rr_fetch, T);
+            }
+            o->st.fetches++;
+            plan_add_fetch(cur, f);
+        }
+        o->st.unique += su->n;
+    }
+
+    // (c) capacity: Belady among shared keys not needed by s..s+P.
+    uint32_t who;
+    uint64_t mp = max_private(o, &who);
+    if (o->shared_count + mp > o->C) {
+        uint64_t need = o->shared_count + mp - o->C;
+        for (uint32_t v = H; v > s + P && need; v--) {
+            uint32_t j = v % o->NB;
+            while (o->bucket_n[j] && need) {
+                evict_pressure(o, o->bucket[j][--o->bucket_n[j]], s, prev);
+                need--;
+            }
+        }
+        if (need) {
+            uint32_t ulo = s == 0 ? 0 : s + P, uhi = s + P < N ? s + P : N - 1;
+            o->err = bp_fail(BP_ECAPACITY,
+                             "oracle: cache too small: batch %u cannot be prefetched at iteration %u: trainer %u "
+                             "needs %llu rows (%llu shared + %llu private, pinned for batches %u..%u) but the "
+                             "cache holds %llu; the minimum cache size for this batch is %llu rows",
+                             ulo, s, who, (unsigned long long)(o->shared_count + mp),
+                             (unsigned long long)o->shared_count, (unsigned long long)mp, s, uhi,
+                             (unsigned long long)o->C, (unsigned long long)(o->shared_count + mp));
+            return o->err;
+        }
+    }
+    if (o->shared_count + mp > o->st.peak_resident) o->st.peak_resident = o->shared_count + mp;
+
+    if (s == 0) return 0;
+
+    // (d) sync lists of batch s-1, now that its evictions are known.
+    const slot *sl = &o->slots[(s - 1) % o->R];
+    for (uint32_t oc = 0; oc < sl->n; oc++) {
+        uint32_t a = sl->act[oc];
+        const act_b *b = &o->actb[a];
+        if (b->evict_iter == s - 1) {
+            if (b->was_private) continue;
+            plan_add_sync_later(prev, (plan_sync){o->act_key[a], s - 1, s});
+            o->st.sync_later++;
+        } else if (b->deadline == s - 1) {
+            plan_add_sync_now(prev, o->act_key[a]);
+            o->st.sync_now++;
+        } else {
+            plan_add_sync_later(prev, (plan_sync){o->act_key[a], s - 1, b->deadline});
+            o->st.sync_later++;
+        }
+    }
+    fill_header(o, prev, s - 1);
+    o->st.batches++, o->st.samples += sl->samples;
+    return 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// API
+
+static void lock(oracle_impl *o) {
+    if (o->threads == 2) pthread_mutex_lock(&o->mu);
+}
+static void unlock(oracle_impl *o) {
+    if (o->threads == 2) pthread_mutex_unlock(&o->mu);
+}
+
+int oracle_init(oracle *out, const oracle_config *cfg) {
+    out->impl = NULL;
+    if (cfg->T < 1 || cfg->T > ORACLE_MAX_TRAINERS)
+        return bp_fail(BP_EINVAL, "oracle: %u trainers, expected 1..%d", cfg->T, ORACLE_MAX_TRAINERS);
+    if (cfg->B < 1 || cfg->F < 1 || !cfg->card)
+        return bp_fail(BP_EINVAL, "oracle: batch size %u, %u features: both must be >= 1", cfg->B, cfg->F);
+    if (cfg->W > ORACLE_MAX_WINDOW || cfg->P > 255)
+        return bp_fail(BP_EINVAL, "oracle: lookahead %u (max %d) or prefetch distance %u (max 255) too large", cfg->W,
+                       ORACLE_MAX_WINDOW, cfg->P);
+    if (cfg->C < 1) return bp_fail(BP_EINVAL, "oracle: cache capacity must be at least 1 row");
+    if (cfg->threads != 1 && cfg->threads != 2) return bp_fail(BP_EINVAL, "oracle: threads must be 1 or 2");
+    uint64_t K = 0;
+    for (uint32_t f = 0; f < cfg->F; f++) {
+        if (cfg->card[f] == 0 || cfg->card[f] > (1ull << 32))
+            return bp_fail(BP_EINVAL, "oracle: table %u has %llu rows (1..2^32)", f, (unsigned long long)cfg->card[f]);
+        K += cfg->card[f];
+    }
+    uint32_t R = cfg->P + cfg->W + 3 + (cfg->threads == 2);
+    uint32_t slot_bits = 1;
+    while ((1u << slot_bits) <= R) slot_bits++; // R < 2^slot_bits, so no occurrence id is NIL
+    uint32_t pos_bits = 32 - slot_bits;
+    uint64_t per_batch = (uint64_t)cfg->B * cfg->F;
+    if (per_batch >= (1ull << pos_bits))
+        return bp_fail(BP_EINVAL, "oracle: batch of %u samples x %u features is too large for a window of %u batches",
+                       cfg->B, cfg->F, R);
+
+    oracle_impl *o = bp_xcalloc(1, sizeof *o);
+    o->T = cfg->T, o->B = cfg->B, o->F = cfg->F, o->W = cfg->W, o->P = cfg->P, o->C = cfg->C;
+    o->R = R, o->NB = cfg->P + cfg->W + 2, o->threads = (uint32_t)cfg->threads, o->K = K;
+    o->row_base = cfg->row_base, o->borrow = cfg->borrow_input;
+    o->pos_bits = pos_bits, o->pos_mask = (1u << pos_bits) - 1;
+    o->offset = bp_xmalloc(cfg->F * sizeof *o->offset);
+    o->card = bp_xmalloc(cfg->F * sizeof *o->card);
+    uint64_t acc = 0;
+    for (uint32_t f = 0; f < cfg->F; f++) o->offset[f] = acc, o->card[f] = cfg->card[f], acc += cfg->card[f];
+
+    int km = cfg->keymap;
+    if (km == ORACLE_KEYMAP_AUTO) km = K <= (1ull << 28) ? ORACLE_KEYMAP_FLAT : ORACLE_KEYMAP_HASH;
+    uint64_t act_cap64 = BP_MIN(K, (uint64_t)R * per_batch);
+    if (act_cap64 >= NIL) act_cap64 = NIL - 1;
+    o->act_cap = (uint32_t)act_cap64;
+    o->act_bytes = (size_t)o->act_cap * (sizeof *o->act_key + sizeof *o->act_tail + sizeof *o->act_free + sizeof *o->actb);
+    o->act_key = big_alloc((size_t)o->act_cap * sizeof *o->act_key);
+    o->act_tail = big_alloc((size_t)o->act_cap * sizeof *o->act_tail);
+    o->act_free = big_alloc((size_t)o->act_cap * sizeof *o->act_free);
+    o->actb = big_alloc((size_t)o->act_cap * sizeof *o->actb);
+    o->slots = bp_xcalloc(R, sizeof *o->slots);
+    size_t per = (size_t)per_batch;
+    int oom = !o->act_key || !o->act_tail || !o->act_free || !o->actb;
+    for (uint32_t j = 0; j < R && !oom; j++) {
+        o->slots[j].act = big_alloc(per * sizeof(uint32_t));
+        o->slots[j].next = big_alloc(per * sizeof(uint32_t));
+        o->slots[j].users = big_alloc(per * sizeof(uint64_t));
+        o->slots[j].batch = NIL;
+        oom = !o->slots[j].act || !o->slots[j].next || !o->slots[j].users;
+    }
+    o->km_flat = km == ORACLE_KEYMAP_FLAT;
+    if (o->km_flat) {
+        o->km_bytes = (size_t)K * sizeof *o->km;
+        o->km = big_alloc(o->km_bytes);
+        oom = oom || !o->km;
+    } else {
+        hmap_init(&o->hm, 1024);
+    }
+    out->impl = o;
+    if (oom) {
+        oracle_free(out);
+        return bp_fail(BP_ENOMEM, "oracle: cannot map memory for %llu keys and a window of %u batches of %u x %u",
+                       (unsigned long long)K, R, cfg->B, cfg->F);
+    }
+    o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
+    o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
+    o->bucket = bp_xcalloc(o->NB, sizeof *o->bucket);
+    o->bucket_n = bp_xcalloc(o->NB, sizeof *o->bucket_n);
+    o->bucket_cap = bp_xcalloc(o->NB, sizeof *o->bucket_cap);
+    plan_init(&o->rec[0]), plan_init(&o->rec[1]);
+    plan_reset(&o->rec[0], o->T), plan_reset(&o->rec[1], o->T);
+    if (o->threads == 2) {
+        if (!o->borrow)
+            for (int i = 0; i < INQ; i++) o->inbuf[i] = bp_xmalloc(per * sizeof(uint32_t));
+        pthread_mutex_init(&o->mu, NULL);
+        pthread_cond_init(&o->cv, NULL);
+        if (pthread_create(&o->th, NULL, indexer_thread, o) != 0) {
+            oracle_free(out);
+            return bp_fail(BP_ENOMEM, "oracle: cannot start the indexer thread");
+        }
+        o->th_started = 1;
+    }
+    return 0;
+}
+
+void oracle_free(oracle *out) {
+    oracle_impl *o = out ? out->impl : NULL;
+    if (!o) return;
+    if (o->th_started) {
+        pthread_mutex_lock(&o->mu);
+        o->stop = 1;
+        pthread_cond_broadcast(&o->cv);
+        pthread_mutex_unlock(&o->mu);
+        pthread_join(o->th, NULL);
+    }
+    if (o->threads == 2) {
+        pthread_mutex_destroy(&o->mu);
+        pthread_cond_destroy(&o->cv);
+    }
+    for (int i = 0; i < INQ; i++) free(o->inbuf[i]);
+    size_t per = (size_t)o->B * o->F;
+    for (uint32_t j = 0; o->slots && j < o->R; j++) {
+        big_free(o->slots[j].act, per * sizeof(uint32_t));
+        big_free(o->slots[j].next, per * sizeof(uint32_t));
+        big_free(o->slots[j].users, per * sizeof(uint64_t));
+    }
+    free(o->slots);
+    big_free(o->act_key, (size_t)o->act_cap * sizeof *o->act_key);
+    big_free(o->act_tail, (size_t)o->act_cap * sizeof *o->act_tail);
+    big_free(o->act_free, (size_t)o->act_cap * sizeof *o->act_free);
+    big_free(o->actb, (size_t)o->act_cap * sizeof *o->actb);
+    if (o->km) big_free(o->km, o->km_bytes);
+    hmap_free(&o->hm);
+    for (uint32_t j = 0; o->bucket && j < o->NB; j++) free(o->bucket[j]);
+    free(o->bucket), free(o->bucket_n), free(o->bucket_cap);
+    free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor);
+    free(o->offset), free(o->card);
+    plan_free(&o->rec[0]), plan_free(&o->rec[1]);
+    free(o);
+    out->impl = NULL;
+}
+
+int oracle_push_samples(oracle *out, const uint32_t *ids, uint32_t n) {
+    oracle_impl *o = out->impl;
+    if (o->err) return o->err;
+    if (n < 1 || n > o->B) return bp_fail(BP_EINVAL, "oracle: batch of %u samples, expected 1..%u", n, o->B);
+    if (o->finished || o->last_short)
+        return bp_fail(BP_EINVAL, "oracle: batch %u pushed after %s", o->n_pushed,
+                       o->finished ? "oracle_finish" : "a short batch (only the last batch may be short)");
+    if (o->n_pushed >= NIL - o->P - o->W - 8) return bp_fail(BP_ERANGE, "oracle: too many batches");
+    if (o->n_pushed >= o->R + o->n_retired)
+        return bp_fail(BP_EINVAL, "oracle: window full: call oracle_next_plan after each push");
+    if (n < o->B) o->last_short = 1;
+    if (o->threads == 1) {
+        int rc = indexer_run(o, ids, n, o->n_retired);
+        if (rc) return o->err = rc;
+        o->n_indexed++;
+        publish_mem(o);
+        o->n_pushed++;
+        return 0;
+    }
+    pthread_mutex_lock(&o->mu);
+    while (o->in_count == INQ && !o->idx_err) pthread_cond_wait(&o->cv, &o->mu);
+    if (o->idx_err) {
+        pthread_mutex_unlock(&o->mu);
+        return o->err = bp_fail(o->idx_err, "%s", o->idx_msg);
+    }
+    uint32_t k = (o->in_head + o->in_count) % INQ;
+    if (!o->borrow) {
+        memcpy(o->inbuf[k], ids, (size_t)n * o->F * sizeof *ids);
+        ids = o->inbuf[k];
+    }
+    o->inq[k] = (inbatch){ids, n};
+    o->in_count++;
+    o->n_pushed++;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    return 0;
+}
+
+int oracle_push_batch(oracle *o, const uint32_t *ids) { return oracle_push_samples(o, ids, o->impl->B); }
+
+int oracle_finish(oracle *out) {
+    oracle_impl *o = out->impl;
+    lock(o);
+    o->finished = 1;
+    unlock(o);
+    return o->err;
+}
+
+int oracle_done(const oracle *o) { return o->impl->done; }
+
+int oracle_next_plan(oracle *out, plan *p) {
+    oracle_impl *o = out->impl;
+    for (;;) {
+        if (o->err) return o->err;
+        if (o->done) return 0;
+        uint32_t s = o->step, need; // batches that must be indexed before step s
+        if (o->finished) {
+            if (o->n_pushed == 0 || s > o->n_pushed) {
+                o->done = 1;
+                return 0;
+            }
+            need = BP_MIN(s + o->P + o->W + 1, o->n_pushed);
+        } else {
+            need = s + o->P + o->W + 1;
+            if (o->n_pushed < need + (o->threads == 2)) return 0;
+        }
+        if (o->threads == 2) {
+            pthread_mutex_lock(&o->mu);
+            while (o->n_indexed < need && !o->idx_err) pthread_cond_wait(&o->cv, &o->mu);
+            int e = o->idx_err;
+            pthread_mutex_unlock(&o->mu);
+            if (e) return o->err = bp_fail(e, "%s", o->idx_msg);
+        }
+        int rc = plan_step(o);
+        if (rc < 0) return rc;
+        o->step++;
+        if (rc == 1) {
+            uint32_t t = s - 1;
+            plan *r = &o->rec[t & 1];
+            plan_swap(p, r);
+            plan_reset(r, o->T);
+            lock(o);
+            o->n_retired = s; // batch s-1 is no longer needed by the planner
+            if (o->threads == 2) pthread_cond_broadcast(&o->cv);
+            unlock(o);
+            if (o->finished && s == o->n_pushed) {
+                BP_ASSERTF(o->shared_count == 0, "oracle: %llu shared keys resident after the last batch",
+                           (unsigned long long)o->shared_count);
+                for (uint32_t i = 0; i < o->T; i++) BP_ASSERT(o->priv_count[i] == 0);
+                o->done = 1;
+            }
+            return 1;
+        }
+    }
+}
+
+void oracle_get_stats(const oracle *out, oracle_stats *st) {
+    oracle_impl *o = out->impl;
+    lock(o);
+    *st = o->st;
+    uint64_t mem = o->pub_acts * (sizeof(uint64_t) + 2 * sizeof(uint32_t) + sizeof(act_b));
+    mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + sizeof(uint64_t));
+    mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
+    for (uint32_t j = 0; j < o->NB; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(uint32_t);
+    st->active_peak = o->pub_acts;
+    unlock(o);
+    st->mem_bytes = mem;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trace driver
+
+int oracle_run_dataset(const bp_dataset *ds, bp_split split, uint64_t max_rows, const oracle_config *cfg0,
+                       oracle_sink sink, void *arg, oracle_stats *st) {
+    uint64_t begin, end;
+    bp_ds_split_range(ds, split, &begin, &end);
+    if (max_rows && end - begin > max_rows) end = begin + max_rows;
+    oracle_config cfg = *cfg0;
+    cfg.F = ds->info.n_sparse, cfg.card = ds->info.card, cfg.row_base = begin, cfg.borrow_input = 1;
+    oracle o;
+    int rc = oracle_init(&o, &cfg);
+    if (rc) return rc;
+    plan p;
+    plan_init(&p);
+    const uint32_t F = cfg.F;
+    for (uint64_t r = begin; r < end && !rc; r += cfg.B) {
+        uint32_t n = (uint32_t)BP_MIN((uint64_t)cfg.B, end - r);
+        rc = oracle_push_samples(&o, ds->sparse + r * F, n);
+        while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) rc = sink ? sink(&p, arg) : 0;
+    }
+    if (!rc) rc = oracle_finish(&o);
+    while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) rc = sink ? sink(&p, arg) : 0;
+    if (st) oracle_get_stats(&o, st);
+    plan_free(&p);
+    oracle_free(&o);
+    return rc;
+}

@@ -1,0 +1,111 @@
+// oracle: the lookahead planner (DESIGN §5, §6).  Pure computation: no MPI, no I/O except the
+// dataset driver at the bottom.  Fed global batches in training order, it emits one plan record
+// (plan.h) per batch.
+//
+// Model.  Batch t has B samples, trainer i trains samples [i*B/T, (i+1)*B/T).  Sample s, feature
+// f with id x touches key offset[f] + x (offset = prefix sum of the table cardinalities).
+// Fetches for batch u are issued at the start of iteration u - P (all of 0..P at iteration 0).
+// Planning is a sequence of steps; step s happens at the boundary before iteration s and decides
+//   (1) the evictions after iteration s-1 and (2) the fetches issued at iteration s (for s + P),
+// knowing batches up to the horizon H(s) = s + P + W (W batches beyond the batch being fetched
+// for) and nothing later.  Record t is complete after step t+1, so the oracle holds at most
+// W + P + 3 batches (one more with two threads).
+//
+// Residency model (per trainer capacity C rows, counted from fetch issue to eviction):
+//   shared key  - logically replicated: fetched once (one named trainer reads it from the servers
+//                 and forwards it), held by every trainer, counts against every trainer's C;
+//   private key - fetched for batch u, used by exactly one trainer at u, no further use visible
+//                 in the window when fetched: only that trainer holds it (counts against its C
+//                 only), updates it locally and writes it back after u.  Decided at fetch time
+//                 and binding.
+// Step s: (a) every key used at s-1 that is private, or shared with no use in [s, H(s)], is
+// evicted after s-1; (b) keys of batch s+P that are not resident are fetched; (c) if some
+// trainer is over C, shared keys not needed by batches s..s+P are evicted, farthest next use
+// first (Belady within the window; ties in a fixed order); if that is not enough the oracle
+// fails with BP_ECAPACITY naming the cache size this batch needs.
+// Sync of the gradient of a shared key used at t: next use t+1 -> sync-now; next use v >= t+2
+// -> sync-later, deadline v-1; evicted after t -> sync-later, deadline t+1, and the owner writes
+// it back at the end of t+1 (PLAN_WB_NEXT).  If a key is evicted under pressure while an earlier
+// reduction is still pending, that reduction is restated with deadline = eviction + 1.
+// Fetchers of shared keys and write-back owners of shared evictions are assigned round-robin
+// over the trainers (balanced to within one over the run).
+//
+// Memory.  Per-key state when the key space fits (K <= 2^28 keys by default, i.e. <= 2 GiB):
+// one 8-byte word per key in a flat array (the last eviction and its writer, or the index of an
+// active record), lazily zeroed by the kernel, so untouched keys cost nothing physical.  Beyond
+// that an open-addressing hash map of touched keys (16 bytes per entry, load <= 1/2).  Active
+// records (keys with an occurrence in the held batches, which includes every resident key): 32
+// bytes each; occurrences (one per unique key per held batch): 16 bytes.  Nothing grows with the
+// length of the run except the per-key words of touched keys.
+#ifndef BP_ORACLE_H
+#define BP_ORACLE_H
+
+#include <stdint.h>
+
+#include "data_bin.h"
+#include "plan.h"
+
+#define ORACLE_MAX_TRAINERS 64 // users of a key at a batch are a 64-bit mask
+#define ORACLE_MAX_WINDOW 65536
+
+enum { ORACLE_KEYMAP_AUTO = 0, ORACLE_KEYMAP_FLAT = 1, ORACLE_KEYMAP_HASH = 2 };
+
+typedef struct {
+    uint32_t T;           // trainers, 1..ORACLE_MAX_TRAINERS
+    uint32_t B;           // global batch size (samples); only the last batch may be shorter
+    uint32_t F;           // sparse features (tables)
+    const uint64_t *card; // (F) rows of each table
+    uint32_t W;           // lookahead window (batches beyond the batch being fetched for)
+    uint32_t P;           // prefetch distance (iterations)
+    uint64_t C;           // cache capacity per trainer (rows)
+    uint64_t row_base;    // dataset row of sample 0 of batch 0 (copied into the records)
+    int threads;          // 1, or 2 (one thread indexes incoming batches while the caller plans)
+    int keymap;           // ORACLE_KEYMAP_*
+    int borrow_input;     // 1: pushed ids stay valid until oracle_free (no copy)
+} oracle_config;
+
+typedef struct {
+    uint64_t batches, samples;
+    uint64_t accesses;        // (trainer, key, batch) triples: sum over t, i of |keys of i's slice|
+    uint64_t hits;            // of those, keys resident with no fetch issued for batch t
+    uint64_t unique;          // sum over t of |U_t|
+    uint64_t fetches, fetches_private;
+    uint64_t evictions, evictions_private, evictions_pressure;
+    uint64_t sync_now, sync_later, sync_restated;
+    uint64_t peak_resident;   // max over steps and trainers of occupied slots
+    uint64_t active_peak;     // most keys tracked at once (occurring in held batches or resident)
+    uint64_t mem_bytes;       // the oracle's own data structures at their high-water mark
+} oracle_stats;
+
+typedef struct oracle_impl oracle_impl;
+typedef struct {
+    oracle_impl *impl;
+} oracle;
+
+// Validates cfg (messages name the field) and allocates.  Returns 0 or BP_EINVAL/BP_ENOMEM.
+int oracle_init(oracle *o, const oracle_config *cfg);
+// Feeds the next global batch: ids (B, F), row-major.  After each push, call oracle_next_plan
+// until it returns 0 (the oracle holds a bounded window; pushing more without draining returns
+// BP_EINVAL).  An id >= card[f] returns BP_ERANGE naming batch, sample and feature.
+int oracle_push_batch(oracle *o, const uint32_t *ids);
+// Same for a batch of n samples (1 <= n <= B); a batch shorter than B must be the last one.
+int oracle_push_samples(oracle *o, const uint32_t *ids, uint32_t n);
+// Declares the end of the input; then oracle_next_plan drains the remaining records.
+int oracle_finish(oracle *o);
+// Writes the next record into p (swapping buffers with it: p must come from plan_init).
+// Returns 1 when a record was produced, 0 when more input is needed or everything was emitted
+// (oracle_done), or a negative error (BP_ECAPACITY: cache too small; the oracle is then unusable).
+int oracle_next_plan(oracle *o, plan *p);
+int oracle_done(const oracle *o);
+void oracle_get_stats(const oracle *o, oracle_stats *st);
+void oracle_free(oracle *o); // safe on a zeroed or freed oracle
+
+// Trace driver: plans a split of a dataset in row order, batch t = rows [t*B, (t+1)*B) of the
+// split, the final partial batch kept (it becomes the PLAN_LAST record).  cfg supplies T, B, W,
+// P, C, threads, keymap; F, card and row_base come from the dataset.  max_rows limits the rows
+// (0: all).  sink gets each record in order (return non-zero to stop with that code).
+typedef int (*oracle_sink)(const plan *p, void *arg);
+int oracle_run_dataset(const bp_dataset *ds, bp_split split, uint64_t max_rows, const oracle_config *cfg,
+                       oracle_sink sink, void *arg, oracle_stats *st);
+
+#endif

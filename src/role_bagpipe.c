@@ -1,0 +1,918 @@
+// role_bagpipe: a trainer of mode bagpipe (DESIGN §5-§6, plan.h, msg.h).
+//
+// Iteration t, trainer r of T (record t from the oracle says everything):
+//   1. receive record t (MSG_PLAN, in order; the oracle runs ahead under credits)
+//   2. issue its fetches: every row it names takes a cache slot now (a shared row on every
+//      trainer, a private one on its user); r sends one FETCH per server for the rows it is the
+//      fetcher of, gated (evict_iter, writer), and posts the receives of the replies and of the
+//      other fetchers' forwards
+//   3. wait until every fetch group issued at or before max(0, t - P) is complete (rows installed;
+//      as a fetcher, shared rows forwarded to the other trainers in one FWD per group, groups in
+//      order); while waiting, every later group makes progress too
+//   4. gather the slice's rows from the cache slots, forward, BCE (scale 1/B global), backward;
+//      dense all-reduce (deterministic, rank order) and the dense step, as mode sync
+//   5. row gradients: coalesced; r's private keys updated in place; the partial gradients of
+//      t's shared keys (sync-now and sync-later of grad_iter t) exchanged with every other
+//      trainer (GSYNC) and summed per key in trainer-rank order, the first toucher copied, the
+//      rest added (the servers' order in mode sync), then applied on every replica.  Sync-later
+//      keys are reduced at once with the sync-now ones: their deadlines are then met trivially.
+//   6. evictions of record t leave the cache; r writes back the ones it owns (one WB per server
+//      per iteration, empty or not, whose iter t + 1 advances r's watermark on the servers).
+//      With every reduction done at t, a PLAN_WB_NEXT row is final at the end of t and is
+//      written back then (earlier than the plan's latest time, which is allowed).
+//   7. every ROLE_CREDIT_EVERY iterations, a CREDIT to the oracle.
+// After the last iteration every cache is empty (the last record evicts everything) and the
+// servers hold the whole model; trainer 0 collects it (DUMP_REQ after all write-backs) for the
+// evaluation and --save, as in mode sync.
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "common.h"
+#include "dist.h"
+#include "emb.h"
+#include "jsonl.h"
+#include "metric.h"
+#include "model.h"
+#include "msg.h"
+#include "optim.h"
+#include "plan.h"
+#include "progress.h"
+#include "train.h"
+
+#define EMPTY_KEY UINT64_MAX
+
+typedef struct {
+    void *p;
+    size_t cap;
+} gbuf;
+
+static void *gbuf_fit(gbuf *b, size_t n) {
+    if (n > b->cap) {
+        free(b->p);
+        b->cap = n + n / 4 + 64;
+        b->p = bp_xmalloc(b->cap);
+    }
+    return b->p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The row cache: C slots of stride floats (rows with their optimizer state), a free stack and a
+// key -> slot map (linear probing, backward-shift deletion, at most half full).
+typedef struct {
+    uint64_t C;
+    int stride;
+    float *rows;        // (C, stride)
+    uint32_t *free_s;   // (C) stack of free slots
+    uint64_t n_free;
+    uint32_t *slot_for; // (C) for_iter of the fetch that filled the slot (hit accounting)
+    uint8_t *ready;     // (C) the row has arrived
+    uint64_t *hk;       // (mask + 1) keys, EMPTY_KEY = free
+    uint32_t *hv;       // (mask + 1) slots
+    uint64_t mask;
+    size_t rows_bytes;
+} cache;
+
+static int cache_init(cache *c, uint64_t C, int stride) {
+    memset(c, 0, sizeof *c);
+    if (C > UINT32_MAX) return bp_fail(BP_EINVAL, "--cache-rows %llu: at most %u", (unsigned long long)C, UINT32_MAX);
+    c->C = C, c->stride = stride;
+    c->rows_bytes = (size_t)C * stride * sizeof(float);
+    c->rows = bp_alloc_huge(c->rows_bytes);
+    if (!c->rows) return bp_fail(BP_ENOMEM, "--cache-rows %llu: cannot map %zu bytes", (unsigned long long)C, c->rows_bytes);
+    c->free_s = bp_xmalloc(C * sizeof *c->free_s);
+    for (uint64_t i = 0; i < C; i++) c->free_s[i] = (uint32_t)(C - 1 - i);
+    c->n_free = C;
+    c->slot_for = bp_xcalloc(C, sizeof *c->slot_for);
+    c->ready = bp_xcalloc(C, 1);
+    uint64_t cap = 16;
+    while (cap < 2 * C) cap *= 2;
+    c->mask = cap - 1;
+    c->hk = bp_xmalloc(cap * sizeof *c->hk);
+    c->hv = bp_xmalloc(cap * sizeof *c->hv);
+    for (uint64_t i = 0; i < cap; i++) c->hk[i] = EMPTY_KEY;
+    return 0;
+}
+
+static void cache_free(cache *c) {
+    if (c->rows) bp_free_huge(c->rows, c->rows_bytes);
+    free(c->free_s), free(c->slot_for), free(c->ready), free(c->hk), free(c->hv);
+    memset(c, 0, sizeof *c);
+}
+
+static int64_t cache_find(const cache *c, uint64_t key) {
+    for (uint64_t i = bp_mix64(key) & c->mask;; i = (i + 1) & c->mask) {
+        if (c->hk[i] == key) return c->hv[i];
+        if (c->hk[i] == EMPTY_KEY) return -1;
+    }
+}
+
+static float *cache_row(const cache *c, uint32_t slot) { return c->rows + (size_t)slot * c->stride; }
+
+// A slot for key (not resident); -1 when the cache is full.
+static int64_t cache_insert(cache *c, uint64_t key) {
+    if (!c->n_free) return -1;
+    uint32_t slot = c->free_s[--c->n_free];
+    uint64_t i = bp_mix64(key) & c->mask;
+    while (c->hk[i] != EMPTY_KEY) {
+        BP_ASSERT(c->hk[i] != key);
+        i = (i + 1) & c->mask;
+    }
+    c->hk[i] = key, c->hv[i] = slot, c->ready[slot] = 0;
+    return slot;
+}
+
+// Removes key; returns its slot (now free) or -1 when it was not resident.
+static int64_t cache_remove(cache *c, uint64_t key) {
+    uint64_t i = bp_mix64(key) & c->mask;
+    while (c->hk[i] != key) {
+        if (c->hk[i] == EMPTY_KEY) return -1;
+        i = (i + 1) & c->mask;
+    }
+    uint32_t slot = c->hv[i];
+    for (uint64_t j = i;;) { // backward shift
+        j = (j + 1) & c->mask;
+        if (c->hk[j] == EMPTY_KEY) break;
+        uint64_t h = bp_mix64(c->hk[j]) & c->mask;
+        int movable = i <= j ? (h <= i || h > j) : (h <= i && h > j);
+        if (movable) c->hk[i] = c->hk[j], c->hv[i] = c->hv[j], i = j;
+    }
+    c->hk[i] = EMPTY_KEY;
+    c->free_s[c->n_free++] = slot;
+    return slot;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fetch groups: the fetches of one record, from issue until every row is installed.
+typedef struct {
+    uint64_t key;
+    uint32_t evict_iter, writer, flags, server;
+} myfetch;
+
+typedef struct {
+    int64_t iter;       // the record that issued them, -1: slot unused
+    int replies_left;   // server replies not yet installed
+    int fwd_left;       // forwards from other fetchers not yet installed
+    int forwarded;      // my shared rows sent on (or nothing to send)
+    myfetch *mf;        // (mcap) my fetches, sorted by (server, key)
+    uint32_t mn, mcap;
+    gbuf *req, *rep;    // (S) FETCH messages and their replies
+    uint32_t *req_n;    // (S)
+    uint32_t *req_off;  // (S) first entry of server s in mf
+    comm_req *req_rq, *rep_rq; // (S)
+    uint8_t *req_live, *rep_live; // (S)
+    gbuf fwd;           // my forward
+    comm_req *fwd_rq;   // (T)
+    uint8_t *fwd_live;  // (T)
+    gbuf *fin;          // (T) forwards received
+    comm_req *fin_rq;   // (T)
+    uint32_t *fin_n;    // (T) rows expected from each fetcher
+    uint8_t *fin_live;  // (T)
+} fgroup;
+
+typedef struct {
+    const train_setup *su;
+    trainer tr;
+    cache c;
+    int S, T, me, rank, first_server, first_trainer, P, G;
+    int bmax, cap_keys;
+    plan p;
+    gbuf planbuf;
+    fgroup *g;          // (G) ring by record
+    int64_t fwd_next;   // the record whose forward goes out next (forwards leave in record order)
+    const float **erow; // (cap_keys) per (b, f) entry: its cache row
+    uint64_t *sk;       // (sk_cap) shared keys reduced at t, ascending
+    uint64_t *pk;       // (cap_keys) my private keys of t, ascending
+    uint32_t sk_cap, pk_cap;
+    gbuf gout;          // my GSYNC message
+    gbuf *gin;          // (T) the others' GSYNC messages
+    comm_req *grq;      // (2 T)
+    uint32_t *gcur;     // (T) merge cursors
+    float *gsum;        // (E)
+    myfetch *wbl;       // (wbl_cap) my write-backs of t (key, slot in evict_iter), sorted
+    uint32_t wbl_cap;
+    gbuf *wb;           // (2, S) WB messages, by iteration parity
+    size_t *wb_len;     // (2, S)
+    comm_req *wb_rq;    // (2, S)
+    uint8_t *wb_live;   // (2, S)
+    long wb_delay_us;   // test hook (BAGPIPE_TEST_WB_DELAY_US=N): send t's write-backs at the end of
+                        // t + 1 after an N us pause, so peers' fetches reach the servers first
+                        // and must wait for the watermark
+    int64_t wb_held;    // iteration whose write-backs are built but not sent, -1: none
+    uint8_t credit[MSG_HEADER_BYTES] __attribute__((aligned(8)));
+    comm_req credit_rq;
+    int credit_live;
+    float *ar_work;
+    size_t ar_work_n;
+    void *dump;
+    size_t dump_cap;
+    // metrics of the current window
+    double t_wait, t_sync, t_ar, t_compute;
+    uint64_t accesses, misses, resident_sum, resident_max, iters;
+} bstate;
+
+static int cmp_myfetch(const void *a, const void *b) {
+    const myfetch *x = a, *y = b;
+    if (x->server != y->server) return x->server < y->server ? -1 : 1;
+    return x->key < y->key ? -1 : x->key > y->key;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int has_key(const uint64_t *v, uint32_t n, uint64_t key) {
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (v[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && v[lo] == key;
+}
+
+static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int i) {
+    memset(bs, 0, sizeof *bs);
+    bs->su = su, bs->S = l->S, bs->T = l->T, bs->me = i, bs->rank = dist_trainer_rank(l, i);
+    bs->first_server = dist_server_rank(l, 0), bs->first_trainer = dist_trainer_rank(l, 0);
+    bs->P = su->prefetch, bs->G = su->prefetch + 2;
+    bs->bmax = (su->B + l->T - 1) / l->T;
+    const int F = su->mc.F, E = su->mc.E, S = bs->S, T = bs->T;
+    int max_batch = bs->bmax;
+    if (i == 0 && su->do_eval) max_batch = BP_MAX(max_batch, su->eval_batch);
+    int rc = trainer_init(&bs->tr, &su->mc, &su->lc, &su->dopt, &su->eopt, max_batch, TRAINER_NO_TABLE);
+    if (rc) return rc;
+    bp_rng rng;
+    bp_rng_seed(&rng, su->seed, 0);
+    model_init_params(&bs->tr.m, &rng); // the same draws on every trainer: identical replicas
+    if ((rc = cache_init(&bs->c, su->cache_rows, bs->tr.L.stride))) return rc;
+    plan_init(&bs->p);
+    bs->cap_keys = bs->bmax * F;
+    bs->erow = bp_xmalloc((size_t)bs->cap_keys * sizeof *bs->erow);
+    bs->pk = bp_xmalloc((size_t)bs->cap_keys * sizeof *bs->pk), bs->pk_cap = (uint32_t)bs->cap_keys;
+    bs->g = bp_xcalloc((size_t)bs->G, sizeof *bs->g);
+    for (int k = 0; k < bs->G; k++) {
+        fgroup *g = &bs->g[k];
+        g->iter = -1;
+        g->req = bp_xcalloc((size_t)S, sizeof *g->req), g->rep = bp_xcalloc((size_t)S, sizeof *g->rep);
+        g->req_n = bp_xcalloc((size_t)S, sizeof *g->req_n), g->req_off = bp_xcalloc((size_t)S, sizeof *g->req_off);
+        g->req_rq = bp_xcalloc((size_t)S, sizeof *g->req_rq), g->rep_rq = bp_xcalloc((size_t)S, sizeof *g->rep_rq);
+        g->req_live = bp_xcalloc((size_t)S, 1), g->rep_live = bp_xcalloc((size_t)S, 1);
+        g->fwd_rq = bp_xcalloc((size_t)T, sizeof *g->fwd_rq), g->fwd_live = bp_xcalloc((size_t)T, 1);
+        g->fin = bp_xcalloc((size_t)T, sizeof *g->fin), g->fin_rq = bp_xcalloc((size_t)T, sizeof *g->fin_rq);
+        g->fin_n = bp_xcalloc((size_t)T, sizeof *g->fin_n), g->fin_live = bp_xcalloc((size_t)T, 1);
+    }
+    gbuf_fit(&bs->gout, msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
+    bs->gin = bp_xcalloc((size_t)T, sizeof *bs->gin);
+    for (int p = 0; p < T; p++)
+        if (p != i) gbuf_fit(&bs->gin[p], msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
+    bs->grq = bp_xcalloc((size_t)2 * T, sizeof *bs->grq);
+    bs->gcur = bp_xcalloc((size_t)T, sizeof *bs->gcur);
+    bs->gsum = bp_xmalloc((size_t)E * sizeof *bs->gsum);
+    bs->wb = bp_xcalloc((size_t)2 * S, sizeof *bs->wb);
+    bs->wb_len = bp_xcalloc((size_t)2 * S, sizeof *bs->wb_len);
+    bs->wb_rq = bp_xcalloc((size_t)2 * S, sizeof *bs->wb_rq);
+    bs->wb_live = bp_xcalloc((size_t)2 * S, 1);
+    const char *d = getenv("BAGPIPE_TEST_WB_DELAY_US");
+    bs->wb_delay_us = d ? atol(d) : 0, bs->wb_held = -1;
+    const size_t n = bs->tr.m.n_params;
+    bs->ar_work_n = (size_t)T * ((n + (size_t)T - 1) / (size_t)T + 1);
+    bs->ar_work_n = BP_MAX(bs->ar_work_n, (size_t)2 * (T + 16)); // also T * ceil(n / T) doubles for n <= 16
+    bs->ar_work = bp_xmalloc(bs->ar_work_n * sizeof(float));
+    if (i == 0) {
+        bs->dump_cap = dist_dump_cap(&bs->tr.L);
+        bs->dump = bp_xmalloc(bs->dump_cap);
+    }
+    return 0;
+}
+
+static void bs_free(bstate *bs) {
+    for (int k = 0; bs->g && k < bs->G; k++) {
+        fgroup *g = &bs->g[k];
+        for (int s = 0; s < bs->S; s++) free(g->req[s].p), free(g->rep[s].p);
+        for (int p = 0; p < bs->T; p++) free(g->fin[p].p);
+        free(g->mf), free(g->req), free(g->rep), free(g->req_n), free(g->req_off), free(g->req_rq), free(g->rep_rq);
+        free(g->req_live), free(g->rep_live), free(g->fwd.p), free(g->fwd_rq), free(g->fwd_live), free(g->fin);
+        free(g->fin_rq), free(g->fin_n), free(g->fin_live);
+    }
+    for (int p = 0; bs->gin && p < bs->T; p++) free(bs->gin[p].p);
+    for (int s = 0; bs->wb && s < 2 * bs->S; s++) free(bs->wb[s].p);
+    free(bs->g), free(bs->erow), free(bs->sk), free(bs->pk), free(bs->gout.p), free(bs->gin), free(bs->grq);
+    free(bs->gcur), free(bs->gsum), free(bs->wbl), free(bs->wb), free(bs->wb_len), free(bs->wb_rq), free(bs->wb_live);
+    free(bs->ar_work), free(bs->dump), free(bs->planbuf.p);
+    plan_free(&bs->p);
+    cache_free(&bs->c);
+    trainer_free(&bs->tr);
+    memset(bs, 0, sizeof *bs);
+}
+
+// Waits for a live request and clears its flag.
+static int wait_live(comm_req *q, uint8_t *live) {
+    if (!*live) return 0;
+    *live = 0;
+    return comm_wait(q, NULL);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Step 2: issue the fetches of record p (in bs->p) as group p.iter.
+static int issue_fetches(bstate *bs) {
+    const plan *p = &bs->p;
+    const int S = bs->S, T = bs->T, me = bs->me, stride = bs->c.stride;
+    fgroup *g = &bs->g[p->iter % (uint32_t)bs->G];
+    int rc = 0;
+    if (g->iter >= 0) { // the group of record iter - G: complete long ago; release its sends
+        BP_ASSERT(!g->replies_left && !g->fwd_left && g->forwarded);
+        for (int s = 0; s < S && !rc; s++) rc = wait_live(&g->req_rq[s], &g->req_live[s]);
+        for (int q = 0; q < T && !rc; q++) rc = wait_live(&g->fwd_rq[q], &g->fwd_live[q]);
+        if (rc) return rc;
+    }
+    g->iter = p->iter, g->mn = 0, g->forwarded = 0, g->replies_left = 0, g->fwd_left = 0;
+    memset(g->fin_n, 0, (size_t)T * sizeof *g->fin_n);
+    for (uint32_t k = 0; k < p->n_fetch; k++) {
+        const plan_fetch *f = &p->fetch[k];
+        const int shared = !(f->flags & PLAN_PRIVATE);
+        if (shared || f->fetcher == me) {
+            int64_t slot = cache_insert(&bs->c, f->key);
+            if (slot < 0)
+                return bp_fail(BP_ECAPACITY, "trainer %d: record %u fetches key %llu but all %llu cache slots are taken",
+                               me, p->iter, (unsigned long long)f->key, (unsigned long long)bs->c.C);
+            bs->c.slot_for[slot] = f->for_iter;
+        }
+        if (f->fetcher == me) {
+            if (g->mn == g->mcap) {
+                g->mcap = g->mcap ? 2 * g->mcap : 1024;
+                g->mf = bp_xrealloc(g->mf, (size_t)g->mcap * sizeof *g->mf);
+            }
+            g->mf[g->mn++] = (myfetch){f->key, f->evict_iter, f->writer, f->flags, msg_server_of(f->key, S)};
+        } else if (shared) {
+            g->fin_n[f->fetcher]++;
+        }
+    }
+    qsort(g->mf, g->mn, sizeof *g->mf, cmp_myfetch);
+    memset(g->req_n, 0, (size_t)S * sizeof *g->req_n);
+    for (uint32_t k = 0; k < g->mn; k++) g->req_n[g->mf[k].server]++;
+    for (int s = 0, off = 0; s < S; s++) g->req_off[s] = (uint32_t)off, off += (int)g->req_n[s];
+    // receives first, then the requests
+    for (int s = 0; s < S && !rc; s++) {
+        if (!g->req_n[s]) continue;
+        void *rb = gbuf_fit(&g->rep[s], msg_bytes(MSG_FETCH_REPLY, g->req_n[s], (uint32_t)stride));
+        rc = comm_irecv(rb, msg_bytes(MSG_FETCH_REPLY, g->req_n[s], (uint32_t)stride), bs->first_server + s,
+                        MSG_FETCH_REPLY, &g->rep_rq[s]);
+        g->rep_live[s] = 1, g->replies_left++;
+    }
+    for (int q = 0; q < T && !rc; q++) {
+        if (!g->fin_n[q]) continue;
+        size_t len = msg_bytes(MSG_FWD, g->fin_n[q], (uint32_t)stride);
+        rc = comm_irecv(gbuf_fit(&g->fin[q], len), len, bs->first_trainer + q, MSG_FWD, &g->fin_rq[q]);
+        g->fin_live[q] = 1, g->fwd_left++;
+    }
+    for (int s = 0; s < S && !rc; s++) {
+        if (!g->req_n[s]) continue;
+        size_t len = msg_bytes(MSG_FETCH, g->req_n[s], 2);
+        void *b = gbuf_fit(&g->req[s], len);
+        msg_header h = {MSG_FETCH, 0, p->iter, g->req_n[s], 2};
+        uint64_t *keys;
+        float *gf;
+        msg_encode(b, &h, &keys, &gf);
+        uint32_t *gate = (uint32_t *)gf; // (n, 2) evict_iter, writer
+        const myfetch *m = g->mf + g->req_off[s];
+        for (uint32_t k = 0; k < g->req_n[s]; k++)
+            keys[k] = m[k].key, gate[2 * k] = m[k].evict_iter, gate[2 * k + 1] = m[k].writer;
+        rc = comm_isend(b, len, bs->first_server + s, MSG_FETCH, &g->req_rq[s]);
+        g->req_live[s] = 1;
+    }
+    return rc;
+}
+
+// Copies n received rows (keys, rows) into their slots, which must be waiting for them.
+static int install_rows(bstate *bs, const uint64_t *keys, const float *rows, uint32_t n, int from) {
+    const int stride = bs->c.stride;
+    for (uint32_t k = 0; k < n; k++) {
+        int64_t slot = cache_find(&bs->c, keys[k]);
+        if (slot < 0 || bs->c.ready[slot])
+            return bp_fail(BP_EFORMAT, "trainer %d: rank %d sent row %llu, which no fetch of this trainer awaits", bs->me,
+                           from, (unsigned long long)keys[k]);
+        memcpy(cache_row(&bs->c, (uint32_t)slot), rows + (size_t)k * stride, (size_t)stride * sizeof(float));
+        bs->c.ready[slot] = 1;
+    }
+    return 0;
+}
+
+// Moves group g forward without blocking.
+static int group_progress(bstate *bs, fgroup *g) {
+    const int S = bs->S, T = bs->T, stride = bs->c.stride;
+    int rc = 0;
+    for (int s = 0; s < S && !rc && g->replies_left; s++) {
+        if (!g->rep_live[s]) continue;
+        int fin = 0;
+        size_t len = 0;
+        if ((rc = comm_test(&g->rep_rq[s], &fin, &len)) || !fin) continue;
+        g->rep_live[s] = 0, g->replies_left--;
+        msg_expect ex = {.kind = MSG_FETCH_REPLY, .width = (uint32_t)stride, .max_n = g->req_n[s], .iter = g->iter};
+        msg_header h;
+        const float *rows;
+        if ((rc = msg_decode(g->rep[s].p, len, bs->first_server + s, &ex, &h, NULL, &rows))) break;
+        if (h.n != g->req_n[s]) {
+            rc = bp_fail(BP_EFORMAT, "trainer %d: server rank %d answered %u rows for %u keys", bs->me,
+                         bs->first_server + s, h.n, g->req_n[s]);
+            break;
+        }
+        const myfetch *m = g->mf + g->req_off[s];
+        for (uint32_t k = 0; k < h.n; k++) {
+            int64_t slot = cache_find(&bs->c, m[k].key);
+            BP_ASSERT(slot >= 0 && !bs->c.ready[slot]);
+            memcpy(cache_row(&bs->c, (uint32_t)slot), rows + (size_t)k * stride, (size_t)stride * sizeof(float));
+            bs->c.ready[slot] = 1;
+        }
+    }
+    if (!rc && !g->replies_left && !g->forwarded && g->iter == bs->fwd_next) {
+        uint32_t n = 0;
+        for (uint32_t k = 0; k < g->mn; k++) n += !(g->mf[k].flags & PLAN_PRIVATE);
+        if (n && T > 1) {
+            size_t len = msg_bytes(MSG_FWD, n, (uint32_t)stride);
+            void *b = gbuf_fit(&g->fwd, len);
+            msg_header h = {MSG_FWD, 0, (uint64_t)g->iter, n, (uint32_t)stride};
+            uint64_t *keys;
+            float *rows;
+            msg_encode(b, &h, &keys, &rows);
+            // ascending keys: merge the per-server runs (each ascending) by a sort of the copies
+            uint32_t j = 0;
+            for (uint32_t k = 0; k < g->mn; k++)
+                if (!(g->mf[k].flags & PLAN_PRIVATE)) keys[j++] = g->mf[k].key;
+            qsort(keys, n, sizeof *keys, cmp_u64);
+            for (uint32_t k = 0; k < n; k++) {
+                int64_t slot = cache_find(&bs->c, keys[k]);
+                BP_ASSERT(slot >= 0);
+                memcpy(rows + (size_t)k * stride, cache_row(&bs->c, (uint32_t)slot), (size_t)stride * sizeof(float));
+            }
+            for (int q = 0; q < T && !rc; q++) {
+                if (q == bs->me) continue;
+                rc = comm_isend(b, len, bs->first_trainer + q, MSG_FWD, &g->fwd_rq[q]);
+                g->fwd_live[q] = 1;
+            }
+        }
+        g->forwarded = 1, bs->fwd_next++;
+    }
+    for (int q = 0; q < T && !rc && g->fwd_left; q++) {
+        if (!g->fin_live[q]) continue;
+        int fin = 0;
+        size_t len = 0;
+        if ((rc = comm_test(&g->fin_rq[q], &fin, &len)) || !fin) continue;
+        g->fin_live[q] = 0, g->fwd_left--;
+        msg_expect ex = {.kind = MSG_FWD, .width = (uint32_t)stride, .max_n = g->fin_n[q], .iter = g->iter,
+                         .rows = bs->tr.L.rows};
+        msg_header h;
+        const uint64_t *keys;
+        const float *rows;
+        if ((rc = msg_decode(g->fin[q].p, len, bs->first_trainer + q, &ex, &h, &keys, &rows))) break;
+        if (h.n != g->fin_n[q]) {
+            rc = bp_fail(BP_EFORMAT, "trainer %d: trainer %d forwarded %u rows, the plan says %u", bs->me, q, h.n,
+                         g->fin_n[q]);
+            break;
+        }
+        rc = install_rows(bs, keys, rows, h.n, bs->first_trainer + q);
+    }
+    return rc;
+}
+
+static int group_complete(const fgroup *g) { return !g->replies_left && !g->fwd_left && g->forwarded; }
+
+// Step 3: every group issued at or before `upto` complete; the others progress meanwhile.
+static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
+    int polls = 0;
+    for (;;) {
+        int all = 1, rc = 0;
+        for (int64_t r = BP_MAX((int64_t)0, issued - bs->G + 1); r <= issued && !rc; r++) {
+            fgroup *g = &bs->g[r % bs->G];
+            if (g->iter != r || group_complete(g)) continue;
+            rc = group_progress(bs, g);
+            if (!rc && r <= upto && !group_complete(g)) all = 0;
+        }
+        if (rc || all) return rc;
+        if (++polls > 64) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+// Step 1: record t.
+static int recv_plan(bstate *bs, int64_t t) {
+    int from, tag;
+    size_t len;
+    int rc = comm_probe(0, MSG_PLAN, &from, &tag, &len);
+    if (rc) return rc;
+    void *b = gbuf_fit(&bs->planbuf, len ? len : 1);
+    if ((rc = comm_recv(b, bs->planbuf.cap, 0, MSG_PLAN, &len))) return rc;
+    if ((rc = plan_decode(&bs->p, b, len))) return rc;
+    const plan *p = &bs->p;
+    if (p->iter != (uint32_t)t || p->T != (uint32_t)bs->T || p->B != (uint32_t)bs->su->B || p->P != (uint32_t)bs->P ||
+        p->capacity != bs->c.C || p->n_keys != bs->tr.L.rows)
+        return bp_fail(BP_EFORMAT, "trainer %d: plan record %u (T %u, B %u, P %u, C %llu) does not fit iteration %lld", bs->me,
+                       p->iter, p->T, p->B, p->P, (unsigned long long)p->capacity, (long long)t);
+    if (((p->flags & PLAN_LAST) != 0) != (t + 1 == bs->su->total_iters))
+        return bp_fail(BP_EFORMAT, "trainer %d: plan record %u: last-record flag wrong", bs->me, p->iter);
+    for (int q = 0; q <= bs->T; q++)
+        if (p->slice[q] != (uint32_t)dist_slice_begin(bs->su->B, bs->T, q))
+            return bp_fail(BP_EFORMAT, "trainer %d: plan record %u slices the batch differently", bs->me, p->iter);
+    return 0;
+}
+
+// Step 5: gradients of t (in tr.g).
+static int sync_grads(bstate *bs, int64_t t) {
+    const plan *p = &bs->p;
+    const emb_grad *g = &bs->tr.g;
+    const int T = bs->T, me = bs->me, E = g->E;
+    const emb_opt *eo = &bs->tr.eopt;
+    // the keys reduced at t and my private keys, ascending
+    uint32_t ns = p->n_sync_now + p->n_sync_later;
+    if (ns > bs->sk_cap) bs->sk_cap = ns + 1024, bs->sk = bp_xrealloc(bs->sk, (size_t)bs->sk_cap * sizeof *bs->sk);
+    ns = 0;
+    for (uint32_t k = 0; k < p->n_sync_now; k++) bs->sk[ns++] = p->sync_now[k];
+    for (uint32_t k = 0; k < p->n_sync_later; k++)
+        if (p->sync_later[k].grad_iter == (uint32_t)t) bs->sk[ns++] = p->sync_later[k].key;
+    qsort(bs->sk, ns, sizeof *bs->sk, cmp_u64);
+    uint32_t np = p->priv_off[me + 1] - p->priv_off[me];
+    if (np > bs->pk_cap) bs->pk_cap = np, bs->pk = bp_xrealloc(bs->pk, (size_t)np * sizeof *bs->pk);
+    memcpy(bs->pk, p->priv_key + p->priv_off[me], (size_t)np * sizeof *bs->pk);
+    qsort(bs->pk, np, sizeof *bs->pk, cmp_u64);
+    // private keys in place; the shared ones into my GSYNC message
+    uint64_t *ok;
+    float *orow;
+    msg_header h = {MSG_GSYNC, 0, (uint64_t)t, (uint32_t)g->n, (uint32_t)E}; // room for every key; n set below
+    msg_encode(bs->gout.p, &h, &ok, &orow);
+    uint32_t n = 0;
+    for (int k = 0; k < g->n; k++) {
+        const uint64_t key = g->keys[k];
+        const float *gr = g->rows + (size_t)k * E;
+        if (has_key(bs->pk, np, key)) {
+            int64_t slot = cache_find(&bs->c, key);
+            BP_ASSERT(slot >= 0);
+            emb_opt_apply_row(eo, cache_row(&bs->c, (uint32_t)slot), gr);
+        } else if (has_key(bs->sk, ns, key)) {
+            ok[n] = key;
+            memcpy(orow + (size_t)n * E, gr, (size_t)E * sizeof(float));
+            n++;
+        } else {
+            return bp_fail(BP_EFORMAT, "trainer %d: key %llu used at iteration %lld is neither private nor synchronised "
+                           "in the plan", me, (unsigned long long)key, (long long)t);
+        }
+    }
+    // the rows moved up to close the gap left by private keys
+    if (n < (uint32_t)g->n) memmove(ok + n, orow, (size_t)n * E * sizeof(float));
+    h.n = n;
+    msg_encode(bs->gout.p, &h, &ok, &orow); // rows now start right after the n keys
+    const size_t len = msg_bytes(MSG_GSYNC, n, (uint32_t)E);
+    int rc = 0, nr = 0;
+    for (int q = 0; q < T && !rc && T > 1; q++) {
+        if (q == me) continue;
+        rc = comm_irecv(bs->gin[q].p, bs->gin[q].cap, bs->first_trainer + q, MSG_GSYNC, &bs->grq[nr++]);
+    }
+    for (int q = 0; q < T && !rc && T > 1; q++) {
+        if (q == me) continue;
+        rc = comm_isend(bs->gout.p, len, bs->first_trainer + q, MSG_GSYNC, &bs->grq[nr++]);
+    }
+    const uint64_t *keys[1024];
+    const float *rows[1024];
+    uint32_t cnt[1024];
+    BP_ASSERT(T <= 1024);
+    keys[me] = ok, rows[me] = orow, cnt[me] = n;
+    for (int k = 0, q = 0; k < nr && !rc; k++) {
+        size_t got = 0;
+        if ((rc = comm_wait(&bs->grq[k], &got))) break;
+        if (k >= T - 1) continue; // a send
+        if (q == me) q++;
+        msg_expect ex = {.kind = MSG_GSYNC, .width = (uint32_t)E, .max_n = (uint32_t)bs->cap_keys, .iter = t,
+                         .rows = bs->tr.L.rows};
+        msg_header hh;
+        if ((rc = msg_decode(bs->gin[q].p, got, bs->first_trainer + q, &ex, &hh, &keys[q], &rows[q]))) break;
+        cnt[q] = hh.n;
+        q++;
+    }
+    if (rc) return rc;
+    // each key: partials in trainer-rank order, the first copied, the rest added; then the update
+    for (int q = 0; q < T; q++) bs->gcur[q] = 0;
+    for (;;) {
+        uint64_t key = UINT64_MAX;
+        for (int q = 0; q < T; q++)
+            if (bs->gcur[q] < cnt[q] && keys[q][bs->gcur[q]] < key) key = keys[q][bs->gcur[q]];
+        if (key == UINT64_MAX) break;
+        int first = 1;
+        for (int q = 0; q < T; q++) {
+            if (bs->gcur[q] >= cnt[q] || keys[q][bs->gcur[q]] != key) continue;
+            const float *gr = rows[q] + (size_t)bs->gcur[q] * E;
+            if (first) memcpy(bs->gsum, gr, (size_t)E * sizeof(float)), first = 0;
+            else
+                for (int j = 0; j < E; j++) bs->gsum[j] += gr[j];
+            bs->gcur[q]++;
+        }
+        if (!has_key(bs->sk, ns, key))
+            return bp_fail(BP_EFORMAT, "trainer %d: a peer synchronised key %llu, which record %lld does not list", me,
+                           (unsigned long long)key, (long long)t);
+        int64_t slot = cache_find(&bs->c, key);
+        if (slot < 0)
+            return bp_fail(BP_EFORMAT, "trainer %d: shared key %llu of iteration %lld is not in the cache", me,
+                           (unsigned long long)key, (long long)t);
+        emb_opt_apply_row(eo, cache_row(&bs->c, (uint32_t)slot), bs->gsum);
+    }
+    return 0;
+}
+
+// Sends the write-back messages built for iteration wb_held.
+static int send_write_backs(bstate *bs) {
+    const int S = bs->S, set = (int)(bs->wb_held & 1) * S;
+    int rc = 0;
+    for (int s = 0; s < S && !rc; s++) {
+        rc = comm_isend(bs->wb[set + s].p, bs->wb_len[set + s], bs->first_server + s, MSG_WB, &bs->wb_rq[set + s]);
+        bs->wb_live[set + s] = 1;
+    }
+    bs->wb_held = -1;
+    return rc;
+}
+
+// Step 6: evictions of record t; write-backs of mine.
+static int evict_and_write_back(bstate *bs, int64_t t) {
+    const plan *p = &bs->p;
+    const int S = bs->S, me = bs->me, stride = bs->c.stride;
+    if (p->n_evict > bs->wbl_cap)
+        bs->wbl_cap = p->n_evict + 1024, bs->wbl = bp_xrealloc(bs->wbl, (size_t)bs->wbl_cap * sizeof *bs->wbl);
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < p->n_evict; k++) {
+        const plan_evict *e = &p->evict[k];
+        if ((e->flags & PLAN_PRIVATE) && e->owner != me) continue;
+        int64_t slot = cache_find(&bs->c, e->key);
+        if (slot < 0)
+            return bp_fail(BP_EFORMAT, "trainer %d: record %lld evicts key %llu, which is not in the cache", me,
+                           (long long)t, (unsigned long long)e->key);
+        if (e->owner == me) // (the slot travels in the evict_iter field)
+            bs->wbl[n++] = (myfetch){e->key, (uint32_t)slot, 0, 0, msg_server_of(e->key, S)};
+        else cache_remove(&bs->c, e->key); // a replica: just leaves
+    }
+    qsort(bs->wbl, n, sizeof *bs->wbl, cmp_myfetch);
+    int rc = 0;
+    const int set = (int)(t & 1) * S;
+    for (uint32_t k0 = 0, s = 0; s < (uint32_t)S && !rc; s++) {
+        uint32_t k1 = k0;
+        while (k1 < n && bs->wbl[k1].server == s) k1++;
+        if ((rc = wait_live(&bs->wb_rq[set + s], &bs->wb_live[set + s]))) break;
+        const size_t len = msg_bytes(MSG_WB, k1 - k0, (uint32_t)stride);
+        void *b = gbuf_fit(&bs->wb[set + s], len);
+        bs->wb_len[set + s] = len;
+        msg_header h = {MSG_WB, 0, (uint64_t)t + 1, k1 - k0, (uint32_t)stride};
+        uint64_t *keys;
+        float *rows;
+        msg_encode(b, &h, &keys, &rows);
+        for (uint32_t k = k0; k < k1; k++) {
+            keys[k - k0] = bs->wbl[k].key;
+            memcpy(rows + (size_t)(k - k0) * stride, cache_row(&bs->c, bs->wbl[k].evict_iter),
+                   (size_t)stride * sizeof(float));
+            cache_remove(&bs->c, bs->wbl[k].key);
+        }
+        k0 = k1;
+    }
+    if (!rc && bs->wb_held >= 0) {
+        struct timespec ts = {bs->wb_delay_us / 1000000, (bs->wb_delay_us % 1000000) * 1000};
+        nanosleep(&ts, NULL);
+        rc = send_write_backs(bs);
+    }
+    bs->wb_held = t;
+    if (!rc && bs->wb_delay_us <= 0) rc = send_write_backs(bs);
+    return rc;
+}
+
+static double loss_allreduce(bstate *bs, double loss, int *rcp) {
+    double v[1] = {loss};
+    *rcp = comm_allreduce_sum_f64(v, 1, bs->first_trainer, bs->T, (double *)bs->ar_work);
+    return v[0];
+}
+
+// One iteration; *loss gets the global batch's mean loss.
+static int bs_step(bstate *bs, int64_t t, double *loss) {
+    const train_setup *su = bs->su;
+    const bp_dataset *ds = su->ds;
+    const int Nd = su->mc.Nd, F = su->mc.F, B = su->B;
+    trainer *tr = &bs->tr;
+    model *m = &tr->m;
+    double t0 = bp_now();
+    int rc = recv_plan(bs, t);
+    if (!rc) rc = issue_fetches(bs);
+    if (!rc) rc = wait_groups(bs, BP_MAX((int64_t)0, t - bs->P), t);
+    if (rc) return rc;
+    const int b0 = (int)bs->p.slice[bs->me], Bi = (int)bs->p.slice[bs->me + 1] - b0;
+    const uint64_t r = su->tr0 + (uint64_t)(t % (int64_t)su->per_epoch) * (uint64_t)B + (uint64_t)b0;
+    const float *dense = ds->dense + r * Nd;
+    const uint32_t *ids = ds->sparse + r * F;
+    const uint8_t *label = ds->label + r;
+    for (int b = 0, e = 0; b < Bi; b++)
+        for (int f = 0; f < F; f++, e++) {
+            uint64_t key = emb_key(&tr->L, f, ids[e]);
+            int64_t slot = cache_find(&bs->c, key);
+            if (slot < 0 || !bs->c.ready[slot])
+                return bp_fail(BP_EFORMAT, "trainer %d: iteration %lld reads key %llu, which the plan did not bring",
+                               bs->me, (long long)t, (unsigned long long)key);
+            bs->erow[e] = cache_row(&bs->c, (uint32_t)slot);
+        }
+    bs->resident_sum += bs->c.C - bs->c.n_free;
+    bs->resident_max = BP_MAX(bs->resident_max, bs->c.C - bs->c.n_free);
+    double t1 = bp_now();
+    emb_gather_rows(bs->erow, Bi * F, su->mc.E, tr->emb);
+    model_forward(m, dense, tr->emb, Bi, tr->logit);
+    double lsum = bce_with_logits(tr->logit, label, Bi, 1.0f / (float)B, tr->dlogit);
+    model_zero_grad(m);
+    model_backward(m, dense, tr->emb, tr->dlogit, tr->d_emb, NULL);
+    double t2 = bp_now();
+    rc = comm_allreduce_sum_f32(m->grads, m->n_params, bs->first_trainer, bs->T, bs->ar_work);
+    if (!rc) lsum = loss_allreduce(bs, lsum, &rc);
+    if (rc) return rc;
+    double t3 = bp_now();
+    dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
+    emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
+    for (int k = 0; k < tr->g.n; k++) {
+        int64_t slot = cache_find(&bs->c, tr->g.keys[k]);
+        bs->misses += bs->c.slot_for[slot] == (uint32_t)t;
+    }
+    bs->accesses += (uint64_t)tr->g.n;
+    double t4 = bp_now();
+    rc = sync_grads(bs, t);
+    if (!rc) rc = evict_and_write_back(bs, t);
+    if (!rc && ((t + 1) % ROLE_CREDIT_EVERY == 0 || t + 1 == su->total_iters)) {
+        if (bs->credit_live && (rc = comm_wait(&bs->credit_rq, NULL))) return rc;
+        msg_header h = {MSG_CREDIT, 0, (uint64_t)t + 1, 0, 0};
+        msg_encode(bs->credit, &h, NULL, NULL);
+        rc = comm_isend(bs->credit, MSG_HEADER_BYTES, 0, MSG_CREDIT, &bs->credit_rq);
+        bs->credit_live = 1;
+    }
+    double t5 = bp_now();
+    bs->t_wait += t1 - t0, bs->t_compute += (t2 - t1) + (t4 - t3), bs->t_ar += t3 - t2, bs->t_sync += t5 - t4;
+    bs->iters++;
+    *loss = lsum / B;
+    return rc;
+}
+
+static int send_done(bstate *bs, int64_t iters) {
+    uint8_t buf[1024][MSG_HEADER_BYTES] __attribute__((aligned(8)));
+    comm_req rq[1024];
+    int rc = 0;
+    for (int s = 0; s < bs->S && !rc; s++) {
+        msg_header h = {MSG_DONE, 0, (uint64_t)iters, 0, 0};
+        msg_encode(buf[s], &h, NULL, NULL);
+        rc = comm_isend(buf[s], MSG_HEADER_BYTES, bs->first_server + s, MSG_DONE, &rq[s]);
+    }
+    return rc ? rc : comm_waitall(rq, bs->S);
+}
+
+// Window figures summed over the trainers: bytes [fetch, forward, write-back, sync, dense,
+// dump], then accesses, misses, resident sum, resident max (max taken as a sum of maxima / T is
+// not meaningful: reported as the sum; the caller divides), iterations.
+#define NFIG 10
+static int window_figures(bstate *bs, double out[NFIG]) {
+    static uint64_t prev[6];
+    uint64_t now[6] = {comm_bytes_sent(MSG_FETCH) + comm_bytes_recv(MSG_FETCH_REPLY), comm_bytes_sent(MSG_FWD),
+                       comm_bytes_sent(MSG_WB), comm_bytes_sent(MSG_GSYNC),
+                       comm_bytes_sent(MSG_AR_RS) + comm_bytes_sent(MSG_AR_AG),
+                       comm_bytes_sent(MSG_DUMP_REQ) + comm_bytes_recv(MSG_DUMP_ROWS)};
+    for (int k = 0; k < 6; k++) out[k] = (double)(now[k] - prev[k]);
+    out[6] = (double)bs->accesses, out[7] = (double)bs->misses, out[8] = (double)bs->resident_sum;
+    out[9] = (double)bs->resident_max;
+    int rc = comm_allreduce_sum_f64(out, NFIG, bs->first_trainer, bs->T, (double *)bs->ar_work);
+    memcpy(prev, now, sizeof prev);
+    prev[4] = comm_bytes_sent(MSG_AR_RS) + comm_bytes_sent(MSG_AR_AG); // the figures' own all-reduce is not counted
+    bs->accesses = bs->misses = bs->resident_sum = bs->resident_max = 0;
+    return rc;
+}
+
+static void json_window(jsonl *j, const bstate *bs, const double fig[NFIG], int64_t iters) {
+    jsonl_num(j, "wait_rows_s", bs->t_wait);
+    jsonl_num(j, "emb_sync_s", bs->t_sync);
+    jsonl_num(j, "allreduce_s", bs->t_ar);
+    jsonl_num(j, "compute_s", bs->t_compute);
+    jsonl_num(j, "bytes_row_fetch", fig[0]);
+    jsonl_num(j, "bytes_forward", fig[1]);
+    jsonl_num(j, "bytes_write_back", fig[2]);
+    jsonl_num(j, "bytes_emb_sync", fig[3]);
+    jsonl_num(j, "bytes_allreduce", fig[4]);
+    if (iters > 0) jsonl_num(j, "bytes_per_iter", (fig[0] + fig[1] + fig[2] + fig[3] + fig[4]) / (double)iters);
+    jsonl_num(j, "accesses", fig[6]);
+    jsonl_num(j, "misses", fig[7]);
+    jsonl_num(j, "hit_rate", fig[6] > 0 ? 1.0 - fig[7] / fig[6] : 0.0);
+    if (iters > 0) jsonl_num(j, "resident_mean", fig[8] / (double)iters / bs->T);
+    jsonl_num(j, "cache_rows", (double)bs->c.C);
+    jsonl_int(j, "trainers", bs->T);
+    jsonl_int(j, "servers", bs->S);
+}
+
+int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i) {
+    bstate bs;
+    openblas_set_num_threads(su->threads);
+    int rc = bs_init(&bs, su, l, i);
+    FILE *mf = NULL;
+    const int writer = i == 0;
+    const char *mpath = writer ? su->metrics : NULL;
+    if (!rc && mpath && !(mf = fopen(mpath, "a"))) rc = bp_fail(BP_EIO, "--metrics %s: cannot open: %s", mpath, strerror(errno));
+    if (rc) {
+        bs_free(&bs);
+        return rc;
+    }
+    const int B = su->B;
+    bp_progress prog;
+    bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);
+    if (!writer) prog.enabled = 0;
+    double t_start = bp_now(), t_window = t_start, win_loss = 0;
+    double tot_wait = 0, tot_sync = 0, tot_ar = 0, tot_compute = 0, tot[NFIG] = {0};
+    int64_t win_n = 0;
+    for (int64_t t = 0; t < su->total_iters && !rc; t++) {
+        double loss = 0;
+        if ((rc = bs_step(&bs, t, &loss))) break;
+        if (!isfinite(loss)) {
+            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
+            break;
+        }
+        win_loss += loss, win_n++;
+        if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
+            double fig[NFIG];
+            if ((rc = window_figures(&bs, fig))) break;
+            for (int k = 0; k < NFIG; k++) tot[k] += fig[k];
+            tot_wait += bs.t_wait, tot_sync += bs.t_sync, tot_ar += bs.t_ar, tot_compute += bs.t_compute;
+            if (writer) {
+                double now = bp_now();
+                jsonl j;
+                jsonl_begin(&j);
+                jsonl_str(&j, "event", "train");
+                jsonl_int(&j, "iter", t + 1);
+                jsonl_int(&j, "samples", (t + 1) * B);
+                jsonl_num(&j, "epoch", (double)(t + 1) / (double)su->per_epoch);
+                jsonl_num(&j, "loss", win_loss / (double)win_n);
+                jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
+                json_window(&j, &bs, fig, win_n);
+                jsonl_end(&j, mf);
+                char note[64];
+                snprintf(note, sizeof note, "loss %.4f", win_loss / (double)win_n);
+                bp_progress_update(&prog, (uint64_t)(t + 1), note);
+            }
+            bs.t_wait = bs.t_sync = bs.t_ar = bs.t_compute = 0;
+            win_loss = 0, win_n = 0, t_window = bp_now();
+        }
+    }
+    bp_progress_finish(&prog);
+    const int64_t iters = su->total_iters;
+    double train_s = bp_now() - t_start;
+    if (!rc && bs.c.n_free != bs.c.C)
+        rc = bp_fail(BP_EFORMAT, "trainer %d: %llu rows still cached after the last record", i,
+                     (unsigned long long)(bs.c.C - bs.c.n_free));
+    if (!rc && bs.wb_held >= 0) rc = send_write_backs(&bs);
+    for (int s = 0; s < 2 * bs.S && !rc; s++) rc = wait_live(&bs.wb_rq[s], &bs.wb_live[s]);
+    if (!rc && bs.credit_live) rc = comm_wait(&bs.credit_rq, NULL), bs.credit_live = 0;
+    for (int k = 0; k < bs.G && !rc; k++) {
+        fgroup *g = &bs.g[k];
+        for (int s = 0; s < bs.S && !rc; s++) rc = wait_live(&g->req_rq[s], &g->req_live[s]);
+        for (int q = 0; q < bs.T && !rc; q++) rc = wait_live(&g->fwd_rq[q], &g->fwd_live[q]);
+    }
+    if (!rc && writer) {
+        metric_result res = {0}, bayes = {0};
+        double sps = (double)iters * B / train_s;
+        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)iters,
+               (long long)iters * B, train_s, sps);
+        printf("cache: hit rate %.1f%% (%.0f of %.0f row accesses fetched for their batch), mean residency %.0f of "
+               "%llu rows\n", tot[6] > 0 ? 100.0 * (1.0 - tot[7] / tot[6]) : 0.0, tot[7], tot[6],
+               iters > 0 ? tot[8] / (double)iters / bs.T : 0.0, (unsigned long long)bs.c.C);
+        if (su->do_eval || su->save) rc = dist_collect_rows(&bs.tr, bs.S, bs.first_server, bs.dump, bs.dump_cap, iters);
+        if (!rc && su->do_eval) {
+            trainer_eval(&bs.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
+            train_print_result(bp_split_name(su->eval_split), &res, &bayes);
+        }
+        if (!rc) {
+            jsonl j;
+            jsonl_begin(&j);
+            jsonl_str(&j, "event", "summary");
+            jsonl_str(&j, "mode", "bagpipe");
+            jsonl_str(&j, "model", model_kind_name(su->mc.kind));
+            jsonl_int(&j, "iters", iters);
+            jsonl_int(&j, "samples", iters * B);
+            jsonl_num(&j, "train_s", train_s);
+            jsonl_num(&j, "samples_per_s", sps);
+            bs.t_wait = tot_wait, bs.t_sync = tot_sync, bs.t_ar = tot_ar, bs.t_compute = tot_compute;
+            json_window(&j, &bs, tot, iters);
+            if (su->do_eval) {
+                jsonl_str(&j, "split", bp_split_name(su->eval_split));
+                train_json_result(&j, "", &res);
+                if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
+            }
+            jsonl_end(&j, mf);
+        }
+        if (!rc && su->save) {
+            rc = trainer_save(&bs.tr, su->save, su->ds, iters, iters * B, su->seed);
+            if (!rc) printf("saved model to %s\n", su->save);
+        }
+        fflush(stdout);
+    }
+    if (!rc) rc = send_done(&bs, iters);
+    if (mf) fclose(mf);
+    bs_free(&bs);
+    return rc;
+}

@@ -1,0 +1,187 @@
+// Multi-rank tests of mode bagpipe (oracle + lookahead cache + prefetch + LRPP sync): the saved
+// model is bit-identical to mode sync at the same T (and to local at T = 1) with a cache small
+// enough to force evictions, refetches and capacity pressure; a cache too small is a clear error.
+// Every job goes through the binary (it launches mpirun itself) under a timeout.
+#include <stdlib.h>
+
+#include "common.h"
+#include "data_bin.h"
+#include "test.h"
+
+static const char *bp_env(void) {
+    static char env[1024];
+    const char *supp = test_path("lsan.supp");
+    FILE *f = fopen(supp, "w");
+    if (f) {
+        fputs("leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libhwloc.so\n"
+              "leak:libevent\nleak:mca_\n", f);
+        fclose(f);
+    }
+    snprintf(env, sizeof env,
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_hwloc_base_binding_policy=none "
+             "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+             "LSAN_OPTIONS=fast_unwind_on_malloc=0:suppressions=%s", supp);
+    return env;
+}
+
+// 1000 iterations of 16 samples; tables of 40, 300 and 2000 rows with skewed ids.
+#define BP_MODEL                                                                                  \
+    "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 16 "      \
+    "--learning-rate 0.05 --print-every 250 --eval-rows 200 --iters 1000"
+// Caches a little above the planner's minimum for this data (which grows with P and with the
+// rows a trainer's slice touches): thousands of evictions under pressure and refetches happen
+// (checked from the oracle's summary line).
+
+static int bagpipe_dataset(const char *path, uint64_t n, uint64_t seed) {
+    bp_ds_info t = {0};
+    t.n_dense = 4, t.n_sparse = 3, t.kind = BP_KIND_CUSTOM;
+    snprintf(t.source, sizeof t.source, "test_bagpipe");
+    bp_ds_writer *w;
+    int rc = bp_ds_writer_open(&w, path, &t);
+    if (rc) return rc;
+    const uint64_t card[3] = {40, 300, 2000};
+    bp_rng rng;
+    bp_rng_seed(&rng, seed, 11);
+    for (uint64_t r = 0; r < n && !rc; r++) {
+        float d[4];
+        uint32_t s[3];
+        double z = -0.5;
+        for (int k = 0; k < 4; k++) d[k] = bp_rng_uniformf(&rng), z += (k - 1.5) * d[k];
+        for (int f = 0; f < 3; f++) {
+            double u = bp_rng_uniform(&rng);
+            s[f] = (uint32_t)((double)card[f] * u * u * u);
+            z += ((bp_mix64(s[f] * 3u + (uint64_t)f) & 255) / 255.0 - 0.5);
+        }
+        uint8_t lab = bp_rng_uniform(&rng) < 1.0 / (1.0 + exp(-2.0 * z));
+        rc = bp_ds_writer_append(w, 1, &lab, d, s, NULL);
+    }
+    if (rc) {
+        bp_ds_writer_abort(w);
+        return rc;
+    }
+    uint64_t split[3] = {n * 8 / 10, n / 10, n - n * 8 / 10 - n / 10};
+    return bp_ds_writer_finish(w, card, split);
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t n = 0, cap = 4096, k;
+    char *b = malloc(cap);
+    while ((k = fread(b + n, 1, cap - n - 1, f)) > 0) {
+        n += k;
+        if (cap - n < 2) b = realloc(b, cap *= 2);
+    }
+    fclose(f);
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
+static int same(const char *a, const char *b, const char *name) {
+    char pa[600], pb[600];
+    snprintf(pa, sizeof pa, "%s/%s", a, name), snprintf(pb, sizeof pb, "%s/%s", b, name);
+    size_t la, lb;
+    char *x = slurp(pa, &la), *y = slurp(pb, &lb);
+    int r = x && y && la == lb && la > 0 && memcmp(x, y, la) == 0;
+    free(x), free(y);
+    return r;
+}
+
+// The number before `what` in the line of out that starts with `line` (-1 if absent).
+static long num_before(const char *out, const char *line, const char *what) {
+    const char *l = strstr(out, line);
+    if (!l) return -1;
+    const char *e = strchr(l, '\n'), *w = strstr(l, what);
+    if (!w || (e && w > e)) return -1;
+    while (w > l && w[-1] == ' ') w--;
+    while (w > l && w[-1] >= '0' && w[-1] <= '9') w--;
+    return strtol(w, NULL, 10);
+}
+
+static int job(char **out, const char *data, const char *dir, const char *mode, const char *extra) {
+    return test_run(out, 60, "%s %s train %s " BP_MODEL " %s --save %s %s", bp_env(), test_bin(), mode, extra, dir,
+                    data);
+}
+
+#define JOB_OK(out, data, dir, mode, extra)                                                            \
+    do {                                                                                               \
+        int rc_ = job(out, data, dir, mode, extra);                                                    \
+        ASSERT_MSG(rc_ == 0, "train %s %s exited %d:\n%s", mode, extra, rc_, *(out) ? *(out) : "");    \
+    } while (0)
+
+// A bagpipe job must have been under pressure: refetches and evictions forced by capacity.
+#define ASSERT_PRESSURE(out)                                                                           \
+    do {                                                                                               \
+        ASSERT_MSG(num_before(out, "oracle:", "under pressure") > 0, "no pressure evictions:\n%s", out); \
+        ASSERT_MSG(num_before(out, "oracle:", "refetches") > 0, "no refetches:\n%s", out);             \
+    } while (0)
+
+#define ASSERT_SAME_MODEL(a, b)                                                                        \
+    do {                                                                                               \
+        ASSERT_MSG(same(a, b, "dense.bin"), "dense.bin differs: %s vs %s", a, b);                      \
+        ASSERT_MSG(same(a, b, "emb.bin"), "emb.bin differs: %s vs %s", a, b);                          \
+    } while (0)
+
+// T = 1 gives the local trainer's model and evaluation line; then T = 2 and 3 against sync at
+// the same T, over S = 1 and 2, with prefetch distances 0..2.
+static void check_optimizer(const char *opt) {
+    char data[512], extra[128], l[512], s2[512], s3[512], b[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(bagpipe_dataset(data, 20000, 5));
+    snprintf(extra, sizeof extra, "--emb-optimizer %s", opt);
+    snprintf(l, sizeof l, "%s", test_path("local"));
+    snprintf(s2, sizeof s2, "%s", test_path("sync2"));
+    snprintf(s3, sizeof s3, "%s", test_path("sync3"));
+    snprintf(b, sizeof b, "%s", test_path("bp"));
+    char *out = NULL;
+    JOB_OK(&out, data, l, "--mode local", extra);
+    const char *val = strstr(out, "val   AUC");
+    ASSERT_TRUE(val != NULL);
+    char line[256];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(val, "\n"), val);
+    free(out), out = NULL;
+    JOB_OK(&out, data, b, "--mode bagpipe --trainers 1 --servers 2 --prefetch 2 --lookahead 16 --cache-rows 125", extra);
+    ASSERT_STR_CONTAINS(out, line);
+    ASSERT_PRESSURE(out);
+    free(out), out = NULL;
+    ASSERT_SAME_MODEL(l, b);
+    JOB_OK(&out, data, s2, "--mode sync --trainers 2 --servers 1", extra);
+    free(out), out = NULL;
+    JOB_OK(&out, data, b, "--mode bagpipe --trainers 2 --servers 1 --prefetch 1 --lookahead 16 --cache-rows 80", extra);
+    ASSERT_PRESSURE(out);
+    free(out), out = NULL;
+    ASSERT_SAME_MODEL(s2, b);
+    JOB_OK(&out, data, b, "--mode bagpipe --trainers 2 --servers 2 --prefetch 0 --lookahead 16 --cache-rows 60", extra);
+    free(out), out = NULL;
+    ASSERT_SAME_MODEL(s2, b);
+    JOB_OK(&out, data, s3, "--mode sync --trainers 3 --servers 2", extra);
+    free(out), out = NULL;
+    JOB_OK(&out, data, b, "--mode bagpipe --trainers 3 --servers 2 --prefetch 2 --lookahead 16 --cache-rows 100", extra);
+    ASSERT_PRESSURE(out);
+    free(out), out = NULL;
+    ASSERT_SAME_MODEL(s3, b);
+    JOB_OK(&out, data, b, "--mode bagpipe --trainers 3 --servers 1 --prefetch 1 --lookahead 16 --cache-rows 80", extra);
+    free(out), out = NULL;
+    ASSERT_SAME_MODEL(s3, b);
+}
+
+TEST(bagpipe_sgd_matches_local_and_sync) { check_optimizer("sgd"); }
+TEST(bagpipe_adagrad_matches_local_and_sync) { check_optimizer("adagrad"); }
+TEST(bagpipe_rowwise_adagrad_matches_local_and_sync) { check_optimizer("rowwise-adagrad"); }
+
+// A cache smaller than the first batches need: the planner's error, with the minimum, and every
+// rank stops (no hang: the timeout would give 124).
+TEST(bagpipe_cache_too_small) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(bagpipe_dataset(data, 4000, 6));
+    char *out = NULL;
+    int rc = test_run(&out, 30, "%s %s train --mode bagpipe --trainers 2 --servers 1 --cache-rows 5 " BP_MODEL " %s",
+                      bp_env(), test_bin(), data);
+    ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "cache too small");
+    ASSERT_STR_CONTAINS(out, "the minimum cache size for this batch is");
+    ASSERT_STR_CONTAINS(out, "holds 5");
+    free(out);
+}

@@ -1,0 +1,844 @@
+// Oracle tests.  The planner's output is checked by an independent checker written here from
+// the contract in oracle.h / plan.h, not from the planner's code: it replays the decoded records
+// (so the wire format is in the loop), tracks every trainer's residency from fetch issue to
+// eviction and every pending gradient reduction, and recomputes the batches' users from the raw
+// trace itself.  On tiny traces the fetch count is compared with an exhaustive search.
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "data_bin.h"
+#include "oracle.h"
+#include "plan.h"
+#include "test.h"
+
+// ---------------------------------------------------------------------------------------------
+// Traces
+
+#define MAXF 8
+
+typedef struct {
+    uint32_t N, B, F, n_last; // batches, batch size, features, samples in the last batch
+    uint64_t card[MAXF];
+    uint32_t *ids; // (N, B, F); the last batch uses its first n_last rows
+} trace;
+
+typedef struct {
+    uint32_t T, W, P;
+    uint64_t C;
+    int threads, keymap;
+} run_cfg;
+
+static uint64_t g_row_base = 1000; // row_base given to the oracle and expected by the checker
+
+static uint32_t tr_samples(const trace *tr, uint32_t t) { return t + 1 == tr->N ? tr->n_last : tr->B; }
+
+static uint64_t tr_keys(const trace *tr) {
+    uint64_t K = 0;
+    for (uint32_t f = 0; f < tr->F; f++) K += tr->card[f];
+    return K;
+}
+
+// Kinds of traces: 0 skewed (power law), 1 uniform, 2 all-hot (a handful of keys), 3 all-cold
+// (every access a fresh key while they last), 4 phases (working set changes every few batches).
+static void trace_make(trace *tr, uint64_t seed, int kind, uint32_t N, uint32_t B, uint32_t F, const uint64_t *card,
+                       uint32_t n_last) {
+    memset(tr, 0, sizeof *tr);
+    tr->N = N, tr->B = B, tr->F = F, tr->n_last = n_last ? n_last : B;
+    for (uint32_t f = 0; f < F; f++) tr->card[f] = card[f];
+    tr->ids = bp_xmalloc((size_t)N * B * F * sizeof *tr->ids);
+    bp_rng r;
+    bp_rng_seed(&r, seed, 7);
+    uint64_t cold = 0;
+    for (uint64_t i = 0; i < (uint64_t)N * B; i++) {
+        uint32_t t = (uint32_t)(i / B);
+        for (uint32_t f = 0; f < F; f++) {
+            uint32_t c = (uint32_t)card[f], id;
+            switch (kind) {
+            case 0: id = (uint32_t)(c * pow(bp_rng_uniform(&r), 3.0)); break;
+            case 1: id = bp_rng_below(&r, c); break;
+            case 2: id = bp_rng_below(&r, c < 3 ? c : 3); break;
+            case 3: id = (uint32_t)((cold++ * 2654435761u) % c); break;
+            default: id = (t / 3 * 5 + bp_rng_below(&r, 6)) % c; break;
+            }
+            tr->ids[i * F + f] = id < c ? id : c - 1;
+        }
+    }
+}
+
+static void trace_free(trace *tr) { free(tr->ids); }
+
+// ---------------------------------------------------------------------------------------------
+// Running the oracle: every record is encoded and appended to one byte stream.
+
+typedef struct {
+    uint8_t *buf;
+    size_t n, cap;
+    uint32_t records;
+} stream;
+
+static void stream_add(stream *s, const plan *p) {
+    size_t need = plan_encoded_size(p);
+    if (s->n + need > s->cap) {
+        s->cap = (s->n + need) * 2;
+        s->buf = bp_xrealloc(s->buf, s->cap);
+    }
+    int64_t k = plan_encode(p, s->buf + s->n, s->cap - s->n);
+    BP_ASSERT(k == (int64_t)need);
+    s->n += need;
+    s->records++;
+}
+
+static int run_oracle(const trace *tr, run_cfg c, stream *out, oracle_stats *st) {
+    memset(out, 0, sizeof *out);
+    oracle_config cfg = {.T = c.T, .B = tr->B, .F = tr->F, .card = tr->card, .W = c.W, .P = c.P, .C = c.C,
+                         .row_base = g_row_base, .threads = c.threads ? c.threads : 1, .keymap = c.keymap};
+    oracle o;
+    int rc = oracle_init(&o, &cfg);
+    if (rc) return rc;
+    plan p;
+    plan_init(&p);
+    for (uint32_t t = 0; t < tr->N && !rc; t++) {
+        rc = oracle_push_samples(&o, tr->ids + (size_t)t * tr->B * tr->F, tr_samples(tr, t));
+        while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) stream_add(out, &p), rc = 0;
+    }
+    if (!rc) rc = oracle_finish(&o);
+    while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) stream_add(out, &p), rc = 0;
+    if (!rc && !oracle_done(&o)) rc = bp_fail(BP_EINVAL, "oracle not done after draining");
+    if (st) oracle_get_stats(&o, st);
+    plan_free(&p);
+    oracle_free(&o);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checker
+
+typedef struct {
+    char msg[600];
+    uint64_t fetches, accesses, hits, peak;
+} check_result;
+
+#define CHECK(cond, ...)                                                             \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            snprintf(res->msg, sizeof res->msg, __VA_ARGS__);                        \
+            goto fail;                                                               \
+        }                                                                            \
+    } while (0)
+
+static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result *res) {
+    memset(res, 0, sizeof *res);
+    const uint32_t N = tr->N, T = c.T, F = tr->F;
+    const uint64_t K = tr_keys(tr), ALL = T == 64 ? ~0ull : (1ull << T) - 1;
+    uint64_t off[MAXF], acc = 0;
+    for (uint32_t f = 0; f < F; f++) off[f] = acc, acc += tr->card[f];
+    // mask[t][k]: trainers whose slice of batch t touches key k (from the raw trace).
+    uint64_t *mask = bp_xcalloc((size_t)(N + 1) * K, sizeof *mask);
+    for (uint32_t t = 0; t < N; t++) {
+        uint32_t n = tr_samples(tr, t);
+        for (uint32_t i = 0; i < T; i++)
+            for (uint32_t smp = (uint32_t)((uint64_t)i * n / T); smp < (uint64_t)(i + 1) * n / T; smp++)
+                for (uint32_t f = 0; f < F; f++)
+                    mask[(size_t)t * K + off[f] + tr->ids[((size_t)t * tr->B + smp) * F + f]] |= 1ull << i;
+    }
+#define M(t, k) mask[(size_t)(t) * K + (k)]
+    uint64_t *res_on = bp_xcalloc(K, sizeof(uint64_t)); // trainers holding the key
+    uint8_t *kind = bp_xcalloc(K, 1);                   // 0 none, 1 shared, 2 private
+    uint32_t *holder = bp_xcalloc(K, 4), *for_it = bp_xcalloc(K, 4);
+    uint32_t *ev_it = bp_xmalloc(K * 4), *ev_wr = bp_xmalloc(K * 4);
+    uint8_t *pend = bp_xcalloc(K, 1);
+    uint32_t *pend_grad = bp_xcalloc(K, 4), *pend_dl = bp_xcalloc(K, 4);
+    uint32_t *sync_mark = bp_xcalloc(K, 4), *priv_mark = bp_xcalloc(K, 4), *restate_mark = bp_xcalloc(K, 4);
+    uint32_t *evict_mark = bp_xcalloc(K, 4);
+    uint64_t fetch_cnt[64] = {0}, owner_cnt[64] = {0};
+    for (uint64_t k = 0; k < K; k++) ev_it[k] = PLAN_NEVER, ev_wr[k] = PLAN_NO_WRITER;
+    plan p;
+    plan_init(&p);
+    size_t pos = 0;
+    uint32_t t = 0;
+    for (; pos < s->n; t++) {
+        uint32_t size;
+        CHECK(plan_peek_size(s->buf + pos, s->n - pos, &size) == 0 && pos + size <= s->n, "record %u: bad framing", t);
+        CHECK(plan_decode(&p, s->buf + pos, size) == 0, "record %u does not decode: %s", t, bp_errmsg(BP_EFORMAT));
+        pos += size;
+        CHECK(t < N, "more records than batches");
+        uint32_t n = tr_samples(tr, t);
+        CHECK(p.iter == t && p.T == T && p.P == c.P && p.W == c.W && p.B == n && p.capacity == c.C && p.n_keys == K,
+              "record %u: header (iter %u, T %u, B %u)", t, p.iter, p.T, p.B);
+        CHECK(p.row0 == g_row_base + (uint64_t)t * tr->B, "record %u: row0 %llu", t, (unsigned long long)p.row0);
+        CHECK(!!(p.flags & PLAN_LAST) == (t + 1 == N), "record %u: LAST flag", t);
+        for (uint32_t i = 0; i <= T; i++) CHECK(p.slice[i] == (uint64_t)i * n / T, "record %u: slice %u", t, i);
+
+        // Fetches issued at the start of t.
+        for (uint32_t j = 0; j < p.n_fetch; j++) {
+            const plan_fetch *f = &p.fetch[j];
+            uint64_t k = f->key;
+            CHECK(res_on[k] == 0, "t=%u: key %llu fetched while resident", t, (unsigned long long)k);
+            CHECK(f->for_iter >= t && f->for_iter < N && M(f->for_iter, k), "t=%u: key %llu fetched for %u, unused there",
+                  t, (unsigned long long)k, f->for_iter);
+            for (uint32_t u = t; u < f->for_iter; u++)
+                CHECK(!M(u, k), "t=%u: key %llu fetched for %u but used at %u", t, (unsigned long long)k, f->for_iter, u);
+            CHECK(f->evict_iter == ev_it[k] && f->writer == ev_wr[k],
+                  "t=%u: key %llu gate (%u, %u), checker has (%u, %u)", t, (unsigned long long)k, f->evict_iter,
+                  f->writer, ev_it[k], ev_wr[k]);
+            if (f->flags & PLAN_PRIVATE) {
+                uint64_t m = M(f->for_iter, k);
+                CHECK(__builtin_popcountll(m) == 1 && m == 1ull << f->fetcher,
+                      "t=%u: private key %llu fetched by %u, users 0x%llx", t, (unsigned long long)k, f->fetcher,
+                      (unsigned long long)m);
+                res_on[k] = m, kind[k] = 2, holder[k] = f->fetcher;
+            } else {
+                res_on[k] = ALL, kind[k] = 1;
+                fetch_cnt[f->fetcher]++;
+            }
+            for_it[k] = f->for_iter;
+            res->fetches++;
+        }
+        // Residency after the fetches: the peak of iteration t.
+        for (uint32_t i = 0; i < T; i++) {
+            uint64_t occ = 0;
+            for (uint64_t k = 0; k < K; k++) occ += (res_on[k] >> i) & 1;
+            CHECK(occ <= c.C, "t=%u: trainer %u holds %llu rows > capacity %llu", t, i, (unsigned long long)occ,
+                  (unsigned long long)c.C);
+            if (occ > res->peak) res->peak = occ;
+        }
+        // Iteration t reads its rows.
+        for (uint64_t k = 0; k < K; k++) {
+            uint64_t m = M(t, k);
+            if (!m) continue;
+            CHECK((res_on[k] & m) == m, "t=%u: key %llu used by 0x%llx but resident on 0x%llx", t,
+                  (unsigned long long)k, (unsigned long long)m, (unsigned long long)res_on[k]);
+            CHECK(for_it[k] <= t, "t=%u: key %llu used before the batch %u it was fetched for", t,
+                  (unsigned long long)k, for_it[k]);
+            CHECK(!pend[k] || pend_dl[k] < t, "t=%u: key %llu read before its gradient of %u (deadline %u) is applied", t,
+                  (unsigned long long)k, pend_grad[k], pend_dl[k]);
+            pend[k] = 0;
+            if (kind[k] == 2) CHECK(m == 1ull << holder[k] && for_it[k] == t, "t=%u: private key %llu misused", t, (unsigned long long)k);
+            res->accesses += (uint64_t)__builtin_popcountll(m);
+            if (for_it[k] != t) res->hits += (uint64_t)__builtin_popcountll(m);
+        }
+        // Gradients of t: private lists, sync-now, sync-later (and restatements).
+        for (uint32_t i = 0; i < T; i++)
+            for (uint32_t j = p.priv_off[i]; j < p.priv_off[i + 1]; j++) {
+                uint64_t k = p.priv_key[j];
+                CHECK(kind[k] == 2 && holder[k] == i && M(t, k) == 1ull << i && priv_mark[k] != t + 1,
+                      "t=%u: key %llu in trainer %u's private list", t, (unsigned long long)k, i);
+                priv_mark[k] = t + 1;
+            }
+        for (uint32_t j = 0; j < p.n_sync_now; j++) {
+            uint64_t k = p.sync_now[j];
+            CHECK(M(t, k) && kind[k] == 1 && sync_mark[k] != t + 1, "t=%u: bad sync-now key %llu", t, (unsigned long long)k);
+            CHECK(t + 1 < N && M(t + 1, k), "t=%u: sync-now key %llu not used at t+1", t, (unsigned long long)k);
+            sync_mark[k] = t + 1;
+            pend[k] = 1, pend_grad[k] = t, pend_dl[k] = t;
+        }
+        for (uint32_t j = 0; j < p.n_sync_later; j++) {
+            const plan_sync *q = &p.sync_later[j];
+            uint64_t k = q->key;
+            if (q->grad_iter == t) {
+                CHECK(M(t, k) && kind[k] == 1 && sync_mark[k] != t + 1, "t=%u: bad sync-later key %llu", t,
+                      (unsigned long long)k);
+                CHECK(q->deadline > t, "t=%u: sync-later deadline %u", t, q->deadline);
+                sync_mark[k] = t + 1;
+                pend[k] = 1, pend_grad[k] = t, pend_dl[k] = q->deadline;
+            } else {
+                CHECK(pend[k] && pend_grad[k] == q->grad_iter && q->deadline < pend_dl[k] && restate_mark[k] != t + 1,
+                      "t=%u: restatement of key %llu (gradient %u, deadline %u) matches nothing pending", t,
+                      (unsigned long long)k, q->grad_iter, q->deadline);
+                pend_dl[k] = q->deadline, restate_mark[k] = t + 1;
+            }
+        }
+        for (uint64_t k = 0; k < K; k++) {
+            if (!M(t, k)) continue;
+            if (kind[k] == 2) CHECK(priv_mark[k] == t + 1, "t=%u: private key %llu missing from the private list", t, (unsigned long long)k);
+            else CHECK(sync_mark[k] == t + 1, "t=%u: gradient of shared key %llu never synchronised", t, (unsigned long long)k);
+        }
+        // Evictions after t.
+        for (uint32_t j = 0; j < p.n_evict; j++) {
+            const plan_evict *e = &p.evict[j];
+            uint64_t k = e->key;
+            CHECK(res_on[k], "t=%u: key %llu evicted but not resident", t, (unsigned long long)k);
+            if (e->flags & PLAN_PRIVATE) {
+                CHECK(kind[k] == 2 && e->owner == holder[k] && for_it[k] == t,
+                      "t=%u: private eviction of key %llu by %u", t, (unsigned long long)k, e->owner);
+            } else {
+                CHECK(kind[k] == 1 && res_on[k] == ALL, "t=%u: shared eviction of key %llu", t, (unsigned long long)k);
+                owner_cnt[e->owner]++;
+            }
+            uint32_t w = t + ((e->flags & PLAN_WB_NEXT) ? 1 : 0); // write-back at the end of w
+            int late = pend[k] && pend_dl[k] > t;
+            CHECK(late == !!(e->flags & PLAN_WB_NEXT), "t=%u: key %llu WB_NEXT %d but reduction due %u", t,
+                  (unsigned long long)k, !!(e->flags & PLAN_WB_NEXT), pend[k] ? pend_dl[k] : 0);
+            CHECK(!pend[k] || pend_dl[k] <= w, "t=%u: key %llu written back at %u before its reduction (due %u)", t,
+                  (unsigned long long)k, w, pend_dl[k]);
+            res_on[k] = 0, kind[k] = 0, pend[k] = 0;
+            ev_it[k] = t, ev_wr[k] = e->owner, evict_mark[k] = t + 1;
+        }
+        for (uint64_t k = 0; k < K; k++)
+            if (restate_mark[k] == t + 1) CHECK(evict_mark[k] == t + 1, "t=%u: key %llu restated but not evicted", t, (unsigned long long)k);
+    }
+    CHECK(t == N, "%u records for %u batches", t, N);
+    for (uint64_t k = 0; k < K; k++) CHECK(res_on[k] == 0, "key %llu still resident at the end", (unsigned long long)k);
+    uint64_t fmin = ~0ull, fmax = 0, omin = ~0ull, omax = 0;
+    for (uint32_t i = 0; i < T; i++) {
+        fmin = BP_MIN(fmin, fetch_cnt[i]), fmax = BP_MAX(fmax, fetch_cnt[i]);
+        omin = BP_MIN(omin, owner_cnt[i]), omax = BP_MAX(omax, owner_cnt[i]);
+    }
+    CHECK(fmax - fmin <= 1 && omax - omin <= 1, "unbalanced: fetches %llu..%llu, owners %llu..%llu",
+          (unsigned long long)fmin, (unsigned long long)fmax, (unsigned long long)omin, (unsigned long long)omax);
+    int ok = 0;
+    if (0) {
+    fail:
+        ok = -1;
+    }
+    plan_free(&p);
+    free(mask), free(res_on), free(kind), free(holder), free(for_it), free(ev_it), free(ev_wr);
+    free(pend), free(pend_grad), free(pend_dl), free(sync_mark), free(priv_mark), free(restate_mark), free(evict_mark);
+    return ok;
+#undef M
+}
+
+// Runs and checks; returns 0, the oracle's error code, or -100 for a checker failure.
+static int run_and_check(const trace *tr, run_cfg c, check_result *cr, oracle_stats *st_out) {
+    stream s;
+    oracle_stats st;
+    int rc = run_oracle(tr, c, &s, &st);
+    if (rc) {
+        snprintf(cr->msg, sizeof cr->msg, "%s", bp_errmsg(rc));
+        free(s.buf);
+        return rc;
+    }
+    rc = check_plans(tr, c, &s, cr) ? -100 : 0;
+    if (!rc && (cr->fetches != st.fetches || cr->accesses != st.accesses || cr->hits != st.hits || cr->peak != st.peak_resident)) {
+        snprintf(cr->msg, sizeof cr->msg, "stats disagree: fetches %llu/%llu accesses %llu/%llu hits %llu/%llu peak %llu/%llu",
+                 (unsigned long long)cr->fetches, (unsigned long long)st.fetches, (unsigned long long)cr->accesses,
+                 (unsigned long long)st.accesses, (unsigned long long)cr->hits, (unsigned long long)st.hits,
+                 (unsigned long long)cr->peak, (unsigned long long)st.peak_resident);
+        rc = -100;
+    }
+    if (st_out) *st_out = st;
+    free(s.buf);
+    return rc;
+}
+
+// The smallest capacity at which planning succeeds (scanning up from a lower bound), or 0.
+static uint64_t min_capacity(const trace *tr, run_cfg c, uint64_t lo, uint64_t hi) {
+    for (uint64_t C = lo; C <= hi; C++) {
+        c.C = C;
+        stream s;
+        int rc = run_oracle(tr, c, &s, NULL);
+        free(s.buf);
+        if (rc == 0) return C;
+        if (rc != BP_ECAPACITY) return 0;
+    }
+    return 0;
+}
+
+// Policy-independent lower bound: every trainer holds at step s all keys it uses in s..s+P.
+static uint64_t capacity_lower_bound(const trace *tr, uint32_t T, uint32_t P) {
+    uint64_t K = tr_keys(tr), best = 1, off[MAXF], acc = 0;
+    for (uint32_t f = 0; f < tr->F; f++) off[f] = acc, acc += tr->card[f];
+    uint8_t *seen = bp_xcalloc(K, 1);
+    for (uint32_t s = 0; s < tr->N; s++)
+        for (uint32_t i = 0; i < T; i++) {
+            memset(seen, 0, K);
+            uint64_t cnt = 0;
+            for (uint32_t u = s; u <= s + P && u < tr->N; u++) {
+                uint32_t n = tr_samples(tr, u);
+                for (uint32_t smp = (uint32_t)((uint64_t)i * n / T); smp < (uint64_t)(i + 1) * n / T; smp++)
+                    for (uint32_t f = 0; f < tr->F; f++) {
+                        uint64_t k = off[f] + tr->ids[((size_t)u * tr->B + smp) * tr->F + f];
+                        if (!seen[k]) seen[k] = 1, cnt++;
+                    }
+            }
+            best = BP_MAX(best, cnt);
+        }
+    free(seen);
+    return best;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+TEST(oracle_checker_random_traces) {
+    bp_rng r;
+    bp_rng_seed(&r, 42, 0);
+    int runs = 0;
+    for (int it = 0; it < 160; it++) {
+        uint32_t T = 1 + bp_rng_below(&r, 5), P = bp_rng_below(&r, 4), W = 1 + bp_rng_below(&r, 8);
+        uint32_t F = 1 + bp_rng_below(&r, 3), B = 1 + bp_rng_below(&r, 12), N = 5 + bp_rng_below(&r, 30);
+        uint64_t card[MAXF];
+        for (uint32_t f = 0; f < F; f++) card[f] = 1 + bp_rng_below(&r, 40);
+        int kind = (int)bp_rng_below(&r, 5);
+        trace tr;
+        trace_make(&tr, 1000 + (uint64_t)it, kind, N, B, F, card, 1 + bp_rng_below(&r, B));
+        run_cfg c = {T, W, P, 0, 1, 0};
+        uint64_t lo = capacity_lower_bound(&tr, T, P);
+        uint64_t cmin = min_capacity(&tr, c, lo, tr_keys(&tr) + 1);
+        ASSERT_MSG(cmin >= lo, "it %d: no capacity works (lower bound %llu)", it, (unsigned long long)lo);
+        // At the minimum, just above, and generous.
+        uint64_t caps[3] = {cmin, cmin + 1 + bp_rng_below(&r, 5), tr_keys(&tr) + 10};
+        for (int k = 0; k < 3; k++) {
+            c.C = caps[k];
+            check_result cr;
+            int rc = run_and_check(&tr, c, &cr, NULL);
+            ASSERT_MSG(rc == 0, "it %d (kind %d T=%u P=%u W=%u B=%u N=%u F=%u C=%llu): %s", it, kind, T, P, W, B, N, F,
+                       (unsigned long long)c.C, cr.msg);
+            runs++;
+        }
+        trace_free(&tr);
+    }
+    ASSERT_EQ(runs, 480);
+}
+
+TEST(oracle_checker_adversarial_traces) {
+    struct {
+        const char *what;
+        int kind;
+        uint32_t N, B, F;
+        uint64_t card[3];
+    } cases[] = {
+        {"tiny tables", 1, 30, 6, 3, {1, 2, 3}},
+        {"all hot", 2, 40, 8, 2, {50, 50}},
+        {"all cold", 3, 25, 4, 2, {400, 400}},
+        {"one row per batch", 0, 60, 1, 1, {12}},
+        {"one key at all", 1, 20, 5, 1, {1}},
+        {"phases", 4, 50, 6, 1, {30}},
+        {"more trainers than samples", 0, 20, 2, 2, {10, 10}},
+    };
+    for (size_t ci = 0; ci < BP_ARRAY_LEN(cases); ci++) {
+        trace tr;
+        trace_make(&tr, 77 + ci, cases[ci].kind, cases[ci].N, cases[ci].B, cases[ci].F, cases[ci].card, 0);
+        for (uint32_t T = 1; T <= 5; T++)
+            for (uint32_t P = 0; P <= 3; P++)
+                for (uint32_t W = 1; W <= 8; W += 3) {
+                    run_cfg c = {T, W, P, 0, 1, 0};
+                    uint64_t cmin = min_capacity(&tr, c, capacity_lower_bound(&tr, T, P), tr_keys(&tr) + 1);
+                    ASSERT_MSG(cmin > 0, "%s T=%u P=%u W=%u: no capacity works", cases[ci].what, T, P, W);
+                    for (uint64_t C = cmin; C <= cmin + 2; C += 2) {
+                        c.C = C;
+                        check_result cr;
+                        int rc = run_and_check(&tr, c, &cr, NULL);
+                        ASSERT_MSG(rc == 0, "%s T=%u P=%u W=%u C=%llu: %s", cases[ci].what, T, P, W,
+                                   (unsigned long long)C, cr.msg);
+                    }
+                }
+        trace_free(&tr);
+    }
+}
+
+// T = 1: the minimum cache is exactly the largest set of keys pinned at one step, and the error
+// names it.
+TEST(oracle_capacity_error_names_minimum) {
+    uint64_t card[1] = {30};
+    for (uint32_t P = 0; P <= 3; P++) {
+        trace tr;
+        trace_make(&tr, 5 + P, 1, 25, 4, 1, card, 0);
+        uint64_t need = capacity_lower_bound(&tr, 1, P); // exact for T = 1
+        run_cfg c = {1, 4, P, need, 1, 0};
+        check_result cr;
+        ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "P=%u C=%llu: %s", P, (unsigned long long)need, cr.msg);
+        c.C = need - 1;
+        stream s;
+        ASSERT_EQ(run_oracle(&tr, c, &s, NULL), BP_ECAPACITY);
+        free(s.buf);
+        char want[64];
+        snprintf(want, sizeof want, "minimum cache size for this batch is %llu rows", (unsigned long long)need);
+        ASSERT_STR_CONTAINS(bp_errmsg(BP_ECAPACITY), want);
+        trace_free(&tr);
+    }
+    // T > 1: below the smallest working capacity the error names a size at least that large.
+    trace tr;
+    uint64_t card2[2] = {20, 20};
+    trace_make(&tr, 9, 0, 30, 8, 2, card2, 0);
+    run_cfg c = {4, 3, 2, 0, 1, 0};
+    uint64_t cmin = min_capacity(&tr, c, 1, 100);
+    ASSERT_TRUE(cmin > 1);
+    c.C = cmin - 1;
+    stream s;
+    ASSERT_EQ(run_oracle(&tr, c, &s, NULL), BP_ECAPACITY);
+    free(s.buf);
+    const char *m = strstr(bp_errmsg(BP_ECAPACITY), "minimum cache size for this batch is ");
+    ASSERT_TRUE(m != NULL);
+    ASSERT_TRUE(strtoull(m + strlen("minimum cache size for this batch is "), NULL, 10) >= cmin);
+    trace_free(&tr);
+}
+
+// Exhaustive search over eviction choices (T = 1): the fewest fetches any policy can achieve with
+// capacity C, prefetch distance P, all keys of a batch resident at once, fetches for batch s+P
+// issued at s while batches s..s+P-1 stay pinned.  Keys < 16.
+static uint64_t brute_min_fetches(const trace *tr, uint32_t P, uint64_t C) {
+    uint32_t N = tr->N, K = (uint32_t)tr_keys(tr);
+    BP_ASSERT(K <= 14 && tr->F == 1);
+    uint32_t *U = bp_xcalloc(N, sizeof *U);
+    for (uint32_t t = 0; t < N; t++)
+        for (uint32_t smp = 0; smp < tr_samples(tr, t); smp++) U[t] |= 1u << tr->ids[(size_t)t * tr->B + smp];
+    const uint64_t INF = ~0ull;
+    size_t S = (size_t)1 << K;
+    uint64_t *dp = bp_xmalloc(S * sizeof *dp), *nd = bp_xmalloc(S * sizeof *nd);
+    for (size_t x = 0; x < S; x++) dp[x] = INF;
+    uint32_t r0 = 0;
+    for (uint32_t u = 0; u <= P && u < N; u++) r0 |= U[u];
+    if ((uint64_t)__builtin_popcount(r0) <= C) dp[r0] = (uint64_t)__builtin_popcount(r0);
+    for (uint32_t s = 1; s + P < N; s++) {
+        uint32_t pinned = 0, want = U[s + P];
+        for (uint32_t u = s; u < s + P; u++) pinned |= U[u];
+        for (size_t x = 0; x < S; x++) nd[x] = INF;
+        for (size_t R = 0; R < S; R++) {
+            if (dp[R] == INF) continue;
+            uint32_t freeset = (uint32_t)R & ~pinned;
+            for (uint32_t E = freeset;; E = (E - 1) & freeset) { // every subset to evict
+                uint32_t R1 = (uint32_t)R & ~E, R2 = R1 | want;
+                if ((uint64_t)__builtin_popcount(R2) <= C) {
+                    uint64_t cost = dp[R] + (uint64_t)__builtin_popcount(want & ~R1);
+                    if (cost < nd[R2]) nd[R2] = cost;
+                }
+                if (E == 0) break;
+            }
+        }
+        uint64_t *tmp = dp;
+        dp = nd, nd = tmp;
+    }
+    uint64_t best = INF;
+    for (size_t x = 0; x < S; x++) best = BP_MIN(best, dp[x]);
+    free(U), free(dp), free(nd);
+    return best;
+}
+
+TEST(oracle_fetches_match_exhaustive_optimum) {
+    bp_rng r;
+    bp_rng_seed(&r, 3, 0);
+    int compared = 0, pressured = 0;
+    for (int it = 0; it < 120; it++) {
+        uint64_t card[1] = {4 + bp_rng_below(&r, 7)};
+        uint32_t N = 4 + bp_rng_below(&r, 9), B = 1 + bp_rng_below(&r, 3), P = bp_rng_below(&r, 3);
+        trace tr;
+        trace_make(&tr, 500 + (uint64_t)it, (int)bp_rng_below(&r, 2) ? 0 : 4, N, B, 1, card, 0);
+        uint64_t lo = capacity_lower_bound(&tr, 1, P);
+        for (uint64_t C = lo; C <= card[0]; C++) {
+            run_cfg c = {1, N + 1, P, C, 1, 0}; // the window covers the whole trace
+            check_result cr;
+            int rc = run_and_check(&tr, c, &cr, NULL);
+            ASSERT_MSG(rc == 0, "it %d C=%llu: %s", it, (unsigned long long)C, cr.msg);
+            uint64_t best = brute_min_fetches(&tr, P, C);
+            ASSERT_MSG(cr.fetches == best, "it %d (N=%u B=%u K=%llu P=%u C=%llu): oracle fetches %llu, optimum %llu", it,
+                       N, B, (unsigned long long)card[0], P, (unsigned long long)C, (unsigned long long)cr.fetches,
+                       (unsigned long long)best);
+            compared++;
+            if (C < card[0]) pressured++;
+        }
+        trace_free(&tr);
+    }
+    ASSERT_TRUE(compared > 300 && pressured > 150);
+}
+
+TEST(oracle_plans_deterministic_across_runs_threads_keymaps) {
+    uint64_t card[3] = {200, 50, 1000};
+    trace tr;
+    trace_make(&tr, 11, 0, 120, 64, 3, card, 17);
+    run_cfg base = {4, 6, 2, 0, 1, ORACLE_KEYMAP_FLAT};
+    base.C = min_capacity(&tr, base, capacity_lower_bound(&tr, 4, 2), 2000) + 5;
+    ASSERT_TRUE(base.C > 5);
+    stream ref;
+    ASSERT_OK(run_oracle(&tr, base, &ref, NULL));
+    ASSERT_EQ(ref.records, 120);
+    run_cfg vars[4] = {base, base, base, base};
+    vars[1].threads = 2;
+    vars[2].keymap = ORACLE_KEYMAP_HASH;
+    vars[3].threads = 2, vars[3].keymap = ORACLE_KEYMAP_HASH;
+    for (int v = 0; v < 4; v++) {
+        for (int rep = 0; rep < 2; rep++) {
+            stream s;
+            ASSERT_OK(run_oracle(&tr, vars[v], &s, NULL));
+            ASSERT_MSG(s.n == ref.n && memcmp(s.buf, ref.buf, s.n) == 0, "variant %d run %d differs", v, rep);
+            free(s.buf);
+        }
+    }
+    check_result cr;
+    ASSERT_MSG(run_and_check(&tr, vars[3], &cr, NULL) == 0, "%s", cr.msg);
+    free(ref.buf);
+    trace_free(&tr);
+}
+
+TEST(oracle_memory_bounded_by_window) {
+    // Uniform ids over a table much larger than the window: active records must plateau.
+    uint64_t card[1] = {2000000};
+    oracle_stats st[2];
+    for (int k = 0; k < 2; k++) {
+        trace tr;
+        trace_make(&tr, 21, 1, k ? 400 : 100, 32, 1, card, 0);
+        run_cfg c = {2, 5, 1, 1000, 1, ORACLE_KEYMAP_FLAT};
+        stream s;
+        ASSERT_OK(run_oracle(&tr, c, &s, &st[k]));
+        free(s.buf);
+        trace_free(&tr);
+    }
+    ASSERT_MSG(st[1].active_peak <= st[0].active_peak + st[0].active_peak / 20,
+               "active records grew with run length: %llu -> %llu", (unsigned long long)st[0].active_peak,
+               (unsigned long long)st[1].active_peak);
+    ASSERT_TRUE(st[1].active_peak <= (5 + 1 + 3) * 32);
+    ASSERT_TRUE(st[1].fetches > 400 * 32 * 9 / 10); // nearly every access is a miss
+}
+
+TEST(oracle_rejects_bad_input) {
+    uint64_t card[2] = {10, 5};
+    oracle_config cfg = {.T = 2, .B = 4, .F = 2, .card = card, .W = 3, .P = 1, .C = 100, .threads = 1};
+    oracle o;
+    ASSERT_OK(oracle_init(&o, &cfg));
+    uint32_t ids[8] = {1, 1, 2, 2, 3, 5, 4, 4}; // sample 2, feature 1: id 5 >= 5
+    ASSERT_EQ(oracle_push_batch(&o, ids), BP_ERANGE);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ERANGE), "batch 0, sample 2, feature 1: id 5");
+    oracle_free(&o);
+    oracle_free(&o); // twice is fine
+    // A short batch must be the last one; pushing without draining is refused.
+    ASSERT_OK(oracle_init(&o, &cfg));
+    uint32_t good[8] = {0};
+    ASSERT_OK(oracle_push_samples(&o, good, 3));
+    ASSERT_EQ(oracle_push_batch(&o, good), BP_EINVAL);
+    oracle_free(&o);
+    ASSERT_OK(oracle_init(&o, &cfg));
+    int rc = 0;
+    for (int t = 0; t < 20 && !rc; t++) rc = oracle_push_batch(&o, good);
+    ASSERT_EQ(rc, BP_EINVAL);
+    ASSERT_STR_CONTAINS(bp_errmsg(rc), "window full");
+    oracle_free(&o);
+    // Config errors name the field.
+    oracle_config bad = cfg;
+    bad.T = 65;
+    ASSERT_EQ(oracle_init(&o, &bad), BP_EINVAL);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EINVAL), "65 trainers");
+    bad = cfg, bad.C = 0;
+    ASSERT_EQ(oracle_init(&o, &bad), BP_EINVAL);
+    bad = cfg, bad.threads = 3;
+    ASSERT_EQ(oracle_init(&o, &bad), BP_EINVAL);
+    // Two threads: the indexer's error reaches the caller.
+    cfg.threads = 2;
+    ASSERT_OK(oracle_init(&o, &cfg));
+    rc = oracle_push_batch(&o, ids);
+    plan p;
+    plan_init(&p);
+    for (int t = 0; t < 10 && rc == 0; t++) {
+        rc = oracle_push_batch(&o, good);
+        while (rc == 0 && (rc = oracle_next_plan(&o, &p)) == 1) rc = 0;
+    }
+    if (rc == 0) rc = oracle_finish(&o);
+    while (rc == 0 && (rc = oracle_next_plan(&o, &p)) == 1) rc = 0;
+    ASSERT_EQ(rc, BP_ERANGE);
+    ASSERT_STR_CONTAINS(bp_errmsg(rc), "id 5 >= table size 5");
+    plan_free(&p);
+    oracle_free(&o);
+}
+
+TEST(oracle_empty_input_and_single_batch) {
+    uint64_t card[1] = {10};
+    oracle_config cfg = {.T = 3, .B = 5, .F = 1, .card = card, .W = 2, .P = 2, .C = 10, .threads = 1};
+    oracle o;
+    plan p;
+    plan_init(&p);
+    ASSERT_OK(oracle_init(&o, &cfg));
+    ASSERT_OK(oracle_finish(&o));
+    ASSERT_EQ(oracle_next_plan(&o, &p), 0);
+    ASSERT_TRUE(oracle_done(&o));
+    oracle_free(&o);
+    ASSERT_OK(oracle_init(&o, &cfg));
+    uint32_t ids[5] = {1, 2, 1, 3, 3};
+    ASSERT_OK(oracle_push_batch(&o, ids));
+    ASSERT_EQ(oracle_next_plan(&o, &p), 0);
+    ASSERT_OK(oracle_finish(&o));
+    ASSERT_EQ(oracle_next_plan(&o, &p), 1);
+    ASSERT_EQ(p.iter, 0);
+    ASSERT_TRUE(p.flags & PLAN_LAST);
+    ASSERT_EQ(p.n_fetch, 3);
+    ASSERT_EQ(p.n_evict, 3);
+    ASSERT_EQ(oracle_next_plan(&o, &p), 0);
+    ASSERT_TRUE(oracle_done(&o));
+    plan_free(&p);
+    oracle_free(&o);
+}
+
+// Plans N full batches (ids: (N, B, F)) and keeps up to cap records in recs (each plan_init'ed
+// here; free them).  Returns the number of records, or a negative error.
+static int collect_records(const oracle_config *cfg, const uint32_t *ids, uint32_t N, plan *recs, int cap) {
+    oracle o;
+    int rc = oracle_init(&o, cfg), got = 0;
+    if (rc) return rc;
+    plan p;
+    plan_init(&p);
+    for (int k = 0; k < cap; k++) plan_init(&recs[k]);
+    for (uint32_t t = 0; t <= N && rc >= 0; t++) {
+        rc = t < N ? oracle_push_batch(&o, ids + (size_t)t * cfg->B * cfg->F) : oracle_finish(&o);
+        while (rc >= 0 && (rc = oracle_next_plan(&o, &p)) == 1)
+            if (got < cap) plan_swap(&recs[got++], &p);
+    }
+    plan_free(&p);
+    oracle_free(&o);
+    return rc < 0 ? rc : got;
+}
+
+// A hand-worked example: T = 2, P = 0, W = 2, one table, batches of 4 samples (trainer 0 gets
+// samples 0-1, trainer 1 samples 2-3).
+TEST(oracle_worked_example) {
+    uint64_t card[1] = {10};
+    uint32_t ids[4][4] = {
+        {1, 2, 3, 3}, // t0: 1 on tr0, 2 on tr0, 3 on tr1
+        {1, 1, 4, 4}, // t1: 1 on tr0, 4 on tr1
+        {5, 5, 5, 6}, // t2: 5 on both, 6 on tr1
+        {1, 5, 7, 7}, // t3: 1, 5 on tr0, 7 on tr1
+    };
+    oracle_config cfg = {.T = 2, .B = 4, .F = 1, .card = card, .W = 2, .P = 0, .C = 10, .threads = 1};
+    plan p[4];
+    int got = collect_records(&cfg, &ids[0][0], 4, p, 4);
+    ASSERT_EQ(got, 4);
+    // t0: key 1 (next use t1) and 3... key 2 and 3 are used once by one trainer: private.
+    ASSERT_EQ(p[0].n_fetch, 3);
+    ASSERT_TRUE(p[0].fetch[0].key == 1 && !(p[0].fetch[0].flags & PLAN_PRIVATE));
+    ASSERT_TRUE(p[0].fetch[1].key == 2 && (p[0].fetch[1].flags & PLAN_PRIVATE) && p[0].fetch[1].fetcher == 0);
+    ASSERT_TRUE(p[0].fetch[2].key == 3 && (p[0].fetch[2].flags & PLAN_PRIVATE) && p[0].fetch[2].fetcher == 1);
+    ASSERT_EQ(p[0].n_sync_now, 1); // key 1 is used again at t1
+    ASSERT_EQ(p[0].sync_now[0], 1);
+    ASSERT_EQ(p[0].priv_off[1], 1);
+    ASSERT_EQ(p[0].priv_key[0], 2);
+    ASSERT_EQ(p[0].priv_key[1], 3);
+    ASSERT_EQ(p[0].n_evict, 2); // the private keys
+    // t1: key 1 next used at t3 (within W=2 of t1): kept, sync-later with deadline 2.
+    ASSERT_EQ(p[1].n_fetch, 1); // key 4, private to trainer 1
+    ASSERT_EQ(p[1].n_sync_later, 1);
+    ASSERT_TRUE(p[1].sync_later[0].key == 1 && p[1].sync_later[0].deadline == 2);
+    // t2: key 5 shared (two users), key 6 private; key 5 used at t3: sync-now.
+    ASSERT_EQ(p[2].n_fetch, 2);
+    ASSERT_TRUE(p[2].fetch[0].key == 5 && !(p[2].fetch[0].flags & PLAN_PRIVATE));
+    ASSERT_TRUE(p[2].n_sync_now == 1 && p[2].sync_now[0] == 5);
+    // t3 (last): key 7 private; keys 1 and 5 evicted after t3 with a pending reduction.
+    ASSERT_TRUE(p[3].flags & PLAN_LAST);
+    ASSERT_EQ(p[3].n_evict, 3);
+    int wb_next = 0;
+    for (uint32_t j = 0; j < p[3].n_evict; j++) wb_next += !!(p[3].evict[j].flags & PLAN_WB_NEXT);
+    ASSERT_EQ(wb_next, 2);
+    ASSERT_EQ(p[3].n_sync_later, 2);
+    for (int t = 0; t < 4; t++) plan_free(&p[t]);
+}
+
+// Capacity pressure evicts the key whose next use is farthest, and a pending reduction is
+// restated with the tighter deadline.
+TEST(oracle_pressure_evicts_farthest) {
+    uint64_t card[1] = {10};
+    // T = 1, P = 0, W = 8: keys 1 (next use t3) and 2 (next use t4) stay; 3, 4, 0 are private.
+    uint32_t ids[6][2] = {{1, 2}, {3, 3}, {4, 4}, {1, 1}, {2, 2}, {0, 0}};
+    oracle_config cfg = {.T = 1, .B = 2, .F = 1, .card = card, .W = 8, .P = 0, .C = 3, .threads = 1};
+    plan recs[6];
+    ASSERT_EQ(collect_records(&cfg, &ids[0][0], 6, recs, 6), 6);
+    uint64_t fetches = 0, evicts = 0;
+    for (int t = 0; t < 6; t++) fetches += recs[t].n_fetch, evicts += recs[t].n_evict;
+    ASSERT_EQ(fetches, 5); // keys 1, 2, 3, 4, 0 once each
+    ASSERT_EQ(evicts, 5);
+    ASSERT_EQ(recs[0].n_evict, 0);
+    for (int t = 0; t < 6; t++) plan_free(&recs[t]);
+    // C = 2: fetching 3 for t1 needs a slot; 2 (next use t4) goes, not 1 (next use t3).
+    cfg.C = 2;
+    ASSERT_EQ(collect_records(&cfg, &ids[0][0], 6, recs, 6), 6);
+    ASSERT_EQ(recs[0].n_evict, 1);
+    ASSERT_EQ(recs[0].evict[0].key, 2);
+    ASSERT_TRUE(recs[0].evict[0].flags & PLAN_WB_NEXT); // its gradient of t0 is reduced during t1
+    // Both gradients of t0 are reduced in the background: key 1's by 2 (next use t3), key 2's by 1.
+    ASSERT_EQ(recs[0].n_sync_later, 2);
+    ASSERT_EQ(recs[0].n_sync_now, 0);
+    for (int j = 0; j < 2; j++)
+        ASSERT_EQ(recs[0].sync_later[j].deadline, recs[0].sync_later[j].key == 1 ? 2 : 1);
+    // Key 2 is fetched again for t4, gated on its write-back after t0 by trainer 0.
+    int found = 0;
+    for (uint32_t j = 0; j < recs[4].n_fetch; j++)
+        if (recs[4].fetch[j].key == 2) found = recs[4].fetch[j].evict_iter == 0 && recs[4].fetch[j].writer == 0;
+    ASSERT_TRUE(found);
+    for (int t = 0; t < 6; t++) plan_free(&recs[t]);
+}
+
+// A restatement happens when a kept key with a far deadline is evicted later under pressure.
+TEST(oracle_restates_pending_reduction_on_pressure) {
+    uint64_t card[1] = {10};
+    // T = 1, W = 8, P = 0, C = 2.  t0: key 1 (next use t4, deadline 3).  t1: key 2 (next use t3).
+    // t2: key 3 -> evict farthest (key 1, next use t4) after t1, its gradient of t0 pending until 3.
+    uint32_t ids[5][1] = {{1}, {2}, {3}, {2}, {1}};
+    oracle_config cfg = {.T = 1, .B = 1, .F = 1, .card = card, .W = 8, .P = 0, .C = 2, .threads = 1};
+    trace tr = {.N = 5, .B = 1, .F = 1, .n_last = 1, .card = {10}, .ids = &ids[0][0]};
+    run_cfg c = {1, 8, 0, 2, 1, 0};
+    check_result cr;
+    ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "%s", cr.msg);
+    plan recs[5];
+    ASSERT_EQ(collect_records(&cfg, &ids[0][0], 5, recs, 5), 5);
+    ASSERT_EQ(recs[1].n_evict, 1);
+    ASSERT_EQ(recs[1].evict[0].key, 1);
+    ASSERT_TRUE(recs[1].evict[0].flags & PLAN_WB_NEXT);
+    int seen = 0;
+    for (uint32_t j = 0; j < recs[1].n_sync_later; j++)
+        if (recs[1].sync_later[j].key == 1) seen = recs[1].sync_later[j].grad_iter == 0 && recs[1].sync_later[j].deadline == 2;
+    ASSERT_TRUE(seen);
+    for (int t = 0; t < 5; t++) plan_free(&recs[t]);
+}
+
+typedef struct {
+    stream s;
+} sink_ctx;
+
+static int sink_collect(const plan *p, void *arg) {
+    stream_add(&((sink_ctx *)arg)->s, p);
+    return 0;
+}
+
+TEST(oracle_dataset_driver_matches_in_memory) {
+    const char *path = test_path("d.bin");
+    bp_ds_info t = {0};
+    t.n_dense = 1, t.n_sparse = 2, t.kind = BP_KIND_CUSTOM;
+    bp_ds_writer *w;
+    ASSERT_OK(bp_ds_writer_open(&w, path, &t));
+    uint64_t card[2] = {40, 9};
+    trace tr;
+    trace_make(&tr, 4, 0, 12, 10, 2, card, 0); // 120 train rows
+    for (uint32_t r = 0; r < 150; r++) {
+        uint8_t lab = r & 1;
+        float d = 0;
+        uint32_t ids[2] = {r < 120 ? tr.ids[r * 2] : 0, r < 120 ? tr.ids[r * 2 + 1] : 0};
+        ASSERT_OK(bp_ds_writer_append(w, 1, &lab, &d, ids, NULL));
+    }
+    uint64_t split[3] = {115, 20, 15}; // the train split ends with a batch of 5
+    ASSERT_OK(bp_ds_writer_finish(w, card, split));
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, path, 0));
+    oracle_config cfg = {.T = 3, .B = 10, .W = 4, .P = 1, .C = 60, .threads = 1};
+    sink_ctx ctx = {{0}};
+    oracle_stats st;
+    ASSERT_OK(oracle_run_dataset(&ds, BP_SPLIT_TRAIN, 0, &cfg, sink_collect, &ctx, &st));
+    ASSERT_EQ(ctx.s.records, 12);
+    ASSERT_EQ(st.samples, 115);
+    // The same batches through the in-memory API give the same bytes.
+    tr.n_last = 5;
+    run_cfg c = {3, 4, 1, 60, 1, 0};
+    check_result cr;
+    plan p;
+    plan_init(&p);
+    // Decode the driver's last record: 5 samples, LAST, row0 = 110.
+    size_t pos = 0;
+    uint32_t size = 0;
+    for (uint32_t k = 0; k < 12; k++) {
+        ASSERT_OK(plan_peek_size(ctx.s.buf + pos, ctx.s.n - pos, &size));
+        ASSERT_OK(plan_decode(&p, ctx.s.buf + pos, size));
+        ASSERT_EQ(p.row0, (uint64_t)k * 10);
+        pos += size;
+    }
+    ASSERT_EQ(p.B, 5);
+    ASSERT_TRUE(p.flags & PLAN_LAST);
+    g_row_base = 0;
+    ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "%s", cr.msg);
+    stream mem;
+    ASSERT_OK(run_oracle(&tr, c, &mem, NULL));
+    ASSERT_TRUE(mem.n == ctx.s.n && memcmp(mem.buf, ctx.s.buf, mem.n) == 0);
+    free(mem.buf);
+    // max_rows limits the rows planned; the val split plans too.
+    sink_ctx ctx2 = {{0}};
+    ASSERT_OK(oracle_run_dataset(&ds, BP_SPLIT_TRAIN, 30, &cfg, sink_collect, &ctx2, &st));
+    ASSERT_EQ(ctx2.s.records, 3);
+    free(ctx.s.buf), free(ctx2.s.buf);
+    plan_free(&p);
+    bp_ds_close(&ds);
+    trace_free(&tr);
+}
