@@ -246,7 +246,7 @@ TEST(dist_unreadable_dataset) {
     int rc = test_run(&out, 30, OMPI_ENV " %s train --mode sync --trainers 2 --servers 1 " TINY_MODEL " %s",
                       ompi_env(), test_bin(), bad);
     ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
-    ASSERT_STR_CONTAINS(out, "bad.bin: too short for a bagpipe dataset");
+    ASSERT_STR_CONTAINS(out, "bad.bin: not a bagpipe binary dataset");
     free(out);
     rc = test_run(&out, 30, OMPI_ENV " %s train --mode sync --trainers 1 --servers 2 " TINY_MODEL " %s",
                   ompi_env(), test_bin(), test_path("missing.bin"));

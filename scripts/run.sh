@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The main job (README): generate a Criteo-shaped click log in the raw Kaggle TSV format,
+# preprocess it, analyse its access skew, train DLRM on it and print the result.
+#   scripts/run.sh            2M samples (a few minutes on 2 cores)
+#   ROWS=500000 scripts/run.sh
+# Everything is written under ${OUT:-results/run}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+make -s -j2 build/bagpipe
+ROWS=${ROWS:-2000000}
+OUT=${OUT:-results/run}
+mkdir -p "$OUT"
+export BAGPIPE_PROGRESS=${BAGPIPE_PROGRESS:-}
+bp=build/bagpipe
+set -x
+$bp synth --preset criteo-kaggle --rows "$ROWS" --format tsv --seed 1 -o "$OUT/train.txt"
+$bp prep --format criteo --split kaggle --min-count 1 -o "$OUT/criteo.bin" "$OUT/train.txt"
+$bp analyze --batch-size 2048 "$OUT/criteo.bin"
+$bp train "$OUT/criteo.bin" --model dlrm --batch-size 2048 --optimizer adagrad --emb-optimizer adagrad \
+    --learning-rate 0.05 --metrics "$OUT/metrics.jsonl" --save "$OUT/model"
+{ set +x; } 2>/dev/null
+python3 tools/plot_metrics.py "$OUT/metrics.jsonl" -o "$OUT/curves.png" >/dev/null 2>&1 || true
+echo "results in $OUT (metrics.jsonl, model/, curves.png)"
