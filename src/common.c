@@ -41,10 +41,13 @@ const char *bp_strerror(int code) {
 static _Thread_local char err_buf[1024];
 
 int bp_fail(int code, const char *fmt, ...) {
+    // Formats into a copy first, so a message may quote the previous one (bp_errmsg).
+    char tmp[sizeof err_buf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
+    memcpy(err_buf, tmp, sizeof err_buf);
     return code;
 }
 

@@ -241,12 +241,9 @@ void train_json_result(jsonl *j, const char *prefix, const metric_result *r) {
 
 static int open_dataset(bp_dataset *ds, const char *path) {
     int rc = bp_ds_open(ds, path, BP_DS_VERIFY);
-    if (rc == BP_EFORMAT) {
-        char msg[512]; // bp_fail writes the buffer bp_errmsg reads
-        snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
-        return bp_fail(rc, "%s (a raw Criteo/Avazu file must be converted first: bagpipe prep -o DATA.bin %s)", msg,
-                       path);
-    }
+    if (rc == BP_EFORMAT)
+        return bp_fail(rc, "%s (a raw Criteo/Avazu file must be converted first: bagpipe prep -o DATA.bin %s)",
+                       bp_errmsg(rc), path);
     return rc;
 }
 

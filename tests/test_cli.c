@@ -84,3 +84,9 @@ TEST(jsonl_escapes_and_nulls) {
     j.buf[j.len] = 0;
     ASSERT_TRUE(strcmp(j.buf, "{\"event\":\"a\\\"b\\\\c\\u000a\",\"iter\":-3,\"loss\":0.25,\"auc\":null}\n") == 0);
 }
+
+TEST(error_message_may_quote_the_previous_one) {
+    bp_fail(BP_EIO, "first: %d", 1);
+    bp_fail(BP_EIO, "%s, then second", bp_errmsg(BP_EIO));
+    ASSERT_TRUE(strcmp(bp_errmsg(BP_EIO), "first: 1, then second") == 0);
+}
