@@ -6,16 +6,16 @@
 #include "common.h"
 
 int msg_has_keys(uint32_t kind) {
-    return kind == MSG_ROW_REQ || kind == MSG_GRAD_PUSH || kind == MSG_DUMP_ROWS;
+    return kind == MSG_ROW_REQ || kind == MSG_GRAD_PUSH || kind == MSG_DUMP_ROWS || kind == MSG_HOT_GRAD;
 }
 
 int msg_has_rows(uint32_t kind) {
-    return kind == MSG_ROW_REPLY || kind == MSG_GRAD_PUSH || kind == MSG_DUMP_ROWS;
+    return kind == MSG_ROW_REPLY || kind == MSG_GRAD_PUSH || kind == MSG_DUMP_ROWS || kind == MSG_HOT_GRAD;
 }
 
 const char *msg_kind_name(uint32_t kind) {
     static const char *const names[MSG_KINDS] = {"?",         "ROW_REQ", "ROW_REPLY", "GRAD_PUSH", "DUMP_REQ",
-                                                 "DUMP_ROWS", "DONE",    "AR_RS",     "AR_AG"};
+                                                 "DUMP_ROWS", "DONE",    "AR_RS",     "AR_AG", "HOT_GRAD"};
     return kind < MSG_KINDS ? names[kind] : "?";
 }
 

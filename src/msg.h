@@ -23,6 +23,13 @@
 //   6   MSG_DONE        trainer -> server       iterations run       n = 0: no more messages
 //   7   MSG_AR_RS       trainer -> trainer      (raw, no header)     all-reduce reduce-scatter chunk
 //   8   MSG_AR_AG       trainer -> trainer      (raw, no header)     all-reduce all-gather chunk
+//   9   MSG_HOT_GRAD    trainer -> trainer      batch t of the grad  static mode: n keys (pinned
+//                                                                    rows only) + n rows of E floats
+//
+// Mode sharded (no server ranks) reuses kinds 1, 2, 3 and 5 between trainers: trainer i owns
+// the keys with msg_server_of(key, T) == i and plays the server's part for them (ROW_REQ /
+// ROW_REPLY per peer per iteration, GRAD_PUSH per peer per iteration, DUMP_ROWS to trainer 0
+// when the model is collected, unrequested).
 //
 // Ordering (sync mode): a server answers ROW_REQ(t) and DUMP_REQ(t) only once it has applied the
 // GRAD_PUSH(t') of every trainer for every t' < t, so a read of t+1 sees all updates of t.  It
@@ -54,7 +61,8 @@ enum {
     MSG_DONE = 6,
     MSG_AR_RS = 7,
     MSG_AR_AG = 8,
-    MSG_KINDS = 9, // tags are < MSG_KINDS
+    MSG_HOT_GRAD = 9,
+    MSG_KINDS = 10, // tags are < MSG_KINDS
 };
 
 enum { MSG_F_LAST = 1u << 0 };
