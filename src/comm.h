@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define COMM_MAX_TAGS 16
+#define COMM_MAX_TAGS 32
 #define COMM_MAX_SLEEP_US 200
 #define COMM_ANY (-1) // any source / any tag
 

@@ -22,6 +22,10 @@ dist_role dist_role_of(const dist_layout *l, int rank, int *index) {
     return DIST_TRAINER;
 }
 
+const char *dist_mode_name(dist_mode m) {
+    return m == DIST_MODE_SHARDED ? "sharded" : m == DIST_MODE_STATIC ? "static" : m == DIST_MODE_BAGPIPE ? "bagpipe" : "sync";
+}
+
 void dist_role_name(int rank, const void *ctx, char *buf, size_t cap) {
     const dist_layout *l = ctx;
     int idx;
@@ -52,15 +56,19 @@ int dist_begin(const dist_layout *l) {
 }
 
 static void print_layout(const train_setup *su, const dist_layout *l) {
-    printf("layout: %d ranks: rank 0 oracle (coordinator), ranks 1-%d servers 0-%d, ranks %d-%d trainers 0-%d\n",
-           dist_ranks(l), l->S, l->S - 1, l->S + 1, l->S + l->T, l->T - 1);
+    if (l->S > 0)
+        printf("layout: %d ranks: rank 0 oracle (coordinator), ranks 1-%d servers 0-%d, ranks %d-%d trainers 0-%d\n",
+               dist_ranks(l), l->S, l->S - 1, l->S + 1, l->S + l->T, l->T - 1);
+    else
+        printf("layout: %d ranks: rank 0 oracle (coordinator), ranks 1-%d trainers 0-%d (rows sharded over "
+               "the trainers)\n", dist_ranks(l), l->T, l->T - 1);
     char arch[512];
     model_config_format(&su->mc, arch, sizeof arch);
     printf("model: %s (%d-float rows, %s/%s optimizers, lr %g)\n", arch, su->mc.E,
            su->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(su->eopt.kind), su->lr);
     printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), mode %s\n", su->data_path,
            (unsigned long long)(su->tr1 - su->tr0), (long long)su->total_iters, su->B,
-           (double)su->total_iters / (double)su->per_epoch, su->mode == TRAIN_MODE_BAGPIPE ? "bagpipe" : "sync");
+           (double)su->total_iters / (double)su->per_epoch, dist_mode_name(l->mode));
     if (su->mode == TRAIN_MODE_BAGPIPE)
         printf("cache: %llu rows per trainer, lookahead %d, prefetch %d\n", (unsigned long long)su->cache_rows,
                su->lookahead, su->prefetch);
@@ -95,6 +103,8 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     dist_role r = dist_role_of(l, me, &idx);
     if (r == DIST_SERVER) rc = role_server_run(su, l, idx);
     else if (r == DIST_TRAINER && su->mode == TRAIN_MODE_BAGPIPE) rc = role_bagpipe_trainer_run(su, l, idx);
+    else if (r == DIST_TRAINER && l->mode == DIST_MODE_SHARDED) rc = role_sharded_run(su, l, idx);
+    else if (r == DIST_TRAINER && l->mode == DIST_MODE_STATIC) rc = role_static_run(su, l, idx);
     else if (r == DIST_TRAINER) rc = role_trainer_run(su, l, idx);
     else if (ro) rc = role_oracle_run(ro);
     role_oracle_free(ro);

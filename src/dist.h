@@ -18,11 +18,21 @@
 #define BP_DIST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "train.h"
 
+// Which trainer role the ranks run (role_trainer.c, role_sharded.c, role_static.c).
+//   sync      servers hold every row; trainers fetch and push per iteration
+//   sharded   no server ranks (S = 0): trainer i owns the keys with bp_mix64(k) % T == i
+//   static    servers hold the cold rows; the hottest static_rows rows are replicated on
+//             every trainer
+typedef enum { DIST_MODE_SYNC = 0, DIST_MODE_SHARDED = 1, DIST_MODE_STATIC = 2, DIST_MODE_BAGPIPE = 3 } dist_mode;
+
 typedef struct {
-    int S, T; // servers, trainers
+    int S, T;            // servers, trainers
+    dist_mode mode;      // zero: sync
+    int64_t static_rows; // static: rows to pin (0: 1% of the rows, at least 1)
 } dist_layout;
 
 typedef enum { DIST_ORACLE = 0, DIST_SERVER = 1, DIST_TRAINER = 2 } dist_role;
@@ -38,7 +48,7 @@ void dist_role_name(int rank, const void *ctx, char *buf, size_t cap);
 // Joins the job (comm_init) and checks the rank count against the layout.  On a mismatch every
 // rank prints the same clear error and leaves MPI; returns BP_EMISMATCH (exit 2).
 int dist_begin(const dist_layout *l);
-// Agrees on setup_rc across ranks, then runs this rank's role in mode `sync`, the final barrier
+// Agrees on setup_rc across ranks, then runs this rank's role in mode l->mode, the final barrier
 // and MPI_Finalize.  Returns the process exit code.
 int dist_run(const train_setup *su, const dist_layout *l, int setup_rc);
 
@@ -63,6 +73,9 @@ void role_oracle_free(role_oracle *ro); // safe on NULL
 // needed).  buf: a receive buffer of cap bytes (dist_dump_cap).
 int dist_collect_rows(trainer *tr, int S, int first_server, void *buf, size_t cap, int64_t iter);
 size_t dist_dump_cap(const emb_layout *L);
+int role_sharded_run(const train_setup *su, const dist_layout *l, int i);
+int role_static_run(const train_setup *su, const dist_layout *l, int i);
+const char *dist_mode_name(dist_mode m);
 
 // Samples of trainer i in a global batch of B: [dist_slice_begin(B, T, i), ..(B, T, i + 1)).
 static inline int dist_slice_begin(int B, int T, int i) { return (int)((long long)i * B / T); }

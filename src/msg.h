@@ -24,6 +24,11 @@
 //   7   MSG_AR_RS       trainer -> trainer      (raw, no header)     all-reduce reduce-scatter chunk
 //   8   MSG_AR_AG       trainer -> trainer      (raw, no header)     all-reduce all-gather chunk
 //
+// Mode sharded (no server ranks) reuses kinds 1, 2, 3 and 5 between trainers: trainer i owns
+// the keys with msg_server_of(key, T) == i and plays the server's part for them (ROW_REQ /
+// ROW_REPLY per peer per iteration, GRAD_PUSH per peer per iteration, DUMP_ROWS to trainer 0
+// when the model is collected, unrequested).
+//
 // Mode bagpipe (plan.h says when each is sent):
 //   9   MSG_FETCH       trainer -> server       record t issuing it  n keys + n gates of width 2
 //                                                                    32-bit words (evict_iter,
@@ -41,6 +46,10 @@
 //                                                                    t's shared keys
 //  14   MSG_PLAN        oracle -> trainer       (raw plan record, plan.h)
 //  15   MSG_CREDIT      trainer -> oracle       iterations finished  n = 0 (flow control)
+//
+// Mode static:
+//  16   MSG_HOT_GRAD    trainer -> trainer      batch t of the grad  n keys (pinned rows only) +
+//                                                                    n rows of E floats
 //
 // Ordering (sync mode): a server answers ROW_REQ(t) and DUMP_REQ(t) only once it has applied the
 // GRAD_PUSH(t') of every trainer for every t' < t, so a read of t+1 sees all updates of t.  It
@@ -79,7 +88,8 @@ enum {
     MSG_GSYNC = 13,
     MSG_PLAN = 14,
     MSG_CREDIT = 15,
-    MSG_KINDS = 16, // tags are < MSG_KINDS (<= COMM_MAX_TAGS)
+    MSG_HOT_GRAD = 16,
+    MSG_KINDS = 17, // tags are < MSG_KINDS (<= COMM_MAX_TAGS)
 };
 
 enum { MSG_F_LAST = 1u << 0 };

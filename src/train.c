@@ -218,7 +218,7 @@ typedef struct {
     int mode, trainers, servers, lookahead, prefetch;
     int64_t cache_rows;
     int batch, eval_batch, epochs, threads, eval_every, print_every, eval_split, dense_opt, emb_opt;
-    int64_t iters, eval_rows;
+    int64_t iters, eval_rows, static_rows;
     double lr, emb_lr;
     int64_t seed;
     const char *save, *metrics;
@@ -285,12 +285,27 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     return 0;
 }
 
-// --mode sync / bagpipe: without a launcher, start the job (launch.h); under one, become a rank.
+// --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
+// become a rank.  sharded runs no server ranks (the rows live on the trainers): it takes
+// --servers 0, and the default --servers 1 is read as 0; more servers are an error.
 static int train_distributed(const train_flags *fl, const char *data_path, int argc, char **argv) {
+    static const dist_mode modes[] = {[TRAIN_MODE_SYNC] = DIST_MODE_SYNC, [TRAIN_MODE_SHARDED] = DIST_MODE_SHARDED,
+                                      [TRAIN_MODE_STATIC] = DIST_MODE_STATIC, [TRAIN_MODE_BAGPIPE] = DIST_MODE_BAGPIPE};
+    const dist_mode mode = modes[fl->mode];
     if (fl->trainers > fl->batch)
         return cmd_exit(bp_fail(BP_EUSAGE, "--trainers %d: more trainers than samples in a batch (--batch-size %d)",
                                 fl->trainers, fl->batch));
-    dist_layout lay = {.S = fl->servers, .T = fl->trainers};
+    if (mode == DIST_MODE_SHARDED && fl->servers > 1)
+        return cmd_exit(bp_fail(BP_EUSAGE, "--servers %d: --mode sharded keeps the rows on the trainers and runs no "
+                                "server ranks (leave --servers out or pass --servers 0)", fl->servers));
+    if (mode != DIST_MODE_SHARDED && fl->servers < 1)
+        return cmd_exit(bp_fail(BP_EUSAGE, "--servers %d: --mode %s needs at least one server rank", fl->servers,
+                                dist_mode_name(mode)));
+    if (mode != DIST_MODE_STATIC && fl->static_rows)
+        return cmd_exit(bp_fail(BP_EUSAGE, "--static-rows %lld: only --mode static pins rows",
+                                (long long)fl->static_rows));
+    dist_layout lay = {.S = mode == DIST_MODE_SHARDED ? 0 : fl->servers, .T = fl->trainers, .mode = mode,
+                       .static_rows = fl->static_rows};
     if (!launch_under_mpi()) return launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
     int rc = dist_begin(&lay);
     if (rc) return rc == BP_EMISMATCH ? 2 : 1;
@@ -305,14 +320,19 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
 int cmd_train(int argc, char **argv) {
     train_flags fl;
     const cli_opt opts[] = {
-        CLI_CHOICE("mode", 0, &fl.mode, 0, "local|sync|bagpipe",
+        CLI_CHOICE("mode", 0, &fl.mode, 0, "local|sync|sharded|static|bagpipe",
                    "training mode (local: one process, all tables in memory; sync: parameter servers, "
-                   "no cache; bagpipe: oracle-planned lookahead cache, prefetch and LRPP sync)"),
+                   "no cache; sharded: rows partitioned over the trainers, all-to-all per iteration; "
+                   "static: the hottest rows pinned on every trainer, the rest on servers; "
+                   "bagpipe: oracle-planned lookahead cache, prefetch and LRPP sync)"),
         CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, INT64_MAX / 2, "bagpipe: cache capacity per trainer (rows)"),
         CLI_INT("lookahead", 0, &fl.lookahead, 32, 0, 65536, "bagpipe: lookahead window W (batches)"),
         CLI_INT("prefetch", 0, &fl.prefetch, 2, 0, 255, "bagpipe: prefetch distance P (iterations)"),
         CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes)"),
-        CLI_INT("servers", 0, &fl.servers, 1, 1, 1024, "embedding server ranks (distributed modes)"),
+        CLI_INT("servers", 0, &fl.servers, 1, 0, 1024,
+                "embedding server ranks (sync, static; sharded runs none: 0, and 1 is read as 0)"),
+        CLI_I64("static-rows", 0, &fl.static_rows, 0, 0, INT64_MAX / 2,
+                "static: rows to pin on every trainer, the most accessed in the train split (0: 1% of the rows)"),
         MODEL_CLI_OPTS(&fl.mf),
         CLI_INT("batch-size", 'b', &fl.batch, 128, 1, 1 << 20, "global mini-batch size (samples)"),
         CLI_DBL("learning-rate", 0, &fl.lr, 0.1, 0, 1e6, "learning rate"),
@@ -347,6 +367,8 @@ int cmd_train(int argc, char **argv) {
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
     if (fl.trainers != 1 || fl.servers != 1)
         return cmd_exit(bp_fail(BP_EUSAGE, "--trainers/--servers: --mode local is one process (use --mode sync)"));
+    if (fl.static_rows)
+        return cmd_exit(bp_fail(BP_EUSAGE, "--static-rows %lld: only --mode static pins rows", (long long)fl.static_rows));
 
     bp_dataset ds;
     FILE *mf = NULL;

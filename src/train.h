@@ -69,7 +69,8 @@ typedef struct {
     int lookahead, prefetch;    // bagpipe: window W and prefetch distance P (iterations)
 } train_setup;
 
-enum { TRAIN_MODE_LOCAL = 0, TRAIN_MODE_SYNC = 1, TRAIN_MODE_BAGPIPE = 2 };
+// The --mode choices, in their flag order.
+enum { TRAIN_MODE_LOCAL = 0, TRAIN_MODE_SYNC = 1, TRAIN_MODE_SHARDED = 2, TRAIN_MODE_STATIC = 3, TRAIN_MODE_BAGPIPE = 4 };
 
 // The printed / JSON forms of evaluation results, shared with the distributed modes.
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes);

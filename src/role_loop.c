@@ -1,0 +1,289 @@
+// role_loop: the loop and helpers shared by the sharded and static trainer roles (role_loop.h).
+#include "role_loop.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "common.h"
+#include "jsonl.h"
+#include "metric.h"
+#include "msg.h"
+#include "progress.h"
+
+int role_loss_allreduce(double *loss, int first_trainer, int T) {
+    double w[128]; // T * ceil(1 / T) = T elements
+    double *work = T <= 128 ? w : bp_xmalloc((size_t)T * sizeof(double));
+    int rc = comm_allreduce_sum_f64(loss, 1, first_trainer, T, work);
+    if (work != w) free(work);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row sets
+
+int role_rows_init(role_rows *r, const emb_layout *L, uint64_t *keys, uint64_t n) {
+    memset(r, 0, sizeof *r);
+    r->keys = keys, r->n = n, r->stride = L->stride;
+    r->bytes = (size_t)(n ? n : 1) * (size_t)L->stride * sizeof(float);
+    r->rows = bp_alloc_huge(r->bytes);
+    if (!r->rows) return bp_fail(BP_ENOMEM, "cannot map %zu bytes for %llu rows", r->bytes, (unsigned long long)n);
+    for (uint64_t j = 0; j < n; j++) emb_row_init(L, keys[j], role_rows_at(r, (int64_t)j));
+    return 0;
+}
+
+void role_rows_free(role_rows *r) {
+    free(r->keys);
+    if (r->rows) bp_free_huge(r->rows, r->bytes);
+    memset(r, 0, sizeof *r);
+}
+
+int64_t role_rows_slot(const role_rows *r, uint64_t key) {
+    uint64_t lo = 0, hi = r->n;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (r->keys[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < r->n && r->keys[lo] == key ? (int64_t)lo : -1;
+}
+
+void role_merge_apply(const emb_opt *o, role_rows *dst, int T, const uint64_t *const *keys,
+                      const float *const *grads, const uint32_t *n, int E, uint32_t *cur, float *sum) {
+    memset(cur, 0, (size_t)T * sizeof *cur);
+    for (;;) {
+        uint64_t k = UINT64_MAX;
+        for (int p = 0; p < T; p++)
+            if (cur[p] < n[p] && keys[p][cur[p]] < k) k = keys[p][cur[p]];
+        if (k == UINT64_MAX) break;
+        int first = 1;
+        for (int p = 0; p < T; p++) {
+            if (cur[p] >= n[p] || keys[p][cur[p]] != k) continue;
+            const float *g = grads[p] + (size_t)cur[p] * E;
+            if (first) memcpy(sum, g, (size_t)E * sizeof(float)), first = 0;
+            else
+                for (int j = 0; j < E; j++) sum[j] += g[j];
+            cur[p]++;
+        }
+        int64_t slot = role_rows_slot(dst, k);
+        BP_ASSERT(slot >= 0); // the lists were validated against dst's key set
+        emb_opt_apply_row(o, role_rows_at(dst, slot), sum);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row transfers to the writer
+
+static uint64_t dump_per_chunk(int stride) {
+    return BP_MAX((uint64_t)1, ((uint64_t)32 << 20) / (8 + (uint64_t)stride * 4));
+}
+
+size_t role_dump_cap(const emb_layout *L) {
+    return msg_bytes(MSG_DUMP_ROWS, (uint32_t)BP_MIN(dump_per_chunk(L->stride), L->rows), (uint32_t)L->stride);
+}
+
+int role_send_rows(const role_rows *r, int to, int64_t iter) {
+    const int stride = r->stride;
+    const uint64_t per = dump_per_chunk(stride);
+    void *buf = bp_xmalloc(msg_bytes(MSG_DUMP_ROWS, (uint32_t)BP_MIN(per, r->n ? r->n : 1), (uint32_t)stride));
+    uint64_t i = 0;
+    int rc = 0;
+    do {
+        uint32_t n = (uint32_t)BP_MIN(per, r->n - i);
+        msg_header h = {MSG_DUMP_ROWS, i + n == r->n ? MSG_F_LAST : 0, (uint64_t)iter, n, (uint32_t)stride};
+        uint64_t *k;
+        float *rows;
+        msg_encode(buf, &h, &k, &rows);
+        memcpy(k, r->keys + i, (size_t)n * sizeof *k);
+        memcpy(rows, r->rows + i * (size_t)stride, (size_t)n * stride * sizeof *rows);
+        comm_req q;
+        rc = comm_isend(buf, msg_bytes(MSG_DUMP_ROWS, n, (uint32_t)stride), to, MSG_DUMP_ROWS, &q);
+        if (!rc) rc = comm_wait(&q, NULL);
+        i += n;
+    } while (!rc && i < r->n);
+    free(buf);
+    return rc;
+}
+
+int role_recv_rows(emb_table *table, void *buf, size_t cap, int from, int64_t iter, int owner, int owners,
+                   uint64_t *total) {
+    const emb_layout *L = &table->L;
+    uint64_t last = 0;
+    int any = 0, rc = 0;
+    for (;;) {
+        size_t len = 0;
+        if ((rc = comm_recv(buf, cap, from, MSG_DUMP_ROWS, &len))) return rc;
+        msg_expect ex = {.kind = MSG_DUMP_ROWS, .width = (uint32_t)L->stride, .max_n = MSG_MAX_N, .iter = iter,
+                         .rows = L->rows, .server = owner, .S = owners};
+        msg_header h;
+        const uint64_t *k;
+        const float *rows;
+        if ((rc = msg_decode(buf, len, from, &ex, &h, &k, &rows))) return rc;
+        if (h.n && any && k[0] <= last)
+            return bp_fail(BP_EFORMAT, "trainer 0: row dump chunks of rank %d out of key order", from);
+        for (uint32_t j = 0; j < h.n; j++)
+            memcpy(emb_table_row(table, k[j]), rows + (size_t)j * L->stride, (size_t)L->stride * sizeof(float));
+        if (h.n) last = k[h.n - 1], any = 1;
+        *total += h.n;
+        if (h.flags & MSG_F_LAST) return 0;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loop
+
+enum { W_FETCH, W_PUSH, W_AR, W_HOT, W_DUMP, W_LOOKUPS, W_HITS, W_N };
+
+// The window's counters summed over the trainers: bytes sent + received of each kind (row
+// fetch, gradient push, dense all-reduce, pinned-row gradients, dumps), lookups, pinned hits.
+static int window_counters(const role_loop *rl, uint64_t prev[W_N], double out[W_N]) {
+    uint64_t now[W_N] = {comm_bytes_sent(MSG_ROW_REQ) + comm_bytes_recv(MSG_ROW_REPLY),
+                         comm_bytes_sent(MSG_GRAD_PUSH),
+                         comm_bytes_sent(MSG_AR_RS) + comm_bytes_sent(MSG_AR_AG),
+                         comm_bytes_sent(MSG_HOT_GRAD),
+                         comm_bytes_sent(MSG_DUMP_REQ) + comm_bytes_recv(MSG_DUMP_ROWS),
+                         rl->st->lookups,
+                         rl->st->hot_hits};
+    for (int k = 0; k < W_N; k++) out[k] = (double)(now[k] - prev[k]);
+    double work[W_N * 2 + 2]; // T * ceil(W_N / T) <= W_N + T - 1 ... bounded below for T <= W_N + 2
+    double *w = rl->T <= W_N + 2 ? work : bp_xmalloc((size_t)rl->T * 2 * sizeof(double));
+    int rc = comm_allreduce_sum_f64(out, W_N, rl->first_trainer, rl->T, w);
+    if (w != work) free(w);
+    // the counters' own all-reduce is not counted
+    for (int k = 0; k < W_N; k++) prev[k] = now[k];
+    prev[W_AR] = comm_bytes_sent(MSG_AR_RS) + comm_bytes_sent(MSG_AR_AG);
+    return rc;
+}
+
+static void json_window(jsonl *j, const role_loop *rl, const role_stats *st, const double c[W_N], int64_t iters) {
+    jsonl_num(j, "wait_rows_s", st->t_wait);
+    jsonl_num(j, "emb_sync_s", st->t_sync);
+    jsonl_num(j, "allreduce_s", st->t_ar);
+    jsonl_num(j, "compute_s", st->t_compute);
+    jsonl_num(j, "bytes_row_fetch", c[W_FETCH]);
+    jsonl_num(j, "bytes_grad_push", c[W_PUSH]);
+    jsonl_num(j, "bytes_allreduce", c[W_AR]);
+    jsonl_num(j, "bytes_hot_sync", c[W_HOT]);
+    if (iters > 0)
+        jsonl_num(j, "bytes_per_iter", (c[W_FETCH] + c[W_PUSH] + c[W_AR] + c[W_HOT]) / (double)iters);
+    if (rl->report_hits) {
+        jsonl_num(j, "lookups", c[W_LOOKUPS]);
+        jsonl_num(j, "hit_rate", c[W_LOOKUPS] > 0 ? c[W_HITS] / c[W_LOOKUPS] : 0.0);
+    }
+    jsonl_int(j, "trainers", rl->T);
+    jsonl_int(j, "servers", rl->S);
+}
+
+int role_loop_run(const train_setup *su, const role_loop *rl) {
+    FILE *mf = NULL;
+    const int writer = rl->i == 0;
+    int rc = 0;
+    if (writer && su->metrics && !(mf = fopen(su->metrics, "a")))
+        return bp_fail(BP_EIO, "--metrics %s: cannot open: %s", su->metrics, strerror(errno));
+    role_stats *st = rl->st;
+    trainer *tr = rl->tr;
+    const int B = su->B;
+    bp_progress prog;
+    bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);
+    if (!writer) prog.enabled = 0;
+    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
+    role_stats tot = {0};
+    double tot_c[W_N] = {0};
+    uint64_t prev[W_N] = {0};
+    int64_t win_n = 0;
+    metric_result res = {0}, bayes = {0};
+    for (int64_t t = 0; t < su->total_iters && !rc; t++) {
+        double loss = 0;
+        if ((rc = rl->step(rl->ctx, t, &loss))) break;
+        if (!isfinite(loss)) {
+            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
+            break;
+        }
+        win_loss += loss, win_n++;
+        if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
+            double c[W_N];
+            if ((rc = window_counters(rl, prev, c))) break;
+            for (int k = 0; k < W_N; k++) tot_c[k] += c[k];
+            tot.t_wait += st->t_wait, tot.t_sync += st->t_sync, tot.t_ar += st->t_ar, tot.t_compute += st->t_compute;
+            if (writer) {
+                double now = bp_now();
+                jsonl j;
+                jsonl_begin(&j);
+                jsonl_str(&j, "event", "train");
+                jsonl_int(&j, "iter", t + 1);
+                jsonl_int(&j, "samples", (t + 1) * B);
+                jsonl_num(&j, "epoch", (double)(t + 1) / (double)su->per_epoch);
+                jsonl_num(&j, "loss", win_loss / (double)win_n);
+                jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
+                json_window(&j, rl, st, c, win_n);
+                jsonl_end(&j, mf);
+                char note[64];
+                snprintf(note, sizeof note, "loss %.4f", win_loss / (double)win_n);
+                bp_progress_update(&prog, (uint64_t)(t + 1), note);
+            }
+            st->t_wait = st->t_sync = st->t_ar = st->t_compute = 0;
+            win_loss = 0, win_n = 0, t_window = bp_now();
+        }
+        if (su->do_eval && su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
+            double e0 = bp_now();
+            if ((rc = rl->collect(rl->ctx, t + 1))) break;
+            if (writer) {
+                trainer_eval(tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
+                jsonl j;
+                jsonl_begin(&j);
+                jsonl_str(&j, "event", "eval");
+                jsonl_str(&j, "split", bp_split_name(su->eval_split));
+                jsonl_int(&j, "iter", t + 1);
+                jsonl_int(&j, "samples", (t + 1) * B);
+                train_json_result(&j, "", &res);
+                jsonl_end(&j, mf);
+            }
+            t_eval += bp_now() - e0;
+            t_window += bp_now() - e0;
+        }
+    }
+    bp_progress_finish(&prog);
+    const int64_t iters = su->total_iters;
+    double train_s = bp_now() - t_start - t_eval;
+    double sps = (double)iters * B / train_s;
+    if (!rc && writer)
+        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)iters,
+               (long long)iters * B, train_s, sps);
+    if (!rc && (su->do_eval || su->save)) rc = rl->collect(rl->ctx, iters);
+    if (!rc && writer) {
+        int have_res = 0;
+        if (su->do_eval) {
+            trainer_eval(tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
+            have_res = 1;
+            train_print_result(bp_split_name(su->eval_split), &res, &bayes);
+        }
+        jsonl j;
+        jsonl_begin(&j);
+        jsonl_str(&j, "event", "summary");
+        jsonl_str(&j, "mode", rl->mode);
+        jsonl_str(&j, "model", model_kind_name(su->mc.kind));
+        jsonl_int(&j, "iters", iters);
+        jsonl_int(&j, "samples", iters * B);
+        jsonl_num(&j, "train_s", train_s);
+        jsonl_num(&j, "samples_per_s", sps);
+        json_window(&j, rl, &tot, tot_c, iters);
+        if (have_res) {
+            jsonl_str(&j, "split", bp_split_name(su->eval_split));
+            train_json_result(&j, "", &res);
+            if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
+        }
+        jsonl_end(&j, mf);
+        if (su->save) {
+            rc = trainer_save(tr, su->save, su->ds, iters, iters * B, su->seed);
+            if (!rc) printf("saved model to %s\n", su->save);
+        }
+        fflush(stdout);
+    }
+    if (!rc && rl->finish) rc = rl->finish(rl->ctx, iters);
+    if (mf) fclose(mf);
+    return rc;
+}

@@ -1,0 +1,78 @@
+// role_loop: what the trainer roles of modes `sharded` (role_sharded.c) and `static`
+// (role_static.c) share: the training loop with its metrics, evaluation and --save (the same
+// lines, JSON and saved model as mode sync's role_trainer.c), a row set kept by ascending key,
+// the rank-order gradient merge, and the transfer of row sets to the writer.
+//
+// The loop calls, per iteration, the mode's step on every trainer; every print_every
+// iterations it sums the window's counters over the trainers (deterministic all-reduce); for an
+// evaluation or --save it calls the mode's collect on every trainer (a collective: trainer 0
+// ends with every row in tr->table), then the mode's finish.
+#ifndef BP_ROLE_LOOP_H
+#define BP_ROLE_LOOP_H
+
+#include <stdint.h>
+
+#include "emb.h"
+#include "optim.h"
+#include "train.h"
+
+// Time and lookups of the current window, kept by the mode's step.
+typedef struct {
+    double t_wait, t_sync, t_ar, t_compute; // seconds: waiting for rows, row gradients, dense all-reduce, compute
+    uint64_t lookups, hot_hits;             // (b, f) lookups, and those served by pinned rows (static)
+} role_stats;
+
+typedef struct {
+    const char *mode;  // "sharded", "static": the summary's "mode"
+    void *ctx;         // the mode's state
+    trainer *tr;       // dense replica; tr->table filled by collect on trainer 0
+    role_stats *st;
+    int S, T, i, first_trainer;
+    int report_hits;   // write "hit_rate" (share of lookups served by pinned rows)
+    int (*step)(void *ctx, int64_t t, double *loss);
+    int (*collect)(void *ctx, int64_t iter); // every trainer calls it
+    int (*finish)(void *ctx, int64_t iters); // may be NULL
+} role_loop;
+
+// Runs su->total_iters iterations and the end of a run (result lines, metrics, --save on
+// trainer 0).  Returns 0 or a negative code with a message.
+int role_loop_run(const train_setup *su, const role_loop *rl);
+
+// Sum of the global batch's loss over the trainers (deterministic all-reduce).
+int role_loss_allreduce(double *loss, int first_trainer, int T);
+
+// A set of rows by ascending key: a trainer's shard (sharded) or its pinned rows (static).
+typedef struct {
+    uint64_t n;      // rows
+    uint64_t *keys;  // (n) ascending, unique
+    float *rows;     // (n, stride), initialised with emb_row_init
+    int stride;
+    size_t bytes;    // of the rows mapping
+} role_rows;
+
+// Allocates and initialises the rows of the given keys (ascending, unique).  keys is taken over
+// (freed by role_rows_free).  BP_ENOMEM with a message when the mapping fails.
+int role_rows_init(role_rows *r, const emb_layout *L, uint64_t *keys, uint64_t n);
+void role_rows_free(role_rows *r); // safe on a zeroed one
+// Slot of key, or -1 when the set lacks it (binary search).
+int64_t role_rows_slot(const role_rows *r, uint64_t key);
+static inline float *role_rows_at(const role_rows *r, int64_t slot) { return r->rows + (size_t)slot * r->stride; }
+
+// The rank-order rule: T ascending key lists of partial gradients (list p = trainer p); for
+// each key in ascending order, the first list that holds it is copied into sum, the later ones
+// are added in list order, then emb_opt_apply_row on the key's row in dst (which must hold it).
+// cur: (T) scratch; sum: (E) scratch.
+void role_merge_apply(const emb_opt *o, role_rows *dst, int T, const uint64_t *const *keys,
+                      const float *const *grads, const uint32_t *n, int E, uint32_t *cur, float *sum);
+
+// Sends every row of r (keys and full rows) to rank `to` as DUMP_ROWS(iter) chunks of at most
+// ~32 MiB, the last one flagged MSG_F_LAST.
+int role_send_rows(const role_rows *r, int to, int64_t iter);
+// Receives such a dump from rank `from` into table (owner `owner` of `owners`, by
+// msg_server_of; owners 0: no check) and adds the rows received to *total.  buf: cap bytes.
+int role_recv_rows(emb_table *table, void *buf, size_t cap, int from, int64_t iter, int owner, int owners,
+                   uint64_t *total);
+// Capacity role_recv_rows needs for rows of this layout.
+size_t role_dump_cap(const emb_layout *L);
+
+#endif

@@ -1,0 +1,227 @@
+// Multi-rank tests of the baseline modes `sharded` (rows partitioned over the trainers) and
+// `static` (hottest rows pinned on every trainer): each must give mode sync's model bit for bit
+// at the same T (and local's at T = 1), with SGD and Adagrad rows, uneven slices, mid-run
+// evaluations, every row pinned; bad flags are clear usage errors.  Every job is started
+// through the binary (it launches mpirun itself) under a timeout.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "test.h"
+
+// The Open MPI settings of ENV-NOTES, and LeakSanitizer suppressions for Open MPI's own
+// allocations (used by sanitizer builds only).
+static const char *modes_env(void) {
+    static char env[1024];
+    const char *supp = test_path("lsan.supp");
+    FILE *f = fopen(supp, "w");
+    if (f) {
+        fputs("leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libhwloc.so\n"
+              "leak:libevent\nleak:mca_\n", f);
+        fclose(f);
+    }
+    snprintf(env, sizeof env,
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_hwloc_base_binding_policy=none "
+             "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+             "LSAN_OPTIONS=fast_unwind_on_malloc=0:suppressions=%s", supp);
+    return env;
+}
+
+#define MODES_MODEL                                                                                  \
+    "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --learning-rate 0.05 "    \
+    "--print-every 100 --eval-rows 200"
+
+// A small skewed dataset (Zipf rows, planted labels) from `bagpipe synth`: 3 tables, 4 dense.
+static int make_data(char *path, size_t cap, uint64_t seed) {
+    snprintf(path, cap, "%s", test_path("d.bin"));
+    char *out = NULL;
+    int rc = test_run(&out, 30, "%s synth --preset custom --tables 40,300,2000 --dense 4 -n 4000 --seed %llu -t 1 -o %s",
+                      test_bin(), (unsigned long long)seed, path);
+    if (rc) fprintf(stderr, "synth exited %d:\n%s\n", rc, out ? out : "");
+    free(out);
+    return rc;
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t n = 0, cap = 4096, k;
+    char *b = malloc(cap);
+    while ((k = fread(b + n, 1, cap - n - 1, f)) > 0) {
+        n += k;
+        if (cap - n < 2) b = realloc(b, cap *= 2);
+    }
+    fclose(f);
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
+// 1 when DIR_A/name and DIR_B/name exist and are byte-identical.
+static int same_file(const char *a, const char *b, const char *name) {
+    char pa[600], pb[600];
+    snprintf(pa, sizeof pa, "%s/%s", a, name), snprintf(pb, sizeof pb, "%s/%s", b, name);
+    size_t la, lb;
+    char *x = slurp(pa, &la), *y = slurp(pb, &lb);
+    int same = x && y && la == lb && la > 0 && memcmp(x, y, la) == 0;
+    free(x), free(y);
+    return same;
+}
+
+// Trains with `args`, saving to test_path(dir); returns the exit code, output in *out (may be NULL).
+static int run_train(char **out, const char *data, const char *dir, const char *args) {
+    return test_run(out, 60, "%s %s train " MODES_MODEL " %s --save %s %s", modes_env(), test_bin(), args,
+                    test_path(dir), data);
+}
+
+#define TRAIN_OK(data, dir, args)                                                                 \
+    do {                                                                                          \
+        char *o_ = NULL;                                                                          \
+        int rc_ = run_train(&o_, data, dir, args);                                                \
+        if (rc_ != 0) {                                                                           \
+            test_fail(__FILE__, __LINE__, "train %s exited %d:\n%s", args, rc_, o_ ? o_ : "");    \
+            free(o_);                                                                             \
+            return;                                                                               \
+        }                                                                                         \
+        free(o_);                                                                                 \
+    } while (0)
+
+#define SAME_MODEL(a, b)                                                                          \
+    do {                                                                                          \
+        ASSERT_MSG(same_file(test_path(a), test_path(b), "dense.bin"), "dense.bin of %s and %s differ", a, b); \
+        ASSERT_MSG(same_file(test_path(a), test_path(b), "emb.bin"), "emb.bin of %s and %s differ", a, b);     \
+    } while (0)
+
+// The number after "key": in the summary line of a metrics file (NaN when absent).
+static double summary_num(const char *path, const char *key) {
+    size_t len;
+    char *m = slurp(path, &len);
+    if (!m) return NAN;
+    const char *s = strstr(m, "\"event\":\"summary\"");
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = s ? strstr(s, pat) : NULL;
+    double v = p ? strtod(p + strlen(pat), NULL) : NAN;
+    free(m);
+    return v;
+}
+
+// T = 1: sharded and static give the local trainer's model and evaluation line.
+static void check_t1(const char *opt) {
+    char data[512], args[256];
+    ASSERT_OK(make_data(data, sizeof data, 11));
+    snprintf(args, sizeof args, "--batch-size 24 --iters 300 --emb-optimizer %s", opt);
+    char *lout = NULL, a[512];
+    snprintf(a, sizeof a, "--mode local %s", args);
+    int rc = run_train(&lout, data, "local", a);
+    ASSERT_MSG(rc == 0, "local exited %d:\n%s", rc, lout);
+    const char *lval = strstr(lout, "val   AUC");
+    ASSERT_TRUE(lval != NULL);
+    char line[256];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(lval, "\n"), lval);
+    free(lout);
+    const char *modes[2][2] = {{"sharded", "--mode sharded --trainers 1 --servers 0"},
+                               {"static", "--mode static --trainers 1 --servers 1 --static-rows 30"}};
+    for (int m = 0; m < 2; m++) {
+        char *out = NULL;
+        snprintf(a, sizeof a, "%s %s", modes[m][1], args);
+        rc = run_train(&out, data, modes[m][0], a);
+        ASSERT_MSG(rc == 0, "%s exited %d:\n%s", modes[m][0], rc, out);
+        ASSERT_STR_CONTAINS(out, line);
+        free(out);
+        SAME_MODEL("local", modes[m][0]);
+    }
+}
+
+TEST(modes_t1_match_local_sgd) { check_t1("sgd"); }
+TEST(modes_t1_match_local_adagrad) { check_t1("adagrad"); }
+
+// T = 2: sharded and static (S = 1 and 2, some rows pinned or every row) match sync; the
+// metrics carry the bytes of each kind and static's hit rate.
+static void check_t2(const char *opt) {
+    char data[512], args[256], a[512];
+    ASSERT_OK(make_data(data, sizeof data, 12));
+    snprintf(args, sizeof args, "--batch-size 24 --iters 300 --no-eval --emb-optimizer %s", opt);
+    snprintf(a, sizeof a, "--mode sync --trainers 2 --servers 1 %s", args);
+    TRAIN_OK(data, "sync", a);
+    snprintf(a, sizeof a, "--mode sharded --trainers 2 %s --metrics %s", args, test_path("sh.jsonl"));
+    TRAIN_OK(data, "sharded", a);
+    SAME_MODEL("sync", "sharded");
+    snprintf(a, sizeof a, "--mode static --trainers 2 --servers 2 --static-rows 25 %s --metrics %s", args,
+             test_path("st.jsonl"));
+    TRAIN_OK(data, "static", a);
+    SAME_MODEL("sync", "static");
+    // More rows than the tables hold: every accessed row is pinned, the servers see empty messages.
+    snprintf(a, sizeof a, "--mode static --trainers 2 --servers 1 --static-rows 1000000 %s --metrics %s", args,
+             test_path("all.jsonl"));
+    TRAIN_OK(data, "all", a);
+    SAME_MODEL("sync", "all");
+    const char *sh = test_path("sh.jsonl"), *st = test_path("st.jsonl"), *all = test_path("all.jsonl");
+    ASSERT_TRUE(summary_num(sh, "bytes_row_fetch") > 0);
+    ASSERT_TRUE(summary_num(sh, "bytes_grad_push") > 0);
+    ASSERT_TRUE(summary_num(sh, "bytes_allreduce") > 0);
+    ASSERT_TRUE(summary_num(sh, "servers") == 0);
+    double hit = summary_num(st, "hit_rate");
+    ASSERT_MSG(hit > 0.3 && hit < 1, "static hit rate %g", hit); // skewed data: 25 rows serve much
+    ASSERT_TRUE(summary_num(st, "bytes_hot_sync") > 0);
+    ASSERT_TRUE(summary_num(st, "lookups") == 300.0 * 24 * 3);
+    ASSERT_TRUE(summary_num(all, "hit_rate") == 1);
+    // every row pinned: only empty requests and pushes (headers) go to the server
+    ASSERT_TRUE(summary_num(all, "bytes_row_fetch") == 300.0 * 2 * 2 * 24);
+}
+
+TEST(modes_t2_match_sync_sgd) { check_t2("sgd"); }
+TEST(modes_t2_match_sync_adagrad) { check_t2("adagrad"); }
+
+// T = 3 with uneven slices (batch 25) and mid-run evaluations (collections of the model).
+TEST(modes_t3_match_sync) {
+    char data[512];
+    ASSERT_OK(make_data(data, sizeof data, 13));
+    const char *common = "--batch-size 25 --iters 300 --eval-every 100 --emb-optimizer rowwise-adagrad";
+    char a[512];
+    snprintf(a, sizeof a, "--mode sync --trainers 3 --servers 2 %s", common);
+    TRAIN_OK(data, "sync", a);
+    snprintf(a, sizeof a, "--mode sharded --trainers 3 --servers 0 %s", common);
+    TRAIN_OK(data, "sharded", a);
+    SAME_MODEL("sync", "sharded");
+    snprintf(a, sizeof a, "--mode static --trainers 3 --servers 2 --static-rows 40 %s", common);
+    TRAIN_OK(data, "static", a);
+    SAME_MODEL("sync", "static");
+    snprintf(a, sizeof a, "--mode static --trainers 3 --servers 1 %s", common); // default: 1% of the rows
+    TRAIN_OK(data, "static1", a);
+    SAME_MODEL("sync", "static1");
+}
+
+// Flags that do not fit a mode are usage errors (exit 2) with a message naming the flag.
+TEST(modes_bad_flags) {
+    char data[512];
+    ASSERT_OK(make_data(data, sizeof data, 14));
+    struct {
+        const char *args, *msg;
+    } bad[] = {
+        {"--mode sharded --trainers 2 --servers 2", "--servers 2: --mode sharded keeps the rows on the trainers"},
+        {"--mode static --trainers 2 --servers 0", "--servers 0: --mode static needs at least one server"},
+        {"--mode sync --servers 0", "--servers 0: --mode sync needs at least one server"},
+        {"--mode static --static-rows -5", "--static-rows"},
+        {"--mode sync --static-rows 10", "--static-rows 10: only --mode static pins rows"},
+        {"--mode local --static-rows 10", "--static-rows 10: only --mode static pins rows"},
+        {"--mode sharded --trainers 30 --batch-size 24", "--trainers 30: more trainers than samples"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char *out = NULL;
+        int rc = test_run(&out, 30, "%s %s train " MODES_MODEL " --iters 5 %s %s", modes_env(), test_bin(),
+                          bad[k].args, data);
+        ASSERT_MSG(rc == 2, "%s: exit %d:\n%s", bad[k].args, rc, out);
+        ASSERT_STR_CONTAINS(out, bad[k].msg);
+        free(out);
+    }
+    // The default --servers 1 is read as 0 by sharded: the job has 1 + T ranks.
+    char *out = NULL;
+    int rc = test_run(&out, 60, "%s %s train " MODES_MODEL " --mode sharded --trainers 2 --iters 5 --no-eval %s",
+                      modes_env(), test_bin(), data);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "layout: 3 ranks");
+    free(out);
+}
