@@ -201,12 +201,16 @@ static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
     return &o->slots[occ >> o->pos_bits].next[occ & o->pos_mask];
 }
 
-// Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.
-static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n) {
+// Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.  `flat`
+// is a constant at each call site, so the keymap test leaves the inner loop.
+static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o, const uint32_t *ids, uint32_t n,
+                                                                   const int flat) {
     uint32_t bnum = o->n_indexed, j = bnum % o->R;
     slot *sl = &o->slots[j];
-    const uint32_t F = o->F, T = o->T, tag = j << o->pos_bits;
+    const uint32_t F = o->F, T = o->T, tag = j << o->pos_bits, pos_mask = o->pos_mask;
     const uint64_t *off = o->offset, *card = o->card;
+    uint64_t *km = o->km, *skey = sl->key, *susers = sl->users;
+    uint32_t *sact = sl->act, *snext = sl->next;
     sl->batch = bnum, sl->samples = n, sl->n = 0;
     uint32_t cnt = 0;
     // Trainer by trainer, table by table: the hot ids of one table are close together in the
@@ -222,29 +226,31 @@ static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n) {
                 if (id >= c)
                     return bp_fail(BP_ERANGE, "oracle: batch %u, sample %u, feature %u: id %u >= table size %llu",
                                    bnum, s, f, id, (unsigned long long)c);
-                if (o->km_flat && s + 16 < hi) {
+                if (flat && s + 16 < hi) {
                     uint32_t ahead = col[(size_t)(s + 16) * F];
-                    if (ahead < c) __builtin_prefetch(&o->km[base + ahead]);
+                    if (ahead < c) __builtin_prefetch(&km[base + ahead]);
                 }
-                uint64_t *w = km_word(o, base + id);
+                uint64_t *w = flat ? &km[base + id] : hmap_slot(&o->hm, base + id, 1);
                 uint64_t v = *w;
-                uint32_t oc;
-                if ((v & KM_ACTIVE) && ((uint32_t)v & ~o->pos_mask) == tag) {
-                    oc = (uint32_t)v & o->pos_mask; // seen earlier in this batch
-                } else {
-                    uint32_t a = (v & KM_ACTIVE) ? KM_ACT(v) : act_new(o, base + id, v);
-                    oc = cnt++;
-                    sl->key[oc] = base + id, sl->act[oc] = a, sl->next[oc] = NIL, sl->users[oc] = 0;
-                    if (v & KM_ACTIVE) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
-                    *w = KM_ACTIVE | (uint64_t)a << 32 | (tag | oc);
+                if ((v & KM_ACTIVE) && ((uint32_t)v & ~pos_mask) == tag) {
+                    susers[(uint32_t)v & pos_mask] |= bit; // seen earlier in this batch
+                    continue;
                 }
-                sl->users[oc] |= bit;
+                uint32_t a = (v & KM_ACTIVE) ? KM_ACT(v) : act_new(o, base + id, v);
+                uint32_t oc = cnt++;
+                skey[oc] = base + id, sact[oc] = a, snext[oc] = NIL, susers[oc] = bit;
+                if (v & KM_ACTIVE) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
+                *w = KM_ACTIVE | (uint64_t)a << 32 | (tag | oc);
             }
         }
     }
     sl->n = cnt;
     if (cnt > o->occ_hw) o->occ_hw = cnt;
     return 0;
+}
+
+static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n) {
+    return o->km_flat ? index_batch_impl(o, ids, n, 1) : index_batch_impl(o, ids, n, 0);
 }
 
 // Frees the active records of keys whose last held occurrence is in retired batch bnum.
@@ -400,7 +406,7 @@ static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
     r->n_private = o->pv_n;
 }
 
-#define AHEAD 16 // occurrences to prefetch the residency state ahead
+#define AHEAD 8 // prefetch distances (occurrences): residency state at 2 AHEAD, gate words at AHEAD
 
 // One planning step s (see oracle.h).  Returns 1 if it completed record s-1 (in rec[(s-1)&1]),
 // 0 if not (s = 0), or BP_ECAPACITY.
@@ -412,23 +418,34 @@ static int plan_step(oracle_impl *o) {
     plan *prev = &o->rec[(s + 1) & 1], *cur = &o->rec[s & 1];
     uint8_t *state = o->act_state;
 
+    uint64_t *gate = o->act_gate;
+    uint64_t shared = o->shared_count;
+    oracle_stats st = o->st; // counters kept in registers through the loops
+
     // (a) keys used at s-1: private ones and those with no use in [s, H] are evicted after s-1;
     // the others stay, and their gradient of s-1 is synchronised before the next use.
     if (s >= 1) {
         o->bucket_n[(s - 1) % o->NB] = 0;
         o->pv_n = 0;
         const slot *sl = &o->slots[(s - 1) % o->R];
-        for (uint32_t oc = 0; oc < sl->n; oc++) {
-            if (oc + AHEAD < sl->n) __builtin_prefetch(&state[sl->act[oc + AHEAD]], 1);
-            uint32_t a = sl->act[oc];
-            uint64_t key = sl->key[oc];
+        const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n;
+        const uint64_t *skey = sl->key;
+        for (uint32_t oc = 0; oc < n; oc++) {
+            if (oc + 2 * AHEAD < n) __builtin_prefetch(&state[sact[oc + 2 * AHEAD]], 1);
+            if (oc + AHEAD < n) { // the gate word of a key that is likely to be evicted
+                uint32_t a2 = sact[oc + AHEAD];
+                if (state[a2] == RES_PRIVATE || __atomic_load_n(&snext[oc + AHEAD], __ATOMIC_RELAXED) == NIL)
+                    __builtin_prefetch(&gate[a2], 1);
+            }
+            uint32_t a = sact[oc];
+            uint64_t key = skey[oc];
             if (state[a] == RES_PRIVATE) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(sl->users[oc]);
                 private_push(o, key, (uint16_t)tr);
                 plan_add_evict(prev, (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE});
                 o->priv_count[tr]--;
-                state[a] = RES_NONE, o->act_gate[a] = gate_of(tr, s - 1);
-                o->st.evictions++, o->st.evictions_private++;
+                state[a] = RES_NONE, gate[a] = gate_of(tr, s - 1);
+                st.evictions++, st.evictions_private++;
                 continue;
             }
             BP_ASSERT(state[a] == RES_SHARED);
@@ -437,16 +454,16 @@ static int plan_step(oracle_impl *o) {
                 uint32_t owner = rr_next(&o->rr_owner, T);
                 plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
                 plan_add_sync_later(prev, (plan_sync){key, s - 1, s});
-                state[a] = RES_NONE, o->act_gate[a] = gate_of(owner, s - 1);
-                o->shared_count--;
-                o->st.evictions++, o->st.sync_later++;
+                state[a] = RES_NONE, gate[a] = gate_of(owner, s - 1);
+                shared--;
+                st.evictions++, st.sync_later++;
             } else if (v == s) {
                 plan_add_sync_now(prev, key);
-                o->st.sync_now++;
+                st.sync_now++;
             } else {
                 if (v > s + P) bucket_push(o, v, (bentry){a, s - 1, prev->n_sync_later});
                 plan_add_sync_later(prev, (plan_sync){key, s - 1, v - 1});
-                o->st.sync_later++;
+                st.sync_later++;
             }
         }
     }
@@ -456,17 +473,20 @@ static int plan_step(oracle_impl *o) {
     for (uint32_t u = u0; u <= s + P && u < N; u++) {
         const slot *su = &o->slots[u % o->R];
         BP_ASSERT(su->batch == u && u <= H);
-        for (uint32_t oc = 0; oc < su->n; oc++) {
-            if (oc + AHEAD < su->n) __builtin_prefetch(&state[su->act[oc + AHEAD]], 1);
-            uint32_t a = su->act[oc];
-            uint64_t users = su->users[oc];
+        const uint32_t *sact = su->act, n = su->n;
+        const uint64_t *susers = su->users;
+        for (uint32_t oc = 0; oc < n; oc++) {
+            if (oc + 2 * AHEAD < n) __builtin_prefetch(&state[sact[oc + 2 * AHEAD]], 1);
+            if (oc + AHEAD < n && state[sact[oc + AHEAD]] == RES_NONE) __builtin_prefetch(&gate[sact[oc + AHEAD]], 1);
+            uint32_t a = sact[oc];
+            uint64_t users = susers[oc];
             uint32_t nu = popcount64(users);
-            o->st.accesses += nu;
+            st.accesses += nu;
             if (state[a] != RES_NONE) {
-                o->st.hits += nu;
+                st.hits += nu;
                 continue;
             }
-            uint64_t g = o->act_gate[a];
+            uint64_t g = gate[a];
             plan_fetch f = {su->key[oc], u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
             uint32_t v = next_use(o, su, oc);
             // Private needs the window to show that no fetch decision for u+1..u+P can see the
@@ -476,17 +496,19 @@ static int plan_step(oracle_impl *o) {
                 state[a] = RES_PRIVATE;
                 o->priv_count[tr]++;
                 f.fetcher = (uint16_t)tr, f.flags = PLAN_PRIVATE;
-                o->st.fetches_private++;
+                st.fetches_private++;
             } else {
                 state[a] = RES_SHARED;
-                o->shared_count++;
+                shared++;
                 f.fetcher = (uint16_t)rr_next(&o->rr_fetch, T);
             }
-            o->st.fetches++;
+            st.fetches++;
             plan_add_fetch(cur, f);
         }
-        o->st.unique += su->n;
+        st.unique += n;
     }
+    o->shared_count = shared;
+    o->st = st;
 
     // (c) capacity: Belady among shared keys not needed by s..s+P.
     uint32_t who;
