@@ -1,17 +1,20 @@
 // oracle: the lookahead planner.  Model and contract in oracle.h; record layout in plan.h.
 //
 // Data structures (all allocated at init; the steady state allocates nothing):
-//   keymap   key -> 64-bit word: KM_ACTIVE | active index, or the key's last eviction
+//   keymap   key -> 64-bit word: KM_ACTIVE | active index << 32 | latest occurrence (the
+//            dedupe test reads this one word), or the key's last eviction
 //            ((writer << 32) | (evict_iter + 1); 0 = never evicted).  Flat array or hash map.
 //   actives  one record per key with an occurrence in a held batch (every resident key has one):
-//            key, tail (its latest occurrence), and the planner's state (act_b).
+//            residency state (1 byte, a compact array the planner scans), consistency gate (the
+//            last eviction, 8 bytes) and the key (8 bytes).
 //   slots    ring of R held batches; a batch's occurrences are its unique keys in first-appearance
-//            order: (active index, next occurrence of the same key, users mask).  An occurrence id
-//            is (slot << pos_bits) | position.  next-links make "next use" O(1).
-//   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction.
+//            order: (key, active index, next occurrence of the same key, users mask), 24 bytes.
+//            An occurrence id is (slot << pos_bits) | position; next-links make "next use" O(1).
+//   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction;
+//            only keys that can become candidates (next use beyond the pinned batches) enter.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
-// free list and the slots being filled; the planner owns act_b of published keys, buckets and
+// free list and the slots being filled; the planner owns the state of published keys, buckets and
 // records.  With threads = 2 the indexer runs on its own thread: batches are published through a
 // mutex (release/acquire) and the only field both touch concurrently, an occurrence's next link,
 // is atomic.  The planner never looks past its horizon H(s), so its output does not depend on how
@@ -21,6 +24,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 
@@ -30,19 +34,16 @@
 
 enum { RES_NONE = 0, RES_SHARED = 1, RES_PRIVATE = 2 };
 
+// A resident shared key waiting in the bucket of its next use.
 typedef struct {
-    uint32_t evict_iter; // iteration after which the key was last evicted, PLAN_NEVER
-    uint16_t writer;     // its write-back owner then, PLAN_NO_WRITER
-    uint8_t state;       // RES_*
-    uint8_t was_private; // the last eviction was of a private key
-    uint16_t priv;       // holder when RES_PRIVATE
-    uint16_t pad;
-    uint32_t last_use;   // iteration of the latest gradient, NIL
-    uint32_t deadline;   // that gradient's reduction is applied by the end of this iteration, NIL
-} act_b;
+    uint32_t a;        // active index
+    uint32_t last_use; // iteration of its pending gradient
+    uint32_t sync_idx; // when last_use is the batch being completed: its sync-later entry there
+} bentry;
 
 typedef struct {
-    uint32_t *act;   // (cap) active index of each unique key
+    uint64_t *key;   // (cap) unique keys of the batch
+    uint32_t *act;   // (cap) their active index
     uint32_t *next;  // (cap) next occurrence of the same key (atomic), NIL
     uint64_t *users; // (cap) trainers touching the key
     uint32_t n;      // unique keys in the batch
@@ -73,9 +74,8 @@ struct oracle_impl {
     uint64_t *km; // (K) flat keymap
     size_t km_bytes;
     hmap hm;
-    uint64_t *act_key;  // (act_cap)
-    uint32_t *act_tail; // (act_cap)
     uint32_t *act_free; // (act_cap) stack of free indices
+    uint64_t *act_key;  // (act_cap)
     uint32_t act_cap, act_hw, n_free;
     size_t act_bytes;
     slot *slots; // (R)
@@ -86,7 +86,9 @@ struct oracle_impl {
     int idx_err;          // sticky error of the indexer
     char idx_msg[512];
 
-    act_b *actb; // (act_cap) planner state
+    // Planner state of active keys (initialised by the indexer when a key becomes active).
+    uint8_t *act_state; // (act_cap) RES_*
+    uint64_t *act_gate; // (act_cap) last eviction, in the keymap's inactive encoding
 
     // shared counters (under mu with two threads)
     uint32_t n_pushed, n_indexed, n_retired;
@@ -98,7 +100,7 @@ struct oracle_impl {
     int done, err;
     uint64_t shared_count;
     uint64_t *priv_count; // (T)
-    uint32_t **bucket;    // (NB) resident shared keys by next use
+    bentry **bucket;      // (NB) resident shared keys by next use
     uint32_t *bucket_n, *bucket_cap;
     uint32_t rr_fetch, rr_owner;
     plan rec[2];          // record s-1 being completed, record s collecting fetches
@@ -108,6 +110,7 @@ struct oracle_impl {
     uint32_t *pv_cursor;  // (T) scratch for grouping private keys by trainer
     oracle_stats st;
     uint64_t pub_acts, pub_occ, pub_hm_cap; // indexer memory high-water marks, published per batch
+    double cpu_index, cpu_plan;             // CPU seconds of each half (thread CPU clocks)
 
     // two threads
     pthread_t th;
@@ -182,20 +185,15 @@ static inline uint64_t *km_word(oracle_impl *o, uint64_t key) {
 // ---------------------------------------------------------------------------------------------
 // Indexer: dedupe a batch into occurrences, link them to each key's previous occurrence, retire.
 
-static inline uint32_t act_get(oracle_impl *o, uint64_t key) {
-    uint64_t *w = km_word(o, key);
-    uint64_t v = *w;
-    if (v & KM_ACTIVE) return (uint32_t)v;
+#define KM_ACT(v) ((uint32_t)((v) >> 32) & 0x7FFFFFFFu)
+
+// A new active record for key, whose keymap word (inactive) is v.
+static inline uint32_t act_new(oracle_impl *o, uint64_t key, uint64_t v) {
     uint32_t a = o->n_free ? o->act_free[--o->n_free] : o->act_hw++;
     BP_ASSERTF(a < o->act_cap, "oracle: %u active keys exceed the bound %u", a, o->act_cap);
     o->act_key[a] = key;
-    o->act_tail[a] = NIL;
-    act_b *b = &o->actb[a];
-    b->evict_iter = (uint32_t)v - 1; // 0 -> PLAN_NEVER
-    b->writer = v ? (uint16_t)(v >> 32) : PLAN_NO_WRITER;
-    b->state = RES_NONE, b->was_private = 0, b->priv = 0;
-    b->last_use = NIL, b->deadline = NIL;
-    *w = KM_ACTIVE | a;
+    o->act_state[a] = RES_NONE;
+    o->act_gate[a] = v;
     return a;
 }
 
@@ -203,41 +201,56 @@ static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
     return &o->slots[occ >> o->pos_bits].next[occ & o->pos_mask];
 }
 
-// Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.
-static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n) {
+// Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.  `flat`
+// is a constant at each call site, so the keymap test leaves the inner loop.
+static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o, const uint32_t *ids, uint32_t n,
+                                                                   const int flat) {
     uint32_t bnum = o->n_indexed, j = bnum % o->R;
     slot *sl = &o->slots[j];
-    const uint32_t F = o->F, T = o->T, tag = j << o->pos_bits;
+    const uint32_t F = o->F, T = o->T, tag = j << o->pos_bits, pos_mask = o->pos_mask;
     const uint64_t *off = o->offset, *card = o->card;
+    uint64_t *km = o->km, *skey = sl->key, *susers = sl->users;
+    uint32_t *sact = sl->act, *snext = sl->next;
     sl->batch = bnum, sl->samples = n, sl->n = 0;
     uint32_t cnt = 0;
+    // Trainer by trainer, table by table: the hot ids of one table are close together in the
+    // keymap, and the cold ones are prefetched a few samples ahead.
     for (uint32_t i = 0; i < T; i++) {
         uint32_t lo = (uint32_t)((uint64_t)i * n / T), hi = (uint32_t)((uint64_t)(i + 1) * n / T);
         uint64_t bit = 1ull << i;
-        for (uint32_t s = lo; s < hi; s++) {
-            const uint32_t *row = ids + (size_t)s * F;
-            for (uint32_t f = 0; f < F; f++) {
-                uint32_t id = row[f];
-                if (id >= card[f])
+        for (uint32_t f = 0; f < F; f++) {
+            const uint32_t *col = ids + f;
+            const uint64_t base = off[f], c = card[f];
+            for (uint32_t s = lo; s < hi; s++) {
+                uint32_t id = col[(size_t)s * F];
+                if (id >= c)
                     return bp_fail(BP_ERANGE, "oracle: batch %u, sample %u, feature %u: id %u >= table size %llu",
-                                   bnum, s, f, id, (unsigned long long)card[f]);
-                uint32_t a = act_get(o, off[f] + id);
-                uint32_t t = o->act_tail[a], oc;
-                if (t != NIL && (t & ~o->pos_mask) == tag) {
-                    oc = t & o->pos_mask;
-                } else {
-                    oc = cnt++;
-                    sl->act[oc] = a, sl->next[oc] = NIL, sl->users[oc] = 0;
-                    if (t != NIL) __atomic_store_n(occ_next(o, t), tag | oc, __ATOMIC_RELEASE);
-                    o->act_tail[a] = tag | oc;
+                                   bnum, s, f, id, (unsigned long long)c);
+                if (flat && s + 16 < hi) {
+                    uint32_t ahead = col[(size_t)(s + 16) * F];
+                    if (ahead < c) __builtin_prefetch(&km[base + ahead]);
                 }
-                sl->users[oc] |= bit;
+                uint64_t *w = flat ? &km[base + id] : hmap_slot(&o->hm, base + id, 1);
+                uint64_t v = *w;
+                if ((v & KM_ACTIVE) && ((uint32_t)v & ~pos_mask) == tag) {
+                    susers[(uint32_t)v & pos_mask] |= bit; // seen earlier in this batch
+                    continue;
+                }
+                uint32_t a = (v & KM_ACTIVE) ? KM_ACT(v) : act_new(o, base + id, v);
+                uint32_t oc = cnt++;
+                skey[oc] = base + id, sact[oc] = a, snext[oc] = NIL, susers[oc] = bit;
+                if (v & KM_ACTIVE) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
+                *w = KM_ACTIVE | (uint64_t)a << 32 | (tag | oc);
             }
         }
     }
     sl->n = cnt;
     if (cnt > o->occ_hw) o->occ_hw = cnt;
     return 0;
+}
+
+static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n) {
+    return o->km_flat ? index_batch_impl(o, ids, n, 1) : index_batch_impl(o, ids, n, 0);
 }
 
 // Frees the active records of keys whose last held occurrence is in retired batch bnum.
@@ -248,14 +261,13 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
     for (uint32_t oc = 0; oc < sl->n; oc++) {
         if (__atomic_load_n(&sl->next[oc], __ATOMIC_RELAXED) != NIL) continue;
         uint32_t a = sl->act[oc];
-        act_b *b = &o->actb[a];
-        BP_ASSERTF(o->act_tail[a] == (tag | oc), "oracle: tail of key %llu", (unsigned long long)o->act_key[a]);
-        BP_ASSERTF(b->state == RES_NONE, "oracle: key %llu resident with no use in the window",
-                   (unsigned long long)o->act_key[a]);
-        o->act_tail[a] = NIL;
-        uint64_t *w = o->km_flat ? &o->km[o->act_key[a]] : hmap_slot(&o->hm, o->act_key[a], 0);
-        BP_ASSERT(w && *w == (KM_ACTIVE | a));
-        *w = b->evict_iter == PLAN_NEVER ? 0 : ((uint64_t)b->writer << 32 | ((uint64_t)b->evict_iter + 1));
+        uint64_t key = sl->key[oc];
+        BP_ASSERTF(o->act_state[a] == RES_NONE, "oracle: key %llu resident with no use in the window",
+                   (unsigned long long)key);
+        uint64_t *w = o->km_flat ? &o->km[key] : hmap_slot(&o->hm, key, 0);
+        BP_ASSERTF(w && *w == (KM_ACTIVE | (uint64_t)a << 32 | (tag | oc)), "oracle: keymap of key %llu",
+                   (unsigned long long)key);
+        *w = o->act_gate[a];
         o->act_free[o->n_free++] = a;
     }
     sl->n = 0;
@@ -266,6 +278,12 @@ static int indexer_run(oracle_impl *o, const uint32_t *ids, uint32_t n, uint32_t
     while (o->retire_done < retired) retire_batch(o, o->retire_done++);
     BP_ASSERT(o->n_indexed < o->R + o->retire_done);
     return index_batch(o, ids, n);
+}
+
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void publish_mem(oracle_impl *o) {
@@ -282,12 +300,15 @@ static void *indexer_thread(void *arg) {
         inbatch in = o->inq[o->in_head % INQ];
         uint32_t retired = o->n_retired;
         pthread_mutex_unlock(&o->mu);
+        double c0 = thread_cpu();
         int rc = indexer_run(o, in.ids, in.n, retired);
+        double dc = thread_cpu() - c0;
         if (rc) snprintf(o->idx_msg, sizeof o->idx_msg, "%s", bp_errmsg(rc));
         pthread_mutex_lock(&o->mu);
         if (rc) o->idx_err = rc;
         else o->n_indexed++;
         publish_mem(o);
+        o->cpu_index += dc;
         o->in_head++, o->in_count--;
         pthread_cond_broadcast(&o->cv);
     }
@@ -303,13 +324,13 @@ static inline uint32_t next_use(oracle_impl *o, const slot *sl, uint32_t oc) {
     return nx == NIL ? NIL : o->slots[nx >> o->pos_bits].batch;
 }
 
-static void bucket_push(oracle_impl *o, uint32_t v, uint32_t a) {
+static void bucket_push(oracle_impl *o, uint32_t v, bentry e) {
     uint32_t j = v % o->NB;
     if (o->bucket_n[j] == o->bucket_cap[j]) {
         o->bucket_cap[j] = o->bucket_cap[j] ? 2 * o->bucket_cap[j] : 256;
         o->bucket[j] = bp_xrealloc(o->bucket[j], (size_t)o->bucket_cap[j] * sizeof **o->bucket);
     }
-    o->bucket[j][o->bucket_n[j]++] = a;
+    o->bucket[j][o->bucket_n[j]++] = e;
 }
 
 static uint32_t rr_next(uint32_t *rr, uint32_t T) {
@@ -318,19 +339,42 @@ static uint32_t rr_next(uint32_t *rr, uint32_t T) {
     return r;
 }
 
-// Evicts shared key a after iteration s-1 under capacity pressure (record s-1).
-static void evict_pressure(oracle_impl *o, uint32_t a, uint32_t s, plan *prev) {
-    act_b *b = &o->actb[a];
-    BP_ASSERT(b->state == RES_SHARED && s >= 1);
-    uint16_t owner = (uint16_t)rr_next(&o->rr_owner, o->T);
-    int pending = b->deadline != NIL && b->deadline >= s;
-    if (pending && b->last_use != s - 1 && b->deadline > s) {
-        plan_add_sync_later(prev, (plan_sync){o->act_key[a], b->last_use, s});
+static inline uint32_t popcount64(uint64_t x) { // portable: no -mpopcnt in the build
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (uint32_t)((x * 0x0101010101010101ull) >> 56);
+}
+
+static inline uint64_t gate_of(uint32_t owner, uint32_t evict_iter) {
+    return (uint64_t)owner << 32 | ((uint64_t)evict_iter + 1);
+}
+
+static void private_push(oracle_impl *o, uint64_t key, uint16_t tr) {
+    if (o->pv_n == o->pv_cap) {
+        o->pv_cap = o->pv_cap ? 2 * o->pv_cap : 1024;
+        o->pv_key = bp_xrealloc(o->pv_key, o->pv_cap * sizeof *o->pv_key);
+        o->pv_tr = bp_xrealloc(o->pv_tr, o->pv_cap * sizeof *o->pv_tr);
+    }
+    o->pv_key[o->pv_n] = key, o->pv_tr[o->pv_n++] = tr;
+}
+
+// Evicts the shared key of bucket entry e (next use v) after iteration s-1 under capacity
+// pressure (record s-1).  Its gradient of e.last_use is still pending (deadline v-1 >= s): the
+// owner writes it back after s once that reduction is applied, so the deadline becomes s.
+static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, plan *prev) {
+    BP_ASSERT(o->act_state[e.a] == RES_SHARED && s >= 1 && v > s);
+    uint64_t key = o->act_key[e.a];
+    uint32_t owner = rr_next(&o->rr_owner, o->T);
+    if (e.last_use == s - 1) {
+        BP_ASSERT(prev->sync_later[e.sync_idx].key == key);
+        prev->sync_later[e.sync_idx].deadline = s;
+    } else if (v - 1 > s) {
+        plan_add_sync_later(prev, (plan_sync){key, e.last_use, s});
         o->st.sync_restated++;
     }
-    if (pending) b->deadline = s;
-    plan_add_evict(prev, (plan_evict){o->act_key[a], owner, pending ? PLAN_WB_NEXT : 0});
-    b->state = RES_NONE, b->was_private = 0, b->evict_iter = s - 1, b->writer = owner;
+    plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
+    o->act_state[e.a] = RES_NONE, o->act_gate[e.a] = gate_of(owner, s - 1);
     o->shared_count--;
     o->st.evictions++, o->st.evictions_pressure++;
 }
@@ -362,6 +406,8 @@ static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
     r->n_private = o->pv_n;
 }
 
+#define AHEAD 8 // prefetch distances (occurrences): residency state at 2 AHEAD, gate words at AHEAD
+
 // One planning step s (see oracle.h).  Returns 1 if it completed record s-1 (in rec[(s-1)&1]),
 // 0 if not (s = 0), or BP_ECAPACITY.
 static int plan_step(oracle_impl *o) {
@@ -370,43 +416,54 @@ static int plan_step(oracle_impl *o) {
     uint32_t H = s + P + o->W;
     if (o->finished && H > N - 1) H = N - 1; // N >= 1 here
     plan *prev = &o->rec[(s + 1) & 1], *cur = &o->rec[s & 1];
+    uint8_t *state = o->act_state;
 
-    // (a) evictions after s-1 of keys used at s-1.
+    uint64_t *gate = o->act_gate;
+    uint64_t shared = o->shared_count;
+    oracle_stats st = o->st; // counters kept in registers through the loops
+
+    // (a) keys used at s-1: private ones and those with no use in [s, H] are evicted after s-1;
+    // the others stay, and their gradient of s-1 is synchronised before the next use.
     if (s >= 1) {
         o->bucket_n[(s - 1) % o->NB] = 0;
         o->pv_n = 0;
         const slot *sl = &o->slots[(s - 1) % o->R];
-        for (uint32_t oc = 0; oc < sl->n; oc++) {
-            uint32_t a = sl->act[oc];
-            act_b *b = &o->actb[a];
-            if (b->state == RES_PRIVATE) {
-                if (o->pv_n == o->pv_cap) {
-                    o->pv_cap = o->pv_cap ? 2 * o->pv_cap : 1024;
-                    o->pv_key = bp_xrealloc(o->pv_key, o->pv_cap * sizeof *o->pv_key);
-                    o->pv_tr = bp_xrealloc(o->pv_tr, o->pv_cap * sizeof *o->pv_tr);
-                }
-                o->pv_key[o->pv_n] = o->act_key[a], o->pv_tr[o->pv_n++] = b->priv;
-                plan_add_evict(prev, (plan_evict){o->act_key[a], b->priv, PLAN_PRIVATE});
-                o->priv_count[b->priv]--;
-                b->state = RES_NONE, b->was_private = 1, b->evict_iter = s - 1, b->writer = b->priv;
-                b->last_use = s - 1, b->deadline = NIL;
-                o->st.evictions++, o->st.evictions_private++;
+        const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n;
+        const uint64_t *skey = sl->key;
+        for (uint32_t oc = 0; oc < n; oc++) {
+            if (oc + 2 * AHEAD < n) __builtin_prefetch(&state[sact[oc + 2 * AHEAD]], 1);
+            if (oc + AHEAD < n) { // the gate word of a key that is likely to be evicted
+                uint32_t a2 = sact[oc + AHEAD];
+                if (state[a2] == RES_PRIVATE || __atomic_load_n(&snext[oc + AHEAD], __ATOMIC_RELAXED) == NIL)
+                    __builtin_prefetch(&gate[a2], 1);
+            }
+            uint32_t a = sact[oc];
+            uint64_t key = skey[oc];
+            if (state[a] == RES_PRIVATE) {
+                uint32_t tr = (uint32_t)__builtin_ctzll(sl->users[oc]);
+                private_push(o, key, (uint16_t)tr);
+                plan_add_evict(prev, (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE});
+                o->priv_count[tr]--;
+                state[a] = RES_NONE, gate[a] = gate_of(tr, s - 1);
+                st.evictions++, st.evictions_private++;
                 continue;
             }
-            BP_ASSERT(b->state == RES_SHARED);
+            BP_ASSERT(state[a] == RES_SHARED);
             uint32_t v = next_use(o, sl, oc);
-            b->last_use = s - 1;
             if (v == NIL || v > H) {
-                uint16_t owner = (uint16_t)rr_next(&o->rr_owner, T);
-                plan_add_evict(prev, (plan_evict){o->act_key[a], owner, PLAN_WB_NEXT});
-                b->state = RES_NONE, b->was_private = 0, b->evict_iter = s - 1, b->writer = owner;
-                b->deadline = s;
-                o->shared_count--;
-                o->st.evictions++;
+                uint32_t owner = rr_next(&o->rr_owner, T);
+                plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
+                plan_add_sync_later(prev, (plan_sync){key, s - 1, s});
+                state[a] = RES_NONE, gate[a] = gate_of(owner, s - 1);
+                shared--;
+                st.evictions++, st.sync_later++;
+            } else if (v == s) {
+                plan_add_sync_now(prev, key);
+                st.sync_now++;
             } else {
-                BP_ASSERT(v >= s);
-                b->deadline = v - 1;
-                bucket_push(o, v, a);
+                if (v > s + P) bucket_push(o, v, (bentry){a, s - 1, prev->n_sync_later});
+                plan_add_sync_later(prev, (plan_sync){key, s - 1, v - 1});
+                st.sync_later++;
             }
         }
     }
@@ -416,36 +473,42 @@ static int plan_step(oracle_impl *o) {
     for (uint32_t u = u0; u <= s + P && u < N; u++) {
         const slot *su = &o->slots[u % o->R];
         BP_ASSERT(su->batch == u && u <= H);
-        for (uint32_t oc = 0; oc < su->n; oc++) {
-            uint32_t a = su->act[oc];
-            act_b *b = &o->actb[a];
-            uint64_t users = su->users[oc];
-            uint32_t nu = (uint32_t)__builtin_popcountll(users);
-            o->st.accesses += nu;
-            if (b->state != RES_NONE) {
-                o->st.hits += nu;
+        const uint32_t *sact = su->act, n = su->n;
+        const uint64_t *susers = su->users;
+        for (uint32_t oc = 0; oc < n; oc++) {
+            if (oc + 2 * AHEAD < n) __builtin_prefetch(&state[sact[oc + 2 * AHEAD]], 1);
+            if (oc + AHEAD < n && state[sact[oc + AHEAD]] == RES_NONE) __builtin_prefetch(&gate[sact[oc + AHEAD]], 1);
+            uint32_t a = sact[oc];
+            uint64_t users = susers[oc];
+            uint32_t nu = popcount64(users);
+            st.accesses += nu;
+            if (state[a] != RES_NONE) {
+                st.hits += nu;
                 continue;
             }
-            plan_fetch f = {o->act_key[a], u, b->evict_iter, 0, b->writer, 0};
+            uint64_t g = gate[a];
+            plan_fetch f = {su->key[oc], u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
             uint32_t v = next_use(o, su, oc);
             // Private needs the window to show that no fetch decision for u+1..u+P can see the
             // key resident: no use in (u, H] with H >= u + P.
             if (nu == 1 && (v == NIL || v > H) && H >= u + P) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(users);
-                b->state = RES_PRIVATE, b->priv = (uint16_t)tr;
+                state[a] = RES_PRIVATE;
                 o->priv_count[tr]++;
                 f.fetcher = (uint16_t)tr, f.flags = PLAN_PRIVATE;
-                o->st.fetches_private++;
+                st.fetches_private++;
             } else {
-                b->state = RES_SHARED;
-                o->shared_count++;
+                state[a] = RES_SHARED;
+                shared++;
                 f.fetcher = (uint16_t)rr_next(&o->rr_fetch, T);
             }
-            o->st.fetches++;
+            st.fetches++;
             plan_add_fetch(cur, f);
         }
-        o->st.unique += su->n;
+        st.unique += n;
     }
+    o->shared_count = shared;
+    o->st = st;
 
     // (c) capacity: Belady among shared keys not needed by s..s+P.
     uint32_t who;
@@ -455,7 +518,7 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t v = H; v > s + P && need; v--) {
             uint32_t j = v % o->NB;
             while (o->bucket_n[j] && need) {
-                evict_pressure(o, o->bucket[j][--o->bucket_n[j]], s, prev);
+                evict_pressure(o, o->bucket[j][--o->bucket_n[j]], v, s, prev);
                 need--;
             }
         }
@@ -474,26 +537,8 @@ static int plan_step(oracle_impl *o) {
     if (o->shared_count + mp > o->st.peak_resident) o->st.peak_resident = o->shared_count + mp;
 
     if (s == 0) return 0;
-
-    // (d) sync lists of batch s-1, now that its evictions are known.
-    const slot *sl = &o->slots[(s - 1) % o->R];
-    for (uint32_t oc = 0; oc < sl->n; oc++) {
-        uint32_t a = sl->act[oc];
-        const act_b *b = &o->actb[a];
-        if (b->evict_iter == s - 1) {
-            if (b->was_private) continue;
-            plan_add_sync_later(prev, (plan_sync){o->act_key[a], s - 1, s});
-            o->st.sync_later++;
-        } else if (b->deadline == s - 1) {
-            plan_add_sync_now(prev, o->act_key[a]);
-            o->st.sync_now++;
-        } else {
-            plan_add_sync_later(prev, (plan_sync){o->act_key[a], s - 1, b->deadline});
-            o->st.sync_later++;
-        }
-    }
     fill_header(o, prev, s - 1);
-    o->st.batches++, o->st.samples += sl->samples;
+    o->st.batches++, o->st.samples += o->slots[(s - 1) % o->R].samples;
     return 1;
 }
 
@@ -546,22 +591,23 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     int km = cfg->keymap;
     if (km == ORACLE_KEYMAP_AUTO) km = K <= (1ull << 28) ? ORACLE_KEYMAP_FLAT : ORACLE_KEYMAP_HASH;
     uint64_t act_cap64 = BP_MIN(K, (uint64_t)R * per_batch);
-    if (act_cap64 >= NIL) act_cap64 = NIL - 1;
+    if (act_cap64 > 0x7FFFFFFFu) act_cap64 = 0x7FFFFFFFu; // 31 bits in the keymap word
     o->act_cap = (uint32_t)act_cap64;
-    o->act_bytes = (size_t)o->act_cap * (sizeof *o->act_key + sizeof *o->act_tail + sizeof *o->act_free + sizeof *o->actb);
+    o->act_bytes = (size_t)o->act_cap * (sizeof *o->act_free + sizeof *o->act_key + 1 + sizeof *o->act_gate);
     o->act_key = big_alloc((size_t)o->act_cap * sizeof *o->act_key);
-    o->act_tail = big_alloc((size_t)o->act_cap * sizeof *o->act_tail);
+    o->act_state = big_alloc((size_t)o->act_cap);
+    o->act_gate = big_alloc((size_t)o->act_cap * sizeof *o->act_gate);
     o->act_free = big_alloc((size_t)o->act_cap * sizeof *o->act_free);
-    o->actb = big_alloc((size_t)o->act_cap * sizeof *o->actb);
     o->slots = bp_xcalloc(R, sizeof *o->slots);
     size_t per = (size_t)per_batch;
-    int oom = !o->act_key || !o->act_tail || !o->act_free || !o->actb;
+    int oom = !o->act_free || !o->act_key || !o->act_state || !o->act_gate;
     for (uint32_t j = 0; j < R && !oom; j++) {
+        o->slots[j].key = big_alloc(per * sizeof(uint64_t));
         o->slots[j].act = big_alloc(per * sizeof(uint32_t));
         o->slots[j].next = big_alloc(per * sizeof(uint32_t));
         o->slots[j].users = big_alloc(per * sizeof(uint64_t));
         o->slots[j].batch = NIL;
-        oom = !o->slots[j].act || !o->slots[j].next || !o->slots[j].users;
+        oom = !o->slots[j].key || !o->slots[j].act || !o->slots[j].next || !o->slots[j].users;
     }
     o->km_flat = km == ORACLE_KEYMAP_FLAT;
     if (o->km_flat) {
@@ -615,15 +661,16 @@ void oracle_free(oracle *out) {
     for (int i = 0; i < INQ; i++) free(o->inbuf[i]);
     size_t per = (size_t)o->B * o->F;
     for (uint32_t j = 0; o->slots && j < o->R; j++) {
+        big_free(o->slots[j].key, per * sizeof(uint64_t));
         big_free(o->slots[j].act, per * sizeof(uint32_t));
         big_free(o->slots[j].next, per * sizeof(uint32_t));
         big_free(o->slots[j].users, per * sizeof(uint64_t));
     }
     free(o->slots);
-    big_free(o->act_key, (size_t)o->act_cap * sizeof *o->act_key);
-    big_free(o->act_tail, (size_t)o->act_cap * sizeof *o->act_tail);
     big_free(o->act_free, (size_t)o->act_cap * sizeof *o->act_free);
-    big_free(o->actb, (size_t)o->act_cap * sizeof *o->actb);
+    big_free(o->act_key, (size_t)o->act_cap * sizeof *o->act_key);
+    big_free(o->act_state, (size_t)o->act_cap);
+    big_free(o->act_gate, (size_t)o->act_cap * sizeof *o->act_gate);
     if (o->km) big_free(o->km, o->km_bytes);
     hmap_free(&o->hm);
     for (uint32_t j = 0; o->bucket && j < o->NB; j++) free(o->bucket[j]);
@@ -647,7 +694,9 @@ int oracle_push_samples(oracle *out, const uint32_t *ids, uint32_t n) {
         return bp_fail(BP_EINVAL, "oracle: window full: call oracle_next_plan after each push");
     if (n < o->B) o->last_short = 1;
     if (o->threads == 1) {
+        double c0 = thread_cpu();
         int rc = indexer_run(o, ids, n, o->n_retired);
+        o->cpu_index += thread_cpu() - c0;
         if (rc) return o->err = rc;
         o->n_indexed++;
         publish_mem(o);
@@ -708,7 +757,9 @@ int oracle_next_plan(oracle *out, plan *p) {
             pthread_mutex_unlock(&o->mu);
             if (e) return o->err = bp_fail(e, "%s", o->idx_msg);
         }
+        double c0 = thread_cpu();
         int rc = plan_step(o);
+        o->cpu_plan += thread_cpu() - c0;
         if (rc < 0) return rc;
         o->step++;
         if (rc == 1) {
@@ -735,11 +786,12 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     oracle_impl *o = out->impl;
     lock(o);
     *st = o->st;
-    uint64_t mem = o->pub_acts * (sizeof(uint64_t) + 2 * sizeof(uint32_t) + sizeof(act_b));
-    mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + sizeof(uint64_t));
+    uint64_t mem = o->pub_acts * (sizeof(uint32_t) + 2 * sizeof(uint64_t) + 1);
+    mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + 2 * sizeof(uint64_t));
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
-    for (uint32_t j = 0; j < o->NB; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(uint32_t);
+    for (uint32_t j = 0; j < o->NB; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     st->active_peak = o->pub_acts;
+    st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
     unlock(o);
     st->mem_bytes = mem;
 }

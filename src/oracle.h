@@ -75,6 +75,8 @@ typedef struct {
     uint64_t peak_resident;   // max over steps and trainers of occupied slots
     uint64_t active_peak;     // most keys tracked at once (occurring in held batches or resident)
     uint64_t mem_bytes;       // the oracle's own data structures at their high-water mark
+    double cpu_index_s;       // CPU time spent indexing batches (dedupe, linking, retiring)
+    double cpu_plan_s;        // CPU time spent planning (in oracle_next_plan)
 } oracle_stats;
 
 typedef struct oracle_impl oracle_impl;

@@ -50,24 +50,18 @@ void plan_reset(plan *p, uint32_t T) {
     p->n_fetch = p->n_evict = p->n_private = p->n_sync_now = p->n_sync_later = 0;
 }
 
-void plan_add_fetch(plan *p, plan_fetch f) {
-    grow((void **)&p->fetch, &p->cap_fetch, (uint64_t)p->n_fetch + 1, sizeof *p->fetch);
-    p->fetch[p->n_fetch++] = f;
-}
-
-void plan_add_evict(plan *p, plan_evict e) {
-    grow((void **)&p->evict, &p->cap_evict, (uint64_t)p->n_evict + 1, sizeof *p->evict);
-    p->evict[p->n_evict++] = e;
-}
-
-void plan_add_sync_now(plan *p, uint64_t key) {
-    grow((void **)&p->sync_now, &p->cap_sync_now, (uint64_t)p->n_sync_now + 1, sizeof *p->sync_now);
-    p->sync_now[p->n_sync_now++] = key;
-}
-
-void plan_add_sync_later(plan *p, plan_sync s) {
-    grow((void **)&p->sync_later, &p->cap_sync_later, (uint64_t)p->n_sync_later + 1, sizeof *p->sync_later);
-    p->sync_later[p->n_sync_later++] = s;
+void plan_grow_list(plan *p, int list) {
+    switch (list) {
+    case PLAN_LIST_FETCH: grow((void **)&p->fetch, &p->cap_fetch, (uint64_t)p->n_fetch + 1, sizeof *p->fetch); break;
+    case PLAN_LIST_EVICT: grow((void **)&p->evict, &p->cap_evict, (uint64_t)p->n_evict + 1, sizeof *p->evict); break;
+    case PLAN_LIST_SYNC_NOW:
+        grow((void **)&p->sync_now, &p->cap_sync_now, (uint64_t)p->n_sync_now + 1, sizeof *p->sync_now);
+        break;
+    case PLAN_LIST_SYNC_LATER:
+        grow((void **)&p->sync_later, &p->cap_sync_later, (uint64_t)p->n_sync_later + 1, sizeof *p->sync_later);
+        break;
+    default: BP_ASSERT(0);
+    }
 }
 
 void plan_reserve_private(plan *p, uint32_t n) {

@@ -103,10 +103,24 @@ void plan_reset(plan *p, uint32_t T);
 void plan_swap(plan *a, plan *b);
 
 // Appenders (amortised growth; the steady state allocates nothing).
-void plan_add_fetch(plan *p, plan_fetch f);
-void plan_add_evict(plan *p, plan_evict e);
-void plan_add_sync_now(plan *p, uint64_t key);
-void plan_add_sync_later(plan *p, plan_sync s);
+enum { PLAN_LIST_FETCH, PLAN_LIST_EVICT, PLAN_LIST_SYNC_NOW, PLAN_LIST_SYNC_LATER };
+void plan_grow_list(plan *p, int list); // doubles one list's capacity
+static inline void plan_add_fetch(plan *p, plan_fetch f) {
+    if (p->n_fetch == p->cap_fetch) plan_grow_list(p, PLAN_LIST_FETCH);
+    p->fetch[p->n_fetch++] = f;
+}
+static inline void plan_add_evict(plan *p, plan_evict e) {
+    if (p->n_evict == p->cap_evict) plan_grow_list(p, PLAN_LIST_EVICT);
+    p->evict[p->n_evict++] = e;
+}
+static inline void plan_add_sync_now(plan *p, uint64_t key) {
+    if (p->n_sync_now == p->cap_sync_now) plan_grow_list(p, PLAN_LIST_SYNC_NOW);
+    p->sync_now[p->n_sync_now++] = key;
+}
+static inline void plan_add_sync_later(plan *p, plan_sync s) {
+    if (p->n_sync_later == p->cap_sync_later) plan_grow_list(p, PLAN_LIST_SYNC_LATER);
+    p->sync_later[p->n_sync_later++] = s;
+}
 void plan_reserve_private(plan *p, uint32_t n);
 
 // Encoded size in bytes of p.

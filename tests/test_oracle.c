@@ -373,7 +373,8 @@ TEST(oracle_checker_random_traces) {
         int kind = (int)bp_rng_below(&r, 5);
         trace tr;
         trace_make(&tr, 1000 + (uint64_t)it, kind, N, B, F, card, 1 + bp_rng_below(&r, B));
-        run_cfg c = {T, W, P, 0, 1, 0};
+        // Every third trace also goes through the two-thread planner and the hash keymap.
+        run_cfg c = {T, W, P, 0, it % 3 == 0 ? 2 : 1, it % 3 == 0 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO};
         uint64_t lo = capacity_lower_bound(&tr, T, P);
         uint64_t cmin = min_capacity(&tr, c, lo, tr_keys(&tr) + 1);
         ASSERT_MSG(cmin >= lo, "it %d: no capacity works (lower bound %llu)", it, (unsigned long long)lo);

@@ -1,0 +1,287 @@
+// bench_oracle: planning throughput and memory of the oracle on a synthetic Criteo-like trace.
+//
+//   build/bench/bench_oracle [--batches N] [--quick]
+//
+// The trace: the 26 Criteo Kaggle tables (33.7M rows), ids drawn per table from a power law
+// (rank^-s, hot ids first as after frequency mapping) with s tuned so that ~1% of the rows take
+// ~90% of the accesses (the measured share is printed).  Batches are generated before any timing.
+// Reported per configuration: samples/s and ms per batch in the steady state (after the window
+// filled), the oracle's own memory accounting, the growth of the process RSS during the run, hit
+// rate and fetches per batch.  Figures on a shared machine are lower bounds; compare the ratios.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "oracle.h"
+#include "plan.h"
+
+static const uint64_t kaggle_card[26] = {1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3,
+                                         93145, 5683, 8351593, 3194, 27, 14992, 5461306, 10, 5652,
+                                         2173, 4, 7046547, 18, 15, 286181, 105, 142572};
+#define NF 26
+
+static double zipf_s = 0.95;
+
+// Inverse CDF of the continuous power law on [1, c+1): rank - 1.  top = (c+1)^(1-s).
+static uint32_t draw(bp_rng *r, uint64_t c, float top) {
+    float u = bp_rng_uniformf(r);
+    float x = expf(logf(1.0f - u * (1.0f - top)) / (float)(1.0 - zipf_s));
+    uint64_t id = (uint64_t)x - 1;
+    return (uint32_t)(id < c ? id : c - 1);
+}
+
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &size, &res) != 2) res = 0;
+        fclose(f);
+    }
+    return res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+typedef struct {
+    uint32_t T, B, W, P, threads;
+    uint64_t C;
+} bcfg;
+
+typedef struct {
+    double faults_per_batch, sps, ms_per_batch, hit, fetch_per_batch, unique_per_batch, cpu_sps, cpu_index_ms, cpu_plan_ms;
+    uint64_t mem, rss_growth, active;
+} bres;
+
+static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
+    oracle_config cfg = {.T = c.T, .B = c.B, .F = NF, .card = kaggle_card, .W = c.W, .P = c.P, .C = c.C,
+                         .threads = (int)c.threads, .borrow_input = 1};
+    uint64_t rss0 = rss_bytes();
+    oracle o;
+    int rc = oracle_init(&o, &cfg);
+    if (rc) return rc;
+    plan p;
+    plan_init(&p);
+    uint32_t N = (uint32_t)(total_samples / c.B);
+    // The steady state starts when the window is full and every held slot has been used once
+    // (first-touch page faults are a start-up cost): from batch R = W + P + 4 on.
+    uint32_t warm = c.W + c.P + 4, pushed_warm = 0;
+    double t0 = 0, t1;
+    uint32_t records = 0, rec_warm = 0;
+    oracle_stats s0 = {0};
+    long flt0 = 0;
+    for (uint32_t t = 0; t < N && !rc; t++) {
+        if (t == warm) {
+            t0 = bp_now(), rec_warm = records, pushed_warm = t;
+            oracle_get_stats(&o, &s0);
+            struct rusage ru;
+            getrusage(RUSAGE_SELF, &ru);
+            flt0 = ru.ru_minflt;
+        }
+        rc = oracle_push_batch(&o, ids + (size_t)t * c.B * NF);
+        while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) records++, rc = 0;
+    }
+    if (!rc) rc = oracle_finish(&o);
+    uint32_t steady = records; // records emitted while batches were still arriving
+    t1 = bp_now();
+    oracle_stats s_end;
+    oracle_get_stats(&o, &s_end);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    out->faults_per_batch = (double)(ru.ru_minflt - flt0) / (double)(N - pushed_warm);
+    while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) records++, rc = 0;
+    if (rc) {
+        plan_free(&p);
+        oracle_free(&o);
+        return rc;
+    }
+    oracle_stats st;
+    oracle_get_stats(&o, &st);
+    uint64_t rss1 = rss_bytes();
+    double dt = t1 - t0;
+    uint32_t nrec = steady - rec_warm, npush = N - pushed_warm;
+    out->sps = (double)nrec * c.B / dt;
+    out->ms_per_batch = 1e3 * dt / nrec;
+    out->hit = st.accesses ? (double)st.hits / (double)st.accesses : 0;
+    out->fetch_per_batch = (double)st.fetches / (double)st.batches;
+    out->unique_per_batch = (double)st.unique / (double)st.batches;
+    // CPU-time figures (robust to a loaded machine): one thread does both halves; with two, the
+    // slower half bounds the rate.
+    // Index CPU up to the end (the indexer may still be busy with the last pushes), plan CPU up
+    // to the end of the pushes (the drain plans the tail without new input).
+    double ci = st.cpu_index_s - s0.cpu_index_s, cp = s_end.cpu_plan_s - s0.cpu_plan_s;
+    out->cpu_index_ms = 1e3 * ci / (double)npush, out->cpu_plan_ms = 1e3 * cp / (double)nrec;
+    out->cpu_sps = 1e3 * c.B / (c.threads == 2 ? BP_MAX(out->cpu_index_ms, out->cpu_plan_ms)
+                                              : out->cpu_index_ms + out->cpu_plan_ms);
+    out->mem = st.mem_bytes, out->active = st.active_peak;
+    out->rss_growth = rss1 > rss0 ? rss1 - rss0 : 0;
+    plan_free(&p);
+    oracle_free(&o);
+    return 0;
+}
+
+// Reference: the bare minimum any planner does, one pass over each batch's ids that dedupes keys
+// with per-key stamps (trainer by trainer, table by table, like the oracle), nothing else.  Its
+// CPU time per batch, measured in the same run, turns the oracle's figures into ratios that
+// survive a noisy machine.
+static double reference_pass_ms(const uint32_t *ids, uint32_t nb, uint32_t B, uint32_t T) {
+    uint64_t K = 0, off[NF];
+    for (int f = 0; f < NF; f++) off[f] = K, K += kaggle_card[f];
+    uint32_t *stamp = bp_alloc_huge(K * sizeof *stamp);
+    uint64_t *users = bp_xmalloc((size_t)B * NF * sizeof *users);
+    uint32_t *slot = bp_alloc_huge(K * sizeof *slot);
+    uint64_t uniq = 0;
+    double c0 = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        if (b == 2) c0 = thread_cpu_s(); // the first batches touch the pages
+        const uint32_t *x = ids + (size_t)b * B * NF;
+        uint32_t cnt = 0;
+        for (uint32_t i = 0; i < T; i++) {
+            uint32_t lo = i * B / T, hi = (i + 1) * B / T;
+            for (int f = 0; f < NF; f++)
+                for (uint32_t s = lo; s < hi; s++) {
+                    uint64_t k = off[f] + x[(size_t)s * NF + f];
+                    if (s + 16 < hi) __builtin_prefetch(&stamp[off[f] + x[(size_t)(s + 16) * NF + f]]);
+                    if (stamp[k] != b + 1) stamp[k] = b + 1, slot[k] = cnt, users[cnt++] = 0;
+                    users[slot[k]] |= 1ull << i;
+                }
+        }
+        uniq += cnt;
+    }
+    double ms = 1e3 * (thread_cpu_s() - c0) / (nb - 2);
+    if (uniq == 0) ms = -1; // keeps the loop from being optimised away
+    bp_free_huge(stamp, K * sizeof *stamp), bp_free_huge(slot, K * sizeof *slot), free(users);
+    return ms;
+}
+
+static void report(const char *label, bcfg c, const bres *r) {
+    char m1[32], m2[32];
+    printf("%-12s T=%-2u B=%-5u W=%-3u thr=%u | cpu: %5.2f M samples/s, index %6.2f + plan %6.2f ms/batch | "
+           "wall: %5.2f M samples/s %7.2f ms/batch | hit %5.1f%% %6.0f fetch/%6.0f unique/batch | mem %s (rss +%s) "
+           "active %llu, %.0f page faults/batch\n",
+           label, c.T, c.B, c.W, c.threads, r->cpu_sps / 1e6, r->cpu_index_ms, r->cpu_plan_ms, r->sps / 1e6,
+           r->ms_per_batch, 100 * r->hit, r->fetch_per_batch, r->unique_per_batch,
+           bp_fmt_bytes(m1, sizeof m1, (double)r->mem), bp_fmt_bytes(m2, sizeof m2, (double)r->rss_growth),
+           (unsigned long long)r->active, r->faults_per_batch);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    uint32_t batches = 700; // of 16384 samples: the W=400 run needs ~400 to fill the window
+    int quick = 0;
+    uint32_t W0 = 200;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) quick = 1, batches = 260;
+        else if (strcmp(argv[i], "--batches") == 0 && i + 1 < argc) batches = (uint32_t)atoi(argv[++i]);
+        else if (strcmp(argv[i], "--zipf") == 0 && i + 1 < argc) zipf_s = atof(argv[++i]);
+        else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc) W0 = (uint32_t)atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W]\n");
+            return 2;
+        }
+    }
+    const uint32_t BIG = 16384;
+    uint64_t total = (uint64_t)batches * BIG;
+    printf("bench_oracle: generating %llu samples x %d tables (Criteo Kaggle cardinalities, power law s=%.2f)\n",
+           (unsigned long long)total, NF, zipf_s);
+    fflush(stdout);
+    double tg = bp_now();
+    uint32_t *ids = bp_alloc_huge((size_t)total * NF * sizeof *ids);
+    if (!ids) return 1;
+    bp_rng r;
+    bp_rng_seed(&r, 2023, 0);
+    float ztop[NF];
+    for (int f = 0; f < NF; f++) ztop[f] = (float)pow((double)kaggle_card[f] + 1.0, 1.0 - zipf_s);
+    for (uint64_t i = 0; i < total; i++)
+        for (int f = 0; f < NF; f++) ids[i * NF + f] = draw(&r, kaggle_card[f], ztop[f]);
+    // Skew: share of accesses taken by the hottest 1% of all rows, over the whole trace.
+    uint64_t K = 0, off[NF];
+    for (int f = 0; f < NF; f++) off[f] = K, K += kaggle_card[f];
+    uint32_t *cnt = bp_xcalloc(K, sizeof *cnt);
+    uint64_t ns = total, acc = 0;
+    for (uint64_t i = 0; i < ns; i++)
+        for (int f = 0; f < NF; f++) cnt[off[f] + ids[i * NF + f]]++, acc++;
+    uint64_t hist[64] = {0}; // counts bucketed by floor(log2(count)) to find the top 1% share
+    for (uint64_t k = 0; k < K; k++)
+        if (cnt[k]) hist[63 - __builtin_clzll(cnt[k])]++;
+    // Exact top-1% share: sort counts descending via a partial counting approach.
+    uint64_t top = K / 100, taken = 0, share = 0;
+    uint32_t maxc = 0;
+    for (uint64_t k = 0; k < K; k++) maxc = cnt[k] > maxc ? cnt[k] : maxc;
+    uint64_t *byc = bp_xcalloc((size_t)maxc + 1, sizeof *byc);
+    for (uint64_t k = 0; k < K; k++) byc[cnt[k]]++;
+    for (int64_t v = maxc; v >= 1 && taken < top; v--) {
+        uint64_t take = BP_MIN(byc[v], top - taken);
+        taken += take, share += take * (uint64_t)v;
+    }
+    uint64_t touched = 0;
+    for (int b = 0; b < 64; b++) touched += hist[b];
+    printf("trace: %.1f s to generate; hottest 1%% of rows (%llu) take %.1f%% of accesses; %.1f%% of rows touched "
+           "in %llu samples\n\n",
+           bp_now() - tg, (unsigned long long)top, 100.0 * (double)share / (double)acc, 100.0 * (double)touched / (double)K,
+           (unsigned long long)ns);
+    free(byc), free(cnt);
+
+    const uint64_t C = 2000000; // rows per trainer (128 MB at D = 16)
+    bcfg base = {8, BIG, W0, 2, 1, C};
+    bres res;
+    int rc;
+#define RUN(label, cfgv)                                                                          \
+    do {                                                                                          \
+        bcfg c_ = (cfgv);                                                                         \
+        if ((uint64_t)c_.B * (c_.W + c_.P + 8) > total) break;                                    \
+        rc = run(ids, total, c_, &res);                                                           \
+        if (rc) {                                                                                 \
+            printf("%-22s failed: %s\n", label, bp_errmsg(rc));                                   \
+            break;                                                                                \
+        }                                                                                         \
+        report(label, c_, &res);                                                                  \
+    } while (0)
+
+    double ref_ms = reference_pass_ms(ids, BP_MIN(batches, 60u), BIG, 8);
+    printf("reference: one bare dedupe pass over a batch of 16384 (T=8) takes %.2f ms of CPU on this machine now\n\n",
+           ref_ms);
+    printf("-- headline: B=16384, T=8, W=%u, P=2, C=%llu rows per trainer, 1 vs 2 threads\n", W0, (unsigned long long)C);
+    RUN("1 thread", base);
+    bcfg b2 = base;
+    b2.threads = 2;
+    RUN("2 threads", b2);
+    if (!quick) {
+        printf("-- window W (1 thread)\n");
+        uint32_t Ws[4] = {50, 100, 200, 400};
+        for (int i = 0; i < 4; i++) {
+            bcfg c = base;
+            c.W = Ws[i];
+            RUN("window", c);
+        }
+        printf("-- trainers T (1 thread)\n");
+        uint32_t Ts[4] = {1, 2, 4, 8};
+        for (int i = 0; i < 4; i++) {
+            bcfg c = base;
+            c.T = Ts[i];
+            RUN("trainers", c);
+        }
+        printf("-- batch size B (1 and 2 threads)\n");
+        for (int th = 1; th <= 2; th++) {
+            bcfg c = base;
+            c.B = 2048, c.threads = (uint32_t)th;
+            RUN("batch 2048", c);
+            c.B = BIG;
+            RUN("batch 16384", c);
+        }
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    char m[32];
+    printf("\nprocess peak RSS %s (includes the %s trace)\n", bp_fmt_bytes(m, sizeof m, (double)ru.ru_maxrss * 1024),
+           bp_fmt_bytes((char[32]){0}, 32, (double)total * NF * 4));
+    bp_free_huge(ids, (size_t)total * NF * sizeof *ids);
+    return 0;
+}

@@ -1,0 +1,58 @@
+// cachesim: compares embedding-cache policies on a trace at equal per-trainer capacity.
+//
+// Policies (capacity C rows per trainer, T trainers, global batch B split as in oracle.h):
+//   none      no cache: every access reads its row from the servers and pushes its gradient.
+//   static    FAE-style: the C most frequent rows of the whole trace (profiled first; ties by
+//             key) are pinned and replicated on every trainer; other rows are read per batch
+//             into a transient buffer (reported in peak_rows, not counted against C).
+//   lru       one LRU cache of C rows per trainer; a batch's rows are looked up in order of
+//             first appearance in the trainer's slice; a miss is fetched and becomes the most
+//             recently used; replicas on several trainers are kept coherent by synchronising.
+//   lookahead the oracle (oracle.h) with window W and prefetch distance P.
+//
+// One definition for all: an access is a (trainer, key, batch) triple with key in the trainer's
+// slice of the batch (each counted once per batch); it is a hit when the key is in that trainer's
+// cache without a fetch issued for that batch.  Counters:
+//   fetched_rows  rows read from the servers (the oracle fetches a shared row once for all
+//                 trainers; lru/static/none once per trainer that misses)
+//   written_rows  rows or row gradients sent to the servers: none/static push the gradient of
+//                 every uncached access; lru writes a row back when its last replica is evicted
+//                 or at the end; the oracle writes every evicted row once (the end flushes)
+//   synced_rows   row gradients reduced among trainers: static, every pinned row used in a
+//                 batch; lru, every row used in a batch that two or more trainers use or hold
+//                 afterwards; the oracle, its sync-now plus sync-later entries
+//   peak_rows     most rows one trainer holds at any point (in-flight prefetches included)
+#ifndef BP_CACHESIM_H
+#define BP_CACHESIM_H
+
+#include <stdint.h>
+
+typedef enum { CS_NONE = 0, CS_STATIC = 1, CS_LRU = 2, CS_LOOKAHEAD = 3, CS_NPOLICY = 4 } cachesim_policy;
+
+typedef struct {
+    uint32_t T, B;   // trainers, global batch size
+    uint64_t C;      // rows per trainer
+    uint32_t W, P;   // lookahead only
+    int threads;     // lookahead only: 1 or 2
+} cachesim_config;
+
+typedef struct {
+    uint64_t batches, accesses, hits;
+    uint64_t fetched_rows, written_rows, synced_rows, peak_rows;
+} cachesim_result;
+
+typedef struct cachesim cachesim;
+
+// A trace of rows x F ids in training order (borrowed; must outlive cs).  Returns 0, BP_EINVAL
+// (an id outside its table, a key space too large for flat per-key arrays) or BP_ENOMEM.
+int cachesim_open(cachesim **cs, const uint32_t *ids, uint64_t rows, uint32_t F, const uint64_t *card);
+void cachesim_close(cachesim *cs); // NULL is fine
+// Simulates one policy over the whole trace (batches of B, the last one possibly short).
+// lookahead returns the oracle's BP_ECAPACITY when C is below what a batch needs.
+int cachesim_run(cachesim *cs, cachesim_policy pol, const cachesim_config *cfg, cachesim_result *res);
+const char *cachesim_policy_name(cachesim_policy pol);
+
+// `bagpipe analyze --cache ROWS ...`: the whole analyze argument list (argv[0] = "analyze").
+int cachesim_cmd(int argc, char **argv);
+
+#endif

@@ -1,0 +1,238 @@
+// Cache simulator tests: policy ordering on a skewed trace, exact identities at the extremes,
+// the LRU against a naive reference, and the analyze command's outputs.
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cachesim.h"
+#include "common.h"
+#include "data_bin.h"
+#include "test.h"
+
+// A power-law trace: rows x F ids, id = floor(card * u^a) (a > 1: low ids are hot).
+static uint32_t *powerlaw_trace(uint64_t rows, uint32_t F, const uint64_t *card, double a, uint64_t seed) {
+    uint32_t *ids = bp_xmalloc(rows * F * sizeof *ids);
+    bp_rng r;
+    bp_rng_seed(&r, seed, 3);
+    for (uint64_t i = 0; i < rows; i++)
+        for (uint32_t f = 0; f < F; f++) {
+            uint64_t id = (uint64_t)((double)card[f] * pow(bp_rng_uniform(&r), a));
+            ids[i * F + f] = (uint32_t)(id < card[f] ? id : card[f] - 1);
+        }
+    return ids;
+}
+
+static double hit(const cachesim_result *r) { return (double)r->hits / (double)r->accesses; }
+
+TEST(cachesim_lookahead_beats_lru_beats_none) {
+    uint64_t card[3] = {2000, 10000, 300};
+    uint64_t rows = 64 * 200;
+    uint32_t *ids = powerlaw_trace(rows, 3, card, 4.0, 1);
+    cachesim *cs;
+    ASSERT_OK(cachesim_open(&cs, ids, rows, 3, card));
+    cachesim_result r[CS_NPOLICY];
+    for (uint64_t C = 700; C <= 2800; C *= 2) {
+        cachesim_config c = {.T = 4, .B = 64, .C = C, .W = 50, .P = 1, .threads = 1};
+        for (int p = 0; p < CS_NPOLICY; p++) ASSERT_OK(cachesim_run(cs, (cachesim_policy)p, &c, &r[p]));
+        for (int p = 1; p < CS_NPOLICY; p++) ASSERT_EQ(r[p].accesses, r[0].accesses);
+        ASSERT_EQ(r[CS_NONE].hits, 0);
+        ASSERT_MSG(hit(&r[CS_LRU]) > 0.2, "lru hit %.3f", hit(&r[CS_LRU]));
+        ASSERT_MSG(hit(&r[CS_LOOKAHEAD]) >= hit(&r[CS_LRU]), "C=%llu: lookahead %.4f < lru %.4f", (unsigned long long)C,
+                   hit(&r[CS_LOOKAHEAD]), hit(&r[CS_LRU]));
+        ASSERT_TRUE(hit(&r[CS_STATIC]) > 0);
+        ASSERT_TRUE(r[CS_LOOKAHEAD].fetched_rows < r[CS_LRU].fetched_rows);
+        ASSERT_TRUE(r[CS_LRU].peak_rows <= C && r[CS_LOOKAHEAD].peak_rows <= C);
+    }
+    cachesim_close(cs);
+    free(ids);
+}
+
+TEST(cachesim_identities_at_the_extremes) {
+    uint64_t card[2] = {300, 40};
+    uint64_t rows = 1000; // batches of 48: the last one is short
+    uint32_t *ids = powerlaw_trace(rows, 2, card, 2.0, 2);
+    const uint32_t T = 3, B = 48;
+    // Reference counts: distinct keys overall and per trainer, accesses.
+    uint8_t seen[340] = {0}, seen_t[3][340];
+    memset(seen_t, 0, sizeof seen_t);
+    uint64_t distinct = 0, distinct_t = 0;
+    for (uint64_t r0 = 0; r0 < rows; r0 += B) {
+        uint32_t n = (uint32_t)BP_MIN((uint64_t)B, rows - r0);
+        for (uint32_t i = 0; i < T; i++)
+            for (uint32_t s = i * n / T; s < (i + 1) * n / T; s++)
+                for (uint32_t f = 0; f < 2; f++) {
+                    uint32_t k = ids[(r0 + s) * 2 + f] + (f ? 300 : 0);
+                    if (!seen[k]) seen[k] = 1, distinct++;
+                    if (!seen_t[i][k]) seen_t[i][k] = 1, distinct_t++;
+                }
+    }
+    cachesim *cs;
+    ASSERT_OK(cachesim_open(&cs, ids, rows, 2, card));
+    cachesim_config c = {.T = T, .B = B, .C = 1000, .W = 100, .P = 2, .threads = 1};
+    cachesim_result r;
+    ASSERT_OK(cachesim_run(cs, CS_NONE, &c, &r));
+    ASSERT_TRUE(r.hits == 0 && r.fetched_rows == r.accesses && r.written_rows == r.accesses && r.synced_rows == 0);
+    ASSERT_EQ(r.batches, 21);
+    uint64_t accesses = r.accesses;
+    ASSERT_OK(cachesim_run(cs, CS_STATIC, &c, &r)); // everything pinned
+    ASSERT_TRUE(r.hits == accesses && r.fetched_rows == 0 && r.written_rows == distinct && r.peak_rows == distinct);
+    ASSERT_OK(cachesim_run(cs, CS_LRU, &c, &r)); // nothing ever evicted
+    ASSERT_EQ(r.fetched_rows, distinct_t);
+    ASSERT_EQ(r.hits, accesses - distinct_t);
+    ASSERT_EQ(r.written_rows, distinct);
+    ASSERT_OK(cachesim_run(cs, CS_LOOKAHEAD, &c, &r)); // window covers the trace: one fetch per key
+    ASSERT_EQ(r.fetched_rows, distinct);
+    ASSERT_EQ(r.written_rows, distinct);
+    ASSERT_EQ(r.accesses, accesses);
+    // A cache below what one batch needs: the lookahead policy says so.
+    c.C = 3;
+    ASSERT_EQ(cachesim_run(cs, CS_LOOKAHEAD, &c, &r), BP_ECAPACITY);
+    cachesim_close(cs);
+    free(ids);
+}
+
+// Naive LRU per trainer (arrays scanned linearly) to check the hashed one.
+TEST(cachesim_lru_matches_naive_reference) {
+    uint64_t card[2] = {60, 25};
+    uint64_t rows = 900;
+    uint32_t *ids = powerlaw_trace(rows, 2, card, 1.5, 5);
+    const uint32_t T = 2, B = 10;
+    for (uint64_t C = 1; C <= 40; C += 13) {
+        uint64_t hits = 0, fetched = 0, written = 0;
+        uint64_t cache[2][64];
+        uint64_t age[2][64], n[2] = {0, 0}, clock = 0;
+        uint8_t holders[85] = {0};
+        for (uint64_t r0 = 0; r0 < rows; r0 += B) {
+            for (uint32_t i = 0; i < T; i++) {
+                uint8_t seen[85] = {0};
+                for (uint32_t s = i * B / T; s < (i + 1) * B / T; s++)
+                    for (uint32_t f = 0; f < 2; f++) {
+                        uint64_t k = ids[(r0 + s) * 2 + f] + (f ? 60 : 0);
+                        if (seen[k]) continue;
+                        seen[k] = 1;
+                        uint64_t j = 0;
+                        while (j < n[i] && cache[i][j] != k) j++;
+                        if (j < n[i]) {
+                            hits++, age[i][j] = ++clock;
+                            continue;
+                        }
+                        fetched++;
+                        if (n[i] == C) {
+                            uint64_t old = 0;
+                            for (uint64_t q = 1; q < n[i]; q++)
+                                if (age[i][q] < age[i][old]) old = q;
+                            if (--holders[cache[i][old]] == 0) written++;
+                            j = old;
+                        } else {
+                            j = n[i]++;
+                        }
+                        cache[i][j] = k, age[i][j] = ++clock, holders[k]++;
+                    }
+            }
+        }
+        for (int k = 0; k < 85; k++) written += holders[k] > 0;
+        cachesim *cs;
+        ASSERT_OK(cachesim_open(&cs, ids, rows, 2, card));
+        cachesim_config c = {.T = T, .B = B, .C = C, .W = 4, .P = 0, .threads = 1};
+        cachesim_result r;
+        ASSERT_OK(cachesim_run(cs, CS_LRU, &c, &r));
+        ASSERT_MSG(r.hits == hits && r.fetched_rows == fetched && r.written_rows == written,
+                   "C=%llu: hits %llu/%llu fetched %llu/%llu written %llu/%llu", (unsigned long long)C,
+                   (unsigned long long)r.hits, (unsigned long long)hits, (unsigned long long)r.fetched_rows,
+                   (unsigned long long)fetched, (unsigned long long)r.written_rows, (unsigned long long)written);
+        cachesim_close(cs);
+    }
+    free(ids);
+}
+
+// Runs cachesim_cmd with stdout redirected into a file; returns its exit code.
+static int run_cmd(const char *out_path, int argc, char **argv) {
+    fflush(stdout);
+    int saved = dup(1), fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (saved < 0 || fd < 0) return -1;
+    dup2(fd, 1);
+    close(fd);
+    int rc = cachesim_cmd(argc, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    return rc;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char *buf = bp_xcalloc(1 << 20, 1);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+TEST(cachesim_analyze_command_outputs) {
+    const char *data = test_path("d.bin");
+    uint64_t card[3] = {500, 2000, 50};
+    uint64_t rows = 3000;
+    uint32_t *ids = powerlaw_trace(rows, 3, card, 3.0, 9);
+    bp_ds_info t = {0};
+    t.n_dense = 1, t.n_sparse = 3, t.kind = BP_KIND_CUSTOM;
+    bp_ds_writer *w;
+    ASSERT_OK(bp_ds_writer_open(&w, data, &t));
+    for (uint64_t r = 0; r < rows; r++) {
+        uint8_t lab = 0;
+        float d = 0;
+        ASSERT_OK(bp_ds_writer_append(w, 1, &lab, &d, ids + r * 3, NULL));
+    }
+    ASSERT_OK(bp_ds_writer_finish(w, card, NULL));
+    free(ids);
+
+    const char *dir = test_path("plots");
+    char *argv1[] = {"analyze", "--cache", "400", "--lookahead", "20", "--trainers", "3", "--batch-size", "32",
+                     "--sweep-cache", "5,200,800", "--sweep-lookahead", "1,5,40", "--plot-dir", (char *)dir,
+                     "--json", (char *)data, NULL};
+    const char *out = test_path("out.json");
+    ASSERT_EQ(run_cmd(out, 17, argv1), 0);
+    char *j = slurp(out);
+    ASSERT_TRUE(j != NULL);
+    ASSERT_STR_CONTAINS(j, "\"policy\": \"lookahead\", \"cache\": 400, \"lookahead\": 20, \"hit_rate\"");
+    ASSERT_STR_CONTAINS(j, "\"policy\": \"lru\", \"cache\": 800");
+    ASSERT_STR_CONTAINS(j, "\"policy\": \"lookahead\", \"cache\": 400, \"lookahead\": 40");
+    ASSERT_STR_CONTAINS(j, "\"policy\": \"lookahead\", \"cache\": 5, \"lookahead\": 20, \"error\": \"cache too small");
+    ASSERT_STR_CONTAINS(j, "\"row_bytes\": 64");
+    free(j);
+    char path[600];
+    snprintf(path, sizeof path, "%s/cachesim_capacity.csv", dir);
+    char *csv = slurp(path);
+    ASSERT_TRUE(csv != NULL);
+    ASSERT_STR_CONTAINS(csv, "cache,none,static,lru,lookahead\n5,0.0000,");
+    ASSERT_STR_CONTAINS(csv, ",NaN\n200,");
+    free(csv);
+    snprintf(path, sizeof path, "%s/cachesim_lookahead.csv", dir);
+    csv = slurp(path);
+    ASSERT_TRUE(csv && strstr(csv, "\n1,") && strstr(csv, "\n40,"));
+    free(csv);
+    if (test_run(NULL, 10, "command -v gnuplot") == 0) {
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/hit_vs_capacity.png", dir);
+        int png = stat(path, &sb) == 0 && sb.st_size > 1000;
+        snprintf(path, sizeof path, "%s/hit_vs_lookahead.svg", dir);
+        ASSERT_MSG(png || stat(path, &sb) == 0, "gnuplot is installed but no chart was written");
+    }
+    // The table.
+    char *argv2[] = {"analyze", "--cache", "300", "--trainers", "2", "--batch-size", "64", (char *)data, NULL};
+    ASSERT_EQ(run_cmd(out, 8, argv2), 0);
+    char *tab = slurp(out);
+    ASSERT_STR_CONTAINS(tab, "lookahead        300    100");
+    ASSERT_STR_CONTAINS(tab, "none               -      -    0.00%");
+    free(tab);
+    // Usage errors.
+    char *argv3[] = {"analyze", (char *)data, NULL};
+    ASSERT_EQ(run_cmd(out, 2, argv3), 2);
+    char *argv4[] = {"analyze", "--cache", "10", "--sweep-cache", "1,x", (char *)data, NULL};
+    ASSERT_EQ(run_cmd(out, 6, argv4), 2);
+    char *argv5[] = {"analyze", "--cache", "10", "--bogus", (char *)data, NULL};
+    ASSERT_EQ(run_cmd(out, 5, argv5), 2);
+}

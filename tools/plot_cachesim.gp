@@ -1,0 +1,43 @@
+# Charts for `bagpipe analyze --cache ... --plot-dir DIR`:
+#   gnuplot -e "dir='DIR'" tools/plot_cachesim.gp
+# reads DIR/cachesim_capacity.csv and DIR/cachesim_lookahead.csv, writes DIR/hit_vs_capacity and
+# DIR/hit_vs_lookahead as PNG (pngcairo, else png) or, without either, SVG.
+if (!exists("dir")) dir = "."
+set datafile separator ","
+set datafile missing "NaN"
+if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {
+    set terminal pngcairo size 900,560 enhanced font ",11"; ext = ".png"
+} else {
+    if (strstrt(GPVAL_TERMINALS, " png ") > 0) {
+        set terminal png size 900,560; ext = ".png"
+    } else {
+        set terminal svg size 900,560 dynamic; ext = ".svg"
+    }
+}
+set key top left box opaque
+# One colour per policy in both charts.
+c_none = "#888888"; c_static = "#1b9e77"; c_lru = "#7570b3"; c_look = "#d95f02"
+set grid
+set ylabel "hit rate (%)"
+set yrange [0:100]
+
+# Hit rate against cache size (rows per trainer), one line per policy.
+set output dir."/hit_vs_capacity".ext
+set title "Hit rate vs cache size"
+set xlabel "cache rows per trainer"
+set logscale x
+plot dir."/cachesim_capacity.csv" using 1:2 skip 2 with linespoints lw 2 lc rgb c_none title "none", \
+     ''                           using 1:3 skip 2 with linespoints lw 2 lc rgb c_static title "static top-N", \
+     ''                           using 1:4 skip 2 with linespoints lw 2 lc rgb c_lru title "LRU", \
+     ''                           using 1:5 skip 2 with linespoints lw 2 lc rgb c_look title "lookahead"
+unset logscale x
+
+# Hit rate of the lookahead policy against its window, with the others at the same cache size.
+set output dir."/hit_vs_lookahead".ext
+set title "Hit rate vs lookahead window (same cache size)"
+set xlabel "lookahead window W (batches)"
+plot dir."/cachesim_lookahead.csv" using 1:2 skip 2 with linespoints lw 2 lc rgb c_look title "lookahead", \
+     ''                            using 1:3 skip 2 with lines dt 2 lw 2 lc rgb c_lru title "LRU", \
+     ''                            using 1:4 skip 2 with lines dt 3 lw 2 lc rgb c_static title "static top-N", \
+     ''                            using 1:5 skip 2 with lines dt 4 lw 2 lc rgb c_none title "none"
+unset output
