@@ -182,7 +182,8 @@ uint32_t synth_cat_unhash32(uint32_t f, uint32_t x) {
 
 #define NORM_BITS 12     // standard normal quantiles: 4096 midpoints, looked up by hash bits
 #define DENSE_QBITS 10   // dense count quantile table: 1024 intervals, linearly interpolated
-#define LOG1P_TAB 4096   // log(1 + x) for small counts
+#define LOG1P_TAB 65536  // log(1 + x) for counts below (97% of the largest feature's)
+#define GEN_SUB 256      // rows generated column by column at a time (part of the output's definition)
 #define BIN_RATIO_SHIFT 6 // popularity bins grow by 1/64 of their start: density varies < 2% within
 
 // Variance budget of the logit and the scaling of rare rows: a row's effect std is
@@ -241,7 +242,7 @@ struct synth_model {
     int days;
     synth_table *tab;              // (F)
     float normtab[1 << NORM_BITS]; // standard normal quantiles
-    float log1p_tab[LOG1P_TAB];
+    float *log1p_tab;              // (LOG1P_TAB)
     float *dense_q;                // (Nd, 2^DENSE_QBITS + 1) count quantiles
     uint32_t *dense_miss;          // (Nd) empty-field threshold on 32 random bits
     float *dense_w, *dense_mean;   // (Nd) weight on log(1 + count), its mean
@@ -262,13 +263,16 @@ static inline uint64_t rng_next(uint64_t s[4]) {
 
 static double norm_cdf(double x) { return 0.5 * erfc(-x / sqrt(2.0)); }
 static double norm_quantile(double p) {
+    // Bisection to ~1e-6, then Newton steps on cdf(x) - p to full precision.
     double lo = -12, hi = 12;
-    for (int i = 0; i < 90; i++) {
+    for (int i = 0; i < 25; i++) {
         double mid = 0.5 * (lo + hi);
         if (norm_cdf(mid) < p) lo = mid;
         else hi = mid;
     }
-    return 0.5 * (lo + hi);
+    double x = 0.5 * (lo + hi);
+    for (int i = 0; i < 2; i++) x -= (norm_cdf(x) - p) / (exp(-0.5 * x * x) * 0.3989422804014327);
+    return x;
 }
 
 // Bucket of a rank for the row-effect scale: the top 8 bits of the float (rank + 1) past its
@@ -428,7 +432,7 @@ static double calibrate_skew(synth_model *m, double target, int fallback) {
     if (top_share(m, 0.01) < target) return hi;
     set_skew(m, lo);
     if (top_share(m, 0.01) >= target) return fallback ? reference_skew(target) : lo;
-    for (int it = 0; it < 40; it++) {
+    for (int it = 0; it < 30; it++) { // to 6 / 2^30
         double mid = 0.5 * (lo + hi);
         set_skew(m, mid);
         if (top_share(m, 0.01) < target) lo = mid;
@@ -457,18 +461,19 @@ static void model_dense_init(synth_model *m, bp_rng *rng) {
     m->dense_miss = bp_xcalloc(Nd ? Nd : 1, sizeof *m->dense_miss);
     m->dense_w = bp_xcalloc(Nd ? Nd : 1, sizeof *m->dense_w);
     m->dense_mean = bp_xcalloc(Nd ? Nd : 1, sizeof *m->dense_mean);
+    double *z = bp_xmalloc((Q + 1) * sizeof *z); // (Q + 1) standard normal quantiles i / Q
+    for (uint32_t i = 0; i <= Q && Nd; i++) z[i] = i == 0 ? -12 : i == Q ? 4.75 : norm_quantile((double)i / Q);
     for (uint32_t j = 0; j < Nd; j++) {
         const dense_profile *pr = &dense_profiles[j % 13];
         float *q = m->dense_q + (size_t)j * (Q + 1);
         for (uint32_t i = 0; i <= Q; i++) {
-            double z = i == 0 ? -12 : i == Q ? 4.75 : norm_quantile((double)i / Q);
-            double v = expm1(pr->mu + pr->sigma * z);
+            double v = expm1(pr->mu + pr->sigma * z[i]);
             q[i] = (float)(v < 0 ? 0 : v > 2e9 ? 2e9 : v);
         }
         m->dense_miss[j] = (uint32_t)(pr->miss * 4294967296.0);
         // Mean and spread of the stored value log(1 + count), from the quantile table.
         double s1 = 0, s2 = 0;
-        const int sub = 16;
+        const int sub = 4;
         for (uint32_t i = 0; i < Q * sub; i++) {
             double u = (i + 0.5) / (Q * sub), pos = u * Q;
             uint32_t k = (uint32_t)pos;
@@ -481,6 +486,7 @@ static void model_dense_init(synth_model *m, bp_rng *rng) {
         m->dense_mean[j] = (float)mean;
         m->dense_w[j] = (float)(sqrt(V_DENSE / Nd) * bp_rng_normal(rng) / sqrt(var > 1e-6 ? var : 1e-6));
     }
+    free(z);
 }
 
 static void model_tables_init(synth_model *m, bp_rng *rng) {
@@ -543,30 +549,22 @@ static void model_pairs_init(synth_model *m, bp_rng *rng) {
             if (m->tab[m->pair[p][k]].pair_slot < 0) m->tab[m->pair[p][k]].pair_slot = slots++;
 }
 
-// Latent vector of an interaction from a 64-bit hash: 4 uniform components of variance 1.
-static inline void latent(uint64_t h, float v[SYNTH_LAT]) {
-    for (int d = 0; d < SYNTH_LAT; d++)
-        v[d] = ((float)((h >> (16 * d)) & 0xffff) - 32767.5f) * (1.7320508f / 32768.0f);
-}
-
 // Generates n rows starting at absolute row `row0` from the stream in rng.  logit: (n) receives
 // the logit without the bias; with `finish`, labels and probabilities are drawn/filled too.
-// Work goes column by column (one table over all n rows, then the next): each pass keeps one
-// table's sampler in L1 and its iterations are independent, so they overlap in the pipeline.
-// The stream is consumed in that order: 2 draws per row for each sampled table, 1 per row for
-// each dense feature, 1 per row for the label.
-static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t n, synth_rows *out,
-                     float *restrict logit, float *pair_fac, int finish) {
+// Rows go in sub-blocks of GEN_SUB; inside one, work goes column by column (one table over the
+// sub-block's rows, then the next), so each pass keeps one table's sampler hot and its
+// iterations are independent, while the sub-block's output stays in L1.  The stream is consumed
+// in that order: per sub-block, 2 draws per row for each sampled table, 1 per row for each dense
+// feature, 1 per row for the label.
+static void gen_block(const synth_model *m, uint64_t s[4], uint64_t row0, uint32_t n, synth_rows *out,
+                      float *restrict logit, float *pair_fac, int finish) {
     const uint32_t F = m->F, Nd = m->Nd, Q = 1u << DENSE_QBITS;
-    BP_ASSERT(n <= SYNTH_CHUNK_ROWS);
-    uint64_t s[4];
-    memcpy(s, rng->s, sizeof s);
     for (uint32_t i = 0; i < n; i++) logit[i] = 0;
     const float *restrict normtab = m->normtab;
     for (uint32_t f = 0; f < F; f++) {
         const synth_table *t = &m->tab[f];
         uint32_t *restrict sp = out->sparse + f;
-        float *restrict pf = t->pair_slot >= 0 ? pair_fac + (size_t)t->pair_slot * SYNTH_CHUNK_ROWS : NULL;
+        float *restrict pf = t->pair_slot >= 0 ? pair_fac + (size_t)t->pair_slot * GEN_SUB : NULL;
         const float *restrict eff_tab = t->eff, *restrict fac_tab = t->fac;
         const uint64_t key = t->key;
         if (t->kind == T_SAMPLED) {
@@ -608,15 +606,19 @@ static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t 
     }
     for (int p = 0; p < m->n_pairs; p++) {
         const uint32_t a = m->pair[p][0], b = m->pair[p][1];
-        const float *fa = pair_fac + (size_t)m->tab[a].pair_slot * SYNTH_CHUNK_ROWS;
-        const float *fb = pair_fac + (size_t)m->tab[b].pair_slot * SYNTH_CHUNK_ROWS;
+        const float *fa = pair_fac + (size_t)m->tab[a].pair_slot * GEN_SUB;
+        const float *fb = pair_fac + (size_t)m->tab[b].pair_slot * GEN_SUB;
+        const uint64_t ka = m->pair_key[p][0], kb = m->pair_key[p][1];
+        // Each side's latent vector is the 4 signed 16-bit words of a hash of its id (uniform,
+        // variance 2^30/3 each); the dot product of two has variance 4 (2^30/3)^2, so scaling
+        // it by 3/2^30 gives variance 4, and the 0.5 in front makes it 1.
+        const float scale = m->pair_sigma * 0.5f * (3.0f / 1073741824.0f);
         for (uint32_t i = 0; i < n; i++) {
             const uint32_t *sp = out->sparse + (size_t)i * F;
-            float va[SYNTH_LAT], vb[SYNTH_LAT], dot = 0;
-            latent(bp_mix64(sp[a] ^ m->pair_key[p][0]), va);
-            latent(bp_mix64(sp[b] ^ m->pair_key[p][1]), vb);
-            for (int d = 0; d < SYNTH_LAT; d++) dot += va[d] * vb[d];
-            logit[i] += m->pair_sigma * fa[i] * fb[i] * 0.5f * dot;
+            uint64_t ha = bp_mix64(sp[a] ^ ka), hb = bp_mix64(sp[b] ^ kb);
+            int64_t dot = 0;
+            for (int d = 0; d < SYNTH_LAT; d++) dot += (int64_t)(int16_t)(ha >> (16 * d)) * (int16_t)(hb >> (16 * d));
+            logit[i] += scale * fa[i] * fb[i] * (float)dot;
         }
     }
     for (uint32_t j = 0; j < Nd; j++) {
@@ -645,13 +647,27 @@ static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t 
             out->label[i] = (float)(rng_next(s) >> 40) * 0x1.0p-24f < p;
         }
     }
+}
+
+static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t n, synth_rows *out, float *logit,
+                     float *pair_fac, int finish) {
+    BP_ASSERT(n <= SYNTH_CHUNK_ROWS);
+    const uint32_t F = m->F, Nd = m->Nd;
+    uint64_t s[4];
+    memcpy(s, rng->s, sizeof s);
+    for (uint32_t b = 0; b < n; b += GEN_SUB) {
+        uint32_t k = n - b < GEN_SUB ? n - b : GEN_SUB;
+        synth_rows v = {k, out->label + b, out->dense_raw + (size_t)b * Nd, out->dense + (size_t)b * Nd,
+                        out->sparse + (size_t)b * F, out->prob + b, NULL};
+        gen_block(m, s, row0 + b, k, &v, logit + b, pair_fac, finish);
+    }
     memcpy(rng->s, s, sizeof s);
 }
 
 // Solves for the bias that gives the target base rate on a pilot sample spread over the
 // dataset (its own random streams, so the result does not depend on threads).
 static void model_solve_bias(synth_model *m) {
-    enum { PILOT_CHUNKS = 16 };
+    enum { PILOT_CHUNKS = 8 };
     uint32_t n = SYNTH_CHUNK_ROWS;
     synth_rows r;
     synth_rows_alloc(&r, m->Nd, m->F);
@@ -662,14 +678,22 @@ static void model_solve_bias(synth_model *m) {
         uint64_t row0 = m->rows * c / PILOT_CHUNKS;
         gen_rows(m, &rng, row0, n, &r, lg + (size_t)c * n, r.pair_fac, 0);
     }
-    double lo = -20, hi = 20;
-    for (int it = 0; it < 60; it++) {
-        double b = 0.5 * (lo + hi), mean = 0;
-        for (uint32_t i = 0; i < PILOT_CHUNKS * n; i++) mean += 1 / (1 + exp(-(b + lg[i])));
-        if (mean / (PILOT_CHUNKS * n) < m->o.ctr) lo = b;
-        else hi = b;
+    // Newton's method on mean(sigmoid(b + logit)) = ctr: the mean grows with b, its slope is
+    // mean(p (1 - p)); steps are capped so a poor start cannot overshoot far.
+    const uint32_t N = PILOT_CHUNKS * n;
+    double b = log(m->o.ctr / (1 - m->o.ctr));
+    for (int it = 0; it < 100; it++) {
+        double mean = 0, slope = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            double p = 1 / (1 + exp(-(b + lg[i])));
+            mean += p, slope += p * (1 - p);
+        }
+        double step = (mean / N - m->o.ctr) / (slope / N + 1e-12);
+        step = step > 4 ? 4 : step < -4 ? -4 : step;
+        b -= step;
+        if (fabs(step) < 1e-10) break;
     }
-    m->bias = 0.5 * (lo + hi);
+    m->bias = b;
     free(lg);
     synth_rows_free(&r);
 }
@@ -682,6 +706,7 @@ int synth_model_init(synth_model **out, const synth_opts *o) {
     m->days = o->preset == SYNTH_PRESET_AVAZU ? AVAZU_DAYS : CRITEO_DAYS;
     for (uint32_t i = 0; i < (1u << NORM_BITS); i++)
         m->normtab[i] = (float)norm_quantile((i + 0.5) / (1u << NORM_BITS));
+    m->log1p_tab = bp_xmalloc(LOG1P_TAB * sizeof *m->log1p_tab);
     for (uint32_t c = 0; c < LOG1P_TAB; c++) m->log1p_tab[c] = (float)log1p((double)c);
     bp_rng rng;
     bp_rng_seed(&rng, o->seed, 0x5eedull << 40);
@@ -701,7 +726,7 @@ void synth_model_free(synth_model *m) {
         free(m->tab[f].bin_start);
     }
     free(m->tab);
-    free(m->dense_q), free(m->dense_miss), free(m->dense_w), free(m->dense_mean);
+    free(m->dense_q), free(m->dense_miss), free(m->dense_w), free(m->dense_mean), free(m->log1p_tab);
     free(m);
 }
 
