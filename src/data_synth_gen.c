@@ -554,53 +554,85 @@ static void model_pairs_init(synth_model *m, bp_rng *rng) {
 // Rows go in sub-blocks of GEN_SUB; inside one, work goes column by column (one table over the
 // sub-block's rows, then the next), so each pass keeps one table's sampler hot and its
 // iterations are independent, while the sub-block's output stays in L1.  The stream is consumed
-// in that order: per sub-block, 2 draws per row for each sampled table, 1 per row for each dense
-// feature, 1 per row for the label.
+// in that order: per sub-block and sampled table, per two rows, 2 draws for their bins and 1 for
+// their ranks inside the bins; then 1 per row for each dense feature; then 1 per row for the label.
+// The per-table constants of a pass, in locals so that the output stores (which may alias as far
+// as the compiler knows) do not force them to be reloaded on every row.
+typedef struct {
+    const alias_entry *alias;
+    uint64_t nbins, n, shift_max, key;
+    double drift_rate;
+    const float *eff, *fac;
+} pass_consts;
+
+// One row of a sampled table: u picks the bin (high 32 bits: column, low 32 bits: own or alias),
+// v (32 bits) the rank inside it; then the drift shift, the id, and the row's effect.
+static inline __attribute__((always_inline)) void table_row(const pass_consts c, const synth_perm *perm,
+                                                            const float *normtab, uint64_t u, uint64_t v,
+                                                            uint64_t row, int drift, float *logit, uint32_t *sp,
+                                                            float *pf) {
+    const alias_entry *e = &c.alias[((u >> 32) * c.nbins) >> 32];
+    uint32_t sel = (uint32_t)u >= e->thr;
+    // Uniform within the bin (width 1 for the head: adds 0); branch-free, the width is unpredictable.
+    uint64_t rank = e->start[sel] + ((v * e->width[sel]) >> 32), eff = rank;
+    if (drift) {
+        // The row that held base rank r0 at row 0 holds rank r0 + shift now: new rows rise to the
+        // top and old favourites sink slowly.  Effects follow a row's best rank over the dataset
+        // (see docs/synth.md).
+        uint64_t shift = (uint64_t)(c.drift_rate * (double)row) % c.n;
+        rank = rank >= shift ? rank - shift : rank + c.n - shift;
+        eff = rank + c.shift_max >= c.n ? rank + c.shift_max - c.n : rank;
+    }
+    uint64_t id = synth_perm_apply(perm, rank);
+    uint32_t bk = rank_bucket(eff);
+    *logit += c.eff[bk] * normtab[bp_mix64(id ^ c.key) >> (64 - NORM_BITS)];
+    *sp = (uint32_t)id;
+    *pf = c.fac[bk];
+}
+
+// A sampled table over the n rows of a block: per two rows, two draws pick the bins and one the
+// ranks inside them.  `drift` is a constant at each call, so each variant compiles without it.
+static inline __attribute__((always_inline)) void table_pass(const synth_table *t, const float *normtab,
+                                                             uint64_t s[4], uint64_t row0, uint32_t n,
+                                                             uint32_t F, float *restrict logit,
+                                                             uint32_t *restrict sp, float *restrict pf,
+                                                             size_t pf_step, int drift) {
+    const synth_perm perm = t->perm;
+    const pass_consts c = {t->alias, t->nbins, t->n, t->shift_max, t->key, t->drift_rate, t->eff, t->fac};
+    uint32_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        uint64_t u0 = rng_next(s), u1 = rng_next(s), v = rng_next(s);
+        table_row(c, &perm, normtab, u0, v >> 32, row0 + i, drift, logit + i, sp + (size_t)i * F, pf + i * pf_step);
+        table_row(c, &perm, normtab, u1, v & 0xffffffffu, row0 + i + 1, drift, logit + i + 1,
+                  sp + (size_t)(i + 1) * F, pf + (i + 1) * pf_step);
+    }
+    if (i < n) {
+        uint64_t u0 = rng_next(s), v = rng_next(s);
+        table_row(c, &perm, normtab, u0, v >> 32, row0 + i, drift, logit + i, sp + (size_t)i * F, pf + i * pf_step);
+    }
+}
+
 static void gen_block(const synth_model *m, uint64_t s[4], uint64_t row0, uint32_t n, synth_rows *out,
                       float *restrict logit, float *pair_fac, int finish) {
     const uint32_t F = m->F, Nd = m->Nd, Q = 1u << DENSE_QBITS;
     for (uint32_t i = 0; i < n; i++) logit[i] = 0;
     const float *restrict normtab = m->normtab;
+    float sink; // where the rank factors of tables in no interaction go
     for (uint32_t f = 0; f < F; f++) {
         const synth_table *t = &m->tab[f];
         uint32_t *restrict sp = out->sparse + f;
-        float *restrict pf = t->pair_slot >= 0 ? pair_fac + (size_t)t->pair_slot * GEN_SUB : NULL;
-        const float *restrict eff_tab = t->eff, *restrict fac_tab = t->fac;
-        const uint64_t key = t->key;
+        float *pf = t->pair_slot >= 0 ? pair_fac + (size_t)t->pair_slot * GEN_SUB : &sink;
+        size_t pf_step = t->pair_slot >= 0;
         if (t->kind == T_SAMPLED) {
-            const alias_entry *restrict alias = t->alias;
-            const uint64_t nbins = t->nbins, n_rows = t->n, shift_max = t->shift_max;
-            const double drift_rate = t->drift_rate;
-            const synth_perm perm = t->perm;
-            for (uint32_t i = 0; i < n; i++) {
-                uint64_t x = rng_next(s);
-                const alias_entry *e = &alias[((x >> 32) * nbins) >> 32];
-                uint32_t sel = (uint32_t)x >= e->thr;
-                // Uniform within the bin (width 1 for the head: adds 0).  Branch-free on purpose:
-                // the width is unpredictable and a mispredict costs more than a draw.
-                uint64_t rank = e->start[sel] + (((rng_next(s) >> 32) * e->width[sel]) >> 32);
-                uint64_t eff = rank;
-                if (drift_rate > 0) {
-                    // The row that held base rank r0 at row 0 holds rank r0 + shift now: new rows
-                    // rise to the top and old favourites sink slowly.  Effects follow a row's best
-                    // rank over the dataset (see docs/synth.md).
-                    uint64_t shift = (uint64_t)(drift_rate * (double)(row0 + i)) % n_rows;
-                    rank = rank >= shift ? rank - shift : rank + n_rows - shift;
-                    eff = rank + shift_max >= n_rows ? rank + shift_max - n_rows : rank;
-                }
-                uint64_t id = synth_perm_apply(&perm, rank);
-                uint32_t bk = rank_bucket(eff);
-                logit[i] += eff_tab[bk] * normtab[bp_mix64(id ^ key) >> (64 - NORM_BITS)];
-                sp[(size_t)i * F] = (uint32_t)id;
-                if (pf) pf[i] = fac_tab[bk];
-            }
+            if (t->drift_rate > 0) table_pass(t, normtab, s, row0, n, F, logit, sp, pf, pf_step, 1);
+            else table_pass(t, normtab, s, row0, n, F, logit, sp, pf, pf_step, 0);
         } else {
             for (uint32_t i = 0; i < n; i++) {
                 uint64_t hour = (row0 + i) * (AVAZU_DAYS * 24) / m->rows; // rows cover 10 days in order
                 uint64_t id = t->kind == T_HOUR ? hour % 24 : (1 + hour / 24) % 7; // day 0 is a Tuesday
-                logit[i] += eff_tab[0] * normtab[bp_mix64(id ^ key) >> (64 - NORM_BITS)];
+                logit[i] += t->eff[0] * normtab[bp_mix64(id ^ t->key) >> (64 - NORM_BITS)];
                 sp[(size_t)i * F] = (uint32_t)id;
-                if (pf) pf[i] = fac_tab[0];
+                pf[i * pf_step] = t->fac[0];
             }
         }
     }
