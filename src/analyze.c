@@ -14,12 +14,24 @@
 
 const double analyze_fracs[ANALYZE_NFRAC] = {0.001, 0.01, 0.1};
 
-#define PREFETCH_AHEAD 16    // samples ahead whose rows are prefetched
 #define HIST_CAP 65536       // counts below this go to a histogram, larger ones to a sorted list
 
 // ---------------------------------------------------------------------------------------------
 // The pass over the lookups.  State per row: count in the low 32 bits, (last batch + 1) in the
 // high 32 bits (0 = never looked up).
+//
+// Looking rows up in sample order would touch the state at random (hot rows are scattered over
+// the id space, so even the hot set spans far more cache lines than it fills), and each lookup
+// would wait on memory.  Instead each window of samples is cut by row range: its lookups are
+// scattered into partitions of PART_ROWS consecutive rows (512 KiB of state, which stays in L2),
+// keeping sample order inside each partition, and then applied partition by partition.  A row's
+// state depends only on its own lookups in time order, and everything else is a sum, so the
+// results are those of the plain sample-order pass.
+
+#define PART_BITS 16
+#define PART_ROWS (1u << PART_BITS)
+#define WINDOW 32768 // samples per window
+#define PREFETCH_AHEAD 24 // lookups ahead whose state is prefetched
 
 typedef struct {
     const bp_dataset *ds;
@@ -39,34 +51,65 @@ static void *pass_run(void *arg) {
     pass_worker *w = arg;
     const uint32_t F = w->ds->info.n_sparse, nt = w->n_tables, B = w->B;
     const uint32_t *sparse = w->ds->sparse;
-    uint64_t *state = w->state;
-    uint64_t off[BP_DS_MAX_SPARSE];
-    for (uint32_t k = 0; k < nt; k++) off[k] = w->offset[w->tables[k]];
-    uint32_t b1 = 1, in_batch = 0; // batch index + 1, samples seen in it
-    for (uint64_t i = w->begin; i < w->end; i++) {
-        if (i + PREFETCH_AHEAD < w->end) {
-            const uint32_t *ahead = sparse + (i + PREFETCH_AHEAD) * F;
-            for (uint32_t k = 0; k < nt; k++) __builtin_prefetch(&state[off[k] + ahead[w->tables[k]]], 1);
-        }
-        const uint32_t *row = sparse + i * F;
-        for (uint32_t k = 0; k < nt; k++) {
-            uint64_t *e = &state[off[k] + row[w->tables[k]]];
-            uint64_t v = *e;
-            uint32_t last = (uint32_t)(v >> 32);
-            if (last == b1) {
-                w->same++;
-            } else {
-                w->uniq[b1 - 1]++;
-                if (last == 0) w->first++;
-                else w->reuse[63 - __builtin_clzll((uint64_t)(b1 - last))]++;
-            }
-            *e = ((uint64_t)b1 << 32) | (uint32_t)(v + 1);
-        }
-        if (++in_batch == B) {
-            in_batch = 0, b1++;
-            if (w->progress && (b1 & 63) == 0) bp_progress_update(w->progress, i + 1 - w->begin, NULL);
-        }
+    // Partitions: table k's rows [j PART_ROWS, (j+1) PART_ROWS) are partition pbase[k] + j.
+    uint32_t pbase[BP_DS_MAX_SPARSE], col[BP_DS_MAX_SPARSE], np = 0;
+    for (uint32_t k = 0; k < nt; k++) {
+        col[k] = w->tables[k];
+        pbase[k] = np;
+        np += (uint32_t)((w->ds->info.card[col[k]] + PART_ROWS - 1) >> PART_BITS);
     }
+    uint64_t *pstate = bp_xmalloc(np * sizeof *pstate); // (np) first state row of each partition
+    for (uint32_t k = 0; k < nt; k++)
+        for (uint64_t j = 0; pbase[k] + j < (k + 1 < nt ? pbase[k + 1] : np); j++)
+            pstate[pbase[k] + j] = w->offset[col[k]] + (j << PART_BITS);
+    uint32_t *pos = bp_xmalloc(((size_t)np + 1) * sizeof *pos); // (np + 1) partition starts in lk
+    uint64_t *lk = bp_xmalloc((size_t)WINDOW * nt * sizeof *lk); // (WINDOW * nt) (row in partition) << 32 | batch + 1
+    uint64_t reuse[ANALYZE_REUSE_BUCKETS] = {0}, same = 0, first = 0;
+    uint64_t *state = w->state;
+    uint32_t *uniq = w->uniq;
+
+    for (uint64_t ws = w->begin; ws < w->end; ws += WINDOW) {
+        const uint64_t we = BP_MIN(ws + WINDOW, w->end);
+        memset(pos, 0, ((size_t)np + 1) * sizeof *pos);
+        for (uint64_t i = ws; i < we; i++) {
+            const uint32_t *row = sparse + i * F;
+            for (uint32_t k = 0; k < nt; k++) pos[pbase[k] + (row[col[k]] >> PART_BITS) + 1]++;
+        }
+        for (uint32_t p = 0; p < np; p++) pos[p + 1] += pos[p];
+        uint64_t b1 = (ws - w->begin) / B + 1, in_batch = (ws - w->begin) % B; // batch index + 1
+        for (uint64_t i = ws; i < we; i++) {
+            const uint32_t *row = sparse + i * F;
+            for (uint32_t k = 0; k < nt; k++) {
+                uint32_t id = row[col[k]];
+                lk[pos[pbase[k] + (id >> PART_BITS)]++] = ((uint64_t)(id & (PART_ROWS - 1)) << 32) | b1;
+            }
+            if (++in_batch == B) in_batch = 0, b1++;
+        }
+        // pos[p] is now the end of partition p (= the start of p + 1).
+        for (uint32_t p = 0, at = 0; p < np; at = pos[p], p++) {
+            uint64_t *st = state + pstate[p];
+            for (uint32_t x = at; x < pos[p]; x++) {
+                // Rows of the big tables are mostly cold: ask for them well ahead.
+                if (x + PREFETCH_AHEAD < pos[p]) __builtin_prefetch(st + (lk[x + PREFETCH_AHEAD] >> 32), 1);
+                const uint32_t b = (uint32_t)lk[x];
+                uint64_t *e = st + (lk[x] >> 32);
+                uint64_t v = *e;
+                uint32_t last = (uint32_t)(v >> 32);
+                if (last == b) {
+                    same++;
+                } else {
+                    uniq[b - 1]++;
+                    if (last == 0) first++;
+                    else reuse[63 - __builtin_clzll((uint64_t)(b - last))]++;
+                }
+                *e = ((uint64_t)b << 32) | (uint32_t)(v + 1);
+            }
+        }
+        if (w->progress) bp_progress_update(w->progress, we - w->begin, NULL);
+    }
+    memcpy(w->reuse, reuse, sizeof reuse);
+    w->same = same, w->first = first;
+    free(pstate), free(pos), free(lk);
     return NULL;
 }
 

@@ -6,11 +6,14 @@
 #include "data_bin.h"
 #include "test.h"
 
-// A tiny dataset with skewed ids: n rows, tables of 5, 40 and 300 rows, split 60/20/20%.
+// A small dataset with skewed ids: n rows, tables of 5, 40, 300 and 150000 rows (the last spans
+// several of analyze's row partitions), split 60/20/20%.
+#define NT 4
+#define TOTAL (5 + 40 + 300 + 150000)
+static const uint64_t card[NT] = {5, 40, 300, 150000};
 static int write_tiny(const char *path, uint64_t n) {
-    static const uint64_t card[3] = {5, 40, 300};
     bp_ds_info t = {0};
-    t.n_dense = 0, t.n_sparse = 3;
+    t.n_dense = 0, t.n_sparse = NT;
     bp_ds_writer *w;
     int rc = bp_ds_writer_open(&w, path, &t);
     if (rc) return rc;
@@ -18,8 +21,8 @@ static int write_tiny(const char *path, uint64_t n) {
     bp_rng_seed(&rng, 17, 0);
     for (uint64_t i = 0; i < n && !rc; i++) {
         uint8_t lab = 0;
-        uint32_t s[3];
-        for (int f = 0; f < 3; f++) {
+        uint32_t s[NT];
+        for (int f = 0; f < NT; f++) {
             // Squaring a uniform draw favours small ids; some rows are never drawn.
             double u = bp_rng_uniform(&rng);
             s[f] = (uint32_t)(u * u * u * (double)card[f]);
@@ -40,13 +43,21 @@ static int u64_desc(const void *a, const void *b) {
 }
 
 // Share of lookups the k busiest rows take, from a plain sorted copy of the counts.
-static double brute_top(const uint64_t *cnt, uint64_t n, uint64_t k) {
-    uint64_t *c = bp_xmalloc(n * sizeof *c), total = 0, top = 0;
-    memcpy(c, cnt, n * sizeof *c);
-    qsort(c, n, sizeof *c, u64_desc);
-    for (uint64_t i = 0; i < n; i++) total += c[i], top += i < k ? c[i] : 0;
-    free(c);
-    return total ? (double)top / (double)total : 0;
+typedef struct {
+    uint64_t *sorted; // (n) counts, largest first
+    uint64_t n, total;
+} sorted_counts;
+static sorted_counts sort_counts(const uint64_t *cnt, uint64_t n) {
+    sorted_counts s = {bp_xmalloc(n * sizeof(uint64_t)), n, 0};
+    memcpy(s.sorted, cnt, n * sizeof *cnt);
+    qsort(s.sorted, n, sizeof *s.sorted, u64_desc);
+    for (uint64_t i = 0; i < n; i++) s.total += s.sorted[i];
+    return s;
+}
+static double brute_top(const sorted_counts *s, uint64_t k) {
+    uint64_t top = 0;
+    for (uint64_t i = 0; i < k && i < s->n; i++) top += s->sorted[i];
+    return s->total ? (double)top / (double)s->total : 0;
 }
 
 static void check_against_brute_force(const bp_dataset *ds, bp_split split, int B, int threads) {
@@ -55,12 +66,12 @@ static void check_against_brute_force(const bp_dataset *ds, bp_split split, int 
     ASSERT_OK(analyze_run(ds, &o, &r));
     uint64_t begin, end;
     bp_ds_split_range(ds, split, &begin, &end);
-    const uint32_t F = 3;
-    const uint64_t total = 345, n = end - begin;
-    uint64_t off[3] = {0, 5, 45};
-    uint64_t cnt[345] = {0};
-    int64_t last[345];
-    for (int i = 0; i < 345; i++) last[i] = -1;
+    const uint32_t F = NT;
+    const uint64_t total = TOTAL, n = end - begin;
+    uint64_t off[NT] = {0, 5, 45, 345};
+    uint64_t *cnt = bp_xcalloc(TOTAL, sizeof *cnt);
+    int64_t *last = bp_xmalloc(TOTAL * sizeof *last);
+    for (int i = 0; i < TOTAL; i++) last[i] = -1;
     uint64_t reuse[ANALYZE_REUSE_BUCKETS] = {0}, same = 0, first = 0;
     uint64_t nb = (n + (uint64_t)B - 1) / (uint64_t)B;
     uint64_t *uniq = bp_xcalloc(nb, sizeof *uniq);
@@ -99,27 +110,31 @@ static void check_against_brute_force(const bp_dataset *ds, bp_split split, int 
     for (uint64_t k = 0; k < total; k++) touched += cnt[k] > 0;
     ASSERT_EQ(r.overall.touched, touched);
     ASSERT_EQ(r.overall.accesses, n * F);
+    sorted_counts all = sort_counts(cnt, total), per[NT];
+    for (uint32_t f = 0; f < F; f++) per[f] = sort_counts(cnt + off[f], card[f]);
     for (int j = 0; j < ANALYZE_NFRAC; j++) {
         uint64_t k = (uint64_t)ceil(analyze_fracs[j] * total), kt = (uint64_t)ceil(analyze_fracs[j] * touched);
         ASSERT_EQ(r.overall.top_rows[j], k);
-        ASSERT_NEAR(r.overall.top_share[j], brute_top(cnt, total, k), 1e-12);
-        ASSERT_NEAR(r.overall.top_share_touched[j], brute_top(cnt, total, kt), 1e-12);
+        ASSERT_NEAR(r.overall.top_share[j], brute_top(&all, k), 1e-12);
+        ASSERT_NEAR(r.overall.top_share_touched[j], brute_top(&all, kt), 1e-12);
         for (uint32_t f = 0; f < F; f++) {
-            uint64_t rows = ds->info.card[f], tf = 0;
+            uint64_t rows = card[f], tf = 0;
             for (uint64_t x = 0; x < rows; x++) tf += cnt[off[f] + x] > 0;
             ASSERT_EQ(r.table[f].touched, tf);
             uint64_t kf = (uint64_t)ceil(analyze_fracs[j] * rows), kft = (uint64_t)ceil(analyze_fracs[j] * tf);
-            ASSERT_NEAR(r.table[f].top_share[j], brute_top(cnt + off[f], rows, kf), 1e-12);
-            ASSERT_NEAR(r.table[f].top_share_touched[j], brute_top(cnt + off[f], rows, kft), 1e-12);
+            ASSERT_NEAR(r.table[f].top_share[j], brute_top(&per[f], kf), 1e-12);
+            ASSERT_NEAR(r.table[f].top_share_touched[j], brute_top(&per[f], kft), 1e-12);
         }
     }
-    free(uniq);
+    free(all.sorted);
+    for (uint32_t f = 0; f < F; f++) free(per[f].sorted);
+    free(uniq), free(cnt), free(last);
     analyze_result_free(&r);
 }
 
 TEST(analyze_matches_brute_force) {
     const char *path = test_path("t.bin");
-    ASSERT_OK(write_tiny(path, 3001));
+    ASSERT_OK(write_tiny(path, 90001)); // several of analyze's windows (32768 samples)
     bp_dataset ds;
     ASSERT_OK(bp_ds_open(&ds, path, BP_DS_VERIFY));
     check_against_brute_force(&ds, BP_SPLIT_ALL, 7, 1);
@@ -130,7 +145,7 @@ TEST(analyze_matches_brute_force) {
     if (test_failed()) return;
     check_against_brute_force(&ds, BP_SPLIT_VAL, 1, 2);
     if (test_failed()) return;
-    check_against_brute_force(&ds, BP_SPLIT_TEST, 5000, 1); // one partial batch
+    check_against_brute_force(&ds, BP_SPLIT_TEST, 50000, 1); // one partial batch
     bp_ds_close(&ds);
 }
 
@@ -139,8 +154,8 @@ TEST(analyze_cli_text_and_json) {
     ASSERT_OK(write_tiny(path, 2000));
     char *out = NULL;
     ASSERT_EQ(test_run(&out, 30, "%s analyze --batch-size 16 %s", test_bin(), path), 0);
-    ASSERT_STR_CONTAINS(out, "train split, 1200 samples, 3 tables, 345 rows in all");
-    ASSERT_STR_CONTAINS(out, "unique rows per batch (B = 16: 48 lookups)");
+    ASSERT_STR_CONTAINS(out, "train split, 1200 samples, 4 tables, 150345 rows in all");
+    ASSERT_STR_CONTAINS(out, "unique rows per batch (B = 16: 64 lookups)");
     ASSERT_STR_CONTAINS(out, "never before");
     free(out);
     ASSERT_EQ(test_run(&out, 30, "%s analyze --json --split all -b 16 %s", test_bin(), path), 0);
