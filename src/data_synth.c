@@ -280,7 +280,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
     st.m = m, st.o = &o;
     st.nchunks = (o.rows + SYNTH_CHUNK_ROWS - 1) / SYNTH_CHUNK_ROWS;
     st.nblocks = (st.nchunks + BLOCK_CHUNKS - 1) / BLOCK_CHUNKS;
-    st.nslots = BP_MIN(2 * o.threads, 2 * o.threads > 8 ? o.threads + 4 : 2 * o.threads);
+    st.nslots = o.threads <= 4 ? 2 * o.threads : o.threads + 4; // blocks in flight: all busy, some ready
     st.slots = bp_xcalloc((size_t)st.nslots, sizeof *st.slots);
     const size_t R = (size_t)BLOCK_CHUNKS * SYNTH_CHUNK_ROWS, Nd1 = Nd ? Nd : 1;
     for (int k = 0; k < st.nslots; k++) {

@@ -699,20 +699,22 @@ static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t 
 // Solves for the bias that gives the target base rate on a pilot sample spread over the
 // dataset (its own random streams, so the result does not depend on threads).
 static void model_solve_bias(synth_model *m) {
-    enum { PILOT_CHUNKS = 8 };
-    uint32_t n = SYNTH_CHUNK_ROWS;
+    // 1024 pieces of 32 rows at evenly spaced positions, so that row-position effects (the hours
+    // and days of the avazu preset, drift) are represented evenly.
+    enum { PILOT_PIECES = 1024 };
+    const uint32_t n = 32;
     synth_rows r;
     synth_rows_alloc(&r, m->Nd, m->F);
-    float *lg = bp_xmalloc((size_t)PILOT_CHUNKS * n * sizeof *lg); // (PILOT_CHUNKS * n)
-    for (uint32_t c = 0; c < PILOT_CHUNKS; c++) {
+    float *lg = bp_xmalloc((size_t)PILOT_PIECES * n * sizeof *lg); // (PILOT_PIECES * n)
+    for (uint32_t c = 0; c < PILOT_PIECES; c++) {
         bp_rng rng;
         bp_rng_seed(&rng, m->o.seed, ~(uint64_t)c); // streams far from the data's chunk indices
-        uint64_t row0 = m->rows * c / PILOT_CHUNKS;
+        uint64_t row0 = m->rows * c / PILOT_PIECES;
         gen_rows(m, &rng, row0, n, &r, lg + (size_t)c * n, r.pair_fac, 0);
     }
     // Newton's method on mean(sigmoid(b + logit)) = ctr: the mean grows with b, its slope is
     // mean(p (1 - p)); steps are capped so a poor start cannot overshoot far.
-    const uint32_t N = PILOT_CHUNKS * n;
+    const uint32_t N = PILOT_PIECES * n;
     double b = log(m->o.ctr / (1 - m->o.ctr));
     for (int it = 0; it < 100; it++) {
         double mean = 0, slope = 0;
