@@ -159,7 +159,7 @@ static uint64_t hist_top(const count_hist *h, uint64_t k) {
 }
 
 static void hist_skew(count_hist *h, uint64_t rows, analyze_skew *s) {
-    qsort(h->big, h->nbig, sizeof *h->big, u32_desc);
+    if (h->nbig) qsort(h->big, h->nbig, sizeof *h->big, u32_desc);
     s->rows = rows, s->accesses = h->accesses, s->touched = h->touched;
     for (int j = 0; j < ANALYZE_NFRAC; j++) {
         uint64_t k = (uint64_t)ceil(analyze_fracs[j] * (double)rows);
