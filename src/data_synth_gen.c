@@ -210,11 +210,12 @@ typedef struct {
     uint32_t nbins;
     alias_entry *alias;    // (nbins)
     double *bin_mass;      // (nbins) probability of each bin
-    uint32_t *bin_start;   // (nbins + 1)
+    uint32_t *bin_start;   // (nbins) first rank of each bin
     synth_perm perm;
     uint64_t key;          // row-effect hash key
     double drift_rate;     // rank shift per row
-    uint64_t shift_max;    // the shift reached at the last row
+    uint64_t shift_max;    // the shift reached at the last row, modulo n
+    int all_wrap;          // that shift is >= n: every row reaches the top at some point
     float fac[SYNTH_SCALE_BUCKETS];   // rank factor sqrt(m / (m + M0)) by rank bucket
     float eff[SYNTH_SCALE_BUCKETS];   // sigma * fac
     int pair_slot;         // row of pair_fac holding this table's factors, -1 if in no pair
@@ -303,7 +304,7 @@ static void table_bins(synth_table *t) {
         r += w ? w : 1;
     }
     t->nbins = nb;
-    t->bin_start = bp_xmalloc(((size_t)nb + 1) * sizeof *t->bin_start);
+    t->bin_start = bp_xmalloc((size_t)nb * sizeof *t->bin_start);
     t->bin_mass = bp_xmalloc((size_t)nb * sizeof *t->bin_mass);
     t->alias = bp_xmalloc((size_t)nb * sizeof *t->alias);
     uint64_t r = 0;
@@ -314,7 +315,6 @@ static void table_bins(synth_table *t) {
         if (r > t->n) r = t->n;
     }
     BP_ASSERT(r == t->n);
-    t->bin_start[nb] = (uint32_t)(t->n - 1); // sentinel (n itself may be 2^32)
 }
 
 static uint64_t bin_width(const synth_table *t, uint32_t b) {
@@ -513,7 +513,9 @@ static void model_tables_init(synth_model *m, bp_rng *rng) {
         double sigma = sqrt(V_ROW / F) * g[f] * sqrt(F / g2);
         double hot = ceil(0.01 * (double)t->n);
         t->drift_rate = m->o.drift * hot * m->days / (double)m->rows;
-        t->shift_max = (uint64_t)(t->drift_rate * (double)(m->rows - 1));
+        uint64_t shift_end = (uint64_t)(t->drift_rate * (double)(m->rows - 1));
+        t->shift_max = shift_end % t->n;
+        t->all_wrap = shift_end >= t->n;
         for (uint32_t b = 0; b < SYNTH_SCALE_BUCKETS; b++) {
             // Middle rank of the bucket: rank + 1 = 2^(b/8 + 1/16).
             double rank = exp2((b + 0.5) / 8.0) - 1;
@@ -561,6 +563,7 @@ static void model_pairs_init(synth_model *m, bp_rng *rng) {
 typedef struct {
     const alias_entry *alias;
     uint64_t nbins, n, shift_max, key;
+    int all_wrap;
     double drift_rate;
     const float *eff, *fac;
 } pass_consts;
@@ -581,7 +584,9 @@ static inline __attribute__((always_inline)) void table_row(const pass_consts c,
         // (see docs/synth.md).
         uint64_t shift = (uint64_t)(c.drift_rate * (double)row) % c.n;
         rank = rank >= shift ? rank - shift : rank + c.n - shift;
-        eff = rank + c.shift_max >= c.n ? rank + c.shift_max - c.n : rank;
+        // A row that wraps to the top during the dataset counts with its rank at the end.
+        uint64_t end = rank + c.shift_max >= c.n ? rank + c.shift_max - c.n : rank + c.shift_max;
+        eff = c.all_wrap || rank + c.shift_max >= c.n ? end : rank;
     }
     uint64_t id = synth_perm_apply(perm, rank);
     uint32_t bk = rank_bucket(eff);
@@ -598,7 +603,7 @@ static inline __attribute__((always_inline)) void table_pass(const synth_table *
                                                              uint32_t *restrict sp, float *restrict pf,
                                                              size_t pf_step, int drift) {
     const synth_perm perm = t->perm;
-    const pass_consts c = {t->alias, t->nbins, t->n, t->shift_max, t->key, t->drift_rate, t->eff, t->fac};
+    const pass_consts c = {t->alias, t->nbins, t->n, t->shift_max, t->key, t->all_wrap, t->drift_rate, t->eff, t->fac};
     uint32_t i = 0;
     for (; i + 1 < n; i += 2) {
         uint64_t u0 = rng_next(s), u1 = rng_next(s), v = rng_next(s);

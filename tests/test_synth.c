@@ -429,6 +429,17 @@ TEST(synth_drift_changes_the_hot_set) {
     // of the table (1000 rows) entering the top per day, the day-0 favourites have sunk by day 6.
     ASSERT_MSG(overlap[0] >= 35 && overlap[1] <= 5, "top-50 overlap day 0 vs day 6: %d without drift, %d with",
                overlap[0], overlap[1]);
+    // Drift so fast that popularity wraps around the tables several times stays in range.
+    synth_opts o;
+    synth_opts_default(&o, SYNTH_PRESET_CUSTOM);
+    o.n_tables = 3, o.card[0] = 7, o.card[1] = 1000, o.card[2] = 3, o.n_dense = 1, o.rows = 20000, o.drift = 90;
+    o.out = path;
+    synth_report rep;
+    ASSERT_OK(synth_run(&o, &rep));
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, path, BP_DS_VERIFY));
+    ASSERT_MSG(rep.mean_label > 0.2 && rep.mean_label < 0.3, "base rate %.3f", rep.mean_label);
+    bp_ds_close(&ds);
 }
 
 TEST(synth_cli_bad_flags_are_clear) {
