@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -38,6 +39,32 @@ static double gen_rate(const synth_model *m, uint64_t rows, int T) {
     return rows / (bp_now() - t0);
 }
 
+// Rows per second of the binary writer alone (appending one pre-generated chunk over and over,
+// then committing): the ceiling of `synth` to binary whatever the generator does.
+static void writer_rate(const synth_model *m, const synth_opts *o, const char *path) {
+    synth_rows r;
+    synth_rows_alloc(&r, o->n_dense, o->n_tables);
+    synth_model_gen_chunk(m, 0, &r);
+    bp_ds_info t;
+    memset(&t, 0, sizeof t);
+    t.n_dense = o->n_dense, t.n_sparse = o->n_tables, t.transform = BP_TRANSFORM_LOG1P, t.flags = BP_DS_HAS_PROB;
+    bp_ds_writer *w;
+    double t0 = bp_now();
+    if (bp_ds_writer_open(&w, path, &t)) return;
+    uint64_t done = 0;
+    while (done < o->rows) {
+        if (bp_ds_writer_append(w, r.n, r.label, r.dense, r.sparse, r.prob)) return;
+        done += r.n;
+    }
+    double t1 = bp_now();
+    if (bp_ds_writer_finish(w, o->card, NULL)) return;
+    double t2 = bp_now();
+    unlink(path);
+    printf("  writer only (bp_ds_writer_*)  %6.2fM rows/s appending, %6.2fM rows/s with the commit (%.2f s of it)\n",
+           done / (t1 - t0) / 1e6, done / (t2 - t0) / 1e6, t2 - t1);
+    synth_rows_free(&r);
+}
+
 int main(int argc, char **argv) {
     uint64_t rows = argc > 1 ? strtoull(argv[1], NULL, 10) : 2000000;
     const char *dir = argc > 2 ? argv[2] : getenv("TMPDIR");
@@ -57,6 +84,7 @@ int main(int argc, char **argv) {
            (unsigned long long)rows, bp_now() - t0);
     for (int T = 1; T <= 2; T++) printf("  generate only, %d thread%s  %6.2fM rows/s\n", T, T > 1 ? "s" : " ",
                                           gen_rate(m, rows, T) / 1e6);
+    writer_rate(m, &o, path);
     synth_model_free(m);
 
     for (int fmt = 0; fmt < 2; fmt++) {

@@ -280,7 +280,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
     st.m = m, st.o = &o;
     st.nchunks = (o.rows + SYNTH_CHUNK_ROWS - 1) / SYNTH_CHUNK_ROWS;
     st.nblocks = (st.nchunks + BLOCK_CHUNKS - 1) / BLOCK_CHUNKS;
-    st.nslots = BP_MIN(2 * o.threads, 2 * o.threads > 8 ? o.threads + 4 : 2 * o.threads);
+    st.nslots = o.threads <= 4 ? 2 * o.threads : o.threads + 4; // blocks in flight: all busy, some ready
     st.slots = bp_xcalloc((size_t)st.nslots, sizeof *st.slots);
     const size_t R = (size_t)BLOCK_CHUNKS * SYNTH_CHUNK_ROWS, Nd1 = Nd ? Nd : 1;
     for (int k = 0; k < st.nslots; k++) {
@@ -396,10 +396,10 @@ bad:
 }
 
 int cmd_synth(int argc, char **argv) {
-    const char *preset = NULL, *tables = NULL, *skew = NULL, *split = NULL, *out = NULL;
+    const char *preset = NULL, *tables = NULL, *skew = NULL, *split = NULL, *out = NULL, *ctr = NULL;
     int64_t rows, seed;
     int dense, pairs, threads, format;
-    double hot_share, drift, ctr;
+    double hot_share, drift;
     const cli_opt opts[] = {
         CLI_STR("preset", 'p', &preset, NULL, "criteo-kaggle, avazu or custom (default criteo-kaggle; custom with --tables)"),
         CLI_STR("tables", 0, &tables, NULL, "custom: rows of each table, e.g. 1000,50,20000"),
@@ -409,7 +409,7 @@ int cmd_synth(int argc, char **argv) {
         CLI_STR("skew", 0, &skew, "auto", "Zipf exponent of row popularity, or auto (calibrated to --hot-share)"),
         CLI_DBL("hot-share", 0, &hot_share, 0.90, 0, 1, "auto skew: share of accesses taken by the top 1% of rows"),
         CLI_DBL("drift", 0, &drift, 0, -1e9, 1e9, "popularity drift: fraction of each table's top 1% replaced per day"),
-        CLI_DBL("ctr", 0, &ctr, 0.256, 0, 1, "base click rate of the planted model"),
+        CLI_STR("ctr", 0, &ctr, NULL, "base click rate of the planted model (default 0.256; avazu 0.17)"),
         CLI_INT("pairs", 0, &pairs, 4, 0, SYNTH_MAX_PAIRS, "planted pairwise interactions between tables"),
         CLI_STR("split", 0, &split, NULL, "ratio:TRAIN,VAL,TEST, kaggle or none (default kaggle for criteo-kaggle, "
                                           "ratio:0.8,0.1,0.1 otherwise)"),
@@ -467,7 +467,11 @@ int cmd_synth(int argc, char **argv) {
     o.hot_share = hot_share;
     if (drift < 0) return cmd_exit(bp_fail(BP_EUSAGE, "--drift: expected a rate >= 0, got %g", drift));
     o.drift = drift;
-    o.ctr = ctr;
+    if (ctr) {
+        char *end;
+        o.ctr = strtod(ctr, &end);
+        if (end == ctr || *end) return cmd_exit(bp_fail(BP_EUSAGE, "--ctr: expected a click rate like 0.25, got '%s'", ctr));
+    }
     o.n_pairs = pairs;
     if (split && (rc = parse_split(split, &o))) return cmd_exit(rc);
     if (format == 3) o.format = p == SYNTH_PRESET_AVAZU ? SYNTH_FMT_CSV : SYNTH_FMT_TSV;

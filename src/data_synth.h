@@ -41,7 +41,7 @@ typedef struct {
     double skew;       // Zipf exponent s >= 0 of every sampled table; < 0: calibrate to hot_share
     double hot_share;  // calibration target: share of all accesses taken by the top 1% of all rows
     double drift;      // popularity drift: fraction of each table's top 1% replaced per day (0: none)
-    double ctr;        // base click rate the bias is solved for
+    double ctr;        // base click rate the bias is solved for (0.256; avazu 0.17)
     int n_pairs;       // planted pairwise interactions (capped at SYNTH_MAX_PAIRS and F/2)
     synth_split_kind split;
     double ratio[3];   // SYNTH_SPLIT_RATIO: train, val, test fractions (sum 1)

@@ -38,7 +38,7 @@ void synth_opts_default(synth_opts *o, synth_preset p) {
     o->skew = -1;
     o->hot_share = 0.90;
     o->drift = 0;
-    o->ctr = 0.256;
+    o->ctr = p == SYNTH_PRESET_AVAZU ? 0.17 : 0.256; // Avazu's and Criteo Kaggle's click rates
     o->n_pairs = 4;
     o->split = p == SYNTH_PRESET_CRITEO_KAGGLE ? SYNTH_SPLIT_KAGGLE : SYNTH_SPLIT_RATIO;
     o->ratio[0] = 0.8, o->ratio[1] = 0.1, o->ratio[2] = 0.1;
@@ -182,17 +182,19 @@ uint32_t synth_cat_unhash32(uint32_t f, uint32_t x) {
 
 #define NORM_BITS 12     // standard normal quantiles: 4096 midpoints, looked up by hash bits
 #define DENSE_QBITS 10   // dense count quantile table: 1024 intervals, linearly interpolated
-#define LOG1P_TAB 4096   // log(1 + x) for small counts
+#define LOG1P_TAB 65536  // log(1 + x) for counts below (97% of the largest feature's)
+#define GEN_SUB 256      // rows generated column by column at a time (part of the output's definition)
 #define BIN_RATIO_SHIFT 6 // popularity bins grow by 1/64 of their start: density varies < 2% within
 
-// Variance budget of the logit (before the rank scaling of rare rows) and the scaling itself:
-// a row's effect std is sigma * sqrt(m / (m + M0)) where m is its expected number of accesses in
-// NREF samples, so rows too rare to be learned from ~1M samples carry little signal.
-#define V_ROW 1.6
-#define V_DENSE 0.35
-#define V_PAIR 0.35
+// Variance budget of the logit and the scaling of rare rows: a row's effect std is
+// sigma_f * sqrt(m / (m + M0)), m its expected number of lookups in NREF samples, so rows too
+// rare to be learned from ~1M samples carry little signal.  Tuned with bench_synth_learn: on 1M
+// criteo-kaggle rows the Bayes AUC is ~0.80 and a per-row logistic regression gets within 0.01.
+#define V_ROW 5.0    // sum over tables of sigma_f^2
+#define V_DENSE 0.5  // variance of the dense term
+#define V_PAIR 0.15  // variance of the interactions between the hottest rows
 #define NREF 1e6
-#define M0 20.0
+#define M0 1e4
 
 typedef struct {
     uint32_t thr;      // accept the column's own bin when the low 32 random bits are below
@@ -208,11 +210,12 @@ typedef struct {
     uint32_t nbins;
     alias_entry *alias;    // (nbins)
     double *bin_mass;      // (nbins) probability of each bin
-    uint32_t *bin_start;   // (nbins + 1)
+    uint32_t *bin_start;   // (nbins) first rank of each bin
     synth_perm perm;
     uint64_t key;          // row-effect hash key
     double drift_rate;     // rank shift per row
-    uint64_t shift_max;    // the shift reached at the last row
+    uint64_t shift_max;    // the shift reached at the last row, modulo n
+    int all_wrap;          // that shift is >= n: every row reaches the top at some point
     float fac[SYNTH_SCALE_BUCKETS];   // rank factor sqrt(m / (m + M0)) by rank bucket
     float eff[SYNTH_SCALE_BUCKETS];   // sigma * fac
     int pair_slot;         // row of pair_fac holding this table's factors, -1 if in no pair
@@ -240,7 +243,7 @@ struct synth_model {
     int days;
     synth_table *tab;              // (F)
     float normtab[1 << NORM_BITS]; // standard normal quantiles
-    float log1p_tab[LOG1P_TAB];
+    float *log1p_tab;              // (LOG1P_TAB)
     float *dense_q;                // (Nd, 2^DENSE_QBITS + 1) count quantiles
     uint32_t *dense_miss;          // (Nd) empty-field threshold on 32 random bits
     float *dense_w, *dense_mean;   // (Nd) weight on log(1 + count), its mean
@@ -261,13 +264,16 @@ static inline uint64_t rng_next(uint64_t s[4]) {
 
 static double norm_cdf(double x) { return 0.5 * erfc(-x / sqrt(2.0)); }
 static double norm_quantile(double p) {
+    // Bisection to ~1e-6, then Newton steps on cdf(x) - p to full precision.
     double lo = -12, hi = 12;
-    for (int i = 0; i < 90; i++) {
+    for (int i = 0; i < 25; i++) {
         double mid = 0.5 * (lo + hi);
         if (norm_cdf(mid) < p) lo = mid;
         else hi = mid;
     }
-    return 0.5 * (lo + hi);
+    double x = 0.5 * (lo + hi);
+    for (int i = 0; i < 2; i++) x -= (norm_cdf(x) - p) / (exp(-0.5 * x * x) * 0.3989422804014327);
+    return x;
 }
 
 // Bucket of a rank for the row-effect scale: the top 8 bits of the float (rank + 1) past its
@@ -298,7 +304,7 @@ static void table_bins(synth_table *t) {
         r += w ? w : 1;
     }
     t->nbins = nb;
-    t->bin_start = bp_xmalloc(((size_t)nb + 1) * sizeof *t->bin_start);
+    t->bin_start = bp_xmalloc((size_t)nb * sizeof *t->bin_start);
     t->bin_mass = bp_xmalloc((size_t)nb * sizeof *t->bin_mass);
     t->alias = bp_xmalloc((size_t)nb * sizeof *t->alias);
     uint64_t r = 0;
@@ -309,7 +315,6 @@ static void table_bins(synth_table *t) {
         if (r > t->n) r = t->n;
     }
     BP_ASSERT(r == t->n);
-    t->bin_start[nb] = (uint32_t)(t->n - 1); // sentinel (n itself may be 2^32)
 }
 
 static uint64_t bin_width(const synth_table *t, uint32_t b) {
@@ -427,7 +432,7 @@ static double calibrate_skew(synth_model *m, double target, int fallback) {
     if (top_share(m, 0.01) < target) return hi;
     set_skew(m, lo);
     if (top_share(m, 0.01) >= target) return fallback ? reference_skew(target) : lo;
-    for (int it = 0; it < 40; it++) {
+    for (int it = 0; it < 30; it++) { // to 6 / 2^30
         double mid = 0.5 * (lo + hi);
         set_skew(m, mid);
         if (top_share(m, 0.01) < target) lo = mid;
@@ -456,18 +461,19 @@ static void model_dense_init(synth_model *m, bp_rng *rng) {
     m->dense_miss = bp_xcalloc(Nd ? Nd : 1, sizeof *m->dense_miss);
     m->dense_w = bp_xcalloc(Nd ? Nd : 1, sizeof *m->dense_w);
     m->dense_mean = bp_xcalloc(Nd ? Nd : 1, sizeof *m->dense_mean);
+    double *z = bp_xmalloc((Q + 1) * sizeof *z); // (Q + 1) standard normal quantiles i / Q
+    for (uint32_t i = 0; i <= Q && Nd; i++) z[i] = i == 0 ? -12 : i == Q ? 4.75 : norm_quantile((double)i / Q);
     for (uint32_t j = 0; j < Nd; j++) {
         const dense_profile *pr = &dense_profiles[j % 13];
         float *q = m->dense_q + (size_t)j * (Q + 1);
         for (uint32_t i = 0; i <= Q; i++) {
-            double z = i == 0 ? -12 : i == Q ? 4.75 : norm_quantile((double)i / Q);
-            double v = expm1(pr->mu + pr->sigma * z);
+            double v = expm1(pr->mu + pr->sigma * z[i]);
             q[i] = (float)(v < 0 ? 0 : v > 2e9 ? 2e9 : v);
         }
         m->dense_miss[j] = (uint32_t)(pr->miss * 4294967296.0);
         // Mean and spread of the stored value log(1 + count), from the quantile table.
         double s1 = 0, s2 = 0;
-        const int sub = 16;
+        const int sub = 4;
         for (uint32_t i = 0; i < Q * sub; i++) {
             double u = (i + 0.5) / (Q * sub), pos = u * Q;
             uint32_t k = (uint32_t)pos;
@@ -480,6 +486,7 @@ static void model_dense_init(synth_model *m, bp_rng *rng) {
         m->dense_mean[j] = (float)mean;
         m->dense_w[j] = (float)(sqrt(V_DENSE / Nd) * bp_rng_normal(rng) / sqrt(var > 1e-6 ? var : 1e-6));
     }
+    free(z);
 }
 
 static void model_tables_init(synth_model *m, bp_rng *rng) {
@@ -506,7 +513,9 @@ static void model_tables_init(synth_model *m, bp_rng *rng) {
         double sigma = sqrt(V_ROW / F) * g[f] * sqrt(F / g2);
         double hot = ceil(0.01 * (double)t->n);
         t->drift_rate = m->o.drift * hot * m->days / (double)m->rows;
-        t->shift_max = (uint64_t)(t->drift_rate * (double)(m->rows - 1));
+        uint64_t shift_end = (uint64_t)(t->drift_rate * (double)(m->rows - 1));
+        t->shift_max = shift_end % t->n;
+        t->all_wrap = shift_end >= t->n;
         for (uint32_t b = 0; b < SYNTH_SCALE_BUCKETS; b++) {
             // Middle rank of the bucket: rank + 1 = 2^(b/8 + 1/16).
             double rank = exp2((b + 0.5) / 8.0) - 1;
@@ -542,80 +551,111 @@ static void model_pairs_init(synth_model *m, bp_rng *rng) {
             if (m->tab[m->pair[p][k]].pair_slot < 0) m->tab[m->pair[p][k]].pair_slot = slots++;
 }
 
-// Latent vector of an interaction from a 64-bit hash: 4 uniform components of variance 1.
-static inline void latent(uint64_t h, float v[SYNTH_LAT]) {
-    for (int d = 0; d < SYNTH_LAT; d++)
-        v[d] = ((float)((h >> (16 * d)) & 0xffff) - 32767.5f) * (1.7320508f / 32768.0f);
-}
-
 // Generates n rows starting at absolute row `row0` from the stream in rng.  logit: (n) receives
 // the logit without the bias; with `finish`, labels and probabilities are drawn/filled too.
-// Work goes column by column (one table over all n rows, then the next): each pass keeps one
-// table's sampler in L1 and its iterations are independent, so they overlap in the pipeline.
-// The stream is consumed in that order: 2 draws per row for each sampled table, 1 per row for
-// each dense feature, 1 per row for the label.
-static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t n, synth_rows *out,
-                     float *restrict logit, float *pair_fac, int finish) {
+// Rows go in sub-blocks of GEN_SUB; inside one, work goes column by column (one table over the
+// sub-block's rows, then the next), so each pass keeps one table's sampler hot and its
+// iterations are independent, while the sub-block's output stays in L1.  The stream is consumed
+// in that order: per sub-block and sampled table, per two rows, 2 draws for their bins and 1 for
+// their ranks inside the bins; then 1 per row for each dense feature; then 1 per row for the label.
+// The per-table constants of a pass, in locals so that the output stores (which may alias as far
+// as the compiler knows) do not force them to be reloaded on every row.
+typedef struct {
+    const alias_entry *alias;
+    uint64_t nbins, n, shift_max, key;
+    int all_wrap;
+    double drift_rate;
+    const float *eff, *fac;
+} pass_consts;
+
+// One row of a sampled table: u picks the bin (high 32 bits: column, low 32 bits: own or alias),
+// v (32 bits) the rank inside it; then the drift shift, the id, and the row's effect.
+static inline __attribute__((always_inline)) void table_row(const pass_consts c, const synth_perm *perm,
+                                                            const float *normtab, uint64_t u, uint64_t v,
+                                                            uint64_t row, int drift, float *logit, uint32_t *sp,
+                                                            float *pf) {
+    const alias_entry *e = &c.alias[((u >> 32) * c.nbins) >> 32];
+    uint32_t sel = (uint32_t)u >= e->thr;
+    // Uniform within the bin (width 1 for the head: adds 0); branch-free, the width is unpredictable.
+    uint64_t rank = e->start[sel] + ((v * e->width[sel]) >> 32), eff = rank;
+    if (drift) {
+        // The row that held base rank r0 at row 0 holds rank r0 + shift now: new rows rise to the
+        // top and old favourites sink slowly.  Effects follow a row's best rank over the dataset
+        // (see docs/synth.md).
+        uint64_t shift = (uint64_t)(c.drift_rate * (double)row) % c.n;
+        rank = rank >= shift ? rank - shift : rank + c.n - shift;
+        // A row that wraps to the top during the dataset counts with its rank at the end.
+        uint64_t end = rank + c.shift_max >= c.n ? rank + c.shift_max - c.n : rank + c.shift_max;
+        eff = c.all_wrap || rank + c.shift_max >= c.n ? end : rank;
+    }
+    uint64_t id = synth_perm_apply(perm, rank);
+    uint32_t bk = rank_bucket(eff);
+    *logit += c.eff[bk] * normtab[bp_mix64(id ^ c.key) >> (64 - NORM_BITS)];
+    *sp = (uint32_t)id;
+    *pf = c.fac[bk];
+}
+
+// A sampled table over the n rows of a block: per two rows, two draws pick the bins and one the
+// ranks inside them.  `drift` is a constant at each call, so each variant compiles without it.
+static inline __attribute__((always_inline)) void table_pass(const synth_table *t, const float *normtab,
+                                                             uint64_t s[4], uint64_t row0, uint32_t n,
+                                                             uint32_t F, float *restrict logit,
+                                                             uint32_t *restrict sp, float *restrict pf,
+                                                             size_t pf_step, int drift) {
+    const synth_perm perm = t->perm;
+    const pass_consts c = {t->alias, t->nbins, t->n, t->shift_max, t->key, t->all_wrap, t->drift_rate, t->eff, t->fac};
+    uint32_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        uint64_t u0 = rng_next(s), u1 = rng_next(s), v = rng_next(s);
+        table_row(c, &perm, normtab, u0, v >> 32, row0 + i, drift, logit + i, sp + (size_t)i * F, pf + i * pf_step);
+        table_row(c, &perm, normtab, u1, v & 0xffffffffu, row0 + i + 1, drift, logit + i + 1,
+                  sp + (size_t)(i + 1) * F, pf + (i + 1) * pf_step);
+    }
+    if (i < n) {
+        uint64_t u0 = rng_next(s), v = rng_next(s);
+        table_row(c, &perm, normtab, u0, v >> 32, row0 + i, drift, logit + i, sp + (size_t)i * F, pf + i * pf_step);
+    }
+}
+
+static void gen_block(const synth_model *m, uint64_t s[4], uint64_t row0, uint32_t n, synth_rows *out,
+                      float *restrict logit, float *pair_fac, int finish) {
     const uint32_t F = m->F, Nd = m->Nd, Q = 1u << DENSE_QBITS;
-    BP_ASSERT(n <= SYNTH_CHUNK_ROWS);
-    uint64_t s[4];
-    memcpy(s, rng->s, sizeof s);
     for (uint32_t i = 0; i < n; i++) logit[i] = 0;
     const float *restrict normtab = m->normtab;
+    float sink; // where the rank factors of tables in no interaction go
     for (uint32_t f = 0; f < F; f++) {
         const synth_table *t = &m->tab[f];
         uint32_t *restrict sp = out->sparse + f;
-        float *restrict pf = t->pair_slot >= 0 ? pair_fac + (size_t)t->pair_slot * SYNTH_CHUNK_ROWS : NULL;
-        const float *restrict eff_tab = t->eff, *restrict fac_tab = t->fac;
-        const uint64_t key = t->key;
+        float *pf = t->pair_slot >= 0 ? pair_fac + (size_t)t->pair_slot * GEN_SUB : &sink;
+        size_t pf_step = t->pair_slot >= 0;
         if (t->kind == T_SAMPLED) {
-            const alias_entry *restrict alias = t->alias;
-            const uint64_t nbins = t->nbins, n_rows = t->n, shift_max = t->shift_max;
-            const double drift_rate = t->drift_rate;
-            const synth_perm perm = t->perm;
-            for (uint32_t i = 0; i < n; i++) {
-                uint64_t x = rng_next(s);
-                const alias_entry *e = &alias[((x >> 32) * nbins) >> 32];
-                uint32_t sel = (uint32_t)x >= e->thr;
-                // Uniform within the bin (width 1 for the head: adds 0).  Branch-free on purpose:
-                // the width is unpredictable and a mispredict costs more than a draw.
-                uint64_t rank = e->start[sel] + (((rng_next(s) >> 32) * e->width[sel]) >> 32);
-                uint64_t eff = rank;
-                if (drift_rate > 0) {
-                    // The row that held base rank r0 at row 0 holds rank r0 + shift now: new rows
-                    // rise to the top and old favourites sink slowly.  Effects follow a row's best
-                    // rank over the dataset (see docs/synth.md).
-                    uint64_t shift = (uint64_t)(drift_rate * (double)(row0 + i)) % n_rows;
-                    rank = rank >= shift ? rank - shift : rank + n_rows - shift;
-                    eff = rank + shift_max >= n_rows ? rank + shift_max - n_rows : rank;
-                }
-                uint64_t id = synth_perm_apply(&perm, rank);
-                uint32_t bk = rank_bucket(eff);
-                logit[i] += eff_tab[bk] * normtab[bp_mix64(id ^ key) >> (64 - NORM_BITS)];
-                sp[(size_t)i * F] = (uint32_t)id;
-                if (pf) pf[i] = fac_tab[bk];
-            }
+            if (t->drift_rate > 0) table_pass(t, normtab, s, row0, n, F, logit, sp, pf, pf_step, 1);
+            else table_pass(t, normtab, s, row0, n, F, logit, sp, pf, pf_step, 0);
         } else {
             for (uint32_t i = 0; i < n; i++) {
                 uint64_t hour = (row0 + i) * (AVAZU_DAYS * 24) / m->rows; // rows cover 10 days in order
                 uint64_t id = t->kind == T_HOUR ? hour % 24 : (1 + hour / 24) % 7; // day 0 is a Tuesday
-                logit[i] += eff_tab[0] * normtab[bp_mix64(id ^ key) >> (64 - NORM_BITS)];
+                logit[i] += t->eff[0] * normtab[bp_mix64(id ^ t->key) >> (64 - NORM_BITS)];
                 sp[(size_t)i * F] = (uint32_t)id;
-                if (pf) pf[i] = fac_tab[0];
+                pf[i * pf_step] = t->fac[0];
             }
         }
     }
     for (int p = 0; p < m->n_pairs; p++) {
         const uint32_t a = m->pair[p][0], b = m->pair[p][1];
-        const float *fa = pair_fac + (size_t)m->tab[a].pair_slot * SYNTH_CHUNK_ROWS;
-        const float *fb = pair_fac + (size_t)m->tab[b].pair_slot * SYNTH_CHUNK_ROWS;
+        const float *fa = pair_fac + (size_t)m->tab[a].pair_slot * GEN_SUB;
+        const float *fb = pair_fac + (size_t)m->tab[b].pair_slot * GEN_SUB;
+        const uint64_t ka = m->pair_key[p][0], kb = m->pair_key[p][1];
+        // Each side's latent vector is the 4 signed 16-bit words of a hash of its id (uniform,
+        // variance 2^30/3 each); the dot product of two has variance 4 (2^30/3)^2, so scaling
+        // it by 3/2^30 gives variance 4, and the 0.5 in front makes it 1.
+        const float scale = m->pair_sigma * 0.5f * (3.0f / 1073741824.0f);
         for (uint32_t i = 0; i < n; i++) {
             const uint32_t *sp = out->sparse + (size_t)i * F;
-            float va[SYNTH_LAT], vb[SYNTH_LAT], dot = 0;
-            latent(bp_mix64(sp[a] ^ m->pair_key[p][0]), va);
-            latent(bp_mix64(sp[b] ^ m->pair_key[p][1]), vb);
-            for (int d = 0; d < SYNTH_LAT; d++) dot += va[d] * vb[d];
-            logit[i] += m->pair_sigma * fa[i] * fb[i] * 0.5f * dot;
+            uint64_t ha = bp_mix64(sp[a] ^ ka), hb = bp_mix64(sp[b] ^ kb);
+            int64_t dot = 0;
+            for (int d = 0; d < SYNTH_LAT; d++) dot += (int64_t)(int16_t)(ha >> (16 * d)) * (int16_t)(hb >> (16 * d));
+            logit[i] += scale * fa[i] * fb[i] * (float)dot;
         }
     }
     for (uint32_t j = 0; j < Nd; j++) {
@@ -644,31 +684,55 @@ static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t 
             out->label[i] = (float)(rng_next(s) >> 40) * 0x1.0p-24f < p;
         }
     }
+}
+
+static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t n, synth_rows *out, float *logit,
+                     float *pair_fac, int finish) {
+    BP_ASSERT(n <= SYNTH_CHUNK_ROWS);
+    const uint32_t F = m->F, Nd = m->Nd;
+    uint64_t s[4];
+    memcpy(s, rng->s, sizeof s);
+    for (uint32_t b = 0; b < n; b += GEN_SUB) {
+        uint32_t k = n - b < GEN_SUB ? n - b : GEN_SUB;
+        synth_rows v = {k, out->label + b, out->dense_raw + (size_t)b * Nd, out->dense + (size_t)b * Nd,
+                        out->sparse + (size_t)b * F, out->prob + b, NULL};
+        gen_block(m, s, row0 + b, k, &v, logit + b, pair_fac, finish);
+    }
     memcpy(rng->s, s, sizeof s);
 }
 
 // Solves for the bias that gives the target base rate on a pilot sample spread over the
 // dataset (its own random streams, so the result does not depend on threads).
 static void model_solve_bias(synth_model *m) {
-    enum { PILOT_CHUNKS = 16 };
-    uint32_t n = SYNTH_CHUNK_ROWS;
+    // 1024 pieces of 32 rows at evenly spaced positions, so that row-position effects (the hours
+    // and days of the avazu preset, drift) are represented evenly.
+    enum { PILOT_PIECES = 1024 };
+    const uint32_t n = 32;
     synth_rows r;
     synth_rows_alloc(&r, m->Nd, m->F);
-    float *lg = bp_xmalloc((size_t)PILOT_CHUNKS * n * sizeof *lg); // (PILOT_CHUNKS * n)
-    for (uint32_t c = 0; c < PILOT_CHUNKS; c++) {
+    float *lg = bp_xmalloc((size_t)PILOT_PIECES * n * sizeof *lg); // (PILOT_PIECES * n)
+    for (uint32_t c = 0; c < PILOT_PIECES; c++) {
         bp_rng rng;
         bp_rng_seed(&rng, m->o.seed, ~(uint64_t)c); // streams far from the data's chunk indices
-        uint64_t row0 = m->rows * c / PILOT_CHUNKS;
+        uint64_t row0 = m->rows * c / PILOT_PIECES;
         gen_rows(m, &rng, row0, n, &r, lg + (size_t)c * n, r.pair_fac, 0);
     }
-    double lo = -20, hi = 20;
-    for (int it = 0; it < 60; it++) {
-        double b = 0.5 * (lo + hi), mean = 0;
-        for (uint32_t i = 0; i < PILOT_CHUNKS * n; i++) mean += 1 / (1 + exp(-(b + lg[i])));
-        if (mean / (PILOT_CHUNKS * n) < m->o.ctr) lo = b;
-        else hi = b;
+    // Newton's method on mean(sigmoid(b + logit)) = ctr: the mean grows with b, its slope is
+    // mean(p (1 - p)); steps are capped so a poor start cannot overshoot far.
+    const uint32_t N = PILOT_PIECES * n;
+    double b = log(m->o.ctr / (1 - m->o.ctr));
+    for (int it = 0; it < 100; it++) {
+        double mean = 0, slope = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            double p = 1 / (1 + exp(-(b + lg[i])));
+            mean += p, slope += p * (1 - p);
+        }
+        double step = (mean / N - m->o.ctr) / (slope / N + 1e-12);
+        step = step > 4 ? 4 : step < -4 ? -4 : step;
+        b -= step;
+        if (fabs(step) < 1e-10) break;
     }
-    m->bias = 0.5 * (lo + hi);
+    m->bias = b;
     free(lg);
     synth_rows_free(&r);
 }
@@ -681,6 +745,7 @@ int synth_model_init(synth_model **out, const synth_opts *o) {
     m->days = o->preset == SYNTH_PRESET_AVAZU ? AVAZU_DAYS : CRITEO_DAYS;
     for (uint32_t i = 0; i < (1u << NORM_BITS); i++)
         m->normtab[i] = (float)norm_quantile((i + 0.5) / (1u << NORM_BITS));
+    m->log1p_tab = bp_xmalloc(LOG1P_TAB * sizeof *m->log1p_tab);
     for (uint32_t c = 0; c < LOG1P_TAB; c++) m->log1p_tab[c] = (float)log1p((double)c);
     bp_rng rng;
     bp_rng_seed(&rng, o->seed, 0x5eedull << 40);
@@ -700,7 +765,7 @@ void synth_model_free(synth_model *m) {
         free(m->tab[f].bin_start);
     }
     free(m->tab);
-    free(m->dense_q), free(m->dense_miss), free(m->dense_w), free(m->dense_mean);
+    free(m->dense_q), free(m->dense_miss), free(m->dense_w), free(m->dense_mean), free(m->log1p_tab);
     free(m);
 }
 

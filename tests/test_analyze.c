@@ -1,0 +1,203 @@
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze.h"
+#include "common.h"
+#include "data_bin.h"
+#include "test.h"
+
+// A small dataset with skewed ids: n rows, tables of 5, 40, 300 and 150000 rows (the last spans
+// several of analyze's row partitions), split 60/20/20%.
+#define NT 4
+#define TOTAL (5 + 40 + 300 + 150000)
+static const uint64_t card[NT] = {5, 40, 300, 150000};
+static int write_tiny(const char *path, uint64_t n) {
+    bp_ds_info t = {0};
+    t.n_dense = 0, t.n_sparse = NT;
+    bp_ds_writer *w;
+    int rc = bp_ds_writer_open(&w, path, &t);
+    if (rc) return rc;
+    bp_rng rng;
+    bp_rng_seed(&rng, 17, 0);
+    uint8_t *lab = bp_xcalloc(n, 1);
+    uint32_t *s = bp_xmalloc(n * NT * sizeof *s); // (n, NT)
+    for (uint64_t i = 0; i < n; i++)
+        for (int f = 0; f < NT; f++) {
+            // Cubing a uniform draw favours small ids; some rows are never drawn.
+            double u = bp_rng_uniform(&rng);
+            s[i * NT + f] = (uint32_t)(u * u * u * (double)card[f]);
+        }
+    rc = bp_ds_writer_append(w, n, lab, NULL, s, NULL);
+    free(lab), free(s);
+    if (rc) {
+        bp_ds_writer_abort(w);
+        return rc;
+    }
+    uint64_t split[3] = {n * 6 / 10, n * 2 / 10, n - n * 6 / 10 - n * 2 / 10};
+    return bp_ds_writer_finish(w, card, split);
+}
+
+static int u64_desc(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+// Share of lookups the k busiest rows take, from a plain sorted copy of the counts.
+typedef struct {
+    uint64_t *sorted; // (n) counts, largest first
+    uint64_t n, total;
+} sorted_counts;
+static sorted_counts sort_counts(const uint64_t *cnt, uint64_t n) {
+    sorted_counts s = {bp_xmalloc(n * sizeof(uint64_t)), n, 0};
+    memcpy(s.sorted, cnt, n * sizeof *cnt);
+    qsort(s.sorted, n, sizeof *s.sorted, u64_desc);
+    for (uint64_t i = 0; i < n; i++) s.total += s.sorted[i];
+    return s;
+}
+static double brute_top(const sorted_counts *s, uint64_t k) {
+    uint64_t top = 0;
+    for (uint64_t i = 0; i < k && i < s->n; i++) top += s->sorted[i];
+    return s->total ? (double)top / (double)s->total : 0;
+}
+
+static void check_against_brute_force(const bp_dataset *ds, bp_split split, int B, int threads) {
+    analyze_opts o = {B, split, threads};
+    analyze_result r;
+    ASSERT_OK(analyze_run(ds, &o, &r));
+    uint64_t begin, end;
+    bp_ds_split_range(ds, split, &begin, &end);
+    const uint32_t F = NT;
+    const uint64_t total = TOTAL, n = end - begin;
+    uint64_t off[NT] = {0, 5, 45, 345};
+    uint64_t *cnt = bp_xcalloc(TOTAL, sizeof *cnt);
+    int64_t *last = bp_xmalloc(TOTAL * sizeof *last);
+    for (int i = 0; i < TOTAL; i++) last[i] = -1;
+    uint64_t reuse[ANALYZE_REUSE_BUCKETS] = {0}, same = 0, first = 0;
+    uint64_t nb = (n + (uint64_t)B - 1) / (uint64_t)B;
+    uint64_t *uniq = bp_xcalloc(nb, sizeof *uniq);
+    for (uint64_t i = begin; i < end; i++) {
+        int64_t b = (int64_t)((i - begin) / (uint64_t)B);
+        for (uint32_t f = 0; f < F; f++) {
+            uint64_t k = off[f] + ds->sparse[i * F + f];
+            cnt[k]++;
+            if (last[k] == b) {
+                same++;
+                continue;
+            }
+            uniq[b]++;
+            if (last[k] < 0) first++;
+            else {
+                int64_t d = b - last[k];
+                int j = 0;
+                while (((int64_t)2 << j) <= d) j++;
+                reuse[j]++;
+            }
+            last[k] = b;
+        }
+    }
+    ASSERT_EQ(r.samples, n);
+    ASSERT_EQ(r.batches, nb);
+    ASSERT_EQ(r.reuse_same, same);
+    ASSERT_EQ(r.reuse_first, first);
+    for (int j = 0; j < ANALYZE_REUSE_BUCKETS; j++) ASSERT_EQ(r.reuse[j], reuse[j]);
+    uint64_t full = n / (uint64_t)B, used = full ? full : nb, sum = 0, mn = UINT64_MAX, mx = 0;
+    for (uint64_t b = 0; b < used; b++) sum += uniq[b], mn = BP_MIN(mn, uniq[b]), mx = BP_MAX(mx, uniq[b]);
+    ASSERT_EQ(r.uniq_min, mn);
+    ASSERT_EQ(r.uniq_max, mx);
+    ASSERT_NEAR(r.uniq_mean, (double)sum / (double)used, 1e-9);
+    // Skew, overall and per table, against sorting the counts; k = ceil(frac * rows).
+    uint64_t touched = 0;
+    for (uint64_t k = 0; k < total; k++) touched += cnt[k] > 0;
+    ASSERT_EQ(r.overall.touched, touched);
+    ASSERT_EQ(r.overall.accesses, n * F);
+    sorted_counts all = sort_counts(cnt, total), per[NT];
+    for (uint32_t f = 0; f < F; f++) per[f] = sort_counts(cnt + off[f], card[f]);
+    for (int j = 0; j < ANALYZE_NFRAC; j++) {
+        uint64_t k = (uint64_t)ceil(analyze_fracs[j] * total), kt = (uint64_t)ceil(analyze_fracs[j] * touched);
+        ASSERT_EQ(r.overall.top_rows[j], k);
+        ASSERT_NEAR(r.overall.top_share[j], brute_top(&all, k), 1e-12);
+        ASSERT_NEAR(r.overall.top_share_touched[j], brute_top(&all, kt), 1e-12);
+        for (uint32_t f = 0; f < F; f++) {
+            uint64_t rows = card[f], tf = 0;
+            for (uint64_t x = 0; x < rows; x++) tf += cnt[off[f] + x] > 0;
+            ASSERT_EQ(r.table[f].touched, tf);
+            uint64_t kf = (uint64_t)ceil(analyze_fracs[j] * rows), kft = (uint64_t)ceil(analyze_fracs[j] * tf);
+            ASSERT_NEAR(r.table[f].top_share[j], brute_top(&per[f], kf), 1e-12);
+            ASSERT_NEAR(r.table[f].top_share_touched[j], brute_top(&per[f], kft), 1e-12);
+        }
+    }
+    free(all.sorted);
+    for (uint32_t f = 0; f < F; f++) free(per[f].sorted);
+    free(uniq), free(cnt), free(last);
+    analyze_result_free(&r);
+}
+
+TEST(analyze_matches_brute_force) {
+    const char *path = test_path("t.bin");
+    ASSERT_OK(write_tiny(path, 90001)); // several of analyze's windows (32768 samples)
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, path, BP_DS_VERIFY));
+    check_against_brute_force(&ds, BP_SPLIT_ALL, 7, 1);
+    if (test_failed()) return;
+    check_against_brute_force(&ds, BP_SPLIT_ALL, 7, 2);
+    if (test_failed()) return;
+    check_against_brute_force(&ds, BP_SPLIT_TRAIN, 64, 3);
+    if (test_failed()) return;
+    check_against_brute_force(&ds, BP_SPLIT_VAL, 1, 2);
+    if (test_failed()) return;
+    check_against_brute_force(&ds, BP_SPLIT_TEST, 50000, 1); // one partial batch
+    bp_ds_close(&ds);
+}
+
+TEST(analyze_cli_text_and_json) {
+    const char *path = test_path("t.bin");
+    ASSERT_OK(write_tiny(path, 2000));
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --batch-size 16 %s", test_bin(), path), 0);
+    ASSERT_STR_CONTAINS(out, "train split, 1200 samples, 4 tables, 150345 rows in all");
+    ASSERT_STR_CONTAINS(out, "unique rows per batch (B = 16: 64 lookups)");
+    ASSERT_STR_CONTAINS(out, "never before");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --json --split all -b 16 %s", test_bin(), path), 0);
+    ASSERT_TRUE(out[0] == '{');
+    ASSERT_STR_CONTAINS(out, "\"split\": \"all\", \"samples\": 2000");
+    ASSERT_STR_CONTAINS(out, "\"per_table\": [");
+    ASSERT_STR_CONTAINS(out, "\"reuse\": {\"same_batch\": ");
+    // One object: braces and brackets balance and close at the end, nothing after it.
+    int depth = 0, closed_at_end = 0, in_str = 0;
+    for (const char *p = out; *p; p++) {
+        if (*p == '"' && p[-1] != '\\') in_str = !in_str;
+        if (in_str) continue;
+        if (*p == '{' || *p == '[') depth++;
+        if (*p == '}' || *p == ']') {
+            depth--;
+            ASSERT_TRUE(depth >= 0);
+            if (depth == 0) closed_at_end = strspn(p + 1, " \n") == strlen(p + 1);
+        }
+    }
+    ASSERT_TRUE(depth == 0 && closed_at_end);
+    free(out);
+}
+
+TEST(analyze_cli_errors_and_cachesim_hook) {
+    char *out = NULL;
+    const char *path = test_path("t.bin");
+    ASSERT_OK(write_tiny(path, 100));
+    ASSERT_EQ(test_run(&out, 30, "%s analyze %s.missing", test_bin(), path), 1);
+    ASSERT_STR_CONTAINS(out, "t.bin.missing");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --batch-size 0 %s", test_bin(), path), 2);
+    ASSERT_STR_CONTAINS(out, "--batch-size");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --split nope %s", test_bin(), path), 2);
+    ASSERT_STR_CONTAINS(out, "--split");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s analyze %s %s", test_bin(), path, path), 2);
+    free(out);
+    char *a1[] = {"analyze", "--cache", "1000", "x.bin"}, *a2[] = {"analyze", "--cache=5", "x.bin"},
+         *a3[] = {"analyze", "--json", "x.bin"}, *a4[] = {"analyze", "--", "--cache"};
+    ASSERT_TRUE(analyze_wants_cachesim(4, a1));
+    ASSERT_TRUE(analyze_wants_cachesim(3, a2));
+    ASSERT_TRUE(!analyze_wants_cachesim(3, a3));
+    ASSERT_TRUE(!analyze_wants_cachesim(3, a4));
+}
