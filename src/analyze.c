@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cachesim.h"
 #include "cli.h"
 #include "cmds.h"
 #include "common.h"
@@ -413,8 +414,8 @@ int analyze_wants_cachesim(int argc, char **argv) {
 
 int cmd_analyze(int argc, char **argv) {
     // A cache simulation (--cache ROWS --lookahead W --trainers T) has its own command body in
-    // its own file; dispatch to it here, before this command's flags are parsed:
-    //   if (analyze_wants_cachesim(argc, argv)) return cachesim_cmd(argc, argv);
+    // cachesim.c; dispatch before this command's flags are parsed.
+    if (analyze_wants_cachesim(argc, argv)) return cachesim_cmd(argc, argv);
     int batch, split, json, threads;
     const cli_opt opts[] = {
         CLI_INT("batch-size", 'b', &batch, 2048, 1, 1 << 24, "samples per batch"),
