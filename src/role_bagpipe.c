@@ -484,8 +484,10 @@ static int group_progress(bstate *bs, fgroup *g) {
 static int group_complete(const fgroup *g) { return !g->replies_left && !g->fwd_left && g->forwarded; }
 
 // Step 3: every group issued at or before `upto` complete; the others progress meanwhile.
+// upto < 0 makes one pass without waiting (replies installed, forwards sent as far as possible).
 static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
     int polls = 0;
+    long sleep_ns = 0;
     for (;;) {
         int all = 1, rc = 0;
         for (int64_t r = BP_MAX((int64_t)0, issued - bs->G + 1); r <= issued && !rc; r++) {
@@ -494,9 +496,10 @@ static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
             rc = group_progress(bs, g);
             if (!rc && r <= upto && !group_complete(g)) all = 0;
         }
-        if (rc || all) return rc;
-        if (++polls > 64) {
-            struct timespec ts = {0, 20000};
+        if (rc || all || upto < 0) return rc; // upto < 0: one non-blocking pass
+        if (++polls > 32) { // back off (2 us doubling to 100 us): a sleeping waiter frees a core
+            sleep_ns = sleep_ns ? BP_MIN(2 * sleep_ns, 100000L) : 2000;
+            struct timespec ts = {0, sleep_ns};
             nanosleep(&ts, NULL);
         }
     }
@@ -739,7 +742,8 @@ static int bs_step(bstate *bs, int64_t t, double *loss) {
     }
     bs->accesses += (uint64_t)tr->g.n;
     double t4 = bp_now();
-    rc = sync_grads(bs, t);
+    rc = wait_groups(bs, -1, t); // rows that arrived during compute: forward them now, not next iteration
+    if (!rc) rc = sync_grads(bs, t);
     if (!rc) rc = evict_and_write_back(bs, t);
     if (!rc && ((t + 1) % ROLE_CREDIT_EVERY == 0 || t + 1 == su->total_iters)) {
         if (bs->credit_live && (rc = comm_wait(&bs->credit_rq, NULL))) return rc;

@@ -20,6 +20,8 @@
 #include "oracle.h"
 #include "plan.h"
 
+#define ORACLE_IDLE_MAX_US 2000L
+
 struct role_oracle {
     const train_setup *su;
     int T, first_trainer, A;
@@ -117,6 +119,7 @@ int role_oracle_run(role_oracle *ro) {
         rc = comm_irecv(ro->credit[p], MSG_HEADER_BYTES, ro->first_trainer + p, MSG_CREDIT, &ro->credit_rq[p]);
     int64_t min_done = 0;
     int idle = 0;
+    long idle_ns = 0;
     while (!rc) {
         int progress = 0;
         // credits
@@ -169,9 +172,13 @@ int role_oracle_run(role_oracle *ro) {
                 else progress |= got;
             }
         }
-        if (progress) idle = 0;
-        else if (++idle > 64) {
-            struct timespec ts = {0, 50000};
+        // Idle: nothing to plan until a credit or a send frees a ring buffer.  The ring holds A
+        // records ahead of the slowest trainer, so a late reaction costs nothing: back off up to
+        // ORACLE_IDLE_MAX_US and leave the cores to the trainers and servers.
+        if (progress) idle = 0, idle_ns = 0;
+        else if (++idle > 16) {
+            idle_ns = idle_ns ? BP_MIN(2 * idle_ns, ORACLE_IDLE_MAX_US * 1000L) : 20000;
+            struct timespec ts = {0, idle_ns};
             nanosleep(&ts, NULL);
         }
     }

@@ -185,3 +185,28 @@ TEST(bagpipe_cache_too_small) {
     ASSERT_STR_CONTAINS(out, "holds 5");
     free(out);
 }
+
+// Write-backs held back (the test hook BAGPIPE_TEST_WB_DELAY_US sends t's write-backs at the end
+// of t + 1, after a pause), so the fetches of rows evicted just before reach the server ahead of
+// their write-back: the server must hold them for the per-writer watermark (DESIGN §6).  A
+// lookahead of 2 with prefetch 2 refetches rows issued one iteration after their eviction.  The
+// server reports such waits, and the model stays the one of mode sync.
+TEST(bagpipe_watermark_waits_keep_the_model) {
+    char data[512], s2[512], b[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(bagpipe_dataset(data, 8000, 7));
+    snprintf(s2, sizeof s2, "%s", test_path("sync2"));
+    snprintf(b, sizeof b, "%s", test_path("bp"));
+    char *out = NULL;
+    JOB_OK(&out, data, s2, "--mode sync --trainers 2 --servers 1", "--iters 400");
+    free(out), out = NULL;
+    int rc = test_run(&out, 60, "BAGPIPE_TEST_WB_DELAY_US=3000 %s %s train --mode bagpipe --trainers 2 --servers 1 "
+                      "--prefetch 2 --lookahead 2 --cache-rows 120 " BP_MODEL " --iters 400 --save %s %s",
+                      bp_env(), test_bin(), b, data);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    ASSERT_MSG(num_before(out, "oracle:", "refetches") > 0, "no refetches:\n%s", out);
+    long waited = num_before(out, "server 0:", "waited for a write-back watermark");
+    ASSERT_MSG(waited > 0, "no fetch waited for a watermark (%ld):\n%s", waited, out);
+    free(out);
+    ASSERT_SAME_MODEL(s2, b);
+}

@@ -1,0 +1,46 @@
+#!/bin/sh
+# netem.sh: run one command inside a private network namespace whose loopback is rate-limited,
+# with Open MPI told to use TCP over that loopback (ENV-NOTES "Emulating a cluster network").
+#
+#   bench/netem.sh RATE COMMAND [ARGS...]      RATE: a tc rate, e.g. 1gbit, 10gbit
+#
+# Every rank of an mpirun started by COMMAND then talks over TCP through the shaped loopback
+# (one tbf qdisc on lo carries both directions), so each message pays the emulated bandwidth.
+# Needs root.  Only the new namespace is configured: the root namespace's interfaces are never
+# touched.  The namespace is deleted on every exit path (trap), also on Ctrl-C.
+# The kernel here has no netem qdisc, so no latency is added; only bandwidth is emulated.
+set -eu
+
+if [ "$#" -lt 2 ]; then
+    echo "usage: $0 RATE COMMAND [ARGS...]   (RATE e.g. 1gbit, 10gbit)" >&2
+    exit 2
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "$0: needs root (ip netns, tc); refusing to run" >&2
+    exit 1
+fi
+rate=$1
+shift
+case "$rate" in
+    *[!0-9a-zA-Z.]* | "") echo "$0: bad rate '$rate'" >&2; exit 2 ;;
+esac
+
+ns="bpnetem$$"
+if ip netns list | grep -qw "$ns"; then
+    echo "$0: namespace $ns already exists; refusing to reuse it" >&2
+    exit 1
+fi
+cleanup() {
+    ip netns del "$ns" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+ip netns exec "$ns" tc qdisc add dev lo root tbf rate "$rate" burst 256kb latency 20ms
+
+# Open MPI: TCP only (no shared memory), on the namespace's loopback; the launcher (src/launch.c)
+# adds the oversubscription and root settings.
+ip netns exec "$ns" env OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo \
+    OMPI_MCA_btl_tcp_links=1 "$@"
