@@ -30,13 +30,14 @@
 // Fetchers of shared keys and write-back owners of shared evictions are assigned round-robin
 // over the trainers (balanced to within one over the run).
 //
-// Memory.  Per-key state when the key space fits (K <= 2^28 keys by default, i.e. <= 2 GiB):
-// one 8-byte word per key in a flat array (the last eviction and its writer, or the index of an
-// active record), lazily zeroed by the kernel, so untouched keys cost nothing physical.  Beyond
-// that an open-addressing hash map of touched keys (16 bytes per entry, load <= 1/2).  Active
-// records (keys with an occurrence in the held batches, which includes every resident key): 32
-// bytes each; occurrences (one per unique key per held batch): 16 bytes.  Nothing grows with the
-// length of the run except the per-key words of touched keys.
+// Memory.  Per-key state: one 8-byte word per key (its last eviction and write-back owner, or
+// the index of its active record and its latest occurrence).  The key space fits a flat array
+// when K <= 2^28 (2 GiB; Criteo Kaggle: 33.8M keys -> 270 MB, mapped lazily so untouched keys
+// cost nothing); beyond that (hashed id spaces) an open-addressing hash map of touched keys,
+// 16 bytes per entry at load <= 1/2.  Active records (keys occurring in a held batch, which
+// includes every resident key): 21 bytes.  Occurrences (one per unique key per held batch): 24
+// bytes.  Only the per-key words grow with the run (with the distinct keys touched); the rest is
+// bounded by the window: at B=16384, W=200 on a Criteo-like trace about 0.7 GB (see bench_oracle).
 #ifndef BP_ORACLE_H
 #define BP_ORACLE_H
 
