@@ -390,9 +390,9 @@ static uint64_t max_private(const oracle_impl *o, uint32_t *who) {
 static void sort_sync(oracle_impl *o, plan *r, uint32_t t) {
     uint32_t n = r->n_sync_later, span = o->P + o->W + 2, nb = 2 * span;
     if (n < 2) return;
-    if (n > o->sync_cap) {
-        o->sync_cap = n;
-        o->sync_tmp = bp_xrealloc(o->sync_tmp, (size_t)n * sizeof *o->sync_tmp);
+    if (r->cap_sync_later > o->sync_cap) {
+        o->sync_cap = r->cap_sync_later;
+        o->sync_tmp = bp_xrealloc(o->sync_tmp, (size_t)o->sync_cap * sizeof *o->sync_tmp);
     }
     memset(o->sync_cnt, 0, (nb + 1) * sizeof *o->sync_cnt);
     const plan_sync *e = r->sync_later;
@@ -405,7 +405,11 @@ static void sort_sync(oracle_impl *o, plan *r, uint32_t t) {
     for (uint32_t b = 0; b < nb; b++) o->sync_cnt[b + 1] += o->sync_cnt[b];
     for (uint32_t i = 0; i < n; i++) o->sync_tmp[o->sync_cnt[SYNC_BUCKET(e[i])]++] = e[i];
 #undef SYNC_BUCKET
-    memcpy(r->sync_later, o->sync_tmp, (size_t)n * sizeof *o->sync_tmp);
+    // The sorted copy becomes the record's list; the old list is the next scratch.
+    plan_sync *old = r->sync_later;
+    uint32_t old_cap = r->cap_sync_later;
+    r->sync_later = o->sync_tmp, r->cap_sync_later = o->sync_cap;
+    o->sync_tmp = old, o->sync_cap = old_cap;
 }
 
 static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
