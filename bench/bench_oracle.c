@@ -56,7 +56,7 @@ typedef struct {
 } bcfg;
 
 typedef struct {
-    double faults_per_batch, sps, ms_per_batch, hit, fetch_per_batch, unique_per_batch, cpu_sps, cpu_index_ms, cpu_plan_ms;
+    double record_kb, faults_per_batch, sps, ms_per_batch, hit, fetch_per_batch, unique_per_batch, cpu_sps, cpu_index_ms, cpu_plan_ms;
     uint64_t mem, rss_growth, active;
 } bres;
 
@@ -75,6 +75,7 @@ static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     uint32_t warm = c.W + c.P + 4, pushed_warm = 0;
     double t0 = 0, t1;
     uint32_t records = 0, rec_warm = 0;
+    uint64_t rec_bytes = 0; // encoded size of the records
     oracle_stats s0 = {0};
     long flt0 = 0;
     for (uint32_t t = 0; t < N && !rc; t++) {
@@ -86,7 +87,7 @@ static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
             flt0 = ru.ru_minflt;
         }
         rc = oracle_push_batch(&o, ids + (size_t)t * c.B * NF);
-        while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) records++, rc = 0;
+        while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) records++, rec_bytes += plan_encoded_size(&p), rc = 0;
     }
     if (!rc) rc = oracle_finish(&o);
     uint32_t steady = records; // records emitted while batches were still arriving
@@ -96,7 +97,7 @@ static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     out->faults_per_batch = (double)(ru.ru_minflt - flt0) / (double)(N - pushed_warm);
-    while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) records++, rc = 0;
+    while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) records++, rec_bytes += plan_encoded_size(&p), rc = 0;
     if (rc) {
         plan_free(&p);
         oracle_free(&o);
@@ -121,6 +122,7 @@ static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     out->cpu_sps = 1e3 * c.B / (c.threads == 2 ? BP_MAX(out->cpu_index_ms, out->cpu_plan_ms)
                                               : out->cpu_index_ms + out->cpu_plan_ms);
     out->mem = st.mem_bytes, out->active = st.active_peak;
+    out->record_kb = (double)rec_bytes / records / 1024.0;
     out->rss_growth = rss1 > rss0 ? rss1 - rss0 : 0;
     plan_free(&p);
     oracle_free(&o);
@@ -164,10 +166,11 @@ static double reference_pass_ms(const uint32_t *ids, uint32_t nb, uint32_t B, ui
 static void report(const char *label, bcfg c, const bres *r) {
     char m1[32], m2[32];
     printf("%-12s T=%-2u B=%-5u W=%-3u thr=%u | cpu: %5.2f M samples/s, index %6.2f + plan %6.2f ms/batch | "
-           "wall: %5.2f M samples/s %7.2f ms/batch | hit %5.1f%% %6.0f fetch/%6.0f unique/batch | mem %s (rss +%s) "
+           "wall: %5.2f M samples/s %7.2f ms/batch | hit %5.1f%% %6.0f fetch/%6.0f unique/batch, record %.0f KiB | "
+           "mem %s (rss +%s) "
            "active %llu, %.0f page faults/batch\n",
            label, c.T, c.B, c.W, c.threads, r->cpu_sps / 1e6, r->cpu_index_ms, r->cpu_plan_ms, r->sps / 1e6,
-           r->ms_per_batch, 100 * r->hit, r->fetch_per_batch, r->unique_per_batch,
+           r->ms_per_batch, 100 * r->hit, r->fetch_per_batch, r->unique_per_batch, r->record_kb,
            bp_fmt_bytes(m1, sizeof m1, (double)r->mem), bp_fmt_bytes(m2, sizeof m2, (double)r->rss_growth),
            (unsigned long long)r->active, r->faults_per_batch);
     fflush(stdout);

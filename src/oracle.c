@@ -77,10 +77,8 @@ struct oracle_impl {
     uint32_t *act_free; // (act_cap) stack of free indices
     uint64_t *act_key;  // (act_cap)
     uint32_t act_cap, act_hw, n_free;
-    size_t act_bytes;
     slot *slots; // (R)
     uint32_t pos_bits, pos_mask;
-    size_t slot_bytes;
     uint32_t retire_done; // batches retired by the indexer
     uint64_t occ_hw;      // most occurrences in one batch
     int idx_err;          // sticky error of the indexer
@@ -108,6 +106,9 @@ struct oracle_impl {
     uint16_t *pv_tr;      // (pv_cap) their trainers
     uint32_t pv_n, pv_cap;
     uint32_t *pv_cursor;  // (T) scratch for grouping private keys by trainer
+    plan_sync *sync_tmp;  // (sync_cap) scratch for putting sync-later entries in group order
+    uint32_t sync_cap;
+    uint32_t *sync_cnt;   // (2 (P + W + 2)) counting-sort buckets
     oracle_stats st;
     uint64_t pub_acts, pub_occ, pub_hm_cap; // indexer memory high-water marks, published per batch
     double cpu_index, cpu_plan;             // CPU seconds of each half (thread CPU clocks)
@@ -116,7 +117,7 @@ struct oracle_impl {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int th_started, stop;
+    int mu_init, th_started, stop;
     inbatch inq[INQ];
     uint32_t *inbuf[INQ]; // (B, F) copies unless borrowed
     uint32_t in_head, in_count;
@@ -176,10 +177,6 @@ static uint64_t *hmap_slot(hmap *h, uint64_t key, int insert) {
         }
         i = (i + 1) & mask;
     }
-}
-
-static inline uint64_t *km_word(oracle_impl *o, uint64_t key) {
-    return o->km_flat ? &o->km[key] : hmap_slot(&o->hm, key, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -387,6 +384,34 @@ static uint64_t max_private(const oracle_impl *o, uint32_t *who) {
     return m;
 }
 
+// Puts record t's sync-later entries in group order (plan.h): gradients of t by deadline, then
+// restatements of older gradients (all due at t + 1) from the newest to the oldest.  A stable
+// counting sort: within a group, entries keep their occurrence order.
+static void sort_sync(oracle_impl *o, plan *r, uint32_t t) {
+    uint32_t n = r->n_sync_later, span = o->P + o->W + 2, nb = 2 * span;
+    if (n < 2) return;
+    if (r->cap_sync_later > o->sync_cap) {
+        o->sync_cap = r->cap_sync_later;
+        o->sync_tmp = bp_xrealloc(o->sync_tmp, (size_t)o->sync_cap * sizeof *o->sync_tmp);
+    }
+    memset(o->sync_cnt, 0, (nb + 1) * sizeof *o->sync_cnt);
+    const plan_sync *e = r->sync_later;
+#define SYNC_BUCKET(x) ((x).grad_iter == t ? (x).deadline - (t + 1) : span + (t - 1 - (x).grad_iter))
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t b = SYNC_BUCKET(e[i]);
+        BP_ASSERT(b < nb);
+        o->sync_cnt[b + 1]++;
+    }
+    for (uint32_t b = 0; b < nb; b++) o->sync_cnt[b + 1] += o->sync_cnt[b];
+    for (uint32_t i = 0; i < n; i++) o->sync_tmp[o->sync_cnt[SYNC_BUCKET(e[i])]++] = e[i];
+#undef SYNC_BUCKET
+    // The sorted copy becomes the record's list; the old list is the next scratch.
+    plan_sync *old = r->sync_later;
+    uint32_t old_cap = r->cap_sync_later;
+    r->sync_later = o->sync_tmp, r->cap_sync_later = o->sync_cap;
+    o->sync_tmp = old, o->sync_cap = old_cap;
+}
+
 static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
     const slot *sl = &o->slots[t % o->R];
     BP_ASSERT(sl->batch == t);
@@ -404,6 +429,7 @@ static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
     memcpy(o->pv_cursor, r->priv_off, o->T * sizeof *o->pv_cursor);
     for (uint32_t k = 0; k < o->pv_n; k++) r->priv_key[o->pv_cursor[o->pv_tr[k]]++] = o->pv_key[k];
     r->n_private = o->pv_n;
+    sort_sync(o, r, t);
 }
 
 #define AHEAD 8 // prefetch distances (occurrences): residency state at 2 AHEAD, gate words at AHEAD
@@ -593,7 +619,6 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     uint64_t act_cap64 = BP_MIN(K, (uint64_t)R * per_batch);
     if (act_cap64 > 0x7FFFFFFFu) act_cap64 = 0x7FFFFFFFu; // 31 bits in the keymap word
     o->act_cap = (uint32_t)act_cap64;
-    o->act_bytes = (size_t)o->act_cap * (sizeof *o->act_free + sizeof *o->act_key + 1 + sizeof *o->act_gate);
     o->act_key = big_alloc((size_t)o->act_cap * sizeof *o->act_key);
     o->act_state = big_alloc((size_t)o->act_cap);
     o->act_gate = big_alloc((size_t)o->act_cap * sizeof *o->act_gate);
@@ -625,6 +650,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     }
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
+    o->sync_cnt = bp_xcalloc(2 * (o->P + o->W + 2) + 1, sizeof *o->sync_cnt);
     o->bucket = bp_xcalloc(o->NB, sizeof *o->bucket);
     o->bucket_n = bp_xcalloc(o->NB, sizeof *o->bucket_n);
     o->bucket_cap = bp_xcalloc(o->NB, sizeof *o->bucket_cap);
@@ -635,6 +661,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
             for (int i = 0; i < INQ; i++) o->inbuf[i] = bp_xmalloc(per * sizeof(uint32_t));
         pthread_mutex_init(&o->mu, NULL);
         pthread_cond_init(&o->cv, NULL);
+        o->mu_init = 1;
         if (pthread_create(&o->th, NULL, indexer_thread, o) != 0) {
             oracle_free(out);
             return bp_fail(BP_ENOMEM, "oracle: cannot start the indexer thread");
@@ -654,7 +681,7 @@ void oracle_free(oracle *out) {
         pthread_mutex_unlock(&o->mu);
         pthread_join(o->th, NULL);
     }
-    if (o->threads == 2) {
+    if (o->mu_init) {
         pthread_mutex_destroy(&o->mu);
         pthread_cond_destroy(&o->cv);
     }
@@ -675,7 +702,7 @@ void oracle_free(oracle *out) {
     hmap_free(&o->hm);
     for (uint32_t j = 0; o->bucket && j < o->NB; j++) free(o->bucket[j]);
     free(o->bucket), free(o->bucket_n), free(o->bucket_cap);
-    free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor);
+    free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
     free(o->offset), free(o->card);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);
     free(o);

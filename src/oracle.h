@@ -17,12 +17,22 @@
 //   private key - fetched for batch u, used by exactly one trainer at u, no further use visible
 //                 in the window when fetched: only that trainer holds it (counts against its C
 //                 only), updates it locally and writes it back after u.  Decided at fetch time
-//                 and binding.
+//                 and binding (a use that comes into view later is served by a new fetch).
+//                 Needs W >= P: the window must show that batches u+1..u+P, whose fetches are
+//                 decided while the key is in flight, do not use it; with W < P nothing is private.
+// Why this model: a shared row's gradient is applied identically on every replica, so every
+// trainer's copy is valid and any trainer can serve, sync or write it back; charging it to every
+// trainer's capacity keeps the accounting exact without tracking which replicas are "real".  A
+// private row never leaves its trainer, so it costs one slot on one trainer and no sync at all,
+// which is where most of the cold (fetched, used once, evicted) traffic goes.
 // Step s: (a) every key used at s-1 that is private, or shared with no use in [s, H(s)], is
 // evicted after s-1; (b) keys of batch s+P that are not resident are fetched; (c) if some
 // trainer is over C, shared keys not needed by batches s..s+P are evicted, farthest next use
 // first (Belady within the window; ties in a fixed order); if that is not enough the oracle
-// fails with BP_ECAPACITY naming the cache size this batch needs.
+// fails with BP_ECAPACITY naming the cache size this batch needs (shared + largest private
+// pinned set; for T = 1 exactly the distinct keys of batches s..s+P).  A later batch may need
+// more, and for T > 1 which keys are private depends on earlier decisions, so a rerun with the
+// named size can stop later with a new, larger figure.
 // Sync of the gradient of a shared key used at t: next use t+1 -> sync-now; next use v >= t+2
 // -> sync-later, deadline v-1; evicted after t -> sync-later, deadline t+1, and the owner writes
 // it back at the end of t+1 (PLAN_WB_NEXT).  If a key is evicted under pressure while an earlier
@@ -30,13 +40,15 @@
 // Fetchers of shared keys and write-back owners of shared evictions are assigned round-robin
 // over the trainers (balanced to within one over the run).
 //
-// Memory.  Per-key state when the key space fits (K <= 2^28 keys by default, i.e. <= 2 GiB):
-// one 8-byte word per key in a flat array (the last eviction and its writer, or the index of an
-// active record), lazily zeroed by the kernel, so untouched keys cost nothing physical.  Beyond
-// that an open-addressing hash map of touched keys (16 bytes per entry, load <= 1/2).  Active
-// records (keys with an occurrence in the held batches, which includes every resident key): 32
-// bytes each; occurrences (one per unique key per held batch): 16 bytes.  Nothing grows with the
-// length of the run except the per-key words of touched keys.
+// Memory.  Per-key state: one 8-byte word per key (its last eviction and write-back owner, or
+// the index of its active record and its latest occurrence).  The key space fits a flat array
+// when K <= 2^28 (2 GiB; Criteo Kaggle: 33.8M keys -> 270 MB, mapped lazily so untouched keys
+// cost nothing); beyond that (hashed id spaces) an open-addressing hash map of touched keys,
+// 16 bytes per entry at load <= 1/2.  Active records (keys occurring in a held batch, which
+// includes every resident key): 21 bytes.  Occurrences (one per unique key per held batch): 24
+// bytes.  Only the per-key words grow with the run (with the distinct keys touched); the rest is
+// bounded by the window: at B=16384, W=200 on a Criteo-like trace about 1 GB, 0.27 GB of it the
+// flat keymap (see bench_oracle).
 #ifndef BP_ORACLE_H
 #define BP_ORACLE_H
 

@@ -71,20 +71,39 @@ void plan_reserve_private(plan *p, uint32_t n) {
 // ---------------------------------------------------------------------------------------------
 // Encoding
 
-enum { FETCH_REST = 4 + 4 + 2 + 2 + 1, EVICT_REST = 2 + 1, SYNC_REST = 4 + 4 };
+enum { FETCH_REST = 1 + 4 + 2 + 2 + 1, EVICT_REST = 2 + 1, GROUP_SIZE = 3 * 4 };
 
 // Size of a record with these counts (64-bit: no count can overflow it).
 static uint64_t record_size(uint64_t T, uint64_t kb, uint64_t nf, uint64_t ne, uint64_t np, uint64_t nn,
-                            uint64_t nl) {
+                            uint64_t nl, uint64_t ng) {
     return PLAN_HEADER_SIZE + (T + 1) * 4 + nf * (kb + FETCH_REST) + ne * (kb + EVICT_REST) + (T + 1) * 4 +
-           np * kb + nn * kb + nl * (kb + SYNC_REST);
+           np * kb + nn * kb + ng * GROUP_SIZE + nl * kb;
+}
+
+// Sync-later groups: maximal runs of equal (grad_iter, deadline).  Returns the number of groups,
+// or -1 if the list is not in group order (strictly increasing (iter - grad_iter, deadline)).
+static int64_t sync_groups(const plan *p) {
+    int64_t ng = 0;
+    for (uint32_t i = 0; i < p->n_sync_later; i++) {
+        const plan_sync *a = &p->sync_later[i];
+        if (i == 0) {
+            ng = 1;
+            continue;
+        }
+        const plan_sync *b = &p->sync_later[i - 1];
+        if (a->grad_iter == b->grad_iter && a->deadline == b->deadline) continue;
+        if (a->grad_iter > b->grad_iter || (a->grad_iter == b->grad_iter && a->deadline < b->deadline)) return -1;
+        ng++;
+    }
+    return ng;
 }
 
 static uint32_t key_width(uint64_t n_keys) { return n_keys <= ((uint64_t)1 << 32) ? 4 : 8; }
 
 size_t plan_encoded_size(const plan *p) {
+    int64_t ng = sync_groups(p);
     return (size_t)record_size(p->T, key_width(p->n_keys), p->n_fetch, p->n_evict, p->n_private, p->n_sync_now,
-                               p->n_sync_later);
+                               p->n_sync_later, ng < 0 ? 0 : (uint64_t)ng);
 }
 
 static inline uint8_t *put_key(uint8_t *q, uint64_t k, uint32_t kb) {
@@ -105,6 +124,8 @@ int64_t plan_encode(const plan *p, uint8_t *buf, size_t cap) {
     if (p->T < 1 || p->T > PLAN_MAX_TRAINERS || p->n_keys == 0)
         return bp_fail(BP_EINVAL, "plan_encode: record %u has T=%u, n_keys=%llu", p->iter, p->T,
                        (unsigned long long)p->n_keys);
+    int64_t ng = sync_groups(p);
+    if (ng < 0) return bp_fail(BP_EINVAL, "plan_encode: record %u: sync-later entries are not in group order", p->iter);
     size_t size = plan_encoded_size(p);
     if (size > UINT32_MAX) return bp_fail(BP_EINVAL, "plan_encode: record %u needs %zu bytes (> 4 GiB)", p->iter, size);
     if (cap < size) return bp_fail(BP_EINVAL, "plan_encode: record %u needs %zu bytes, buffer has %zu", p->iter, size, cap);
@@ -129,13 +150,15 @@ int64_t plan_encode(const plan *p, uint8_t *buf, size_t cap) {
     q = put32(q, p->n_private);
     q = put32(q, p->n_sync_now);
     q = put32(q, p->n_sync_later);
-    q = put32(q, 0);
+    q = put32(q, (uint32_t)ng);
     BP_ASSERT(q - buf == PLAN_HEADER_SIZE);
     for (uint32_t i = 0; i <= p->T; i++) q = put32(q, p->slice[i]);
     for (uint32_t i = 0; i < p->n_fetch; i++) {
         const plan_fetch *f = &p->fetch[i];
+        if (f->for_iter < p->iter || f->for_iter - p->iter > 255)
+            return bp_fail(BP_EINVAL, "plan_encode: record %u: fetch for iteration %u", p->iter, f->for_iter);
         q = put_key(q, f->key, kb);
-        q = put32(q, f->for_iter);
+        *q++ = (uint8_t)(f->for_iter - p->iter);
         q = put32(q, f->evict_iter);
         q = put16(q, f->fetcher);
         q = put16(q, f->writer);
@@ -149,11 +172,15 @@ int64_t plan_encode(const plan *p, uint8_t *buf, size_t cap) {
     for (uint32_t i = 0; i <= p->T; i++) q = put32(q, p->priv_off[i]);
     for (uint32_t i = 0; i < p->n_private; i++) q = put_key(q, p->priv_key[i], kb);
     for (uint32_t i = 0; i < p->n_sync_now; i++) q = put_key(q, p->sync_now[i], kb);
-    for (uint32_t i = 0; i < p->n_sync_later; i++) {
-        q = put_key(q, p->sync_later[i].key, kb);
-        q = put32(q, p->sync_later[i].grad_iter);
-        q = put32(q, p->sync_later[i].deadline);
+    for (uint32_t i = 0, start = 0; i < p->n_sync_later; i++) { // group headers
+        const plan_sync *a = &p->sync_later[i];
+        if (i + 1 < p->n_sync_later && a[1].grad_iter == a->grad_iter && a[1].deadline == a->deadline) continue;
+        q = put32(q, a->grad_iter);
+        q = put32(q, a->deadline);
+        q = put32(q, i + 1 - start);
+        start = i + 1;
     }
+    for (uint32_t i = 0; i < p->n_sync_later; i++) q = put_key(q, p->sync_later[i].key, kb);
     BP_ASSERT((size_t)(q - buf) == size);
     bp_put_u32(buf + 12, bp_crc32(0, buf + 16, size - 16));
     return (int64_t)size;
@@ -191,7 +218,7 @@ int plan_decode(plan *p, const uint8_t *buf, size_t n) {
     uint32_t W = bp_get_u32(buf + 24), B = bp_get_u32(buf + 28);
     uint64_t row0 = bp_get_u64(buf + 32), capacity = bp_get_u64(buf + 40), n_keys = bp_get_u64(buf + 48);
     uint32_t nf = bp_get_u32(buf + 56), ne = bp_get_u32(buf + 60), np = bp_get_u32(buf + 64);
-    uint32_t nn = bp_get_u32(buf + 68), nl = bp_get_u32(buf + 72);
+    uint32_t nn = bp_get_u32(buf + 68), nl = bp_get_u32(buf + 72), ng = bp_get_u32(buf + 76);
     if (kb != 4 && kb != 8) return BAD("plan record %u: key width %u, expected 4 or 8", iter, kb);
     if (flags & ~(uint32_t)PLAN_LAST) return BAD("plan record %u: unknown flags 0x%x", iter, flags);
     if (T < 1 || T > PLAN_MAX_TRAINERS) return BAD("plan record %u: %u trainers (1..%d)", iter, T, PLAN_MAX_TRAINERS);
@@ -199,10 +226,11 @@ int plan_decode(plan *p, const uint8_t *buf, size_t n) {
         return BAD("plan record %u: key width %u does not fit key space %llu", iter, kb, (unsigned long long)n_keys);
     if (B == 0 || capacity == 0) return BAD("plan record %u: empty batch or zero capacity", iter);
     if ((uint64_t)iter + P + W + 1 >= PLAN_NEVER) return BAD("plan record %u: iteration out of range", iter);
-    if (bp_get_u32(buf + 76) != 0) return BAD("plan record %u: reserved field is not zero", iter);
-    if (record_size(T, kb, nf, ne, np, nn, nl) != size)
-        return BAD("plan record %u: counts (%u fetch, %u evict, %u private, %u sync-now, %u sync-later) "
-                   "do not match its size %u", iter, nf, ne, np, nn, nl, size);
+    if (ng > nl || (nl > 0 && ng == 0))
+        return BAD("plan record %u: %u sync-later groups for %u entries", iter, ng, nl);
+    if (record_size(T, kb, nf, ne, np, nn, nl, ng) != size)
+        return BAD("plan record %u: counts (%u fetch, %u evict, %u private, %u sync-now, %u sync-later in %u groups) "
+                   "do not match its size %u", iter, nf, ne, np, nn, nl, ng, size);
 
     plan_reset(p, T);
     p->iter = iter, p->flags = flags, p->P = P, p->W = W, p->B = B;
@@ -217,7 +245,7 @@ int plan_decode(plan *p, const uint8_t *buf, size_t n) {
     for (uint32_t i = 0; i < nf; i++) {
         plan_fetch *f = &p->fetch[i];
         f->key = get_key(q, kb), q += kb;
-        f->for_iter = bp_get_u32(q), q += 4;
+        f->for_iter = iter + *q++;
         f->evict_iter = bp_get_u32(q), q += 4;
         f->fetcher = get16(q), q += 2;
         f->writer = get16(q), q += 2;
@@ -261,14 +289,24 @@ int plan_decode(plan *p, const uint8_t *buf, size_t n) {
     }
     p->n_sync_now = nn;
     grow((void **)&p->sync_later, &p->cap_sync_later, nl, sizeof *p->sync_later);
-    for (uint32_t i = 0; i < nl; i++) {
-        plan_sync *s = &p->sync_later[i];
-        s->key = get_key(q, kb), q += kb;
-        s->grad_iter = bp_get_u32(q), q += 4;
-        s->deadline = bp_get_u32(q), q += 4;
-        if (s->key >= n_keys) return BAD("plan record %u: sync-later %u: key out of range", iter, i);
-        if (s->grad_iter > iter || s->deadline <= iter || (uint64_t)s->deadline > (uint64_t)iter + 1 + P + W)
-            return BAD("plan record %u: sync-later %u: gradient of %u due by %u", iter, i, s->grad_iter, s->deadline);
+    uint64_t filled = 0;
+    for (uint32_t g = 0; g < ng; g++, q += GROUP_SIZE) {
+        uint32_t gi = bp_get_u32(q), dl = bp_get_u32(q + 4), cnt = bp_get_u32(q + 8);
+        if (gi > iter || dl <= iter || (uint64_t)dl > (uint64_t)iter + 1 + P + W)
+            return BAD("plan record %u: sync-later group %u: gradient of %u due by %u", iter, g, gi, dl);
+        if (cnt == 0 || filled + cnt > nl) return BAD("plan record %u: sync-later group %u: bad count %u", iter, g, cnt);
+        if (g > 0) {
+            const plan_sync *prv = &p->sync_later[filled - 1];
+            if (gi > prv->grad_iter || (gi == prv->grad_iter && dl <= prv->deadline))
+                return BAD("plan record %u: sync-later group %u out of order", iter, g);
+        }
+        for (uint32_t k = 0; k < cnt; k++) p->sync_later[filled + k].grad_iter = gi, p->sync_later[filled + k].deadline = dl;
+        filled += cnt;
+    }
+    if (filled != nl) return BAD("plan record %u: sync-later groups hold %llu of %u entries", iter, (unsigned long long)filled, nl);
+    for (uint32_t i = 0; i < nl; i++, q += kb) {
+        p->sync_later[i].key = get_key(q, kb);
+        if (p->sync_later[i].key >= n_keys) return BAD("plan record %u: sync-later %u: key out of range", iter, i);
     }
     p->n_sync_later = nl;
     BP_ASSERT(q == buf + n);

@@ -11,17 +11,19 @@
 //   8    4     size of the record      64   u32 n_private
 //   12   4     crc32 of [16, size)     68   u32 n_sync_now
 //   16   4     iter t                  72   u32 n_sync_later
-//   20   2     T trainers              76   u32 reserved (0)
+//   20   2     T trainers              76   u32 n_sync_groups
 //   22   2     P prefetch distance
 //   24   4     W lookahead window
 //   28   4     B samples in batch t
 //   32   8     row0: dataset row of sample 0 of batch t
 //   then    slice      (T+1) u32         trainer i trains samples [slice[i], slice[i+1]) of batch t
-//           fetch      n_fetch x (K key, u32 for_iter, u32 evict_iter, u16 fetcher, u16 writer, u8 flags)
+//           fetch      n_fetch x (K key, u8 for_iter - t, u32 evict_iter, u16 fetcher, u16 writer, u8 flags)
 //           evict      n_evict x (K key, u16 owner, u8 flags)
 //           private    (T+1) u32 offsets, then n_private x K key (trainer i: [off[i], off[i+1]))
 //           sync_now   n_sync_now x K key
-//           sync_later n_sync_later x (K key, u32 grad_iter, u32 deadline)
+//           sync_later n_sync_groups x (u32 grad_iter, u32 deadline, u32 count), then the
+//                      n_sync_later keys group after group.  Groups run in strictly increasing
+//                      (t - grad_iter, deadline): a trainer launches one reduction per group.
 //
 // Executing record t on trainer r (a shared key lives in every trainer's cache; a private one in
 // its single user's cache only):
@@ -36,6 +38,7 @@
 //     sync_later (key, grad_iter, deadline): the sum of grad_iter's gradients of key is applied
 //     on every replica that still holds key by the end of iteration deadline (background work).
 //     An entry with grad_iter < t restates an earlier one with a tighter deadline (key evicted).
+//     In memory the entries are a flat list in group order (the encoder requires that order).
 //  4. End of t: each evicted key leaves the caches.  Its owner writes it back: at the end of t,
 //     or with PLAN_WB_NEXT at the end of t + 1 once its pending reduction (deadline t + 1) is
 //     applied; until then the owner keeps the row outside the cache (write-back staging).

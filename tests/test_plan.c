@@ -6,6 +6,12 @@
 #include "plan.h"
 #include "test.h"
 
+static int sync_order(const void *x, const void *y) {
+    const plan_sync *a = x, *b = y;
+    if (a->grad_iter != b->grad_iter) return a->grad_iter > b->grad_iter ? -1 : 1;
+    return a->deadline < b->deadline ? -1 : a->deadline > b->deadline;
+}
+
 // A random valid record.  key space n_keys decides the key width.
 static void random_plan(plan *p, bp_rng *r, uint64_t n_keys, uint32_t T) {
     plan_reset(p, T);
@@ -33,6 +39,7 @@ static void random_plan(plan *p, bp_rng *r, uint64_t n_keys, uint32_t T) {
     for (uint32_t i = 0; i < nn; i++) plan_add_sync_now(p, KEY());
     for (uint32_t i = 0; i < nl; i++)
         plan_add_sync_later(p, (plan_sync){KEY(), p->iter - bp_rng_below(r, 3), p->iter + 1 + bp_rng_below(r, p->P + p->W + 1)});
+    qsort(p->sync_later, p->n_sync_later, sizeof *p->sync_later, sync_order); // the encoder's group order
 #undef KEY
 }
 
@@ -117,13 +124,14 @@ static void fix_crc(uint8_t *buf, size_t n) { bp_put_u32(buf + 12, bp_crc32(0, b
 // Offsets in the sample record (T = 3, K = 4).
 enum {
     O_SLICE = PLAN_HEADER_SIZE,
-    O_FETCH = O_SLICE + 16,          // 2 x 17 bytes
-    O_EVICT = O_FETCH + 2 * 17,      // 2 x 7
+    O_FETCH = O_SLICE + 16,          // 2 x 14 bytes: key, for_iter - t, evict_iter, fetcher, writer, flags
+    O_EVICT = O_FETCH + 2 * 14,      // 2 x 7
     O_POFF = O_EVICT + 2 * 7,        // 4 x 4
     O_PKEY = O_POFF + 16,            // 2 x 4
     O_SNOW = O_PKEY + 8,             // 1 x 4
-    O_SLATER = O_SNOW + 4,           // 2 x 12
-    O_END = O_SLATER + 24,
+    O_SGROUP = O_SNOW + 4,           // 2 groups x 12: grad_iter, deadline, count
+    O_SKEY = O_SGROUP + 24,          // 2 x 4
+    O_END = O_SKEY + 8,
 };
 
 typedef struct {
@@ -176,17 +184,19 @@ TEST(plan_rejects_malformed_records) {
         {"private count", 64, 4, 1u << 31, "do not match its size"},
         {"sync-now count", 68, 4, 2, "do not match its size"},
         {"sync-later count", 72, 4, 0x40000000u, "do not match its size"},
-        {"reserved", 76, 4, 1, "reserved"},
+        {"sync group count above entries", 76, 4, 3, "sync-later groups"},
+        {"no sync groups", 76, 4, 0, "sync-later groups"},
+        {"sync group count off by one", 76, 4, 1, "do not match its size"},
         {"slice start", O_SLICE, 4, 1, "slices"},
         {"slice end", O_SLICE + 12, 4, 8, "slices"},
         {"slice reversed", O_SLICE + 4, 4, 7, "reversed"},
         {"fetch key out of range", O_FETCH, 4, 1000, "key 1000 out of range"},
-        {"fetch for another iteration", O_FETCH + 4, 4, 13, "prefetch distance"},
-        {"fetch gate after now", O_FETCH + 8, 4, 10, "consistency gate"},
-        {"fetcher out of range", O_FETCH + 12, 2, 3, "trainer 3 out of range"},
-        {"writer out of range", O_FETCH + 14, 2, 3, "consistency gate"},
-        {"writer without eviction", O_FETCH + 17 + 14, 2, 1, "consistency gate"},
-        {"fetch flags", O_FETCH + 16, 1, 4, "bad flags"},
+        {"fetch for another iteration", O_FETCH + 4, 1, 3, "prefetch distance"},
+        {"fetch gate after now", O_FETCH + 5, 4, 10, "consistency gate"},
+        {"fetcher out of range", O_FETCH + 9, 2, 3, "trainer 3 out of range"},
+        {"writer out of range", O_FETCH + 11, 2, 3, "consistency gate"},
+        {"writer without eviction", O_FETCH + 14 + 11, 2, 1, "consistency gate"},
+        {"fetch flags", O_FETCH + 13, 1, 4, "bad flags"},
         {"evict key out of range", O_EVICT, 4, 5000, "out of range"},
         {"evict owner out of range", O_EVICT + 4, 2, 7, "trainer 7 out of range"},
         {"evict private and delayed", O_EVICT + 6, 1, PLAN_PRIVATE | PLAN_WB_NEXT, "bad flags"},
@@ -195,10 +205,13 @@ TEST(plan_rejects_malformed_records) {
         {"private offsets reversed", O_POFF + 4, 4, 2, "reversed"},
         {"private key out of range", O_PKEY + 4, 4, 1000, "private key"},
         {"sync-now key out of range", O_SNOW, 4, 0xFFFFFFFFu, "sync-now"},
-        {"sync-later key out of range", O_SLATER, 4, 1000, "sync-later"},
-        {"sync-later future gradient", O_SLATER + 4, 4, 11, "sync-later"},
-        {"sync-later deadline passed", O_SLATER + 8, 4, 10, "sync-later"},
-        {"sync-later deadline too far", O_SLATER + 12 + 8, 4, 10 + 1 + 2 + 5 + 1, "sync-later"},
+        {"sync-later key out of range", O_SKEY, 4, 1000, "sync-later"},
+        {"sync-later future gradient", O_SGROUP, 4, 11, "sync-later group 0"},
+        {"sync-later deadline passed", O_SGROUP + 4, 4, 10, "sync-later group 0"},
+        {"sync-later deadline too far", O_SGROUP + 12 + 4, 4, 10 + 1 + 2 + 5 + 1, "sync-later group 1"},
+        {"sync-later group count zero", O_SGROUP + 8, 4, 0, "bad count"},
+        {"sync-later group count too big", O_SGROUP + 8, 4, 2, "bad count"},
+        {"sync-later groups out of order", O_SGROUP + 12, 4, 10, "out of order"},
     };
     for (size_t i = 0; i < BP_ARRAY_LEN(patches); i++) {
         const patch *pt = &patches[i];
@@ -214,16 +227,23 @@ TEST(plan_rejects_malformed_records) {
     // The first record may fetch for any of 0..P.
     memcpy(bad, good, n);
     bp_put_u32(bad + 16, 0);                     // iter 0
-    bp_put_u32(bad + O_FETCH + 8, PLAN_NEVER);   // no earlier eviction can exist
-    bp_put_u32(bad + O_FETCH + 12, 0xFFFF0001u); // fetcher 1, writer none
-    bp_put_u32(bad + O_FETCH + 4, 1);
-    bp_put_u32(bad + O_FETCH + 17 + 4, 2);
-    for (int j = 0; j < 2; j++) bp_put_u32(bad + O_SLATER + 12 * j + 4, 0), bp_put_u32(bad + O_SLATER + 12 * j + 8, 1);
+    bp_put_u32(bad + O_FETCH + 5, PLAN_NEVER);   // no earlier eviction can exist
+    bp_put_u32(bad + O_FETCH + 9, 0xFFFF0001u);  // fetcher 1, writer none
+    bad[O_FETCH + 4] = 1, bad[O_FETCH + 14 + 4] = 2;
+    bp_put_u32(bad + O_SGROUP, 0), bp_put_u32(bad + O_SGROUP + 4, 1);
+    bp_put_u32(bad + O_SGROUP + 12, 0), bp_put_u32(bad + O_SGROUP + 16, 2);
     fix_crc(bad, n);
     ASSERT_OK(plan_decode(&q, bad, n));
-    bp_put_u32(bad + O_FETCH + 4, 3); // > P
+    ASSERT_TRUE(q.fetch[0].for_iter == 1 && q.fetch[1].for_iter == 2 && q.sync_later[1].deadline == 2);
+    bad[O_FETCH + 4] = 3; // > P
     fix_crc(bad, n);
     ASSERT_EQ(plan_decode(&q, bad, n), BP_EFORMAT);
+    // The encoder refuses sync-later entries out of group order.
+    plan_swap(&p, &q);
+    ASSERT_OK(plan_decode(&q, good, n));
+    plan_sync t0 = q.sync_later[0];
+    q.sync_later[0] = q.sync_later[1], q.sync_later[1] = t0;
+    ASSERT_EQ(plan_encode(&q, bad, sizeof bad), BP_EINVAL);
     plan_free(&p), plan_free(&q);
 }
 
