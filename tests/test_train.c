@@ -153,3 +153,24 @@ TEST(train_metrics_plot) {
     ASSERT_STR_CONTAINS(out, "P   N   G");
     free(out);
 }
+
+TEST(train_refuses_a_model_that_does_not_fit) {
+    // Hashed ids modulo 2^32 give 26 tables of 2^32 rows: terabytes of embeddings.  The memory
+    // plan is printed and training refuses before allocating anything.
+    const char *raw = test_path("tiny.txt"), *data = test_path("huge.bin");
+    FILE *f = fopen(raw, "w");
+    ASSERT_TRUE(f != NULL);
+    for (int i = 0; i < 3; i++) {
+        fprintf(f, "%d", i & 1);
+        for (int k = 0; k < 13; k++) fprintf(f, "\t%d", k + i);
+        for (int k = 0; k < 26; k++) fprintf(f, "\t%08x", (unsigned)(0x9e3779b9u * (unsigned)(k + 7 * i)));
+        fputc('\n', f);
+    }
+    fclose(f);
+    ASSERT_EQ(test_run(NULL, 30, "%s prep -q --max-ind-range 4294967296 -o %s %s", test_bin(), data, raw), 0);
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 30, "%s train %s --batch-size 2 --no-eval", test_bin(), data), 1);
+    ASSERT_STR_CONTAINS(out, "memory plan: embedding tables");
+    ASSERT_STR_CONTAINS(out, "but only");
+    free(out);
+}
