@@ -39,7 +39,7 @@ typedef struct {
     void *arg;
 } variant;
 
-enum { MAX_VARIANTS = 4 };
+enum { MAX_VARIANTS = 6 };
 typedef struct {
     pthread_barrier_t bar;
     int stop;     // set by thread 0 after its call; read by every thread at the next turn
@@ -181,28 +181,34 @@ static int table_or_skip(emb_table *t, const emb_layout *L, int huge) {
 
 static void bench_gather_plain(double bytes) {
     printf("\n== gather vs plain random-row copy, %.1f GiB table, %d tables, uniform random ids, "
-           "batches of %d x %d rows ==\n", bytes / (1 << 30), F, B, F);
-    printf("%-4s %-6s %-3s %14s %14s %14s %10s\n", "D", "pages", "thr", "plain Mrow/s",
-           "plain+pf", "emb_gather", "gather/plain");
+           "batches of %d x %d rows; huge-page and 4 KiB-page tables measured side by side ==\n",
+           bytes / (1 << 30), F, B, F);
+    printf("%-4s %-6s %-3s %14s %14s %14s %13s\n", "D", "pages", "thr", "plain Mrow/s", "plain+pf",
+           "emb_gather", "gather/plain");
     for (int D = 16; D <= 64; D *= 4) {
-        for (int huge = 1; huge >= 0; huge--) {
-            emb_layout L = layout_for_bytes(bytes, D, D, 0, 4);
-            emb_table t;
-            if (table_or_skip(&t, &L, huge)) continue;
-            gather_ctx c;
-            gather_ctx_init(&c, &t, 7);
-            for (int nt = 1; nt <= 2; nt++) {
-                variant v[3] = {{D == 16 ? plain_16 : plain_64, &c}, {D == 16 ? plainpf_16 : plainpf_64, &c},
-                                {gather_work, &c}};
-                double m[3];
-                measure(v, 3, nt, m);
-                double plain = m[0], plainpf = m[1], g = m[2];
-                printf("%-4d %-6s %-3d %14.1f %14.1f %14.1f %9.2fx\n", D, huge ? "huge" : "4k", nt,
-                       plain / 1e6, plainpf / 1e6, g / 1e6, g / plain);
-            }
-            gather_ctx_free(&c);
-            emb_table_free(&t);
+        emb_layout L = layout_for_bytes(bytes, D, D, 0, 4);
+        emb_table t[2]; // huge pages, 4 KiB pages
+        gather_ctx c[2];
+        if (table_or_skip(&t[0], &L, 1)) continue;
+        if (table_or_skip(&t[1], &L, 0)) {
+            emb_table_free(&t[0]);
+            continue;
         }
+        for (int h = 0; h < 2; h++) gather_ctx_init(&c[h], &t[h], 7);
+        for (int nt = 1; nt <= 2; nt++) {
+            variant v[6];
+            for (int h = 0; h < 2; h++) {
+                v[3 * h] = (variant){D == 16 ? plain_16 : plain_64, &c[h]};
+                v[3 * h + 1] = (variant){D == 16 ? plainpf_16 : plainpf_64, &c[h]};
+                v[3 * h + 2] = (variant){gather_work, &c[h]};
+            }
+            double m[6];
+            measure(v, 6, nt, m);
+            for (int h = 0; h < 2; h++)
+                printf("%-4d %-6s %-3d %14.1f %14.1f %14.1f %12.2fx\n", D, h ? "4k" : "huge", nt,
+                       m[3 * h] / 1e6, m[3 * h + 1] / 1e6, m[3 * h + 2] / 1e6, m[3 * h + 2] / m[3 * h]);
+        }
+        for (int h = 0; h < 2; h++) gather_ctx_free(&c[h]), emb_table_free(&t[h]);
     }
 }
 
@@ -256,36 +262,40 @@ static void apply_ctx_free(apply_ctx *c) {
 }
 
 static void bench_padding(double bytes) {
-    printf("\n== row padding: row-wise Adagrad rows (E + 1 floats), stride rounded to 4 or 16 floats, "
-           "same rows, huge pages ==\n");
-    printf("%-4s %-6s %-3s %14s %14s %16s\n", "E", "stride", "thr", "gather Mrow/s", "plain Mrow/s",
-           "apply Mrow/s");
+    printf("\n== row padding: row-wise Adagrad rows (E + 1 floats), stride rounded to 4 or 16 floats; "
+           "the same rows in both tables, measured side by side, huge pages ==\n");
+    printf("%-4s %-7s %-3s %18s %18s %8s\n", "E", "strides", "thr", "gather Mrow/s", "apply Mrow/s",
+           "memory");
     const int Es[] = {16, 17, 64, 65};
     for (int c = 0; c < 4; c++) {
         int E = Es[c], D = E & ~1;
         emb_layout L4 = layout_for_bytes(bytes, D, E, 1, 4);
-        for (int align = 4; align <= 16; align *= 4) {
-            emb_layout_cfg cfg = {.F = F, .card = L4.card, .D = D, .E = E, .S = 1, .seed = 1, .row_align = align};
+        emb_table t[2];
+        gather_ctx gc[2];
+        apply_ctx *ac[2];
+        emb_opt o = emb_opt_make(EMB_OPT_ROWWISE_ADAGRAD, 0.01f, E);
+        int ok = 1;
+        for (int a = 0; a < 2; a++) {
+            emb_layout_cfg cfg = {.F = F, .card = L4.card, .D = D, .E = E, .S = 1, .seed = 1, .row_align = a ? 16 : 4};
             emb_layout L;
             BP_ASSERT(emb_layout_init(&L, &cfg) == 0);
-            emb_table t;
-            if (table_or_skip(&t, &L, 1)) continue;
-            gather_ctx gc;
-            gather_ctx_init(&gc, &t, 7);
-            emb_opt o = emb_opt_make(EMB_OPT_ROWWISE_ADAGRAD, 0.01f, E);
-            apply_ctx *ac = apply_ctx_new(&t, &o);
-            for (int nt = 1; nt <= 2; nt++) {
-                variant v[3] = {{gather_work, &gc}, {E == 16 ? plain_16 : E == 64 ? plain_64 : NULL, &gc},
-                                {apply_work, ac}};
-                double m[3];
-                measure(v, 3, nt, m);
-                double gr = m[0], pl = m[1], ap = m[2];
-                printf("%-4d %-6d %-3d %14.1f %14.1f %16.1f\n", E, L.stride, nt, gr / 1e6, pl / 1e6, ap / 1e6);
+            if (table_or_skip(&t[a], &L, 1)) {
+                if (a) emb_table_free(&t[0]), gather_ctx_free(&gc[0]), apply_ctx_free(ac[0]);
+                ok = 0;
+                break;
             }
-            apply_ctx_free(ac);
-            gather_ctx_free(&gc);
-            emb_table_free(&t);
+            gather_ctx_init(&gc[a], &t[a], 7);
+            ac[a] = apply_ctx_new(&t[a], &o);
         }
+        if (!ok) continue;
+        for (int nt = 1; nt <= 2; nt++) {
+            variant v[4] = {{gather_work, &gc[0]}, {gather_work, &gc[1]}, {apply_work, ac[0]}, {apply_work, ac[1]}};
+            double m[4];
+            measure(v, 4, nt, m);
+            printf("%-4d %3d/%-3d %-3d %8.1f / %-7.1f %8.1f / %-7.1f %5.2fx\n", E, t[0].L.stride, t[1].L.stride, nt,
+                   m[0] / 1e6, m[1] / 1e6, m[2] / 1e6, m[3] / 1e6, (double)t[1].L.stride / t[0].L.stride);
+        }
+        for (int a = 0; a < 2; a++) apply_ctx_free(ac[a]), gather_ctx_free(&gc[a]), emb_table_free(&t[a]);
     }
 }
 
