@@ -1,0 +1,41 @@
+// The short fuzz run (scripts/fuzz.sh run 2): every libFuzzer target of fuzz/ runs for 2 seconds
+// from its seed corpus under ASan + UBSan, and none may crash, fail its invariants or hang.
+// Skipped when clang with libFuzzer (Debian: clang-14 libclang-rt-14-dev) is not installed.
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+
+TEST(fuzz_short_run) {
+    if (access("scripts/fuzz.sh", X_OK) != 0 || access("fuzz/corpus", R_OK) != 0) {
+        test_skip("scripts/fuzz.sh or fuzz/corpus not found: run the tests from the repository root");
+        return;
+    }
+    if (test_run(NULL, 60, "scripts/fuzz.sh check") != 0) {
+        test_skip("no clang with libFuzzer (Debian packages clang-14 libclang-rt-14-dev): fuzz targets not run");
+        return;
+    }
+    char *out = NULL;
+    // Only the sources the targets link are compiled; 9 targets, 2 at a time, 2 s each.
+    int rc = test_run(&out, 300, "FUZZ_QUICK=1 FUZZ_JOBS=2 scripts/fuzz.sh run 2");
+    if (rc != 0) fprintf(stderr, "%s\n", out ? out : "(no output)");
+    ASSERT_MSG(rc == 0, "scripts/fuzz.sh run 2 exited %d (a crash's reproducer is under fuzz/crashes/)", rc);
+    // Every target reports its figures: name, execs > 0, cov, ft, 0 crashes.
+    static const char *const targets[] = {"avazu", "cli", "criteo", "ds_header", "ds_open",
+                                          "lines", "manifest", "msg", "plan"};
+    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
+        const char *line = out;
+        long long execs = -1, crashes = -1;
+        while (line && *line) {
+            char name[32];
+            long long e, cov, ft, c;
+            if (sscanf(line, "%31s %lld %lld %lld %lld", name, &e, &cov, &ft, &c) == 5 && !strcmp(name, targets[i]))
+                execs = e, crashes = c;
+            line = strchr(line, '\n');
+            if (line) line++;
+        }
+        ASSERT_MSG(execs > 0 && crashes == 0, "target %s: execs %lld, crashes %lld in:\n%s", targets[i], execs, crashes, out);
+    }
+    free(out);
+}
