@@ -55,6 +55,17 @@ static int fuzz_cli_table(char *s, size_t n) {
     return rc;
 }
 
+// s is one or more runs of decimal digits separated by single `sep` characters.
+static int well_formed(const char *s, char sep) {
+    int digits = 0;
+    for (; *s; s++) {
+        if (*s >= '0' && *s <= '9') digits++;
+        else if (*s == sep && digits) digits = 0;
+        else return 0;
+    }
+    return digits > 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > 4096) return 0;
     unsigned mode = data[0] % 4;
@@ -70,10 +81,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int k = cli_parse_dims("dims", s, dims, 8);
         FUZZ_CHECK(k == BP_EUSAGE || (k >= 1 && k <= 8));
         for (int i = 0; i < k; i++) FUZZ_CHECK(dims[i] >= 1 && dims[i] <= (1 << 24));
+        // Accepted text is exactly sizes joined by '-': digits only, no sign or blank.
+        if (k > 0) FUZZ_CHECK(well_formed(s, '-'));
     } else if (mode == 2) {
         uint64_t vals[8];
         int k = cli_parse_u64_list("list", s, vals, 8);
         FUZZ_CHECK(k == BP_EUSAGE || (k >= 1 && k <= 8));
+        if (k > 0) FUZZ_CHECK(well_formed(s, ','));
     } else if (n >= 2) {
         int Nd = (uint8_t)s[0] % 70, F = (uint8_t)s[1] % 70;
         model_config cfg, again;

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
+#include "common.h"
 #include "test.h"
 
 TEST(fuzz_short_run) {
@@ -38,4 +40,20 @@ TEST(fuzz_short_run) {
         ASSERT_MSG(execs > 0 && crashes == 0, "target %s: execs %lld, crashes %lld in:\n%s", targets[i], execs, crashes, out);
     }
     free(out);
+}
+
+// Found by fuzz_cli: the list parsers let strtol/strtoull skip blanks and take a sign, so
+// "1, -1" became 1 and 2^64 - 1, and "13- 5" or "+5" were accepted as sizes.
+TEST(fuzz_regress_cli_lists_reject_blanks_and_signs) {
+    uint64_t v[4];
+    int d[4];
+    ASSERT_EQ(cli_parse_u64_list("x", "1,2", v, 4), 2);
+    ASSERT_EQ(cli_parse_u64_list("x", "1, -1", v, 4), BP_EUSAGE);
+    ASSERT_EQ(cli_parse_u64_list("x", " 5", v, 4), BP_EUSAGE);
+    ASSERT_EQ(cli_parse_u64_list("x", "+5", v, 4), BP_EUSAGE);
+    ASSERT_EQ(cli_parse_u64_list("x", "3,\n5", v, 4), BP_EUSAGE);
+    ASSERT_EQ(cli_parse_dims("x", "13-5", d, 4), 2);
+    ASSERT_EQ(cli_parse_dims("x", "13- 5", d, 4), BP_EUSAGE);
+    ASSERT_EQ(cli_parse_dims("x", "+5", d, 4), BP_EUSAGE);
+    ASSERT_EQ(cli_parse_dims("x", " 5", d, 4), BP_EUSAGE);
 }
