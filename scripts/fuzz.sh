@@ -16,7 +16,8 @@
 # build with clang.  Each target fuzzes from its seed
 # corpus fuzz/corpus/NAME (committed) plus a working corpus build/fuzz/corpus/NAME (kept between
 # runs, not committed), so repeated runs add up.  A crash's reproducer is saved as
-# fuzz/crashes/NAME-crash-<sha1> (not committed) and its report as build/fuzz/logs/NAME.log.
+# fuzz/crashes/NAME-crash-<sha1> (not committed) and its report as build/fuzz/logs/PID/NAME.log
+# (PID of the run, so that runs at the same time keep their own logs).
 # Needs clang with the compiler-rt runtimes (Debian 12: clang-14 libclang-rt-14-dev), Open MPI
 # headers (mpicc), OpenBLAS and zlib.
 set -euo pipefail
@@ -104,10 +105,10 @@ max_len() {
   esac
 }
 
-# Runs one target for $2 seconds; writes "NAME execs cov ft crashes" to $OUT/logs/NAME.sum.
+# Runs one target for $2 seconds; writes "NAME execs cov ft crashes" to $LOGS/NAME.sum.
 run_one() {
-  local t="$1" secs="$2" log="$OUT/logs/$1.log"
-  mkdir -p "$OUT/corpus/$t" fuzz/crashes "$OUT/logs"
+  local t="$1" secs="$2" log="$LOGS/$1.log"
+  mkdir -p "$OUT/corpus/$t" fuzz/crashes "$LOGS"
   local rc=0
   # -close_fd_mask=1 hides the targets' stdout (usage text); reports go to stderr.
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}" \
@@ -121,13 +122,15 @@ run_one() {
   ft=$(grep -Eo 'ft: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
   local crashes=0
   [ $rc -ne 0 ] && crashes=1
-  echo "$t ${execs:-?} ${cov:-?} ${ft:-?} $crashes $rc" > "$OUT/logs/$t.sum"
+  echo "$t ${execs:-?} ${cov:-?} ${ft:-?} $crashes $rc" > "$LOGS/$t.sum"
 }
 
 run() {
   local secs="${1:-10}"
   build
-  rm -f "$OUT"/logs/*.sum
+  LOGS="$OUT/logs/$$"
+  rm -rf "$LOGS"
+  mkdir -p "$LOGS"
   local jobs="${FUZZ_JOBS:-2}" running=0
   for t in $TARGETS; do
     run_one "$t" "$secs" &
@@ -139,12 +142,12 @@ run() {
   printf '%-10s %12s %7s %7s %8s\n' target execs cov ft crashes
   for t in $TARGETS; do
     local name execs cov ft crashes rc
-    read -r name execs cov ft crashes rc < "$OUT/logs/$t.sum"
+    read -r name execs cov ft crashes rc < "$LOGS/$t.sum"
     printf '%-10s %12s %7s %7s %8s\n' "$name" "$execs" "$cov" "$ft" "$crashes"
     if [ "$crashes" != 0 ]; then
       failed=1
-      echo "fuzz: $t failed (exit $rc); report: $OUT/logs/$t.log" >&2
-      grep -E 'ERROR: |runtime error|fuzz invariant|Test unit written|SUMMARY' "$OUT/logs/$t.log" | head -8 >&2 || true
+      echo "fuzz: $t failed (exit $rc); report: $LOGS/$t.log" >&2
+      grep -E 'ERROR: |runtime error|fuzz invariant|Test unit written|SUMMARY' "$LOGS/$t.log" | head -8 >&2 || true
     fi
   done
   return $failed
@@ -163,5 +166,5 @@ case "${1:-}" in
   repro)
     build
     "$OUT/fuzz_$2" -close_fd_mask=1 "$3" ;;
-  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
