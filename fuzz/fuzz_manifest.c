@@ -38,6 +38,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     FUZZ_CHECK(m1.n_kv >= 0 && m1.n_kv <= CKPT_MAX_KV && m1.n_files >= 0 && m1.n_files <= CKPT_MAX_FILES);
+    // Nothing is skipped silently: the file starts with the format line and every line between
+    // it and the end line became a setting or a file entry.
+    static const char magic[] = "bagpipe-manifest 1\n";
+    FUZZ_CHECK(len >= sizeof magic - 1 && memcmp(data + 1, magic, sizeof magic - 1) == 0);
+    size_t lines = 0;
+    for (size_t i = 0; i + 13 < len; i++) lines += data[1 + i] == '\n';
+    FUZZ_CHECK(lines == 1 + (size_t)m1.n_kv + (size_t)m1.n_files);
     for (int i = 0; i < m1.n_kv; i++) {
         FUZZ_CHECK(memchr(m1.key[i], 0, CKPT_NAME_MAX) && memchr(m1.val[i], 0, CKPT_VAL_MAX));
         FUZZ_CHECK(ckpt_get(&m1, m1.key[i]) != NULL);

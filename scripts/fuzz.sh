@@ -118,8 +118,8 @@ run_one() {
       -artifact_prefix="fuzz/crashes/$t-" "$OUT/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   local execs cov ft
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  cov=$(grep -Eo 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
-  ft=$(grep -Eo 'ft: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
+  cov=$(grep -Eo 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2 || true)
+  ft=$(grep -Eo 'ft: [0-9]+' "$log" | tail -1 | cut -d' ' -f2 || true)
   local crashes=0
   [ $rc -ne 0 ] && crashes=1
   echo "$t ${execs:-?} ${cov:-?} ${ft:-?} $crashes $rc" > "$LOGS/$t.sum"

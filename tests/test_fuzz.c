@@ -1,10 +1,12 @@
 // The short fuzz run (scripts/fuzz.sh run 2): every libFuzzer target of fuzz/ runs for 2 seconds
 // from its seed corpus under ASan + UBSan, and none may crash, fail its invariants or hang.
 // Skipped when clang with libFuzzer (Debian: clang-14 libclang-rt-14-dev) is not installed.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "cli.h"
 #include "common.h"
 #include "test.h"
@@ -56,4 +58,33 @@ TEST(fuzz_regress_cli_lists_reject_blanks_and_signs) {
     ASSERT_EQ(cli_parse_dims("x", "13- 5", d, 4), BP_EUSAGE);
     ASSERT_EQ(cli_parse_dims("x", "+5", d, 4), BP_EUSAGE);
     ASSERT_EQ(cli_parse_dims("x", " 5", d, 4), BP_EUSAGE);
+}
+
+// Writes DIR/MANIFEST = body[0, n) + a correct end line; returns ckpt_manifest_load's result.
+static int fuzz_manifest_try(const char *dir, const char *body, size_t n, ckpt_manifest *m) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -100;
+    fwrite(body, 1, n, f);
+    fprintf(f, "end %08x\n", bp_crc32(0, body, n));
+    fclose(f);
+    return ckpt_manifest_load(dir, m);
+}
+
+// Found by fuzz_manifest: a file holding only a correct end line loaded as a valid empty
+// manifest (no format line), and an empty line or a NUL byte ended the line scan, so the
+// settings and parts listed after it were dropped without an error.
+TEST(fuzz_regress_manifest_nothing_skipped) {
+    static ckpt_manifest m;
+    const char *dir = test_tmpdir();
+    static const char ok[] = "bagpipe-manifest 1\nset a 1\nfile p.bin 8 0000abcd\n";
+    ASSERT_OK(fuzz_manifest_try(dir, ok, sizeof ok - 1, &m));
+    ASSERT_EQ(m.n_kv, 1);
+    ASSERT_EQ(m.n_files, 1);
+    ASSERT_EQ(fuzz_manifest_try(dir, "", 0, &m), BP_ECORRUPT);
+    static const char blank[] = "bagpipe-manifest 1\n\nfile p.bin 8 0000abcd\n";
+    ASSERT_EQ(fuzz_manifest_try(dir, blank, sizeof blank - 1, &m), BP_ECORRUPT);
+    static const char nul[] = "bagpipe-manifest 1\nset a 1\0x\nfile p.bin 8 0000abcd\n";
+    ASSERT_EQ(fuzz_manifest_try(dir, nul, sizeof nul - 1, &m), BP_ECORRUPT);
 }
