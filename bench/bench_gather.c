@@ -23,72 +23,73 @@ static const uint64_t kaggle_card[26] = {1460,    583,   10131227, 2202608, 305,
                                          14992,   5461306, 10,     5652,    2173,   4,    7046547,
                                          18,      15,    286181,   105,     142572};
 
-enum { F = 26, B = 1024, NB = 16, MAX_THREADS = 2 };
+// NB batches of ids per thread and NG gradients per thread, cycled: enough distinct rows (over
+// 100 MiB per thread) that no figure is helped by rows left in the caches by an earlier call.
+enum { F = 26, B = 1024, NB = 128, NG = 16, MAX_THREADS = 2 };
 static double g_seconds = 0.4;
 
 // ---------------------------------------------------------------------------------------------
-// Timed runs on 1..2 threads: each thread calls fn(arg, thread, iter) until the time is up and
-// returns the rows it moved; the result is total rows / slowest thread's time.
+// Side-by-side timing.  The variants being compared take turns call by call (each call is one
+// batch, well under a millisecond to a few), with every thread running the same variant at the
+// same time; so load from other jobs on a shared machine falls on all of them alike and their
+// ratios hold even when the absolute figures drop.  fn(arg, thread, iter) returns rows moved.
 typedef long (*work_fn)(void *arg, int thread, long iter);
 typedef struct {
-    work_fn fn;
+    work_fn fn; // NULL: not measured (NaN)
     void *arg;
-    int thread;
-    long rows;
-    double secs;
-    pthread_barrier_t *bar;
+} variant;
+
+enum { MAX_VARIANTS = 6 };
+typedef struct {
+    pthread_barrier_t bar;
+    int stop;     // set by thread 0 after its call; read by every thread at the next turn
+    double t_end; // thread 0 stops the run at the first full turn after this time
+} timing;
+typedef struct {
+    timing *tm;
+    const variant *v;
+    int nv, thread;
+    double rows[MAX_VARIANTS], secs[MAX_VARIANTS];
 } worker;
 
 static void *worker_main(void *p) {
     worker *w = p;
-    pthread_barrier_wait(w->bar);
-    double t0 = bp_now(), t;
-    long it = 0;
-    do {
-        w->rows += w->fn(w->arg, w->thread, it++);
-    } while ((t = bp_now()) - t0 < g_seconds);
-    w->secs = t - t0;
+    for (long it = 0;; it++) {
+        pthread_barrier_wait(&w->tm->bar);
+        int stop = w->tm->stop; // read between these two barriers, written only after the second
+        pthread_barrier_wait(&w->tm->bar);
+        if (stop) break;
+        int vi = (int)(it % w->nv);
+        if (w->v[vi].fn) {
+            double t0 = bp_now();
+            w->rows[vi] += (double)w->v[vi].fn(w->v[vi].arg, w->thread, it); // consecutive
+            // calls, whatever their variant, use different rows
+            w->secs[vi] += bp_now() - t0;
+        }
+        if (w->thread == 0 && vi == w->nv - 1 && bp_now() > w->tm->t_end) w->tm->stop = 1;
+    }
     return NULL;
 }
 
-static double run_timed(work_fn fn, void *arg, int nthreads) {
-    pthread_barrier_t bar;
-    pthread_barrier_init(&bar, NULL, (unsigned)nthreads);
+// rate[i] = rows per second of variant i summed over nthreads threads, each variant given about
+// g_seconds in all.
+static void measure(const variant *v, int nv, int nthreads, double *rate) {
+    BP_ASSERT(nv <= MAX_VARIANTS && nthreads <= MAX_THREADS);
+    timing tm = {.stop = 0, .t_end = bp_now() + g_seconds * nv};
+    pthread_barrier_init(&tm.bar, NULL, (unsigned)nthreads);
     worker w[MAX_THREADS];
     pthread_t tid[MAX_THREADS];
     for (int i = 0; i < nthreads; i++) {
-        w[i] = (worker){fn, arg, i, 0, 0, &bar};
+        w[i] = (worker){.tm = &tm, .v = v, .nv = nv, .thread = i};
         if (i) pthread_create(&tid[i], NULL, worker_main, &w[i]);
     }
     worker_main(&w[0]);
-    double rows = 0, secs = 0;
-    for (int i = 0; i < nthreads; i++) {
-        if (i) pthread_join(tid[i], NULL);
-        rows += (double)w[i].rows;
-        secs = BP_MAX(secs, w[i].secs);
+    for (int i = 1; i < nthreads; i++) pthread_join(tid[i], NULL);
+    pthread_barrier_destroy(&tm.bar);
+    for (int k = 0; k < nv; k++) {
+        rate[k] = v[k].fn ? 0 : NAN;
+        for (int i = 0; i < nthreads && v[k].fn; i++) rate[k] += w[i].rows[k] / w[i].secs[k];
     }
-    pthread_barrier_destroy(&bar);
-    return rows / secs;
-}
-
-// Measures the nv variants side by side: ROUNDS rounds, each running every variant for
-// g_seconds / ROUNDS in turn; best[i] is variant i's best round (other jobs on a shared machine
-// only ever slow a round down).
-enum { ROUNDS = 4 };
-typedef struct {
-    work_fn fn;
-    void *arg;
-} variant;
-
-static void measure(const variant *v, int nv, int nthreads, double *best) {
-    double full = g_seconds;
-    g_seconds = full / ROUNDS;
-    for (int i = 0; i < nv; i++) best[i] = 0;
-    for (int r = 0; r < ROUNDS; r++)
-        for (int i = 0; i < nv; i++)
-            if (v[i].fn) best[i] = BP_MAX(best[i], run_timed(v[i].fn, v[i].arg, nthreads));
-            else best[i] = NAN;
-    g_seconds = full;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -180,28 +181,34 @@ static int table_or_skip(emb_table *t, const emb_layout *L, int huge) {
 
 static void bench_gather_plain(double bytes) {
     printf("\n== gather vs plain random-row copy, %.1f GiB table, %d tables, uniform random ids, "
-           "batches of %d x %d rows ==\n", bytes / (1 << 30), F, B, F);
-    printf("%-4s %-6s %-3s %14s %14s %14s %10s\n", "D", "pages", "thr", "plain Mrow/s",
-           "plain+pf", "emb_gather", "gather/plain");
+           "batches of %d x %d rows; huge-page and 4 KiB-page tables measured side by side ==\n",
+           bytes / (1 << 30), F, B, F);
+    printf("%-4s %-6s %-3s %14s %14s %14s %13s\n", "D", "pages", "thr", "plain Mrow/s", "plain+pf",
+           "emb_gather", "gather/plain");
     for (int D = 16; D <= 64; D *= 4) {
-        for (int huge = 1; huge >= 0; huge--) {
-            emb_layout L = layout_for_bytes(bytes, D, D, 0, 4);
-            emb_table t;
-            if (table_or_skip(&t, &L, huge)) continue;
-            gather_ctx c;
-            gather_ctx_init(&c, &t, 7);
-            for (int nt = 1; nt <= 2; nt++) {
-                variant v[3] = {{D == 16 ? plain_16 : plain_64, &c}, {D == 16 ? plainpf_16 : plainpf_64, &c},
-                                {gather_work, &c}};
-                double m[3];
-                measure(v, 3, nt, m);
-                double plain = m[0], plainpf = m[1], g = m[2];
-                printf("%-4d %-6s %-3d %14.1f %14.1f %14.1f %9.2fx\n", D, huge ? "huge" : "4k", nt,
-                       plain / 1e6, plainpf / 1e6, g / 1e6, g / plain);
-            }
-            gather_ctx_free(&c);
-            emb_table_free(&t);
+        emb_layout L = layout_for_bytes(bytes, D, D, 0, 4);
+        emb_table t[2]; // huge pages, 4 KiB pages
+        gather_ctx c[2];
+        if (table_or_skip(&t[0], &L, 1)) continue;
+        if (table_or_skip(&t[1], &L, 0)) {
+            emb_table_free(&t[0]);
+            continue;
         }
+        for (int h = 0; h < 2; h++) gather_ctx_init(&c[h], &t[h], 7);
+        for (int nt = 1; nt <= 2; nt++) {
+            variant v[6];
+            for (int h = 0; h < 2; h++) {
+                v[3 * h] = (variant){D == 16 ? plain_16 : plain_64, &c[h]};
+                v[3 * h + 1] = (variant){D == 16 ? plainpf_16 : plainpf_64, &c[h]};
+                v[3 * h + 2] = (variant){gather_work, &c[h]};
+            }
+            double m[6];
+            measure(v, 6, nt, m);
+            for (int h = 0; h < 2; h++)
+                printf("%-4d %-6s %-3d %14.1f %14.1f %14.1f %12.2fx\n", D, h ? "4k" : "huge", nt,
+                       m[3 * h] / 1e6, m[3 * h + 1] / 1e6, m[3 * h + 2] / 1e6, m[3 * h + 2] / m[3 * h]);
+        }
+        for (int h = 0; h < 2; h++) gather_ctx_free(&c[h]), emb_table_free(&t[h]);
     }
 }
 
@@ -210,20 +217,21 @@ static void bench_gather_plain(double bytes) {
 typedef struct {
     emb_table *t;
     const emb_opt *o;
-    emb_grad *g[MAX_THREADS];
+    emb_grad g[MAX_THREADS][NG]; // thread th's gradients: keys in its half of the table
 } apply_ctx;
 
 static long apply_work(void *arg, int th, long it) {
     apply_ctx *c = arg;
-    emb_opt_apply_table_range(c->o, c->t, c->g[th], 0, c->g[th]->n);
-    return c->g[th]->n;
+    emb_grad *g = &c->g[th][it % NG];
+    emb_opt_apply_table_range(c->o, c->t, g, 0, g->n);
+    return g->n;
 }
 
 // A gradient of n distinct random keys (ascending) with small values, drawn from part `part`
 // of `parts` equal parts of the key space (threads get disjoint rows).
-static void random_grad(emb_grad *g, const emb_layout *L, int n, int part, int parts) {
+static void random_grad(emb_grad *g, const emb_layout *L, int n, int part, int parts, uint64_t seed) {
     bp_rng r;
-    bp_rng_seed(&r, (uint64_t)part, 99);
+    bp_rng_seed(&r, seed, (uint64_t)part);
     uint64_t *keys = bp_xmalloc((size_t)n * sizeof *keys);
     uint64_t base = L->rows / parts * part, span = L->rows / parts;
     // n keys from n equal strata: distinct and ascending
@@ -236,44 +244,58 @@ static void random_grad(emb_grad *g, const emb_layout *L, int n, int part, int p
     free(keys);
 }
 
+static apply_ctx *apply_ctx_new(emb_table *t, const emb_opt *o) {
+    apply_ctx *c = bp_xcalloc(1, sizeof *c);
+    c->t = t, c->o = o;
+    for (int th = 0; th < MAX_THREADS; th++)
+        for (int k = 0; k < NG; k++) {
+            BP_ASSERT(emb_grad_init(&c->g[th][k], B * F, o->E) == 0);
+            random_grad(&c->g[th][k], &t->L, B * F, th, MAX_THREADS, (uint64_t)k);
+        }
+    return c;
+}
+
+static void apply_ctx_free(apply_ctx *c) {
+    for (int th = 0; th < MAX_THREADS; th++)
+        for (int k = 0; k < NG; k++) emb_grad_free(&c->g[th][k]);
+    free(c);
+}
+
 static void bench_padding(double bytes) {
-    printf("\n== row padding: row-wise Adagrad rows (E + 1 floats), stride rounded to 4 or 16 floats, "
-           "same rows, huge pages ==\n");
-    printf("%-4s %-6s %-3s %14s %14s %16s\n", "E", "stride", "thr", "gather Mrow/s", "plain Mrow/s",
-           "apply Mrow/s");
+    printf("\n== row padding: row-wise Adagrad rows (E + 1 floats), stride rounded to 4 or 16 floats; "
+           "the same rows in both tables, measured side by side, huge pages ==\n");
+    printf("%-4s %-7s %-3s %18s %18s %8s\n", "E", "strides", "thr", "gather Mrow/s", "apply Mrow/s",
+           "memory");
     const int Es[] = {16, 17, 64, 65};
     for (int c = 0; c < 4; c++) {
         int E = Es[c], D = E & ~1;
         emb_layout L4 = layout_for_bytes(bytes, D, E, 1, 4);
-        for (int align = 4; align <= 16; align *= 4) {
-            emb_layout_cfg cfg = {.F = F, .card = L4.card, .D = D, .E = E, .S = 1, .seed = 1, .row_align = align};
+        emb_table t[2];
+        gather_ctx gc[2];
+        apply_ctx *ac[2];
+        emb_opt o = emb_opt_make(EMB_OPT_ROWWISE_ADAGRAD, 0.01f, E);
+        int ok = 1;
+        for (int a = 0; a < 2; a++) {
+            emb_layout_cfg cfg = {.F = F, .card = L4.card, .D = D, .E = E, .S = 1, .seed = 1, .row_align = a ? 16 : 4};
             emb_layout L;
             BP_ASSERT(emb_layout_init(&L, &cfg) == 0);
-            emb_table t;
-            if (table_or_skip(&t, &L, 1)) continue;
-            gather_ctx gc;
-            gather_ctx_init(&gc, &t, 7);
-            emb_opt o = emb_opt_make(EMB_OPT_ROWWISE_ADAGRAD, 0.01f, E);
-            apply_ctx ac = {&t, &o, {0}};
-            // two threads take disjoint halves of the key space
-            emb_grad g[MAX_THREADS];
-            for (int th = 0; th < MAX_THREADS; th++) {
-                emb_grad_init(&g[th], B * F, E);
-                random_grad(&g[th], &L, B * F, th, MAX_THREADS);
-                ac.g[th] = &g[th];
+            if (table_or_skip(&t[a], &L, 1)) {
+                if (a) emb_table_free(&t[0]), gather_ctx_free(&gc[0]), apply_ctx_free(ac[0]);
+                ok = 0;
+                break;
             }
-            for (int nt = 1; nt <= 2; nt++) {
-                variant v[3] = {{gather_work, &gc}, {E == 16 ? plain_16 : E == 64 ? plain_64 : NULL, &gc},
-                                {apply_work, &ac}};
-                double m[3];
-                measure(v, 3, nt, m);
-                double gr = m[0], pl = m[1], ap = m[2];
-                printf("%-4d %-6d %-3d %14.1f %14.1f %16.1f\n", E, L.stride, nt, gr / 1e6, pl / 1e6, ap / 1e6);
-            }
-            for (int th = 0; th < MAX_THREADS; th++) emb_grad_free(&g[th]);
-            gather_ctx_free(&gc);
-            emb_table_free(&t);
+            gather_ctx_init(&gc[a], &t[a], 7);
+            ac[a] = apply_ctx_new(&t[a], &o);
         }
+        if (!ok) continue;
+        for (int nt = 1; nt <= 2; nt++) {
+            variant v[4] = {{gather_work, &gc[0]}, {gather_work, &gc[1]}, {apply_work, ac[0]}, {apply_work, ac[1]}};
+            double m[4];
+            measure(v, 4, nt, m);
+            printf("%-4d %3d/%-3d %-3d %8.1f / %-7.1f %8.1f / %-7.1f %5.2fx\n", E, t[0].L.stride, t[1].L.stride, nt,
+                   m[0] / 1e6, m[1] / 1e6, m[2] / 1e6, m[3] / 1e6, (double)t[1].L.stride / t[0].L.stride);
+        }
+        for (int a = 0; a < 2; a++) apply_ctx_free(ac[a]), gather_ctx_free(&gc[a]), emb_table_free(&t[a]);
     }
 }
 
@@ -330,6 +352,27 @@ static void coalesce_hash(hash_ws *w, emb_grad *g, const emb_layout *L, const ui
     g->n = n;
 }
 
+typedef struct {
+    const emb_layout *L;
+    const uint32_t *ids; // (Bn, F)
+    const float *d;      // (Bn, F, E)
+    int Bn;
+    emb_grad g, g2;
+    hash_ws w;
+} coalesce_ctx;
+
+static long radix_work(void *arg, int th, long it) {
+    coalesce_ctx *c = arg;
+    emb_grad_coalesce(&c->g, c->L, c->ids, c->d, c->Bn);
+    return (long)c->Bn * F;
+}
+
+static long hash_work(void *arg, int th, long it) {
+    coalesce_ctx *c = arg;
+    coalesce_hash(&c->w, &c->g2, c->L, c->ids, c->d, c->Bn);
+    return (long)c->Bn * F;
+}
+
 static void bench_coalesce(void) {
     emb_layout L;
     emb_layout_cfg cfg = {.F = F, .card = kaggle_card, .D = 16, .seed = 1};
@@ -349,33 +392,28 @@ static void bench_coalesce(void) {
             ids[i] = (uint32_t)(kaggle_card[i % F] * pow(u, 6));
         }
         for (size_t i = 0; i < (size_t)N * E; i++) d[i] = (float)bp_rng_normal(&r);
-        emb_grad g, g2;
-        emb_grad_init(&g, N, E);
-        emb_grad_init(&g2, N, E);
-        hash_ws w;
-        w.cap_pow2 = 1;
-        while (w.cap_pow2 < 2 * N) w.cap_pow2 *= 2;
-        w.hkeys = bp_xmalloc((size_t)w.cap_pow2 * sizeof *w.hkeys);
-        w.hidx = bp_xmalloc((size_t)w.cap_pow2 * sizeof *w.hidx);
-        w.slot = bp_xmalloc((size_t)N * sizeof *w.slot);
-        w.uk = bp_xmalloc((size_t)N * sizeof *w.uk);
-        w.acc = bp_xmalloc((size_t)N * E * sizeof *w.acc);
-        long reps = 0;
-        double t0 = bp_now();
-        do emb_grad_coalesce(&g, &L, ids, d, Bn), reps++;
-        while (bp_now() - t0 < g_seconds);
-        double radix = (double)reps * N / (bp_now() - t0);
-        reps = 0;
-        t0 = bp_now();
-        do coalesce_hash(&w, &g2, &L, ids, d, Bn), reps++;
-        while (bp_now() - t0 < g_seconds);
-        double hash = (double)reps * N / (bp_now() - t0);
-        int same = g.n == g2.n && memcmp(g.keys, g2.keys, (size_t)g.n * 8) == 0 &&
-                   memcmp(g.rows, g2.rows, (size_t)g.n * E * 4) == 0;
-        printf("%-7d %-9d %8.1f%% %16.1f %16.1f %8s\n", Bn, N, 100.0 * g.n / N, radix / 1e6, hash / 1e6,
+        coalesce_ctx c = {.L = &L, .ids = ids, .d = d, .Bn = Bn};
+        emb_grad_init(&c.g, N, E);
+        emb_grad_init(&c.g2, N, E);
+        hash_ws *w = &c.w;
+        w->cap_pow2 = 1;
+        while (w->cap_pow2 < 2 * N) w->cap_pow2 *= 2;
+        w->hkeys = bp_xmalloc((size_t)w->cap_pow2 * sizeof *w->hkeys);
+        w->hidx = bp_xmalloc((size_t)w->cap_pow2 * sizeof *w->hidx);
+        w->slot = bp_xmalloc((size_t)N * sizeof *w->slot);
+        w->uk = bp_xmalloc((size_t)N * sizeof *w->uk);
+        w->acc = bp_xmalloc((size_t)N * E * sizeof *w->acc);
+        variant v[2] = {{radix_work, &c}, {hash_work, &c}};
+        double m[2];
+        measure(v, 2, 1, m);
+        double radix = m[0], hash = m[1];
+        emb_grad *g = &c.g, *g2 = &c.g2;
+        int same = g->n == g2->n && memcmp(g->keys, g2->keys, (size_t)g->n * 8) == 0 &&
+                   memcmp(g->rows, g2->rows, (size_t)g->n * E * 4) == 0;
+        printf("%-7d %-9d %8.1f%% %16.1f %16.1f %8s\n", Bn, N, 100.0 * g->n / N, radix / 1e6, hash / 1e6,
                same ? "yes" : "NO");
-        free(ids), free(d), free(w.hkeys), free(w.hidx), free(w.slot), free(w.uk), free(w.acc);
-        emb_grad_free(&g), emb_grad_free(&g2);
+        free(ids), free(d), free(w->hkeys), free(w->hidx), free(w->slot), free(w->uk), free(w->acc);
+        emb_grad_free(&c.g), emb_grad_free(&c.g2);
     }
 }
 
@@ -394,20 +432,14 @@ static void bench_apply(double bytes) {
         BP_ASSERT(emb_layout_init(&L, &cfg) == 0);
         emb_table t;
         if (table_or_skip(&t, &L, 1)) continue;
-        apply_ctx ac = {&t, &o, {0}};
-        emb_grad g[MAX_THREADS];
-        for (int th = 0; th < MAX_THREADS; th++) {
-            emb_grad_init(&g[th], B * F, 16);
-            random_grad(&g[th], &L, B * F, th, MAX_THREADS);
-            ac.g[th] = &g[th];
-        }
+        apply_ctx *ac = apply_ctx_new(&t, &o);
         for (int nt = 1; nt <= 2; nt++) {
-            variant v[1] = {{apply_work, &ac}};
+            variant v[1] = {{apply_work, ac}};
             double m;
             measure(v, 1, nt, &m);
             printf("%-16s %-6d %-3d %14.1f\n", emb_opt_kind_name(o.kind), L.stride, nt, m / 1e6);
         }
-        for (int th = 0; th < MAX_THREADS; th++) emb_grad_free(&g[th]);
+        apply_ctx_free(ac);
         emb_table_free(&t);
     }
 }

@@ -227,6 +227,7 @@ int analyze_run(const bp_dataset *ds, const analyze_opts *o, analyze_result *r) 
     int started = 0, rc = 0;
     for (int t = 1; t < T; t++, started++)
         if (pthread_create(&th[t], NULL, pass_run, &w[t]) != 0) break;
+    const double t_pass = bp_now();
     pass_run(&w[0]); // the calling thread does worker 0's share
 
     bp_progress_update(&pg, n, NULL);
@@ -257,6 +258,8 @@ int analyze_run(const bp_dataset *ds, const analyze_opts *o, analyze_result *r) 
     for (int t = 0; t < T; t++) free(w[t].uniq);
     free(w);
 
+    r->pass_seconds = bp_now() - t_pass;
+    const double t_skew = bp_now();
     // Skew from the counts: per table, and overall through one histogram of every row.
     r->table = bp_xcalloc(F, sizeof *r->table);
     count_hist ht = {bp_xmalloc(HIST_CAP * sizeof(uint64_t)), NULL, 0, 0, 0, 0};
@@ -274,6 +277,7 @@ int analyze_run(const bp_dataset *ds, const analyze_opts *o, analyze_result *r) 
     }
     hist_skew(&ha, total, &r->overall);
     free(ht.hist), free(ht.big), free(ha.hist), free(ha.big);
+    r->skew_seconds = bp_now() - t_skew;
     bp_free_huge(state, r->state_bytes);
     r->seconds = bp_now() - t0;
     return rc;

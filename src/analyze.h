@@ -54,7 +54,8 @@ typedef struct {
     uint64_t reuse_first; // lookups of a row never looked up before
     uint64_t reuse[ANALYZE_REUSE_BUCKETS];
     uint64_t state_bytes; // per-row state allocated
-    double seconds;
+    double seconds;       // all of it: allocation, the pass over the lookups, the skew
+    double pass_seconds, skew_seconds;
 } analyze_result;
 
 // Runs the analysis of ds.  Returns 0, BP_ENOMEM (state does not fit), or BP_EINVAL.

@@ -166,12 +166,18 @@ int ckpt_manifest_load(const char *dir, ckpt_manifest *m) {
         free(buf);
         return bp_fail(BP_ECORRUPT, "%s: manifest checksum mismatch (file damaged)", path);
     }
+    // Every line before the end line is parsed: no format line, an empty line or a NUL byte
+    // (which would end the line scan early and hide the lines after it) make the file invalid.
+    if (endl == buf || memchr(buf, 0, (size_t)(endl - buf))) {
+        free(buf);
+        return bp_fail(BP_ECORRUPT, "%s: %s", path, endl == buf ? "no format line" : "NUL byte in the manifest");
+    }
     *endl = 0;
     int lineno = 0;
     rc = 0;
-    for (char *line = buf, *next; line && *line && !rc; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = 0;
+    for (char *line = buf, *next; line < endl && !rc; line = next) {
+        next = strchr(line, '\n'); // found: endl[-1] is a newline
+        *next++ = 0;
         lineno++;
         if (lineno == 1) {
             if (strcmp(line, MANIFEST_MAGIC) != 0) rc = bp_fail(BP_EVERSION, "%s:1: unknown manifest format '%s'", path, line);

@@ -200,6 +200,8 @@ int cli_parse_dims(const char *flag, const char *s, int *dims, int cap) {
     while (*p) {
         char *end;
         errno = 0;
+        // strtol alone would also take leading blanks and a sign ("13- 5", "+5").
+        if (*p < '0' || *p > '9') return bp_fail(BP_EUSAGE, "--%s: expected sizes like 13-512-256, got '%s'", flag, s);
         long v = strtol(p, &end, 10);
         if (end == p || errno || v <= 0 || v > (1 << 24))
             return bp_fail(BP_EUSAGE, "--%s: expected sizes like 13-512-256, got '%s'", flag, s);
@@ -221,6 +223,8 @@ int cli_parse_u64_list(const char *flag, const char *s, uint64_t *vals, int cap)
         char *end;
         errno = 0;
         if (*p == '-') return bp_fail(BP_EUSAGE, "--%s: negative value in '%s'", flag, s);
+        // strtoull alone would also take leading blanks and a sign: " -1" would wrap to 2^64 - 1.
+        if (*p < '0' || *p > '9') return bp_fail(BP_EUSAGE, "--%s: expected numbers like 10,20,30, got '%s'", flag, s);
         unsigned long long v = strtoull(p, &end, 10);
         if (end == p || errno) return bp_fail(BP_EUSAGE, "--%s: expected numbers like 10,20,30, got '%s'", flag, s);
         if (n == cap) return bp_fail(BP_EUSAGE, "--%s: at most %d values, got '%s'", flag, cap, s);

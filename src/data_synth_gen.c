@@ -670,9 +670,12 @@ static void gen_block(const synth_model *m, uint64_t s[4], uint64_t row0, uint32
             float frac = (float)((x >> 32) & ((1u << (32 - DENSE_QBITS)) - 1)) * (1.0f / (1u << (32 - DENSE_QBITS)));
             uint32_t c = (uint32_t)(q[k] + frac * (q[k + 1] - q[k]));
             float l = c < LOG1P_TAB ? m->log1p_tab[c] : (float)log1p((double)c);
-            int miss = (uint32_t)x < miss_thr; // an empty field (selects, no branch)
-            dr[(size_t)i * Nd] = miss ? SYNTH_DENSE_MISSING : c;
-            l = miss ? 0.0f : l;
+            // An empty field, applied by masks (as a branch it would be mispredicted often).
+            uint32_t miss = 0u - (uint32_t)((uint32_t)x < miss_thr), lb;
+            dr[(size_t)i * Nd] = c | miss; // SYNTH_DENSE_MISSING is all ones
+            memcpy(&lb, &l, sizeof lb);
+            lb &= ~miss;
+            memcpy(&l, &lb, sizeof l);
             dv[(size_t)i * Nd] = l;
             logit[i] += w * (l - mean);
         }

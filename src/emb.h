@@ -21,9 +21,10 @@
 //     EMB_ROW_ALIGN is 4 (16 bytes): every row starts 16-byte aligned, the padding is at most 3
 //     floats.  Rounding to 16 floats (a 64-byte line) would put the model part of an E = 16 row
 //     in one line, but costs up to 60% more memory (E = 16, S = 1: 32 instead of 20 floats) and
-//     measured no faster (`bench_gather 0.5 0.2 padding`, a lightly loaded machine): row-wise Adagrad rows on the
-//     same random rows, gathered 132 vs 99 M rows/s (E = 16, 2 threads) and 118 vs 96 (E = 17),
-//     applied the optimizer at 151 vs 145 and 127 vs 68, and was within noise at E = 64, 65.
+//     is not faster: `bench_gather 2 0.4 padding` (row-wise Adagrad rows, the same random rows in
+//     both tables, measured side by side) gathered at 0.95-1.0x (E = 16), 1.1-1.4x (E = 17) the
+//     rate of stride 32 with stride 20, applied the optimizer 1.3-1.4x faster, and at E = 64, 65
+//     (68 vs 80 floats) stayed within the noise of a shared machine.
 //
 // Initialisation (the DLRM reference's): model float j of a row of table f is uniform in
 // [-sqrt(1/card[f]), +sqrt(1/card[f])]; with E = D + 1 the wide weight (element D) is 0 unless
