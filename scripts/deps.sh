@@ -4,7 +4,7 @@
 #   scripts/deps.sh --bench  also what the benchmarks and plots use
 set -euo pipefail
 pkgs=(gcc make libc6-dev libopenmpi-dev openmpi-bin libopenblas-dev zlib1g-dev gnuplot-nox
-      python3 python3-torch python3-numpy)
+      python3 python3-torch python3-numpy clang-14 libclang-rt-14-dev)
 [ "${1:-}" = "--bench" ] && pkgs+=(iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
