@@ -24,7 +24,7 @@ TEST_OBJ  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all test bench clean
+.PHONY: all test bench clean fuzz fuzz-long sanitize
 all: $(BUILD)/bagpipe $(BUILD)/test_bagpipe $(BENCH_BIN)
 
 $(BUILD)/libbagpipe.a: $(LIB_OBJ)
@@ -54,6 +54,16 @@ test: $(BUILD)/bagpipe $(BUILD)/test_bagpipe
 	BAGPIPE_BIN=$(BUILD)/bagpipe $(BUILD)/test_bagpipe $(T)
 
 bench: $(BENCH_BIN)
+
+# Fuzzing (clang + libFuzzer) and the sanitizer run; see scripts/fuzz.sh and scripts/sanitize.sh.
+fuzz:
+	scripts/fuzz.sh run $(or $(S),10)
+
+fuzz-long:
+	scripts/fuzz.sh long
+
+sanitize:
+	scripts/sanitize.sh
 
 clean:
 	rm -rf build build-san
