@@ -6,23 +6,8 @@
 
 #include "common.h"
 #include "data_bin.h"
+#include "dist_util.h"
 #include "test.h"
-
-static const char *bp_env(void) {
-    static char env[1024];
-    const char *supp = test_path("lsan.supp");
-    FILE *f = fopen(supp, "w");
-    if (f) {
-        fputs("leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libhwloc.so\n"
-              "leak:libevent\nleak:mca_\n", f);
-        fclose(f);
-    }
-    snprintf(env, sizeof env,
-             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_hwloc_base_binding_policy=none "
-             "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
-             "LSAN_OPTIONS=fast_unwind_on_malloc=0:suppressions=%s", supp);
-    return env;
-}
 
 // 1000 iterations of 16 samples; tables of 40, 300 and 2000 rows with skewed ids.
 #define BP_MODEL                                                                                  \
@@ -32,61 +17,7 @@ static const char *bp_env(void) {
 // rows a trainer's slice touches): thousands of evictions under pressure and refetches happen
 // (checked from the oracle's summary line).
 
-static int bagpipe_dataset(const char *path, uint64_t n, uint64_t seed) {
-    bp_ds_info t = {0};
-    t.n_dense = 4, t.n_sparse = 3, t.kind = BP_KIND_CUSTOM;
-    snprintf(t.source, sizeof t.source, "test_bagpipe");
-    bp_ds_writer *w;
-    int rc = bp_ds_writer_open(&w, path, &t);
-    if (rc) return rc;
-    const uint64_t card[3] = {40, 300, 2000};
-    bp_rng rng;
-    bp_rng_seed(&rng, seed, 11);
-    for (uint64_t r = 0; r < n && !rc; r++) {
-        float d[4];
-        uint32_t s[3];
-        double z = -0.5;
-        for (int k = 0; k < 4; k++) d[k] = bp_rng_uniformf(&rng), z += (k - 1.5) * d[k];
-        for (int f = 0; f < 3; f++) {
-            double u = bp_rng_uniform(&rng);
-            s[f] = (uint32_t)((double)card[f] * u * u * u);
-            z += ((bp_mix64(s[f] * 3u + (uint64_t)f) & 255) / 255.0 - 0.5);
-        }
-        uint8_t lab = bp_rng_uniform(&rng) < 1.0 / (1.0 + exp(-2.0 * z));
-        rc = bp_ds_writer_append(w, 1, &lab, d, s, NULL);
-    }
-    if (rc) {
-        bp_ds_writer_abort(w);
-        return rc;
-    }
-    uint64_t split[3] = {n * 8 / 10, n / 10, n - n * 8 / 10 - n / 10};
-    return bp_ds_writer_finish(w, card, split);
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t n = 0, cap = 4096, k;
-    char *b = malloc(cap);
-    while ((k = fread(b + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (cap - n < 2) b = realloc(b, cap *= 2);
-    }
-    fclose(f);
-    b[n] = 0;
-    *len = n;
-    return b;
-}
-
-static int same(const char *a, const char *b, const char *name) {
-    char pa[600], pb[600];
-    snprintf(pa, sizeof pa, "%s/%s", a, name), snprintf(pb, sizeof pb, "%s/%s", b, name);
-    size_t la, lb;
-    char *x = slurp(pa, &la), *y = slurp(pb, &lb);
-    int r = x && y && la == lb && la > 0 && memcmp(x, y, la) == 0;
-    free(x), free(y);
-    return r;
-}
+static int bagpipe_dataset(const char *path, uint64_t n, uint64_t seed) { return dist_test_dataset(path, n, seed, 11); }
 
 // The number before `what` in the line of out that starts with `line` (-1 if absent).
 static long num_before(const char *out, const char *line, const char *what) {
@@ -100,7 +31,7 @@ static long num_before(const char *out, const char *line, const char *what) {
 }
 
 static int job(char **out, const char *data, const char *dir, const char *mode, const char *extra) {
-    return test_run(out, 60, "%s %s train %s " BP_MODEL " %s --save %s %s", bp_env(), test_bin(), mode, extra, dir,
+    return test_run(out, 60, "%s %s train %s " BP_MODEL " %s --save %s %s", dist_test_env(), test_bin(), mode, extra, dir,
                     data);
 }
 
@@ -119,8 +50,8 @@ static int job(char **out, const char *data, const char *dir, const char *mode, 
 
 #define ASSERT_SAME_MODEL(a, b)                                                                        \
     do {                                                                                               \
-        ASSERT_MSG(same(a, b, "dense.bin"), "dense.bin differs: %s vs %s", a, b);                      \
-        ASSERT_MSG(same(a, b, "emb.bin"), "emb.bin differs: %s vs %s", a, b);                          \
+        ASSERT_MSG(dist_test_same_file(a, b, "dense.bin"), "dense.bin differs: %s vs %s", a, b);                      \
+        ASSERT_MSG(dist_test_same_file(a, b, "emb.bin"), "emb.bin differs: %s vs %s", a, b);                          \
     } while (0)
 
 // T = 1 gives the local trainer's model and evaluation line; then T = 2 and 3 against sync at
@@ -178,7 +109,7 @@ TEST(bagpipe_cache_too_small) {
     ASSERT_OK(bagpipe_dataset(data, 4000, 6));
     char *out = NULL;
     int rc = test_run(&out, 30, "%s %s train --mode bagpipe --trainers 2 --servers 1 --cache-rows 5 " BP_MODEL " %s",
-                      bp_env(), test_bin(), data);
+                      dist_test_env(), test_bin(), data);
     ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "cache too small");
     ASSERT_STR_CONTAINS(out, "the minimum cache size for this batch is");
@@ -202,7 +133,7 @@ TEST(bagpipe_watermark_waits_keep_the_model) {
     free(out), out = NULL;
     int rc = test_run(&out, 60, "BAGPIPE_TEST_WB_DELAY_US=3000 %s %s train --mode bagpipe --trainers 2 --servers 1 "
                       "--prefetch 2 --lookahead 2 --cache-rows 120 " BP_MODEL " --iters 400 --save %s %s",
-                      bp_env(), test_bin(), b, data);
+                      dist_test_env(), test_bin(), b, data);
     ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
     ASSERT_MSG(num_before(out, "oracle:", "refetches") > 0, "no refetches:\n%s", out);
     long waited = num_before(out, "server 0:", "waited for a write-back watermark");

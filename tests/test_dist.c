@@ -11,92 +11,19 @@
 #include "common.h"
 #include "data_bin.h"
 #include "msg.h"
+#include "dist_util.h"
 #include "test.h"
 
-// The Open MPI settings of ENV-NOTES, and LeakSanitizer suppressions for Open MPI's own
-// allocations (used by sanitizer builds only; they hide nothing of bagpipe's).
 #define OMPI_ENV "%s"
-static const char *ompi_env(void) {
-    static char env[1024];
-    const char *supp = test_path("lsan.supp");
-    FILE *f = fopen(supp, "w");
-    if (f) {
-        fputs("leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libhwloc.so\n"
-              "leak:libevent\nleak:mca_\n", f);
-        fclose(f);
-    }
-    snprintf(env, sizeof env,
-             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_hwloc_base_binding_policy=none "
-             "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
-             "LSAN_OPTIONS=fast_unwind_on_malloc=0:suppressions=%s", supp);
-    return env;
-}
 #define TINY_MODEL                                                                                   \
     "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 "         \
     "--learning-rate 0.05 --print-every 100 --eval-rows 200"
 
-// A small dataset: 4 dense features, 3 tables, ids drawn with a power-law-ish skew
-// (id = card * u^3), labels from a planted logistic model.
-static int write_dataset(const char *path, uint64_t n, uint64_t seed) {
-    bp_ds_info t = {0};
-    t.n_dense = 4, t.n_sparse = 3, t.kind = BP_KIND_CUSTOM;
-    snprintf(t.source, sizeof t.source, "test_dist");
-    bp_ds_writer *w;
-    int rc = bp_ds_writer_open(&w, path, &t);
-    if (rc) return rc;
-    const uint64_t card[3] = {40, 300, 2000};
-    bp_rng rng;
-    bp_rng_seed(&rng, seed, 7);
-    for (uint64_t r = 0; r < n && !rc; r++) {
-        float d[4];
-        uint32_t s[3];
-        double z = -0.5;
-        for (int k = 0; k < 4; k++) d[k] = bp_rng_uniformf(&rng), z += (k - 1.5) * d[k];
-        for (int f = 0; f < 3; f++) {
-            double u = bp_rng_uniform(&rng);
-            s[f] = (uint32_t)((double)card[f] * u * u * u);
-            z += ((bp_mix64(s[f] * 3u + (uint64_t)f) & 255) / 255.0 - 0.5);
-        }
-        uint8_t lab = bp_rng_uniform(&rng) < 1.0 / (1.0 + exp(-2.0 * z));
-        rc = bp_ds_writer_append(w, 1, &lab, d, s, NULL);
-    }
-    if (rc) {
-        bp_ds_writer_abort(w);
-        return rc;
-    }
-    uint64_t split[3] = {n * 8 / 10, n / 10, n - n * 8 / 10 - n / 10};
-    return bp_ds_writer_finish(w, card, split);
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t n = 0, cap = 4096, k;
-    char *b = malloc(cap);
-    while ((k = fread(b + n, 1, cap - n - 1, f)) > 0) { // /proc files report no size: read to EOF
-        n += k;
-        if (cap - n < 2) b = realloc(b, cap *= 2);
-    }
-    fclose(f);
-    b[n] = 0;
-    *len = n;
-    return b;
-}
-
-// 1 when DIR_A/name and DIR_B/name exist and are byte-identical.
-static int same_file(const char *a, const char *b, const char *name) {
-    char pa[600], pb[600];
-    snprintf(pa, sizeof pa, "%s/%s", a, name), snprintf(pb, sizeof pb, "%s/%s", b, name);
-    size_t la, lb;
-    char *x = read_file(pa, &la), *y = read_file(pb, &lb);
-    int same = x && y && la == lb && la > 0 && memcmp(x, y, la) == 0;
-    free(x), free(y);
-    return same;
-}
+static int write_dataset(const char *path, uint64_t n, uint64_t seed) { return dist_test_dataset(path, n, seed, 7); }
 
 // Trains and saves to DIR; returns the exit code and the output in *out (caller frees).
 static int train(char **out, const char *data, const char *dir, const char *mode_args, const char *extra) {
-    return test_run(out, 60, OMPI_ENV " %s train %s " TINY_MODEL " %s --save %s %s", ompi_env(), test_bin(), mode_args, extra,
+    return test_run(out, 60, OMPI_ENV " %s train %s " TINY_MODEL " %s --save %s %s", dist_test_env(), test_bin(), mode_args, extra,
                     dir, data);
 }
 
@@ -168,15 +95,15 @@ TEST(dist_sync_t1_matches_local) {
     free(lout);
     char *out = NULL;
     rc = test_run(&out, 60, OMPI_ENV " %s train --mode sync --trainers 1 --servers 1 " TINY_MODEL
-                      " --iters 300 --save %s --metrics %s %s", ompi_env(), test_bin(), test_path("sync"), test_path("m.jsonl"), data);
+                      " --iters 300 --save %s --metrics %s %s", dist_test_env(), test_bin(), test_path("sync"), test_path("m.jsonl"), data);
     ASSERT_MSG(rc == 0, "sync exited %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "layout: 3 ranks");
     ASSERT_STR_CONTAINS(out, line); // the same evaluation result line as local
     free(out);
-    ASSERT_TRUE(same_file(test_path("local"), test_path("sync"), "dense.bin"));
-    ASSERT_TRUE(same_file(test_path("local"), test_path("sync"), "emb.bin"));
+    ASSERT_TRUE(dist_test_same_file(test_path("local"), test_path("sync"), "dense.bin"));
+    ASSERT_TRUE(dist_test_same_file(test_path("local"), test_path("sync"), "emb.bin"));
     size_t len;
-    char *m = read_file(test_path("m.jsonl"), &len);
+    char *m = dist_test_slurp(test_path("m.jsonl"), &len);
     ASSERT_TRUE(m != NULL);
     ASSERT_STR_CONTAINS(m, "\"event\":\"summary\"");
     ASSERT_STR_CONTAINS(m, "\"bytes_row_fetch\"");
@@ -191,14 +118,14 @@ TEST(dist_sync_reproducible) {
     ASSERT_OK(write_dataset(data, 3000, 2));
     TRAIN_OK(data, test_path("t2s1"), "--mode sync --trainers 2 --servers 1", "--iters 150 --no-eval");
     TRAIN_OK(data, test_path("t2s2"), "--mode sync --trainers 2 --servers 2", "--iters 150 --no-eval");
-    ASSERT_TRUE(same_file(test_path("t2s1"), test_path("t2s2"), "dense.bin"));
-    ASSERT_TRUE(same_file(test_path("t2s1"), test_path("t2s2"), "emb.bin"));
+    ASSERT_TRUE(dist_test_same_file(test_path("t2s1"), test_path("t2s2"), "dense.bin"));
+    ASSERT_TRUE(dist_test_same_file(test_path("t2s1"), test_path("t2s2"), "emb.bin"));
     TRAIN_OK(data, test_path("t3a"), "--mode sync --trainers 3 --servers 2", "--iters 150 --no-eval");
     TRAIN_OK(data, test_path("t3b"), "--mode sync --trainers 3 --servers 2", "--iters 150 --no-eval");
-    ASSERT_TRUE(same_file(test_path("t3a"), test_path("t3b"), "dense.bin"));
-    ASSERT_TRUE(same_file(test_path("t3a"), test_path("t3b"), "emb.bin"));
+    ASSERT_TRUE(dist_test_same_file(test_path("t3a"), test_path("t3b"), "dense.bin"));
+    ASSERT_TRUE(dist_test_same_file(test_path("t3a"), test_path("t3b"), "emb.bin"));
     // A different T sums in a different order (and trains at all): the tables differ.
-    ASSERT_TRUE(!same_file(test_path("t2s1"), test_path("t3a"), "emb.bin"));
+    ASSERT_TRUE(!dist_test_same_file(test_path("t2s1"), test_path("t3a"), "emb.bin"));
 }
 
 // (c) Adagrad and row-wise Adagrad keep their state inside the server's rows: T = 1 matches
@@ -210,13 +137,13 @@ static void check_emb_optimizer(const char *opt) {
     snprintf(extra, sizeof extra, "--emb-optimizer %s --iters 120 --no-eval", opt);
     TRAIN_OK(data, test_path("local"), "--mode local", extra);
     TRAIN_OK(data, test_path("t1"), "--mode sync --trainers 1 --servers 1", extra);
-    ASSERT_TRUE(same_file(test_path("local"), test_path("t1"), "dense.bin"));
-    ASSERT_TRUE(same_file(test_path("local"), test_path("t1"), "emb.bin"));
+    ASSERT_TRUE(dist_test_same_file(test_path("local"), test_path("t1"), "dense.bin"));
+    ASSERT_TRUE(dist_test_same_file(test_path("local"), test_path("t1"), "emb.bin"));
     TRAIN_OK(data, test_path("t2s1"), "--mode sync --trainers 2 --servers 1", extra);
     TRAIN_OK(data, test_path("t2s2"), "--mode sync --trainers 2 --servers 2", extra);
-    ASSERT_TRUE(same_file(test_path("t2s1"), test_path("t2s2"), "dense.bin"));
-    ASSERT_TRUE(same_file(test_path("t2s1"), test_path("t2s2"), "emb.bin"));
-    ASSERT_TRUE(!same_file(test_path("t1"), test_path("t2s1"), "emb.bin"));
+    ASSERT_TRUE(dist_test_same_file(test_path("t2s1"), test_path("t2s2"), "dense.bin"));
+    ASSERT_TRUE(dist_test_same_file(test_path("t2s1"), test_path("t2s2"), "emb.bin"));
+    ASSERT_TRUE(!dist_test_same_file(test_path("t1"), test_path("t2s1"), "emb.bin"));
 }
 
 TEST(dist_sync_adagrad_state_on_servers) { check_emb_optimizer("adagrad"); }
@@ -229,7 +156,7 @@ TEST(dist_wrong_rank_count) {
     ASSERT_OK(write_dataset(data, 500, 4));
     char *out = NULL;
     int rc = test_run(&out, 30, OMPI_ENV " mpirun -np 3 --oversubscribe %s train --mode sync --trainers 2 --servers 1 "
-                      TINY_MODEL " --iters 5 %s", ompi_env(), test_bin(), data);
+                      TINY_MODEL " --iters 5 %s", dist_test_env(), test_bin(), data);
     ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "this job has 3 ranks, but --servers 1 --trainers 2 needs 1 + 1 + 2 = 4");
     free(out);
@@ -244,12 +171,12 @@ TEST(dist_unreadable_dataset) {
     fclose(f);
     char *out = NULL;
     int rc = test_run(&out, 30, OMPI_ENV " %s train --mode sync --trainers 2 --servers 1 " TINY_MODEL " %s",
-                      ompi_env(), test_bin(), bad);
+                      dist_test_env(), test_bin(), bad);
     ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "bad.bin: not a bagpipe binary dataset");
     free(out);
     rc = test_run(&out, 30, OMPI_ENV " %s train --mode sync --trainers 1 --servers 2 " TINY_MODEL " %s",
-                  ompi_env(), test_bin(), test_path("missing.bin"));
+                  dist_test_env(), test_bin(), test_path("missing.bin"));
     ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "missing.bin");
     free(out);
@@ -270,7 +197,7 @@ static pid_t find_rank(int rank, const char *tag) {
         char p[64];
         size_t len;
         snprintf(p, sizeof p, "/proc/%ld/cmdline", pid);
-        char *cmd = read_file(p, &len);
+        char *cmd = dist_test_slurp(p, &len);
         int match = 0;
         if (cmd) {
             for (size_t i = 0; i + 1 < len; i++)
@@ -280,7 +207,7 @@ static pid_t find_rank(int rank, const char *tag) {
         }
         if (!match) continue;
         snprintf(p, sizeof p, "/proc/%ld/environ", pid);
-        char *env = read_file(p, &len);
+        char *env = dist_test_slurp(p, &len);
         for (size_t i = 0; env && i < len; i += strlen(env + i) + 1)
             if (strncmp(env + i, want, (size_t)wl) == 0 && env[i + wl] == 0) found = (pid_t)pid;
         free(env);
@@ -299,7 +226,7 @@ static void check_kill(int rank, const char *role) {
     snprintf(cmd, sizeof cmd,
              "exec timeout -k 5 60 env " OMPI_ENV " %s train --mode sync --trainers 2 --servers 2 " TINY_MODEL
              " --iters 1000000 --no-eval %s > %s 2>&1",
-             ompi_env(), test_bin(), data, outp);
+             dist_test_env(), test_bin(), data, outp);
     pid_t job = fork();
     ASSERT_TRUE(job >= 0);
     if (job == 0) {
@@ -322,7 +249,7 @@ static void check_kill(int rank, const char *role) {
     waitpid(job, &st, 0);
     double dt = bp_now() - tk;
     size_t len;
-    char *out = read_file(outp, &len);
+    char *out = dist_test_slurp(outp, &len);
     ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 124, "status %d:\n%s", st, out);
     ASSERT_MSG(dt < 10, "the job took %.1f s to end after the kill", dt);
     char want[64];

@@ -9,25 +9,8 @@
 #include <string.h>
 
 #include "common.h"
+#include "dist_util.h"
 #include "test.h"
-
-// The Open MPI settings of ENV-NOTES, and LeakSanitizer suppressions for Open MPI's own
-// allocations (used by sanitizer builds only).
-static const char *modes_env(void) {
-    static char env[1024];
-    const char *supp = test_path("lsan.supp");
-    FILE *f = fopen(supp, "w");
-    if (f) {
-        fputs("leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libhwloc.so\n"
-              "leak:libevent\nleak:mca_\n", f);
-        fclose(f);
-    }
-    snprintf(env, sizeof env,
-             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_hwloc_base_binding_policy=none "
-             "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
-             "LSAN_OPTIONS=fast_unwind_on_malloc=0:suppressions=%s", supp);
-    return env;
-}
 
 #define MODES_MODEL                                                                                  \
     "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --learning-rate 0.05 "    \
@@ -44,35 +27,9 @@ static int make_data(char *path, size_t cap, uint64_t seed) {
     return rc;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t n = 0, cap = 4096, k;
-    char *b = malloc(cap);
-    while ((k = fread(b + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (cap - n < 2) b = realloc(b, cap *= 2);
-    }
-    fclose(f);
-    b[n] = 0;
-    *len = n;
-    return b;
-}
-
-// 1 when DIR_A/name and DIR_B/name exist and are byte-identical.
-static int same_file(const char *a, const char *b, const char *name) {
-    char pa[600], pb[600];
-    snprintf(pa, sizeof pa, "%s/%s", a, name), snprintf(pb, sizeof pb, "%s/%s", b, name);
-    size_t la, lb;
-    char *x = slurp(pa, &la), *y = slurp(pb, &lb);
-    int same = x && y && la == lb && la > 0 && memcmp(x, y, la) == 0;
-    free(x), free(y);
-    return same;
-}
-
 // Trains with `args`, saving to test_path(dir); returns the exit code, output in *out (may be NULL).
 static int run_train(char **out, const char *data, const char *dir, const char *args) {
-    return test_run(out, 60, "%s %s train " MODES_MODEL " %s --save %s %s", modes_env(), test_bin(), args,
+    return test_run(out, 60, "%s %s train " MODES_MODEL " %s --save %s %s", dist_test_env(), test_bin(), args,
                     test_path(dir), data);
 }
 
@@ -90,14 +47,14 @@ static int run_train(char **out, const char *data, const char *dir, const char *
 
 #define SAME_MODEL(a, b)                                                                          \
     do {                                                                                          \
-        ASSERT_MSG(same_file(test_path(a), test_path(b), "dense.bin"), "dense.bin of %s and %s differ", a, b); \
-        ASSERT_MSG(same_file(test_path(a), test_path(b), "emb.bin"), "emb.bin of %s and %s differ", a, b);     \
+        ASSERT_MSG(dist_test_same_file(test_path(a), test_path(b), "dense.bin"), "dense.bin of %s and %s differ", a, b); \
+        ASSERT_MSG(dist_test_same_file(test_path(a), test_path(b), "emb.bin"), "emb.bin of %s and %s differ", a, b);     \
     } while (0)
 
 // The number after "key": in the summary line of a metrics file (NaN when absent).
 static double summary_num(const char *path, const char *key) {
     size_t len;
-    char *m = slurp(path, &len);
+    char *m = dist_test_slurp(path, &len);
     if (!m) return NAN;
     const char *s = strstr(m, "\"event\":\"summary\"");
     char pat[96];
@@ -211,7 +168,7 @@ TEST(modes_bad_flags) {
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         char *out = NULL;
-        int rc = test_run(&out, 30, "%s %s train " MODES_MODEL " --iters 5 %s %s", modes_env(), test_bin(),
+        int rc = test_run(&out, 30, "%s %s train " MODES_MODEL " --iters 5 %s %s", dist_test_env(), test_bin(),
                           bad[k].args, data);
         ASSERT_MSG(rc == 2, "%s: exit %d:\n%s", bad[k].args, rc, out);
         ASSERT_STR_CONTAINS(out, bad[k].msg);
@@ -220,7 +177,7 @@ TEST(modes_bad_flags) {
     // The default --servers 1 is read as 0 by sharded: the job has 1 + T ranks.
     char *out = NULL;
     int rc = test_run(&out, 60, "%s %s train " MODES_MODEL " --mode sharded --trainers 2 --iters 5 --no-eval %s",
-                      modes_env(), test_bin(), data);
+                      dist_test_env(), test_bin(), data);
     ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "layout: 3 ranks");
     free(out);

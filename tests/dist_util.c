@@ -1,0 +1,82 @@
+#include "dist_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "data_bin.h"
+#include "test.h"
+
+const char *dist_test_env(void) {
+    static char env[1024];
+    const char *supp = test_path("lsan.supp");
+    FILE *f = fopen(supp, "w");
+    if (f) {
+        fputs("leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libhwloc.so\n"
+              "leak:libevent\nleak:mca_\n", f);
+        fclose(f);
+    }
+    snprintf(env, sizeof env,
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_hwloc_base_binding_policy=none "
+             "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+             "LSAN_OPTIONS=fast_unwind_on_malloc=0:suppressions=%s", supp);
+    return env;
+}
+
+int dist_test_dataset(const char *path, uint64_t n, uint64_t seed, uint64_t stream) {
+    bp_ds_info t = {0};
+    t.n_dense = 4, t.n_sparse = 3, t.kind = BP_KIND_CUSTOM;
+    snprintf(t.source, sizeof t.source, "multi-rank test data");
+    bp_ds_writer *w;
+    int rc = bp_ds_writer_open(&w, path, &t);
+    if (rc) return rc;
+    const uint64_t card[3] = {40, 300, 2000};
+    bp_rng rng;
+    bp_rng_seed(&rng, seed, stream);
+    for (uint64_t r = 0; r < n && !rc; r++) {
+        float d[4];
+        uint32_t s[3];
+        double z = -0.5;
+        for (int k = 0; k < 4; k++) d[k] = bp_rng_uniformf(&rng), z += (k - 1.5) * d[k];
+        for (int f = 0; f < 3; f++) {
+            double u = bp_rng_uniform(&rng);
+            s[f] = (uint32_t)((double)card[f] * u * u * u);
+            z += ((bp_mix64(s[f] * 3u + (uint64_t)f) & 255) / 255.0 - 0.5);
+        }
+        uint8_t lab = bp_rng_uniform(&rng) < 1.0 / (1.0 + exp(-2.0 * z));
+        rc = bp_ds_writer_append(w, 1, &lab, d, s, NULL);
+    }
+    if (rc) {
+        bp_ds_writer_abort(w);
+        return rc;
+    }
+    uint64_t split[3] = {n * 8 / 10, n / 10, n - n * 8 / 10 - n / 10};
+    return bp_ds_writer_finish(w, card, split);
+}
+
+char *dist_test_slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t n = 0, cap = 4096, k;
+    char *b = bp_xmalloc(cap);
+    while ((k = fread(b + n, 1, cap - n - 1, f)) > 0) { // /proc files report no size: read to EOF
+        n += k;
+        if (cap - n < 2) b = bp_xrealloc(b, cap *= 2);
+    }
+    fclose(f);
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
+int dist_test_same_file(const char *a, const char *b, const char *name) {
+    char pa[600], pb[600];
+    snprintf(pa, sizeof pa, "%s/%s", a, name), snprintf(pb, sizeof pb, "%s/%s", b, name);
+    size_t la = 0, lb = 0;
+    char *x = dist_test_slurp(pa, &la), *y = dist_test_slurp(pb, &lb);
+    int same = x && y && la == lb && la > 0 && memcmp(x, y, la) == 0;
+    free(x), free(y);
+    return same;
+}
