@@ -43,6 +43,7 @@
 #include "optim.h"
 #include "plan.h"
 #include "progress.h"
+#include "role_loop.h"
 #include "train.h"
 
 #define EMPTY_KEY UINT64_MAX
@@ -689,29 +690,20 @@ static int evict_and_write_back(bstate *bs, int64_t t) {
     return rc;
 }
 
-static double loss_allreduce(bstate *bs, double loss, int *rcp) {
-    double v[1] = {loss};
-    *rcp = comm_allreduce_sum_f64(v, 1, bs->first_trainer, bs->T, (double *)bs->ar_work);
-    return v[0];
-}
-
 // One iteration; *loss gets the global batch's mean loss.
 static int bs_step(bstate *bs, int64_t t, double *loss) {
     const train_setup *su = bs->su;
     const bp_dataset *ds = su->ds;
     const int Nd = su->mc.Nd, F = su->mc.F, B = su->B;
     trainer *tr = &bs->tr;
-    model *m = &tr->m;
     double t0 = bp_now();
     int rc = recv_plan(bs, t);
     if (!rc) rc = issue_fetches(bs);
     if (!rc) rc = wait_groups(bs, BP_MAX((int64_t)0, t - bs->P), t);
     if (rc) return rc;
     const int b0 = (int)bs->p.slice[bs->me], Bi = (int)bs->p.slice[bs->me + 1] - b0;
-    const uint64_t r = su->tr0 + (uint64_t)(t % (int64_t)su->per_epoch) * (uint64_t)B + (uint64_t)b0;
-    const float *dense = ds->dense + r * Nd;
+    const uint64_t r = role_batch_row(su, t, b0);
     const uint32_t *ids = ds->sparse + r * F;
-    const uint8_t *label = ds->label + r;
     for (int b = 0, e = 0; b < Bi; b++)
         for (int f = 0; f < F; f++, e++) {
             uint64_t key = emb_key(&tr->L, f, ids[e]);
@@ -723,18 +715,12 @@ static int bs_step(bstate *bs, int64_t t, double *loss) {
         }
     bs->resident_sum += bs->c.C - bs->c.n_free;
     bs->resident_max = BP_MAX(bs->resident_max, bs->c.C - bs->c.n_free);
-    double t1 = bp_now();
-    emb_gather_rows(bs->erow, Bi * F, su->mc.E, tr->emb);
-    model_forward(m, dense, tr->emb, Bi, tr->logit);
-    double lsum = bce_with_logits(tr->logit, label, Bi, 1.0f / (float)B, tr->dlogit);
-    model_zero_grad(m);
-    model_backward(m, dense, tr->emb, tr->dlogit, tr->d_emb, NULL);
-    double t2 = bp_now();
-    rc = comm_allreduce_sum_f32(m->grads, m->n_params, bs->first_trainer, bs->T, bs->ar_work);
-    if (!rc) lsum = loss_allreduce(bs, lsum, &rc);
+    bs->t_wait += bp_now() - t0;
+    double lsum;
+    rc = role_dense_step(tr, (const float *const *)bs->erow, ds->dense + r * Nd, ds->label + r, Bi, B,
+                         bs->first_trainer, bs->T, bs->ar_work, &lsum, &bs->t_compute, &bs->t_ar);
     if (rc) return rc;
     double t3 = bp_now();
-    dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
     for (int k = 0; k < tr->g.n; k++) {
         int64_t slot = cache_find(&bs->c, tr->g.keys[k]);
@@ -753,7 +739,7 @@ static int bs_step(bstate *bs, int64_t t, double *loss) {
         bs->credit_live = 1;
     }
     double t5 = bp_now();
-    bs->t_wait += t1 - t0, bs->t_compute += (t2 - t1) + (t4 - t3), bs->t_ar += t3 - t2, bs->t_sync += t5 - t4;
+    bs->t_compute += t4 - t3, bs->t_sync += t5 - t4;
     bs->iters++;
     *loss = lsum / B;
     return rc;

@@ -23,6 +23,26 @@ int role_loss_allreduce(double *loss, int first_trainer, int T) {
     return rc;
 }
 
+int role_dense_step(trainer *tr, const float *const *erow, const float *dense, const uint8_t *label, int Bi, int B,
+                    int first_trainer, int T, float *ar_work, double *lsum, double *t_compute, double *t_ar) {
+    model *m = &tr->m;
+    double t0 = bp_now();
+    emb_gather_rows(erow, Bi * m->cfg.F, m->cfg.E, tr->emb);
+    model_forward(m, dense, tr->emb, Bi, tr->logit);
+    *lsum = bce_with_logits(tr->logit, label, Bi, 1.0f / (float)B, tr->dlogit);
+    model_zero_grad(m);
+    model_backward(m, dense, tr->emb, tr->dlogit, tr->d_emb, NULL);
+    double t1 = bp_now();
+    int rc = comm_allreduce_sum_f32(m->grads, m->n_params, first_trainer, T, ar_work);
+    if (!rc) rc = role_loss_allreduce(lsum, first_trainer, T);
+    if (rc) return rc;
+    double t2 = bp_now();
+    dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
+    *t_compute += (t1 - t0) + (bp_now() - t2);
+    *t_ar += t2 - t1;
+    return 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Row sets
 

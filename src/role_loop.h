@@ -1,5 +1,6 @@
-// role_loop: what the trainer roles of modes `sharded` (role_sharded.c) and `static`
-// (role_static.c) share: the training loop with its metrics, evaluation and --save (the same
+// role_loop: what the trainer roles share.  Every distributed mode: the dense part of an
+// iteration (role_dense_step).  Modes `sharded` (role_sharded.c) and `static` (role_static.c)
+// also: the training loop with its metrics, evaluation and --save (the same
 // lines, JSON and saved model as mode sync's role_trainer.c), a row set kept by ascending key,
 // the rank-order gradient merge, and the transfer of row sets to the writer.
 //
@@ -40,6 +41,21 @@ int role_loop_run(const train_setup *su, const role_loop *rl);
 
 // Sum of the global batch's loss over the trainers (deterministic all-reduce).
 int role_loss_allreduce(double *loss, int first_trainer, int T);
+
+// Dataset row of sample b0 of global batch t (training order; epochs wrap).
+static inline uint64_t role_batch_row(const train_setup *su, int64_t t, int b0) {
+    return su->tr0 + (uint64_t)(t % (int64_t)su->per_epoch) * (uint64_t)su->B + (uint64_t)b0;
+}
+
+// The dense part of an iteration, the same in every distributed mode (sync, sharded, static,
+// bagpipe): gather the Bi * F rows at erow into tr->emb, forward, loss of the slice scaled by
+// 1 / B (B = the global batch), backward into tr->d_emb, rank-order all-reduce of the dense
+// gradients (ar_work: comm's workspace) and of the loss, dense optimizer step.  *lsum gets the
+// global batch's summed loss; *t_compute and *t_ar grow by the seconds spent computing and in
+// the all-reduce.  The caller coalesces and synchronises the row gradients.
+int role_dense_step(trainer *tr, const float *const *erow, const float *dense /*(Bi, Nd)*/,
+                    const uint8_t *label /*(Bi)*/, int Bi, int B, int first_trainer, int T, float *ar_work,
+                    double *lsum, double *t_compute, double *t_ar);
 
 // A set of rows by ascending key: a trainer's shard (sharded) or its pinned rows (static).
 typedef struct {

@@ -352,34 +352,24 @@ static int st_step(void *ctx, int64_t t, double *loss) {
     const bp_dataset *ds = su->ds;
     const int Nd = su->mc.Nd, F = su->mc.F, B = su->B;
     const int b0 = dist_slice_begin(B, ss->T, ss->i), Bi = dist_slice_begin(B, ss->T, ss->i + 1) - b0;
-    const uint64_t r = su->tr0 + (uint64_t)(t % (int64_t)su->per_epoch) * (uint64_t)B + (uint64_t)b0;
-    const float *dense = ds->dense + r * Nd;
+    const uint64_t r = role_batch_row(su, t, b0);
     const uint32_t *ids = ds->sparse + r * F;
-    const uint8_t *label = ds->label + r;
     trainer *tr = &ss->tr;
-    model *m = &tr->m;
 
     double t0 = bp_now();
     int rc = fetch_rows(ss, t, ids, Bi);
     if (rc) return rc;
-    double t1 = bp_now();
-    emb_gather_rows(ss->erow, Bi * F, su->mc.E, tr->emb);
-    model_forward(m, dense, tr->emb, Bi, tr->logit);
-    double lsum = bce_with_logits(tr->logit, label, Bi, 1.0f / (float)B, tr->dlogit);
-    model_zero_grad(m);
-    model_backward(m, dense, tr->emb, tr->dlogit, tr->d_emb, NULL);
-    double t2 = bp_now();
-    rc = comm_allreduce_sum_f32(m->grads, m->n_params, ss->first_trainer, ss->T, ss->ar_work);
-    if (!rc) rc = role_loss_allreduce(&lsum, ss->first_trainer, ss->T);
+    ss->st.t_wait += bp_now() - t0;
+    double lsum;
+    rc = role_dense_step(tr, (const float *const *)ss->erow, ds->dense + r * Nd, ds->label + r, Bi, B, ss->first_trainer,
+                         ss->T, ss->ar_work, &lsum, &ss->st.t_compute, &ss->st.t_ar);
     if (rc) return rc;
-    double t3 = bp_now();
-    dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
     double t4 = bp_now();
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
     rc = push_grads(ss, t);
     double t5 = bp_now();
     role_stats *st = &ss->st;
-    st->t_wait += t1 - t0, st->t_compute += (t2 - t1) + (t4 - t3), st->t_ar += t3 - t2, st->t_sync += t5 - t4;
+    st->t_sync += t5 - t4;
     *loss = lsum / B;
     return rc;
 }

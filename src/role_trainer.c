@@ -28,6 +28,7 @@
 #include "msg.h"
 #include "optim.h"
 #include "progress.h"
+#include "role_loop.h"
 #include "train.h"
 
 typedef struct {
@@ -188,47 +189,29 @@ static int push_grads(tstate *ts, int64_t t) {
     return rc ? rc : comm_waitall(ts->rq, S);
 }
 
-static double loss_allreduce(tstate *ts, double loss, int *rcp) {
-    double v[1] = {loss}, w[64];
-    double *work = ts->T <= 64 ? w : (double *)ts->ar_work; // ar_work holds >= T floats; T doubles need 2T
-    if (ts->T > 64) BP_ASSERT(ts->ar_work_n >= (size_t)2 * ts->T);
-    *rcp = comm_allreduce_sum_f64(v, 1, ts->first_trainer, ts->T, work);
-    return v[0];
-}
-
 // One iteration; *loss gets the global batch's mean loss.
 static int ts_step(tstate *ts, int64_t t, double *loss) {
     const train_setup *su = ts->su;
     const bp_dataset *ds = su->ds;
     const int Nd = su->mc.Nd, F = su->mc.F, B = su->B;
     const int b0 = dist_slice_begin(B, ts->T, ts->i), Bi = dist_slice_begin(B, ts->T, ts->i + 1) - b0;
-    const uint64_t r = su->tr0 + (uint64_t)(t % (int64_t)su->per_epoch) * (uint64_t)B + (uint64_t)b0;
-    const float *dense = ds->dense + r * Nd;
+    const uint64_t r = role_batch_row(su, t, b0);
     const uint32_t *ids = ds->sparse + r * F;
-    const uint8_t *label = ds->label + r;
     trainer *tr = &ts->tr;
-    model *m = &tr->m;
 
     double t0 = bp_now();
     int rc = fetch_rows(ts, t, ids, Bi);
     if (rc) return rc;
-    double t1 = bp_now();
-    emb_gather_rows(ts->erow, Bi * F, su->mc.E, tr->emb);
-    model_forward(m, dense, tr->emb, Bi, tr->logit);
-    double lsum = bce_with_logits(tr->logit, label, Bi, 1.0f / (float)B, tr->dlogit);
-    model_zero_grad(m);
-    model_backward(m, dense, tr->emb, tr->dlogit, tr->d_emb, NULL);
-    double t2 = bp_now();
-    rc = comm_allreduce_sum_f32(m->grads, m->n_params, ts->first_trainer, ts->T, ts->ar_work);
-    if (!rc) lsum = loss_allreduce(ts, lsum, &rc);
+    ts->t_wait += bp_now() - t0;
+    double lsum;
+    rc = role_dense_step(tr, (const float *const *)ts->erow, ds->dense + r * Nd, ds->label + r, Bi, B, ts->first_trainer,
+                         ts->T, ts->ar_work, &lsum, &ts->t_compute, &ts->t_ar);
     if (rc) return rc;
-    double t3 = bp_now();
-    dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
     double t4 = bp_now();
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
     rc = push_grads(ts, t);
     double t5 = bp_now();
-    ts->t_wait += t1 - t0, ts->t_compute += (t2 - t1) + (t4 - t3), ts->t_ar += t3 - t2, ts->t_sync += t5 - t4;
+    ts->t_sync += t5 - t4;
     *loss = lsum / B;
     return rc;
 }
