@@ -37,7 +37,7 @@ $(BUILD)/bagpipe: $(BUILD)/src/main.o $(BUILD)/libbagpipe.a
 $(BUILD)/test_bagpipe: $(TEST_OBJ) $(BUILD)/libbagpipe.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libbagpipe.a
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libbagpipe.a $(wildcard bench/*.h src/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libbagpipe.a $(LDLIBS)
 

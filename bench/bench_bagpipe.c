@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 #include "common.h"
 #include "data_bin.h"
 
@@ -45,20 +47,6 @@ static int write_dataset(const char *path, uint64_t n) {
         return rc;
     }
     return bp_ds_writer_finish(w, card, NULL);
-}
-
-// The number after "key": in the last line of path that contains "summary".
-static double summary_num(const char *path, const char *key) {
-    FILE *f = fopen(path, "r");
-    if (!f) return NAN;
-    char line[4096], last[4096] = "";
-    while (fgets(line, sizeof line, f))
-        if (strstr(line, "\"summary\"")) snprintf(last, sizeof last, "%s", line);
-    fclose(f);
-    char pat[96];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(last, pat);
-    return p ? strtod(p + strlen(pat), NULL) : NAN;
 }
 
 int main(int argc, char **argv) {
@@ -93,17 +81,17 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_bagpipe: failed: %s\n", cmd);
             return 1;
         }
-        spi[m] = summary_num(mpath, "train_s") / iters;
+        spi[m] = bench_summary_num(mpath, "train_s") / iters;
         double it = iters;
-        double push = m == 0 ? summary_num(mpath, "bytes_grad_push") / it : 0;
-        double fwd = m == 1 ? summary_num(mpath, "bytes_forward") / it : 0;
-        double wb = m == 1 ? summary_num(mpath, "bytes_write_back") / it : 0;
-        double es = m == 1 ? summary_num(mpath, "bytes_emb_sync") / it : 0;
-        double hit = m == 1 ? 100 * summary_num(mpath, "hit_rate") : 0;
+        double push = m == 0 ? bench_summary_num(mpath, "bytes_grad_push") / it : 0;
+        double fwd = m == 1 ? bench_summary_num(mpath, "bytes_forward") / it : 0;
+        double wb = m == 1 ? bench_summary_num(mpath, "bytes_write_back") / it : 0;
+        double es = m == 1 ? bench_summary_num(mpath, "bytes_emb_sync") / it : 0;
+        double hit = m == 1 ? 100 * bench_summary_num(mpath, "hit_rate") : 0;
         printf("%-16s %8.3f %8.3f %8.3f %8.3f %8.3f %11.0f %11.0f %11.0f %11.0f %11.0f %11.0f %6.1f\n", modes[m][0],
-               1e3 * spi[m], 1e3 * summary_num(mpath, "wait_rows_s") / it, 1e3 * summary_num(mpath, "emb_sync_s") / it,
-               1e3 * summary_num(mpath, "allreduce_s") / it, 1e3 * summary_num(mpath, "compute_s") / it,
-               summary_num(mpath, "bytes_row_fetch") / it, push, fwd, wb, es, summary_num(mpath, "bytes_allreduce") / it,
+               1e3 * spi[m], 1e3 * bench_summary_num(mpath, "wait_rows_s") / it, 1e3 * bench_summary_num(mpath, "emb_sync_s") / it,
+               1e3 * bench_summary_num(mpath, "allreduce_s") / it, 1e3 * bench_summary_num(mpath, "compute_s") / it,
+               bench_summary_num(mpath, "bytes_row_fetch") / it, push, fwd, wb, es, bench_summary_num(mpath, "bytes_allreduce") / it,
                hit);
     }
     printf("time per iteration, bagpipe / sync (T=2, S=1): %.2fx\n", spi[1] / spi[0]);

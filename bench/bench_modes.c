@@ -16,24 +16,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 // Prints v with the format, or "-" right-aligned in the same width when v is NaN (no such figure).
 static void cell(const char *fmt, int width, double v) {
     if (isnan(v)) printf(" %*s", width, "-");
     else printf(fmt, v);
-}
-
-// The number after "key": in the last line of path that contains "summary".
-static double summary_num(const char *path, const char *key) {
-    FILE *f = fopen(path, "r");
-    if (!f) return NAN;
-    char line[8192], last[8192] = "";
-    while (fgets(line, sizeof line, f))
-        if (strstr(line, "\"summary\"")) snprintf(last, sizeof last, "%s", line);
-    fclose(f);
-    char pat[96];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(last, pat);
-    return p ? strtod(p + strlen(pat), NULL) : NAN;
 }
 
 int main(int argc, char **argv) {
@@ -72,17 +60,17 @@ int main(int argc, char **argv) {
             return 1;
         }
         const double it = iters;
-        spi[m] = summary_num(mpath, "train_s") / it;
-        double b[4] = {summary_num(mpath, "bytes_row_fetch"), summary_num(mpath, "bytes_grad_push"),
-                       summary_num(mpath, "bytes_allreduce"), summary_num(mpath, "bytes_hot_sync")};
+        spi[m] = bench_summary_num(mpath, "train_s") / it;
+        double b[4] = {bench_summary_num(mpath, "bytes_row_fetch"), bench_summary_num(mpath, "bytes_grad_push"),
+                       bench_summary_num(mpath, "bytes_allreduce"), bench_summary_num(mpath, "bytes_hot_sync")};
         double total = 0;
         for (int k = 0; k < 4; k++) total += isnan(b[k]) ? 0 : b[k];
         printf("%-15s %8.3f", modes[m][0], 1e3 * spi[m]);
         const char *tk[4] = {"wait_rows_s", "emb_sync_s", "allreduce_s", "compute_s"};
-        for (int k = 0; k < 4; k++) cell(" %8.3f", 8, 1e3 * summary_num(mpath, tk[k]) / it);
+        for (int k = 0; k < 4; k++) cell(" %8.3f", 8, 1e3 * bench_summary_num(mpath, tk[k]) / it);
         for (int k = 0; k < 4; k++) cell(" %11.0f", 11, b[k] / it);
         cell(" %11.0f", 11, m == 0 ? NAN : total / it);
-        cell(" %6.3f", 6, summary_num(mpath, "hit_rate"));
+        cell(" %6.3f", 6, bench_summary_num(mpath, "hit_rate"));
         printf("\n");
     }
     printf("time per iteration / sync T=2: local %.2fx, sharded %.2fx, static %.2fx\n", spi[0] / spi[1],
