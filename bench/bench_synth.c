@@ -50,7 +50,7 @@ static double gen_rate(const synth_model *m, uint64_t rows, int T, double *per_c
 
 // Rows per second of the binary writer alone (appending one pre-generated chunk over and over,
 // then committing): the ceiling of `synth` to binary whatever the generator does.
-static void writer_rate(const synth_model *m, const synth_opts *o, const char *path) {
+static void writer_rate(const synth_model *m, const synth_opts *o, const char *path, int sized) {
     synth_rows r;
     synth_rows_alloc(&r, o->n_dense, o->n_tables);
     synth_model_gen_chunk(m, 0, &r);
@@ -58,10 +58,11 @@ static void writer_rate(const synth_model *m, const synth_opts *o, const char *p
     memset(&t, 0, sizeof t);
     t.n_dense = o->n_dense, t.n_sparse = o->n_tables, t.transform = BP_TRANSFORM_LOG1P, t.flags = BP_DS_HAS_PROB;
     bp_ds_writer *w;
+    const uint64_t rows = o->rows / r.n * r.n;
     double t0 = bp_now();
-    if (bp_ds_writer_open(&w, path, &t)) return;
+    if ((sized ? bp_ds_writer_open_sized(&w, path, &t, rows) : bp_ds_writer_open(&w, path, &t))) return;
     uint64_t done = 0;
-    while (done < o->rows) {
+    while (done < rows) {
         if (bp_ds_writer_append(w, r.n, r.label, r.dense, r.sparse, r.prob)) return;
         done += r.n;
     }
@@ -69,8 +70,8 @@ static void writer_rate(const synth_model *m, const synth_opts *o, const char *p
     if (bp_ds_writer_finish(w, o->card, NULL)) return;
     double t2 = bp_now();
     unlink(path);
-    printf("  writer only (bp_ds_writer_*)  %6.2fM rows/s appending, %6.2fM rows/s with the commit (%.2f s of it)\n",
-           done / (t1 - t0) / 1e6, done / (t2 - t0) / 1e6, t2 - t1);
+    printf("  writer only, %-8s         %6.2fM rows/s appending, %6.2fM rows/s with the commit (%.2f s of it)\n",
+           sized ? "sized" : "spilled", done / (t1 - t0) / 1e6, done / (t2 - t0) / 1e6, t2 - t1);
     synth_rows_free(&r);
 }
 
@@ -96,7 +97,8 @@ int main(int argc, char **argv) {
         printf("  generate only, %d thread%s  %6.2fM rows/s (%.2fM rows per CPU-second)\n", T, T > 1 ? "s" : " ",
                r / 1e6, per_cpu / 1e6);
     }
-    writer_rate(m, &o, path);
+    writer_rate(m, &o, path, 0);
+    writer_rate(m, &o, path, 1);
     synth_model_free(m);
 
     for (int fmt = 0; fmt < 2; fmt++) {

@@ -315,3 +315,7 @@ void bp_afile_abort(bp_afile *af) {
 uint32_t bp_crc32(uint32_t crc, const void *buf, size_t n) {
     return (uint32_t)crc32_z(crc, buf, n);
 }
+
+uint32_t bp_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+    return (uint32_t)crc32_combine(crc_a, crc_b, (z_off_t)len_b);
+}

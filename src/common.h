@@ -129,6 +129,8 @@ int bp_fsync_dir(const char *path); // fsync the directory that contains path
 
 // CRC-32 (zlib's polynomial) of a buffer of any size, continuing from crc (start with 0).
 uint32_t bp_crc32(uint32_t crc, const void *buf, size_t n);
+// The CRC-32 of A followed by B from crc_a, crc_b and B's length.
+uint32_t bp_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 // Little-endian field access for on-disk and on-wire formats.
 static inline void bp_put_u32(uint8_t *p, uint32_t v) {

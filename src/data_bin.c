@@ -162,7 +162,9 @@ enum { SEC_LABEL, SEC_DENSE, SEC_SPARSE, SEC_PROB, N_SEC };
 struct bp_ds_writer {
     bp_ds_info info;
     char *path;
-    int spill[N_SEC];      // unlinked temporary files, one per section
+    int spill[N_SEC];      // unspilled: unlinked temporary files, one per section
+    bp_afile af;           // sized: the temporary file under its final layout (af.fd >= 0)
+    uint64_t expect;       // sized: the row count promised to open
     uint32_t crc[N_SEC];
     uint64_t rows;
     uint32_t *max_id;      // (F) largest id seen per table, +1 (0 = none)
@@ -192,6 +194,7 @@ int bp_ds_writer_open(bp_ds_writer **out, const char *path, const bp_ds_info *tm
     w->info = *tmpl;
     w->info.version = BP_DS_VERSION;
     w->path = bp_xstrdup(path);
+    w->af.fd = -1;
     for (int s = 0; s < N_SEC; s++) w->spill[s] = -1;
     w->max_id = bp_xcalloc(tmpl->n_sparse, sizeof *w->max_id);
     int nsec = (tmpl->flags & BP_DS_HAS_PROB) ? N_SEC : SEC_PROB;
@@ -209,29 +212,97 @@ int bp_ds_writer_open(bp_ds_writer **out, const char *path, const bp_ds_info *tm
 uint64_t bp_ds_writer_rows(const bp_ds_writer *w) { return w->rows; }
 
 static int spill_write(bp_ds_writer *w, int s, const void *buf, size_t n) {
-    w->crc[s] = bp_crc32(w->crc[s], buf, n);
     return bp_write_all(w->spill[s], buf, n, w->path);
+}
+
+// Sized writer: the open temporary file, pre-sized to the final layout.
+int bp_ds_writer_open_sized(bp_ds_writer **out, const char *path, const bp_ds_info *tmpl, uint64_t rows) {
+    *out = NULL;
+    if (tmpl->n_dense > BP_DS_MAX_DENSE || tmpl->n_sparse == 0 || tmpl->n_sparse > BP_DS_MAX_SPARSE)
+        return bp_fail(BP_EINVAL, "%s: a dataset needs 0-%d dense and 1-%d sparse features (got %u, %u)", path,
+                       BP_DS_MAX_DENSE, BP_DS_MAX_SPARSE, tmpl->n_dense, tmpl->n_sparse);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return bp_fail(BP_EINVAL, "%s: is a directory, expected a file name for the dataset", path);
+    bp_ds_writer *w = bp_xcalloc(1, sizeof *w);
+    w->info = *tmpl;
+    w->info.version = BP_DS_VERSION;
+    w->info.rows = rows;
+    bp_ds_layout(&w->info);
+    w->path = bp_xstrdup(path);
+    w->expect = rows;
+    for (int s = 0; s < N_SEC; s++) w->spill[s] = -1;
+    w->max_id = bp_xcalloc(tmpl->n_sparse, sizeof *w->max_id);
+    int rc = bp_afile_open(&w->af, path);
+    if (!rc && ftruncate(w->af.fd, (off_t)w->info.file_size) != 0)
+        rc = bp_fail(BP_EIO, "%s: cannot size the file to %llu bytes: %s", path,
+                     (unsigned long long)w->info.file_size, strerror(errno));
+    if (rc) {
+        bp_ds_writer_abort(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+void bp_ds_rows_summarize(const bp_ds_info *shape, size_t n, const uint8_t *labels, const float *dense,
+                          const uint32_t *sparse, const float *prob, bp_ds_rows_sum *sum) {
+    const uint32_t F = shape->n_sparse, Nd = shape->n_dense;
+    BP_ASSERT(F >= 1 && F <= BP_DS_MAX_SPARSE);
+    memset(sum, 0, sizeof *sum);
+    for (size_t i = 0; i < n; i++) BP_ASSERTF(labels[i] <= 1, "label %u is not 0 or 1", labels[i]);
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t f = 0; f < F; f++) {
+            uint32_t id1 = sparse[i * F + f] + 1;
+            if (id1 == 0) id1 = UINT32_MAX; // id 2^32 - 1: beyond any cardinality
+            if (id1 > sum->max_id1[f]) sum->max_id1[f] = id1;
+        }
+    sum->crc[SEC_LABEL] = bp_crc32(0, labels, n);
+    if (Nd) sum->crc[SEC_DENSE] = bp_crc32(0, dense, n * Nd * sizeof(float));
+    sum->crc[SEC_SPARSE] = bp_crc32(0, sparse, n * F * sizeof(uint32_t));
+    if (shape->flags & BP_DS_HAS_PROB) {
+        BP_ASSERT(prob);
+        sum->crc[SEC_PROB] = bp_crc32(0, prob, n * sizeof(float));
+    }
 }
 
 int bp_ds_writer_append(bp_ds_writer *w, size_t n, const uint8_t *labels, const float *dense,
                         const uint32_t *sparse, const float *prob) {
+    bp_ds_rows_sum sum;
+    bp_ds_rows_summarize(&w->info, n, labels, dense, sparse, prob, &sum);
+    return bp_ds_writer_append_summed(w, n, labels, dense, sparse, prob, &sum);
+}
+
+int bp_ds_writer_append_summed(bp_ds_writer *w, size_t n, const uint8_t *labels, const float *dense,
+                               const uint32_t *sparse, const float *prob, const bp_ds_rows_sum *sum) {
     const uint32_t F = w->info.n_sparse, Nd = w->info.n_dense;
-    for (size_t i = 0; i < n; i++) {
-        BP_ASSERTF(labels[i] <= 1, "label %u is not 0 or 1", labels[i]);
-        for (uint32_t f = 0; f < F; f++) {
-            uint32_t id1 = sparse[i * F + f] + 1;
-            if (id1 > w->max_id[f] || id1 == 0) w->max_id[f] = id1 == 0 ? UINT32_MAX : id1;
+    const int has_prob = (w->info.flags & BP_DS_HAS_PROB) != 0;
+    const void *src[N_SEC] = {labels, dense, sparse, prob};
+    const size_t width[N_SEC] = {1, (size_t)Nd * sizeof(float), (size_t)F * sizeof(uint32_t), sizeof(float)};
+    const int sized = w->af.fd >= 0;
+    if (sized && n > w->expect - w->rows)
+        return bp_fail(BP_EINVAL, "%s: %llu rows appended to a dataset sized for %llu", w->path,
+                       (unsigned long long)(w->rows + n), (unsigned long long)w->expect);
+    const uint64_t off[N_SEC] = {w->info.off_label, w->info.off_dense, w->info.off_sparse, w->info.off_prob};
+    int rc = 0;
+    for (int s = 0; s < N_SEC && !rc; s++) {
+        if (width[s] == (size_t)0 || (s == SEC_DENSE && !Nd) || (s == SEC_PROB && !has_prob)) continue;
+        size_t len = n * width[s];
+        if (sized) {
+            const uint64_t at = off[s] + w->rows * width[s];
+            rc = bp_pwrite_all(w->af.fd, src[s], len, at, w->path);
+            // Start writing the pages back now, so the fsync of the commit has little left to do.
+            if (!rc) (void)sync_file_range(w->af.fd, (off64_t)at, (off64_t)len, SYNC_FILE_RANGE_WRITE);
+        } else {
+            rc = spill_write(w, s, src[s], len);
         }
+        if (!rc) w->crc[s] = bp_crc32_combine(w->crc[s], sum->crc[s], len);
     }
-    int rc = spill_write(w, SEC_LABEL, labels, n);
-    if (!rc && Nd) rc = spill_write(w, SEC_DENSE, dense, n * Nd * sizeof(float));
-    if (!rc) rc = spill_write(w, SEC_SPARSE, sparse, n * F * sizeof(uint32_t));
-    if (!rc && (w->info.flags & BP_DS_HAS_PROB)) {
-        BP_ASSERT(prob);
-        rc = spill_write(w, SEC_PROB, prob, n * sizeof(float));
-    }
-    if (!rc) w->rows += n;
-    return rc;
+    if (rc) return rc;
+    for (uint32_t f = 0; f < F; f++)
+        if (sum->max_id1[f] > w->max_id[f]) w->max_id[f] = sum->max_id1[f];
+    w->rows += n;
+    return 0;
 }
 
 // Copies the whole spill file src into dst at offset off.
@@ -287,11 +358,23 @@ int bp_ds_writer_finish(bp_ds_writer *w, const uint64_t *card, const uint64_t sp
     in->crc_sparse = w->crc[SEC_SPARSE];
     in->crc_prob = w->crc[SEC_PROB];
 
-    bp_afile af;
-    rc = bp_afile_open(&af, w->path);
-    if (rc) {
+    const int sized = w->af.fd >= 0;
+    if (sized && w->rows != w->expect) {
+        rc = bp_fail(BP_EINVAL, "%s: %llu rows written to a dataset sized for %llu", w->path,
+                     (unsigned long long)w->rows, (unsigned long long)w->expect);
         bp_ds_writer_abort(w);
         return rc;
+    }
+    bp_afile af;
+    if (sized) {
+        af = w->af;
+        w->af.fd = -1, w->af.path = w->af.tmp_path = NULL; // af owns it now
+    } else {
+        rc = bp_afile_open(&af, w->path);
+        if (rc) {
+            bp_ds_writer_abort(w);
+            return rc;
+        }
     }
     uint8_t *hdr = bp_xmalloc(BP_DS_HEADER_SIZE);
     bp_ds_header_encode(in, hdr);
@@ -299,7 +382,7 @@ int bp_ds_writer_finish(bp_ds_writer *w, const uint64_t *card, const uint64_t sp
     free(hdr);
     const uint64_t off[N_SEC] = {in->off_label, in->off_dense, in->off_sparse, in->off_prob};
     const uint64_t len[N_SEC] = {in->rows, in->rows * in->n_dense * 4, in->rows * in->n_sparse * 4, in->rows * 4};
-    for (int s = 0; s < N_SEC && !rc; s++)
+    for (int s = 0; s < N_SEC && !rc && !sized; s++)
         if (w->spill[s] >= 0 && len[s]) rc = copy_section(af.fd, off[s], w->spill[s], len[s], w->path);
     if (!rc && ftruncate(af.fd, (off_t)in->file_size) != 0)
         rc = bp_fail(BP_EIO, "%s: cannot set file size: %s", w->path, strerror(errno));
@@ -313,6 +396,7 @@ void bp_ds_writer_abort(bp_ds_writer *w) {
     if (!w) return;
     for (int s = 0; s < N_SEC; s++)
         if (w->spill[s] >= 0) close(w->spill[s]);
+    if (w->af.fd >= 0) bp_afile_abort(&w->af);
     free(w->max_id);
     free(w->path);
     free(w);

@@ -64,8 +64,18 @@ void bp_ds_layout(bp_ds_info *info);
 
 // ---------------------------------------------------------------------------------------------
 // Streaming writer.  Rows are appended in batches; nothing appears under `path` until finish
-// succeeds.  Memory use is bounded (sections are spilled to unlinked temporary files).
+// succeeds.  Memory use is bounded: when the row count is not known up front (prep), sections
+// are spilled to unlinked temporary files and copied into place at finish; when it is
+// (bp_ds_writer_open_sized, synth), each section is written straight to its final offset in the
+// temporary file, so finish only writes the header and commits.
 typedef struct bp_ds_writer bp_ds_writer;
+
+// What the writer checks and records of a run of appended rows, computable by the thread that
+// produced them (bp_ds_rows_summarize), so the writing thread only copies bytes.
+typedef struct {
+    uint32_t crc[4];                     // CRC-32 of the rows' label, dense, sparse, prob bytes
+    uint32_t max_id1[BP_DS_MAX_SPARSE];  // per table: largest id + 1 (0: none; UINT32_MAX: id 2^32-1)
+} bp_ds_rows_sum;
 
 // `tmpl` gives n_dense, n_sparse, flags, transform, kind, idmap, min_count, max_ind_range, seed
 // and source; rows, split, card and the layout are filled in at finish.
@@ -73,6 +83,14 @@ int bp_ds_writer_open(bp_ds_writer **w, const char *path, const bp_ds_info *tmpl
 // labels: (n), dense: (n, Nd), sparse: (n, F), prob: (n) or NULL when !BP_DS_HAS_PROB.
 int bp_ds_writer_append(bp_ds_writer *w, size_t n, const uint8_t *labels, const float *dense,
                         const uint32_t *sparse, const float *prob);
+// The same with the rows' summary computed beforehand; shape: the tmpl given to open (n_dense,
+// n_sparse, flags).  Labels must be 0 or 1 (asserted).
+void bp_ds_rows_summarize(const bp_ds_info *shape, size_t n, const uint8_t *labels, const float *dense,
+                          const uint32_t *sparse, const float *prob, bp_ds_rows_sum *sum);
+int bp_ds_writer_append_summed(bp_ds_writer *w, size_t n, const uint8_t *labels, const float *dense,
+                               const uint32_t *sparse, const float *prob, const bp_ds_rows_sum *sum);
+// A writer for exactly `rows` rows (finish fails naming the counts otherwise).
+int bp_ds_writer_open_sized(bp_ds_writer **w, const char *path, const bp_ds_info *tmpl, uint64_t rows);
 uint64_t bp_ds_writer_rows(const bp_ds_writer *w);
 // card: (F) table sizes; every id written must be < card (checked).  split: rows per split, or
 // NULL for "all train".  Commits the file atomically and frees w (also on failure).

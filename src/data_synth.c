@@ -187,12 +187,14 @@ typedef struct {
     float *pair_fac;     // generator scratch, see synth_rows
     char *text;          // (R * text_row_max) for text formats
     size_t text_len;
+    bp_ds_rows_sum sum;  // binary format: checksums and id ranges, for the writer
     double sum_label, sum_prob;
 } run_slot;
 
 typedef struct {
     const synth_model *m;
     const synth_opts *o;
+    bp_ds_info shape; // binary format: the dataset's shape (for bp_ds_rows_summarize)
     uint64_t nchunks, nblocks, next_block;
     int nslots, stop;
     run_slot *slots;
@@ -217,6 +219,8 @@ static void fill_block(run_state *st, run_slot *sl, uint64_t b) {
     }
     sl->rows = off;
     sl->text_len = (size_t)(p - sl->text);
+    if (st->o->format == SYNTH_FMT_BIN)
+        bp_ds_rows_summarize(&st->shape, off, sl->label, sl->dense, sl->sparse, sl->prob, &sl->sum);
 }
 
 static void *run_worker(void *arg) {
@@ -259,13 +263,13 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
 
     bp_ds_writer *w = NULL;
     bp_afile af = {.fd = -1};
+    bp_ds_info t;
+    memset(&t, 0, sizeof t);
     if (o.format == SYNTH_FMT_BIN) {
-        bp_ds_info t;
-        memset(&t, 0, sizeof t);
         t.n_dense = Nd, t.n_sparse = F, t.transform = BP_TRANSFORM_LOG1P, t.flags = BP_DS_HAS_PROB;
         t.kind = BP_KIND_SYNTH, t.idmap = BP_IDMAP_RAW, t.seed = o.seed;
         source_text(&o, m, t.source, sizeof t.source);
-        rc = bp_ds_writer_open(&w, o.out, &t);
+        rc = bp_ds_writer_open_sized(&w, o.out, &t, o.rows);
     } else {
         rc = bp_afile_open(&af, o.out);
         if (!rc && o.format == SYNTH_FMT_CSV) rc = bp_afile_write(&af, avazu_header, sizeof avazu_header - 1);
@@ -277,7 +281,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
 
     run_state st;
     memset(&st, 0, sizeof st);
-    st.m = m, st.o = &o;
+    st.m = m, st.o = &o, st.shape = t;
     st.nchunks = (o.rows + SYNTH_CHUNK_ROWS - 1) / SYNTH_CHUNK_ROWS;
     st.nblocks = (st.nchunks + BLOCK_CHUNKS - 1) / BLOCK_CHUNKS;
     st.nslots = o.threads <= 4 ? 2 * o.threads : o.threads + 4; // blocks in flight: all busy, some ready
@@ -311,7 +315,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
         pthread_mutex_lock(&st.mu);
         while (!(sl->ready && sl->expect == b)) pthread_cond_wait(&st.cv, &st.mu);
         pthread_mutex_unlock(&st.mu);
-        if (o.format == SYNTH_FMT_BIN) rc = bp_ds_writer_append(w, sl->rows, sl->label, sl->dense, sl->sparse, sl->prob);
+        if (o.format == SYNTH_FMT_BIN) rc = bp_ds_writer_append_summed(w, sl->rows, sl->label, sl->dense, sl->sparse, sl->prob, &sl->sum);
         else rc = bp_afile_write(&af, sl->text, sl->text_len);
         rep->mean_label += sl->sum_label, rep->mean_prob += sl->sum_prob;
         done += sl->rows;
@@ -361,8 +365,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
         rep->skew = synth_model_skew(m);
         rep->bias = synth_model_bias(m);
         if (o.format == SYNTH_FMT_BIN) {
-            bp_ds_info t = {0};
-            t.rows = o.rows, t.n_dense = Nd, t.n_sparse = F, t.flags = BP_DS_HAS_PROB;
+            t.rows = o.rows;
             bp_ds_layout(&t);
             rep->bytes = t.file_size;
         }

@@ -7,12 +7,14 @@
 #include "test.h"
 
 // Writes a small dataset with known content: n rows, 3 dense, 4 sparse, optional prob.
-static int write_small(const char *path, uint64_t n, int with_prob) {
+// sized: the writer is told the row count up front (sections written in place); sized > 1 tells
+// it one row more than is written.
+static int write_small_as(const char *path, uint64_t n, int with_prob, int sized) {
     bp_ds_info t = {0};
     t.n_dense = 3, t.n_sparse = 4, t.kind = BP_KIND_CUSTOM, t.flags = with_prob ? BP_DS_HAS_PROB : 0;
     snprintf(t.source, sizeof t.source, "unit test");
     bp_ds_writer *w;
-    int rc = bp_ds_writer_open(&w, path, &t);
+    int rc = sized ? bp_ds_writer_open_sized(&w, path, &t, n + (sized > 1)) : bp_ds_writer_open(&w, path, &t);
     if (rc) return rc;
     for (uint64_t r = 0; r < n && !rc; r++) {
         uint8_t lab = r % 3 == 0;
@@ -27,6 +29,25 @@ static int write_small(const char *path, uint64_t n, int with_prob) {
     }
     uint64_t card[4] = {10, 7, 1, 100}, split[3] = {n / 2, n / 4, n - n / 2 - n / 4};
     return bp_ds_writer_finish(w, card, split);
+}
+static int write_small(const char *path, uint64_t n, int with_prob) { return write_small_as(path, n, with_prob, 0); }
+
+// The sized writer (sections written in place) produces the same bytes as the spilling one, and
+// refuses a row count other than the one it was promised, leaving nothing under the name.
+TEST(data_bin_sized_writer_same_bytes) {
+    char *out = NULL;
+    for (int with_prob = 0; with_prob < 2; with_prob++) {
+        ASSERT_OK(write_small_as(test_path("spill.bin"), 3001, with_prob, 0));
+        ASSERT_OK(write_small_as(test_path("sized.bin"), 3001, with_prob, 1));
+        ASSERT_EQ(test_run(&out, 10, "cmp %s %s", test_path("spill.bin"), test_path("sized.bin")), 0);
+        free(out);
+    }
+    ASSERT_EQ(write_small_as(test_path("short.bin"), 100, 1, 2), BP_EINVAL);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EINVAL), "100 rows written to a dataset sized for 101");
+    ASSERT_TRUE(access(test_path("short.bin"), F_OK) != 0);
+    ASSERT_EQ(test_run(&out, 10, "ls %s | grep -c short.bin.tmp || true", test_tmpdir()), 0);
+    ASSERT_STR_CONTAINS(out, "0");
+    free(out);
 }
 
 TEST(data_bin_roundtrip) {
