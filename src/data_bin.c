@@ -182,14 +182,18 @@ static int open_spill(const char *path, int *fd) {
     return rc;
 }
 
-int bp_ds_writer_open(bp_ds_writer **out, const char *path, const bp_ds_info *tmpl) {
-    *out = NULL;
-    if (tmpl->n_dense > BP_DS_MAX_DENSE || tmpl->n_sparse == 0 || tmpl->n_sparse > BP_DS_MAX_SPARSE)
-        return bp_fail(BP_EINVAL, "%s: a dataset needs 0-%d dense and 1-%d sparse features (got %u, %u)", path,
-                       BP_DS_MAX_DENSE, BP_DS_MAX_SPARSE, tmpl->n_dense, tmpl->n_sparse);
+// A writer with no file open yet, or NULL (and an error) when tmpl or path cannot make a dataset.
+static bp_ds_writer *writer_new(const char *path, const bp_ds_info *tmpl) {
+    if (tmpl->n_dense > BP_DS_MAX_DENSE || tmpl->n_sparse == 0 || tmpl->n_sparse > BP_DS_MAX_SPARSE) {
+        bp_fail(BP_EINVAL, "%s: a dataset needs 0-%d dense and 1-%d sparse features (got %u, %u)", path,
+                BP_DS_MAX_DENSE, BP_DS_MAX_SPARSE, tmpl->n_dense, tmpl->n_sparse);
+        return NULL;
+    }
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return bp_fail(BP_EINVAL, "%s: is a directory, expected a file name for the dataset", path);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        bp_fail(BP_EINVAL, "%s: is a directory, expected a file name for the dataset", path);
+        return NULL;
+    }
     bp_ds_writer *w = bp_xcalloc(1, sizeof *w);
     w->info = *tmpl;
     w->info.version = BP_DS_VERSION;
@@ -197,15 +201,21 @@ int bp_ds_writer_open(bp_ds_writer **out, const char *path, const bp_ds_info *tm
     w->af.fd = -1;
     for (int s = 0; s < N_SEC; s++) w->spill[s] = -1;
     w->max_id = bp_xcalloc(tmpl->n_sparse, sizeof *w->max_id);
+    return w;
+}
+
+int bp_ds_writer_open(bp_ds_writer **out, const char *path, const bp_ds_info *tmpl) {
+    bp_ds_writer *w = *out = writer_new(path, tmpl);
+    if (!w) return BP_EINVAL;
     int nsec = (tmpl->flags & BP_DS_HAS_PROB) ? N_SEC : SEC_PROB;
     for (int s = 0; s < nsec; s++) {
         int rc = open_spill(path, &w->spill[s]);
         if (rc) {
             bp_ds_writer_abort(w);
+            *out = NULL;
             return rc;
         }
     }
-    *out = w;
     return 0;
 }
 
@@ -217,32 +227,19 @@ static int spill_write(bp_ds_writer *w, int s, const void *buf, size_t n) {
 
 // Sized writer: the open temporary file, pre-sized to the final layout.
 int bp_ds_writer_open_sized(bp_ds_writer **out, const char *path, const bp_ds_info *tmpl, uint64_t rows) {
-    *out = NULL;
-    if (tmpl->n_dense > BP_DS_MAX_DENSE || tmpl->n_sparse == 0 || tmpl->n_sparse > BP_DS_MAX_SPARSE)
-        return bp_fail(BP_EINVAL, "%s: a dataset needs 0-%d dense and 1-%d sparse features (got %u, %u)", path,
-                       BP_DS_MAX_DENSE, BP_DS_MAX_SPARSE, tmpl->n_dense, tmpl->n_sparse);
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return bp_fail(BP_EINVAL, "%s: is a directory, expected a file name for the dataset", path);
-    bp_ds_writer *w = bp_xcalloc(1, sizeof *w);
-    w->info = *tmpl;
-    w->info.version = BP_DS_VERSION;
-    w->info.rows = rows;
+    bp_ds_writer *w = *out = writer_new(path, tmpl);
+    if (!w) return BP_EINVAL;
+    w->info.rows = w->expect = rows;
     bp_ds_layout(&w->info);
-    w->path = bp_xstrdup(path);
-    w->expect = rows;
-    for (int s = 0; s < N_SEC; s++) w->spill[s] = -1;
-    w->max_id = bp_xcalloc(tmpl->n_sparse, sizeof *w->max_id);
     int rc = bp_afile_open(&w->af, path);
     if (!rc && ftruncate(w->af.fd, (off_t)w->info.file_size) != 0)
         rc = bp_fail(BP_EIO, "%s: cannot size the file to %llu bytes: %s", path,
                      (unsigned long long)w->info.file_size, strerror(errno));
     if (rc) {
         bp_ds_writer_abort(w);
-        return rc;
+        *out = NULL;
     }
-    *out = w;
-    return 0;
+    return rc;
 }
 
 void bp_ds_rows_summarize(const bp_ds_info *shape, size_t n, const uint8_t *labels, const float *dense,
