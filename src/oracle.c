@@ -12,6 +12,17 @@
 //            An occurrence id is (slot << pos_bits) | position; next-links make "next use" O(1).
 //   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction;
 //            only keys that can become candidates (next use beyond the pinned batches) enter.
+//   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each) and the
+//            replaced keymap word of each new occurrence of the batch being indexed (8 bytes).
+//
+// Speed (docs/oracle.md has the profile).  The work is a few random memory touches per id and per
+// unique key, so the code is arranged for memory-level parallelism: the indexer reads a slice's
+// ids once (transposing them so each table's ids are consecutive and can be prefetched into the
+// keymap ahead of use), dedupes in a first pass that only touches the keymap and the new slot, and
+// in a second pass writes the scattered targets (the previous occurrence's next link, or a new
+// active record) with prefetches a few occurrences ahead; the planner prefetches residency state
+// far ahead and the gate words of keys it is about to fetch or evict.  oracle_ref.c keeps the
+// planner before these changes; tests require byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
 // free list and the slots being filled; the planner owns the state of published keys, buckets and
@@ -872,6 +883,7 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     uint64_t mem = o->pub_acts * (sizeof(uint32_t) + 2 * sizeof(uint64_t) + 1);
     mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + 2 * sizeof(uint64_t));
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
+    mem += (uint64_t)o->pub_occ * sizeof(uint64_t) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->NB; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     st->active_peak = o->pub_acts;
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
