@@ -12,6 +12,17 @@
 //            An occurrence id is (slot << pos_bits) | position; next-links make "next use" O(1).
 //   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction;
 //            only keys that can become candidates (next use beyond the pinned batches) enter.
+//   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each) and the
+//            replaced keymap word of each new occurrence of the batch being indexed (8 bytes).
+//
+// Speed (docs/oracle.md has the profile).  The work is a few random memory touches per id and per
+// unique key, so the code is arranged for memory-level parallelism: the indexer reads a slice's
+// ids once (transposing them so each table's ids are consecutive and can be prefetched into the
+// keymap ahead of use), dedupes in a first pass that only touches the keymap and the new slot, and
+// in a second pass writes the scattered targets (the previous occurrence's next link, or a new
+// active record) with prefetches a few occurrences ahead; the planner prefetches residency state
+// far ahead and the gate words of keys it is about to fetch or evict.  oracle_ref.c keeps the
+// planner before these changes; tests require byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
 // free list and the slots being filled; the planner owns the state of published keys, buckets and
@@ -74,6 +85,9 @@ struct oracle_impl {
     uint64_t *km; // (K) flat keymap
     size_t km_bytes;
     hmap hm;
+    uint32_t *cols;     // (F, COLS_LD(B / T + 1)) one trainer's slice of a batch, transposed
+    uint32_t *card32;   // (F) card - 1: the largest valid id of each table
+    uint64_t *prevw;    // (B F) keymap word each new occurrence of the batch being indexed replaced
     uint32_t *act_free; // (act_cap) stack of free indices
     uint64_t *act_key;  // (act_cap)
     uint32_t act_cap, act_hw, n_free;
@@ -184,18 +198,35 @@ static uint64_t *hmap_slot(hmap *h, uint64_t key, int insert) {
 
 #define KM_ACT(v) ((uint32_t)((v) >> 32) & 0x7FFFFFFFu)
 
-// A new active record for key, whose keymap word (inactive) is v.
-static inline uint32_t act_new(oracle_impl *o, uint64_t key, uint64_t v) {
+// A free active record index (its fields are filled by the caller).
+static inline uint32_t act_take(oracle_impl *o) {
     uint32_t a = o->n_free ? o->act_free[--o->n_free] : o->act_hw++;
     BP_ASSERTF(a < o->act_cap, "oracle: %u active keys exceed the bound %u", a, o->act_cap);
-    o->act_key[a] = key;
-    o->act_state[a] = RES_NONE;
-    o->act_gate[a] = v;
     return a;
 }
 
 static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
     return &o->slots[occ >> o->pos_bits].next[occ & o->pos_mask];
+}
+
+// Prefetch distances (samples) of the indexer: keymap words, then the previous occurrence's link.
+#define IDX_AHEAD_KM 32
+#define IDX_AHEAD_LINK 12
+
+#define COLS_LD(len) (((len) + 15) / 16 * 16 + 16)
+
+// The error of the first bad id of a batch in indexing order (trainer, feature, sample), or 0.
+static int index_check(const oracle_impl *o, const uint32_t *ids, uint32_t n) {
+    const uint32_t F = o->F, T = o->T;
+    for (uint32_t i = 0; i < T; i++) {
+        uint32_t lo = (uint32_t)((uint64_t)i * n / T), hi = (uint32_t)((uint64_t)(i + 1) * n / T);
+        for (uint32_t f = 0; f < F; f++)
+            for (uint32_t s = lo; s < hi; s++)
+                if (ids[(size_t)s * F + f] >= o->card[f])
+                    return bp_fail(BP_ERANGE, "oracle: batch %u, sample %u, feature %u: id %u >= table size %llu",
+                                   o->n_indexed, s, f, ids[(size_t)s * F + f], (unsigned long long)o->card[f]);
+    }
+    return 0;
 }
 
 // Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.  `flat`
@@ -205,40 +236,63 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     uint32_t bnum = o->n_indexed, j = bnum % o->R;
     slot *sl = &o->slots[j];
     const uint32_t F = o->F, T = o->T, tag = j << o->pos_bits, pos_mask = o->pos_mask;
-    const uint64_t *off = o->offset, *card = o->card;
+    const uint64_t *off = o->offset;
     uint64_t *km = o->km, *skey = sl->key, *susers = sl->users;
-    uint32_t *sact = sl->act, *snext = sl->next;
+    uint32_t *sact = sl->act, *snext = sl->next, *cols = o->cols;
+    uint64_t *prevw = o->prevw;
+    const uint32_t *maxid = o->card32;
     sl->batch = bnum, sl->samples = n, sl->n = 0;
     uint32_t cnt = 0;
-    // Trainer by trainer, table by table: the hot ids of one table are close together in the
-    // keymap, and the cold ones are prefetched a few samples ahead.
+    // Trainer by trainer, table by table (the occurrence order): the trainer's slice is first
+    // transposed into cols (F, len) so that each table's ids are read in sequence; the hot ids of
+    // one table are close together in the keymap, and the cold ones are prefetched ahead.
     for (uint32_t i = 0; i < T; i++) {
-        uint32_t lo = (uint32_t)((uint64_t)i * n / T), hi = (uint32_t)((uint64_t)(i + 1) * n / T);
+        uint32_t lo = (uint32_t)((uint64_t)i * n / T), hi = (uint32_t)((uint64_t)(i + 1) * n / T), len = hi - lo;
+        uint32_t ld = COLS_LD(len); // column stride: not a multiple of 4 KiB, so columns do not alias in L1
         uint64_t bit = 1ull << i;
+        uint32_t bad = 0;
+        for (uint32_t s = 0; s < len; s++) {
+            const uint32_t *row = ids + (size_t)(lo + s) * F;
+            for (uint32_t f = 0; f < F; f++) cols[(size_t)f * ld + s] = row[f], bad |= row[f] > maxid[f];
+        }
+        if (bad) return index_check(o, ids, n); // the first bad id in indexing order (trainer i's slice)
         for (uint32_t f = 0; f < F; f++) {
-            const uint32_t *col = ids + f;
-            const uint64_t base = off[f], c = card[f];
-            for (uint32_t s = lo; s < hi; s++) {
-                uint32_t id = col[(size_t)s * F];
-                if (id >= c)
-                    return bp_fail(BP_ERANGE, "oracle: batch %u, sample %u, feature %u: id %u >= table size %llu",
-                                   bnum, s, f, id, (unsigned long long)c);
-                if (flat && s + 16 < hi) {
-                    uint32_t ahead = col[(size_t)(s + 16) * F];
-                    if (ahead < c) __builtin_prefetch(&km[base + ahead]);
-                }
+            const uint32_t *col = cols + (size_t)f * ld;
+            const uint64_t base = off[f];
+            for (uint32_t s = 0; s < len; s++) {
+                uint32_t id = col[s];
+                if (flat && s + IDX_AHEAD_KM < len) __builtin_prefetch(&km[base + col[s + IDX_AHEAD_KM]]);
                 uint64_t *w = flat ? &km[base + id] : hmap_slot(&o->hm, base + id, 1);
                 uint64_t v = *w;
                 if ((v & KM_ACTIVE) && ((uint32_t)v & ~pos_mask) == tag) {
                     susers[(uint32_t)v & pos_mask] |= bit; // seen earlier in this batch
                     continue;
                 }
-                uint32_t a = (v & KM_ACTIVE) ? KM_ACT(v) : act_new(o, base + id, v);
+                // A new occurrence: its active record (new or not) is settled in the second pass.
+                uint32_t a = (v & KM_ACTIVE) ? KM_ACT(v) : act_take(o);
                 uint32_t oc = cnt++;
-                skey[oc] = base + id, sact[oc] = a, snext[oc] = NIL, susers[oc] = bit;
-                if (v & KM_ACTIVE) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
+                skey[oc] = base + id, sact[oc] = a, snext[oc] = NIL, susers[oc] = bit, prevw[oc] = v;
                 *w = KM_ACTIVE | (uint64_t)a << 32 | (tag | oc);
             }
+        }
+    }
+    // Second pass, in occurrence order with the targets prefetched: link each key's previous
+    // occurrence to its new one, or fill the new active record.
+    uint64_t *act_key = o->act_key, *act_gate = o->act_gate;
+    uint8_t *act_state = o->act_state;
+    for (uint32_t oc = 0; oc < cnt; oc++) {
+        if (oc + IDX_AHEAD_LINK < cnt) {
+            uint64_t v2 = prevw[oc + IDX_AHEAD_LINK];
+            uint32_t a2 = sact[oc + IDX_AHEAD_LINK];
+            if (v2 & KM_ACTIVE) __builtin_prefetch(occ_next(o, (uint32_t)v2), 1);
+            else __builtin_prefetch(&act_key[a2], 1), __builtin_prefetch(&act_gate[a2], 1), __builtin_prefetch(&act_state[a2], 1);
+        }
+        uint64_t v = prevw[oc];
+        if (v & KM_ACTIVE) {
+            __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
+        } else {
+            uint32_t a = sact[oc];
+            act_key[a] = skey[oc], act_state[a] = RES_NONE, act_gate[a] = v;
         }
     }
     sl->n = cnt;
@@ -432,7 +486,10 @@ static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
     sort_sync(o, r, t);
 }
 
-#define AHEAD 8 // prefetch distances (occurrences): residency state at 2 AHEAD, gate words at AHEAD
+// Prefetch distances (occurrences) of the planner's scans: residency state at AHEAD_STATE, and at
+// AHEAD_GATE (state by then in cache) the gate word of a key that is likely to be written.
+#define AHEAD_STATE 48
+#define AHEAD_GATE 16
 
 // One planning step s (see oracle.h).  Returns 1 if it completed record s-1 (in rec[(s-1)&1]),
 // 0 if not (s = 0), or BP_ECAPACITY.
@@ -457,10 +514,10 @@ static int plan_step(oracle_impl *o) {
         const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n;
         const uint64_t *skey = sl->key;
         for (uint32_t oc = 0; oc < n; oc++) {
-            if (oc + 2 * AHEAD < n) __builtin_prefetch(&state[sact[oc + 2 * AHEAD]], 1);
-            if (oc + AHEAD < n) { // the gate word of a key that is likely to be evicted
-                uint32_t a2 = sact[oc + AHEAD];
-                if (state[a2] == RES_PRIVATE || __atomic_load_n(&snext[oc + AHEAD], __ATOMIC_RELAXED) == NIL)
+            if (oc + AHEAD_STATE < n) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]], 1);
+            if (oc + AHEAD_GATE < n) { // the gate word of a key that is likely to be evicted
+                uint32_t a2 = sact[oc + AHEAD_GATE];
+                if (state[a2] == RES_PRIVATE || __atomic_load_n(&snext[oc + AHEAD_GATE], __ATOMIC_RELAXED) == NIL)
                     __builtin_prefetch(&gate[a2], 1);
             }
             uint32_t a = sact[oc];
@@ -502,8 +559,9 @@ static int plan_step(oracle_impl *o) {
         const uint32_t *sact = su->act, n = su->n;
         const uint64_t *susers = su->users;
         for (uint32_t oc = 0; oc < n; oc++) {
-            if (oc + 2 * AHEAD < n) __builtin_prefetch(&state[sact[oc + 2 * AHEAD]], 1);
-            if (oc + AHEAD < n && state[sact[oc + AHEAD]] == RES_NONE) __builtin_prefetch(&gate[sact[oc + AHEAD]], 1);
+            if (oc + AHEAD_STATE < n) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]], 1);
+            if (oc + AHEAD_GATE < n && state[sact[oc + AHEAD_GATE]] == RES_NONE)
+                __builtin_prefetch(&gate[sact[oc + AHEAD_GATE]], 1);
             uint32_t a = sact[oc];
             uint64_t users = susers[oc];
             uint32_t nu = popcount64(users);
@@ -648,6 +706,14 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
         return bp_fail(BP_ENOMEM, "oracle: cannot map memory for %llu keys and a window of %u batches of %u x %u",
                        (unsigned long long)K, R, cfg->B, cfg->F);
     }
+    o->cols = bp_xmalloc((size_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof *o->cols);
+    o->card32 = bp_xmalloc(cfg->F * sizeof *o->card32);
+    for (uint32_t f = 0; f < cfg->F; f++) o->card32[f] = (uint32_t)(cfg->card[f] - 1);
+    o->prevw = big_alloc(per * sizeof *o->prevw);
+    if (!o->prevw) {
+        oracle_free(out);
+        return bp_fail(BP_ENOMEM, "oracle: cannot map %zu bytes", per * sizeof(uint64_t));
+    }
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
     o->sync_cnt = bp_xcalloc(2 * (o->P + o->W + 2) + 1, sizeof *o->sync_cnt);
@@ -703,7 +769,8 @@ void oracle_free(oracle *out) {
     for (uint32_t j = 0; o->bucket && j < o->NB; j++) free(o->bucket[j]);
     free(o->bucket), free(o->bucket_n), free(o->bucket_cap);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
-    free(o->offset), free(o->card);
+    free(o->offset), free(o->card), free(o->cols), free(o->card32);
+    big_free(o->prevw, per * sizeof *o->prevw);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);
     free(o);
     out->impl = NULL;
@@ -816,6 +883,7 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     uint64_t mem = o->pub_acts * (sizeof(uint32_t) + 2 * sizeof(uint64_t) + 1);
     mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + 2 * sizeof(uint64_t));
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
+    mem += (uint64_t)o->pub_occ * sizeof(uint64_t) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->NB; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     st->active_peak = o->pub_acts;
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;

@@ -46,9 +46,10 @@
 // cost nothing); beyond that (hashed id spaces) an open-addressing hash map of touched keys,
 // 16 bytes per entry at load <= 1/2.  Active records (keys occurring in a held batch, which
 // includes every resident key): 21 bytes.  Occurrences (one per unique key per held batch): 24
-// bytes.  Only the per-key words grow with the run (with the distinct keys touched); the rest is
-// bounded by the window: at B=16384, W=200 on a Criteo-like trace about 1 GB, 0.27 GB of it the
-// flat keymap (see bench_oracle).
+// bytes.  Indexer scratch: 8 bytes per unique key of one batch plus one transposed trainer
+// slice (4 bytes per id).  Only the per-key words grow with the run (with the distinct keys
+// touched); the rest is bounded by the window: at B=16384, W=200 on a Criteo-like trace about
+// 1 GB, 0.27 GB of it the flat keymap (see bench_oracle).
 #ifndef BP_ORACLE_H
 #define BP_ORACLE_H
 

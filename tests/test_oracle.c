@@ -9,6 +9,7 @@
 #include "common.h"
 #include "data_bin.h"
 #include "oracle.h"
+#include "oracle_ref.h"
 #include "plan.h"
 #include "test.h"
 
@@ -108,6 +109,29 @@ static int run_oracle(const trace *tr, run_cfg c, stream *out, oracle_stats *st)
     if (st) oracle_get_stats(&o, st);
     plan_free(&p);
     oracle_free(&o);
+    return rc;
+}
+
+// The same with the reference planner (oracle_ref.h: the planner before its fast path).
+static int run_oracle_ref(const trace *tr, run_cfg c, stream *out, oracle_stats *st) {
+    memset(out, 0, sizeof *out);
+    oracle_config cfg = {.T = c.T, .B = tr->B, .F = tr->F, .card = tr->card, .W = c.W, .P = c.P, .C = c.C,
+                         .row_base = g_row_base, .threads = c.threads ? c.threads : 1, .keymap = c.keymap};
+    oracle_ref o;
+    int rc = oracle_ref_init(&o, &cfg);
+    if (rc) return rc;
+    plan p;
+    plan_init(&p);
+    for (uint32_t t = 0; t < tr->N && !rc; t++) {
+        rc = oracle_ref_push_samples(&o, tr->ids + (size_t)t * tr->B * tr->F, tr_samples(tr, t));
+        while (!rc && (rc = oracle_ref_next_plan(&o, &p)) == 1) stream_add(out, &p), rc = 0;
+    }
+    if (!rc) rc = oracle_ref_finish(&o);
+    while (!rc && (rc = oracle_ref_next_plan(&o, &p)) == 1) stream_add(out, &p), rc = 0;
+    if (!rc && !oracle_ref_done(&o)) rc = bp_fail(BP_EINVAL, "reference oracle not done after draining");
+    if (st) oracle_ref_get_stats(&o, st);
+    plan_free(&p);
+    oracle_ref_free(&o);
     return rc;
 }
 
@@ -842,4 +866,146 @@ TEST(oracle_dataset_driver_matches_in_memory) {
     plan_free(&p);
     bp_ds_close(&ds);
     trace_free(&tr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fast planner against the reference planner (the planner before its fast path): the same
+// bytes, the same statistics, the same error (message included) and the same records before it.
+
+static int same_counters(const oracle_stats *a, const oracle_stats *b) {
+    return a->batches == b->batches && a->samples == b->samples && a->accesses == b->accesses && a->hits == b->hits &&
+           a->unique == b->unique && a->fetches == b->fetches && a->fetches_private == b->fetches_private &&
+           a->evictions == b->evictions && a->evictions_private == b->evictions_private &&
+           a->evictions_pressure == b->evictions_pressure && a->sync_now == b->sync_now &&
+           a->sync_later == b->sync_later && a->sync_restated == b->sync_restated &&
+           a->peak_resident == b->peak_resident;
+}
+
+// Runs both planners; 0 when they agree (msg says how they differ otherwise).  *rc_out: their rc.
+static int fast_vs_ref(const trace *tr, run_cfg c, int *rc_out, char *msg, size_t msg_n) {
+    stream a, b;
+    oracle_stats sa = {0}, sb = {0};
+    char ea[512] = "", eb[512] = "";
+    int ra = run_oracle(tr, c, &a, &sa);
+    if (ra) snprintf(ea, sizeof ea, "%s", bp_errmsg(ra));
+    int rb = run_oracle_ref(tr, c, &b, &sb);
+    if (rb) snprintf(eb, sizeof eb, "%s", bp_errmsg(rb));
+    int bad = 1;
+    if (ra != rb) snprintf(msg, msg_n, "rc %d vs reference %d (%s | %s)", ra, rb, ea, eb);
+    else if (strcmp(ea, eb) != 0) snprintf(msg, msg_n, "error '%s' vs reference '%s'", ea, eb);
+    else if (a.n != b.n || a.records != b.records || (a.n && memcmp(a.buf, b.buf, a.n) != 0)) {
+        size_t k = 0;
+        while (k < a.n && k < b.n && a.buf[k] == b.buf[k]) k++;
+        snprintf(msg, msg_n, "plan streams differ: %zu vs %zu bytes, %u vs %u records, first difference at byte %zu",
+                 a.n, b.n, a.records, b.records, k);
+    } else if (!ra && !same_counters(&sa, &sb)) snprintf(msg, msg_n, "statistics differ");
+    else bad = 0;
+    *rc_out = ra;
+    free(a.buf), free(b.buf);
+    return bad;
+}
+
+// The smallest capacity at which the reference planner succeeds, by bisection between lo and hi
+// (success is monotone enough in C for picking capacities that put the planner under pressure).
+static uint64_t ref_min_capacity(const trace *tr, run_cfg c, uint64_t lo, uint64_t hi) {
+    while (lo < hi) {
+        c.C = lo + (hi - lo) / 2;
+        stream s;
+        int rc = run_oracle_ref(tr, c, &s, NULL);
+        free(s.buf);
+        if (rc == 0) hi = c.C;
+        else lo = c.C + 1;
+    }
+    return lo;
+}
+
+TEST(oracle_fast_matches_reference_small_traces) {
+    bp_rng r;
+    bp_rng_seed(&r, 4242, 0);
+    int ok = 0, capfail = 0;
+    for (int it = 0; it < 300; it++) {
+        uint32_t T = 1 + bp_rng_below(&r, 6), P = bp_rng_below(&r, 4), W = bp_rng_below(&r, 10);
+        uint32_t F = 1 + bp_rng_below(&r, 4), B = 1 + bp_rng_below(&r, 20), N = 1 + bp_rng_below(&r, 40);
+        uint64_t card[MAXF];
+        for (uint32_t f = 0; f < F; f++) card[f] = 1 + bp_rng_below(&r, it % 2 ? 30 : 300);
+        int kind = (int)bp_rng_below(&r, 5);
+        trace tr;
+        trace_make(&tr, 7000 + (uint64_t)it, kind, N, B, F, card, 1 + bp_rng_below(&r, B));
+        uint64_t K = tr_keys(&tr);
+        run_cfg c0 = {T, W, P, 0, 1, ORACLE_KEYMAP_AUTO};
+        uint64_t lo = ref_min_capacity(&tr, c0, capacity_lower_bound(&tr, T, P), K + 1);
+        uint64_t caps[3] = {lo > 1 ? lo - 1 : 1, lo + bp_rng_below(&r, 4), K + 3};
+        for (int k = 0; k < 3; k++) {
+            run_cfg c = {T, W, P, caps[k], 1 + (it % 4 == 1), it % 5 == 2 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO};
+            char msg[700];
+            int rc;
+            ASSERT_MSG(!fast_vs_ref(&tr, c, &rc, msg, sizeof msg), "it %d (kind %d T=%u P=%u W=%u B=%u N=%u F=%u C=%llu): %s",
+                       it, kind, T, P, W, B, N, F, (unsigned long long)c.C, msg);
+            ASSERT_TRUE(rc == 0 || rc == BP_ECAPACITY);
+            ok += rc == 0, capfail += rc == BP_ECAPACITY;
+        }
+        trace_free(&tr);
+    }
+    ASSERT_MSG(ok > 550 && capfail > 200, "%d ok, %d capacity failures", ok, capfail);
+}
+
+// Larger batches (thousands of keys per batch, several trainers) under capacity pressure.
+TEST(oracle_fast_matches_reference_large_traces) {
+    static const struct {
+        int kind;
+        uint32_t N, B, F, T, W, P;
+        uint64_t card[4];
+    } cases[] = {
+        {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}}, {0, 60, 384, 3, 3, 40, 3, {100000, 7, 2000, 0}},
+        {1, 50, 256, 2, 4, 10, 1, {3000, 40000, 0, 0}},   {4, 60, 300, 4, 5, 12, 2, {900, 90, 9, 20000}},
+        {3, 40, 200, 2, 2, 8, 0, {50000, 600, 0, 0}},     {0, 80, 1000, 1, 8, 30, 2, {60000, 0, 0, 0}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        trace tr;
+        trace_make(&tr, 900 + k, cases[k].kind, cases[k].N, cases[k].B, cases[k].F, cases[k].card, cases[k].B / 3);
+        uint64_t K = tr_keys(&tr);
+        run_cfg c0 = {cases[k].T, cases[k].W, cases[k].P, 0, 1, ORACLE_KEYMAP_AUTO};
+        uint64_t lo = ref_min_capacity(&tr, c0, capacity_lower_bound(&tr, cases[k].T, cases[k].P), K + 1);
+        uint64_t caps[3] = {lo - 1, lo + lo / 8, K + 1};
+        for (int j = 0; j < 3; j++)
+            for (int th = 1; th <= 2; th++) {
+                run_cfg c = {cases[k].T, cases[k].W, cases[k].P, caps[j], th, j == 1 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO};
+                char msg[700];
+                int rc;
+                ASSERT_MSG(!fast_vs_ref(&tr, c, &rc, msg, sizeof msg), "case %zu C=%llu threads %d: %s", k,
+                           (unsigned long long)c.C, th, msg);
+                ASSERT_MSG(rc == 0 || (rc == BP_ECAPACITY && j == 0), "case %zu C=%llu: %s", k,
+                           (unsigned long long)c.C, bp_errmsg(rc));
+            }
+        trace_free(&tr);
+    }
+}
+
+// Checksums of the plan streams of fixed traces, recorded from the planner before its fast path:
+// they pin the bytes even if the reference planner is ever changed or removed.
+TEST(oracle_plan_bytes_pinned) {
+    static const struct {
+        int kind;
+        uint32_t N, B, F, T, W, P;
+        uint64_t card[4];
+        uint32_t crc, bytes;
+    } cases[] = {
+        {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}, 0x36b4dfac, 1124132},
+        {4, 60, 300, 4, 5, 12, 2, {900, 90, 9, 20000}, 0xdb386776, 20448},
+        {1, 50, 256, 2, 4, 10, 1, {3000, 40000, 0, 0}, 0x4020f4ae, 553546},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        trace tr;
+        trace_make(&tr, 900 + k, cases[k].kind, cases[k].N, cases[k].B, cases[k].F, cases[k].card, cases[k].B / 3);
+        run_cfg c = {cases[k].T, cases[k].W, cases[k].P, 0, 1, ORACLE_KEYMAP_AUTO};
+        uint64_t lo = ref_min_capacity(&tr, c, capacity_lower_bound(&tr, cases[k].T, cases[k].P), tr_keys(&tr) + 1);
+        c.C = lo + lo / 16;
+        stream s;
+        ASSERT_OK(run_oracle(&tr, c, &s, NULL));
+        uint32_t crc = bp_crc32(0, s.buf, s.n);
+        ASSERT_MSG(crc == cases[k].crc && s.n == cases[k].bytes, "case %zu: crc 0x%08x over %zu bytes, pinned 0x%08x over %u",
+                   k, crc, s.n, cases[k].crc, cases[k].bytes);
+        free(s.buf);
+        trace_free(&tr);
+    }
 }
