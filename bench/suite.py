@@ -695,9 +695,12 @@ unset multiplot
     def exp_oracle(self):
         self.exp = name = "oracle"
         q = self.quick
-        exe = os.path.join(self.bench, "bench_plan")
-        if not os.access(exe, os.X_OK):
-            raise SuiteError(f"{exe} missing: run make")
+        # Next to the binary (build/bench), else the default build's (a sanitizer build of the
+        # tests builds no benchmarks).
+        exe = next((e for e in (os.path.join(self.bench, "bench_plan"), os.path.join(ROOT, "build", "bench", "bench_plan"))
+                    if os.access(e, os.X_OK)), None)
+        if exe is None:
+            raise SuiteError(f"{os.path.join(self.bench, 'bench_plan')} missing: run make")
         dkey = "criteo-small" if q else "criteo"
         data = self.dataset(dkey)
         windows = "5,25" if q else "10,25,50,100,200"
