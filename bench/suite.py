@@ -396,7 +396,9 @@ plot '02-hitrate-window.dat' using 1:2 w lp lw 2 t "lookahead", '' using 1:3 w l
                  "the share of (trainer, row, batch) accesses served from the trainer's own cache.  `static` pins "
                  "the rows most accessed over the whole split (FAE, profiled on the very data it is measured "
                  "on, so an upper bound for it); LRU keeps the most recent; lookahead is the oracle's plan.  A "
-                 "'-' is a cache smaller than what one lookahead step needs (the planner refuses it).")
+                 "'-' is a cache smaller than what one lookahead step needs (the planner refuses it).  The "
+                 "synthetic popularity does not change over the run (no `--drift`), the case most favourable to a "
+                 "static cache; the paper's ~15% for static comes from real logs.")
         tables = md_table(h1, crow) + "\n" + md_table(h2, wrow)
         self.add(2, name, "Hit rate vs cache size and lookahead", intro, tables, [p1, p2], headline)
 
@@ -433,7 +435,7 @@ plot '02-hitrate-window.dat' using 1:2 w lp lw 2 t "lookahead", '' using 1:3 w l
         for rate in self.rates:
             dat = os.path.join(self.out, f"03-modes-{rate or 'shm'}.dat")
             with open(dat, "w") as f:
-                f.write("label compute wait sync allreduce other\n")
+                f.write("# label compute wait sync allreduce other\n")
                 prev = None
                 for (d, m, r, mode), s in runs.items():
                     if r != rate:
@@ -475,7 +477,7 @@ plot '{os.path.basename(dat)}' using 2:xtic(1) title "compute", '' using 3 title
                  "servers; static: the hottest 1% of rows pinned; bagpipe: 40,000-row cache on Criteo-small and "
                  "15,000 on Avazu-small, W = 32, P = 2), batch 1024, D = 32, "
                  f"{12 if self.quick else 100} iterations.  " + self.netem_note + ".  The time split is a "
-                 "trainer's (summary of `train --metrics`); the ranks share this machine's 2 cores "
+                 "trainer's (summary of `train --metrics`); bytes are summed over the trainers; the ranks share this machine's 2 cores "
                  "(oversubscribed), which every mode pays.  Avazu has no dense features, so DLRM (which needs a "
                  "bottom MLP) runs on Criteo only.  Speedup and bytes are relative to sync at the same network.")
         self.add(3, name, "Iteration time by mode", intro, md_table(hdr, rows), plots, headline)
@@ -490,7 +492,7 @@ plot '{os.path.basename(dat)}' using 2:xtic(1) title "compute", '' using 3 title
         rows = []
         dat = os.path.join(self.out, "04-bytes.dat")
         with open(dat, "w") as f:
-            f.write("label " + " ".join(kinds) + "\n")
+            f.write("# label " + " ".join(kinds) + "\n")
             prev = None
             for (d, m, r, mode), s in runs.items():
                 if r != rate:
@@ -600,11 +602,11 @@ set ylabel "ms per iteration"
 plot for [i=0:*] '05-scaling-servers.dat' index i using 1:3 w lp lw 2 title columnheader(1)
 unset multiplot
 """, size="1200,480")
-        hb = {r[1]: r for r in rows if r[0] == "trainers" and r[2] == Ts[-1]}
-        headline = []
-        if "sync" in hb and "bagpipe" in hb:
-            headline.append(f"At T={Ts[-1]}: bagpipe moves {hb['bagpipe'][5] / hb['sync'][5]:.2f}x sync's embedding "
-                            f"bytes per trainer per iteration.")
+        first = {r[1]: r for r in rows if r[0] == "trainers" and r[2] == Ts[0]}
+        last = {r[1]: r for r in rows if r[0] == "trainers" and r[2] == Ts[-1]}
+        headline = ["Embedding bytes per trainer per iteration from T=" + str(Ts[0]) + " to T=" + str(Ts[-1]) + ": " +
+                    ", ".join(f"{m} {first[m][5] / 1e3:.0f} -> {last[m][5] / 1e3:.0f} KB" for m in tmodes
+                              if m in first and m in last) + "."]
         intro = (f"DLRM on Criteo-small (batch 1024, D = 32, {iters} iterations).  Trainer sweep at S = 1 (sharded: "
                  f"no servers), server sweep at T = 2.  All ranks (T + S + 1) share this machine's 2 cores, so "
                  "ms/iter grows with the ranks for every mode; bytes per trainer are exact and the waits keep "
