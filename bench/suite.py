@@ -886,7 +886,7 @@ def main():
         s.progress(f"experiment {num}: {name}")
         try:
             getattr(s, fn)()
-        except (SuiteError, KeyError, ValueError, OSError) as e:
+        except Exception as e:  # one experiment failing must not lose the others
             failures.append(f"{num} {name}: {e}")
             print(f"suite: experiment {num} ({name}) failed: {e}", file=sys.stderr)
     shutil.rmtree(s.data, ignore_errors=True)
