@@ -280,7 +280,7 @@ class Suite:
             body.append("<details><summary>commands</summary>\n\n```\n" + "\n".join(cmds) + "\n```\n</details>\n")
         with open(os.path.join(self.out, md), "w") as f:
             f.write("\n".join(body))
-        self.results.append((num, title, md, plots, headline, table))
+        self.results.append((num, title, md, plots, headline, table + ("\n" + extra_md if extra_md else "")))
 
     def exp_skew(self):
         self.exp = name = "skew"
@@ -890,7 +890,7 @@ def main():
             failures.append(f"{num} {name}: {e}")
             print(f"suite: experiment {num} ({name}) failed: {e}", file=sys.stderr)
     shutil.rmtree(s.data, ignore_errors=True)
-    argv = "bench/suite.sh " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    argv = " ".join(["bench/suite.sh"] + [shlex.quote(x) for x in sys.argv[1:]])
     s.write_index(argv, failures)
     s.progress(f"wrote {os.path.join(a.out, 'index.md')}")
     for r in s.results:
