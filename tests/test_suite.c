@@ -165,7 +165,9 @@ TEST(suite_quick_writes_every_table_and_plot) {
     }
     const char *out = test_path("results");
     char *log = NULL;
-    int rc = test_run(&log, 480, "%s BAGPIPE_BIN=%s bench/suite.sh --quick --out %s", dist_test_env(), test_bin(), out);
+    // About a minute on a quiet 2-core machine; the limit leaves room for a sanitizer build (each
+    // of its ~14 training jobs then takes 20-50 s on a loaded machine).
+    int rc = test_run(&log, 1200, "%s BAGPIPE_BIN=%s bench/suite.sh --quick --out %s", dist_test_env(), test_bin(), out);
     if (rc != 0) {
         test_fail(__FILE__, __LINE__, "bench/suite.sh --quick exited %d:\n%s", rc, log ? log : "");
         free(log);
