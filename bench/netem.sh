@@ -7,7 +7,8 @@
 # Every rank of an mpirun started by COMMAND then talks over TCP through the shaped loopback
 # (one tbf qdisc on lo carries both directions), so each message pays the emulated bandwidth.
 # Needs root.  Only the new namespace is configured: the root namespace's interfaces are never
-# touched.  The namespace is deleted on every exit path (trap), also on Ctrl-C.
+# touched.  The namespace is deleted on every exit path (trap), also on Ctrl-C, TERM and HUP,
+# after the command is stopped.  Exits with the command's status.
 # The kernel here has no netem qdisc, so no latency is added; only bandwidth is emulated.
 set -eu
 
@@ -19,6 +20,12 @@ if [ "$(id -u)" != 0 ]; then
     echo "$0: needs root (ip netns, tc); refusing to run" >&2
     exit 1
 fi
+for tool in ip tc; do
+    if ! command -v "$tool" > /dev/null 2>&1; then
+        echo "$0: '$tool' not found (Debian: apt-get install iproute2); refusing to run" >&2
+        exit 1
+    fi
+done
 rate=$1
 shift
 case "$rate" in
@@ -30,17 +37,32 @@ if ip netns list | grep -qw "$ns"; then
     echo "$0: namespace $ns already exists; refusing to reuse it" >&2
     exit 1
 fi
+child=""
 cleanup() {
+    # A command still running (the script was signalled) is stopped first, so that nothing is left
+    # inside the namespace; then the namespace goes, and with it its loopback and qdisc.
+    if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then
+        kill -TERM "$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
+    fi
     ip netns del "$ns" 2>/dev/null || true
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 ip netns add "$ns"
 ip -n "$ns" link set lo up
 ip netns exec "$ns" tc qdisc add dev lo root tbf rate "$rate" burst 256kb latency 20ms
 
 # Open MPI: TCP only (no shared memory), on the namespace's loopback; the launcher (src/launch.c)
-# adds the oversubscription and root settings.
+# adds the oversubscription and root settings.  The command runs in the background so that a
+# signal reaches the traps at once rather than when the command ends.
 ip netns exec "$ns" env OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo \
-    OMPI_MCA_btl_tcp_links=1 "$@"
+    OMPI_MCA_btl_tcp_links=1 "$@" &
+child=$!
+status=0
+wait "$child" || status=$?
+child=""
+exit "$status"
