@@ -51,8 +51,14 @@
 //  16   MSG_HOT_GRAD    trainer -> trainer      batch t of the grad  n keys (pinned rows only) +
 //                                                                    n rows of E floats
 //
-// Ordering (sync mode): a server answers ROW_REQ(t) and DUMP_REQ(t) only once it has applied the
-// GRAD_PUSH(t') of every trainer for every t' < t, so a read of t+1 sees all updates of t.  It
+// Mode async reuses kinds 1-6 with the servers of sync: a trainer sends ROW_REQ(t) only to the
+// servers that own a row it misses (or must refresh) at t, so requests may skip iterations; it
+// pushes GRAD_PUSH(t) to every server every iteration (empty or not) without waiting for the
+// server, so pushes may run ahead of a slower trainer's (the server queues them).
+//
+// Ordering (sync, static, async): a server answers ROW_REQ(t) and DUMP_REQ(t) only once it has
+// applied the GRAD_PUSH(t') of every trainer for every t' < t, so a read of t+1 sees all updates
+// of t; a trainer's pushes carry t = 0, 1, 2, ... in order.  It
 // sums the partial gradients of a key in trainer-rank order: the first trainer that touches the
 // key gives the starting value (a copy), the others are added in ascending rank; then
 // emb_opt_apply_row.  With T = 1 the applied gradient is the trainer's own, bit for bit.
