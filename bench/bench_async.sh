@@ -37,7 +37,7 @@ command -v gnuplot > /dev/null || { echo "$0: needs gnuplot (apt-get install gnu
 mkdir -p "$outdir"
 T=${T:-2} S=${S:-1} CACHE=${CACHE:-100000}
 if [ "$quick" = 1 ]; then
-    ROWS=80000 ITERS=40 EVERY=25 EVAL_ROWS=5000 RATES=${RATES:-1gbit}
+    ROWS=64000 ITERS=30 EVERY=20 EVAL_ROWS=5000 RATES=${RATES:-1gbit}
 else
     ROWS=800000 ITERS=300 EVERY=125 EVAL_ROWS=20000 RATES=${RATES:-"1gbit 10gbit"}
 fi

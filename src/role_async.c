@@ -47,8 +47,6 @@
 #include "role_loop.h"
 #include "train.h"
 
-#define NO_SLOT UINT32_MAX
-#define EMPTY_KEY UINT64_MAX
 
 // Age histogram buckets: ages 0..AGE_EXACT one each, then [2^j, 2^(j+1)) for j = 6.., the last
 // bucket open-ended.
@@ -61,8 +59,7 @@ static int age_bucket(int64_t age) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The cache: C slots, a key -> slot map (linear probing, backward-shift deletion, at most half
-// full) and the eviction order, a binary min-heap of slots by (priority, key), where priority is
+// The cache: C slots, a key -> slot map and the eviction order, a binary min-heap of slots by (priority, key), where priority is
 // the last iteration read (LRU) or the iterations read (LFU).
 
 typedef struct {
@@ -75,9 +72,7 @@ typedef struct {
     uint64_t *freq;          // (C) iterations read since the row entered
     uint32_t *heap, *hpos;   // (C) slots in eviction order; a slot's index in heap
     uint64_t hn;             // slots in the heap
-    uint64_t *mk;            // (mask + 1) keys, EMPTY_KEY = free
-    uint32_t *mv;            // (mask + 1) slots
-    uint64_t mask;
+    role_keymap map;         // key -> slot
 } acache;
 
 static int ac_init(acache *c, uint64_t C, int E, int lfu) {
@@ -93,53 +88,15 @@ static int ac_init(acache *c, uint64_t C, int E, int lfu) {
     c->freq = bp_xmalloc(C * sizeof *c->freq);
     c->heap = bp_xmalloc(C * sizeof *c->heap);
     c->hpos = bp_xmalloc(C * sizeof *c->hpos);
-    uint64_t cap = 16;
-    while (cap < 2 * C) cap *= 2;
-    c->mask = cap - 1;
-    c->mk = bp_xmalloc(cap * sizeof *c->mk);
-    c->mv = bp_xmalloc(cap * sizeof *c->mv);
-    for (uint64_t i = 0; i < cap; i++) c->mk[i] = EMPTY_KEY;
+    role_keymap_init(&c->map, C);
     return 0;
 }
 
 static void ac_free(acache *c) {
     if (c->rows) bp_free_huge(c->rows, c->rows_bytes);
-    free(c->key), free(c->fetched), free(c->used), free(c->freq), free(c->heap), free(c->hpos), free(c->mk), free(c->mv);
+    free(c->key), free(c->fetched), free(c->used), free(c->freq), free(c->heap), free(c->hpos);
+    role_keymap_free(&c->map);
     memset(c, 0, sizeof *c);
-}
-
-static uint32_t ac_find(const acache *c, uint64_t key) {
-    for (uint64_t i = bp_mix64(key) & c->mask;; i = (i + 1) & c->mask) {
-        if (c->mk[i] == key) return c->mv[i];
-        if (c->mk[i] == EMPTY_KEY) return NO_SLOT;
-    }
-}
-
-static void ac_map_put(acache *c, uint64_t key, uint32_t slot) {
-    uint64_t i = bp_mix64(key) & c->mask;
-    while (c->mk[i] != EMPTY_KEY) {
-        BP_ASSERT(c->mk[i] != key);
-        i = (i + 1) & c->mask;
-    }
-    c->mk[i] = key, c->mv[i] = slot;
-}
-
-static void ac_map_del(acache *c, uint64_t key) {
-    uint64_t i = bp_mix64(key) & c->mask;
-    while (c->mk[i] != key) {
-        BP_ASSERT(c->mk[i] != EMPTY_KEY);
-        i = (i + 1) & c->mask;
-    }
-    for (uint64_t j = i;;) { // backward shift: move later entries of the run into the hole
-        j = (j + 1) & c->mask;
-        if (c->mk[j] == EMPTY_KEY) break;
-        uint64_t home = bp_mix64(c->mk[j]) & c->mask;
-        if (((j - home) & c->mask) >= ((j - i) & c->mask)) { // home not in (i, j]
-            c->mk[i] = c->mk[j], c->mv[i] = c->mv[j];
-            i = j;
-        }
-    }
-    c->mk[i] = EMPTY_KEY;
 }
 
 // 1 when slot a leaves before slot b.
@@ -275,9 +232,9 @@ static uint32_t as_lookup(astate *as, int64_t t, const uint64_t *uk, int U) {
     acache *c = &as->cache;
     uint32_t nf = 0, ns = 0;
     for (int u = 0; u < U; u++) {
-        uint32_t slot = ac_find(c, uk[u]);
+        uint32_t slot = role_keymap_find(&c->map, uk[u]);
         as->uslot[u] = slot;
-        if (slot != NO_SLOT) {
+        if (slot != ROLE_NO_SLOT) {
             c->used[slot] = t, c->freq[slot]++;
             ac_down(c, c->hpos[slot]); // its priority grew
             if (t - c->fetched[slot] <= as->bound + as->slack) continue; // a hit
@@ -289,7 +246,7 @@ static uint32_t as_lookup(astate *as, int64_t t, const uint64_t *uk, int U) {
     }
     for (uint32_t f = 0; f < nf; f++) {
         const int u = (int)as->fu[f];
-        if (as->uslot[u] != NO_SLOT) continue; // a refresh keeps its slot
+        if (as->uslot[u] != ROLE_NO_SLOT) continue; // a refresh keeps its slot
         uint32_t slot;
         if (c->n < c->C) {
             slot = (uint32_t)c->n++;
@@ -299,11 +256,11 @@ static uint32_t as_lookup(astate *as, int64_t t, const uint64_t *uk, int U) {
                 if (c->used[slot] != t) break;
                 as->stash[ns++] = slot;
             }
-            ac_map_del(c, c->key[slot]);
+            role_keymap_del(&c->map, c->key[slot]);
             as->evictions++;
         }
         c->key[slot] = uk[u], c->used[slot] = t, c->freq[slot] = 1, c->fetched[slot] = -1;
-        ac_map_put(c, uk[u], slot);
+        role_keymap_put(&c->map, uk[u], slot);
         as->uslot[u] = slot;
         as->stash[ns++] = slot;
     }
@@ -314,7 +271,8 @@ static uint32_t as_lookup(astate *as, int64_t t, const uint64_t *uk, int U) {
 }
 
 // Steps 1-2 and the reads: erow of every (b, f) entry of the slice.  ids: (Bi, F).
-static int as_fetch(astate *as, int64_t t, const uint32_t *ids, int Bi) {
+static int as_fetch(void *ctx, int64_t t, const uint32_t *ids, int Bi) {
+    astate *as = ctx;
     const emb_layout *L = &as->tr.L;
     const int F = L->F, E = L->E;
     acache *c = &as->cache;
@@ -353,30 +311,9 @@ static int as_fetch(astate *as, int64_t t, const uint32_t *ids, int Bi) {
     return 0;
 }
 
-static int as_step(void *ctx, int64_t t, double *loss) {
+static int as_push(void *ctx, int64_t t) {
     astate *as = ctx;
-    const train_setup *su = as->su;
-    const bp_dataset *ds = su->ds;
-    const int Nd = su->mc.Nd, F = su->mc.F, B = su->B;
-    const int b0 = dist_slice_begin(B, as->T, as->i), Bi = dist_slice_begin(B, as->T, as->i + 1) - b0;
-    const uint64_t r = role_batch_row(su, t, b0);
-    const uint32_t *ids = ds->sparse + r * F;
-    trainer *tr = &as->tr;
-
-    double t0 = bp_now();
-    int rc = as_fetch(as, t, ids, Bi);
-    if (rc) return rc;
-    as->st.t_wait += bp_now() - t0;
-    double lsum;
-    rc = role_dense_step(tr, (const float *const *)as->erow, ds->dense + r * Nd, ds->label + r, Bi, B,
-                         as->first_trainer, as->T, as->ar_work, &lsum, &as->st.t_compute, &as->st.t_ar);
-    if (rc) return rc;
-    double t4 = bp_now();
-    emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
-    rc = role_srv_push(&as->srv, t, &tr->g, 0);
-    as->st.t_sync += bp_now() - t4;
-    *loss = lsum / B;
-    return rc;
+    return role_srv_push(&as->srv, t, &as->tr.g, 0);
 }
 
 // Writer: every row of every server after `iter` iterations (the servers hold the model).
@@ -514,8 +451,8 @@ int role_async_run(const train_setup *su, const dist_layout *l, int i) {
     int rc = as_init(as, su, l, i);
     if (!rc) {
         role_loop rl = {.mode = "async", .ctx = as, .tr = &as->tr, .st = &as->st, .S = l->S, .T = l->T, .i = i,
-                        .first_trainer = as->first_trainer, .report_hits = 1, .step = as_step,
-                        .collect = as_collect, .finish = as_finish, .window = as_window, .json = as_json};
+                        .first_trainer = as->first_trainer, .report_hits = 1, .fetch = as_fetch,
+                        .sync = as_push, .erow = as->erow, .ar_work = as->ar_work, .collect = as_collect, .finish = as_finish, .window = as_window, .json = as_json};
         rc = role_loop_run(su, &rl);
     }
     as_free(as);

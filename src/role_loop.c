@@ -10,6 +10,7 @@
 
 #include "comm.h"
 #include "common.h"
+#include "dist.h"
 #include "jsonl.h"
 #include "metric.h"
 #include "msg.h"
@@ -41,6 +42,75 @@ int role_dense_step(trainer *tr, const float *const *erow, const float *dense, c
     *t_compute += (t1 - t0) + (bp_now() - t2);
     *t_ar += t2 - t1;
     return 0;
+}
+
+int role_loop_step(const train_setup *su, const role_loop *rl, int64_t t, double *loss) {
+    const bp_dataset *ds = su->ds;
+    const int Nd = su->mc.Nd, F = su->mc.F, B = su->B;
+    const int b0 = dist_slice_begin(B, rl->T, rl->i), Bi = dist_slice_begin(B, rl->T, rl->i + 1) - b0;
+    const uint64_t r = role_batch_row(su, t, b0);
+    const uint32_t *ids = ds->sparse + r * F;
+    trainer *tr = rl->tr;
+    role_stats *st = rl->st;
+    double t0 = bp_now();
+    int rc = rl->fetch(rl->ctx, t, ids, Bi);
+    if (rc) return rc;
+    st->t_wait += bp_now() - t0;
+    double lsum;
+    rc = role_dense_step(tr, rl->erow, ds->dense + r * Nd, ds->label + r, Bi, B, rl->first_trainer, rl->T, rl->ar_work,
+                         &lsum, &st->t_compute, &st->t_ar);
+    if (rc) return rc;
+    double t1 = bp_now();
+    emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
+    rc = rl->sync(rl->ctx, t);
+    st->t_sync += bp_now() - t1;
+    *loss = lsum / B;
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key -> slot maps
+
+void role_keymap_init(role_keymap *m, uint64_t cap) {
+    uint64_t size = 16;
+    while (size < 2 * cap) size *= 2;
+    m->mask = size - 1;
+    m->keys = bp_xmalloc(size * sizeof *m->keys);
+    m->slots = bp_xmalloc(size * sizeof *m->slots);
+    for (uint64_t i = 0; i < size; i++) m->keys[i] = ROLE_NO_KEY;
+}
+
+void role_keymap_free(role_keymap *m) {
+    free(m->keys), free(m->slots);
+    memset(m, 0, sizeof *m);
+}
+
+uint32_t role_keymap_find(const role_keymap *m, uint64_t key) {
+    for (uint64_t i = bp_mix64(key) & m->mask;; i = (i + 1) & m->mask) {
+        if (m->keys[i] == key) return m->slots[i];
+        if (m->keys[i] == ROLE_NO_KEY) return ROLE_NO_SLOT;
+    }
+}
+
+void role_keymap_put(role_keymap *m, uint64_t key, uint32_t slot) {
+    uint64_t i = bp_mix64(key) & m->mask;
+    for (; m->keys[i] != ROLE_NO_KEY; i = (i + 1) & m->mask) BP_ASSERT(m->keys[i] != key);
+    m->keys[i] = key, m->slots[i] = slot;
+}
+
+void role_keymap_del(role_keymap *m, uint64_t key) {
+    uint64_t i = bp_mix64(key) & m->mask;
+    for (; m->keys[i] != key; i = (i + 1) & m->mask) BP_ASSERT(m->keys[i] != ROLE_NO_KEY);
+    for (uint64_t j = i;;) { // backward shift: later entries of the run move into the hole
+        j = (j + 1) & m->mask;
+        if (m->keys[j] == ROLE_NO_KEY) break;
+        uint64_t home = bp_mix64(m->keys[j]) & m->mask;
+        if (((j - home) & m->mask) >= ((j - i) & m->mask)) { // home is not in (i, j]
+            m->keys[i] = m->keys[j], m->slots[i] = m->slots[j];
+            i = j;
+        }
+    }
+    m->keys[i] = ROLE_NO_KEY;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -218,7 +288,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     metric_result res = {0}, bayes = {0};
     for (int64_t t = 0; t < su->total_iters && !rc; t++) {
         double loss = 0;
-        if ((rc = rl->step(rl->ctx, t, &loss))) break;
+        if ((rc = rl->step ? rl->step(rl->ctx, t, &loss) : role_loop_step(su, rl, t, &loss))) break;
         if (!isfinite(loss)) {
             rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
             break;

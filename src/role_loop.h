@@ -33,7 +33,14 @@ typedef struct {
     role_stats *st;
     int S, T, i, first_trainer;
     int report_hits;   // write "hit_rate" (share of lookups served by pinned rows)
+    // The iteration: either step, or the common one (role_loop_step) around fetch and sync.
     int (*step)(void *ctx, int64_t t, double *loss);
+    // fetch: erow[e] for every (b, f) entry e of slice ids (Bi, F) of iteration t (timed as
+    // t_wait); sync: the coalesced row gradients tr->g of t to where they are applied (t_sync).
+    int (*fetch)(void *ctx, int64_t t, const uint32_t *ids, int Bi);
+    int (*sync)(void *ctx, int64_t t);
+    const float *const *erow; // (bmax * F) the rows fetch points to
+    float *ar_work;           // dense all-reduce scratch (comm_allreduce_sum_f32)
     int (*collect)(void *ctx, int64_t iter); // every trainer calls it
     int (*finish)(void *ctx, int64_t iters); // may be NULL
     // The mode's own figures (both may be NULL): window is called by every trainer at the end of
@@ -43,6 +50,11 @@ typedef struct {
     int (*window)(void *ctx);
     void (*json)(void *ctx, jsonl *j, int summary);
 } role_loop;
+
+// The common iteration of trainer rl->i: its slice [b0, b1) of global batch t; rl->fetch;
+// role_dense_step; the row gradients coalesced into tr->g (sample order); rl->sync.  *loss gets
+// the global batch's mean loss.
+int role_loop_step(const train_setup *su, const role_loop *rl, int64_t t, double *loss);
 
 // Runs su->total_iters iterations and the end of a run (result lines, metrics, --save on
 // trainer 0).  Returns 0 or a negative code with a message.
@@ -65,6 +77,23 @@ static inline uint64_t role_batch_row(const train_setup *su, int64_t t, int b0) 
 int role_dense_step(trainer *tr, const float *const *erow, const float *dense /*(Bi, Nd)*/,
                     const uint8_t *label /*(Bi)*/, int Bi, int B, int first_trainer, int T, float *ar_work,
                     double *lsum, double *t_compute, double *t_ar);
+
+// A key -> slot map of at most cap keys (linear probing, backward-shift deletion, at most half
+// full): the caches' index.
+typedef struct {
+    uint64_t *keys;  // (mask + 1) ROLE_NO_KEY = free
+    uint32_t *slots; // (mask + 1)
+    uint64_t mask;
+} role_keymap;
+#define ROLE_NO_KEY UINT64_MAX
+#define ROLE_NO_SLOT UINT32_MAX
+
+void role_keymap_init(role_keymap *m, uint64_t cap);
+void role_keymap_free(role_keymap *m); // safe on a zeroed one
+// The slot of key, or ROLE_NO_SLOT.
+uint32_t role_keymap_find(const role_keymap *m, uint64_t key);
+void role_keymap_put(role_keymap *m, uint64_t key, uint32_t slot); // key must be absent
+void role_keymap_del(role_keymap *m, uint64_t key);                // key must be present
 
 // A set of rows by ascending key: a trainer's shard (sharded) or its pinned rows (static).
 typedef struct {
