@@ -44,9 +44,9 @@
 #include "emb.h"
 #include "jsonl.h"
 #include "msg.h"
+#include "role_async.h"
 #include "role_loop.h"
 #include "train.h"
-
 
 // Age histogram buckets: ages 0..AGE_EXACT one each, then [2^j, 2^(j+1)) for j = 6.., the last
 // bucket open-ended.
@@ -59,23 +59,10 @@ static int age_bucket(int64_t age) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The cache: C slots, a key -> slot map and the eviction order, a binary min-heap of slots by (priority, key), where priority is
-// the last iteration read (LRU) or the iterations read (LFU).
+// The cache (role_async.h).  The eviction order is a binary min-heap of the resident slots by
+// (priority, key), priority = the last iteration read (LRU) or the iterations read (LFU).
 
-typedef struct {
-    uint64_t C, n, peak;     // capacity, resident rows, most resident at once
-    int E, lfu;
-    float *rows;             // (C, E) as fetched: the server's value after iterations < fetched[slot]
-    size_t rows_bytes;
-    uint64_t *key;           // (C)
-    int64_t *fetched, *used; // (C) iteration of the fetch that filled the slot; last iteration read
-    uint64_t *freq;          // (C) iterations read since the row entered
-    uint32_t *heap, *hpos;   // (C) slots in eviction order; a slot's index in heap
-    uint64_t hn;             // slots in the heap
-    role_keymap map;         // key -> slot
-} acache;
-
-static int ac_init(acache *c, uint64_t C, int E, int lfu) {
+int role_async_cache_init(role_async_cache *c, uint64_t C, int E, int lfu) {
     memset(c, 0, sizeof *c);
     if (C > UINT32_MAX - 1) return bp_fail(BP_EUSAGE, "--cache-rows %llu: at most %u", (unsigned long long)C, UINT32_MAX - 1);
     c->C = C, c->E = E, c->lfu = lfu;
@@ -88,34 +75,35 @@ static int ac_init(acache *c, uint64_t C, int E, int lfu) {
     c->freq = bp_xmalloc(C * sizeof *c->freq);
     c->heap = bp_xmalloc(C * sizeof *c->heap);
     c->hpos = bp_xmalloc(C * sizeof *c->hpos);
+    c->stash = bp_xmalloc(C * sizeof *c->stash);
     role_keymap_init(&c->map, C);
     return 0;
 }
 
-static void ac_free(acache *c) {
+void role_async_cache_free(role_async_cache *c) {
     if (c->rows) bp_free_huge(c->rows, c->rows_bytes);
-    free(c->key), free(c->fetched), free(c->used), free(c->freq), free(c->heap), free(c->hpos);
+    free(c->key), free(c->fetched), free(c->used), free(c->freq), free(c->heap), free(c->hpos), free(c->stash);
     role_keymap_free(&c->map);
     memset(c, 0, sizeof *c);
 }
 
 // 1 when slot a leaves before slot b.
-static int ac_before(const acache *c, uint32_t a, uint32_t b) {
+static int ac_before(const role_async_cache *c, uint32_t a, uint32_t b) {
     uint64_t pa = c->lfu ? c->freq[a] : (uint64_t)c->used[a], pb = c->lfu ? c->freq[b] : (uint64_t)c->used[b];
     return pa != pb ? pa < pb : c->key[a] < c->key[b];
 }
 
-static void ac_swap(acache *c, uint64_t i, uint64_t j) {
+static void ac_swap(role_async_cache *c, uint64_t i, uint64_t j) {
     uint32_t x = c->heap[i];
     c->heap[i] = c->heap[j], c->heap[j] = x;
     c->hpos[c->heap[i]] = (uint32_t)i, c->hpos[c->heap[j]] = (uint32_t)j;
 }
 
-static void ac_up(acache *c, uint64_t i) {
+static void ac_up(role_async_cache *c, uint64_t i) {
     while (i > 0 && ac_before(c, c->heap[i], c->heap[(i - 1) / 2])) ac_swap(c, i, (i - 1) / 2), i = (i - 1) / 2;
 }
 
-static void ac_down(acache *c, uint64_t i) {
+static void ac_down(role_async_cache *c, uint64_t i) {
     for (;;) {
         uint64_t l = 2 * i + 1, r = l + 1, m = i;
         if (l < c->hn && ac_before(c, c->heap[l], c->heap[m])) m = l;
@@ -125,12 +113,12 @@ static void ac_down(acache *c, uint64_t i) {
     }
 }
 
-static void ac_push(acache *c, uint32_t slot) {
+static void ac_push(role_async_cache *c, uint32_t slot) {
     c->heap[c->hn] = slot, c->hpos[slot] = (uint32_t)c->hn;
     ac_up(c, c->hn++);
 }
 
-static uint32_t ac_pop(acache *c) {
+static uint32_t ac_pop(role_async_cache *c) {
     BP_ASSERT(c->hn > 0);
     uint32_t s = c->heap[0];
     c->heap[0] = c->heap[--c->hn], c->hpos[c->heap[0]] = 0;
@@ -150,7 +138,7 @@ typedef struct {
     trainer tr;
     role_stats st;
     role_srv srv;
-    acache cache;
+    role_async_cache cache;
     emb_grad gk;             // unique keys of the slice (rows unused, E = 1)
     emb_layout Lk;           // the row layout with E = 1, for gk
     float *zeros;            // (cap) zero "gradients" for gk
@@ -160,13 +148,13 @@ typedef struct {
     uint32_t *uslot;         // (cap) per unique key: its cache slot
     uint32_t *fu, *fsrv, *fpos; // (cap) per key fetched: unique-key index, server, reply position
     uint64_t *fkeys;         // (cap) keys fetched this iteration, ascending
-    uint32_t *stash;         // (cap) slots read this iteration, out of the eviction heap
     const float **erow;      // (cap) per (b, f) entry: its row
     float *ar_work;          // dense all-reduce scratch
     void *dump;              // trainer 0: dump receive buffer
     size_t dump_cap;
     uint64_t hist[AGE_BUCKETS]; // this window's lookups by age bucket
-    uint64_t age_sum, misses, refreshes, evictions;
+    uint64_t age_sum;
+    uint64_t prev_miss, prev_refresh, prev_evict; // the cache's counters at the window's start
     int64_t age_max;         // this window's largest age
     size_t nfig;             // F_N + 2 T
     double *win, *tot;       // (nfig) the last window's figures and the run's, over all trainers
@@ -189,7 +177,7 @@ static int as_init(astate *as, const train_setup *su, const dist_layout *l, int 
     bp_rng rng;
     bp_rng_seed(&rng, su->seed, 0);
     model_init_params(&as->tr.m, &rng); // the same draws on every trainer: identical replicas
-    if ((rc = ac_init(&as->cache, su->cache_rows, E, su->cache_policy == TRAIN_CACHE_LFU))) return rc;
+    if ((rc = role_async_cache_init(&as->cache, su->cache_rows, E, su->cache_policy == TRAIN_CACHE_LFU))) return rc;
     as->cap = (uint32_t)(as->bmax * F);
     if ((rc = emb_grad_init(&as->gk, (int)as->cap, 1))) return rc;
     as->Lk = as->tr.L;
@@ -201,7 +189,6 @@ static int as_init(astate *as, const train_setup *su, const dist_layout *l, int 
     as->fsrv = bp_xmalloc(as->cap * sizeof *as->fsrv);
     as->fpos = bp_xmalloc(as->cap * sizeof *as->fpos);
     as->fkeys = bp_xmalloc(as->cap * sizeof *as->fkeys);
-    as->stash = bp_xmalloc(as->cap * sizeof *as->stash);
     as->erow = bp_xmalloc(as->cap * sizeof *as->erow);
     const size_t np = as->tr.m.n_params;
     as->ar_work = bp_xmalloc((size_t)T * ((np + (size_t)T - 1) / (size_t)T + 1) * sizeof(float));
@@ -217,54 +204,52 @@ static int as_init(astate *as, const train_setup *su, const dist_layout *l, int 
 }
 
 static void as_free(astate *as) {
-    free(as->zeros), free(as->uslot), free(as->fu), free(as->fsrv), free(as->fpos), free(as->fkeys), free(as->stash);
+    free(as->zeros), free(as->uslot), free(as->fu), free(as->fsrv), free(as->fpos), free(as->fkeys);
     free(as->erow), free(as->ar_work), free(as->win), free(as->tot), free(as->fwork), free(as->dump);
     role_srv_free(&as->srv);
     emb_grad_free(&as->gk);
-    ac_free(&as->cache);
+    role_async_cache_free(&as->cache);
     trainer_free(&as->tr);
     memset(as, 0, sizeof *as);
 }
 
-// Step 1: the U unique keys uk (ascending) of iteration t: hits, refreshes, misses with their
-// slots (evicting as the policy says).  Fills uslot and the fetch list; returns its length.
-static uint32_t as_lookup(astate *as, int64_t t, const uint64_t *uk, int U) {
-    acache *c = &as->cache;
+uint32_t role_async_cache_read(role_async_cache *c, int64_t t, const uint64_t *uk, int U, int64_t bound,
+                               uint32_t *uslot, uint32_t *fu) {
     uint32_t nf = 0, ns = 0;
     for (int u = 0; u < U; u++) {
         uint32_t slot = role_keymap_find(&c->map, uk[u]);
-        as->uslot[u] = slot;
+        uslot[u] = slot;
         if (slot != ROLE_NO_SLOT) {
             c->used[slot] = t, c->freq[slot]++;
             ac_down(c, c->hpos[slot]); // its priority grew
-            if (t - c->fetched[slot] <= as->bound + as->slack) continue; // a hit
-            as->refreshes++;
+            if (t - c->fetched[slot] <= bound) continue; // a hit
+            c->refreshes++;
         } else {
-            as->misses++;
+            c->misses++;
         }
-        as->fkeys[nf] = uk[u], as->fu[nf] = (uint32_t)u, nf++;
+        fu[nf++] = (uint32_t)u;
     }
     for (uint32_t f = 0; f < nf; f++) {
-        const int u = (int)as->fu[f];
-        if (as->uslot[u] != ROLE_NO_SLOT) continue; // a refresh keeps its slot
+        const int u = (int)fu[f];
+        if (uslot[u] != ROLE_NO_SLOT) continue; // a refresh keeps its slot
         uint32_t slot;
         if (c->n < c->C) {
             slot = (uint32_t)c->n++;
         } else {
-            for (;;) { // the slice's own rows stay (role_async_check: they fit)
+            for (;;) { // the rows read at t stay (U <= C: role_async_check)
                 slot = ac_pop(c);
                 if (c->used[slot] != t) break;
-                as->stash[ns++] = slot;
+                c->stash[ns++] = slot;
             }
             role_keymap_del(&c->map, c->key[slot]);
-            as->evictions++;
+            c->evictions++;
         }
         c->key[slot] = uk[u], c->used[slot] = t, c->freq[slot] = 1, c->fetched[slot] = -1;
         role_keymap_put(&c->map, uk[u], slot);
-        as->uslot[u] = slot;
-        as->stash[ns++] = slot;
+        uslot[u] = slot;
+        c->stash[ns++] = slot;
     }
-    for (uint32_t k = 0; k < ns; k++) ac_push(c, as->stash[k]);
+    for (uint32_t k = 0; k < ns; k++) ac_push(c, c->stash[k]);
     BP_ASSERT(c->n <= c->C && c->hn == c->n);
     c->peak = BP_MAX(c->peak, c->n);
     return nf;
@@ -275,11 +260,12 @@ static int as_fetch(void *ctx, int64_t t, const uint32_t *ids, int Bi) {
     astate *as = ctx;
     const emb_layout *L = &as->tr.L;
     const int F = L->F, E = L->E;
-    acache *c = &as->cache;
+    role_async_cache *c = &as->cache;
     emb_grad_coalesce(&as->gk, &as->Lk, ids, as->zeros, Bi);
     const int U = as->gk.n;
     const uint64_t *uk = as->gk.keys; // (U) ascending
-    const uint32_t nf = as_lookup(as, t, uk, U);
+    const uint32_t nf = role_async_cache_read(c, t, uk, U, as->bound + as->slack, as->uslot, as->fu);
+    for (uint32_t f = 0; f < nf; f++) as->fkeys[f] = uk[as->fu[f]];
     if (nf) {
         int rc = role_srv_fetch(&as->srv, t, as->fkeys, nf, 1, as->fsrv, as->fpos);
         if (rc) return rc;
@@ -330,15 +316,17 @@ static int as_window(void *ctx) {
     double *v = as->win;
     memset(v, 0, as->nfig * sizeof *v);
     for (int k = 0; k < AGE_BUCKETS; k++) v[k] = (double)as->hist[k];
-    v[F_AGE_SUM] = (double)as->age_sum, v[F_MISS] = (double)as->misses, v[F_REFRESH] = (double)as->refreshes;
-    v[F_EVICT] = (double)as->evictions;
+    const role_async_cache *c = &as->cache;
+    v[F_AGE_SUM] = (double)as->age_sum, v[F_MISS] = (double)(c->misses - as->prev_miss);
+    v[F_REFRESH] = (double)(c->refreshes - as->prev_refresh), v[F_EVICT] = (double)(c->evictions - as->prev_evict);
     v[F_N + as->i] = (double)as->age_max, v[F_N + T + as->i] = (double)as->cache.peak;
     int rc = comm_allreduce_sum_f64(v, as->nfig, as->first_trainer, T, as->fwork);
     if (rc) return rc;
     for (size_t k = 0; k < F_N; k++) as->tot[k] += v[k];
     for (size_t k = F_N; k < as->nfig; k++) as->tot[k] = BP_MAX(as->tot[k], v[k]);
     memset(as->hist, 0, sizeof as->hist);
-    as->age_sum = as->misses = as->refreshes = as->evictions = 0, as->age_max = 0;
+    as->age_sum = 0, as->age_max = 0;
+    as->prev_miss = c->misses, as->prev_refresh = c->refreshes, as->prev_evict = c->evictions;
     return 0;
 }
 
