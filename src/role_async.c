@@ -2,19 +2,23 @@
 // (dist.h, msg.h, DESIGN §7).  The one mode that gives up synchronous semantics on purpose.
 //
 // Each trainer keeps its own bounded cache of C = --cache-rows rows (model part, E floats).  A
-// cached row carries the iteration j of the fetch that filled it: the server answered that fetch
-// after applying every trainer's gradients of iterations < j (the server of mode sync, unchanged
-// gating), so read at iteration k the row is k - j iterations old.
+// cached row carries the iteration j of the rows that filled it: the server's value with every
+// trainer's gradients of the iterations < j applied (the reply's iteration), so read at
+// iteration k the row is k - j iterations old.
 //
-// Iteration k, trainer i, slice [b0, b1) of global batch k:
+// Iteration k, trainer i, slice [b0, b1) of global batch k (S = the bound):
 //   1. unique keys of the slice (ascending).  A resident key with k - j <= bound (--staleness)
 //      is a hit; an older one is refreshed; a missing one takes a free slot or evicts, by
 //      --cache-policy, the resident row that is least recently read (LRU: last iteration read,
 //      ties by key) or least often read (LFU: iterations it was read since it entered, ties by
 //      key) among the rows the slice does not read.  The cache never holds more than C rows;
 //      a slice reading more than C distinct rows is a start-up error (role_async_check).
-//   2. one ROW_REQ(k) to each server owning a key to fetch (none when everything hits), wait for
-//      the replies; the rows enter their slots with j = k
+//   2. one ROW_REQ(max(0, k - S)) to each server owning a key to fetch (none when everything
+//      hits), wait for the replies.  The servers' gate is sync's: a request of iteration j is
+//      answered once every update before j is applied, with the rows as they are then (the
+//      reply says their iteration a, k - S <= a <= k).  So a miss waits only while its server
+//      is more than S iterations behind; with S = 0 it waits for every update of k - 1, as in
+//      sync.  The rows enter their slots with j = a.
 //   3. gather from the cache slots; forward, BCE (scale 1/B), backward, dense all-reduce and
 //      step: the dense parameters stay synchronous, as in HET (role_dense_step)
 //   4. coalesced row gradients -> GRAD_PUSH(k) to every server (empty or not), sent without
@@ -22,13 +26,13 @@
 //      and apply them, exactly as in sync.
 // A trainer never applies its own gradient to its cached copy: a cached row is always a value
 // the server held (after iterations < j), so its age is exact, the servers hold the one model,
-// and with bound 0 every row read is fetched in its own iteration: the model is sync's bit for
-// bit.  (HET's servers likewise own the authoritative rows; a local update would make the
+// and with bound 0 every row read is fetched in its own iteration after every update of the
+// previous one: the model is sync's bit for bit.  (HET's servers likewise own the authoritative rows; a local update would make the
 // cache a second, diverging copy whose age is no longer a single number.)
 //
 // Figures (role_loop's window and summary lines): the age of every (b, f) lookup's row (a
 // histogram: ages 0..64 exact, then power-of-two ranges), its mean and maximum, cache hits
-// (lookups of rows not fetched in that iteration), misses, refreshes, evictions and the peak
+// (lookups of rows not fetched in that iteration: "hit_rate"), misses, refreshes, evictions and the peak
 // residency of the fullest trainer's cache.  The ages are measured at the read, from the slot's
 // fetch iteration, independently of the refresh decision; BAGPIPE_TEST_STALENESS_SLACK=n (tests
 // only) lets the decision accept rows n iterations beyond the bound, so a test can show that
@@ -131,7 +135,7 @@ static uint32_t ac_pop(role_async_cache *c) {
 
 // Window figures, all-reduced over the trainers: the age histogram, then these, then one entry
 // per trainer for its largest age in the window and its peak residency.
-enum { F_AGE_SUM = AGE_BUCKETS, F_MISS, F_REFRESH, F_EVICT, F_N };
+enum { F_AGE_SUM = AGE_BUCKETS, F_HITS, F_MISS, F_REFRESH, F_EVICT, F_N };
 
 typedef struct {
     const train_setup *su;
@@ -147,13 +151,14 @@ typedef struct {
     uint32_t cap;            // bmax * F: most keys in one slice
     uint32_t *uslot;         // (cap) per unique key: its cache slot
     uint32_t *fu, *fsrv, *fpos; // (cap) per key fetched: unique-key index, server, reply position
+    uint8_t *ufetched;       // (cap) per unique key: fetched in this iteration
     uint64_t *fkeys;         // (cap) keys fetched this iteration, ascending
     const float **erow;      // (cap) per (b, f) entry: its row
     float *ar_work;          // dense all-reduce scratch
     void *dump;              // trainer 0: dump receive buffer
     size_t dump_cap;
     uint64_t hist[AGE_BUCKETS]; // this window's lookups by age bucket
-    uint64_t age_sum;
+    uint64_t age_sum, hits; // this window's: ages summed over the lookups; lookups served without a fetch
     uint64_t prev_miss, prev_refresh, prev_evict; // the cache's counters at the window's start
     int64_t age_max;         // this window's largest age
     size_t nfig;             // F_N + 2 T
@@ -189,6 +194,7 @@ static int as_init(astate *as, const train_setup *su, const dist_layout *l, int 
     as->fsrv = bp_xmalloc(as->cap * sizeof *as->fsrv);
     as->fpos = bp_xmalloc(as->cap * sizeof *as->fpos);
     as->fkeys = bp_xmalloc(as->cap * sizeof *as->fkeys);
+    as->ufetched = bp_xmalloc(as->cap);
     as->erow = bp_xmalloc(as->cap * sizeof *as->erow);
     const size_t np = as->tr.m.n_params;
     as->ar_work = bp_xmalloc((size_t)T * ((np + (size_t)T - 1) / (size_t)T + 1) * sizeof(float));
@@ -204,7 +210,7 @@ static int as_init(astate *as, const train_setup *su, const dist_layout *l, int 
 }
 
 static void as_free(astate *as) {
-    free(as->zeros), free(as->uslot), free(as->fu), free(as->fsrv), free(as->fpos), free(as->fkeys);
+    free(as->zeros), free(as->uslot), free(as->fu), free(as->fsrv), free(as->fpos), free(as->fkeys), free(as->ufetched);
     free(as->erow), free(as->ar_work), free(as->win), free(as->tot), free(as->fwork), free(as->dump);
     role_srv_free(&as->srv);
     emb_grad_free(&as->gk);
@@ -265,14 +271,17 @@ static int as_fetch(void *ctx, int64_t t, const uint32_t *ids, int Bi) {
     const int U = as->gk.n;
     const uint64_t *uk = as->gk.keys; // (U) ascending
     const uint32_t nf = role_async_cache_read(c, t, uk, U, as->bound + as->slack, as->uslot, as->fu);
-    for (uint32_t f = 0; f < nf; f++) as->fkeys[f] = uk[as->fu[f]];
+    memset(as->ufetched, 0, (size_t)U);
+    for (uint32_t f = 0; f < nf; f++) as->fkeys[f] = uk[as->fu[f]], as->ufetched[as->fu[f]] = 1;
     if (nf) {
-        int rc = role_srv_fetch(&as->srv, t, as->fkeys, nf, 1, as->fsrv, as->fpos);
+        // Rows at most `bound` iterations old will do: a server at least that far along answers
+        // at once (bound 0: after every update of t - 1, as in sync).
+        int rc = role_srv_fetch(&as->srv, BP_MAX(0, t - as->bound), t, as->fkeys, nf, 1, as->fsrv, as->fpos);
         if (rc) return rc;
         for (uint32_t f = 0; f < nf; f++) {
-            const uint32_t slot = as->uslot[as->fu[f]];
-            memcpy(c->rows + (size_t)slot * E, as->srv.rin[as->fsrv[f]] + (size_t)as->fpos[f] * E, (size_t)E * sizeof(float));
-            c->fetched[slot] = t;
+            const uint32_t slot = as->uslot[as->fu[f]], s = as->fsrv[f];
+            memcpy(c->rows + (size_t)slot * E, as->srv.rin[s] + (size_t)as->fpos[f] * E, (size_t)E * sizeof(float));
+            c->fetched[slot] = as->srv.rin_iter[s];
         }
     }
     uint64_t hits = 0;
@@ -291,9 +300,9 @@ static int as_fetch(void *ctx, int64_t t, const uint32_t *ids, int Bi) {
             BP_ASSERT(c->key[slot] == key && age >= 0);
             as->erow[e] = c->rows + (size_t)slot * E;
             as->hist[age_bucket(age)]++, as->age_sum += (uint64_t)age, as->age_max = BP_MAX(as->age_max, age);
-            hits += age > 0;
+            hits += !as->ufetched[lo];
         }
-    as->st.lookups += (uint64_t)Bi * F, as->st.hot_hits += hits;
+    as->st.lookups += (uint64_t)Bi * F, as->st.hot_hits += hits, as->hits += hits;
     return 0;
 }
 
@@ -317,7 +326,7 @@ static int as_window(void *ctx) {
     memset(v, 0, as->nfig * sizeof *v);
     for (int k = 0; k < AGE_BUCKETS; k++) v[k] = (double)as->hist[k];
     const role_async_cache *c = &as->cache;
-    v[F_AGE_SUM] = (double)as->age_sum, v[F_MISS] = (double)(c->misses - as->prev_miss);
+    v[F_AGE_SUM] = (double)as->age_sum, v[F_HITS] = (double)as->hits, v[F_MISS] = (double)(c->misses - as->prev_miss);
     v[F_REFRESH] = (double)(c->refreshes - as->prev_refresh), v[F_EVICT] = (double)(c->evictions - as->prev_evict);
     v[F_N + as->i] = (double)as->age_max, v[F_N + T + as->i] = (double)as->cache.peak;
     int rc = comm_allreduce_sum_f64(v, as->nfig, as->first_trainer, T, as->fwork);
@@ -325,7 +334,7 @@ static int as_window(void *ctx) {
     for (size_t k = 0; k < F_N; k++) as->tot[k] += v[k];
     for (size_t k = F_N; k < as->nfig; k++) as->tot[k] = BP_MAX(as->tot[k], v[k]);
     memset(as->hist, 0, sizeof as->hist);
-    as->age_sum = 0, as->age_max = 0;
+    as->age_sum = as->hits = 0, as->age_max = 0;
     as->prev_miss = c->misses, as->prev_refresh = c->refreshes, as->prev_evict = c->evictions;
     return 0;
 }
@@ -378,13 +387,13 @@ static int as_finish(void *ctx, int64_t iters) {
     astate *as = ctx;
     if (as->i == 0) {
         const double *v = as->tot;
-        double lookups = 0, fresh = v[0];
+        double lookups = 0;
         for (int k = 0; k < AGE_BUCKETS; k++) lookups += v[k];
         printf("async: %s cache of %llu rows per trainer, peak %.0f; rows read up to %.0f iterations old (bound %lld), "
                "mean %.2f; %.1f%% of lookups from the cache; %.0f misses, %.0f refreshes, %.0f evictions\n",
                as->cache.lfu ? "LFU" : "LRU", (unsigned long long)as->cache.C, fig_max(v + F_N + as->T, as->T),
                fig_max(v + F_N, as->T), (long long)as->bound, lookups > 0 ? v[F_AGE_SUM] / lookups : 0.0,
-               lookups > 0 ? 100.0 * (lookups - fresh) / lookups : 0.0, v[F_MISS], v[F_REFRESH], v[F_EVICT]);
+               lookups > 0 ? 100.0 * v[F_HITS] / lookups : 0.0, v[F_MISS], v[F_REFRESH], v[F_EVICT]);
         fflush(stdout);
     }
     return role_srv_done(&as->srv, iters);

@@ -404,17 +404,18 @@ void role_srv_init(role_srv *c, int S, int first_server, int i, int E, uint32_t 
     c->kout = bp_xcalloc((size_t)S, sizeof *c->kout);
     c->rout = bp_xcalloc((size_t)S, sizeof *c->rout);
     c->rin = bp_xcalloc((size_t)S, sizeof *c->rin);
+    c->rin_iter = bp_xcalloc((size_t)S, sizeof *c->rin_iter);
 }
 
 void role_srv_free(role_srv *c) {
     for (int s = 0; c->req && s < c->S; s++) free(c->req[s]), free(c->reply[s]), free(c->push[s]);
     free(c->req), free(c->reply), free(c->push), free(c->rq), free(c->pq), free(c->n), free(c->kout), free(c->rout);
-    free(c->rin);
+    free(c->rin), free(c->rin_iter);
     memset(c, 0, sizeof *c);
 }
 
-int role_srv_fetch(role_srv *c, int64_t t, const uint64_t *keys, uint32_t n, int skip_empty, uint32_t *srv,
-                   uint32_t *pos) {
+int role_srv_fetch(role_srv *c, int64_t t, int64_t t_max, const uint64_t *keys, uint32_t n, int skip_empty,
+                   uint32_t *srv, uint32_t *pos) {
     const int S = c->S;
     BP_ASSERT(n <= c->cap);
     memset(c->n, 0, (size_t)S * sizeof *c->n);
@@ -441,12 +442,17 @@ int role_srv_fetch(role_srv *c, int64_t t, const uint64_t *keys, uint32_t n, int
         if (skip_empty && !c->n[s]) continue;
         size_t len = 0;
         if ((rc = comm_wait(&c->rq[2 * s], &len))) break;
-        msg_expect ex = {.kind = MSG_ROW_REPLY, .width = (uint32_t)c->E, .max_n = c->n[s], .iter = t};
+        msg_expect ex = {.kind = MSG_ROW_REPLY, .width = (uint32_t)c->E, .max_n = c->n[s], .iter = -1};
         msg_header h;
         if ((rc = msg_decode(c->reply[s], len, c->first_server + s, &ex, &h, NULL, &c->rin[s]))) break;
+        c->rin_iter[s] = (int64_t)h.iter;
         if (h.n != c->n[s])
             rc = bp_fail(BP_EFORMAT, "trainer %d: server rank %d answered %u rows for %u keys", c->i,
                          c->first_server + s, h.n, c->n[s]);
+        else if (c->rin_iter[s] < t || c->rin_iter[s] > t_max)
+            rc = bp_fail(BP_EFORMAT, "trainer %d: server rank %d answered a request of iteration %lld with rows of "
+                         "iteration %lld (expected %lld..%lld)", c->i, c->first_server + s, (long long)t,
+                         (long long)c->rin_iter[s], (long long)t, (long long)t_max);
         if (!rc) rc = comm_wait(&c->rq[2 * s + 1], NULL);
     }
     return rc;

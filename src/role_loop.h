@@ -144,16 +144,18 @@ typedef struct {
     uint64_t **kout;        // (S) keys of the message being built
     float **rout;           // (S)
     const float **rin;      // (S) rows of the replies
+    int64_t *rin_iter;      // (S) the replies' iteration: their rows hold every update before it
 } role_srv;
 
 void role_srv_init(role_srv *c, int S, int first_server, int i, int E, uint32_t cap);
 void role_srv_free(role_srv *c); // safe on a zeroed one
 // Requests the rows (E floats) of the n ascending keys for iteration t from their servers and
 // waits for every reply; srv[u], pos[u] (n) get key u's server and its position in that
-// server's reply, c->rin[s] the reply's rows.  skip_empty: servers owning none of the keys get
-// no request (mode async); else every server gets one, empty or not (mode sync).
-int role_srv_fetch(role_srv *c, int64_t t, const uint64_t *keys, uint32_t n, int skip_empty, uint32_t *srv,
-                   uint32_t *pos);
+// server's reply, c->rin[s] the reply's rows and c->rin_iter[s] their iteration, in [t, t_max]
+// (a server answers a request behind it with its current rows).  skip_empty: servers owning
+// none of the keys get no request (mode async); else every server gets one, empty or not.
+int role_srv_fetch(role_srv *c, int64_t t, int64_t t_max, const uint64_t *keys, uint32_t n, int skip_empty,
+                   uint32_t *srv, uint32_t *pos);
 // GRAD_PUSH(t) of the coalesced gradient g to every server (empty or not).  With wait = 0 it
 // returns with the sends in flight; the next push or role_srv_done completes them.
 int role_srv_push(role_srv *c, int64_t t, const emb_grad *g, int wait);

@@ -7,8 +7,11 @@
 //
 // Loop (modes sync, static and async): probe any message, receive it into the sender's buffer,
 // handle it:
-//   ROW_REQ(t) / DUMP_REQ(t)   answered when applied == t, else held until then (one per trainer
-//                              at most); t < applied is an error
+//   ROW_REQ(t) / DUMP_REQ(t)   answered once applied >= t, else held until applied == t (one
+//                              per trainer at most); the reply carries the rows' iteration, the
+//                              `applied` of the moment (t in sync and static, whose trainers never
+//                              ask behind; async's may, within their staleness bound).  A
+//                              DUMP_REQ(t) with t < applied is an error
 //   GRAD_PUSH(t)               t must be the sender's next iteration (0, 1, 2, ...); queued per
 //                              trainer.  Once every trainer's queue holds iteration `applied`, each
 //                              key's partial gradients are summed in trainer-rank order (first
@@ -18,7 +21,9 @@
 // In sync every trainer requests every iteration, so a push is never more than one iteration
 // ahead of `applied`.  In async a trainer requests only when its cache misses and pushes without
 // waiting, so a fast trainer's pushes may arrive before a slower one's (the dense all-reduce
-// keeps them within a few iterations); the queues hold them until their turn.
+// keeps them within a few iterations); the queues hold them until their turn.  An async trainer
+// at iteration k with bound S asks for ROW_REQ(max(0, k - S)): answered at once unless this
+// server is more than S iterations behind k, with rows at most S iterations old.
 //
 // Mode bagpipe (server_run_bagpipe): no gradients reach the servers; rows leave and come back
 // whole (with their optimizer state).
@@ -179,7 +184,8 @@ static int server_answer(server *sv, int p) {
         if (rc) return rc;
         sv->reply_busy[p] = 0;
     }
-    msg_header h = {MSG_ROW_REPLY, 0, (uint64_t)iter, n, width};
+    BP_ASSERT(iter <= sv->applied);
+    msg_header h = {MSG_ROW_REPLY, 0, (uint64_t)sv->applied, n, width}; // the rows' iteration: >= iter
     float *out;
     msg_encode(sv->reply[p], &h, NULL, &out);
     const int stride = sv->L.stride;
@@ -494,7 +500,7 @@ int role_server_run(const train_setup *su, const dist_layout *l, int s) {
                              sv.L.E, sv.L.stride);
                 break;
             }
-            if ((int64_t)h.iter == sv.applied) {
+            if ((int64_t)h.iter == sv.applied || (tag == MSG_ROW_REQ && (int64_t)h.iter < sv.applied)) {
                 rc = server_answer(&sv, p);
             } else if ((int64_t)h.iter > sv.applied) {
                 sv.held[p] = 1, sv.req_iter[p] = (int64_t)h.iter, held++;
