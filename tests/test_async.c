@@ -175,7 +175,7 @@ TEST(async_bad_flags) {
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         char *out = NULL;
-        int rc = test_run(&out, 30, "%s %s train " ASYNC_MODEL " --iters 5 %s %s", dist_test_env(), test_bin(),
+        int rc = test_run(&out, 60, "%s %s train " ASYNC_MODEL " --iters 5 %s %s", dist_test_env(), test_bin(),
                           bad[k].args, data);
         ASSERT_MSG(rc == 2, "%s: exit %d:\n%s", bad[k].args, rc, out);
         ASSERT_STR_CONTAINS(out, bad[k].msg);
