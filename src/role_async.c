@@ -154,6 +154,7 @@ typedef struct {
     uint8_t *ufetched;       // (cap) per unique key: fetched in this iteration
     uint64_t *fkeys;         // (cap) keys fetched this iteration, ascending
     const float **erow;      // (cap) per (b, f) entry: its row
+    uint32_t *eidx;          // (cap) per (b, f) entry: its key's index among the unique keys
     float *ar_work;          // dense all-reduce scratch
     void *dump;              // trainer 0: dump receive buffer
     size_t dump_cap;
@@ -196,6 +197,7 @@ static int as_init(astate *as, const train_setup *su, const dist_layout *l, int 
     as->fkeys = bp_xmalloc(as->cap * sizeof *as->fkeys);
     as->ufetched = bp_xmalloc(as->cap);
     as->erow = bp_xmalloc(as->cap * sizeof *as->erow);
+    as->eidx = bp_xmalloc(as->cap * sizeof *as->eidx);
     const size_t np = as->tr.m.n_params;
     as->ar_work = bp_xmalloc((size_t)T * ((np + (size_t)T - 1) / (size_t)T + 1) * sizeof(float));
     as->nfig = F_N + 2 * (size_t)T;
@@ -211,7 +213,7 @@ static int as_init(astate *as, const train_setup *su, const dist_layout *l, int 
 
 static void as_free(astate *as) {
     free(as->zeros), free(as->uslot), free(as->fu), free(as->fsrv), free(as->fpos), free(as->fkeys), free(as->ufetched);
-    free(as->erow), free(as->ar_work), free(as->win), free(as->tot), free(as->fwork), free(as->dump);
+    free(as->erow), free(as->eidx), free(as->ar_work), free(as->win), free(as->tot), free(as->fwork), free(as->dump);
     role_srv_free(&as->srv);
     emb_grad_free(&as->gk);
     role_async_cache_free(&as->cache);
@@ -284,24 +286,16 @@ static int as_fetch(void *ctx, int64_t t, const uint32_t *ids, int Bi) {
             c->fetched[slot] = as->srv.rin_iter[s];
         }
     }
+    role_key_index(L, ids, Bi, uk, U, as->eidx);
     uint64_t hits = 0;
-    for (int b = 0, e = 0; b < Bi; b++)
-        for (int f = 0; f < F; f++, e++) {
-            uint64_t key = emb_key(L, f, ids[e]);
-            int lo = 0, hi = U;
-            while (lo < hi) {
-                int mid = (lo + hi) / 2;
-                if (uk[mid] < key) lo = mid + 1;
-                else hi = mid;
-            }
-            BP_ASSERT(lo < U && uk[lo] == key);
-            const uint32_t slot = as->uslot[lo];
-            const int64_t age = t - c->fetched[slot];
-            BP_ASSERT(c->key[slot] == key && age >= 0);
-            as->erow[e] = c->rows + (size_t)slot * E;
-            as->hist[age_bucket(age)]++, as->age_sum += (uint64_t)age, as->age_max = BP_MAX(as->age_max, age);
-            hits += !as->ufetched[lo];
-        }
+    for (int e = 0; e < Bi * F; e++) {
+        const uint32_t u = as->eidx[e], slot = as->uslot[u];
+        const int64_t age = t - c->fetched[slot];
+        BP_ASSERT(age >= 0);
+        as->erow[e] = c->rows + (size_t)slot * E;
+        as->hist[age_bucket(age)]++, as->age_sum += (uint64_t)age, as->age_max = BP_MAX(as->age_max, age);
+        hits += !as->ufetched[u];
+    }
     as->st.lookups += (uint64_t)Bi * F, as->st.hot_hits += hits, as->hits += hits;
     return 0;
 }

@@ -68,6 +68,22 @@ int role_loop_step(const train_setup *su, const role_loop *rl, int64_t t, double
     return rc;
 }
 
+void role_key_index(const emb_layout *L, const uint32_t *ids, int Bi, const uint64_t *uk, int U, uint32_t *idx) {
+    const int F = L->F;
+    for (int b = 0, e = 0; b < Bi; b++)
+        for (int f = 0; f < F; f++, e++) {
+            const uint64_t key = emb_key(L, f, ids[e]);
+            int lo = 0, hi = U;
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (uk[mid] < key) lo = mid + 1;
+                else hi = mid;
+            }
+            BP_ASSERT(lo < U && uk[lo] == key);
+            idx[e] = (uint32_t)lo;
+        }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Key -> slot maps
 

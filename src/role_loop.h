@@ -78,6 +78,10 @@ int role_dense_step(trainer *tr, const float *const *erow, const float *dense /*
                     const uint8_t *label /*(Bi)*/, int Bi, int B, int first_trainer, int T, float *ar_work,
                     double *lsum, double *t_compute, double *t_ar);
 
+// For every (b, f) entry e of a slice ids (Bi, F): the index u of its key in the slice's U
+// unique keys uk (ascending), into idx (Bi * F).
+void role_key_index(const emb_layout *L, const uint32_t *ids, int Bi, const uint64_t *uk, int U, uint32_t *idx);
+
 // A key -> slot map of at most cap keys (linear probing, backward-shift deletion, at most half
 // full): the caches' index.
 typedef struct {
