@@ -23,7 +23,8 @@ dist_role dist_role_of(const dist_layout *l, int rank, int *index) {
 }
 
 const char *dist_mode_name(dist_mode m) {
-    return m == DIST_MODE_SHARDED ? "sharded" : m == DIST_MODE_STATIC ? "static" : m == DIST_MODE_BAGPIPE ? "bagpipe" : "sync";
+    return m == DIST_MODE_SHARDED ? "sharded" : m == DIST_MODE_STATIC ? "static" : m == DIST_MODE_BAGPIPE ? "bagpipe"
+         : m == DIST_MODE_ASYNC ? "async" : "sync";
 }
 
 void dist_role_name(int rank, const void *ctx, char *buf, size_t cap) {
@@ -72,6 +73,9 @@ static void print_layout(const train_setup *su, const dist_layout *l) {
     if (su->mode == TRAIN_MODE_BAGPIPE)
         printf("cache: %llu rows per trainer, lookahead %d, prefetch %d\n", (unsigned long long)su->cache_rows,
                su->lookahead, su->prefetch);
+    if (l->mode == DIST_MODE_ASYNC)
+        printf("cache: %llu rows per trainer, %s, staleness bound %d iterations\n", (unsigned long long)su->cache_rows,
+               su->cache_policy == TRAIN_CACHE_LFU ? "LFU" : "LRU", su->staleness);
     fflush(stdout);
 }
 
@@ -81,6 +85,9 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     dist_role_name(me, l, role, sizeof role);
     role_oracle *ro = NULL;
     if (!setup_rc && me == 0 && su->mode == TRAIN_MODE_BAGPIPE) setup_rc = role_oracle_prepare(&ro, su, l);
+    int idx;
+    const dist_role role_kind = dist_role_of(l, me, &idx);
+    if (!setup_rc && role_kind == DIST_TRAINER && l->mode == DIST_MODE_ASYNC) setup_rc = role_async_check(su, l, idx);
     int *all = bp_xcalloc((size_t)n, sizeof *all);
     int rc = comm_allgather_int(setup_rc, all);
     if (rc) {
@@ -99,12 +106,12 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
         return code == BP_EUSAGE ? 2 : 1;
     }
     if (me == 0) print_layout(su, l);
-    int idx;
-    dist_role r = dist_role_of(l, me, &idx);
+    const dist_role r = role_kind;
     if (r == DIST_SERVER) rc = role_server_run(su, l, idx);
     else if (r == DIST_TRAINER && su->mode == TRAIN_MODE_BAGPIPE) rc = role_bagpipe_trainer_run(su, l, idx);
     else if (r == DIST_TRAINER && l->mode == DIST_MODE_SHARDED) rc = role_sharded_run(su, l, idx);
     else if (r == DIST_TRAINER && l->mode == DIST_MODE_STATIC) rc = role_static_run(su, l, idx);
+    else if (r == DIST_TRAINER && l->mode == DIST_MODE_ASYNC) rc = role_async_run(su, l, idx);
     else if (r == DIST_TRAINER) rc = role_trainer_run(su, l, idx);
     else if (ro) rc = role_oracle_run(ro);
     role_oracle_free(ro);

@@ -27,7 +27,10 @@
 //   sharded   no server ranks (S = 0): trainer i owns the keys with bp_mix64(k) % T == i
 //   static    servers hold the cold rows; the hottest static_rows rows are replicated on
 //             every trainer
-typedef enum { DIST_MODE_SYNC = 0, DIST_MODE_SHARDED = 1, DIST_MODE_STATIC = 2, DIST_MODE_BAGPIPE = 3 } dist_mode;
+//   async     servers as in sync; each trainer reads rows from its own bounded LRU/LFU cache
+//             while they are at most su->staleness iterations old (role_async.c)
+typedef enum { DIST_MODE_SYNC = 0, DIST_MODE_SHARDED = 1, DIST_MODE_STATIC = 2, DIST_MODE_BAGPIPE = 3,
+               DIST_MODE_ASYNC = 4 } dist_mode;
 
 typedef struct {
     int S, T;            // servers, trainers
@@ -75,6 +78,10 @@ int dist_collect_rows(trainer *tr, int S, int first_server, void *buf, size_t ca
 size_t dist_dump_cap(const emb_layout *L);
 int role_sharded_run(const train_setup *su, const dist_layout *l, int i);
 int role_static_run(const train_setup *su, const dist_layout *l, int i);
+// Mode async.  check (before the start-up agreement): the cache of trainer i must hold the
+// unique rows of each of its slices; a smaller --cache-rows is a usage error naming the minimum.
+int role_async_check(const train_setup *su, const dist_layout *l, int i);
+int role_async_run(const train_setup *su, const dist_layout *l, int i);
 const char *dist_mode_name(dist_mode m);
 
 // Samples of trainer i in a global batch of B: [dist_slice_begin(B, T, i), ..(B, T, i + 1)).

@@ -12,8 +12,9 @@
 //   1   MSG_ROW_REQ     trainer -> server       batch t to be read   n keys; width = floats wanted
 //                                                                    (E: model part; stride: with
 //                                                                    optimizer state); keys only
-//   2   MSG_ROW_REPLY   server -> trainer       same t               n rows of `width`, in the
-//                                                                    request's key order; no keys
+//   2   MSG_ROW_REPLY   server -> trainer       the rows' iteration  n rows of `width`, in the
+//                           (>= the request's t: updates of every    request's key order; no keys
+//                           iteration before it are in the rows)
 //   3   MSG_GRAD_PUSH   trainer -> server       batch t of the grad  n keys + n rows of E floats:
 //                                                                    the trainer's coalesced partial
 //   4   MSG_DUMP_REQ    writer -> server        state after t iters  n = 0: every row of the shard
@@ -51,8 +52,17 @@
 //  16   MSG_HOT_GRAD    trainer -> trainer      batch t of the grad  n keys (pinned rows only) +
 //                                                                    n rows of E floats
 //
-// Ordering (sync mode): a server answers ROW_REQ(t) and DUMP_REQ(t) only once it has applied the
-// GRAD_PUSH(t') of every trainer for every t' < t, so a read of t+1 sees all updates of t.  It
+// Mode async reuses kinds 1-6 with the servers of sync: at iteration k a trainer with staleness
+// bound S sends ROW_REQ(max(0, k - S)) only to the servers that own a row it misses (or must
+// refresh), so requests may skip iterations and lag behind the server; the reply's iteration a
+// (k - S <= a <= k) dates the rows.  It pushes GRAD_PUSH(k) to every server every iteration
+// (empty or not) without waiting, so pushes may run ahead of a slower trainer's (the server
+// queues them).
+//
+// Ordering (sync, static, async): a server answers ROW_REQ(t) and DUMP_REQ(t) only once it has
+// applied the GRAD_PUSH(t') of every trainer for every t' < t, so a read of t+1 sees all updates
+// of t (ROW_REQ(t) behind the server is answered at once, with every update applied so far;
+// DUMP_REQ(t) must not be behind); a trainer's pushes carry t = 0, 1, 2, ... in order.  It
 // sums the partial gradients of a key in trainer-rank order: the first trainer that touches the
 // key gives the starting value (a copy), the others are added in ascending rank; then
 // emb_opt_apply_row.  With T = 1 the applied gradient is the trainer's own, bit for bit.

@@ -1,4 +1,4 @@
-// role_loop: the loop and helpers shared by the sharded and static trainer roles (role_loop.h).
+// role_loop: the loop and helpers shared by the sharded, static and async trainer roles (role_loop.h).
 #include "role_loop.h"
 
 #include <cblas.h>
@@ -10,6 +10,7 @@
 
 #include "comm.h"
 #include "common.h"
+#include "dist.h"
 #include "jsonl.h"
 #include "metric.h"
 #include "msg.h"
@@ -41,6 +42,91 @@ int role_dense_step(trainer *tr, const float *const *erow, const float *dense, c
     *t_compute += (t1 - t0) + (bp_now() - t2);
     *t_ar += t2 - t1;
     return 0;
+}
+
+int role_loop_step(const train_setup *su, const role_loop *rl, int64_t t, double *loss) {
+    const bp_dataset *ds = su->ds;
+    const int Nd = su->mc.Nd, F = su->mc.F, B = su->B;
+    const int b0 = dist_slice_begin(B, rl->T, rl->i), Bi = dist_slice_begin(B, rl->T, rl->i + 1) - b0;
+    const uint64_t r = role_batch_row(su, t, b0);
+    const uint32_t *ids = ds->sparse + r * F;
+    trainer *tr = rl->tr;
+    role_stats *st = rl->st;
+    double t0 = bp_now();
+    int rc = rl->fetch(rl->ctx, t, ids, Bi);
+    if (rc) return rc;
+    st->t_wait += bp_now() - t0;
+    double lsum;
+    rc = role_dense_step(tr, rl->erow, ds->dense + r * Nd, ds->label + r, Bi, B, rl->first_trainer, rl->T, rl->ar_work,
+                         &lsum, &st->t_compute, &st->t_ar);
+    if (rc) return rc;
+    double t1 = bp_now();
+    emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
+    rc = rl->sync(rl->ctx, t);
+    st->t_sync += bp_now() - t1;
+    *loss = lsum / B;
+    return rc;
+}
+
+void role_key_index(const emb_layout *L, const uint32_t *ids, int Bi, const uint64_t *uk, int U, uint32_t *idx) {
+    const int F = L->F;
+    for (int b = 0, e = 0; b < Bi; b++)
+        for (int f = 0; f < F; f++, e++) {
+            const uint64_t key = emb_key(L, f, ids[e]);
+            int lo = 0, hi = U;
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (uk[mid] < key) lo = mid + 1;
+                else hi = mid;
+            }
+            BP_ASSERT(lo < U && uk[lo] == key);
+            idx[e] = (uint32_t)lo;
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key -> slot maps
+
+void role_keymap_init(role_keymap *m, uint64_t cap) {
+    uint64_t size = 16;
+    while (size < 2 * cap) size *= 2;
+    m->mask = size - 1;
+    m->keys = bp_xmalloc(size * sizeof *m->keys);
+    m->slots = bp_xmalloc(size * sizeof *m->slots);
+    for (uint64_t i = 0; i < size; i++) m->keys[i] = ROLE_NO_KEY;
+}
+
+void role_keymap_free(role_keymap *m) {
+    free(m->keys), free(m->slots);
+    memset(m, 0, sizeof *m);
+}
+
+uint32_t role_keymap_find(const role_keymap *m, uint64_t key) {
+    for (uint64_t i = bp_mix64(key) & m->mask;; i = (i + 1) & m->mask) {
+        if (m->keys[i] == key) return m->slots[i];
+        if (m->keys[i] == ROLE_NO_KEY) return ROLE_NO_SLOT;
+    }
+}
+
+void role_keymap_put(role_keymap *m, uint64_t key, uint32_t slot) {
+    uint64_t i = bp_mix64(key) & m->mask;
+    for (; m->keys[i] != ROLE_NO_KEY; i = (i + 1) & m->mask) BP_ASSERT(m->keys[i] != key);
+    m->keys[i] = key, m->slots[i] = slot;
+}
+
+void role_keymap_del(role_keymap *m, uint64_t key) {
+    uint64_t i = bp_mix64(key) & m->mask;
+    for (; m->keys[i] != key; i = (i + 1) & m->mask) BP_ASSERT(m->keys[i] != ROLE_NO_KEY);
+    for (uint64_t j = i;;) { // backward shift: later entries of the run move into the hole
+        j = (j + 1) & m->mask;
+        if (m->keys[j] == ROLE_NO_KEY) break;
+        uint64_t home = bp_mix64(m->keys[j]) & m->mask;
+        if (((j - home) & m->mask) >= ((j - i) & m->mask)) { // home is not in (i, j]
+            m->keys[i] = m->keys[j], m->slots[i] = m->slots[j];
+            i = j;
+        }
+    }
+    m->keys[i] = ROLE_NO_KEY;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -218,7 +304,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     metric_result res = {0}, bayes = {0};
     for (int64_t t = 0; t < su->total_iters && !rc; t++) {
         double loss = 0;
-        if ((rc = rl->step(rl->ctx, t, &loss))) break;
+        if ((rc = rl->step ? rl->step(rl->ctx, t, &loss) : role_loop_step(su, rl, t, &loss))) break;
         if (!isfinite(loss)) {
             rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
             break;
@@ -227,6 +313,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
             double c[W_N];
             if ((rc = window_counters(rl, prev, c))) break;
+            if (rl->window && (rc = rl->window(rl->ctx))) break;
             for (int k = 0; k < W_N; k++) tot_c[k] += c[k];
             tot.t_wait += st->t_wait, tot.t_sync += st->t_sync, tot.t_ar += st->t_ar, tot.t_compute += st->t_compute;
             if (writer) {
@@ -240,6 +327,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
                 jsonl_num(&j, "loss", win_loss / (double)win_n);
                 jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
                 json_window(&j, rl, st, c, win_n);
+                if (rl->json) rl->json(rl->ctx, &j, 0);
                 jsonl_end(&j, mf);
                 char note[64];
                 snprintf(note, sizeof note, "loss %.4f", win_loss / (double)win_n);
@@ -291,6 +379,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         jsonl_num(&j, "train_s", train_s);
         jsonl_num(&j, "samples_per_s", sps);
         json_window(&j, rl, &tot, tot_c, iters);
+        if (rl->json) rl->json(rl->ctx, &j, 1);
         if (have_res) {
             jsonl_str(&j, "split", bp_split_name(su->eval_split));
             train_json_result(&j, "", &res);
@@ -306,4 +395,124 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     if (!rc && rl->finish) rc = rl->finish(rl->ctx, iters);
     if (mf) fclose(mf);
     return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages to the servers
+
+void role_srv_init(role_srv *c, int S, int first_server, int i, int E, uint32_t cap) {
+    memset(c, 0, sizeof *c);
+    c->S = S, c->first_server = first_server, c->i = i, c->E = E, c->cap = cap;
+    c->req_cap = msg_bytes(MSG_ROW_REQ, cap, 0);
+    c->reply_cap = msg_bytes(MSG_ROW_REPLY, cap, (uint32_t)E);
+    c->push_cap = msg_bytes(MSG_GRAD_PUSH, cap, (uint32_t)E);
+    c->req = bp_xcalloc((size_t)S, sizeof *c->req);
+    c->reply = bp_xcalloc((size_t)S, sizeof *c->reply);
+    c->push = bp_xcalloc((size_t)S, sizeof *c->push);
+    for (int s = 0; s < S; s++) {
+        c->req[s] = bp_xmalloc(c->req_cap);
+        c->reply[s] = bp_xmalloc(c->reply_cap);
+        c->push[s] = bp_xmalloc(c->push_cap);
+    }
+    c->rq = bp_xcalloc((size_t)2 * S, sizeof *c->rq);
+    c->pq = bp_xcalloc((size_t)S, sizeof *c->pq);
+    c->n = bp_xcalloc((size_t)S, sizeof *c->n);
+    c->kout = bp_xcalloc((size_t)S, sizeof *c->kout);
+    c->rout = bp_xcalloc((size_t)S, sizeof *c->rout);
+    c->rin = bp_xcalloc((size_t)S, sizeof *c->rin);
+    c->rin_iter = bp_xcalloc((size_t)S, sizeof *c->rin_iter);
+}
+
+void role_srv_free(role_srv *c) {
+    for (int s = 0; c->req && s < c->S; s++) free(c->req[s]), free(c->reply[s]), free(c->push[s]);
+    free(c->req), free(c->reply), free(c->push), free(c->rq), free(c->pq), free(c->n), free(c->kout), free(c->rout);
+    free(c->rin), free(c->rin_iter);
+    memset(c, 0, sizeof *c);
+}
+
+int role_srv_fetch(role_srv *c, int64_t t, int64_t t_max, const uint64_t *keys, uint32_t n, int skip_empty,
+                   uint32_t *srv, uint32_t *pos) {
+    const int S = c->S;
+    BP_ASSERT(n <= c->cap);
+    memset(c->n, 0, (size_t)S * sizeof *c->n);
+    for (int s = 0; s < S; s++) {
+        msg_header h = {MSG_ROW_REQ, 0, (uint64_t)t, 0, (uint32_t)c->E};
+        msg_encode(c->req[s], &h, &c->kout[s], NULL);
+    }
+    for (uint32_t u = 0; u < n; u++) {
+        uint32_t s = msg_server_of(keys[u], S);
+        srv[u] = s, pos[u] = c->n[s];
+        c->kout[s][c->n[s]++] = keys[u];
+    }
+    int rc = 0;
+    for (int s = 0; s < S && !rc; s++) {
+        c->rin[s] = NULL;
+        if (skip_empty && !c->n[s]) continue;
+        bp_put_u32((uint8_t *)c->req[s] + 16, c->n[s]); // n, now known
+        rc = comm_irecv(c->reply[s], c->reply_cap, c->first_server + s, MSG_ROW_REPLY, &c->rq[2 * s]);
+        if (!rc)
+            rc = comm_isend(c->req[s], msg_bytes(MSG_ROW_REQ, c->n[s], 0), c->first_server + s, MSG_ROW_REQ,
+                            &c->rq[2 * s + 1]);
+    }
+    for (int s = 0; s < S && !rc; s++) {
+        if (skip_empty && !c->n[s]) continue;
+        size_t len = 0;
+        if ((rc = comm_wait(&c->rq[2 * s], &len))) break;
+        msg_expect ex = {.kind = MSG_ROW_REPLY, .width = (uint32_t)c->E, .max_n = c->n[s], .iter = -1};
+        msg_header h;
+        if ((rc = msg_decode(c->reply[s], len, c->first_server + s, &ex, &h, NULL, &c->rin[s]))) break;
+        c->rin_iter[s] = (int64_t)h.iter;
+        if (h.n != c->n[s])
+            rc = bp_fail(BP_EFORMAT, "trainer %d: server rank %d answered %u rows for %u keys", c->i,
+                         c->first_server + s, h.n, c->n[s]);
+        else if (c->rin_iter[s] < t || c->rin_iter[s] > t_max)
+            rc = bp_fail(BP_EFORMAT, "trainer %d: server rank %d answered a request of iteration %lld with rows of "
+                         "iteration %lld (expected %lld..%lld)", c->i, c->first_server + s, (long long)t,
+                         (long long)c->rin_iter[s], (long long)t, (long long)t_max);
+        if (!rc) rc = comm_wait(&c->rq[2 * s + 1], NULL);
+    }
+    return rc;
+}
+
+int role_srv_push(role_srv *c, int64_t t, const emb_grad *g, int wait) {
+    const int S = c->S, E = g->E;
+    BP_ASSERT(E == c->E && (uint32_t)g->n <= c->cap);
+    int rc = 0;
+    if (c->pushing && (rc = comm_waitall(c->pq, S))) return rc; // the buffers are reused
+    c->pushing = 0;
+    memset(c->n, 0, (size_t)S * sizeof *c->n);
+    for (int k = 0; k < g->n; k++) c->n[msg_server_of(g->keys[k], S)]++;
+    for (int s = 0; s < S; s++) {
+        msg_header h = {MSG_GRAD_PUSH, 0, (uint64_t)t, c->n[s], (uint32_t)E};
+        msg_encode(c->push[s], &h, &c->kout[s], &c->rout[s]);
+    }
+    memset(c->n, 0, (size_t)S * sizeof *c->n);
+    for (int k = 0; k < g->n; k++) {
+        uint32_t s = msg_server_of(g->keys[k], S), j = c->n[s]++;
+        c->kout[s][j] = g->keys[k];
+        memcpy(c->rout[s] + (size_t)j * E, g->rows + (size_t)k * E, (size_t)E * sizeof(float));
+    }
+    for (int s = 0; s < S && !rc; s++)
+        rc = comm_isend(c->push[s], msg_bytes(MSG_GRAD_PUSH, c->n[s], (uint32_t)E), c->first_server + s,
+                        MSG_GRAD_PUSH, &c->pq[s]);
+    if (rc) return rc;
+    c->pushing = 1;
+    if (wait) {
+        rc = comm_waitall(c->pq, S);
+        c->pushing = 0;
+    }
+    return rc;
+}
+
+int role_srv_done(role_srv *c, int64_t iters) {
+    const int S = c->S;
+    int rc = 0;
+    if (c->pushing && (rc = comm_waitall(c->pq, S))) return rc;
+    c->pushing = 0;
+    for (int s = 0; s < S && !rc; s++) { // the request buffers are free: DONE is a header
+        msg_header h = {MSG_DONE, 0, (uint64_t)iters, 0, 0};
+        msg_encode(c->req[s], &h, NULL, NULL);
+        rc = comm_isend(c->req[s], MSG_HEADER_BYTES, c->first_server + s, MSG_DONE, &c->rq[s]);
+    }
+    return rc ? rc : comm_waitall(c->rq, S);
 }

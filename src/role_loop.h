@@ -1,6 +1,6 @@
 // role_loop: what the trainer roles share.  Every distributed mode: the dense part of an
-// iteration (role_dense_step).  Modes `sharded` (role_sharded.c) and `static` (role_static.c)
-// also: the training loop with its metrics, evaluation and --save (the same
+// iteration (role_dense_step).  Modes `sharded` (role_sharded.c), `static` (role_static.c) and
+// `async` (role_async.c) also: the training loop with its metrics, evaluation and --save (the same
 // lines, JSON and saved model as mode sync's role_trainer.c), a row set kept by ascending key,
 // the rank-order gradient merge, and the transfer of row sets to the writer.
 //
@@ -13,7 +13,9 @@
 
 #include <stdint.h>
 
+#include "comm.h"
 #include "emb.h"
+#include "jsonl.h"
 #include "optim.h"
 #include "train.h"
 
@@ -21,19 +23,38 @@
 typedef struct {
     double t_wait, t_sync, t_ar, t_compute; // seconds: waiting for rows, row gradients, dense all-reduce, compute
     uint64_t lookups, hot_hits;             // (b, f) lookups, and those served by pinned rows (static)
+                                            // or by the cache without a fetch (async)
 } role_stats;
 
 typedef struct {
-    const char *mode;  // "sharded", "static": the summary's "mode"
+    const char *mode;  // "sharded", "static", "async": the summary's "mode"
     void *ctx;         // the mode's state
     trainer *tr;       // dense replica; tr->table filled by collect on trainer 0
     role_stats *st;
     int S, T, i, first_trainer;
     int report_hits;   // write "hit_rate" (share of lookups served by pinned rows)
+    // The iteration: either step, or the common one (role_loop_step) around fetch and sync.
     int (*step)(void *ctx, int64_t t, double *loss);
+    // fetch: erow[e] for every (b, f) entry e of slice ids (Bi, F) of iteration t (timed as
+    // t_wait); sync: the coalesced row gradients tr->g of t to where they are applied (t_sync).
+    int (*fetch)(void *ctx, int64_t t, const uint32_t *ids, int Bi);
+    int (*sync)(void *ctx, int64_t t);
+    const float *const *erow; // (bmax * F) the rows fetch points to
+    float *ar_work;           // dense all-reduce scratch (comm_allreduce_sum_f32)
     int (*collect)(void *ctx, int64_t iter); // every trainer calls it
     int (*finish)(void *ctx, int64_t iters); // may be NULL
+    // The mode's own figures (both may be NULL): window is called by every trainer at the end of
+    // every metrics window (a collective: it may all-reduce over the trainers); json by the
+    // writer, to add the window's figures to its line (summary 0) or the run's to the summary
+    // line (summary 1).
+    int (*window)(void *ctx);
+    void (*json)(void *ctx, jsonl *j, int summary);
 } role_loop;
+
+// The common iteration of trainer rl->i: its slice [b0, b1) of global batch t; rl->fetch;
+// role_dense_step; the row gradients coalesced into tr->g (sample order); rl->sync.  *loss gets
+// the global batch's mean loss.
+int role_loop_step(const train_setup *su, const role_loop *rl, int64_t t, double *loss);
 
 // Runs su->total_iters iterations and the end of a run (result lines, metrics, --save on
 // trainer 0).  Returns 0 or a negative code with a message.
@@ -56,6 +77,27 @@ static inline uint64_t role_batch_row(const train_setup *su, int64_t t, int b0) 
 int role_dense_step(trainer *tr, const float *const *erow, const float *dense /*(Bi, Nd)*/,
                     const uint8_t *label /*(Bi)*/, int Bi, int B, int first_trainer, int T, float *ar_work,
                     double *lsum, double *t_compute, double *t_ar);
+
+// For every (b, f) entry e of a slice ids (Bi, F): the index u of its key in the slice's U
+// unique keys uk (ascending), into idx (Bi * F).
+void role_key_index(const emb_layout *L, const uint32_t *ids, int Bi, const uint64_t *uk, int U, uint32_t *idx);
+
+// A key -> slot map of at most cap keys (linear probing, backward-shift deletion, at most half
+// full): the caches' index.
+typedef struct {
+    uint64_t *keys;  // (mask + 1) ROLE_NO_KEY = free
+    uint32_t *slots; // (mask + 1)
+    uint64_t mask;
+} role_keymap;
+#define ROLE_NO_KEY UINT64_MAX
+#define ROLE_NO_SLOT UINT32_MAX
+
+void role_keymap_init(role_keymap *m, uint64_t cap);
+void role_keymap_free(role_keymap *m); // safe on a zeroed one
+// The slot of key, or ROLE_NO_SLOT.
+uint32_t role_keymap_find(const role_keymap *m, uint64_t key);
+void role_keymap_put(role_keymap *m, uint64_t key, uint32_t slot); // key must be absent
+void role_keymap_del(role_keymap *m, uint64_t key);                // key must be present
 
 // A set of rows by ascending key: a trainer's shard (sharded) or its pinned rows (static).
 typedef struct {
@@ -90,5 +132,38 @@ int role_recv_rows(emb_table *table, void *buf, size_t cap, int from, int64_t it
                    uint64_t *total);
 // Capacity role_recv_rows needs for rows of this layout.
 size_t role_dump_cap(const emb_layout *L);
+
+// A trainer's messages to the embedding servers of modes sync/static/async: ROW_REQ(t) /
+// ROW_REPLY(t) and GRAD_PUSH(t) to S servers, up to cap keys per message.
+typedef struct {
+    int S, first_server, i; // servers, rank of server 0, this trainer's index (for messages)
+    int E;
+    uint32_t cap;           // most keys in one message
+    void **req, **reply, **push; // (S) message buffers
+    size_t req_cap, reply_cap, push_cap;
+    comm_req *rq;           // (2 S) fetch requests in flight
+    comm_req *pq;           // (S) pushes in flight (pushing = 1)
+    int pushing;
+    uint32_t *n;            // (S) keys per server of the current message
+    uint64_t **kout;        // (S) keys of the message being built
+    float **rout;           // (S)
+    const float **rin;      // (S) rows of the replies
+    int64_t *rin_iter;      // (S) the replies' iteration: their rows hold every update before it
+} role_srv;
+
+void role_srv_init(role_srv *c, int S, int first_server, int i, int E, uint32_t cap);
+void role_srv_free(role_srv *c); // safe on a zeroed one
+// Requests the rows (E floats) of the n ascending keys for iteration t from their servers and
+// waits for every reply; srv[u], pos[u] (n) get key u's server and its position in that
+// server's reply, c->rin[s] the reply's rows and c->rin_iter[s] their iteration, in [t, t_max]
+// (a server answers a request behind it with its current rows).  skip_empty: servers owning
+// none of the keys get no request (mode async); else every server gets one, empty or not.
+int role_srv_fetch(role_srv *c, int64_t t, int64_t t_max, const uint64_t *keys, uint32_t n, int skip_empty,
+                   uint32_t *srv, uint32_t *pos);
+// GRAD_PUSH(t) of the coalesced gradient g to every server (empty or not).  With wait = 0 it
+// returns with the sends in flight; the next push or role_srv_done completes them.
+int role_srv_push(role_srv *c, int64_t t, const emb_grad *g, int wait);
+// Completes the pushes in flight and sends DONE(iters) to every server.
+int role_srv_done(role_srv *c, int64_t iters);
 
 #endif

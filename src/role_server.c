@@ -5,13 +5,25 @@
 // every value equals the local table's.  key -> slot is a binary search over keys: 8 bytes per
 // row, no other index.
 //
-// Loop: probe any message, receive it into the sender's buffer, handle it:
-//   ROW_REQ(t) / DUMP_REQ(t)   answered when applied == t, else held (one per trainer at most)
-//   GRAD_PUSH(t)               t must equal applied; once all T pushes of t are in, each key's
-//                              partial gradients are summed in trainer-rank order (first copied)
-//                              and applied with emb_opt_apply_row; applied = t + 1; held
-//                              requests of t + 1 are answered
+// Loop (modes sync, static and async): probe any message, receive it into the sender's buffer,
+// handle it:
+//   ROW_REQ(t) / DUMP_REQ(t)   answered once applied >= t, else held until applied == t (one
+//                              per trainer at most); the reply carries the rows' iteration, the
+//                              `applied` of the moment (t in sync and static, whose trainers never
+//                              ask behind; async's may, within their staleness bound).  A
+//                              DUMP_REQ(t) with t < applied is an error
+//   GRAD_PUSH(t)               t must be the sender's next iteration (0, 1, 2, ...); queued per
+//                              trainer.  Once every trainer's queue holds iteration `applied`, each
+//                              key's partial gradients are summed in trainer-rank order (first
+//                              copied) and applied with emb_opt_apply_row; applied + 1; held
+//                              requests of the new `applied` are answered
 //   DONE                       the server returns after T of them, with nothing held
+// In sync every trainer requests every iteration, so a push is never more than one iteration
+// ahead of `applied`.  In async a trainer requests only when its cache misses and pushes without
+// waiting, so a fast trainer's pushes may arrive before a slower one's (the dense all-reduce
+// keeps them within a few iterations); the queues hold them until their turn.  An async trainer
+// at iteration k with bound S asks for ROW_REQ(max(0, k - S)): answered at once unless this
+// server is more than S iterations behind k, with rows at most S iterations old.
 //
 // Mode bagpipe (server_run_bagpipe): no gradients reach the servers; rows leave and come back
 // whole (with their optimizer state).
@@ -46,9 +58,10 @@ typedef struct {
     // per trainer
     void **req;      // (T) buffers of a held or current request
     int *held;       // (T) 1 when req[p] holds a request not yet answered
-    void **push;     // (T) gradient pushes of iteration `applied`
-    int *pushed;     // (T)
-    size_t *push_len;
+    void **pq;       // (T, SERVER_PUSH_AHEAD) queued gradient pushes per trainer (ring; allocated on use)
+    int *pq_head, *pq_n; // (T)
+    int64_t *push_next;  // (T) iteration of the trainer's next push
+    int64_t *req_iter;   // (T) iteration of the held request
     void **reply;    // (T) reply buffers
     comm_req *reply_req; // (T)
     int *reply_busy;
@@ -57,6 +70,8 @@ typedef struct {
     int *cur;        // (T) merge cursors
     int64_t applied; // iterations whose pushes are all applied
 } server;
+
+#define SERVER_PUSH_AHEAD 64 // most pushes of one trainer queued ahead of the others'
 
 static int64_t slot_of(const server *sv, uint64_t key) {
     uint64_t lo = 0, hi = sv->n;
@@ -95,16 +110,18 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
     sv->push_cap = msg_bytes(MSG_GRAD_PUSH, sv->cap, (uint32_t)L->E);
     sv->reply_cap = msg_bytes(MSG_ROW_REPLY, sv->cap, (uint32_t)L->stride);
     sv->req = bp_xcalloc((size_t)T, sizeof *sv->req);
-    sv->push = bp_xcalloc((size_t)T, sizeof *sv->push);
+    sv->pq = bp_xcalloc((size_t)T * SERVER_PUSH_AHEAD, sizeof *sv->pq);
     sv->reply = bp_xcalloc((size_t)T, sizeof *sv->reply);
     for (int p = 0; p < T; p++) {
         sv->req[p] = bp_xmalloc(sv->req_cap);
-        sv->push[p] = bp_xmalloc(sv->push_cap);
+        sv->pq[(size_t)p * SERVER_PUSH_AHEAD] = bp_xmalloc(sv->push_cap);
         sv->reply[p] = bp_xmalloc(sv->reply_cap);
     }
     sv->held = bp_xcalloc((size_t)T, sizeof *sv->held);
-    sv->pushed = bp_xcalloc((size_t)T, sizeof *sv->pushed);
-    sv->push_len = bp_xcalloc((size_t)T, sizeof *sv->push_len);
+    sv->pq_head = bp_xcalloc((size_t)T, sizeof *sv->pq_head);
+    sv->pq_n = bp_xcalloc((size_t)T, sizeof *sv->pq_n);
+    sv->push_next = bp_xcalloc((size_t)T, sizeof *sv->push_next);
+    sv->req_iter = bp_xcalloc((size_t)T, sizeof *sv->req_iter);
     sv->reply_req = bp_xcalloc((size_t)T, sizeof *sv->reply_req);
     sv->reply_busy = bp_xcalloc((size_t)T, sizeof *sv->reply_busy);
     sv->sum = bp_xmalloc((size_t)L->E * sizeof(float));
@@ -113,8 +130,10 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
 }
 
 static void server_free(server *sv) {
-    for (int p = 0; sv->req && p < sv->T; p++) free(sv->req[p]), free(sv->push[p]), free(sv->reply[p]);
-    free(sv->req), free(sv->push), free(sv->reply), free(sv->held), free(sv->pushed), free(sv->push_len);
+    for (int p = 0; sv->req && p < sv->T; p++) free(sv->req[p]), free(sv->reply[p]);
+    for (size_t q = 0; sv->pq && q < (size_t)sv->T * SERVER_PUSH_AHEAD; q++) free(sv->pq[q]);
+    free(sv->req), free(sv->pq), free(sv->reply), free(sv->held), free(sv->pq_head), free(sv->pq_n);
+    free(sv->push_next), free(sv->req_iter);
     free(sv->reply_req), free(sv->reply_busy), free(sv->sum), free(sv->cur), free(sv->keys);
     if (sv->rows) bp_free_huge(sv->rows, sv->rows_bytes);
     memset(sv, 0, sizeof *sv);
@@ -165,7 +184,8 @@ static int server_answer(server *sv, int p) {
         if (rc) return rc;
         sv->reply_busy[p] = 0;
     }
-    msg_header h = {MSG_ROW_REPLY, 0, (uint64_t)iter, n, width};
+    BP_ASSERT(iter <= sv->applied);
+    msg_header h = {MSG_ROW_REPLY, 0, (uint64_t)sv->applied, n, width}; // the rows' iteration: >= iter
     float *out;
     msg_encode(sv->reply[p], &h, NULL, &out);
     const int stride = sv->L.stride;
@@ -179,8 +199,9 @@ static int server_answer(server *sv, int p) {
     return rc;
 }
 
-// All T pushes of iteration `applied` are in: merge the T ascending key lists; for each key,
-// the partial gradients in trainer order (first copied, the rest added), then the row update.
+// All T pushes of iteration `applied` are in (the queues' heads): merge the T ascending key
+// lists; for each key, the partial gradients in trainer order (first copied, the rest added),
+// then the row update.
 static void server_apply(server *sv) {
     const int T = sv->T, E = sv->L.E, stride = sv->L.stride;
     const uint64_t *keys[1024];
@@ -188,7 +209,7 @@ static void server_apply(server *sv) {
     uint32_t n[1024];
     BP_ASSERT(T <= 1024);
     for (int p = 0; p < T; p++) {
-        const uint8_t *b = sv->push[p];
+        const uint8_t *b = sv->pq[(size_t)p * SERVER_PUSH_AHEAD + sv->pq_head[p]];
         n[p] = bp_get_u32(b + 16);
         keys[p] = (const uint64_t *)(b + MSG_HEADER_BYTES);
         grads[p] = (const float *)(b + MSG_HEADER_BYTES + (size_t)n[p] * 8);
@@ -211,6 +232,25 @@ static void server_apply(server *sv) {
         int64_t slot = slot_of(sv, k);
         BP_ASSERT(slot >= 0);
         emb_opt_apply_row(&sv->eopt, sv->rows + (size_t)slot * stride, sv->sum);
+    }
+}
+
+// Applies every iteration whose pushes are all queued, answering the requests held for the
+// iterations reached; *held counts the held requests.
+static int server_advance(server *sv, int *held) {
+    const int T = sv->T;
+    for (;;) {
+        for (int p = 0; p < T; p++)
+            if (!sv->pq_n[p]) return 0;
+        server_apply(sv);
+        sv->applied++;
+        for (int p = 0; p < T; p++) sv->pq_head[p] = (sv->pq_head[p] + 1) % SERVER_PUSH_AHEAD, sv->pq_n[p]--;
+        for (int q = 0; q < T; q++)
+            if (sv->held[q] && sv->req_iter[q] == sv->applied) {
+                (*held)--;
+                int rc = server_answer(sv, q);
+                if (rc) return rc;
+            }
     }
 }
 
@@ -435,47 +475,45 @@ int role_server_run(const train_setup *su, const dist_layout *l, int s) {
                          from);
             break;
         }
-        if (tag == MSG_GRAD_PUSH && sv.pushed[p]) {
-            rc = bp_fail(BP_EFORMAT, "server %d: rank %d pushed twice for iteration %lld", s, from,
-                         (long long)sv.applied);
+        if (tag == MSG_GRAD_PUSH && sv.pq_n[p] == SERVER_PUSH_AHEAD) {
+            rc = bp_fail(BP_EFORMAT, "server %d: rank %d pushed iteration %lld, %d ahead of the %lld applied", s, from,
+                         (long long)sv.push_next[p], SERVER_PUSH_AHEAD, (long long)sv.applied);
             break;
         }
-        void *buf = tag == MSG_GRAD_PUSH ? sv.push[p] : sv.req[p];
+        void **slot = &sv.pq[(size_t)p * SERVER_PUSH_AHEAD + (sv.pq_head[p] + sv.pq_n[p]) % SERVER_PUSH_AHEAD];
+        if (tag == MSG_GRAD_PUSH && !*slot) *slot = bp_xmalloc(sv.push_cap);
+        void *buf = tag == MSG_GRAD_PUSH ? *slot : sv.req[p];
         if ((rc = comm_recv(buf, cap, from, tag, &len))) break;
         msg_header h;
         msg_expect ex = expect(&sv, (uint32_t)tag, tag == MSG_GRAD_PUSH ? (uint32_t)sv.L.E : 0);
-        if (tag == MSG_GRAD_PUSH) ex.iter = sv.applied;
+        if (tag == MSG_GRAD_PUSH) ex.iter = sv.push_next[p];
         if (tag == MSG_DUMP_REQ || tag == MSG_DONE) ex.max_n = 0;
         if ((rc = msg_decode(buf, len, from, &ex, &h, NULL, NULL))) break;
         if (tag == MSG_DONE) {
             dones++;
         } else if (tag == MSG_GRAD_PUSH) {
-            sv.pushed[p] = 1;
-            int all = 1;
-            for (int q = 0; q < T; q++) all &= sv.pushed[q];
-            if (all) {
-                server_apply(&sv);
-                sv.applied++;
-                memset(sv.pushed, 0, (size_t)T * sizeof *sv.pushed);
-                for (int q = 0; q < T && !rc; q++)
-                    if (sv.held[q]) held--, rc = server_answer(&sv, q);
-            }
+            sv.pq_n[p]++, sv.push_next[p]++;
+            rc = server_advance(&sv, &held);
         } else {
             if (tag == MSG_ROW_REQ && h.width != (uint32_t)sv.L.E && h.width != (uint32_t)sv.L.stride) {
                 rc = bp_fail(BP_EFORMAT, "server %d: rank %d asks for rows of %u floats (%d or %d)", s, from, h.width,
                              sv.L.E, sv.L.stride);
                 break;
             }
-            if ((int64_t)h.iter == sv.applied) {
+            if ((int64_t)h.iter == sv.applied || (tag == MSG_ROW_REQ && (int64_t)h.iter < sv.applied)) {
                 rc = server_answer(&sv, p);
-            } else if ((int64_t)h.iter == sv.applied + 1) {
-                sv.held[p] = 1, held++;
+            } else if ((int64_t)h.iter > sv.applied) {
+                sv.held[p] = 1, sv.req_iter[p] = (int64_t)h.iter, held++;
             } else {
                 rc = bp_fail(BP_EFORMAT, "server %d: rank %d asks for iteration %llu, but %lld are applied", s, from,
                              (unsigned long long)h.iter, (long long)sv.applied);
             }
         }
     }
+    for (int p = 0; !rc && p < T; p++)
+        if (sv.pq_n[p])
+            rc = bp_fail(BP_EFORMAT, "server %d: rank %d's pushes of iterations %lld.. were never matched by every "
+                         "trainer's", s, sv.first_trainer + p, (long long)sv.applied);
     for (int p = 0; !rc && p < T; p++)
         if (sv.reply_busy[p]) rc = comm_wait(&sv.reply_req[p], NULL);
     if (rc && !strstr(bp_errmsg(rc), "server")) {

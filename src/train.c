@@ -217,6 +217,7 @@ typedef struct {
     model_flags mf;
     int mode, trainers, servers, lookahead, prefetch;
     int64_t cache_rows;
+    int staleness, cache_policy;
     int batch, eval_batch, epochs, threads, eval_every, print_every, eval_split, dense_opt, emb_opt;
     int64_t iters, eval_rows, static_rows;
     double lr, emb_lr;
@@ -279,6 +280,9 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->seed = (uint64_t)fl->seed, su->lr = fl->lr, su->save = fl->save, su->metrics = fl->metrics;
     su->trainers = fl->trainers, su->servers = fl->servers, su->mode = fl->mode;
     su->cache_rows = (uint64_t)fl->cache_rows, su->lookahead = fl->lookahead, su->prefetch = fl->prefetch;
+    su->staleness = fl->staleness, su->cache_policy = fl->cache_policy;
+    if (fl->mode != TRAIN_MODE_ASYNC && (fl->staleness || fl->cache_policy))
+        return bp_fail(BP_EUSAGE, "--staleness/--cache-policy: only --mode async reads cached rows that may be stale");
     if (fl->mode == TRAIN_MODE_BAGPIPE && fl->eval_every)
         return bp_fail(BP_EUSAGE, "--eval-every: not available with --mode bagpipe (rows live in the trainers' "
                                   "caches during training); the final evaluation runs");
@@ -290,7 +294,8 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
 // --servers 0, and the default --servers 1 is read as 0; more servers are an error.
 static int train_distributed(const train_flags *fl, const char *data_path, int argc, char **argv) {
     static const dist_mode modes[] = {[TRAIN_MODE_SYNC] = DIST_MODE_SYNC, [TRAIN_MODE_SHARDED] = DIST_MODE_SHARDED,
-                                      [TRAIN_MODE_STATIC] = DIST_MODE_STATIC, [TRAIN_MODE_BAGPIPE] = DIST_MODE_BAGPIPE};
+                                      [TRAIN_MODE_STATIC] = DIST_MODE_STATIC, [TRAIN_MODE_BAGPIPE] = DIST_MODE_BAGPIPE,
+                                      [TRAIN_MODE_ASYNC] = DIST_MODE_ASYNC};
     const dist_mode mode = modes[fl->mode];
     if (fl->trainers > fl->batch)
         return cmd_exit(bp_fail(BP_EUSAGE, "--trainers %d: more trainers than samples in a batch (--batch-size %d)",
@@ -320,12 +325,16 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
 int cmd_train(int argc, char **argv) {
     train_flags fl;
     const cli_opt opts[] = {
-        CLI_CHOICE("mode", 0, &fl.mode, 0, "local|sync|sharded|static|bagpipe",
+        CLI_CHOICE("mode", 0, &fl.mode, 0, "local|sync|sharded|static|bagpipe|async",
                    "training mode (local: one process, all tables in memory; sync: parameter servers, "
                    "no cache; sharded: rows partitioned over the trainers, all-to-all per iteration; "
                    "static: the hottest rows pinned on every trainer, the rest on servers; "
-                   "bagpipe: oracle-planned lookahead cache, prefetch and LRPP sync)"),
-        CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, INT64_MAX / 2, "bagpipe: cache capacity per trainer (rows)"),
+                   "bagpipe: oracle-planned lookahead cache, prefetch and LRPP sync; "
+                   "async: per-trainer LRU/LFU caches read rows up to --staleness iterations old)"),
+        CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, INT64_MAX / 2, "bagpipe, async: cache capacity per trainer (rows)"),
+        CLI_INT("staleness", 0, &fl.staleness, 0, 0, 1000000,
+                "async: read a cached row up to this many iterations after its fetch (0: as sync)"),
+        CLI_CHOICE("cache-policy", 0, &fl.cache_policy, 0, "lru|lfu", "async: which row a full cache evicts"),
         CLI_INT("lookahead", 0, &fl.lookahead, 32, 0, 65536, "bagpipe: lookahead window W (batches)"),
         CLI_INT("prefetch", 0, &fl.prefetch, 2, 0, 255, "bagpipe: prefetch distance P (iterations)"),
         CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes)"),

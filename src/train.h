@@ -67,10 +67,15 @@ typedef struct {
     int mode;                   // TRAIN_MODE_*
     uint64_t cache_rows;        // bagpipe: cache capacity per trainer (rows)
     int lookahead, prefetch;    // bagpipe: window W and prefetch distance P (iterations)
+    int staleness;              // async: a cached row may be read up to this many iterations old
+    int cache_policy;           // async: TRAIN_CACHE_LRU or TRAIN_CACHE_LFU
 } train_setup;
 
 // The --mode choices, in their flag order.
-enum { TRAIN_MODE_LOCAL = 0, TRAIN_MODE_SYNC = 1, TRAIN_MODE_SHARDED = 2, TRAIN_MODE_STATIC = 3, TRAIN_MODE_BAGPIPE = 4 };
+enum { TRAIN_MODE_LOCAL = 0, TRAIN_MODE_SYNC = 1, TRAIN_MODE_SHARDED = 2, TRAIN_MODE_STATIC = 3, TRAIN_MODE_BAGPIPE = 4,
+       TRAIN_MODE_ASYNC = 5 };
+// The --cache-policy choices (mode async).
+enum { TRAIN_CACHE_LRU = 0, TRAIN_CACHE_LFU = 1 };
 
 // The printed / JSON forms of evaluation results, shared with the distributed modes.
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes);

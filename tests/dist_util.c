@@ -80,3 +80,42 @@ int dist_test_same_file(const char *a, const char *b, const char *name) {
     free(x), free(y);
     return same;
 }
+
+// The last summary line of a metrics file, or NULL; *m gets the file (free it).
+static const char *summary_line(const char *path, char **m) {
+    size_t len;
+    *m = dist_test_slurp(path, &len);
+    const char *s = NULL;
+    for (const char *p = *m; p && (p = strstr(p, "\"event\":\"summary\"")); p++) s = p;
+    return s;
+}
+
+double dist_test_summary_num(const char *path, const char *key) {
+    char *m, pat[96];
+    const char *s = summary_line(path, &m);
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = s ? strstr(s, pat) : NULL;
+    double v = p ? strtod(p + strlen(pat), NULL) : NAN;
+    free(m);
+    return v;
+}
+
+int dist_test_summary_str(const char *path, const char *key, char *buf, size_t cap) {
+    char *m, pat[96];
+    const char *s = summary_line(path, &m);
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = s ? strstr(s, pat) : NULL;
+    int rc = -1;
+    if (p) {
+        p += strlen(pat);
+        size_t n = strcspn(p, "\"");
+        if (n < cap) memcpy(buf, p, n), buf[n] = 0, rc = 0;
+    }
+    free(m);
+    return rc;
+}
+
+int dist_test_train(char **out, const char *model, const char *data, const char *dir, const char *args) {
+    return test_run(out, 60, "%s %s train %s %s --save %s %s", dist_test_env(), test_bin(), model, args, test_path(dir),
+                    data);
+}

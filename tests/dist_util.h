@@ -17,5 +17,30 @@ int dist_test_dataset(const char *path, uint64_t n, uint64_t seed, uint64_t stre
 char *dist_test_slurp(const char *path, size_t *len);
 // 1 when DIR_A/name and DIR_B/name exist, are not empty and are byte-identical.
 int dist_test_same_file(const char *dir_a, const char *dir_b, const char *name);
+// Runs `bagpipe train MODEL ARGS --save test_path(dir) DATA` under the job environment with a
+// 60-second timeout; returns the exit code, the output in *out (may be NULL; caller frees).
+int dist_test_train(char **out, const char *model, const char *data, const char *dir, const char *args);
+// In a TEST: trains (dist_test_train) and fails the test, with the output, unless it exits 0.
+#define DIST_TRAIN_OK(model, data, dir, args)                                                   \
+    do {                                                                                      \
+        char *o_ = NULL;                                                                      \
+        int rc_ = dist_test_train(&o_, model, data, dir, args);                               \
+        if (rc_ != 0) {                                                                       \
+            test_fail(__FILE__, __LINE__, "train %s exited %d:\n%s", args, rc_, o_ ? o_ : ""); \
+            free(o_);                                                                         \
+            return;                                                                           \
+        }                                                                                     \
+        free(o_);                                                                             \
+    } while (0)
+// In a TEST: the saved models in test_path(a) and test_path(b) are byte-identical.
+#define DIST_SAME_MODEL(a, b)                                                                                \
+    do {                                                                                                     \
+        ASSERT_MSG(dist_test_same_file(test_path(a), test_path(b), "dense.bin"), "dense.bin of %s and %s differ", a, b); \
+        ASSERT_MSG(dist_test_same_file(test_path(a), test_path(b), "emb.bin"), "emb.bin of %s and %s differ", a, b);     \
+    } while (0)
+// The number after "key": in the last summary line of a metrics file (NaN when absent).
+double dist_test_summary_num(const char *path, const char *key);
+// The string value of "key" in that line into buf (cap bytes); 0, or -1 when absent.
+int dist_test_summary_str(const char *path, const char *key, char *buf, size_t cap);
 
 #endif
