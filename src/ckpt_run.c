@@ -206,7 +206,7 @@ int ckpt_run_commit(const trainer *tr, const train_setup *su, int64_t iter, cons
     return 0;
 }
 
-int ckpt_run_write_all(const trainer *tr, const train_setup *su, int64_t iter) {
+int ckpt_run_write_all(const trainer *tr, const train_setup *su, int64_t iter, int rank) {
     char dir[4096];
     ckpt_file f[2];
     int rc = ckpt_run_begin(su, iter, dir, sizeof dir);
@@ -217,7 +217,7 @@ int ckpt_run_write_all(const trainer *tr, const train_setup *su, int64_t iter) {
         rc = ckpt_write_part(dir, "emb.bin", ebuf, elen, 1, &f[1]);
     }
     if (rc) return rc;
-    ckpt_test_kill_point(0, iter);
+    ckpt_test_kill_point(rank, iter);
     return ckpt_run_commit(tr, su, iter, dir, f, 2);
 }
 

@@ -70,7 +70,8 @@ int ckpt_run_commit(const trainer *tr, const train_setup *su, int64_t iter, cons
                     int n);
 // The whole checkpoint of a process that holds everything (mode local, or trainer 0 after a
 // naive collection): dense.bin + emb.bin + commit.
-int ckpt_run_write_all(const trainer *tr, const train_setup *su, int64_t iter);
+// rank: for the test hook.
+int ckpt_run_write_all(const trainer *tr, const train_setup *su, int64_t iter, int rank);
 // A server's part: the shard's rows (n, stride) into server-<s>.bin of ROOT/ckpt-<iter>.
 int ckpt_run_write_shard(const train_setup *su, int64_t iter, int s, const float *rows, uint64_t n, int stride,
                          ckpt_file *f);

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_run.h"
 #include "comm.h"
 #include "common.h"
 #include "dist.h"
@@ -35,6 +36,7 @@
 #include "plan.h"
 
 typedef struct {
+    const train_setup *su;
     emb_layout L;
     emb_opt eopt;
     int s, S, T, first_trainer;
@@ -72,7 +74,7 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
     memset(sv, 0, sizeof *sv);
     int rc = emb_layout_init(&sv->L, &su->lc);
     if (rc) return rc;
-    sv->eopt = su->eopt, sv->s = s, sv->S = l->S, sv->T = l->T, sv->first_trainer = dist_trainer_rank(l, 0);
+    sv->su = su, sv->eopt = su->eopt, sv->s = s, sv->S = l->S, sv->T = l->T, sv->first_trainer = dist_trainer_rank(l, 0);
     const emb_layout *L = &sv->L;
     uint64_t n = 0;
     for (uint64_t k = 0; k < L->rows; k++) n += msg_server_of(k, sv->S) == (uint32_t)s;
@@ -89,6 +91,10 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
             emb_row_init(L, k, sv->rows + j * (size_t)L->stride);
             j++;
         }
+    if (su->ck.from[0]) { // resuming: the shard of the checkpoint, and its iteration
+        if ((rc = ckpt_run_load_shard(su, L, s, sv->S, sv->rows, n))) return rc;
+        sv->applied = su->ck.start_iter;
+    }
     const int T = sv->T;
     sv->cap = (uint32_t)(((su->B + T - 1) / T) * L->F);
     sv->req_cap = msg_bytes(MSG_ROW_REQ, sv->cap, 0);
@@ -150,13 +156,35 @@ static int server_dump(server *sv, int to, int64_t iter) {
     return rc;
 }
 
+// A checkpoint request: the shard as part server-<s>.bin of checkpoint `iter`, reported to `to`
+// with CKPT_PART (flagged MSG_F_FAILED when it could not be written: training decides, the
+// server goes on).
+static int server_checkpoint(server *sv, int to, int64_t iter) {
+    ckpt_file f;
+    int wrc = ckpt_run_write_shard(sv->su, iter, sv->s, sv->rows, sv->n, sv->L.stride, &f);
+    if (wrc) fprintf(stderr, "bagpipe: server %d: checkpoint %lld: %s\n", sv->s, (long long)iter, bp_errmsg(wrc));
+    else ckpt_test_kill_point(comm_rank(), iter);
+    uint64_t buf[(MSG_HEADER_BYTES + 16) / 8];
+    msg_header h = {MSG_CKPT_PART, wrc ? MSG_F_FAILED : 0, (uint64_t)iter, wrc ? 0 : 1, 4};
+    float *rec;
+    msg_encode(buf, &h, NULL, &rec);
+    if (!wrc) {
+        uint8_t *r = (uint8_t *)rec;
+        bp_put_u64(r, f.size), bp_put_u32(r + 8, f.crc), bp_put_u32(r + 12, 0);
+    }
+    comm_req q;
+    int rc = comm_isend(buf, msg_bytes(MSG_CKPT_PART, h.n, 4), to, MSG_CKPT_PART, &q);
+    return rc ? rc : comm_wait(&q, NULL);
+}
+
 // Answers the request held in req[p] (a ROW_REQ or DUMP_REQ already validated).
 static int server_answer(server *sv, int p) {
     const int from = sv->first_trainer + p;
     const uint8_t *b = sv->req[p];
-    uint32_t kind = bp_get_u32(b);
+    uint32_t kind = bp_get_u32(b), flags = bp_get_u32(b + 4);
     int64_t iter = (int64_t)bp_get_u64(b + 8);
     sv->held[p] = 0;
+    if (kind == MSG_DUMP_REQ && (flags & MSG_F_CKPT)) return server_checkpoint(sv, from, iter);
     if (kind == MSG_DUMP_REQ) return server_dump(sv, from, iter);
     uint32_t n = bp_get_u32(b + 16), width = bp_get_u32(b + 20);
     const uint64_t *keys = (const uint64_t *)(b + MSG_HEADER_BYTES);

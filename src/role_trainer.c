@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_run.h"
 #include "comm.h"
 #include "common.h"
 #include "dist.h"
@@ -67,6 +68,7 @@ static int ts_init(tstate *ts, const train_setup *su, const dist_layout *l, int 
     bp_rng rng;
     bp_rng_seed(&rng, su->seed, 0);
     model_init_params(&ts->tr.m, &rng); // the same draws on every trainer: identical replicas
+    if (su->ck.from[0] && (rc = ckpt_run_load_dense(&ts->tr, su))) return rc; // resuming: every replica
     ts->cap = (uint32_t)(ts->bmax * F);
     if ((rc = emb_grad_init(&ts->gk, (int)ts->cap, 1))) return rc;
     ts->Lk = ts->tr.L;
@@ -270,6 +272,64 @@ static int ts_collect(tstate *ts, int64_t iter) {
     return dist_collect_rows(&ts->tr, ts->S, ts->first_server, ts->dump, ts->dump_cap, iter);
 }
 
+// Writer: checkpoint `iter` (ckpt_run.h).  Each server writes its shard (DUMP_REQ flagged
+// MSG_F_CKPT, answered once the state after iter iterations is there) while this trainer writes
+// the dense part; then the manifest.  Naive (--checkpoint-naive): every row comes here first and
+// is written from here.  The other trainers take no part: their next all-reduce waits.
+static int ts_checkpoint(tstate *ts, int64_t iter) {
+    const train_setup *su = ts->su;
+    if (su->ck.naive) {
+        int rc = ts_collect(ts, iter);
+        return rc ? rc : ckpt_run_write_all(&ts->tr, su, iter, ts->me);
+    }
+    const int S = ts->S;
+    char dir[4096];
+    int rc = ckpt_run_begin(su, iter, dir, sizeof dir);
+    if (rc) return rc;
+    uint8_t reqbuf[1024][MSG_HEADER_BYTES] __attribute__((aligned(8)));
+    comm_req rq[1024];
+    BP_ASSERT(S <= 1024);
+    int crc = 0;
+    for (int s = 0; s < S && !crc; s++) {
+        msg_header h = {MSG_DUMP_REQ, MSG_F_CKPT, (uint64_t)iter, 0, 0};
+        msg_encode(reqbuf[s], &h, NULL, NULL);
+        crc = comm_isend(reqbuf[s], MSG_HEADER_BYTES, ts->first_server + s, MSG_DUMP_REQ, &rq[s]);
+    }
+    if (crc) return crc;
+    ckpt_file *files = bp_xmalloc((size_t)(S + 1) * sizeof *files);
+    rc = ckpt_run_write_dense(&ts->tr, dir, &files[0]); // while the servers write theirs
+    char wrc_msg[1024] = "";
+    if (rc) snprintf(wrc_msg, sizeof wrc_msg, "%s", bp_errmsg(rc));
+    int failed = -1;
+    for (int s = 0; s < S && !crc; s++) {
+        uint64_t buf[(MSG_HEADER_BYTES + 16) / 8];
+        size_t len = 0;
+        if ((crc = comm_recv(buf, sizeof buf, ts->first_server + s, MSG_CKPT_PART, &len))) break;
+        msg_expect ex = {.kind = MSG_CKPT_PART, .width = 4, .max_n = 1, .iter = iter};
+        msg_header h;
+        const float *rec;
+        if ((crc = msg_decode(buf, len, ts->first_server + s, &ex, &h, NULL, &rec))) break;
+        if ((h.flags & MSG_F_FAILED) || h.n != 1) {
+            if (failed < 0) failed = s;
+            continue;
+        }
+        ckpt_file *f = &files[1 + s];
+        snprintf(f->name, sizeof f->name, "server-%d.bin", s);
+        f->size = bp_get_u64((const uint8_t *)rec), f->crc = bp_get_u32((const uint8_t *)rec + 8);
+    }
+    if (!crc) crc = comm_waitall(rq, S);
+    if (crc) rc = crc; // a message failure ends the run whatever --on-checkpoint-error says
+    else if (rc) rc = bp_fail(rc, "%s", wrc_msg);
+    else if (failed >= 0)
+        rc = bp_fail(BP_EIO, "server %d could not write its part of %s (its message is above)", failed, dir);
+    if (!rc) {
+        ckpt_test_kill_point(ts->me, iter);
+        rc = ckpt_run_commit(&ts->tr, su, iter, dir, files, S + 1);
+    }
+    free(files);
+    return rc;
+}
+
 static int send_done(tstate *ts, int64_t iters) {
     uint8_t buf[1024][MSG_HEADER_BYTES] __attribute__((aligned(8)));
     comm_req rq[1024];
@@ -331,7 +391,11 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     int64_t win_n = 0;
     metric_result res = {0}, bayes = {0};
     int have_res = 0;
-    for (int64_t t = 0; t < su->total_iters && !rc; t++) {
+    ckpt_sched cks;
+    ckpt_sched_init(&cks, &su->ck);
+    if (writer && su->ck.from[0])
+        printf("resumed from %s at iteration %lld\n", su->ck.from, (long long)su->ck.start_iter);
+    for (int64_t t = su->ck.start_iter; t < su->total_iters && !rc; t++) {
         double loss = 0;
         if ((rc = ts_step(&ts, t, &loss))) break;
         if (!isfinite(loss)) {
@@ -378,14 +442,20 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             jsonl_end(&j, mf);
             t_window += bp_now() - e0;
         }
+        if (writer && ckpt_sched_due(&cks, t + 1, su->total_iters)) {
+            double c0 = bp_now();
+            rc = ts_checkpoint(&ts, t + 1);
+            rc = ckpt_sched_done(&cks, su, t + 1, rc, bp_now() - c0, mf);
+        }
     }
     bp_progress_finish(&prog);
-    const int64_t iters = su->total_iters;
+    const int64_t iters = su->total_iters, run_iters = iters - su->ck.start_iter;
     double train_s = bp_now() - t_start - t_eval;
     if (!rc && writer) {
-        double sps = (double)iters * B / train_s;
-        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)iters,
-               (long long)iters * B, train_s, sps);
+        double sps = (double)run_iters * B / train_s;
+        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
+               (long long)run_iters * B, train_s, sps);
+        ckpt_sched_print(&cks, train_s);
         if (su->do_eval || su->save) rc = ts_collect(&ts, iters);
         if (!rc && su->do_eval) {
             trainer_eval(&ts.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
@@ -402,6 +472,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             jsonl_int(&j, "samples", iters * B);
             jsonl_num(&j, "train_s", train_s);
             jsonl_num(&j, "samples_per_s", sps);
+            ckpt_sched_json(&j, &cks);
             ts.t_wait = tot_wait, ts.t_sync = tot_sync, ts.t_ar = tot_ar, ts.t_compute = tot_compute;
             json_window(&j, &ts, tot_bytes, iters);
             if (have_res) {

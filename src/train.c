@@ -499,7 +499,7 @@ int cmd_train(int argc, char **argv) {
         }
         if (ckpt_sched_due(&cks, t + 1, total_iters)) {
             double c0 = bp_now();
-            rc = ckpt_run_write_all(&tr, &su, t + 1);
+            rc = ckpt_run_write_all(&tr, &su, t + 1, 0);
             double pause = bp_now() - c0;
             if ((rc = ckpt_sched_done(&cks, &su, t + 1, rc, pause, mf))) break;
         }
