@@ -183,6 +183,17 @@ int ckpt_run_begin(const train_setup *su, int64_t iter, char *dir, size_t cap) {
     return 0;
 }
 
+int ckpt_run_abandon(const char *dir, int rc) {
+    char msg[1536];
+    snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
+    ckpt_manifest *m = bp_xmalloc(sizeof *m);
+    // Without a manifest it is no checkpoint, and removing it frees the space; one whose manifest
+    // did get committed (a failure after the rename) is left alone.
+    if (ckpt_manifest_load(dir, m) != 0 && ckpt_remove_dir(dir) != 0) bp_clear_error();
+    free(m);
+    return bp_fail(rc, "%s", msg);
+}
+
 int ckpt_run_write_dense(const trainer *tr, const char *dir, ckpt_file *f) {
     const void *bufs[2] = {tr->m.params, tr->dstate};
     size_t lens[2] = {tr->m.n_params * sizeof(float), tr->n_dstate * sizeof(float)};
@@ -207,7 +218,7 @@ int ckpt_run_commit(const trainer *tr, const train_setup *su, int64_t iter, cons
 }
 
 int ckpt_run_write_all(const trainer *tr, const train_setup *su, int64_t iter, int rank) {
-    char dir[4096];
+    char dir[4096] = "";
     ckpt_file f[2];
     int rc = ckpt_run_begin(su, iter, dir, sizeof dir);
     if (!rc) rc = ckpt_run_write_dense(tr, dir, &f[0]);
@@ -216,9 +227,10 @@ int ckpt_run_write_all(const trainer *tr, const train_setup *su, int64_t iter, i
         size_t elen[1] = {(size_t)emb_layout_bytes(&tr->L)};
         rc = ckpt_write_part(dir, "emb.bin", ebuf, elen, 1, &f[1]);
     }
-    if (rc) return rc;
+    if (rc) return dir[0] ? ckpt_run_abandon(dir, rc) : rc;
     ckpt_test_kill_point(rank, iter);
-    return ckpt_run_commit(tr, su, iter, dir, f, 2);
+    rc = ckpt_run_commit(tr, su, iter, dir, f, 2);
+    return rc ? ckpt_run_abandon(dir, rc) : 0;
 }
 
 int ckpt_run_write_shard(const train_setup *su, int64_t iter, int s, const float *rows, uint64_t n, int stride,

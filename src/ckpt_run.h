@@ -65,6 +65,8 @@ void ckpt_sched_print(const ckpt_sched *s, double train_s);
 // Writing, by the coordinator: begin (creates ROOT/ckpt-<iter>, drops a stale MANIFEST there),
 // the dense part, the commit (manifest from tr and su plus the parts, then pruning).
 int ckpt_run_begin(const train_setup *su, int64_t iter, char *dir, size_t cap);
+// After a failed attempt (parts written, no manifest): removes dir and returns rc, its message kept.
+int ckpt_run_abandon(const char *dir, int rc);
 int ckpt_run_write_dense(const trainer *tr, const char *dir, ckpt_file *f);
 int ckpt_run_commit(const trainer *tr, const train_setup *su, int64_t iter, const char *dir, const ckpt_file *files,
                     int n);

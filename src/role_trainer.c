@@ -325,6 +325,9 @@ static int ts_checkpoint(tstate *ts, int64_t iter) {
     if (!rc) {
         ckpt_test_kill_point(ts->me, iter);
         rc = ckpt_run_commit(&ts->tr, su, iter, dir, files, S + 1);
+        if (rc) rc = ckpt_run_abandon(dir, rc);
+    } else if (!crc) {
+        rc = ckpt_run_abandon(dir, rc); // every server has answered: nothing more is written there
     }
     free(files);
     return rc;
@@ -394,7 +397,10 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     ckpt_sched cks;
     ckpt_sched_init(&cks, &su->ck);
     if (writer && su->ck.from[0])
+    {
         printf("resumed from %s at iteration %lld\n", su->ck.from, (long long)su->ck.start_iter);
+        fflush(stdout);
+    }
     for (int64_t t = su->ck.start_iter; t < su->total_iters && !rc; t++) {
         double loss = 0;
         if ((rc = ts_step(&ts, t, &loss))) break;

@@ -438,6 +438,7 @@ int cmd_train(int argc, char **argv) {
     if (su.ck.from[0]) {
         if ((rc = ckpt_run_load_all(&tr, &su))) goto out;
         printf("resumed from %s at iteration %lld\n", su.ck.from, (long long)t0_iter);
+        fflush(stdout);
     }
     ckpt_test_pidfile(0);
     {
