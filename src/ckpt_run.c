@@ -89,10 +89,11 @@ int ckpt_run_setup(train_setup *su) {
     if (ck->dir && !want)
         return bp_fail(BP_EUSAGE, "--checkpoint-dir %s: say when with --checkpoint-every N or --checkpoint-minutes M",
                        ck->dir);
-    if ((want || ck->resume) && (su->mode == TRAIN_MODE_SHARDED || su->mode == TRAIN_MODE_STATIC ||
-                                 su->mode == TRAIN_MODE_BAGPIPE))
-        return bp_fail(BP_EUSAGE, "--mode %s: checkpoints are implemented for --mode local and sync so far "
+    if ((want || ck->resume) && (su->mode == TRAIN_MODE_SHARDED || su->mode == TRAIN_MODE_STATIC))
+        return bp_fail(BP_EUSAGE, "--mode %s: checkpoints are implemented for --mode local, sync and bagpipe so far "
                        "(docs/checkpoints.md)", mode_name(su->mode));
+    if (ck->naive && su->mode == TRAIN_MODE_BAGPIPE)
+        return bp_fail(BP_EUSAGE, "--checkpoint-naive: measured in --mode sync only (docs/checkpoints.md)");
     if (ck->naive && su->mode == TRAIN_MODE_LOCAL)
         return bp_fail(BP_EUSAGE, "--checkpoint-naive: --mode local holds every row in one process already");
     if (!ck->resume) return 0;
@@ -244,6 +245,17 @@ int ckpt_run_write_shard(const train_setup *su, int64_t iter, int s, const float
     return ckpt_write_part(dir, name, bufs, lens, 1, f);
 }
 
+int ckpt_run_write_rows(const train_setup *su, int64_t iter, int i, const uint64_t *keys, const float *rows,
+                        uint64_t n, int stride, ckpt_file *f) {
+    char dir[4096], name[CKPT_NAME_MAX];
+    int rc = ckpt_dir_create(su->ck.dir, iter, dir, sizeof dir);
+    if (rc) return rc;
+    snprintf(name, sizeof name, "trainer-%d.bin", i);
+    const void *bufs[2] = {keys, rows};
+    size_t lens[2] = {(size_t)n * sizeof *keys, (size_t)n * (size_t)stride * sizeof(float)};
+    return ckpt_write_part(dir, name, bufs, lens, 2, f);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Loading
 
@@ -271,7 +283,63 @@ static void gather_shard(const float *table, const emb_layout *L, int s, int S, 
     BP_ASSERT(j == n);
 }
 
-int ckpt_run_load_shard(const train_setup *su, const emb_layout *L, int s, int S, float *rows, uint64_t n) {
+// Calls put(ctx, key, row) for every row of every trainer-<i>.bin part listed in m.
+static int overlay_trainer_parts(const char *dir, const ckpt_manifest *m, const emb_layout *L,
+                                 void (*put)(void *ctx, uint64_t key, const float *row), void *ctx) {
+    const size_t per = 8 + (size_t)L->stride * sizeof(float);
+    int rc = 0;
+    for (int i = 0; i < m->n_files && !rc; i++) {
+        const ckpt_file *f = &m->files[i];
+        int idx;
+        char tail;
+        if (sscanf(f->name, "trainer-%d.bi%c", &idx, &tail) != 2 || tail != 'n') continue;
+        if (f->size % per)
+            return bp_fail(BP_ECORRUPT, "%s/%s: %llu bytes, not whole rows of %d floats with their keys", dir, f->name,
+                           (unsigned long long)f->size, L->stride);
+        const uint64_t n = f->size / per;
+        uint64_t *keys = bp_xmalloc((n ? n : 1) * 8);
+        float *rows = bp_xmalloc((n ? n : 1) * (size_t)L->stride * sizeof(float));
+        void *bufs[2] = {keys, rows};
+        size_t lens[2] = {(size_t)n * 8, (size_t)n * (size_t)L->stride * sizeof(float)};
+        rc = ckpt_read_part(dir, m, f->name, bufs, lens, 2);
+        for (uint64_t j = 0; j < n && !rc; j++) {
+            if (keys[j] >= L->rows || (j && keys[j] <= keys[j - 1]))
+                rc = bp_fail(BP_ECORRUPT, "%s/%s: key %llu out of order or range", dir, f->name,
+                             (unsigned long long)keys[j]);
+            else put(ctx, keys[j], rows + j * (size_t)L->stride);
+        }
+        free(keys), free(rows);
+    }
+    return rc;
+}
+
+typedef struct {
+    const uint64_t *keys;
+    float *rows;
+    uint64_t n;
+    int s, S, stride;
+} shard_ctx;
+
+static void put_shard(void *ctx, uint64_t key, const float *row) {
+    shard_ctx *c = ctx;
+    if (msg_server_of(key, c->S) != (uint32_t)c->s) return;
+    uint64_t lo = 0, hi = c->n;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (c->keys[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    BP_ASSERT(lo < c->n && c->keys[lo] == key); // the shard holds every key it owns
+    memcpy(c->rows + lo * (size_t)c->stride, row, (size_t)c->stride * sizeof(float));
+}
+
+static void put_table(void *ctx, uint64_t key, const float *row) {
+    emb_table *t = ctx;
+    memcpy(emb_table_row(t, key), row, (size_t)t->L.stride * sizeof(float));
+}
+
+int ckpt_run_load_shard(const train_setup *su, const emb_layout *L, int s, int S, const uint64_t *keys, float *rows,
+                        uint64_t n) {
     const char *dir = su->ck.from;
     ckpt_manifest *m = bp_xmalloc(sizeof *m);
     int rc = ckpt_manifest_load(dir, m);
@@ -292,6 +360,8 @@ int ckpt_run_load_shard(const train_setup *su, const emb_layout *L, int s, int S
             emb_table_free(&t);
         }
     }
+    shard_ctx c = {keys, rows, n, s, S, L->stride};
+    if (!rc) rc = overlay_trainer_parts(dir, m, L, put_shard, &c);
     free(m);
     return rc;
 }
@@ -322,7 +392,7 @@ int ckpt_read_table(const char *dir, const ckpt_manifest *m, emb_table *t) {
             if (msg_server_of(k, (int)S) == (uint32_t)s) memcpy(emb_table_row(t, k), rows + (j++) * L->stride, row_bytes);
         free(rows);
     }
-    return rc;
+    return rc ? rc : overlay_trainer_parts(dir, m, L, put_table, t);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,8 +4,13 @@
 //   dense.bin        dense parameters + dense optimizer state (one trainer writes it)
 //   emb.bin          every row with its optimizer state (mode local; and --checkpoint-naive,
 //                    where one writer collects every row first)
-//   server-<s>.bin   mode sync: server s's shard, the rows of the keys k with
+//   server-<s>.bin   modes sync and bagpipe: server s's shard, the rows of the keys k with
 //                    msg_server_of(k, S) == s in ascending key order, written by that server
+//   trainer-<i>.bin  mode bagpipe: the dirty cached rows trainer i owns, n keys (u64, ascending)
+//                    then their n rows; these override the servers' stale copies.  At an
+//                    iteration boundary every dirty row is a shared row (a private row is
+//                    evicted right after its one use), identical on every trainer; trainer i
+//                    owns those with msg_server_of(key, T) == i, so each is written once
 //   MANIFEST         the configuration (the saved-model keys of train.c plus mode, layout,
 //                    batch size, learning rates, seeds, BLAS threads), iteration K (the data
 //                    cursor: batch K is next, in file order), and every part's size and CRC;
@@ -77,11 +82,16 @@ int ckpt_run_write_all(const trainer *tr, const train_setup *su, int64_t iter, i
 // A server's part: the shard's rows (n, stride) into server-<s>.bin of ROOT/ckpt-<iter>.
 int ckpt_run_write_shard(const train_setup *su, int64_t iter, int s, const float *rows, uint64_t n, int stride,
                          ckpt_file *f);
+// A trainer's part: keys (n, ascending) and their rows (n, stride) into trainer-<i>.bin.
+int ckpt_run_write_rows(const train_setup *su, int64_t iter, int i, const uint64_t *keys, const float *rows,
+                        uint64_t n, int stride, ckpt_file *f);
 
 // Loading from su->ck.from: the dense part into tr (parameters and optimizer state); a server's
-// shard (rows (n, stride) of the keys owned by s of S, ascending) from server-<s>.bin or emb.bin.
+// shard (keys (n) owned by s of S, ascending, and their rows (n, stride)) from server-<s>.bin or
+// emb.bin, with the rows of the trainer parts it owns laid over it.
 int ckpt_run_load_dense(trainer *tr, const train_setup *su);
-int ckpt_run_load_shard(const train_setup *su, const emb_layout *L, int s, int S, float *rows, uint64_t n);
+int ckpt_run_load_shard(const train_setup *su, const emb_layout *L, int s, int S, const uint64_t *keys, float *rows,
+                        uint64_t n);
 // Dense part and every row (tr->table allocated) of a local checkpoint.
 int ckpt_run_load_all(trainer *tr, const train_setup *su);
 // Every row into t (allocated, layout L) from a manifest's emb.bin or server-<s>.bin parts.

@@ -92,7 +92,7 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
             j++;
         }
     if (su->ck.from[0]) { // resuming: the shard of the checkpoint, and its iteration
-        if ((rc = ckpt_run_load_shard(su, L, s, sv->S, sv->rows, n))) return rc;
+        if ((rc = ckpt_run_load_shard(su, L, s, sv->S, sv->keys, sv->rows, n))) return rc;
         sv->applied = su->ck.start_iter;
     }
     const int T = sv->T;
@@ -265,6 +265,7 @@ typedef struct {
     int64_t *wb_done; // (T) per-writer watermark: evictions of iterations < wb_done[w] are applied
     gbuf wb;          // WB receive buffer
     int64_t *dump_iter; // (T) held DUMP_REQ iteration, -1: none
+    uint32_t *dump_flags; // (T) its flags (MSG_F_CKPT: a checkpoint)
     uint64_t fetches, gated; // requests answered; of those, held for a watermark first
 } bpserver;
 
@@ -317,7 +318,8 @@ static int bp_try_dumps(server *sv, bpserver *bs) {
         if (bs->dump_iter[p] >= 0 && bs->dump_iter[p] <= low) {
             int64_t it = bs->dump_iter[p];
             bs->dump_iter[p] = -1;
-            int rc = server_dump(sv, sv->first_trainer + p, it);
+            int rc = (bs->dump_flags[p] & MSG_F_CKPT) ? server_checkpoint(sv, sv->first_trainer + p, it)
+                                                      : server_dump(sv, sv->first_trainer + p, it);
             if (rc) return rc;
         }
     return 0;
@@ -332,6 +334,10 @@ static int server_run_bagpipe(server *sv, int P) {
     bs.qn = bp_xcalloc((size_t)T, sizeof *bs.qn);
     bs.rep = bp_xcalloc((size_t)T, sizeof *bs.rep);
     bs.wb_done = bp_xcalloc((size_t)T, sizeof *bs.wb_done);
+    // resumed at K: every row is home (the checkpoint's trainer rows merged into the shard), and
+    // the first write-back of each writer will be WB(K + 1)
+    for (int p = 0; p < T; p++) bs.wb_done[p] = sv->su->ck.start_iter;
+    bs.dump_flags = bp_xcalloc((size_t)T, sizeof *bs.dump_flags);
     bs.dump_iter = bp_xmalloc((size_t)T * sizeof *bs.dump_iter);
     for (int p = 0; p < T; p++) bs.dump_iter[p] = -1;
     uint8_t small[MSG_HEADER_BYTES] __attribute__((aligned(8)));
@@ -403,7 +409,7 @@ static int server_run_bagpipe(server *sv, int P) {
                     rc = bp_fail(BP_EFORMAT, "server %d: rank %d sent a second dump request", s, from);
                     break;
                 }
-                bs.dump_iter[p] = (int64_t)h.iter;
+                bs.dump_iter[p] = (int64_t)h.iter, bs.dump_flags[p] = h.flags;
                 rc = bp_try_dumps(sv, &bs);
             }
         } else {
@@ -420,7 +426,7 @@ static int server_run_bagpipe(server *sv, int P) {
     }
     for (size_t j = 0; j < (size_t)T * bs.Q; j++) free(bs.q[j].p);
     for (int p = 0; p < T; p++) free(bs.rep[p].p);
-    free(bs.q), free(bs.qhead), free(bs.qn), free(bs.rep), free(bs.wb_done), free(bs.dump_iter), free(bs.wb.p);
+    free(bs.q), free(bs.qhead), free(bs.qn), free(bs.rep), free(bs.wb_done), free(bs.dump_iter), free(bs.dump_flags), free(bs.wb.p);
     return rc;
 }
 
