@@ -21,6 +21,8 @@
     "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 "          \
     "--learning-rate 0.05 --emb-optimizer adagrad --optimizer adagrad --print-every 100 --no-eval"
 #define SYNC "--mode sync --trainers 2 --servers 2" // ranks: 0 oracle, 1-2 servers 0-1, 3-4 trainers 0-1
+// The same layout; a cache small enough to evict and refetch all the time.
+#define BAGPIPE "--mode bagpipe --trainers 2 --servers 2 --cache-rows 300 --lookahead 8"
 
 static char data_path[512];
 
@@ -144,10 +146,10 @@ static void damage(const char *root, int64_t iter, const char *name, int truncat
 }
 
 // Starts job (args) with the pid files in piddir, waits until a checkpoint at or after
-// min_iter is committed, sleeps a random 0-300 ms, kills rank `rank` with SIGKILL and waits
+// min_iter is committed, sleeps a random 0..max_ms ms, kills rank `rank` with SIGKILL and waits
 // for the job.  Returns the job's status (-2: no checkpoint came, -3: the rank had no pid file,
 // -4: the job ended before the kill); *out gets its output.
-static int kill_after_commit(char **out, const char *args, const char *root, int64_t min_iter, int rank) {
+static int kill_after_commit(char **out, const char *args, const char *root, int64_t min_iter, int rank, int max_ms) {
     char outp[512], piddir[512], env[1024];
     snprintf(outp, sizeof outp, "%s", test_path("job.txt"));
     snprintf(piddir, sizeof piddir, "%s", test_path("pids"));
@@ -174,7 +176,7 @@ static int kill_after_commit(char **out, const char *args, const char *root, int
     }
     if (!rc) {
         unsigned seed = (unsigned)(bp_now() * 1e6);
-        int delay_ms = (int)(rand_r(&seed) % 300);
+        int delay_ms = (int)(rand_r(&seed) % (unsigned)max_ms);
         usleep((useconds_t)delay_ms * 1000);
         pid_t victim = read_pid(piddir, rank);
         if (victim <= 0) rc = -3;
@@ -248,9 +250,9 @@ TEST(ckpt_local_kill_resume_identical) {
     snprintf(ref, sizeof ref, "%s", test_path("ref"));
     snprintf(root, sizeof root, "%s", test_path("ck"));
     snprintf(res, sizeof res, "%s", test_path("res"));
-    TRAIN_OK("", "--iters 6000 --save %s", ref);
+    TRAIN_OK("", "--iters 12000 --save %s", ref);
     char *out = NULL;
-    int st = train(&out, "BAGPIPE_TEST_KILL_IN_CKPT=0:250", "--iters 6000 --checkpoint-every 50 --keep 2 "
+    int st = train(&out, "BAGPIPE_TEST_KILL_IN_CKPT=0:250", "--iters 12000 --checkpoint-every 50 --keep 2 "
                    "--checkpoint-dir %s --save %s", root, res);
     ASSERT_MSG(st == 137, "status %d:\n%s", st, out);
     ASSERT_STR_CONTAINS(out, "killed inside checkpoint 250");
@@ -259,15 +261,15 @@ TEST(ckpt_local_kill_resume_identical) {
     ASSERT_TRUE(ckpt_exists(root, 250) && !ckpt_valid(root, 250) && !ckpt_exists(root, 100));
     // resume (checkpoints go on into the same directory), killed at a random moment
     char args[2048];
-    snprintf(args, sizeof args, "--iters 6000 --checkpoint-every 250 --keep 2 --resume %s --save %s", root, res);
-    st = kill_after_commit(&out, args, root, 500, 0);
+    snprintf(args, sizeof args, "--iters 12000 --checkpoint-every 250 --keep 2 --resume %s --save %s", root, res);
+    st = kill_after_commit(&out, args, root, 500, 0, 100);
     ASSERT_MSG(st == 137, "status %d:\n%s", st, out ? out : "");
     ASSERT_STR_CONTAINS(out, "resumed from");
     ASSERT_STR_CONTAINS(out, "ckpt-000000000200 at iteration 200");
     free(out);
     int64_t last = newest_committed(root);
     ASSERT_TRUE(last >= 500);
-    st = train(&out, "", "--iters 6000 --resume %s --save %s", root, res);
+    st = train(&out, "", "--iters 12000 --resume %s --save %s", root, res);
     ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
     char want[128];
     snprintf(want, sizeof want, "at iteration %lld", (long long)last);
@@ -404,10 +406,20 @@ TEST(ckpt_disk_full) {
 
 // Starts the uninterrupted reference run in the background (it shares the cores with the test's
 // jobs: only its bytes matter).
-static pid_t sync_reference(const char *ref, int64_t iters) {
+static pid_t reference(const char *mode, const char *ref, int64_t iters) {
     char args[1024];
-    snprintf(args, sizeof args, SYNC " --iters %lld --save %s", (long long)iters, ref);
+    snprintf(args, sizeof args, "%s --iters %lld --save %s", mode, (long long)iters, ref);
     return train_bg(test_path("ref.txt"), "", args);
+}
+
+// Bytes of part `name` of checkpoint iter (-1: absent).
+static long part_size(const char *root, int64_t iter, const char *name) {
+    char p[4200];
+    ckpt_dir_path(p, sizeof p, root, iter);
+    size_t l = strlen(p);
+    snprintf(p + l, sizeof p - l, "/%s", name);
+    struct stat st;
+    return stat(p, &st) == 0 ? (long)st.st_size : -1;
 }
 
 // A server dies after writing its part of checkpoint 200, before the commit: the job fails
@@ -418,7 +430,7 @@ TEST(ckpt_sync_kill_server) {
     snprintf(ref, sizeof ref, "%s", test_path("ref"));
     snprintf(root, sizeof root, "%s", test_path("ck"));
     snprintf(res, sizeof res, "%s", test_path("res"));
-    pid_t rj = sync_reference(ref, 400);
+    pid_t rj = reference(SYNC, ref, 400);
     char *out = NULL;
     int st = train(&out, "BAGPIPE_TEST_KILL_IN_CKPT=1:200", SYNC " --iters 400 --checkpoint-every 50 --checkpoint-dir %s",
                    root);
@@ -434,53 +446,56 @@ TEST(ckpt_sync_kill_server) {
     ASSERT_MSG(same_model(ref, res), "the resumed model differs from the uninterrupted run's");
 }
 
-// Trainer 0 (the coordinator) dies between the parts and the manifest of checkpoint 200; the
-// resumed run (checkpointing on) loses trainer 1 to kill -9 at a random moment; the second
-// resume ends bit-identical.
-TEST(ckpt_sync_kill_trainer) {
+// Mode bagpipe.  Trainer 1 dies right after writing its dirty rows of checkpoint 200, before the
+// commit; the resumed run (checkpointing on) loses trainer 0 to kill -9 at a random moment; the
+// second resume ends bit-identical to the uninterrupted run.
+TEST(ckpt_bagpipe_kill_trainer) {
     ASSERT_OK(make_data());
     char ref[512], root[512], res[512];
     snprintf(ref, sizeof ref, "%s", test_path("ref"));
     snprintf(root, sizeof root, "%s", test_path("ck"));
     snprintf(res, sizeof res, "%s", test_path("res"));
-    pid_t rj = sync_reference(ref, 1500);
+    pid_t rj = reference(BAGPIPE, ref, 1500);
     char *out = NULL;
-    int st = train(&out, "BAGPIPE_TEST_KILL_IN_CKPT=3:200", SYNC " --iters 1500 --checkpoint-every 100 "
+    int st = train(&out, "BAGPIPE_TEST_KILL_IN_CKPT=4:200", BAGPIPE " --iters 1500 --checkpoint-every 100 "
                    "--checkpoint-dir %s", root);
     ASSERT_MSG(st != 0, "status %d:\n%s", st, out);
-    ASSERT_STR_CONTAINS(out, "rank 3 (trainer 0) was killed by signal 9");
-    free(out);
-    ASSERT_TRUE(ckpt_valid(root, 100) && !ckpt_valid(root, 200));
-    char args[2048];
-    snprintf(args, sizeof args, SYNC " --iters 1500 --checkpoint-every 100 --resume %s", root);
-    st = kill_after_commit(&out, args, root, 300, 4);
-    ASSERT_MSG(st > 0, "status %d:\n%s", st, out ? out : "");
     ASSERT_STR_CONTAINS(out, "rank 4 (trainer 1) was killed by signal 9");
+    free(out);
+    ASSERT_TRUE(ckpt_valid(root, 100) && !ckpt_valid(root, 200) && part_size(root, 200, "trainer-1.bin") >= 0);
+    // the cached rows are part of the state: some are dirty at every boundary here
+    ASSERT_TRUE(part_size(root, 100, "trainer-0.bin") > 0 && part_size(root, 100, "trainer-1.bin") > 0);
+    char args[2048];
+    snprintf(args, sizeof args, BAGPIPE " --iters 1500 --checkpoint-every 100 --resume %s", root);
+    st = kill_after_commit(&out, args, root, 300, 3, 300);
+    ASSERT_MSG(st > 0, "status %d:\n%s", st, out ? out : "");
+    ASSERT_STR_CONTAINS(out, "rank 3 (trainer 0) was killed by signal 9");
     ASSERT_STR_CONTAINS(out, "at iteration 100");
     free(out);
-    st = train(&out, "", SYNC " --iters 1500 --resume %s --save %s", root, res);
+    st = train(&out, "", BAGPIPE " --iters 1500 --resume %s --save %s", root, res);
     ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
     free(out);
     ASSERT_EQ(wait_status(rj), 0);
     ASSERT_MSG(same_model(ref, res), "the resumed model differs from the uninterrupted run's");
 }
 
-// kill -9 of the oracle (the coordinator rank) at a random moment after a commit.
-TEST(ckpt_sync_kill_oracle) {
+// Mode bagpipe: kill -9 of the oracle (the planner) at a random moment after a commit; the
+// resumed oracle plans from the checkpoint's batch.
+TEST(ckpt_bagpipe_kill_oracle) {
     ASSERT_OK(make_data());
     char ref[512], root[512], res[512];
     snprintf(ref, sizeof ref, "%s", test_path("ref"));
     snprintf(root, sizeof root, "%s", test_path("ck"));
     snprintf(res, sizeof res, "%s", test_path("res"));
-    pid_t rj = sync_reference(ref, 1500);
+    pid_t rj = reference(BAGPIPE, ref, 1500);
     char args[2048], *out = NULL;
-    snprintf(args, sizeof args, SYNC " --iters 1500 --checkpoint-every 100 --checkpoint-dir %s", root);
-    int st = kill_after_commit(&out, args, root, 200, 0);
+    snprintf(args, sizeof args, BAGPIPE " --iters 1500 --checkpoint-every 100 --checkpoint-dir %s", root);
+    int st = kill_after_commit(&out, args, root, 200, 0, 300);
     ASSERT_MSG(st > 0, "status %d:\n%s", st, out ? out : "");
     ASSERT_STR_CONTAINS(out, "rank 0 (oracle) was killed by signal 9");
     free(out);
     int64_t last = newest_committed(root);
-    st = train(&out, "", SYNC " --iters 1500 --resume %s --save %s", root, res);
+    st = train(&out, "", BAGPIPE " --iters 1500 --resume %s --save %s", root, res);
     ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
     char want[128];
     snprintf(want, sizeof want, "at iteration %lld", (long long)last);
