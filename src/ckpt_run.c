@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "common.h"
 #include "model.h"
 #include "msg.h"
@@ -89,10 +90,7 @@ int ckpt_run_setup(train_setup *su) {
     if (ck->dir && !want)
         return bp_fail(BP_EUSAGE, "--checkpoint-dir %s: say when with --checkpoint-every N or --checkpoint-minutes M",
                        ck->dir);
-    if ((want || ck->resume) && (su->mode == TRAIN_MODE_SHARDED || su->mode == TRAIN_MODE_STATIC))
-        return bp_fail(BP_EUSAGE, "--mode %s: checkpoints are implemented for --mode local, sync and bagpipe so far "
-                       "(docs/checkpoints.md)", mode_name(su->mode));
-    if (ck->naive && su->mode == TRAIN_MODE_BAGPIPE)
+    if (ck->naive && su->mode != TRAIN_MODE_SYNC)
         return bp_fail(BP_EUSAGE, "--checkpoint-naive: measured in --mode sync only (docs/checkpoints.md)");
     if (ck->naive && su->mode == TRAIN_MODE_LOCAL)
         return bp_fail(BP_EUSAGE, "--checkpoint-naive: --mode local holds every row in one process already");
@@ -256,6 +254,40 @@ int ckpt_run_write_rows(const train_setup *su, int64_t iter, int i, const uint64
     return ckpt_write_part(dir, name, bufs, lens, 2, f);
 }
 
+int ckpt_run_report(int to, int64_t iter, int wrc, const ckpt_file *f) {
+    uint64_t buf[(MSG_HEADER_BYTES + 16) / 8];
+    msg_header h = {MSG_CKPT_PART, wrc ? MSG_F_FAILED : 0, (uint64_t)iter, wrc ? 0 : 1, 4};
+    float *rec;
+    msg_encode(buf, &h, NULL, &rec);
+    if (!wrc) {
+        uint8_t *r = (uint8_t *)rec;
+        bp_put_u64(r, f->size), bp_put_u32(r + 8, f->crc), bp_put_u32(r + 12, 0);
+    }
+    comm_req q;
+    int rc = comm_isend(buf, msg_bytes(MSG_CKPT_PART, h.n, 4), to, MSG_CKPT_PART, &q);
+    return rc ? rc : comm_wait(&q, NULL);
+}
+
+int ckpt_run_gather(int64_t iter, int n, const int *ranks, ckpt_file *files, const char *dir, char *why, size_t cap) {
+    for (int p = 0; p < n; p++) {
+        uint64_t buf[(MSG_HEADER_BYTES + 16) / 8];
+        size_t len = 0;
+        int rc = comm_recv(buf, sizeof buf, ranks[p], MSG_CKPT_PART, &len);
+        msg_expect ex = {.kind = MSG_CKPT_PART, .width = 4, .max_n = 1, .iter = iter};
+        msg_header h;
+        const float *rec;
+        if (!rc) rc = msg_decode(buf, len, ranks[p], &ex, &h, NULL, &rec);
+        if (rc) return rc;
+        if ((h.flags & MSG_F_FAILED) || h.n != 1) {
+            if (!why[0])
+                snprintf(why, cap, "rank %d could not write %s/%s (its message is above)", ranks[p], dir, files[p].name);
+            continue;
+        }
+        files[p].size = bp_get_u64((const uint8_t *)rec), files[p].crc = bp_get_u32((const uint8_t *)rec + 8);
+    }
+    return 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Loading
 
@@ -376,8 +408,8 @@ int ckpt_read_table(const char *dir, const ckpt_manifest *m, emb_table *t) {
     int64_t S;
     int rc = ckpt_get_i64(m, dir, "servers", &S);
     if (rc) return rc;
-    if (S < 1 || S > 1024 || !ckpt_find(m, "server-0.bin"))
-        return bp_fail(BP_ECORRUPT, "%s/MANIFEST: lists neither emb.bin nor server parts", dir);
+    if (S < 0 || S > 1024 || (S > 0 && !ckpt_find(m, "server-0.bin")) || (S == 0 && !ckpt_find(m, "trainer-0.bin")))
+        return bp_fail(BP_ECORRUPT, "%s/MANIFEST: lists neither emb.bin nor server or trainer parts", dir);
     const size_t row_bytes = (size_t)L->stride * sizeof(float);
     for (int s = 0; s < S && !rc; s++) {
         uint64_t n = 0;
@@ -418,6 +450,23 @@ void ckpt_test_kill_point(int rank, int64_t iter) {
         fflush(stderr);
         raise(SIGKILL);
     }
+}
+
+int ckpt_run_load_rows(const train_setup *su, const char *name, const uint64_t *keys, float *rows, uint64_t n,
+                       int stride) {
+    const char *dir = su->ck.from;
+    ckpt_manifest *m = bp_xmalloc(sizeof *m);
+    uint64_t *got = bp_xmalloc((n ? n : 1) * sizeof *got);
+    int rc = ckpt_manifest_load(dir, m);
+    if (!rc) {
+        void *bufs[2] = {got, rows};
+        size_t lens[2] = {(size_t)n * sizeof *got, (size_t)n * (size_t)stride * sizeof(float)};
+        rc = ckpt_read_part(dir, m, name, bufs, lens, 2);
+    }
+    if (!rc && n && memcmp(got, keys, (size_t)n * sizeof *got) != 0)
+        rc = bp_fail(BP_EMISMATCH, "%s/%s: holds other rows than this trainer's", dir, name);
+    free(got), free(m);
+    return rc;
 }
 
 int ckpt_run_load_all(trainer *tr, const train_setup *su) {

@@ -86,12 +86,22 @@ int ckpt_run_write_shard(const train_setup *su, int64_t iter, int s, const float
 int ckpt_run_write_rows(const train_setup *su, int64_t iter, int i, const uint64_t *keys, const float *rows,
                         uint64_t n, int stride, ckpt_file *f);
 
+// Messages (msg.h: CKPT_PART): rank's report of its part f (wrc != 0: it failed, f unused) to the
+// coordinator `to`; the coordinator's collection of n reports from ranks[], whose part names the
+// caller put in files[].name (sizes and CRCs filled in).  A failed part is described in why (the
+// first one only); the return code is only for message failures.
+int ckpt_run_report(int to, int64_t iter, int wrc, const ckpt_file *f);
+int ckpt_run_gather(int64_t iter, int n, const int *ranks, ckpt_file *files, const char *dir, char *why, size_t cap);
+
 // Loading from su->ck.from: the dense part into tr (parameters and optimizer state); a server's
 // shard (keys (n) owned by s of S, ascending, and their rows (n, stride)) from server-<s>.bin or
 // emb.bin, with the rows of the trainer parts it owns laid over it.
 int ckpt_run_load_dense(trainer *tr, const train_setup *su);
 int ckpt_run_load_shard(const train_setup *su, const emb_layout *L, int s, int S, const uint64_t *keys, float *rows,
                         uint64_t n);
+// The rows (n, stride) of part `name` (keys + rows, as trainer-<i>.bin), whose keys must be keys.
+int ckpt_run_load_rows(const train_setup *su, const char *name, const uint64_t *keys, float *rows, uint64_t n,
+                       int stride);
 // Dense part and every row (tr->table allocated) of a local checkpoint.
 int ckpt_run_load_all(trainer *tr, const train_setup *su);
 // Every row into t (allocated, layout L) from a manifest's emb.bin or server-<s>.bin parts.

@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "ckpt.h"
+#include "comm.h"
 #include "emb.h"
 #include "optim.h"
 #include "train.h"
@@ -33,7 +35,18 @@ typedef struct {
     int (*step)(void *ctx, int64_t t, double *loss);
     int (*collect)(void *ctx, int64_t iter); // every trainer calls it
     int (*finish)(void *ctx, int64_t iters); // may be NULL
+    // Checkpoint `iter` (ckpt_run.h), called on every trainer at the same boundary; trainer 0
+    // commits.  NULL: the mode has none.
+    int (*checkpoint)(void *ctx, int64_t iter);
 } role_loop;
+
+// Trainer 0's commit of checkpoint iter after its own parts (files[0..nown)): the reports of the
+// S servers (server-<s>.bin, asked with DUMP_REQ flagged MSG_F_CKPT beforehand) and of trainers
+// 1..T-1 that write a part (trainer-<i>.bin, when `trainer_parts`), then the manifest.
+int role_ckpt_commit(const train_setup *su, const trainer *tr, int64_t iter, const char *dir, ckpt_file *files,
+                     int nown, int S, int first_server, int T, int first_trainer, int trainer_parts, int own_rc);
+// Trainer 0: asks the S servers for their parts of checkpoint iter (rq, reqbuf: S each).
+int role_ckpt_ask_servers(int64_t iter, int S, int first_server, comm_req *rq, uint8_t (*reqbuf)[24]);
 
 // Runs su->total_iters iterations and the end of a run (result lines, metrics, --save on
 // trainer 0).  Returns 0 or a negative code with a message.
