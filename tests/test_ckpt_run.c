@@ -455,9 +455,9 @@ TEST(ckpt_bagpipe_kill_trainer) {
     snprintf(ref, sizeof ref, "%s", test_path("ref"));
     snprintf(root, sizeof root, "%s", test_path("ck"));
     snprintf(res, sizeof res, "%s", test_path("res"));
-    pid_t rj = reference(BAGPIPE, ref, 1500);
+    pid_t rj = reference(BAGPIPE, ref, 1000);
     char *out = NULL;
-    int st = train(&out, "BAGPIPE_TEST_KILL_IN_CKPT=4:200", BAGPIPE " --iters 1500 --checkpoint-every 100 "
+    int st = train(&out, "BAGPIPE_TEST_KILL_IN_CKPT=4:200", BAGPIPE " --iters 1000 --checkpoint-every 100 "
                    "--checkpoint-dir %s", root);
     ASSERT_MSG(st != 0, "status %d:\n%s", st, out);
     ASSERT_STR_CONTAINS(out, "rank 4 (trainer 1) was killed by signal 9");
@@ -466,13 +466,13 @@ TEST(ckpt_bagpipe_kill_trainer) {
     // the cached rows are part of the state: some are dirty at every boundary here
     ASSERT_TRUE(part_size(root, 100, "trainer-0.bin") > 0 && part_size(root, 100, "trainer-1.bin") > 0);
     char args[2048];
-    snprintf(args, sizeof args, BAGPIPE " --iters 1500 --checkpoint-every 100 --resume %s", root);
+    snprintf(args, sizeof args, BAGPIPE " --iters 1000 --checkpoint-every 100 --resume %s", root);
     st = kill_after_commit(&out, args, root, 300, 3, 300);
     ASSERT_MSG(st > 0, "status %d:\n%s", st, out ? out : "");
     ASSERT_STR_CONTAINS(out, "rank 3 (trainer 0) was killed by signal 9");
     ASSERT_STR_CONTAINS(out, "at iteration 100");
     free(out);
-    st = train(&out, "", BAGPIPE " --iters 1500 --resume %s --save %s", root, res);
+    st = train(&out, "", BAGPIPE " --iters 1000 --resume %s --save %s", root, res);
     ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
     free(out);
     ASSERT_EQ(wait_status(rj), 0);
@@ -487,15 +487,15 @@ TEST(ckpt_bagpipe_kill_oracle) {
     snprintf(ref, sizeof ref, "%s", test_path("ref"));
     snprintf(root, sizeof root, "%s", test_path("ck"));
     snprintf(res, sizeof res, "%s", test_path("res"));
-    pid_t rj = reference(BAGPIPE, ref, 1500);
+    pid_t rj = reference(BAGPIPE, ref, 1000);
     char args[2048], *out = NULL;
-    snprintf(args, sizeof args, BAGPIPE " --iters 1500 --checkpoint-every 100 --checkpoint-dir %s", root);
+    snprintf(args, sizeof args, BAGPIPE " --iters 1000 --checkpoint-every 100 --checkpoint-dir %s", root);
     int st = kill_after_commit(&out, args, root, 200, 0, 300);
     ASSERT_MSG(st > 0, "status %d:\n%s", st, out ? out : "");
     ASSERT_STR_CONTAINS(out, "rank 0 (oracle) was killed by signal 9");
     free(out);
     int64_t last = newest_committed(root);
-    st = train(&out, "", BAGPIPE " --iters 1500 --resume %s --save %s", root, res);
+    st = train(&out, "", BAGPIPE " --iters 1000 --resume %s --save %s", root, res);
     ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
     char want[128];
     snprintf(want, sizeof want, "at iteration %lld", (long long)last);
@@ -503,4 +503,43 @@ TEST(ckpt_bagpipe_kill_oracle) {
     free(out);
     ASSERT_EQ(wait_status(rj), 0);
     ASSERT_MSG(same_model(ref, res), "the resumed model differs from the uninterrupted run's");
+}
+
+// Modes sharded (every trainer's shard is a part) and static (servers' shards plus trainer 0's
+// pinned replica): a run with checkpoints, then a resume from its older checkpoint, end with the
+// same bytes.  The two modes' jobs run side by side.
+TEST(ckpt_sharded_static_resume) {
+    ASSERT_OK(make_data());
+    static const char *const modes[] = {"--mode sharded --trainers 3 --servers 0",
+                                        "--mode static --trainers 2 --servers 2 --static-rows 50"};
+    char a[2][512], b[2][512], root[2][512], outp[2][512], args[4096];
+    pid_t job[2];
+    for (int m = 0; m < 2; m++) {
+        snprintf(a[m], sizeof a[m], "%s", test_path(m ? "a1" : "a0"));
+        snprintf(b[m], sizeof b[m], "%s", test_path(m ? "b1" : "b0"));
+        snprintf(root[m], sizeof root[m], "%s", test_path(m ? "ck1" : "ck0"));
+        snprintf(outp[m], sizeof outp[m], "%s", test_path(m ? "o1.txt" : "o0.txt"));
+        snprintf(args, sizeof args, "%s --iters 300 --checkpoint-every 100 --keep 2 --checkpoint-dir %s --save %s",
+                 modes[m], root[m], a[m]);
+        job[m] = train_bg(outp[m], "", args);
+    }
+    int st[2] = {wait_status(job[0]), wait_status(job[1])};
+    for (int m = 0; m < 2; m++) {
+        ASSERT_MSG(st[m] == 0, "%s: status %d", modes[m], st[m]);
+        ASSERT_TRUE(ckpt_valid(root[m], 100) && ckpt_valid(root[m], 200) && part_size(root[m], 100, "trainer-0.bin") > 0);
+        char d200[4096];
+        ckpt_dir_path(d200, sizeof d200, root[m], 200);
+        ASSERT_OK(ckpt_remove_dir(d200));
+        snprintf(args, sizeof args, "%s --iters 300 --resume %s --save %s", modes[m], root[m], b[m]);
+        job[m] = train_bg(outp[m], "", args);
+    }
+    st[0] = wait_status(job[0]), st[1] = wait_status(job[1]);
+    for (int m = 0; m < 2; m++) {
+        size_t len;
+        char *out = dist_test_slurp(outp[m], &len);
+        ASSERT_MSG(st[m] == 0, "%s: status %d:\n%s", modes[m], st[m], out ? out : "");
+        ASSERT_STR_CONTAINS(out, "at iteration 100");
+        free(out);
+        ASSERT_MSG(same_model(a[m], b[m]), "%s: the resumed model differs", modes[m]);
+    }
 }
