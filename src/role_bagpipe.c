@@ -841,76 +841,34 @@ static int bs_checkpoint(bstate *bs, int64_t iter) {
     qsort(keys, n, sizeof *keys, cmp_u64);
     for (uint64_t k = 0; k < n; k++)
         memcpy(rows + k * (size_t)stride, cache_row(c, (uint32_t)cache_find(c, keys[k])), (size_t)stride * sizeof(float));
-    char dir[4096] = "";
-    uint8_t reqbuf[1024][MSG_HEADER_BYTES] __attribute__((aligned(8)));
-    comm_req rq[1024];
-    BP_ASSERT(S <= 1024);
-    char why[1024] = "";
-    int nsrv = S; // servers asked to write
-    if (me == 0 && ckpt_run_begin(su, iter, dir, sizeof dir)) {
-        snprintf(why, sizeof why, "%s", bp_errmsg(BP_EIO));
-        nsrv = 0; // the trainers' reports are still collected below
-    }
-    if (me == 0) { // the servers write while the trainers do
-        for (int s = 0; s < nsrv && !rc; s++) {
-            msg_header h = {MSG_DUMP_REQ, MSG_F_CKPT, (uint64_t)iter, 0, 0};
-            msg_encode(reqbuf[s], &h, NULL, NULL);
-            rc = comm_isend(reqbuf[s], MSG_HEADER_BYTES, bs->first_server + s, MSG_DUMP_REQ, &rq[s]);
-        }
-        if (rc) goto out;
-    }
-    ckpt_file *files = bp_xmalloc((size_t)(S + T + 1) * sizeof *files);
-    int wrc = ckpt_run_write_rows(su, iter, me, keys, rows, n, stride, &files[1 + S]);
-    if (wrc) fprintf(stderr, "bagpipe: trainer %d: checkpoint %lld: %s\n", me, (long long)iter, bp_errmsg(wrc));
-    else ckpt_test_kill_point(bs->rank, iter);
-    if (me != 0) { // report to trainer 0, which decides
-        uint64_t buf[(MSG_HEADER_BYTES + 16) / 8];
-        msg_header h = {MSG_CKPT_PART, wrc ? MSG_F_FAILED : 0, (uint64_t)iter, wrc ? 0 : 1, 4};
-        float *rec;
-        msg_encode(buf, &h, NULL, &rec);
-        if (!wrc)
-            bp_put_u64((uint8_t *)rec, files[1 + S].size), bp_put_u32((uint8_t *)rec + 8, files[1 + S].crc),
-                bp_put_u32((uint8_t *)rec + 12, 0);
-        comm_req q;
-        rc = comm_isend(buf, msg_bytes(MSG_CKPT_PART, h.n, 4), bs->first_trainer, MSG_CKPT_PART, &q);
-        if (!rc) rc = comm_wait(&q, NULL);
-        free(files);
+    ckpt_file f;
+    if (me != 0) { // write, then report to trainer 0, which decides
+        int wrc = ckpt_run_write_rows(su, iter, me, keys, rows, n, stride, &f);
+        if (wrc) fprintf(stderr, "bagpipe: trainer %d: checkpoint %lld: %s\n", me, (long long)iter, bp_errmsg(wrc));
+        else ckpt_test_kill_point(bs->rank, iter);
+        rc = ckpt_run_report(bs->first_trainer, iter, wrc, &f);
         goto out;
     }
-    int drc = why[0] ? 0 : ckpt_run_write_dense(&bs->tr, dir, &files[0]);
-    if (why[0]) {
-    } else if (drc) snprintf(why, sizeof why, "%s", bp_errmsg(drc));
-    else if (wrc) snprintf(why, sizeof why, "trainer 0 could not write its part of %s (its message is above)", dir);
-    // parts of servers 0..S-1 (files[1..S]) and trainers 1..T-1 (files[S+2..])
-    for (int p = 0; p < S + T - 1 && !rc; p++) {
-        if (p < S && p >= nsrv) continue;
-        const int from = p < S ? bs->first_server + p : bs->first_trainer + (p - S + 1);
-        ckpt_file *f = &files[p < S ? 1 + p : 2 + p];
-        uint64_t buf[(MSG_HEADER_BYTES + 16) / 8];
-        size_t len = 0;
-        if ((rc = comm_recv(buf, sizeof buf, from, MSG_CKPT_PART, &len))) break;
-        msg_expect ex = {.kind = MSG_CKPT_PART, .width = 4, .max_n = 1, .iter = iter};
-        msg_header h;
-        const float *rec;
-        if ((rc = msg_decode(buf, len, from, &ex, &h, NULL, &rec))) break;
-        if ((h.flags & MSG_F_FAILED) || h.n != 1) {
-            if (!why[0])
-                snprintf(why, sizeof why, "%s %d could not write its part of %s (its message is above)",
-                         p < S ? "server" : "trainer", p < S ? p : p - S + 1, dir);
-            continue;
-        }
-        if (p < S) snprintf(f->name, sizeof f->name, "server-%d.bin", p);
-        else snprintf(f->name, sizeof f->name, "trainer-%d.bin", p - S + 1);
-        f->size = bp_get_u64((const uint8_t *)rec), f->crc = bp_get_u32((const uint8_t *)rec + 8);
+    char dir[4096] = "";
+    if ((rc = ckpt_run_begin(su, iter, dir, sizeof dir))) {
+        // the other trainers' reports are still collected, so none is left for the next one
+        ckpt_file *tf = bp_xmalloc((size_t)T * sizeof *tf);
+        rc = role_ckpt_commit(su, &bs->tr, iter, dir, tf, 0, 0, 0, T, bs->first_trainer, 1, rc);
+        free(tf);
+        goto out;
     }
-    if (!rc) rc = comm_waitall(rq, nsrv);
-    if (!rc && why[0]) rc = dir[0] ? ckpt_run_abandon(dir, bp_fail(BP_EIO, "%s", why)) : bp_fail(BP_EIO, "%s", why);
-    else if (!rc) {
-        ckpt_test_kill_point(bs->rank, iter);
-        rc = ckpt_run_commit(&bs->tr, su, iter, dir, files, S + T + 1);
-        if (rc) rc = ckpt_run_abandon(dir, rc);
+    uint8_t (*reqbuf)[MSG_HEADER_BYTES] = bp_xcalloc((size_t)S, MSG_HEADER_BYTES); // (S) DUMP_REQ messages
+    comm_req *rq = bp_xcalloc((size_t)S, sizeof *rq);
+    ckpt_file *files = bp_xmalloc((size_t)(S + T + 1) * sizeof *files); // dense, trainer 0, servers, trainers 1..
+    rc = role_ckpt_ask_servers(iter, S, bs->first_server, rq, reqbuf); // the servers write while we do
+    if (!rc) {
+        int own = ckpt_run_write_dense(&bs->tr, dir, &files[0]);
+        if (!own) own = ckpt_run_write_rows(su, iter, 0, keys, rows, n, stride, &files[1]);
+        rc = role_ckpt_commit(su, &bs->tr, iter, dir, files, 2, S, bs->first_server, T, bs->first_trainer, 1, own);
     }
-    free(files);
+    int wrc = comm_waitall(rq, S);
+    free(reqbuf), free(rq), free(files);
+    if (!rc) rc = wrc;
 out:
     free(keys), free(rows);
     return rc;

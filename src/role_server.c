@@ -164,17 +164,7 @@ static int server_checkpoint(server *sv, int to, int64_t iter) {
     int wrc = ckpt_run_write_shard(sv->su, iter, sv->s, sv->rows, sv->n, sv->L.stride, &f);
     if (wrc) fprintf(stderr, "bagpipe: server %d: checkpoint %lld: %s\n", sv->s, (long long)iter, bp_errmsg(wrc));
     else ckpt_test_kill_point(comm_rank(), iter);
-    uint64_t buf[(MSG_HEADER_BYTES + 16) / 8];
-    msg_header h = {MSG_CKPT_PART, wrc ? MSG_F_FAILED : 0, (uint64_t)iter, wrc ? 0 : 1, 4};
-    float *rec;
-    msg_encode(buf, &h, NULL, &rec);
-    if (!wrc) {
-        uint8_t *r = (uint8_t *)rec;
-        bp_put_u64(r, f.size), bp_put_u32(r + 8, f.crc), bp_put_u32(r + 12, 0);
-    }
-    comm_req q;
-    int rc = comm_isend(buf, msg_bytes(MSG_CKPT_PART, h.n, 4), to, MSG_CKPT_PART, &q);
-    return rc ? rc : comm_wait(&q, NULL);
+    return ckpt_run_report(to, iter, wrc, &f);
 }
 
 // Answers the request held in req[p] (a ROW_REQ or DUMP_REQ already validated).

@@ -285,52 +285,18 @@ static int ts_checkpoint(tstate *ts, int64_t iter) {
     const int S = ts->S;
     char dir[4096];
     int rc = ckpt_run_begin(su, iter, dir, sizeof dir);
-    if (rc) return rc;
-    uint8_t reqbuf[1024][MSG_HEADER_BYTES] __attribute__((aligned(8)));
-    comm_req rq[1024];
-    BP_ASSERT(S <= 1024);
-    int crc = 0;
-    for (int s = 0; s < S && !crc; s++) {
-        msg_header h = {MSG_DUMP_REQ, MSG_F_CKPT, (uint64_t)iter, 0, 0};
-        msg_encode(reqbuf[s], &h, NULL, NULL);
-        crc = comm_isend(reqbuf[s], MSG_HEADER_BYTES, ts->first_server + s, MSG_DUMP_REQ, &rq[s]);
-    }
-    if (crc) return crc;
+    if (rc) return rc; // no server was asked
+    uint8_t (*reqbuf)[MSG_HEADER_BYTES] = bp_xcalloc((size_t)S, MSG_HEADER_BYTES); // (S) DUMP_REQ messages
+    comm_req *rq = bp_xcalloc((size_t)S, sizeof *rq);
     ckpt_file *files = bp_xmalloc((size_t)(S + 1) * sizeof *files);
-    rc = ckpt_run_write_dense(&ts->tr, dir, &files[0]); // while the servers write theirs
-    char wrc_msg[1024] = "";
-    if (rc) snprintf(wrc_msg, sizeof wrc_msg, "%s", bp_errmsg(rc));
-    int failed = -1;
-    for (int s = 0; s < S && !crc; s++) {
-        uint64_t buf[(MSG_HEADER_BYTES + 16) / 8];
-        size_t len = 0;
-        if ((crc = comm_recv(buf, sizeof buf, ts->first_server + s, MSG_CKPT_PART, &len))) break;
-        msg_expect ex = {.kind = MSG_CKPT_PART, .width = 4, .max_n = 1, .iter = iter};
-        msg_header h;
-        const float *rec;
-        if ((crc = msg_decode(buf, len, ts->first_server + s, &ex, &h, NULL, &rec))) break;
-        if ((h.flags & MSG_F_FAILED) || h.n != 1) {
-            if (failed < 0) failed = s;
-            continue;
-        }
-        ckpt_file *f = &files[1 + s];
-        snprintf(f->name, sizeof f->name, "server-%d.bin", s);
-        f->size = bp_get_u64((const uint8_t *)rec), f->crc = bp_get_u32((const uint8_t *)rec + 8);
-    }
-    if (!crc) crc = comm_waitall(rq, S);
-    if (crc) rc = crc; // a message failure ends the run whatever --on-checkpoint-error says
-    else if (rc) rc = bp_fail(rc, "%s", wrc_msg);
-    else if (failed >= 0)
-        rc = bp_fail(BP_EIO, "server %d could not write its part of %s (its message is above)", failed, dir);
+    rc = role_ckpt_ask_servers(iter, S, ts->first_server, rq, reqbuf);
     if (!rc) {
-        ckpt_test_kill_point(ts->me, iter);
-        rc = ckpt_run_commit(&ts->tr, su, iter, dir, files, S + 1);
-        if (rc) rc = ckpt_run_abandon(dir, rc);
-    } else if (!crc) {
-        rc = ckpt_run_abandon(dir, rc); // every server has answered: nothing more is written there
+        int own = ckpt_run_write_dense(&ts->tr, dir, &files[0]); // while the servers write theirs
+        rc = role_ckpt_commit(su, &ts->tr, iter, dir, files, 1, S, ts->first_server, ts->T, ts->first_trainer, 0, own);
     }
-    free(files);
-    return rc;
+    int wrc = comm_waitall(rq, S);
+    free(reqbuf), free(rq), free(files);
+    return rc ? rc : wrc;
 }
 
 static int send_done(tstate *ts, int64_t iters) {

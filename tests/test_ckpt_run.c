@@ -276,6 +276,15 @@ TEST(ckpt_local_kill_resume_identical) {
     ASSERT_STR_CONTAINS(out, want);
     free(out);
     ASSERT_MSG(same_model(ref, res), "the resumed model differs from the uninterrupted run's");
+    // time-driven checkpoints (every 6 ms here)
+    char root2[512];
+    snprintf(root2, sizeof root2, "%s", test_path("ck2"));
+    TRAIN_OK("", "--iters 3000 --checkpoint-minutes 0.0001 --keep 1000 --checkpoint-dir %s", root2);
+    DIR *d = opendir(root2);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strncmp(e->d_name, CKPT_DIR_PREFIX, 5) == 0;
+    if (d) closedir(d);
+    ASSERT_MSG(n >= 2, "%d time-driven checkpoints", n);
     // eval reads a checkpoint root (its newest valid checkpoint)
     ASSERT_EQ(test_run(&out, 30, "%s eval --load %s %s", test_bin(), root, data_path), 0);
     ASSERT_STR_CONTAINS(out, "AUC");
@@ -489,7 +498,8 @@ TEST(ckpt_bagpipe_kill_oracle) {
     snprintf(res, sizeof res, "%s", test_path("res"));
     pid_t rj = reference(BAGPIPE, ref, 1000);
     char args[2048], *out = NULL;
-    snprintf(args, sizeof args, BAGPIPE " --iters 1000 --checkpoint-every 100 --checkpoint-dir %s", root);
+    snprintf(args, sizeof args, BAGPIPE " --iters 1000 --checkpoint-every 100 --checkpoint-minutes 1000 "
+             "--checkpoint-dir %s", root);
     int st = kill_after_commit(&out, args, root, 200, 0, 300);
     ASSERT_MSG(st > 0, "status %d:\n%s", st, out ? out : "");
     ASSERT_STR_CONTAINS(out, "rank 0 (oracle) was killed by signal 9");
@@ -519,8 +529,9 @@ TEST(ckpt_sharded_static_resume) {
         snprintf(b[m], sizeof b[m], "%s", test_path(m ? "b1" : "b0"));
         snprintf(root[m], sizeof root[m], "%s", test_path(m ? "ck1" : "ck0"));
         snprintf(outp[m], sizeof outp[m], "%s", test_path(m ? "o1.txt" : "o0.txt"));
-        snprintf(args, sizeof args, "%s --iters 300 --checkpoint-every 100 --keep 2 --checkpoint-dir %s --save %s",
-                 modes[m], root[m], a[m]);
+        // (--checkpoint-minutes: never due here, but the trainers agree on trainer 0's clock every iteration)
+        snprintf(args, sizeof args, "%s --iters 300 --checkpoint-every 100 --checkpoint-minutes 1000 --keep 2 "
+                 "--checkpoint-dir %s --save %s", modes[m], root[m], a[m]);
         job[m] = train_bg(outp[m], "", args);
     }
     int st[2] = {wait_status(job[0]), wait_status(job[1])};
