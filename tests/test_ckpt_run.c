@@ -40,7 +40,7 @@ static int train(char **out, const char *env, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    return test_run(out, 90, "%s %s %s train " MODEL " %s %s", dist_test_env(), env, test_bin(), args, data_path);
+    return test_run(out, 150, "%s %s %s train " MODEL " %s %s", dist_test_env(), env, test_bin(), args, data_path);
 }
 
 #define TRAIN_OK(env, ...)                                                                   \
@@ -58,7 +58,7 @@ static int train(char **out, const char *env, const char *fmt, ...) {
 // The same in the background, output to outp; env: extra assignments (hooks).
 static pid_t train_bg(const char *outp, const char *env, const char *args) {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "exec timeout -k 5 90 env %s %s %s train " MODEL " %s %s > %s 2>&1", dist_test_env(),
+    snprintf(cmd, sizeof cmd, "exec timeout -k 5 150 env %s %s %s train " MODEL " %s %s > %s 2>&1", dist_test_env(),
              env, test_bin(), args, data_path, outp);
     pid_t job = fork();
     if (job == 0) {
