@@ -4,18 +4,19 @@
 //   dense.bin        dense parameters + dense optimizer state (one trainer writes it)
 //   emb.bin          every row with its optimizer state (mode local; and --checkpoint-naive,
 //                    where one writer collects every row first)
-//   server-<s>.bin   modes sync and bagpipe: server s's shard, the rows of the keys k with
-//                    msg_server_of(k, S) == s in ascending key order, written by that server
-//   trainer-<i>.bin  mode bagpipe: the dirty cached rows trainer i owns, n keys (u64, ascending)
-//                    then their n rows; these override the servers' stale copies.  At an
-//                    iteration boundary every dirty row is a shared row (a private row is
-//                    evicted right after its one use), identical on every trainer; trainer i
-//                    owns those with msg_server_of(key, T) == i, so each is written once
+//   server-<s>.bin   modes sync, static and bagpipe: server s's shard, the rows of the keys k
+//                    with msg_server_of(k, S) == s in ascending key order, written by that server
+//   trainer-<i>.bin  n keys (u64, ascending) then their n rows, laid over the servers' copies on
+//                    loading.  sharded: trainer i's shard; static: trainer 0's pinned replica;
+//                    bagpipe: the dirty cached rows trainer i owns.  At an iteration boundary
+//                    every dirty row is a shared row (a private row is evicted right after its
+//                    one use), identical on every trainer; trainer i owns those with
+//                    msg_server_of(key, T) == i, so each is written once
 //   MANIFEST         the configuration (the saved-model keys of train.c plus mode, layout,
 //                    batch size, learning rates, seeds, BLAS threads), iteration K (the data
 //                    cursor: batch K is next, in file order), and every part's size and CRC;
 //                    committed last by the coordinator (the local process, or trainer 0) once
-//                    every part is written.
+//                    every part is reported (MSG_CKPT_PART), then older checkpoints are pruned.
 // Resuming loads every part back into its home (servers their shards, trainers the dense part)
 // and continues at batch K: the run is deterministic given the state, so the final model is
 // bit-identical to a run that never stopped.
