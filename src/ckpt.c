@@ -246,3 +246,189 @@ int ckpt_read_part(const char *dir, const ckpt_manifest *m, const char *name, vo
     if (!rc && crc != f->crc) rc = bp_fail(BP_ECORRUPT, "%s: checksum mismatch (file damaged)", path);
     return rc;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Training checkpoints
+
+#include <dirent.h>
+
+void ckpt_dir_path(char *buf, size_t cap, const char *root, int64_t iter) {
+    snprintf(buf, cap, "%s/" CKPT_DIR_PREFIX "%012lld", root, (long long)iter);
+}
+
+static int mkdir_shared(const char *dir) {
+    if (mkdir(dir, 0755) == 0 || errno == EEXIST) return ckpt_mkdir(dir); // ckpt_mkdir checks it is a directory
+    return bp_fail(BP_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
+}
+
+int ckpt_dir_create(const char *root, int64_t iter, char *dir, size_t cap) {
+    int rc = mkdir_shared(root);
+    if (rc) return rc;
+    ckpt_dir_path(dir, cap, root, iter);
+    return mkdir_shared(dir);
+}
+
+int ckpt_verify(const char *dir, ckpt_manifest *m) {
+    int rc = ckpt_manifest_load(dir, m);
+    if (rc) return rc;
+    enum { CHUNK = 1 << 20 };
+    uint8_t *buf = NULL;
+    char path[4096];
+    for (int i = 0; i < m->n_files && !rc; i++) {
+        const ckpt_file *f = &m->files[i];
+        join(path, sizeof path, dir, f->name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            rc = bp_fail(BP_ECORRUPT, "%s: listed in the manifest but missing (%s)", path, strerror(errno));
+            break;
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != f->size) {
+            close(fd);
+            rc = bp_fail(BP_ECORRUPT, "%s: %llu bytes, the manifest says %llu (truncated or replaced)", path,
+                         (unsigned long long)st.st_size, (unsigned long long)f->size);
+            break;
+        }
+        if (!buf) buf = bp_xmalloc(CHUNK);
+        uint32_t crc = 0;
+        for (uint64_t off = 0; off < f->size && !rc; off += CHUNK) {
+            size_t n = (size_t)BP_MIN((uint64_t)CHUNK, f->size - off);
+            rc = bp_pread_all(fd, buf, n, off, path);
+            crc = bp_crc32(crc, buf, n);
+        }
+        close(fd);
+        if (!rc && crc != f->crc) rc = bp_fail(BP_ECORRUPT, "%s: checksum mismatch (file damaged)", path);
+    }
+    free(buf);
+    return rc;
+}
+
+// Iterations of root's ckpt-<12 digits> entries, ascending; *n of them (malloc'd list).
+static int list_ckpts(const char *root, int64_t **out, int *n) {
+    *out = NULL, *n = 0;
+    DIR *d = opendir(root);
+    if (!d) return bp_fail(BP_EIO, "%s: cannot read the checkpoint directory: %s", root, strerror(errno));
+    int cap = 0;
+    int64_t *v = NULL;
+    struct dirent *e;
+    const size_t pl = strlen(CKPT_DIR_PREFIX);
+    while ((e = readdir(d))) {
+        const char *s = e->d_name;
+        if (strncmp(s, CKPT_DIR_PREFIX, pl) != 0 || strlen(s) != pl + 12) continue;
+        int64_t it = 0;
+        int ok = 1;
+        for (const char *c = s + pl; *c; c++) {
+            if (*c < '0' || *c > '9') ok = 0;
+            else it = it * 10 + (*c - '0');
+        }
+        if (!ok) continue;
+        if (*n == cap) v = bp_xrealloc(v, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *v);
+        v[(*n)++] = it;
+    }
+    closedir(d);
+    for (int i = 1; i < *n; i++) // insertion sort: a handful of entries
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            int64_t x = v[j];
+            v[j] = v[j - 1], v[j - 1] = x;
+        }
+    *out = v;
+    return 0;
+}
+
+int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m) {
+    int64_t *its;
+    int n, rc = list_ckpts(root, &its, &n);
+    if (rc) return rc;
+    char first_bad[1024] = "";
+    for (int i = n - 1; i >= 0; i--) {
+        ckpt_dir_path(dir, cap, root, its[i]);
+        int64_t it = -1;
+        rc = ckpt_verify(dir, m);
+        if (!rc && (rc = ckpt_get_i64(m, dir, "iteration", &it)) == 0 && it != its[i])
+            rc = bp_fail(BP_ECORRUPT, "%s/MANIFEST: iteration %lld does not match the directory name", dir, (long long)it);
+        if (!rc) {
+            *iter = its[i];
+            free(its);
+            return 0;
+        }
+        fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, bp_errmsg(rc));
+        if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", bp_errmsg(rc));
+    }
+    free(its);
+    if (n == 0) return bp_fail(BP_EIO, "%s: no checkpoint here (no " CKPT_DIR_PREFIX "* directory)", root);
+    return bp_fail(BP_EIO, "%s: no valid checkpoint among %d (newest: %s)", root, n, first_bad);
+}
+
+int ckpt_remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return bp_fail(BP_EIO, "%s: cannot open: %s", dir, strerror(errno));
+    struct dirent *e;
+    char path[4096];
+    int rc = 0;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        join(path, sizeof path, dir, e->d_name);
+        if (unlink(path) != 0 && !rc) rc = bp_fail(BP_EIO, "%s: cannot remove: %s", path, strerror(errno));
+    }
+    closedir(d);
+    if (!rc && rmdir(dir) != 0) rc = bp_fail(BP_EIO, "%s: cannot remove: %s", dir, strerror(errno));
+    return rc;
+}
+
+// A checkpoint whose manifest loads and whose parts all have the sizes it lists (the cheap test:
+// CRCs are checked when a checkpoint is loaded).
+static int looks_valid(const char *dir) {
+    ckpt_manifest *m = bp_xmalloc(sizeof *m);
+    int ok = ckpt_manifest_load(dir, m) == 0;
+    char path[4200];
+    for (int i = 0; ok && i < m->n_files; i++) {
+        struct stat st;
+        join(path, sizeof path, dir, m->files[i].name);
+        ok = stat(path, &st) == 0 && (uint64_t)st.st_size == m->files[i].size;
+    }
+    free(m);
+    bp_clear_error();
+    return ok;
+}
+
+int ckpt_prune(const char *root, int keep) {
+    BP_ASSERT(keep >= 1);
+    int64_t *its;
+    int n, rc = list_ckpts(root, &its, &n);
+    if (rc) return rc;
+    char dir[4096];
+    int kept = 0, removed = 0;
+    int64_t newest_valid = -1;
+    int *valid = bp_xcalloc((size_t)(n ? n : 1), sizeof *valid);
+    for (int i = n - 1; i >= 0; i--) {
+        ckpt_dir_path(dir, sizeof dir, root, its[i]);
+        valid[i] = looks_valid(dir);
+        if (valid[i] && newest_valid < 0) newest_valid = its[i];
+    }
+    for (int i = n - 1; i >= 0 && !rc; i--) {
+        ckpt_dir_path(dir, sizeof dir, root, its[i]);
+        if (valid[i] && kept < keep) {
+            kept++;
+            continue;
+        }
+        if (newest_valid < 0 || its[i] >= newest_valid) continue; // newer leftovers are not ours to judge
+        if ((rc = ckpt_remove_dir(dir)) == 0) removed++;
+    }
+    free(valid);
+    free(its);
+    return rc ? rc : removed;
+}
+
+int ckpt_is_root(const char *dir) {
+    char path[4096];
+    join(path, sizeof path, dir, "MANIFEST");
+    if (access(path, F_OK) == 0) return 0;
+    int64_t *its;
+    int n;
+    if (list_ckpts(dir, &its, &n)) {
+        bp_clear_error();
+        return 0;
+    }
+    free(its);
+    return n > 0;
+}

@@ -55,4 +55,49 @@ int ckpt_manifest_load(const char *dir, ckpt_manifest *m);
 int ckpt_read_part(const char *dir, const ckpt_manifest *m, const char *name, void *const *bufs, const size_t *lens,
                    int n);
 
+// ---------------------------------------------------------------------------------------------
+// Training checkpoints (docs/checkpoints.md): ROOT/ckpt-<iteration, 12 digits>/ is a directory as
+// above whose manifest says "kind checkpoint" and "iteration K" (the state after iterations
+// 0..K-1).  A checkpoint exists only once its MANIFEST is committed and every part it names has
+// its size and CRC; anything else in ROOT is ignored by loading.
+
+#define CKPT_DIR_PREFIX "ckpt-"
+
+enum { CKPT_ON_ERROR_STOP = 0, CKPT_ON_ERROR_CONTINUE = 1 };
+
+// The checkpoint flags of `bagpipe train` (CKPT_CLI_OPTS in ckpt_run.h) and, when resuming, what
+// was found.
+typedef struct {
+    const char *dir;     // --checkpoint-dir ROOT (NULL: no checkpoints are written)
+    int64_t every;       // --checkpoint-every N iterations (0: off)
+    double minutes;      // --checkpoint-minutes M (0: off)
+    int keep;            // --keep K newest valid checkpoints
+    int on_error;        // --on-checkpoint-error stop|continue
+    int naive;           // --checkpoint-naive: flush every row to one writer (the baseline)
+    const char *resume;  // --resume ROOT (NULL: a fresh start)
+    int64_t start_iter;  // resuming: the checkpoint's iteration (0 otherwise)
+    char from[4096];     // resuming: the checkpoint directory
+} ckpt_opts;
+// ROOT/ckpt-<iter>.
+void ckpt_dir_path(char *buf, size_t cap, const char *root, int64_t iter);
+// Creates ROOT (if missing) and ROOT/ckpt-<iter>; several ranks may call it at once.
+int ckpt_dir_create(const char *root, int64_t iter, char *dir, size_t cap);
+// Loads dir's manifest and checks every part it lists (size and CRC, reading each whole).
+// BP_ECORRUPT / BP_EIO naming the file that is wrong.
+int ckpt_verify(const char *dir, ckpt_manifest *m);
+// The newest valid checkpoint under root: its directory, iteration and manifest.  Each newer
+// candidate that fails ckpt_verify is reported once on stderr (with the reason) and skipped.
+// BP_EIO when root cannot be read or holds no valid checkpoint (the message names root and the
+// newest invalid candidate's problem).
+int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m);
+// After a commit: keeps the `keep` newest checkpoints whose manifest loads and whose parts have
+// their sizes, removes the older ones and any older leftover without a valid manifest.  Never
+// removes one of the `keep` newest valid ones, nor anything newer than the newest valid one.
+// Returns the number of directories removed, or a negative code.
+int ckpt_prune(const char *root, int keep);
+// 1 when dir holds no MANIFEST but ckpt-<iteration> directories (a --checkpoint-dir root).
+int ckpt_is_root(const char *dir);
+// Removes a checkpoint directory (its files, then itself).
+int ckpt_remove_dir(const char *dir);
+
 #endif

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ckpt_run.h"
 #include "comm.h"
 #include "common.h"
 #include "model.h"
@@ -81,6 +82,7 @@ static void print_layout(const train_setup *su, const dist_layout *l) {
 
 int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     const int me = comm_rank(), n = comm_size();
+    ckpt_test_pidfile(me);
     char role[64];
     dist_role_name(me, l, role, sizeof role);
     role_oracle *ro = NULL;

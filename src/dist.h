@@ -8,7 +8,8 @@
 //                       bp_mix64(k) % S == s (msg_server_of), rows with their optimizer state
 //   ranks S+1 .. S+T    trainers 0..T-1; trainer i takes samples [i B / T, (i + 1) B / T) of
 //                       every global batch of B samples; trainer 0 is also the writer (saved
-//                       model, evaluation, metrics, result lines)
+//                       model, evaluation, metrics, result lines) and commits checkpoints
+//                       (ckpt_run.h)
 //
 // Start-up: every rank reads the flags and the dataset header itself; a failure on any rank is
 // agreed on collectively (no rank trains unless all could start) and reported once, by the

@@ -12,14 +12,15 @@ int msg_has_keys(uint32_t kind) {
 
 int msg_has_rows(uint32_t kind) {
     return kind == MSG_ROW_REPLY || kind == MSG_GRAD_PUSH || kind == MSG_DUMP_ROWS || kind == MSG_FETCH ||
-           kind == MSG_FETCH_REPLY || kind == MSG_WB || kind == MSG_FWD || kind == MSG_GSYNC || kind == MSG_HOT_GRAD;
+           kind == MSG_FETCH_REPLY || kind == MSG_WB || kind == MSG_FWD || kind == MSG_GSYNC || kind == MSG_HOT_GRAD ||
+           kind == MSG_CKPT_PART;
 }
 
 const char *msg_kind_name(uint32_t kind) {
     static const char *const names[MSG_KINDS] = {"?",         "ROW_REQ", "ROW_REPLY", "GRAD_PUSH", "DUMP_REQ",
                                                  "DUMP_ROWS", "DONE",    "AR_RS",     "AR_AG",
                                                  "FETCH",     "FETCH_REPLY", "WB",    "FWD",       "GSYNC",
-                                                 "PLAN",      "CREDIT",  "HOT_GRAD"};
+                                                 "PLAN",      "CREDIT",  "HOT_GRAD", "CKPT_PART"};
     return kind < MSG_KINDS ? names[kind] : "?";
 }
 

@@ -52,6 +52,16 @@
 //  16   MSG_HOT_GRAD    trainer -> trainer      batch t of the grad  n keys (pinned rows only) +
 //                                                                    n rows of E floats
 //
+// Checkpoints (ckpt_run.h): a DUMP_REQ(k) flagged MSG_F_CKPT asks a server to write its shard as
+// part server-<s>.bin of checkpoint k (answered in the same order as a dump: once the state after
+// k iterations is there) instead of sending the rows; the server reports the part with
+//  17   MSG_CKPT_PART   server -> writer        k                    n = 1 row of width 4: the
+//                                                                    16-byte record u64 size |
+//                                                                    u32 CRC-32 | u32 0 of the
+//                                                                    part; flags MSG_F_FAILED
+//                                                                    and n = 0 when it could not
+//                                                                    write it (message on stderr)
+//
 // Mode async reuses kinds 1-6 with the servers of sync: at iteration k a trainer with staleness
 // bound S sends ROW_REQ(max(0, k - S)) only to the servers that own a row it misses (or must
 // refresh), so requests may skip iterations and lag behind the server; the reply's iteration a
@@ -99,10 +109,11 @@ enum {
     MSG_PLAN = 14,
     MSG_CREDIT = 15,
     MSG_HOT_GRAD = 16,
-    MSG_KINDS = 17, // tags are < MSG_KINDS (<= COMM_MAX_TAGS)
+    MSG_CKPT_PART = 17,
+    MSG_KINDS = 18, // tags are < MSG_KINDS (<= COMM_MAX_TAGS)
 };
 
-enum { MSG_F_LAST = 1u << 0 };
+enum { MSG_F_LAST = 1u << 0, MSG_F_CKPT = 1u << 1, MSG_F_FAILED = 1u << 2 };
 
 #define MSG_HEADER_BYTES 24
 #define MSG_MAX_N (1 << 28) // bound on n in any message (keeps every size within size_t and int)

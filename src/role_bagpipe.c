@@ -24,6 +24,13 @@
 // After the last iteration every cache is empty (the last record evicts everything) and the
 // servers hold the whole model; trainer 0 collects it (DUMP_REQ after all write-backs) for the
 // evaluation and --save, as in mode sync.
+//
+// Checkpoint at boundary K (ckpt_run.h; every trainer at the same boundary): each trainer writes
+// the dirty rows of its cache that it owns (trainer-<i>.bin), each server its shard once every
+// write-back through K - 1 is applied (DUMP_REQ flagged MSG_F_CKPT), trainer 0 the dense part and,
+// with every part reported, the manifest.  Trainer 0 starts iteration K only after the servers
+// have written, so no write-back of K reaches a shard before it is written.  Resuming, every row
+// starts at home on the servers and every cache empty; the oracle plans from batch K.
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
@@ -32,6 +39,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ckpt_run.h"
 #include "comm.h"
 #include "common.h"
 #include "dist.h"
@@ -73,6 +81,7 @@ typedef struct {
     uint64_t n_free;
     uint32_t *slot_for; // (C) for_iter of the fetch that filled the slot (hit accounting)
     uint8_t *ready;     // (C) the row has arrived
+    uint8_t *dirty;     // (C) updated since it arrived (differs from the server's copy)
     uint64_t *hk;       // (mask + 1) keys, EMPTY_KEY = free
     uint32_t *hv;       // (mask + 1) slots
     uint64_t mask;
@@ -91,6 +100,7 @@ static int cache_init(cache *c, uint64_t C, int stride) {
     c->n_free = C;
     c->slot_for = bp_xcalloc(C, sizeof *c->slot_for);
     c->ready = bp_xcalloc(C, 1);
+    c->dirty = bp_xcalloc(C, 1);
     uint64_t cap = 16;
     while (cap < 2 * C) cap *= 2;
     c->mask = cap - 1;
@@ -102,7 +112,7 @@ static int cache_init(cache *c, uint64_t C, int stride) {
 
 static void cache_free(cache *c) {
     if (c->rows) bp_free_huge(c->rows, c->rows_bytes);
-    free(c->free_s), free(c->slot_for), free(c->ready), free(c->hk), free(c->hv);
+    free(c->free_s), free(c->slot_for), free(c->ready), free(c->dirty), free(c->hk), free(c->hv);
     memset(c, 0, sizeof *c);
 }
 
@@ -124,7 +134,7 @@ static int64_t cache_insert(cache *c, uint64_t key) {
         BP_ASSERT(c->hk[i] != key);
         i = (i + 1) & c->mask;
     }
-    c->hk[i] = key, c->hv[i] = slot, c->ready[slot] = 0;
+    c->hk[i] = key, c->hv[i] = slot, c->ready[slot] = 0, c->dirty[slot] = 0;
     return slot;
 }
 
@@ -243,6 +253,7 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bs->su = su, bs->S = l->S, bs->T = l->T, bs->me = i, bs->rank = dist_trainer_rank(l, i);
     bs->first_server = dist_server_rank(l, 0), bs->first_trainer = dist_trainer_rank(l, 0);
     bs->P = su->prefetch, bs->G = su->prefetch + 2;
+    bs->fwd_next = su->ck.start_iter; // the first record: 0, or K when resumed at K
     bs->bmax = (su->B + l->T - 1) / l->T;
     const int F = su->mc.F, E = su->mc.E, S = bs->S, T = bs->T;
     int max_batch = bs->bmax;
@@ -252,6 +263,7 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bp_rng rng;
     bp_rng_seed(&rng, su->seed, 0);
     model_init_params(&bs->tr.m, &rng); // the same draws on every trainer: identical replicas
+    if (su->ck.from[0] && (rc = ckpt_run_load_dense(&bs->tr, su))) return rc; // resuming: every replica
     if ((rc = cache_init(&bs->c, su->cache_rows, bs->tr.L.stride))) return rc;
     plan_init(&bs->p);
     bs->cap_keys = bs->bmax * F;
@@ -515,6 +527,16 @@ static int recv_plan(bstate *bs, int64_t t) {
     void *b = gbuf_fit(&bs->planbuf, len ? len : 1);
     if ((rc = comm_recv(b, bs->planbuf.cap, 0, MSG_PLAN, &len))) return rc;
     if ((rc = plan_decode(&bs->p, b, len))) return rc;
+    if (bs->su->ck.start_iter) { // resumed at K: the oracle numbers its records from 0 (role_oracle.c)
+        plan *q = &bs->p;
+        const uint32_t K = (uint32_t)bs->su->ck.start_iter;
+        q->iter += K;
+        for (uint32_t k = 0; k < q->n_fetch; k++) {
+            q->fetch[k].for_iter += K;
+            if (q->fetch[k].evict_iter != PLAN_NEVER) q->fetch[k].evict_iter += K;
+        }
+        for (uint32_t k = 0; k < q->n_sync_later; k++) q->sync_later[k].grad_iter += K, q->sync_later[k].deadline += K;
+    }
     const plan *p = &bs->p;
     if (p->iter != (uint32_t)t || p->T != (uint32_t)bs->T || p->B != (uint32_t)bs->su->B || p->P != (uint32_t)bs->P ||
         p->capacity != bs->c.C || p->n_keys != bs->tr.L.rows)
@@ -559,6 +581,7 @@ static int sync_grads(bstate *bs, int64_t t) {
             int64_t slot = cache_find(&bs->c, key);
             BP_ASSERT(slot >= 0);
             emb_opt_apply_row(eo, cache_row(&bs->c, (uint32_t)slot), gr);
+            bs->c.dirty[slot] = 1;
         } else if (has_key(bs->sk, ns, key)) {
             ok[n] = key;
             memcpy(orow + (size_t)n * E, gr, (size_t)E * sizeof(float));
@@ -624,6 +647,7 @@ static int sync_grads(bstate *bs, int64_t t) {
             return bp_fail(BP_EFORMAT, "trainer %d: shared key %llu of iteration %lld is not in the cache", me,
                            (unsigned long long)key, (long long)t);
         emb_opt_apply_row(eo, cache_row(&bs->c, (uint32_t)slot), bs->gsum);
+        bs->c.dirty[slot] = 1;
     }
     return 0;
 }
@@ -699,7 +723,7 @@ static int bs_step(bstate *bs, int64_t t, double *loss) {
     double t0 = bp_now();
     int rc = recv_plan(bs, t);
     if (!rc) rc = issue_fetches(bs);
-    if (!rc) rc = wait_groups(bs, BP_MAX((int64_t)0, t - bs->P), t);
+    if (!rc) rc = wait_groups(bs, BP_MAX(su->ck.start_iter, t - bs->P), t); // the first record fetches for P + 1
     if (rc) return rc;
     const int b0 = (int)bs->p.slice[bs->me], Bi = (int)bs->p.slice[bs->me + 1] - b0;
     const uint64_t r = role_batch_row(su, t, b0);
@@ -797,6 +821,59 @@ static void json_window(jsonl *j, const bstate *bs, const double fig[NFIG], int6
     jsonl_int(j, "servers", bs->S);
 }
 
+// Checkpoint `iter` at the boundary before iteration iter, on every trainer (the file comment).
+static int bs_checkpoint(bstate *bs, int64_t iter) {
+    const train_setup *su = bs->su;
+    const int T = bs->T, S = bs->S, me = bs->me, stride = bs->c.stride;
+    int rc = 0;
+    if (bs->wb_held >= 0 && (rc = send_write_backs(bs))) return rc; // (test hook) the shards need WB(iter)
+    // my part: the dirty rows I own, by ascending key
+    const cache *c = &bs->c;
+    uint64_t n = 0;
+    for (uint64_t h = 0; h <= c->mask; h++)
+        n += c->hk[h] != EMPTY_KEY && c->dirty[c->hv[h]] && msg_server_of(c->hk[h], T) == (uint32_t)me;
+    uint64_t *keys = bp_xmalloc((n ? n : 1) * sizeof *keys);
+    float *rows = bp_xmalloc((n ? n : 1) * (size_t)stride * sizeof *rows); // (n, stride)
+    n = 0;
+    for (uint64_t h = 0; h <= c->mask; h++)
+        if (c->hk[h] != EMPTY_KEY && c->dirty[c->hv[h]] && msg_server_of(c->hk[h], T) == (uint32_t)me)
+            keys[n++] = c->hk[h];
+    qsort(keys, n, sizeof *keys, cmp_u64);
+    for (uint64_t k = 0; k < n; k++)
+        memcpy(rows + k * (size_t)stride, cache_row(c, (uint32_t)cache_find(c, keys[k])), (size_t)stride * sizeof(float));
+    ckpt_file f;
+    if (me != 0) { // write, then report to trainer 0, which decides
+        int wrc = ckpt_run_write_rows(su, iter, me, keys, rows, n, stride, &f);
+        if (wrc) fprintf(stderr, "bagpipe: trainer %d: checkpoint %lld: %s\n", me, (long long)iter, bp_errmsg(wrc));
+        else ckpt_test_kill_point(bs->rank, iter);
+        rc = ckpt_run_report(bs->first_trainer, iter, wrc, &f);
+        goto out;
+    }
+    char dir[4096] = "";
+    if ((rc = ckpt_run_begin(su, iter, dir, sizeof dir))) {
+        // the other trainers' reports are still collected, so none is left for the next one
+        ckpt_file *tf = bp_xmalloc((size_t)T * sizeof *tf);
+        rc = role_ckpt_commit(su, &bs->tr, iter, dir, tf, 0, 0, 0, T, bs->first_trainer, 1, rc);
+        free(tf);
+        goto out;
+    }
+    uint8_t (*reqbuf)[MSG_HEADER_BYTES] = bp_xcalloc((size_t)S, MSG_HEADER_BYTES); // (S) DUMP_REQ messages
+    comm_req *rq = bp_xcalloc((size_t)S, sizeof *rq);
+    ckpt_file *files = bp_xmalloc((size_t)(S + T + 1) * sizeof *files); // dense, trainer 0, servers, trainers 1..
+    rc = role_ckpt_ask_servers(iter, S, bs->first_server, rq, reqbuf); // the servers write while we do
+    if (!rc) {
+        int own = ckpt_run_write_dense(&bs->tr, dir, &files[0]);
+        if (!own) own = ckpt_run_write_rows(su, iter, 0, keys, rows, n, stride, &files[1]);
+        rc = role_ckpt_commit(su, &bs->tr, iter, dir, files, 2, S, bs->first_server, T, bs->first_trainer, 1, own);
+    }
+    int wrc = comm_waitall(rq, S);
+    free(reqbuf), free(rq), free(files);
+    if (!rc) rc = wrc;
+out:
+    free(keys), free(rows);
+    return rc;
+}
+
 int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     bstate bs;
     openblas_set_num_threads(su->threads);
@@ -816,7 +893,13 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     double t_start = bp_now(), t_window = t_start, win_loss = 0;
     double tot_wait = 0, tot_sync = 0, tot_ar = 0, tot_compute = 0, tot[NFIG] = {0};
     int64_t win_n = 0;
-    for (int64_t t = 0; t < su->total_iters && !rc; t++) {
+    ckpt_sched cks;
+    ckpt_sched_init(&cks, &su->ck);
+    if (writer && su->ck.from[0]) {
+        printf("resumed from %s at iteration %lld (caches start empty)\n", su->ck.from, (long long)su->ck.start_iter);
+        fflush(stdout);
+    }
+    for (int64_t t = su->ck.start_iter; t < su->total_iters && !rc; t++) {
         double loss = 0;
         if ((rc = bs_step(&bs, t, &loss))) break;
         if (!isfinite(loss)) {
@@ -848,9 +931,21 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             bs.t_wait = bs.t_sync = bs.t_ar = bs.t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
+        if (su->ck.dir) { // every trainer takes part: they agree on the boundary
+            double due = ckpt_sched_due(&cks, t + 1, su->total_iters);
+            if (su->ck.minutes > 0) { // a clock decides: trainer 0's
+                due = writer ? due : 0;
+                if ((rc = role_loss_allreduce(&due, bs.first_trainer, bs.T))) break;
+            }
+            if (due > 0) {
+                double c0 = bp_now();
+                rc = bs_checkpoint(&bs, t + 1);
+                if (writer) rc = ckpt_sched_done(&cks, su, t + 1, rc, bp_now() - c0, mf);
+            }
+        }
     }
     bp_progress_finish(&prog);
-    const int64_t iters = su->total_iters;
+    const int64_t iters = su->total_iters, run_iters = iters - su->ck.start_iter;
     double train_s = bp_now() - t_start;
     if (!rc && bs.c.n_free != bs.c.C)
         rc = bp_fail(BP_EFORMAT, "trainer %d: %llu rows still cached after the last record", i,
@@ -865,12 +960,13 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     }
     if (!rc && writer) {
         metric_result res = {0}, bayes = {0};
-        double sps = (double)iters * B / train_s;
-        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)iters,
-               (long long)iters * B, train_s, sps);
+        double sps = (double)run_iters * B / train_s;
+        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
+               (long long)run_iters * B, train_s, sps);
+        ckpt_sched_print(&cks, train_s);
         printf("cache: hit rate %.1f%% (%.0f of %.0f row accesses fetched for their batch), mean residency %.0f of "
                "%llu rows\n", tot[6] > 0 ? 100.0 * (1.0 - tot[7] / tot[6]) : 0.0, tot[7], tot[6],
-               iters > 0 ? tot[8] / (double)iters / bs.T : 0.0, (unsigned long long)bs.c.C);
+               run_iters > 0 ? tot[8] / (double)run_iters / bs.T : 0.0, (unsigned long long)bs.c.C);
         if (su->do_eval || su->save) rc = dist_collect_rows(&bs.tr, bs.S, bs.first_server, bs.dump, bs.dump_cap, iters);
         if (!rc && su->do_eval) {
             trainer_eval(&bs.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
@@ -886,6 +982,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             jsonl_int(&j, "samples", iters * B);
             jsonl_num(&j, "train_s", train_s);
             jsonl_num(&j, "samples_per_s", sps);
+            ckpt_sched_json(&j, &cks);
             bs.t_wait = tot_wait, bs.t_sync = tot_sync, bs.t_ar = tot_ar, bs.t_compute = tot_compute;
             json_window(&j, &bs, tot, iters);
             if (su->do_eval) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_run.h"
 #include "comm.h"
 #include "common.h"
 #include "dist.h"
@@ -240,6 +241,39 @@ int role_recv_rows(emb_table *table, void *buf, size_t cap, int from, int64_t it
 }
 
 // ---------------------------------------------------------------------------------------------
+// Checkpoints
+
+int role_ckpt_ask_servers(int64_t iter, int S, int first_server, comm_req *rq, uint8_t (*reqbuf)[24]) {
+    int rc = 0;
+    for (int s = 0; s < S && !rc; s++) {
+        msg_header h = {MSG_DUMP_REQ, MSG_F_CKPT, (uint64_t)iter, 0, 0};
+        msg_encode(reqbuf[s], &h, NULL, NULL);
+        rc = comm_isend(reqbuf[s], MSG_HEADER_BYTES, first_server + s, MSG_DUMP_REQ, &rq[s]);
+    }
+    return rc;
+}
+
+int role_ckpt_commit(const train_setup *su, const trainer *tr, int64_t iter, const char *dir, ckpt_file *files,
+                     int nown, int S, int first_server, int T, int first_trainer, int trainer_parts, int own_rc) {
+    const int n = S + (trainer_parts ? T - 1 : 0);
+    int *ranks = bp_xmalloc((size_t)(n ? n : 1) * sizeof *ranks);
+    for (int p = 0; p < n; p++) {
+        ranks[p] = p < S ? first_server + p : first_trainer + (p - S + 1);
+        if (p < S) snprintf(files[nown + p].name, CKPT_NAME_MAX, "server-%d.bin", p);
+        else snprintf(files[nown + p].name, CKPT_NAME_MAX, "trainer-%d.bin", p - S + 1);
+    }
+    char why[1536] = "";
+    if (own_rc) snprintf(why, sizeof why, "%s", bp_errmsg(own_rc));
+    int rc = ckpt_run_gather(iter, n, ranks, files + nown, dir, why + strlen(why), sizeof why - strlen(why));
+    free(ranks);
+    if (rc) return rc; // a message failure ends the run whatever --on-checkpoint-error says
+    if (why[0]) return ckpt_run_abandon(dir, bp_fail(own_rc ? own_rc : BP_EIO, "%s", why));
+    ckpt_test_kill_point(comm_rank(), iter);
+    rc = ckpt_run_commit(tr, su, iter, dir, files, nown + n);
+    return rc ? ckpt_run_abandon(dir, rc) : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The loop
 
 enum { W_FETCH, W_PUSH, W_AR, W_HOT, W_DUMP, W_LOOKUPS, W_HITS, W_N };
@@ -302,7 +336,13 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     uint64_t prev[W_N] = {0};
     int64_t win_n = 0;
     metric_result res = {0}, bayes = {0};
-    for (int64_t t = 0; t < su->total_iters && !rc; t++) {
+    ckpt_sched cks;
+    ckpt_sched_init(&cks, &su->ck);
+    if (writer && su->ck.from[0]) {
+        printf("resumed from %s at iteration %lld\n", su->ck.from, (long long)su->ck.start_iter);
+        fflush(stdout);
+    }
+    for (int64_t t = su->ck.start_iter; t < su->total_iters && !rc; t++) {
         double loss = 0;
         if ((rc = rl->step ? rl->step(rl->ctx, t, &loss) : role_loop_step(su, rl, t, &loss))) break;
         if (!isfinite(loss)) {
@@ -353,14 +393,28 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             t_eval += bp_now() - e0;
             t_window += bp_now() - e0;
         }
+        if (su->ck.dir) { // every trainer calls the mode's checkpoint at the same boundary
+            double due = ckpt_sched_due(&cks, t + 1, su->total_iters);
+            if (su->ck.minutes > 0) { // a clock decides: trainer 0's
+                due = writer ? due : 0;
+                if ((rc = role_loss_allreduce(&due, rl->first_trainer, rl->T))) break;
+            }
+            if (due > 0) {
+                double c0 = bp_now();
+                rc = rl->checkpoint(rl->ctx, t + 1);
+                if (writer) rc = ckpt_sched_done(&cks, su, t + 1, rc, bp_now() - c0, mf);
+            }
+        }
     }
     bp_progress_finish(&prog);
-    const int64_t iters = su->total_iters;
+    const int64_t iters = su->total_iters, run_iters = iters - su->ck.start_iter;
     double train_s = bp_now() - t_start - t_eval;
-    double sps = (double)iters * B / train_s;
-    if (!rc && writer)
-        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)iters,
-               (long long)iters * B, train_s, sps);
+    double sps = (double)run_iters * B / train_s;
+    if (!rc && writer) {
+        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
+               (long long)run_iters * B, train_s, sps);
+        ckpt_sched_print(&cks, train_s);
+    }
     if (!rc && (su->do_eval || su->save)) rc = rl->collect(rl->ctx, iters);
     if (!rc && writer) {
         int have_res = 0;
@@ -378,7 +432,8 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         jsonl_int(&j, "samples", iters * B);
         jsonl_num(&j, "train_s", train_s);
         jsonl_num(&j, "samples_per_s", sps);
-        json_window(&j, rl, &tot, tot_c, iters);
+        ckpt_sched_json(&j, &cks);
+        json_window(&j, rl, &tot, tot_c, run_iters);
         if (rl->json) rl->json(rl->ctx, &j, 1);
         if (have_res) {
             jsonl_str(&j, "split", bp_split_name(su->eval_split));

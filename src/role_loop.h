@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "ckpt.h"
 #include "comm.h"
 #include "emb.h"
 #include "jsonl.h"
@@ -49,12 +50,23 @@ typedef struct {
     // line (summary 1).
     int (*window)(void *ctx);
     void (*json)(void *ctx, jsonl *j, int summary);
+    // Checkpoint `iter` (ckpt_run.h), called on every trainer at the same boundary; trainer 0
+    // commits.  NULL: the mode has none.
+    int (*checkpoint)(void *ctx, int64_t iter);
 } role_loop;
 
 // The common iteration of trainer rl->i: its slice [b0, b1) of global batch t; rl->fetch;
 // role_dense_step; the row gradients coalesced into tr->g (sample order); rl->sync.  *loss gets
 // the global batch's mean loss.
 int role_loop_step(const train_setup *su, const role_loop *rl, int64_t t, double *loss);
+
+// Trainer 0's commit of checkpoint iter after its own parts (files[0..nown)): the reports of the
+// S servers (server-<s>.bin, asked with DUMP_REQ flagged MSG_F_CKPT beforehand) and of trainers
+// 1..T-1 that write a part (trainer-<i>.bin, when `trainer_parts`), then the manifest.
+int role_ckpt_commit(const train_setup *su, const trainer *tr, int64_t iter, const char *dir, ckpt_file *files,
+                     int nown, int S, int first_server, int T, int first_trainer, int trainer_parts, int own_rc);
+// Trainer 0: asks the S servers for their parts of checkpoint iter (rq, reqbuf: S each).
+int role_ckpt_ask_servers(int64_t iter, int S, int first_server, comm_req *rq, uint8_t (*reqbuf)[24]);
 
 // Runs su->total_iters iterations and the end of a run (result lines, metrics, --save on
 // trainer 0).  Returns 0 or a negative code with a message.

@@ -8,6 +8,11 @@
 // holds at most W + P + 3 batches and the ring A records, whatever the length of the run, and it
 // is never on the critical path while it plans faster than the trainers train (it plans A
 // records before the trainers start).
+//
+// Resuming at iteration K (ckpt_run.h): the planner starts afresh at batch K with empty caches
+// (its state is the data cursor K: every row is home on the servers).  Its records are numbered
+// from 0 (record 0 is the one that may fetch for several iterations) and the trainers shift every
+// iteration field by K on receipt; the oracle's own counters (made, sent, credits) are absolute.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +32,8 @@ struct role_oracle {
     int T, first_trainer, A;
     oracle o;
     plan p;
-    int64_t N;           // records (iterations)
+    int64_t N;           // records (iterations): the run ends at iteration N
+    int64_t K;           // the first record (resumed at K; 0 otherwise)
     int64_t pushed;      // batches fed to the planner
     int64_t made, sent;  // records encoded into the ring / sent
     uint64_t refetches;  // fetches of keys evicted before
@@ -69,7 +75,7 @@ static int produce(role_oracle *ro) {
             return rc;
         }
     }
-    BP_ASSERT(ro->p.iter == (uint32_t)ro->made);
+    BP_ASSERT(ro->p.iter + ro->K == ro->made);
     for (uint32_t k = 0; k < ro->p.n_fetch; k++) ro->refetches += ro->p.fetch[k].evict_iter != PLAN_NEVER;
     const int j = (int)(ro->made % ro->A);
     BP_ASSERT(!ro->ring_busy[j]);
@@ -92,6 +98,8 @@ int role_oracle_prepare(role_oracle **out, const train_setup *su, const dist_lay
     ro->su = su, ro->T = l->T, ro->first_trainer = dist_trainer_rank(l, 0);
     ro->A = ROLE_ORACLE_AHEAD(su->prefetch);
     ro->N = su->total_iters;
+    ro->K = su->ck.start_iter;
+    ro->pushed = ro->made = ro->sent = ro->K;
     plan_init(&ro->p);
     oracle_config cfg = {.T = (uint32_t)l->T, .B = (uint32_t)su->B, .F = (uint32_t)su->mc.F, .card = su->ds->info.card,
                          .W = (uint32_t)su->lookahead, .P = (uint32_t)su->prefetch, .C = su->cache_rows,
@@ -105,9 +113,10 @@ int role_oracle_prepare(role_oracle **out, const train_setup *su, const dist_lay
     ro->ring_rq = bp_xcalloc((size_t)A * T, sizeof *ro->ring_rq);
     ro->ring_busy = bp_xcalloc((size_t)A, sizeof *ro->ring_busy);
     ro->done = bp_xcalloc((size_t)T, sizeof *ro->done);
+    for (int p = 0; p < T; p++) ro->done[p] = ro->K;
     ro->credit = bp_xcalloc((size_t)T, sizeof *ro->credit);
     ro->credit_rq = bp_xcalloc((size_t)T, sizeof *ro->credit_rq);
-    while (ro->made < A && (rc = produce(ro)) == 1) {
+    while (ro->made < ro->K + A && (rc = produce(ro)) == 1) {
     }
     return rc < 0 ? rc : 0;
 }

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_run.h"
 #include "comm.h"
 #include "common.h"
 #include "dist.h"
@@ -47,6 +48,7 @@
 #include "plan.h"
 
 typedef struct {
+    const train_setup *su;
     emb_layout L;
     emb_opt eopt;
     int s, S, T, first_trainer;
@@ -87,7 +89,7 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
     memset(sv, 0, sizeof *sv);
     int rc = emb_layout_init(&sv->L, &su->lc);
     if (rc) return rc;
-    sv->eopt = su->eopt, sv->s = s, sv->S = l->S, sv->T = l->T, sv->first_trainer = dist_trainer_rank(l, 0);
+    sv->su = su, sv->eopt = su->eopt, sv->s = s, sv->S = l->S, sv->T = l->T, sv->first_trainer = dist_trainer_rank(l, 0);
     const emb_layout *L = &sv->L;
     uint64_t n = 0;
     for (uint64_t k = 0; k < L->rows; k++) n += msg_server_of(k, sv->S) == (uint32_t)s;
@@ -104,6 +106,10 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
             emb_row_init(L, k, sv->rows + j * (size_t)L->stride);
             j++;
         }
+    if (su->ck.from[0]) { // resuming: the shard of the checkpoint, and its iteration
+        if ((rc = ckpt_run_load_shard(su, L, s, sv->S, sv->keys, sv->rows, n))) return rc;
+        sv->applied = su->ck.start_iter;
+    }
     const int T = sv->T;
     sv->cap = (uint32_t)(((su->B + T - 1) / T) * L->F);
     sv->req_cap = msg_bytes(MSG_ROW_REQ, sv->cap, 0);
@@ -169,13 +175,25 @@ static int server_dump(server *sv, int to, int64_t iter) {
     return rc;
 }
 
+// A checkpoint request: the shard as part server-<s>.bin of checkpoint `iter`, reported to `to`
+// with CKPT_PART (flagged MSG_F_FAILED when it could not be written: training decides, the
+// server goes on).
+static int server_checkpoint(server *sv, int to, int64_t iter) {
+    ckpt_file f;
+    int wrc = ckpt_run_write_shard(sv->su, iter, sv->s, sv->rows, sv->n, sv->L.stride, &f);
+    if (wrc) fprintf(stderr, "bagpipe: server %d: checkpoint %lld: %s\n", sv->s, (long long)iter, bp_errmsg(wrc));
+    else ckpt_test_kill_point(comm_rank(), iter);
+    return ckpt_run_report(to, iter, wrc, &f);
+}
+
 // Answers the request held in req[p] (a ROW_REQ or DUMP_REQ already validated).
 static int server_answer(server *sv, int p) {
     const int from = sv->first_trainer + p;
     const uint8_t *b = sv->req[p];
-    uint32_t kind = bp_get_u32(b);
+    uint32_t kind = bp_get_u32(b), flags = bp_get_u32(b + 4);
     int64_t iter = (int64_t)bp_get_u64(b + 8);
     sv->held[p] = 0;
+    if (kind == MSG_DUMP_REQ && (flags & MSG_F_CKPT)) return server_checkpoint(sv, from, iter);
     if (kind == MSG_DUMP_REQ) return server_dump(sv, from, iter);
     uint32_t n = bp_get_u32(b + 16), width = bp_get_u32(b + 20);
     const uint64_t *keys = (const uint64_t *)(b + MSG_HEADER_BYTES);
@@ -277,6 +295,7 @@ typedef struct {
     int64_t *wb_done; // (T) per-writer watermark: evictions of iterations < wb_done[w] are applied
     gbuf wb;          // WB receive buffer
     int64_t *dump_iter; // (T) held DUMP_REQ iteration, -1: none
+    uint32_t *dump_flags; // (T) its flags (MSG_F_CKPT: a checkpoint)
     uint64_t fetches, gated; // requests answered; of those, held for a watermark first
 } bpserver;
 
@@ -329,7 +348,8 @@ static int bp_try_dumps(server *sv, bpserver *bs) {
         if (bs->dump_iter[p] >= 0 && bs->dump_iter[p] <= low) {
             int64_t it = bs->dump_iter[p];
             bs->dump_iter[p] = -1;
-            int rc = server_dump(sv, sv->first_trainer + p, it);
+            int rc = (bs->dump_flags[p] & MSG_F_CKPT) ? server_checkpoint(sv, sv->first_trainer + p, it)
+                                                      : server_dump(sv, sv->first_trainer + p, it);
             if (rc) return rc;
         }
     return 0;
@@ -344,6 +364,10 @@ static int server_run_bagpipe(server *sv, int P) {
     bs.qn = bp_xcalloc((size_t)T, sizeof *bs.qn);
     bs.rep = bp_xcalloc((size_t)T, sizeof *bs.rep);
     bs.wb_done = bp_xcalloc((size_t)T, sizeof *bs.wb_done);
+    // resumed at K: every row is home (the checkpoint's trainer rows merged into the shard), and
+    // the first write-back of each writer will be WB(K + 1)
+    for (int p = 0; p < T; p++) bs.wb_done[p] = sv->su->ck.start_iter;
+    bs.dump_flags = bp_xcalloc((size_t)T, sizeof *bs.dump_flags);
     bs.dump_iter = bp_xmalloc((size_t)T * sizeof *bs.dump_iter);
     for (int p = 0; p < T; p++) bs.dump_iter[p] = -1;
     uint8_t small[MSG_HEADER_BYTES] __attribute__((aligned(8)));
@@ -415,7 +439,7 @@ static int server_run_bagpipe(server *sv, int P) {
                     rc = bp_fail(BP_EFORMAT, "server %d: rank %d sent a second dump request", s, from);
                     break;
                 }
-                bs.dump_iter[p] = (int64_t)h.iter;
+                bs.dump_iter[p] = (int64_t)h.iter, bs.dump_flags[p] = h.flags;
                 rc = bp_try_dumps(sv, &bs);
             }
         } else {
@@ -432,7 +456,7 @@ static int server_run_bagpipe(server *sv, int P) {
     }
     for (size_t j = 0; j < (size_t)T * bs.Q; j++) free(bs.q[j].p);
     for (int p = 0; p < T; p++) free(bs.rep[p].p);
-    free(bs.q), free(bs.qhead), free(bs.qn), free(bs.rep), free(bs.wb_done), free(bs.dump_iter), free(bs.wb.p);
+    free(bs.q), free(bs.qhead), free(bs.qn), free(bs.rep), free(bs.wb_done), free(bs.dump_iter), free(bs.dump_flags), free(bs.wb.p);
     return rc;
 }
 

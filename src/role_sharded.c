@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_run.h"
 #include "comm.h"
 #include "common.h"
 #include "dist.h"
@@ -87,6 +88,13 @@ static int ss_init(sstate *ss, const train_setup *su, const dist_layout *l, int 
         if (msg_server_of(k, T) == (uint32_t)i) keys[j++] = k;
     if ((rc = role_rows_init(&ss->shard, L, keys, n)))
         return bp_fail(rc, "trainer %d: shard of %llu rows: %s", i, (unsigned long long)n, bp_errmsg(rc));
+    if (su->ck.from[0]) { // resuming: the shard and the dense replica of the checkpoint
+        char name[CKPT_NAME_MAX];
+        snprintf(name, sizeof name, "trainer-%d.bin", i);
+        if ((rc = ckpt_run_load_rows(su, name, ss->shard.keys, ss->shard.rows, n, L->stride)) ||
+            (rc = ckpt_run_load_dense(&ss->tr, su)))
+            return rc;
+    }
     ss->cap = (uint32_t)(ss->bmax * F);
     if ((rc = emb_grad_init(&ss->gk, (int)ss->cap, 1))) return rc;
     ss->Lk = *L;
@@ -338,6 +346,29 @@ static int ss_collect(void *ctx, int64_t iter) {
     return rc;
 }
 
+// Checkpoint `iter` (ckpt_run.h): every trainer writes its shard as trainer-<i>.bin (the shard is
+// the rows' home); trainer 0 also the dense part, then the manifest once every part is reported.
+static int ss_checkpoint(void *ctx, int64_t iter) {
+    sstate *ss = ctx;
+    const train_setup *su = ss->su;
+    const role_rows *r = &ss->shard;
+    if (ss->i != 0) {
+        ckpt_file f;
+        int wrc = ckpt_run_write_rows(su, iter, ss->i, r->keys, r->rows, r->n, r->stride, &f);
+        if (wrc) fprintf(stderr, "bagpipe: trainer %d: checkpoint %lld: %s\n", ss->i, (long long)iter, bp_errmsg(wrc));
+        else ckpt_test_kill_point(comm_rank(), iter);
+        return ckpt_run_report(rank_of(ss, 0), iter, wrc, &f);
+    }
+    char dir[4096] = "";
+    ckpt_file *files = bp_xmalloc((size_t)(ss->T + 1) * sizeof *files);
+    int own = ckpt_run_begin(su, iter, dir, sizeof dir);
+    if (!own) own = ckpt_run_write_dense(&ss->tr, dir, &files[0]);
+    if (!own) own = ckpt_run_write_rows(su, iter, 0, r->keys, r->rows, r->n, r->stride, &files[1]);
+    int rc = role_ckpt_commit(su, &ss->tr, iter, dir, files, 2, 0, 0, ss->T, ss->first_trainer, 1, own);
+    free(files);
+    return rc;
+}
+
 int role_sharded_run(const train_setup *su, const dist_layout *l, int i) {
     BP_ASSERT(l->S == 0);
     openblas_set_num_threads(su->threads);
@@ -345,7 +376,8 @@ int role_sharded_run(const train_setup *su, const dist_layout *l, int i) {
     int rc = ss_init(ss, su, l, i);
     if (!rc) {
         role_loop rl = {.mode = "sharded", .ctx = ss, .tr = &ss->tr, .st = &ss->st, .S = 0, .T = l->T, .i = i,
-                        .first_trainer = ss->first_trainer, .step = ss_step, .collect = ss_collect};
+                        .first_trainer = ss->first_trainer, .step = ss_step, .collect = ss_collect,
+                        .checkpoint = ss_checkpoint};
         rc = role_loop_run(su, &rl);
     }
     ss_free(ss);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_run.h"
 #include "comm.h"
 #include "common.h"
 #include "dist.h"
@@ -148,6 +149,10 @@ static int st_init(ststate *ss, const train_setup *su, const dist_layout *l, int
     }
     if ((rc = role_rows_init(&ss->hot, L, keys, n)))
         return bp_fail(rc, "trainer %d: %llu pinned rows: %s", i, (unsigned long long)n, bp_errmsg(rc));
+    if (su->ck.from[0] && // resuming: the pinned replica (trainer 0's part) and the dense replica
+        ((rc = ckpt_run_load_rows(su, "trainer-0.bin", ss->hot.keys, ss->hot.rows, n, L->stride)) ||
+         (rc = ckpt_run_load_dense(&ss->tr, su))))
+        return rc;
     ss->hot_bits = bp_xcalloc(L->rows / 64 + 1, sizeof *ss->hot_bits);
     for (uint64_t j = 0; j < n; j++) ss->hot_bits[keys[j] >> 6] |= (uint64_t)1 << (keys[j] & 63);
     if (i == 0) {
@@ -420,6 +425,32 @@ static int st_finish(void *ctx, int64_t iters) {
     return rc;
 }
 
+// Checkpoint `iter` (ckpt_run.h), trainer 0 only (the replicas are identical): the servers write
+// their shards (their copies of pinned rows are stale and overridden on loading), trainer 0 the
+// dense part and the pinned replica as trainer-0.bin, then the manifest.
+static int st_checkpoint(void *ctx, int64_t iter) {
+    ststate *ss = ctx;
+    if (ss->i != 0) return 0;
+    const train_setup *su = ss->su;
+    const int S = ss->S;
+    const role_rows *r = &ss->hot;
+    char dir[4096] = "";
+    int own = ckpt_run_begin(su, iter, dir, sizeof dir);
+    if (own) return own; // no server was asked
+    uint8_t (*reqbuf)[MSG_HEADER_BYTES] = bp_xcalloc((size_t)S, MSG_HEADER_BYTES); // (S) DUMP_REQ messages
+    comm_req *rq = bp_xcalloc((size_t)S, sizeof *rq);
+    ckpt_file *files = bp_xmalloc((size_t)(S + 2) * sizeof *files);
+    int rc = role_ckpt_ask_servers(iter, S, ss->first_server, rq, reqbuf);
+    if (!rc) {
+        own = ckpt_run_write_dense(&ss->tr, dir, &files[0]); // while the servers write theirs
+        if (!own) own = ckpt_run_write_rows(su, iter, 0, r->keys, r->rows, r->n, r->stride, &files[1]);
+        rc = role_ckpt_commit(su, &ss->tr, iter, dir, files, 2, S, ss->first_server, ss->T, ss->first_trainer, 0, own);
+    }
+    int wrc = comm_waitall(rq, S);
+    free(reqbuf), free(rq), free(files);
+    return rc ? rc : wrc;
+}
+
 int role_static_run(const train_setup *su, const dist_layout *l, int i) {
     BP_ASSERT(l->S > 0);
     openblas_set_num_threads(su->threads);
@@ -428,7 +459,7 @@ int role_static_run(const train_setup *su, const dist_layout *l, int i) {
     if (!rc) {
         role_loop rl = {.mode = "static", .ctx = ss, .tr = &ss->tr, .st = &ss->st, .S = l->S, .T = l->T, .i = i,
                         .first_trainer = ss->first_trainer, .report_hits = 1, .step = st_step,
-                        .collect = st_collect, .finish = st_finish};
+                        .collect = st_collect, .finish = st_finish, .checkpoint = st_checkpoint};
         rc = role_loop_run(su, &rl);
     }
     st_free(ss);

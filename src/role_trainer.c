@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_run.h"
 #include "comm.h"
 #include "common.h"
 #include "dist.h"
@@ -67,6 +68,7 @@ static int ts_init(tstate *ts, const train_setup *su, const dist_layout *l, int 
     bp_rng rng;
     bp_rng_seed(&rng, su->seed, 0);
     model_init_params(&ts->tr.m, &rng); // the same draws on every trainer: identical replicas
+    if (su->ck.from[0] && (rc = ckpt_run_load_dense(&ts->tr, su))) return rc; // resuming: every replica
     ts->cap = (uint32_t)(ts->bmax * F);
     if ((rc = emb_grad_init(&ts->gk, (int)ts->cap, 1))) return rc;
     ts->Lk = ts->tr.L;
@@ -270,6 +272,33 @@ static int ts_collect(tstate *ts, int64_t iter) {
     return dist_collect_rows(&ts->tr, ts->S, ts->first_server, ts->dump, ts->dump_cap, iter);
 }
 
+// Writer: checkpoint `iter` (ckpt_run.h).  Each server writes its shard (DUMP_REQ flagged
+// MSG_F_CKPT, answered once the state after iter iterations is there) while this trainer writes
+// the dense part; then the manifest.  Naive (--checkpoint-naive): every row comes here first and
+// is written from here.  The other trainers take no part: their next all-reduce waits.
+static int ts_checkpoint(tstate *ts, int64_t iter) {
+    const train_setup *su = ts->su;
+    if (su->ck.naive) {
+        int rc = ts_collect(ts, iter);
+        return rc ? rc : ckpt_run_write_all(&ts->tr, su, iter, ts->me);
+    }
+    const int S = ts->S;
+    char dir[4096];
+    int rc = ckpt_run_begin(su, iter, dir, sizeof dir);
+    if (rc) return rc; // no server was asked
+    uint8_t (*reqbuf)[MSG_HEADER_BYTES] = bp_xcalloc((size_t)S, MSG_HEADER_BYTES); // (S) DUMP_REQ messages
+    comm_req *rq = bp_xcalloc((size_t)S, sizeof *rq);
+    ckpt_file *files = bp_xmalloc((size_t)(S + 1) * sizeof *files);
+    rc = role_ckpt_ask_servers(iter, S, ts->first_server, rq, reqbuf);
+    if (!rc) {
+        int own = ckpt_run_write_dense(&ts->tr, dir, &files[0]); // while the servers write theirs
+        rc = role_ckpt_commit(su, &ts->tr, iter, dir, files, 1, S, ts->first_server, ts->T, ts->first_trainer, 0, own);
+    }
+    int wrc = comm_waitall(rq, S);
+    free(reqbuf), free(rq), free(files);
+    return rc ? rc : wrc;
+}
+
 static int send_done(tstate *ts, int64_t iters) {
     uint8_t buf[1024][MSG_HEADER_BYTES] __attribute__((aligned(8)));
     comm_req rq[1024];
@@ -331,7 +360,14 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     int64_t win_n = 0;
     metric_result res = {0}, bayes = {0};
     int have_res = 0;
-    for (int64_t t = 0; t < su->total_iters && !rc; t++) {
+    ckpt_sched cks;
+    ckpt_sched_init(&cks, &su->ck);
+    if (writer && su->ck.from[0])
+    {
+        printf("resumed from %s at iteration %lld\n", su->ck.from, (long long)su->ck.start_iter);
+        fflush(stdout);
+    }
+    for (int64_t t = su->ck.start_iter; t < su->total_iters && !rc; t++) {
         double loss = 0;
         if ((rc = ts_step(&ts, t, &loss))) break;
         if (!isfinite(loss)) {
@@ -378,14 +414,20 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             jsonl_end(&j, mf);
             t_window += bp_now() - e0;
         }
+        if (writer && ckpt_sched_due(&cks, t + 1, su->total_iters)) {
+            double c0 = bp_now();
+            rc = ts_checkpoint(&ts, t + 1);
+            rc = ckpt_sched_done(&cks, su, t + 1, rc, bp_now() - c0, mf);
+        }
     }
     bp_progress_finish(&prog);
-    const int64_t iters = su->total_iters;
+    const int64_t iters = su->total_iters, run_iters = iters - su->ck.start_iter;
     double train_s = bp_now() - t_start - t_eval;
     if (!rc && writer) {
-        double sps = (double)iters * B / train_s;
-        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)iters,
-               (long long)iters * B, train_s, sps);
+        double sps = (double)run_iters * B / train_s;
+        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
+               (long long)run_iters * B, train_s, sps);
+        ckpt_sched_print(&cks, train_s);
         if (su->do_eval || su->save) rc = ts_collect(&ts, iters);
         if (!rc && su->do_eval) {
             trainer_eval(&ts.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
@@ -402,6 +444,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             jsonl_int(&j, "samples", iters * B);
             jsonl_num(&j, "train_s", train_s);
             jsonl_num(&j, "samples_per_s", sps);
+            ckpt_sched_json(&j, &cks);
             ts.t_wait = tot_wait, ts.t_sync = tot_sync, ts.t_ar = tot_ar, ts.t_compute = tot_compute;
             json_window(&j, &ts, tot_bytes, iters);
             if (have_res) {

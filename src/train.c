@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "ckpt_run.h"
 #include "cli.h"
 #include "cmds.h"
 #include "common.h"
@@ -110,12 +111,9 @@ void trainer_eval(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1, i
 // Saved models: MANIFEST (configuration) + dense.bin (parameters, dense optimizer state) +
 // emb.bin (every embedding row with its optimizer state).
 
-int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
-                 uint64_t seed) {
-    int rc = ckpt_mkdir(dir);
-    if (rc) return rc;
-    ckpt_manifest man;
-    ckpt_manifest_init(&man);
+void trainer_manifest_fill(const trainer *tr, ckpt_manifest *m, const bp_dataset *ds, int64_t iter, int64_t samples,
+                           uint64_t seed) {
+    ckpt_manifest man = {0}; // built here, copied out: the keys stay in this order
     char buf[CKPT_VAL_MAX];
     model_config_format(&tr->m.cfg, buf, sizeof buf);
     ckpt_set(&man, "format", SAVE_FORMAT);
@@ -138,6 +136,16 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     ckpt_set(&man, "samples", "%lld", (long long)samples);
     ckpt_set(&man, "dataset", "%s", ds ? ds->path : "");
     ckpt_set(&man, "n_params", "%zu", tr->m.n_params);
+    for (int i = 0; i < man.n_kv; i++) ckpt_set(m, man.key[i], "%s", man.val[i]);
+}
+
+int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
+                 uint64_t seed) {
+    int rc = ckpt_mkdir(dir);
+    if (rc) return rc;
+    ckpt_manifest man;
+    ckpt_manifest_init(&man);
+    trainer_manifest_fill(tr, &man, ds, iter, samples, seed);
     ckpt_file f;
     const void *dbufs[2] = {tr->m.params, tr->dstate};
     size_t dlens[2] = {tr->m.n_params * sizeof(float), tr->n_dstate * sizeof(float)};
@@ -156,7 +164,15 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
 // loads the parameters.
 int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch) {
     ckpt_manifest man;
-    int rc = ckpt_manifest_load(dir, &man);
+    char latest[4096];
+    int rc = 0;
+    if (ckpt_is_root(dir)) {
+        int64_t it; // a --checkpoint-dir root: its newest valid checkpoint
+        if ((rc = ckpt_latest(dir, latest, sizeof latest, &it, &man))) return rc;
+        printf("loading checkpoint %s (iteration %lld)\n", latest, (long long)it);
+        dir = latest;
+    }
+    rc = ckpt_manifest_load(dir, &man);
     if (rc) return rc;
     const char *fmt = ckpt_get(&man, "format"), *model_flags_s = ckpt_get(&man, "model"),
                *cards = ckpt_get(&man, "cardinalities"), *eo = ckpt_get(&man, "emb_optimizer"),
@@ -201,11 +217,7 @@ int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_bat
     void *dbufs[2] = {tr->m.params, tr->dstate};
     size_t dlens[2] = {tr->m.n_params * sizeof(float), tr->n_dstate * sizeof(float)};
     rc = ckpt_read_part(dir, &man, "dense.bin", dbufs, dlens, tr->n_dstate ? 2 : 1);
-    if (!rc) {
-        void *ebuf[1] = {tr->table.data};
-        size_t elen[1] = {(size_t)emb_layout_bytes(&tr->L)};
-        rc = ckpt_read_part(dir, &man, "emb.bin", ebuf, elen, 1);
-    }
+    if (!rc) rc = ckpt_read_table(dir, &man, &tr->table); // emb.bin, or a checkpoint's server shards
     if (rc) trainer_free(tr);
     return rc;
 }
@@ -224,6 +236,7 @@ typedef struct {
     int64_t seed;
     const char *save, *metrics;
     int no_eval;
+    ckpt_opts ck;
 } train_flags;
 
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes) {
@@ -286,7 +299,8 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     if (fl->mode == TRAIN_MODE_BAGPIPE && fl->eval_every)
         return bp_fail(BP_EUSAGE, "--eval-every: not available with --mode bagpipe (rows live in the trainers' "
                                   "caches during training); the final evaluation runs");
-    return 0;
+    su->ck = fl->ck;
+    return ckpt_run_setup(su);
 }
 
 // --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
@@ -311,11 +325,18 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
                                 (long long)fl->static_rows));
     dist_layout lay = {.S = mode == DIST_MODE_SHARDED ? 0 : fl->servers, .T = fl->trainers, .mode = mode,
                        .static_rows = fl->static_rows};
-    if (!launch_under_mpi()) return launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
-    int rc = dist_begin(&lay);
-    if (rc) return rc == BP_EMISMATCH ? 2 : 1;
     bp_dataset ds;
     train_setup su;
+    if (!launch_under_mpi()) {
+        // Flags, dataset and checkpoint are checked here first, so that a mistake is one message
+        // and no job starts; the ranks check them again (under a launcher this is where they are).
+        int rc = setup_build(&su, fl, &ds, data_path);
+        bp_ds_close(&ds);
+        if (rc) return cmd_exit(rc);
+        return launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
+    }
+    int rc = dist_begin(&lay);
+    if (rc) return rc == BP_EMISMATCH ? 2 : 1;
     rc = setup_build(&su, fl, &ds, data_path);
     rc = dist_run(&su, &lay, rc);
     bp_ds_close(&ds);
@@ -360,6 +381,7 @@ int cmd_train(int argc, char **argv) {
         CLI_INT("print-every", 0, &fl.print_every, 100, 1, INT32_MAX, "write a train metrics line every N iterations"),
         CLI_STR("metrics", 'm', &fl.metrics, NULL, "append JSON-lines metrics to this file"),
         CLI_STR("save", 'o', &fl.save, NULL, "save the trained model to this directory"),
+        CKPT_CLI_OPTS(&fl.ck),
         CLI_END,
     };
     char **pos = NULL;
@@ -428,6 +450,13 @@ int cmd_train(int argc, char **argv) {
     bp_rng rng;
     bp_rng_seed(&rng, (uint64_t)fl.seed, 0);
     model_init_params(&tr.m, &rng);
+    const int64_t t0_iter = su.ck.start_iter;
+    if (su.ck.from[0]) {
+        if ((rc = ckpt_run_load_all(&tr, &su))) goto out;
+        printf("resumed from %s at iteration %lld\n", su.ck.from, (long long)t0_iter);
+        fflush(stdout);
+    }
+    ckpt_test_pidfile(0);
     {
         char arch[512];
         model_config_format(&mc, arch, sizeof arch);
@@ -445,7 +474,9 @@ int cmd_train(int argc, char **argv) {
     int64_t win_n = 0;
     metric_result res = {0}, bayes = {0};
     int have_res = 0;
-    for (int64_t t = 0; t < total_iters; t++) {
+    ckpt_sched cks;
+    ckpt_sched_init(&cks, &su.ck);
+    for (int64_t t = t0_iter; t < total_iters; t++) {
         uint64_t r = tr0 + (uint64_t)(t % (int64_t)per_epoch) * (uint64_t)B;
         double loss = trainer_step(&tr, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
         if (!isfinite(loss)) {
@@ -483,13 +514,21 @@ int cmd_train(int argc, char **argv) {
             jsonl_end(&j, mf);
             t_window += bp_now() - t0; // keep evaluation out of the throughput figure
         }
+        if (ckpt_sched_due(&cks, t + 1, total_iters)) {
+            double c0 = bp_now();
+            rc = ckpt_run_write_all(&tr, &su, t + 1, 0);
+            double pause = bp_now() - c0;
+            if ((rc = ckpt_sched_done(&cks, &su, t + 1, rc, pause, mf))) break;
+        }
     }
     bp_progress_finish(&prog);
     if (rc) goto out;
     double train_s = bp_now() - t_start - t_eval;
-    double sps = (double)total_iters * B / train_s;
-    printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)total_iters,
-           (long long)total_iters * B, train_s, sps);
+    const int64_t run_iters = total_iters - t0_iter;
+    double sps = (double)run_iters * B / train_s;
+    printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
+           (long long)run_iters * B, train_s, sps);
+    ckpt_sched_print(&cks, train_s);
     if (do_eval) {
         trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
         have_res = 1;
@@ -505,6 +544,7 @@ int cmd_train(int argc, char **argv) {
         jsonl_int(&j, "samples", total_iters * B);
         jsonl_num(&j, "train_s", train_s);
         jsonl_num(&j, "samples_per_s", sps);
+        ckpt_sched_json(&j, &cks);
         if (have_res) {
             jsonl_str(&j, "split", bp_split_name((bp_split)fl.eval_split));
             train_json_result(&j, "", &res);

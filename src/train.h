@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "ckpt.h"
 #include "data_bin.h"
 #include "emb.h"
 #include "jsonl.h"
@@ -42,7 +43,12 @@ void trainer_eval(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1, i
                   metric_result *bayes);
 int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
                  uint64_t seed);
+// dir: a saved model, a checkpoint (ckpt-<iteration>/), or a --checkpoint-dir root (its newest
+// valid checkpoint is loaded).
 int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch);
+// The saved-model keys of a manifest (model, layout, optimizers, seeds, iteration...).
+void trainer_manifest_fill(const trainer *tr, ckpt_manifest *m, const bp_dataset *ds, int64_t iter, int64_t samples,
+                           uint64_t seed);
 
 // Everything a training run needs once the flags and the dataset are read: the local trainer and
 // every distributed mode (dist.h) start from it.
@@ -69,6 +75,7 @@ typedef struct {
     int lookahead, prefetch;    // bagpipe: window W and prefetch distance P (iterations)
     int staleness;              // async: a cached row may be read up to this many iterations old
     int cache_policy;           // async: TRAIN_CACHE_LRU or TRAIN_CACHE_LFU
+    ckpt_opts ck;               // checkpoints and --resume (ckpt_run.h); training starts at ck.start_iter
 } train_setup;
 
 // The --mode choices, in their flag order.

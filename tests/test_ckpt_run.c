@@ -1,0 +1,556 @@
+// Checkpoints of training runs (ckpt_run.h, docs/checkpoints.md): resume bit-identical after a
+// kill -9 of the local process, a trainer, a server or the oracle (at a random moment, or inside a
+// checkpoint through the BAGPIPE_TEST_KILL_IN_CKPT hook); damaged checkpoint directories; a
+// configuration mismatch; pruning; a full disk (a small tmpfs, mounted when the test runs as
+// root; skipped otherwise).
+#include <dirent.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "common.h"
+#include "dist_util.h"
+#include "test.h"
+
+#define MODEL                                                                                         \
+    "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 "          \
+    "--learning-rate 0.05 --emb-optimizer adagrad --optimizer adagrad --print-every 100 --no-eval"
+#define SYNC "--mode sync --trainers 2 --servers 2" // ranks: 0 oracle, 1-2 servers 0-1, 3-4 trainers 0-1
+// The same layout; a cache small enough to evict and refetch all the time.
+#define BAGPIPE "--mode bagpipe --trainers 2 --servers 2 --cache-rows 300 --lookahead 8"
+
+static char data_path[512];
+
+static int make_data(void) {
+    snprintf(data_path, sizeof data_path, "%s", test_path("d.bin"));
+    return dist_test_dataset(data_path, 4000, 11, 3); // 3200 train rows: 133 iterations per epoch
+}
+
+// Runs `bagpipe train MODEL ARGS DATA` (in the multi-rank environment) in the foreground; env:
+// extra assignments (hooks).
+static int train(char **out, const char *env, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int train(char **out, const char *env, const char *fmt, ...) {
+    char args[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return test_run(out, 150, "%s %s %s train " MODEL " %s %s", dist_test_env(), env, test_bin(), args, data_path);
+}
+
+#define TRAIN_OK(env, ...)                                                                   \
+    do {                                                                                     \
+        char *o_ = NULL;                                                                     \
+        int rc_ = train(&o_, env, __VA_ARGS__);                                              \
+        if (rc_ != 0) {                                                                      \
+            test_fail(__FILE__, __LINE__, "train exited %d:\n%s", rc_, o_ ? o_ : "");         \
+            free(o_);                                                                        \
+            return;                                                                          \
+        }                                                                                    \
+        free(o_);                                                                            \
+    } while (0)
+
+// The same in the background, output to outp; env: extra assignments (hooks).
+static pid_t train_bg(const char *outp, const char *env, const char *args) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "exec timeout -k 5 150 env %s %s %s train " MODEL " %s %s > %s 2>&1", dist_test_env(),
+             env, test_bin(), args, data_path, outp);
+    pid_t job = fork();
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return job;
+}
+
+static int wait_status(pid_t job) {
+    int st = 0;
+    if (waitpid(job, &st, 0) != job) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// The newest iteration under root whose manifest loads (-1: none).
+static int64_t newest_committed(const char *root) {
+    DIR *d = opendir(root);
+    if (!d) return -1;
+    int64_t best = -1;
+    struct dirent *e;
+    ckpt_manifest *m = malloc(sizeof *m);
+    while ((e = readdir(d))) {
+        long long it;
+        char dir[4096];
+        if (sscanf(e->d_name, CKPT_DIR_PREFIX "%lld", &it) != 1) continue;
+        snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
+        if (ckpt_manifest_load(dir, m) == 0 && it > best) best = it;
+    }
+    free(m);
+    bp_clear_error();
+    closedir(d);
+    return best;
+}
+
+static int ckpt_valid(const char *root, int64_t iter) {
+    char dir[4096];
+    ckpt_dir_path(dir, sizeof dir, root, iter);
+    ckpt_manifest *m = malloc(sizeof *m);
+    int ok = ckpt_verify(dir, m) == 0;
+    free(m);
+    bp_clear_error();
+    return ok;
+}
+
+static int ckpt_exists(const char *root, int64_t iter) {
+    char dir[4096];
+    struct stat st;
+    ckpt_dir_path(dir, sizeof dir, root, iter);
+    return stat(dir, &st) == 0;
+}
+
+static pid_t read_pid(const char *piddir, int rank) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rank-%d.pid", piddir, rank);
+    FILE *f = fopen(path, "r");
+    long pid = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &pid) != 1) pid = -1;
+        fclose(f);
+    }
+    return (pid_t)pid;
+}
+
+static int same_model(const char *a, const char *b) {
+    return dist_test_same_file(a, b, "dense.bin") && dist_test_same_file(a, b, "emb.bin");
+}
+
+static void damage(const char *root, int64_t iter, const char *name, int truncate_it) {
+    char path[4096];
+    ckpt_dir_path(path, sizeof path, root, iter);
+    size_t l = strlen(path);
+    snprintf(path + l, sizeof path - l, "/%s", name);
+    if (truncate_it) {
+        if (truncate(path, 100) != 0) test_fail(__FILE__, __LINE__, "truncate %s", path);
+        return;
+    }
+    FILE *f = fopen(path, "r+b");
+    if (!f) return;
+    fseek(f, 77, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 77, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+// Starts job (args) with the pid files in piddir, waits until a checkpoint at or after
+// min_iter is committed, sleeps a random 0..max_ms ms, kills rank `rank` with SIGKILL and waits
+// for the job.  Returns the job's status (-2: no checkpoint came, -3: the rank had no pid file,
+// -4: the job ended before the kill); *out gets its output.
+static int kill_after_commit(char **out, const char *args, const char *root, int64_t min_iter, int rank, int max_ms) {
+    char outp[512], piddir[512], env[1024];
+    snprintf(outp, sizeof outp, "%s", test_path("job.txt"));
+    snprintf(piddir, sizeof piddir, "%s", test_path("pids"));
+    mkdir(piddir, 0755);
+    for (int r = 0; r < 8; r++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/rank-%d.pid", piddir, r);
+        unlink(p);
+    }
+    snprintf(env, sizeof env, "BAGPIPE_TEST_PID_DIR=%s", piddir);
+    pid_t job = train_bg(outp, env, args);
+    double t0 = bp_now();
+    int rc = 0;
+    while (newest_committed(root) < min_iter) {
+        if (waitpid(job, NULL, WNOHANG) == job) {
+            rc = -4;
+            break;
+        }
+        if (bp_now() - t0 > 60) {
+            rc = -2;
+            break;
+        }
+        usleep(20000);
+    }
+    if (!rc) {
+        unsigned seed = (unsigned)(bp_now() * 1e6);
+        int delay_ms = (int)(rand_r(&seed) % (unsigned)max_ms);
+        usleep((useconds_t)delay_ms * 1000);
+        pid_t victim = read_pid(piddir, rank);
+        if (victim <= 0) rc = -3;
+        else if (waitpid(job, NULL, WNOHANG) == job) rc = -4;
+        else {
+            printf("      killing rank %d %d ms after checkpoint %lld was committed\n", rank, delay_ms,
+                   (long long)newest_committed(root));
+            kill(victim, SIGKILL);
+        }
+    }
+    if (rc) {
+        kill(job, SIGKILL);
+        waitpid(job, NULL, 0);
+    } else {
+        rc = wait_status(job);
+    }
+    size_t len;
+    *out = dist_test_slurp(outp, &len);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unit: pruning
+
+static int fake_ckpt(const char *root, int64_t iter, int commit) {
+    char dir[4096];
+    int rc = ckpt_dir_create(root, iter, dir, sizeof dir);
+    if (rc) return rc;
+    ckpt_manifest m;
+    ckpt_manifest_init(&m);
+    ckpt_set(&m, "kind", "checkpoint");
+    ckpt_set(&m, "iteration", "%lld", (long long)iter);
+    float x[16] = {(float)iter};
+    const void *bufs[1] = {x};
+    size_t lens[1] = {sizeof x};
+    ckpt_file f;
+    if ((rc = ckpt_write_part(dir, "dense.bin", bufs, lens, 1, &f))) return rc;
+    ckpt_add_file(&m, &f);
+    return commit ? ckpt_manifest_commit(dir, &m) : 0;
+}
+
+TEST(ckpt_prune_keeps_newest_valid) {
+    const char *root = test_path("ck");
+    ASSERT_OK(fake_ckpt(root, 10, 1));
+    ASSERT_OK(fake_ckpt(root, 20, 0)); // an older leftover without a manifest
+    ASSERT_OK(fake_ckpt(root, 30, 1));
+    ASSERT_OK(fake_ckpt(root, 40, 1));
+    ASSERT_OK(fake_ckpt(root, 50, 0)); // newer than every valid one: not pruning's to judge
+    damage(root, 40, "dense.bin", 1);  // wrong size: not counted among the kept
+    ASSERT_EQ(ckpt_prune(root, 1), 2);  // 10 and 20 go; 30 is the newest valid, 40 and 50 are newer
+    ASSERT_TRUE(!ckpt_exists(root, 10) && !ckpt_exists(root, 20));
+    ASSERT_TRUE(ckpt_valid(root, 30) && ckpt_exists(root, 40) && ckpt_exists(root, 50));
+    char dir[4096];
+    int64_t it;
+    ckpt_manifest m;
+    ASSERT_OK(ckpt_latest(root, dir, sizeof dir, &it, &m));
+    ASSERT_EQ(it, 30);
+    ASSERT_EQ(ckpt_prune(root, 1), 0);
+    ASSERT_TRUE(ckpt_valid(root, 30));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mode local
+
+// A kill inside a checkpoint (between its parts and its manifest), then a kill -9 at a random
+// moment; each time the job resumes from the newest valid checkpoint; the final model equals the
+// uninterrupted run's byte for byte.  Iterations cross epoch boundaries (133 per epoch).
+TEST(ckpt_local_kill_resume_identical) {
+    ASSERT_OK(make_data());
+    char ref[512], root[512], res[512];
+    snprintf(ref, sizeof ref, "%s", test_path("ref"));
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    snprintf(res, sizeof res, "%s", test_path("res"));
+    TRAIN_OK("", "--iters 12000 --save %s", ref);
+    char *out = NULL;
+    int st = train(&out, "BAGPIPE_TEST_KILL_IN_CKPT=0:250", "--iters 12000 --checkpoint-every 50 --keep 2 "
+                   "--checkpoint-dir %s --save %s", root, res);
+    ASSERT_MSG(st == 137, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "killed inside checkpoint 250");
+    free(out);
+    ASSERT_TRUE(ckpt_valid(root, 200) && ckpt_valid(root, 150));
+    ASSERT_TRUE(ckpt_exists(root, 250) && !ckpt_valid(root, 250) && !ckpt_exists(root, 100));
+    // resume (checkpoints go on into the same directory), killed at a random moment
+    char args[2048];
+    snprintf(args, sizeof args, "--iters 12000 --checkpoint-every 250 --keep 2 --resume %s --save %s", root, res);
+    st = kill_after_commit(&out, args, root, 500, 0, 100);
+    ASSERT_MSG(st == 137, "status %d:\n%s", st, out ? out : "");
+    ASSERT_STR_CONTAINS(out, "resumed from");
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000200 at iteration 200");
+    free(out);
+    int64_t last = newest_committed(root);
+    ASSERT_TRUE(last >= 500);
+    st = train(&out, "", "--iters 12000 --resume %s --save %s", root, res);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    char want[128];
+    snprintf(want, sizeof want, "at iteration %lld", (long long)last);
+    ASSERT_STR_CONTAINS(out, want);
+    free(out);
+    ASSERT_MSG(same_model(ref, res), "the resumed model differs from the uninterrupted run's");
+    // time-driven checkpoints (every 6 ms here)
+    char root2[512];
+    snprintf(root2, sizeof root2, "%s", test_path("ck2"));
+    TRAIN_OK("", "--iters 3000 --checkpoint-minutes 0.0001 --keep 1000 --checkpoint-dir %s", root2);
+    DIR *d = opendir(root2);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strncmp(e->d_name, CKPT_DIR_PREFIX, 5) == 0;
+    if (d) closedir(d);
+    ASSERT_MSG(n >= 2, "%d time-driven checkpoints", n);
+    // eval reads a checkpoint root (its newest valid checkpoint)
+    ASSERT_EQ(test_run(&out, 30, "%s eval --load %s %s", test_bin(), root, data_path), 0);
+    ASSERT_STR_CONTAINS(out, "AUC");
+    free(out);
+}
+
+// Damaged checkpoints: resume skips each (naming the file and the problem) and picks the newest
+// valid one; with none valid it fails clearly and deletes nothing.
+TEST(ckpt_damaged_picks_newest_valid) {
+    ASSERT_OK(make_data());
+    char ref[512], root[512], res[512];
+    snprintf(ref, sizeof ref, "%s", test_path("ref"));
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    snprintf(res, sizeof res, "%s", test_path("res"));
+    TRAIN_OK("", "--iters 300 --save %s", ref);
+    TRAIN_OK("", "--iters 300 --checkpoint-every 50 --keep 4 --checkpoint-dir %s", root);
+    for (int64_t k = 100; k <= 250; k += 50) ASSERT_TRUE(ckpt_valid(root, k));
+    ASSERT_TRUE(!ckpt_exists(root, 50) && !ckpt_exists(root, 300));
+    static const struct {
+        int64_t iter;
+        const char *file;
+        int truncate_it;
+        const char *why;
+    } cases[] = {{250, "emb.bin", 0, "emb.bin: checksum mismatch"},
+                 {200, "dense.bin", 1, "dense.bin: 100 bytes, the manifest says"},
+                 {150, "MANIFEST", 2, "MANIFEST: no saved model or checkpoint here"}};
+    for (int c = 0; c < 3; c++) {
+        if (cases[c].truncate_it == 2) {
+            char p[4096];
+            ckpt_dir_path(p, sizeof p, root, cases[c].iter);
+            strcat(p, "/MANIFEST");
+            ASSERT_EQ(unlink(p), 0);
+        } else {
+            damage(root, cases[c].iter, cases[c].file, cases[c].truncate_it);
+        }
+        char *out = NULL;
+        int st = train(&out, "", "--iters 300 --resume %s --save %s", root, res);
+        ASSERT_MSG(st == 0, "case %d: status %d:\n%s", c, st, out);
+        ASSERT_STR_CONTAINS(out, cases[c].why);
+        char want[128];
+        snprintf(want, sizeof want, "at iteration %lld", (long long)cases[c].iter - 50);
+        ASSERT_STR_CONTAINS(out, want);
+        free(out);
+        ASSERT_MSG(same_model(ref, res), "case %d: the resumed model differs", c);
+    }
+    damage(root, 100, "MANIFEST", 0);
+    char *out = NULL;
+    int st = train(&out, "", "--iters 300 --resume %s --save %s", root, res);
+    ASSERT_MSG(st != 0, "resumed from nothing valid:\n%s", out);
+    ASSERT_STR_CONTAINS(out, "no valid checkpoint among 4");
+    ASSERT_STR_CONTAINS(out, "manifest checksum mismatch");
+    free(out);
+    for (int64_t k = 100; k <= 250; k += 50) ASSERT_TRUE(ckpt_exists(root, k));
+    // eval on a single damaged checkpoint names the file
+    char dir[4096];
+    ckpt_dir_path(dir, sizeof dir, root, 250);
+    st = test_run(&out, 30, "%s eval --load %s %s", test_bin(), dir, data_path);
+    ASSERT_TRUE(st != 0);
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000250/emb.bin: checksum mismatch");
+    free(out);
+}
+
+// A checkpoint of another configuration is refused, naming the key, the flag and the file.
+TEST(ckpt_config_mismatch_is_refused) {
+    ASSERT_OK(make_data());
+    char root[512];
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    TRAIN_OK("", "--iters 120 --checkpoint-every 100 --checkpoint-dir %s", root);
+    char *out = NULL;
+    int st = train(&out, "", "--iters 200 --resume %s --batch-size 32", root);
+    ASSERT_TRUE(st != 0);
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000100/MANIFEST: the checkpoint has batch_size = 24, this run 32 (--batch-size)");
+    free(out);
+    st = train(&out, "", "--iters 200 --resume %s --emb-optimizer sgd", root);
+    ASSERT_TRUE(st != 0);
+    ASSERT_STR_CONTAINS(out, "emb_optimizer = adagrad, this run sgd");
+    free(out);
+    st = train(&out, "", "--iters 200 --resume %s", test_tmpdir());
+    ASSERT_TRUE(st != 0);
+    ASSERT_STR_CONTAINS(out, "no checkpoint here");
+    free(out);
+    st = train(&out, "", "--iters 200 --checkpoint-every 10");
+    ASSERT_TRUE(st != 0);
+    ASSERT_STR_CONTAINS(out, "--checkpoint-dir");
+    free(out);
+}
+
+// Disk full while checkpointing: a 128 KiB tmpfs holds one checkpoint (about 84 KiB in pages) but
+// not two at once.  Default: the run stops with the reason, non-zero; --on-checkpoint-error
+// continue trains on; the previous checkpoint stays valid and resumable either way.
+TEST(ckpt_disk_full) {
+    ASSERT_OK(make_data());
+    char mnt[512], ref[512], res[512];
+    snprintf(mnt, sizeof mnt, "%s", test_path("tmpfs"));
+    snprintf(ref, sizeof ref, "%s", test_path("ref"));
+    snprintf(res, sizeof res, "%s", test_path("res"));
+    ASSERT_EQ(mkdir(mnt, 0755), 0);
+    if (geteuid() != 0 || mount("tmpfs", mnt, "tmpfs", 0, "size=128k") != 0) {
+        test_skip("cannot mount a small tmpfs (needs root)");
+        return;
+    }
+    char root[600];
+    snprintf(root, sizeof root, "%s/ck", mnt);
+    char *out1 = NULL, *out2 = NULL, *out3 = NULL;
+    int st1 = train(&out1, "", "--iters 300 --checkpoint-every 50 --keep 1 --checkpoint-dir %s", root);
+    int v50 = ckpt_valid(root, 50), e100 = ckpt_exists(root, 100);
+    char d50[4096];
+    ckpt_dir_path(d50, sizeof d50, root, 50);
+    ckpt_remove_dir(d50); // room for the next run's one checkpoint
+    int st2 = train(&out2, "", "--iters 300 --checkpoint-every 50 --keep 1 --on-checkpoint-error continue "
+                    "--checkpoint-dir %s/ck2 --save %s", mnt, res);
+    int st3 = train(&out3, "", "--iters 300 --save %s", ref);
+    umount2(mnt, MNT_DETACH);
+    ASSERT_MSG(st1 != 0, "the run went on after a failed checkpoint:\n%s", out1);
+    ASSERT_STR_CONTAINS(out1, "checkpoint at iteration 100 failed");
+    ASSERT_STR_CONTAINS(out1, "No space left on device");
+    ASSERT_STR_CONTAINS(out1, "the previous checkpoint is kept; stopping");
+    ASSERT_TRUE(v50 && !e100);
+    ASSERT_MSG(st2 == 0 && st3 == 0, "status %d / %d:\n%s", st2, st3, out2);
+    ASSERT_STR_CONTAINS(out2, "training goes on (--on-checkpoint-error continue)");
+    ASSERT_STR_CONTAINS(out2, "checkpoints: 1 written");
+    ASSERT_MSG(same_model(ref, res), "a failed checkpoint changed the model");
+    free(out1), free(out2), free(out3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mode sync (oracle, 2 servers, 2 trainers)
+
+// Starts the uninterrupted reference run in the background (it shares the cores with the test's
+// jobs: only its bytes matter).
+static pid_t reference(const char *mode, const char *ref, int64_t iters) {
+    char args[1024];
+    snprintf(args, sizeof args, "%s --iters %lld --save %s", mode, (long long)iters, ref);
+    return train_bg(test_path("ref.txt"), "", args);
+}
+
+// Bytes of part `name` of checkpoint iter (-1: absent).
+static long part_size(const char *root, int64_t iter, const char *name) {
+    char p[4200];
+    ckpt_dir_path(p, sizeof p, root, iter);
+    size_t l = strlen(p);
+    snprintf(p + l, sizeof p - l, "/%s", name);
+    struct stat st;
+    return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
+// A server dies after writing its part of checkpoint 200, before the commit: the job fails
+// naming it; resume picks 150 and ends bit-identical.
+TEST(ckpt_sync_kill_server) {
+    ASSERT_OK(make_data());
+    char ref[512], root[512], res[512];
+    snprintf(ref, sizeof ref, "%s", test_path("ref"));
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    snprintf(res, sizeof res, "%s", test_path("res"));
+    pid_t rj = reference(SYNC, ref, 400);
+    char *out = NULL;
+    int st = train(&out, "BAGPIPE_TEST_KILL_IN_CKPT=1:200", SYNC " --iters 400 --checkpoint-every 50 --checkpoint-dir %s",
+                   root);
+    ASSERT_MSG(st != 0, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "rank 1 (server 0) was killed by signal 9");
+    free(out);
+    ASSERT_TRUE(ckpt_valid(root, 150) && !ckpt_valid(root, 200));
+    st = train(&out, "", SYNC " --iters 400 --resume %s --save %s", root, res);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "at iteration 150");
+    free(out);
+    ASSERT_EQ(wait_status(rj), 0);
+    ASSERT_MSG(same_model(ref, res), "the resumed model differs from the uninterrupted run's");
+}
+
+// Mode bagpipe.  Trainer 1 dies right after writing its dirty rows of checkpoint 200, before the
+// commit; the resumed run (checkpointing on) loses trainer 0 to kill -9 at a random moment; the
+// second resume ends bit-identical to the uninterrupted run.
+TEST(ckpt_bagpipe_kill_trainer) {
+    ASSERT_OK(make_data());
+    char ref[512], root[512], res[512];
+    snprintf(ref, sizeof ref, "%s", test_path("ref"));
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    snprintf(res, sizeof res, "%s", test_path("res"));
+    pid_t rj = reference(BAGPIPE, ref, 1000);
+    char *out = NULL;
+    int st = train(&out, "BAGPIPE_TEST_KILL_IN_CKPT=4:200", BAGPIPE " --iters 1000 --checkpoint-every 100 "
+                   "--checkpoint-dir %s", root);
+    ASSERT_MSG(st != 0, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "rank 4 (trainer 1) was killed by signal 9");
+    free(out);
+    ASSERT_TRUE(ckpt_valid(root, 100) && !ckpt_valid(root, 200) && part_size(root, 200, "trainer-1.bin") >= 0);
+    // the cached rows are part of the state: some are dirty at every boundary here
+    ASSERT_TRUE(part_size(root, 100, "trainer-0.bin") > 0 && part_size(root, 100, "trainer-1.bin") > 0);
+    char args[2048];
+    snprintf(args, sizeof args, BAGPIPE " --iters 1000 --checkpoint-every 100 --resume %s", root);
+    st = kill_after_commit(&out, args, root, 300, 3, 300);
+    ASSERT_MSG(st > 0, "status %d:\n%s", st, out ? out : "");
+    ASSERT_STR_CONTAINS(out, "rank 3 (trainer 0) was killed by signal 9");
+    ASSERT_STR_CONTAINS(out, "at iteration 100");
+    free(out);
+    st = train(&out, "", BAGPIPE " --iters 1000 --resume %s --save %s", root, res);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    free(out);
+    ASSERT_EQ(wait_status(rj), 0);
+    ASSERT_MSG(same_model(ref, res), "the resumed model differs from the uninterrupted run's");
+}
+
+// Mode bagpipe: kill -9 of the oracle (the planner) at a random moment after a commit; the
+// resumed oracle plans from the checkpoint's batch.
+TEST(ckpt_bagpipe_kill_oracle) {
+    ASSERT_OK(make_data());
+    char ref[512], root[512], res[512];
+    snprintf(ref, sizeof ref, "%s", test_path("ref"));
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    snprintf(res, sizeof res, "%s", test_path("res"));
+    pid_t rj = reference(BAGPIPE, ref, 1000);
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args, BAGPIPE " --iters 1000 --checkpoint-every 100 --checkpoint-minutes 1000 "
+             "--checkpoint-dir %s", root);
+    int st = kill_after_commit(&out, args, root, 200, 0, 300);
+    ASSERT_MSG(st > 0, "status %d:\n%s", st, out ? out : "");
+    ASSERT_STR_CONTAINS(out, "rank 0 (oracle) was killed by signal 9");
+    free(out);
+    int64_t last = newest_committed(root);
+    st = train(&out, "", BAGPIPE " --iters 1000 --resume %s --save %s", root, res);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    char want[128];
+    snprintf(want, sizeof want, "at iteration %lld", (long long)last);
+    ASSERT_STR_CONTAINS(out, want);
+    free(out);
+    ASSERT_EQ(wait_status(rj), 0);
+    ASSERT_MSG(same_model(ref, res), "the resumed model differs from the uninterrupted run's");
+}
+
+// Modes sharded (every trainer's shard is a part) and static (servers' shards plus trainer 0's
+// pinned replica): a run with checkpoints, then a resume from its older checkpoint, end with the
+// same bytes.  The two modes' jobs run side by side.
+TEST(ckpt_sharded_static_resume) {
+    ASSERT_OK(make_data());
+    static const char *const modes[] = {"--mode sharded --trainers 3 --servers 0",
+                                        "--mode static --trainers 2 --servers 2 --static-rows 50"};
+    char a[2][512], b[2][512], root[2][512], outp[2][512], args[4096];
+    pid_t job[2];
+    for (int m = 0; m < 2; m++) {
+        snprintf(a[m], sizeof a[m], "%s", test_path(m ? "a1" : "a0"));
+        snprintf(b[m], sizeof b[m], "%s", test_path(m ? "b1" : "b0"));
+        snprintf(root[m], sizeof root[m], "%s", test_path(m ? "ck1" : "ck0"));
+        snprintf(outp[m], sizeof outp[m], "%s", test_path(m ? "o1.txt" : "o0.txt"));
+        // (--checkpoint-minutes: never due here, but the trainers agree on trainer 0's clock every iteration)
+        snprintf(args, sizeof args, "%s --iters 300 --checkpoint-every 100 --checkpoint-minutes 1000 --keep 2 "
+                 "--checkpoint-dir %s --save %s", modes[m], root[m], a[m]);
+        job[m] = train_bg(outp[m], "", args);
+    }
+    int st[2] = {wait_status(job[0]), wait_status(job[1])};
+    for (int m = 0; m < 2; m++) {
+        ASSERT_MSG(st[m] == 0, "%s: status %d", modes[m], st[m]);
+        ASSERT_TRUE(ckpt_valid(root[m], 100) && ckpt_valid(root[m], 200) && part_size(root[m], 100, "trainer-0.bin") > 0);
+        char d200[4096];
+        ckpt_dir_path(d200, sizeof d200, root[m], 200);
+        ASSERT_OK(ckpt_remove_dir(d200));
+        snprintf(args, sizeof args, "%s --iters 300 --resume %s --save %s", modes[m], root[m], b[m]);
+        job[m] = train_bg(outp[m], "", args);
+    }
+    st[0] = wait_status(job[0]), st[1] = wait_status(job[1]);
+    for (int m = 0; m < 2; m++) {
+        size_t len;
+        char *out = dist_test_slurp(outp[m], &len);
+        ASSERT_MSG(st[m] == 0, "%s: status %d:\n%s", modes[m], st[m], out ? out : "");
+        ASSERT_STR_CONTAINS(out, "at iteration 100");
+        free(out);
+        ASSERT_MSG(same_model(a[m], b[m]), "%s: the resumed model differs", modes[m]);
+    }
+}
