@@ -127,6 +127,7 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
     sv->pq_head = bp_xcalloc((size_t)T, sizeof *sv->pq_head);
     sv->pq_n = bp_xcalloc((size_t)T, sizeof *sv->pq_n);
     sv->push_next = bp_xcalloc((size_t)T, sizeof *sv->push_next);
+    for (int p = 0; p < T; p++) sv->push_next[p] = sv->applied; // a resumed run's pushes start at its iteration
     sv->req_iter = bp_xcalloc((size_t)T, sizeof *sv->req_iter);
     sv->reply_req = bp_xcalloc((size_t)T, sizeof *sv->reply_req);
     sv->reply_busy = bp_xcalloc((size_t)T, sizeof *sv->reply_busy);
