@@ -11,13 +11,16 @@
 #   --every SEC    sampling period in seconds (default 10)
 #   --out DIR      where everything goes (default results/soak)
 #
-# Writes DIR/soak.tsv (one line per sample: elapsed seconds, iteration, iterations/s over the
-# period, the job's last metrics line (samples/s, hit rate, mean residency) and VmRSS in KiB of the
-# launcher, mpirun, the oracle, the server and both trainers), DIR/soak.png (gnuplot, when
-# installed), DIR/metrics.jsonl, DIR/train.log, and DIR/verdict.txt: the mean of the first and the
-# last quarter of the samples (after the first minute, the warm-up) for every column, RSS growth in
-# % per role, and the throughput ratio.  The verdict is printed; the script never fails on figures
-# (exit 1 only when the job itself fails or nothing was sampled).
+# Writes DIR/soak.tsv, one line per sample: elapsed seconds, iteration, iterations/s over the
+# period, the job's last metrics line (samples/s, hit rate, mean residency, capacity), VmRSS in KiB
+# of the launcher, mpirun, the oracle, the server and both trainers, the 1-minute load average, and
+# CPU milliseconds per iteration of each rank (which, unlike iterations/s, depends little on what
+# else runs on the machine).  Also DIR/soak.png (gnuplot, when installed), DIR/metrics.jsonl,
+# DIR/train.log and DIR/verdict.txt: the mean of every column over the first and the last quarter
+# of the samples (leaving out the first minute, the warm-up, and the last sample, which may catch
+# the ranks exiting), RSS growth in % per role, and the last/first ratios of throughput, CPU time
+# per iteration and residency.  The verdict is printed; the script never fails on figures (exit 1
+# only when the job itself fails or nothing was sampled).
 #
 # The full run of the issue: bench/soak.sh --iters 1000000 (hours on a loaded 2-core machine; about
 # 40 minutes on a quiet one).  Ranks are found as the descendants of the launcher whose environment
@@ -34,7 +37,7 @@ while [ $# -gt 0 ]; do
     --out) OUTDIR="$2"; shift 2 ;;
     --batch-size) BATCH="$2"; shift 2 ;;
     --cache-rows) CACHE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak: unknown option '$1' (see bench/soak.sh --help)" >&2; exit 2 ;;
   esac
 done
@@ -63,15 +66,26 @@ descendants() {
   for k in $kids; do echo "$k"; descendants "$k"; done
 }
 rss_of() { awk '/^VmRSS:/ {print $2; f=1} END {if (!f) print "NA"}' /proc/"$1"/status 2>/dev/null || echo NA; }
+# CPU time (user + system, clock ticks) of a process so far.
+ticks_of() { awk '{print $14 + $15}' /proc/"$1"/stat 2>/dev/null || echo NA; }
+HZ=$(getconf CLK_TCK)
 rank_of() { tr '\0' '\n' < /proc/"$1"/environ 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p' | head -1; }
 
-printf 't_s\titer\titers_per_s\tsamples_per_s\thit_rate\tresident_mean\tcache_rows\trss_launcher_kb\trss_mpirun_kb\trss_oracle_kb\trss_server0_kb\trss_trainer0_kb\trss_trainer1_kb\n' > "$TSV"
+printf 't_s\titer\titers_per_s\tsamples_per_s\thit_rate\tresident_mean\tcache_rows\trss_launcher_kb\trss_mpirun_kb\trss_oracle_kb\trss_server0_kb\trss_trainer0_kb\trss_trainer1_kb\tload1\tcpu_ms_per_iter_oracle\tcpu_ms_per_iter_server0\tcpu_ms_per_iter_trainer0\tcpu_ms_per_iter_trainer1\n' > "$TSV"
 T0=$(date +%s.%N)
 prev_t=0 prev_iter=0
-declare -A ROLE_PID=()
+declare -A ROLE_PID=() CPU_T=() CPU_I=()
 deadline=$(( MINUTES > 0 ? MINUTES * 60 : 0 ))
+# Ctrl-C or a TERM of this script stops the job and still gives the verdict of what was sampled.
+STOPPED=0
+trap 'STOPPED=1' INT TERM
 while kill -0 "$JOB" 2>/dev/null; do
-  sleep "$EVERY"
+  sleep "$EVERY" & wait $! 2>/dev/null
+  if [ $STOPPED -eq 1 ]; then
+    echo "soak: interrupted: stopping the job" >&2
+    kill -TERM "$JOB" 2>/dev/null || true
+    break
+  fi
   kill -0 "$JOB" 2>/dev/null || break
   now=$(date +%s.%N)
   t=$(awk -v a="$now" -v b="$T0" 'BEGIN { printf "%.1f", a - b }')
@@ -99,19 +113,38 @@ while kill -0 "$JOB" 2>/dev/null; do
     p=${ROLE_PID[$role]:-}
     row="$row\t$( [ -n "$p" ] && rss_of "$p" || echo NA )"
   done
+  row="$row\t$(cut -d' ' -f1 /proc/loadavg)"
+  # CPU milliseconds per iteration of each rank since the last sample at which the iteration count
+  # moved (NA at the others): unlike iterations/s, it does not fall when other work shares the cores.
+  for role in oracle server0 trainer0 trainer1; do
+    p=${ROLE_PID[$role]:-} ms=NA
+    if [ -n "$p" ]; then
+      tk=$(ticks_of "$p")
+      if [ "$tk" != NA ] && [ -n "${CPU_T[$role]:-}" ] && [ "$iter" -gt "${CPU_I[$role]}" ]; then
+        ms=$(awk -v a="$tk" -v b="${CPU_T[$role]}" -v i="$iter" -v j="${CPU_I[$role]}" -v hz="$HZ" \
+          'BEGIN { printf "%.4f", (a - b) * 1000 / hz / (i - j) }')
+      fi
+      if [ "$tk" != NA ] && { [ -z "${CPU_T[$role]:-}" ] || [ "$iter" -gt "${CPU_I[$role]}" ]; }; then
+        CPU_T[$role]=$tk CPU_I[$role]=$iter
+      fi
+    fi
+    row="$row\t$ms"
+  done
   printf "$row\n" >> "$TSV"
   if [ "$deadline" -gt 0 ] && awk -v t="$t" -v d="$deadline" 'BEGIN { exit !(t >= d) }'; then
     echo "soak: $MINUTES minutes are up at iteration $iter: stopping the job" >&2
+    STOPPED=1
     kill -TERM "$JOB" 2>/dev/null || true
     break
   fi
 done
 rc=0
 wait "$JOB" || rc=$?
-if [ "$deadline" -eq 0 ] && [ $rc -ne 0 ]; then
+failed=0
+if [ $STOPPED -eq 0 ] && [ $rc -ne 0 ]; then
   echo "soak: the job failed (exit $rc); its output:" >&2
   tail -20 "$LOG" >&2
-  exit 1
+  failed=1
 fi
 nsamples=$(( $(wc -l < "$TSV") - 1 ))
 [ "$nsamples" -gt 0 ] || { echo "soak: no samples (the job ended within $EVERY s); see $LOG" >&2; exit 1; }
@@ -121,6 +154,7 @@ awk -F'\t' -v iters="$ITERS" '
   NR == 1 { for (i = 1; i <= NF; i++) name[i] = $i; nf = NF; next }
   $1 >= 60 && $2 > 0 { n++; for (i = 1; i <= nf; i++) v[n, i] = $i }
   END {
+    n--  # the last sample may be taken while the ranks exit
     if (n < 8) { printf "verdict: only %d samples after the first minute: too short to judge\n", n; exit }
     q = int(n / 4)
     printf "soak: %d samples over %.0f s, iterations %d..%d of %d\n", n, v[n, 1], v[1, 2], v[n, 2], iters
@@ -138,6 +172,9 @@ awk -F'\t' -v iters="$ITERS" '
     split("rss_oracle_kb rss_server0_kb rss_trainer0_kb rss_trainer1_kb rss_mpirun_kb rss_launcher_kb", roles, " ")
     for (r = 1; r <= 6; r++) if ((roles[r], "a") in m && m[roles[r], "a"] > 0)
       line = line sprintf(" %s %+.2f%%", substr(roles[r], 5, length(roles[r]) - 7), 100 * (m[roles[r], "b"] - m[roles[r], "a"]) / m[roles[r], "a"])
+    split("oracle server0 trainer0 trainer1", cr, " ")
+    for (r = 1; r <= 4; r++) if (("cpu_ms_per_iter_" cr[r], "a") in m && m["cpu_ms_per_iter_" cr[r], "a"] > 0)
+      line = line sprintf("; %s CPU/iter last/first %.3f", cr[r], m["cpu_ms_per_iter_" cr[r], "b"] / m["cpu_ms_per_iter_" cr[r], "a"])
     if (("iters_per_s", "a") in m && m["iters_per_s", "a"] > 0)
       line = line sprintf("; throughput last/first %.3f", m["iters_per_s", "b"] / m["iters_per_s", "a"])
     if (("resident_mean", "a") in m && m["resident_mean", "a"] > 0)
@@ -151,3 +188,4 @@ else
   echo "soak: gnuplot not installed: no plot" >&2
 fi
 echo "soak: samples in $TSV, job output in $LOG"
+exit $failed

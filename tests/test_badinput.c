@@ -19,7 +19,7 @@
 // is in its output; on a miss, fails the test at `line`.  Returns 1 when all held.
 static int expect(int line, int code, const char *const *needles, const char *command) {
     char *out = NULL;
-    int rc = test_run(&out, 60, "%s", command);
+    int rc = test_run(&out, 120, "%s", command);
     const char *o = out ? out : "", *missing = NULL;
     for (const char *const *n = needles; !missing && *n; n++)
         if (!strstr(o, *n)) missing = *n;
@@ -444,11 +444,13 @@ TEST(badinput_zero_trainers_or_servers) {
     EXPECT(2, cmd("%s train %s " TINY " --mode sync --trainers 30", test_bin(), d), "--trainers 30: more trainers than samples");
 }
 
-// A cache of one row cannot hold a batch: the planner's error names the minimum; no hang.
+// A cache of one row cannot hold a batch: the planner's error names the minimum; no hang (the
+// timeouts of the multi-rank tests are generous: under ASan on a loaded 2-core machine a job that
+// fails at start-up takes over 30 s, and 124 is what a hang would give).
 TEST(badinput_cache_of_one_row) {
     const char *d = dataset("d.bin", 2000);
     char *out = NULL;
-    int rc = test_run(&out, 60, "%s %s train %s " TINY " --mode bagpipe --trainers 2 --servers 1 --cache-rows 1 --iters 5",
+    int rc = test_run(&out, 180, "%s %s train %s " TINY " --mode bagpipe --trainers 2 --servers 1 --cache-rows 1 --iters 5",
                       dist_test_env(), test_bin(), d);
     ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "cache too small");
@@ -463,12 +465,12 @@ TEST(badinput_lookahead_zero) {
     const char *d = dataset("d.bin", 2000);
     const char *dir = test_tmpdir();
     char *out = NULL;
-    int rc = test_run(&out, 90, "%s %s train %s " TINY " --mode bagpipe --trainers 2 --servers 1 --cache-rows 200 "
+    int rc = test_run(&out, 180, "%s %s train %s " TINY " --mode bagpipe --trainers 2 --servers 1 --cache-rows 200 "
                       "--lookahead 0 --iters 40 --save %s/w0", dist_test_env(), test_bin(), d, dir);
     ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "lookahead 0");
     free(out);
-    rc = test_run(&out, 90, "%s %s train %s " TINY " --mode sync --trainers 2 --servers 1 --iters 40 --save %s/sync",
+    rc = test_run(&out, 180, "%s %s train %s " TINY " --mode sync --trainers 2 --servers 1 --iters 40 --save %s/sync",
                   dist_test_env(), test_bin(), d, dir);
     ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
     free(out);
@@ -514,7 +516,7 @@ static const char peer_src[] =
     "    h[0] = (uint32_t)atoi(argv[1]), h[4] = (uint32_t)atoi(argv[3]), h[5] = (uint32_t)atoi(argv[4]);\n"
     "    buf[3] = 7, buf[4] = 3;\n" // keys 7, 3: not ascending
     "    MPI_Send(buf, atoi(argv[5]), MPI_BYTE, 1, atoi(argv[2]), MPI_COMM_WORLD);\n"
-    "    sleep(20);\n"
+    "    sleep(150);\n"
     "    return 0;\n"
     "}\n";
 
@@ -542,7 +544,7 @@ TEST(badinput_peer_sends_garbage) {
         {"1 20 0 4 24", "server 0: unexpected message tag 20 from rank 2"},
     };
     for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
-        rc = test_run(&out, 40, "%s mpirun --oversubscribe -np 2 %s train %s " TINY " --mode sync --trainers 1 --servers 1 "
+        rc = test_run(&out, 180, "%s mpirun --oversubscribe -np 2 %s train %s " TINY " --mode sync --trainers 1 --servers 1 "
                       "--iters 5 : -np 1 %s %s", dist_test_env(), test_bin(), d, peer, cases[i].args);
         ASSERT_MSG(rc != 0 && rc != 124, "case '%s': exit %d (124: the job hung):\n%s", cases[i].args, rc, out);
         ASSERT_STR_CONTAINS(out, "rank 1 (server 0)");
