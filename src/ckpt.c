@@ -35,6 +35,31 @@ int ckpt_mkdir(const char *dir) {
     return 0;
 }
 
+int ckpt_dir_check(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return bp_fail(BP_EINVAL, "%s: exists and is not a directory", dir);
+        if (access(dir, W_OK | X_OK) != 0)
+            return bp_fail(BP_EIO, "%s: directory is not writable (%s)", dir, strerror(errno));
+        return 0;
+    }
+    if (errno != ENOENT) return bp_fail(BP_EIO, "%s: %s", dir, strerror(errno));
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/') parent[--n] = 0;
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = 0;
+    else *slash = 0;
+    if (stat(parent, &st) != 0)
+        return bp_fail(BP_EIO, "%s: cannot create: directory '%s' does not exist", dir, parent);
+    if (!S_ISDIR(st.st_mode)) return bp_fail(BP_EIO, "%s: cannot create: '%s' is not a directory", dir, parent);
+    if (access(parent, W_OK | X_OK) != 0)
+        return bp_fail(BP_EIO, "%s: cannot create: directory '%s' is not writable (%s)", dir, parent, strerror(errno));
+    return 0;
+}
+
 int ckpt_write_part(const char *dir, const char *name, const void *const *bufs, const size_t *lens, int n,
                     ckpt_file *out) {
     BP_ASSERT(name_ok(name));

@@ -395,6 +395,8 @@ int cmd_train(int argc, char **argv) {
     }
     const char *data_path = pos[0];
     free(pos);
+    // A model that cannot be saved is refused before training, not after.
+    if (fl.save && (rc = ckpt_dir_check(fl.save))) return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
     if (fl.trainers != 1 || fl.servers != 1)
         return cmd_exit(bp_fail(BP_EUSAGE, "--trainers/--servers: --mode local is one process (use --mode sync)"));

@@ -1,0 +1,554 @@
+// The bad-input table (docs/bad-input.md): one test per row.  Each runs the binary on one kind of
+// hostile input and checks the exit code and the words of the error: the file, line, flag, rank
+// or message kind it names.  Rows covered elsewhere name their tests in the table (a peer that
+// dies: dist_kill_* in tests/test_dist.c; truncated gzip: prep_truncated_gzip_fails_even_with_skip_bad).
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "dist_util.h"
+#include "test.h"
+
+#define TINY "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 --no-eval"
+
+// Runs the command line and checks its exit code and that every needle (a NULL-terminated list)
+// is in its output; on a miss, fails the test at `line`.  Returns 1 when all held.
+static int expect(int line, int code, const char *const *needles, const char *command) {
+    char *out = NULL;
+    int rc = test_run(&out, 120, "%s", command);
+    const char *o = out ? out : "", *missing = NULL;
+    for (const char *const *n = needles; !missing && *n; n++)
+        if (!strstr(o, *n)) missing = *n;
+    int ok = rc == code && !missing;
+    if (!ok)
+        test_fail(__FILE__, line, "`%s`: exit %d (expected %d)%s%s%s, output:\n%s", command, rc, code,
+                  missing ? ", missing '" : "", missing ? missing : "", missing ? "'" : "", o);
+    free(out);
+    return ok;
+}
+#define EXPECT(code, command, ...)                                                                   \
+    do {                                                                                             \
+        const char *const needles_[] = {__VA_ARGS__, NULL};                                          \
+        if (!expect(__LINE__, code, needles_, command)) return;                                      \
+    } while (0)
+
+// A command line in a static rotation of buffers.
+static const char *cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *cmd(const char *fmt, ...) {
+    static char bufs[4][8192];
+    static int k;
+    char *b = bufs[k++ & 3];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b, 8192, fmt, ap);
+    va_end(ap);
+    return b;
+}
+
+static const char *write_file(const char *name, const void *data, size_t n) {
+    const char *path = test_path(name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return path;
+    fwrite(data, 1, n, f);
+    fclose(f);
+    return path;
+}
+
+// A valid Criteo line (label, 13 integers, 26 hex values) for row r.
+static int criteo_line(char *buf, size_t cap, int r) {
+    int n = snprintf(buf, cap, "%d", r & 1);
+    for (int i = 0; i < 13; i++) n += snprintf(buf + n, cap - (size_t)n, "\t%d", (r * 7 + i) % 50);
+    for (int i = 0; i < 26; i++) n += snprintf(buf + n, cap - (size_t)n, "\t%08x", (unsigned)((r % 5) * 977 + i) * 2654435761u);
+    n += snprintf(buf + n, cap - (size_t)n, "\n");
+    return n;
+}
+
+// n good Criteo lines with `bad` (may be NULL) as line bad_at (1-based); returns the path.
+static const char *criteo_file(const char *name, int n, const char *bad, size_t bad_len, int bad_at) {
+    size_t cap = (size_t)n * 400 + bad_len + 16;
+    char *text = malloc(cap);
+    size_t len = 0;
+    for (int r = 1; r <= n; r++) {
+        if (bad && r == bad_at) {
+            memcpy(text + len, bad, bad_len);
+            len += bad_len;
+        } else {
+            len += (size_t)criteo_line(text + len, cap - len, r);
+        }
+    }
+    const char *p = write_file(name, text, len);
+    free(text);
+    return p;
+}
+
+static const char avazu_header[] =
+    "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,device_id,"
+    "device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21\n";
+static const char avazu_row[] = "1,0,14102100,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10\n";
+
+// A small binary dataset (4 dense, tables of 40, 300, 2000 rows).
+static const char *dataset(const char *name, uint64_t rows) {
+    const char *p = test_path(name);
+    if (access(p, R_OK) != 0 && dist_test_dataset(p, rows, 3, 9) != 0) test_fail(__FILE__, __LINE__, "cannot write %s", p);
+    return p;
+}
+
+// Runs as an unprivileged user when root (root reads and writes anything): the prefix for a
+// command line, and the test directory opened to that user.
+static const char *as_user(void) {
+    if (geteuid() != 0) return "";
+    chmod(test_tmpdir(), 0755);
+    return "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Malformed lines
+
+TEST(badinput_criteo_wrong_field_count) {
+    const char bad[] = "1\t2\t3\n";
+    const char *in = criteo_file("fields.tsv", 6, bad, sizeof bad - 1, 4);
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), in),
+           "fields.tsv:4: 3 fields, expected 40", "--skip-bad");
+    ASSERT_TRUE(access(test_path("o.bin"), F_OK) != 0);
+    EXPECT(0, cmd("%s prep --skip-bad -o %s %s", test_bin(), test_path("o.bin"), in), "prep: 5 rows", "bad lines skipped: 1");
+}
+
+TEST(badinput_avazu_bad_field) {
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s1,x,14102100,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10\n%s", avazu_header,
+             avazu_row, avazu_row);
+    const char *in = write_file("click.csv", text, strlen(text));
+    EXPECT(1, cmd("%s prep -q -f avazu -o %s %s", test_bin(), test_path("o.bin"), in), "click.csv:3: click 'x', expected 0 or 1");
+}
+
+TEST(badinput_avazu_without_header) {
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s", avazu_row, avazu_row);
+    const char *in = write_file("nohdr.csv", text, strlen(text));
+    EXPECT(1, cmd("%s prep -q -f avazu -o %s %s", test_bin(), test_path("o.bin"), in),
+           "nohdr.csv:1: unknown column '1' in the header", "expected the Avazu header");
+}
+
+TEST(badinput_text_log_given_to_train) {
+    const char *in = criteo_file("raw.tsv", 3, NULL, 0, 0);
+    EXPECT(1, cmd("%s train %s", test_bin(), in), "raw.tsv", "bagpipe prep");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wrong encodings
+
+TEST(badinput_utf16_text) {
+    // "0\t1..." as UTF-16LE with a byte-order mark: NUL bytes in a text line.
+    char line[512];
+    int n = criteo_line(line, sizeof line, 1);
+    char u16[1100] = {(char)0xff, (char)0xfe};
+    for (int i = 0; i < n; i++) u16[2 + 2 * i] = line[i], u16[3 + 2 * i] = 0;
+    const char *in = write_file("u16.tsv", u16, 2 + 2 * (size_t)n);
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), in), "u16.tsv:1: NUL byte at column",
+           "binary data, expected a text line");
+    const char *hdr = write_file("u16.csv", "\xff\xfei\0d\0,\0", 8);
+    EXPECT(1, cmd("%s prep -q -f avazu -o %s %s", test_bin(), test_path("o.bin"), hdr), "u16.csv:1: unknown column '\\xff\\xfei");
+}
+
+TEST(badinput_non_ascii_category) {
+    char bad[512];
+    int n = criteo_line(bad, sizeof bad, 2);
+    char *c1 = bad;
+    for (int tabs = 0; tabs < 14; c1++)
+        if (*c1 == '\t') tabs++;
+    memcpy(c1, "\xc3\xa9\xe9\xff", 4); // UTF-8 'é', then Latin-1 bytes, in C1
+    const char *in = criteo_file("latin.tsv", 4, bad, (size_t)n, 2);
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), in),
+           "latin.tsv:2: C1 '\\xc3\\xa9\\xe9\\xff", "is not a hex value");
+}
+
+TEST(badinput_utf8_bom) {
+    char text[2048] = "\xef\xbb\xbf";
+    int n = 3;
+    for (int r = 0; r < 3; r++) n += criteo_line(text + n, sizeof text - (size_t)n, r);
+    const char *in = write_file("bom.tsv", text, (size_t)n);
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), in), "bom.tsv:1: label '\\xef\\xbb\\xbf0', expected 0 or 1");
+}
+
+TEST(badinput_crlf_line_ends_accepted) {
+    // Windows line ends are not an error: the dataset is byte for byte the one of the \n file.
+    char text[4096], crlf[4096];
+    int n = 0, m = 0;
+    for (int r = 0; r < 5; r++) n += criteo_line(text + n, sizeof text - (size_t)n, r);
+    for (int i = 0; i < n; i++) {
+        if (text[i] == '\n') crlf[m++] = '\r';
+        crlf[m++] = text[i];
+    }
+    ASSERT_EQ(mkdir(test_path("lf"), 0755), 0);
+    ASSERT_EQ(mkdir(test_path("cr"), 0755), 0);
+    write_file("lf/in.tsv", text, (size_t)n);
+    write_file("cr/in.tsv", crlf, (size_t)m);
+    const char *dir = test_tmpdir(), *bin = test_bin();
+    char cwd[512] = "", bin_abs[1100];
+    if (bin[0] != '/') ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+    snprintf(bin_abs, sizeof bin_abs, "%s%s%s", cwd, cwd[0] ? "/" : "", bin);
+    EXPECT(0, cmd("cd %s/lf && %s prep -o o.bin in.tsv && cd %s/cr && %s prep -o o.bin in.tsv && cmp %s/lf/o.bin %s/cr/o.bin && echo same",
+                  dir, bin_abs, dir, bin_abs, dir, dir), "prep: 5 rows", "same");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Huge fields
+
+TEST(badinput_huge_line) {
+    // A 4 MiB integer field (and a file that is one 4 MiB line with no newline at all).
+    size_t big = 4u << 20;
+    char *bad = malloc(big + 64);
+    memcpy(bad, "0\t", 2);
+    memset(bad + 2, '7', big);
+    memset(bad + 2 + big, '\t', 38);
+    bad[2 + big + 38] = '\n';
+    const char *in = criteo_file("hugeline.tsv", 3, bad, big + 41, 2);
+    const char *one = write_file("oneline.tsv", bad + 2, big);
+    free(bad);
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), in), "hugeline.tsv:2: line longer than 65536 bytes");
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), one), "oneline.tsv:1: line longer than 65536 bytes");
+}
+
+TEST(badinput_huge_numbers_in_fields) {
+    char bad[512] = "0\t999999999999999999999999999999";
+    for (int i = 0; i < 38; i++) strcat(bad, "\t");
+    strcat(bad, "\n");
+    const char *in = criteo_file("bigint.tsv", 3, bad, strlen(bad), 3);
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), in),
+           "bigint.tsv:3: I1 '999999999999999999999999999999' is out of range");
+    char cat[6000] = "0";
+    for (int i = 0; i < 13; i++) strcat(cat, "\t");
+    strcat(cat, "\t");
+    memset(cat + strlen(cat), '1', 5000);
+    for (int i = 0; i < 25; i++) strcat(cat, "\t");
+    strcat(cat, "\n");
+    in = criteo_file("bigcat.tsv", 3, cat, strlen(cat), 2);
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), in), "bigcat.tsv:2: C1 '", "has 5000 hex digits, expected at most 8");
+}
+
+TEST(badinput_huge_flag_values) {
+    const char *d = dataset("d.bin", 500);
+    EXPECT(2, cmd("%s train %s --batch-size 99999999999999999999", test_bin(), d),
+           "--batch-size: expected an integer, got '99999999999999999999'");
+    EXPECT(2, cmd("%s train %s --batch-size 2000000", test_bin(), d), "--batch-size: 2000000 is out of range [1, 1048576]");
+    EXPECT(2, cmd("%s train %s --arch-sparse-feature-size 1000000", test_bin(), d), "--arch-sparse-feature-size: 1000000 is out of range");
+    EXPECT(2, cmd("%s train %s " TINY " --batch-size 100000", test_bin(), d), "--batch-size");
+    EXPECT(2, cmd("%s train %s --learning-rate 1e999", test_bin(), d), "--learning-rate");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Empty files
+
+TEST(badinput_empty_text_input) {
+    const char *e = write_file("empty.tsv", "", 0);
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), e), "empty.tsv: empty input file");
+    EXPECT(1, cmd("%s prep -q -f avazu -o %s %s", test_bin(), test_path("o.bin"), e), "empty.tsv: empty input file");
+}
+
+TEST(badinput_empty_dataset_file) {
+    const char *e = write_file("empty.bin", "", 0);
+    static const char *const cmds[] = {"train", "info", "analyze", "eval --load nowhere"}; // dataset first
+    for (size_t i = 0; i < BP_ARRAY_LEN(cmds); i++)
+        EXPECT(1, cmd("%s %s %s", test_bin(), cmds[i], e), "empty.bin: empty or truncated dataset (0 bytes)");
+}
+
+TEST(badinput_empty_model_manifest) {
+    const char *d = dataset("d.bin", 500);
+    const char *m = test_path("model");
+    ASSERT_EQ(mkdir(m, 0755), 0);
+    write_file("model/MANIFEST", "", 0);
+    EXPECT(1, cmd("%s eval --load %s %s", test_bin(), m, d), "model/MANIFEST");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Directories given as files
+
+TEST(badinput_directory_as_file) {
+    const char *d = dataset("d.bin", 500);
+    const char *dir = test_path("adir");
+    ASSERT_EQ(mkdir(dir, 0755), 0);
+    EXPECT(1, cmd("%s train %s", test_bin(), dir), "adir: is a directory, expected a dataset file");
+    EXPECT(1, cmd("%s info %s", test_bin(), dir), "adir: is a directory, expected a dataset file");
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), dir), "adir: is a directory");
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), dir, criteo_file("g.tsv", 3, NULL, 0, 0)), "adir", "is a directory");
+    EXPECT(1, cmd("%s synth -n 10 -o %s", test_bin(), dir), "adir: is a directory, expected a file name for the dataset");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 2 -m %s", test_bin(), d, dir), "--metrics", "adir: cannot open: Is a directory");
+    EXPECT(1, cmd("%s eval --load %s %s", test_bin(), dir, d), "adir/MANIFEST: no saved model or checkpoint here");
+    // A file where the model directory should be: refused before training.
+    const char *file = write_file("afile", "x", 1);
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 --save %s", test_bin(), d, file), 1);
+    ASSERT_STR_CONTAINS(out, "--save");
+    ASSERT_STR_CONTAINS(out, "afile: exists and is not a directory");
+    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
+    free(out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unreadable paths
+
+TEST(badinput_missing_paths) {
+    const char *d = dataset("d.bin", 500);
+    EXPECT(1, cmd("%s train %s", test_bin(), test_path("missing.bin")), "missing.bin", "No such file or directory");
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), test_path("missing.tsv")),
+           "missing.tsv: cannot open input: No such file or directory");
+    EXPECT(1, cmd("%s eval --load %s %s", test_bin(), test_path("nomodel"), d), "nomodel/MANIFEST");
+}
+
+TEST(badinput_permission_denied) {
+    const char *d = dataset("d.bin", 500);
+    const char *u = as_user();
+    const char *secret = criteo_file("secret.tsv", 3, NULL, 0, 0);
+    ASSERT_EQ(chmod(secret, 0), 0);
+    char sb[600];
+    snprintf(sb, sizeof sb, "%s", test_path("secret.bin"));
+    ASSERT_EQ(test_run(NULL, 10, "cp %s %s && chmod 0 %s", d, sb, sb), 0);
+    const char *pub = test_path("pub");
+    ASSERT_EQ(mkdir(pub, 0777), 0);
+    ASSERT_EQ(chmod(pub, 0777), 0);
+    EXPECT(1, cmd("%s%s prep -q -o %s/o.bin %s", u, test_bin(), pub, secret), "secret.tsv", "Permission denied");
+    EXPECT(1, cmd("%s%s train %s", u, test_bin(), sb), "secret.bin", "Permission denied");
+    EXPECT(1, cmd("%s%s info %s", u, test_bin(), sb), "secret.bin", "Permission denied");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Read-only output locations
+
+TEST(badinput_readonly_output) {
+    const char *d = dataset("d.bin", 500);
+    const char *u = as_user();
+    const char *good = criteo_file("g.tsv", 3, NULL, 0, 0);
+    const char *ro = test_path("ro");
+    ASSERT_EQ(mkdir(ro, 0555), 0);
+    ASSERT_EQ(chmod(ro, 0555), 0); // whatever the umask
+    EXPECT(1, cmd("%s%s prep -q -o %s/o.bin %s", u, test_bin(), ro, good), "ro/o.bin", "is not writable");
+    EXPECT(1, cmd("%s%s synth -n 10 -o %s/s.bin", u, test_bin(), ro), "ro/s.bin", "Permission denied");
+    EXPECT(1, cmd("%s%s train %s " TINY " --iters 2 -m %s/m.jsonl", u, test_bin(), d, ro), "--metrics", "ro/m.jsonl",
+           "Permission denied");
+    // The model directory is checked before training, not after.
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s%s train %s " TINY " --iters 2 --save %s/model", u, test_bin(), d, ro), 1);
+    ASSERT_STR_CONTAINS(out, "--save");
+    ASSERT_STR_CONTAINS(out, "ro/model: cannot create: directory");
+    ASSERT_STR_CONTAINS(out, "is not writable");
+    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
+    free(out);
+    ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 --save %s/no/such/model", test_bin(), d, test_tmpdir()), 1);
+    ASSERT_STR_CONTAINS(out, "no/such/model: cannot create: directory");
+    ASSERT_STR_CONTAINS(out, "does not exist");
+    free(out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Corrupted binary files
+
+// Overwrites one byte of path at offset with 'X' (0x58) or, where it is already 'X', with 'Y'.
+static int damage(const char *path, long offset) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    fseek(f, offset, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, offset, SEEK_SET);
+    fputc(c == 'X' ? 'Y' : 'X', f);
+    return fclose(f);
+}
+
+TEST(badinput_corrupt_dataset) {
+    const char *d = dataset("d.bin", 500);
+    char hdr[600], body[600], cut[600];
+    snprintf(hdr, sizeof hdr, "%s", test_path("hdr.bin"));
+    snprintf(body, sizeof body, "%s", test_path("body.bin"));
+    snprintf(cut, sizeof cut, "%s", test_path("cut.bin"));
+    ASSERT_EQ(test_run(NULL, 10, "cp %s %s && cp %s %s && cp %s %s", d, hdr, d, body, d, cut), 0);
+    struct stat st;
+    ASSERT_EQ(stat(d, &st), 0);
+    ASSERT_EQ(damage(hdr, 40), 0);
+    ASSERT_EQ(damage(body, (long)st.st_size - 10), 0);
+    ASSERT_EQ(truncate(cut, st.st_size - 100), 0);
+    EXPECT(1, cmd("%s info %s", test_bin(), hdr), "hdr.bin: header checksum mismatch (file damaged)");
+    EXPECT(1, cmd("%s train %s", test_bin(), hdr), "hdr.bin: header checksum mismatch (file damaged)");
+    EXPECT(1, cmd("%s info %s", test_bin(), body), "body.bin:", "section checksum mismatch (file damaged)");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 2", test_bin(), body), "body.bin:", "section checksum mismatch");
+    EXPECT(1, cmd("%s info %s", test_bin(), cut), "cut.bin:", "truncated");
+    const char *text = write_file("text.bin", "this is not a dataset\n", 22);
+    EXPECT(1, cmd("%s info %s", test_bin(), text), "text.bin: not a bagpipe binary dataset");
+}
+
+TEST(badinput_corrupt_model) {
+    const char *d = dataset("d.bin", 500);
+    const char *dir = test_tmpdir();
+    ASSERT_EQ(test_run(NULL, 60, "%s train %s " TINY " --iters 2 --save %s/m", test_bin(), d, dir), 0);
+    ASSERT_EQ(test_run(NULL, 10, "for c in edit part cut gone; do cp -r %s/m %s/$c; done", dir, dir), 0);
+    char p[600];
+    snprintf(p, sizeof p, "%s/edit/MANIFEST", dir);
+    size_t len;
+    char *man = dist_test_slurp(p, &len);
+    ASSERT_TRUE(man != NULL);
+    char *at = strstr(man, "set row_stride 4");
+    ASSERT_TRUE(at != NULL);
+    at[15] = '5'; // an edited setting, the end line's checksum left as it was
+    write_file("edit/MANIFEST", man, len);
+    free(man);
+    snprintf(p, sizeof p, "%s/part/emb.bin", dir);
+    ASSERT_EQ(damage(p, 100), 0);
+    ASSERT_EQ(test_run(NULL, 10, "head -c 50 %s/m/MANIFEST > %s/cut/MANIFEST && rm %s/gone/dense.bin", dir, dir, dir), 0);
+    EXPECT(1, cmd("%s eval --load %s/edit %s", test_bin(), dir, d), "edit/MANIFEST: manifest checksum mismatch (file damaged)");
+    EXPECT(1, cmd("%s eval --load %s/part %s", test_bin(), dir, d), "part/emb.bin: checksum mismatch");
+    EXPECT(1, cmd("%s eval --load %s/cut %s", test_bin(), dir, d), "cut/MANIFEST: incomplete manifest (no end line)");
+    EXPECT(1, cmd("%s eval --load %s/gone %s", test_bin(), dir, d), "gone/dense.bin: cannot open: No such file or directory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Absurd flag values
+
+TEST(badinput_negative_and_zero_sizes) {
+    const char *d = dataset("d.bin", 500);
+    static const struct {
+        const char *args, *msg;
+    } cases[] = {
+        {"--batch-size -5", "--batch-size: -5 is out of range [1, 1048576]"},
+        {"--batch-size 0", "--batch-size: 0 is out of range [1, 1048576]"},
+        {"--arch-sparse-feature-size 0", "--arch-sparse-feature-size: 0 is out of range"},
+        {"--arch-mlp-bot 4--8", "--arch-mlp-bot"},
+        {"--epochs 0", "--epochs: 0 is out of range"},
+        {"--iters -3", "--iters: -3 is out of range"},
+        {"--mode bagpipe --cache-rows -3", "--cache-rows: -3 is out of range"},
+        {"--mode bagpipe --cache-rows 0", "--cache-rows: 0 is out of range"},
+        {"--mode bagpipe --lookahead -1", "--lookahead: -1 is out of range [0, 65536]"},
+        {"--mode bagpipe --prefetch -1", "--prefetch: -1 is out of range [0, 255]"},
+        {"--eval-batch-size 0", "--eval-batch-size: 0 is out of range"},
+        {"--threads 0", "--threads: 0 is out of range [1, 256]"},
+        {"--learning-rate -1", "--learning-rate"},
+        {"--batch-size ten", "--batch-size: expected an integer, got 'ten'"},
+        {"--no-such-flag", "unknown flag '--no-such-flag'"},
+        {"--batch-size", "--batch-size"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++)
+        EXPECT(2, cmd("%s train %s %s", test_bin(), d, cases[i].args), cases[i].msg);
+    EXPECT(2, cmd("%s synth -n -1 -o %s", test_bin(), test_path("s.bin")), "--rows");
+    EXPECT(2, cmd("%s prep --max-ind-range -1 -o %s x.tsv", test_bin(), test_path("o.bin")), "--max-ind-range");
+}
+
+TEST(badinput_zero_trainers_or_servers) {
+    const char *d = dataset("d.bin", 500);
+    EXPECT(2, cmd("%s train %s --mode sync --trainers 0", test_bin(), d), "--trainers: 0 is out of range [1, 1024]");
+    EXPECT(2, cmd("%s train %s --mode bagpipe --trainers 0", test_bin(), d), "--trainers: 0 is out of range [1, 1024]");
+    EXPECT(2, cmd("%s train %s --mode sync --servers 0", test_bin(), d), "--servers 0: --mode sync needs at least one server");
+    EXPECT(2, cmd("%s train %s --mode bagpipe --trainers 2 --servers 0", test_bin(), d),
+           "--servers 0: --mode bagpipe needs at least one server");
+    EXPECT(2, cmd("%s train %s --mode sync --trainers 5000", test_bin(), d), "--trainers: 5000 is out of range");
+    EXPECT(2, cmd("%s train %s " TINY " --mode sync --trainers 30", test_bin(), d), "--trainers 30: more trainers than samples");
+}
+
+// A cache of one row cannot hold a batch: the planner's error names the minimum; no hang (the
+// timeouts of the multi-rank tests are generous: under ASan on a loaded 2-core machine a job that
+// fails at start-up takes over 30 s, and 124 is what a hang would give).
+TEST(badinput_cache_of_one_row) {
+    const char *d = dataset("d.bin", 2000);
+    char *out = NULL;
+    int rc = test_run(&out, 180, "%s %s train %s " TINY " --mode bagpipe --trainers 2 --servers 1 --cache-rows 1 --iters 5",
+                      dist_test_env(), test_bin(), d);
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "cache too small");
+    ASSERT_STR_CONTAINS(out, "but the cache holds 1");
+    ASSERT_STR_CONTAINS(out, "the minimum cache size for this batch is");
+    free(out);
+}
+
+// W = 0 is allowed: rows are fetched only for the batch at hand and evicted after it; the model
+// is still the one of mode sync, bit for bit.
+TEST(badinput_lookahead_zero) {
+    const char *d = dataset("d.bin", 2000);
+    const char *dir = test_tmpdir();
+    char *out = NULL;
+    int rc = test_run(&out, 180, "%s %s train %s " TINY " --mode bagpipe --trainers 2 --servers 1 --cache-rows 200 "
+                      "--lookahead 0 --iters 40 --save %s/w0", dist_test_env(), test_bin(), d, dir);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "lookahead 0");
+    free(out);
+    rc = test_run(&out, 180, "%s %s train %s " TINY " --mode sync --trainers 2 --servers 1 --iters 40 --save %s/sync",
+                  dist_test_env(), test_bin(), d, dir);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    free(out);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/w0", dir), snprintf(b, sizeof b, "%s/sync", dir);
+    ASSERT_TRUE(dist_test_same_file(a, b, "emb.bin"));
+    ASSERT_TRUE(dist_test_same_file(a, b, "dense.bin"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mismatched dataset and model
+
+TEST(badinput_model_for_another_dataset) {
+    const char *d = dataset("d.bin", 500);
+    const char *dir = test_tmpdir();
+    ASSERT_EQ(test_run(NULL, 60, "%s train %s " TINY " --iters 2 --save %s/m", test_bin(), d, dir), 0);
+    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300,2001 --dense 4 -n 500 -o %s/rows.bin && "
+                       "%s synth --preset custom --tables 40,300,2000 --dense 5 -n 500 -o %s/dense.bin",
+                       test_bin(), dir, test_bin(), dir), 0);
+    EXPECT(1, cmd("%s eval --load %s/m %s/rows.bin", test_bin(), dir, dir), "table 2 has 2000 rows in the model but 2001 in dataset");
+    EXPECT(1, cmd("%s eval --load %s/m %s/dense.bin", test_bin(), dir, dir),
+           "model expects 4 dense and 3 sparse features", "dense.bin has 5 and 3");
+    EXPECT(2, cmd("%s train %s --arch-mlp-bot 13-8-4 --arch-sparse-feature-size 4", test_bin(), d),
+           "--arch-mlp-bot: first size 13 must equal the dataset's 4 dense features");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A peer that sends garbage
+
+// A stand-in for trainer 0: takes part in the start-up agreement, then sends one malformed
+// message (kind, tag, n, width, byte count from argv) to the server (rank 1) and waits to be
+// stopped.  Compiled with mpicc at test time (it is not part of the test binary).
+static const char peer_src[] =
+    "#include <mpi.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <unistd.h>\n"
+    "int main(int argc, char **argv) {\n"
+    "    int provided, all[64], zero = 0;\n"
+    "    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);\n"
+    "    MPI_Request rq;\n"
+    "    MPI_Iallgather(&zero, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD, &rq);\n"
+    "    MPI_Wait(&rq, MPI_STATUS_IGNORE);\n"
+    "    uint64_t buf[64] = {0};\n"
+    "    uint32_t *h = (uint32_t *)buf;\n"
+    "    h[0] = (uint32_t)atoi(argv[1]), h[4] = (uint32_t)atoi(argv[3]), h[5] = (uint32_t)atoi(argv[4]);\n"
+    "    buf[3] = 7, buf[4] = 3;\n" // keys 7, 3: not ascending
+    "    MPI_Send(buf, atoi(argv[5]), MPI_BYTE, 1, atoi(argv[2]), MPI_COMM_WORLD);\n"
+    "    sleep(150);\n"
+    "    return 0;\n"
+    "}\n";
+
+TEST(badinput_peer_sends_garbage) {
+    if (test_run(NULL, 10, "command -v mpicc") != 0) {
+        test_skip("mpicc not installed: the garbage-sending peer cannot be built");
+        return;
+    }
+    char d[600], peer[600];
+    snprintf(d, sizeof d, "%s", dataset("d.bin", 2000));
+    const char *src = write_file("peer.c", peer_src, sizeof peer_src - 1);
+    snprintf(peer, sizeof peer, "%s", test_path("peer"));
+    char *out = NULL;
+    int rc = test_run(&out, 60, "mpicc -o %s %s", peer, src);
+    ASSERT_MSG(rc == 0, "mpicc failed:\n%s", out);
+    free(out);
+    static const struct {
+        const char *args; // kind tag n width bytes
+        const char *msg;
+    } cases[] = {
+        {"1 1 1000 4 32", "msg: ROW_REQ from rank 2: 1000 entries, at most"},
+        {"1 1 1 4 10", "msg: ROW_REQ from rank 2: 10 bytes, shorter than the header"},
+        {"3 1 1 4 32", "msg: rank 2 sent kind 3 (GRAD_PUSH) under tag ROW_REQ"},
+        {"1 1 2 4 40", "msg: ROW_REQ from rank 2: keys not ascending and unique"},
+        {"1 20 0 4 24", "server 0: unexpected message tag 20 from rank 2"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        rc = test_run(&out, 180, "%s mpirun --oversubscribe -np 2 %s train %s " TINY " --mode sync --trainers 1 --servers 1 "
+                      "--iters 5 : -np 1 %s %s", dist_test_env(), test_bin(), d, peer, cases[i].args);
+        ASSERT_MSG(rc != 0 && rc != 124, "case '%s': exit %d (124: the job hung):\n%s", cases[i].args, rc, out);
+        ASSERT_STR_CONTAINS(out, "rank 1 (server 0)");
+        ASSERT_STR_CONTAINS(out, cases[i].msg);
+        free(out);
+    }
+}
