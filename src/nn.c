@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "nn_pool.h"
 
 // Four floats: the vector every x86-64 (SSE2) and AArch64 (NEON) target has natively, so the
 // compiler keeps these in registers at the project's plain -O2.  Loads and stores go through
@@ -20,6 +21,62 @@ static inline v4f v4_load(const float *p) {
     return v;
 }
 static inline void v4_store(float *p, v4f v) { memcpy(p, &v, sizeof v); }
+
+// ---------------------------------------------------------------------------------------------
+// Matrix products.  C (M, N) = alpha op(A) op(B) + beta C, row-major, through OpenBLAS.  With one
+// thread (nn_threads) that is one sgemm call.  With T > 1 the product is cut into up to T slices of
+// C's rows or columns, each an sgemm on one OpenBLAS thread, run on the pool: every element of C
+// keeps its whole sum over K in one call, so no partial sums are added across threads, and the
+// cut depends only on (T, M, N, K).  OpenBLAS's own threads are switched off for the duration
+// (they would each want all the cores) and back on afterwards.  Cutting the dimension whose other
+// operand is smaller keeps the repacked data small: each slice packs all of the other operand.
+
+enum { GEMM_MIN_SLICE = 32, GEMM_MIN_MACS = 1 << 17 };
+
+typedef struct {
+    int split_rows; // 1: slices of M, 0: slices of N
+    enum CBLAS_TRANSPOSE ta, tb;
+    int M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+} gemm_job;
+
+static void gemm_part(void *ctx, int p, int n) {
+    const gemm_job *g = ctx;
+    const int len = g->split_rows ? g->M : g->N;
+    const int i0 = (int)nn_part_begin(len, p, n), i1 = (int)nn_part_begin(len, p + 1, n);
+    if (i1 == i0) return;
+    if (g->split_rows) {
+        const float *A = g->ta == CblasNoTrans ? g->A + (size_t)i0 * g->lda : g->A + i0;
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, i1 - i0, g->N, g->K, g->alpha, A, g->lda, g->B, g->ldb, g->beta,
+                    g->C + (size_t)i0 * g->ldc, g->ldc);
+    } else {
+        const float *B = g->tb == CblasNoTrans ? g->B + i0 : g->B + (size_t)i0 * g->ldb;
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, g->M, i1 - i0, g->K, g->alpha, g->A, g->lda, B, g->ldb, g->beta,
+                    g->C + i0, g->ldc);
+    }
+}
+
+static int gemm_split = 1;
+void nn_set_gemm_split(int on) { gemm_split = on; }
+
+static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+                 int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    const int T = nn_threads();
+    if (T == 1 || !gemm_split) {
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    gemm_job g = {.split_rows = M > N, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
+                  .ldc = ldc, .alpha = alpha, .beta = beta, .A = A, .B = B, .C = C};
+    int len = g.split_rows ? M : N, parts = BP_MIN(T, len / GEMM_MIN_SLICE);
+    if ((double)M * N * K < (double)GEMM_MIN_MACS * T) parts = 1;
+    if (parts < 1) parts = 1;
+    openblas_set_num_threads(1);
+    nn_pool_run(parts, gemm_part, &g);
+    openblas_set_num_threads(T);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Linear
@@ -36,7 +93,7 @@ void nn_linear_forward(float *y, const float *x, const float *W, const float *b,
         if (!b) memset(y, 0, (size_t)B * OUT * sizeof *y);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, x, IN, W, IN, beta, y, OUT);
+    gemm(CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, x, IN, W, IN, beta, y, OUT);
 }
 
 // db[o] += sum_i dy[i, o], summed in batch order (four columns at a time: the same sums).
@@ -57,10 +114,10 @@ void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const 
         return;
     }
     if (IN > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dy, OUT, x, IN, 1.0f, dW, IN);
+        gemm(CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dy, OUT, x, IN, 1.0f, dW, IN);
     if (db) bias_grad_accumulate(db, dy, B, OUT);
     if (dx && IN > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dy, OUT, W, IN, 0.0f, dx, IN);
+        gemm(CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dy, OUT, W, IN, 0.0f, dx, IN);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -119,10 +176,13 @@ void nn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n) {
 enum { DOT_BLOCK = 16 };
 static inline int pad_block(int n) { return (n + DOT_BLOCK - 1) / DOT_BLOCK * DOT_BLOCK; }
 
-size_t nn_interact_dot_scratch(int F, int D) {
+// One part's scratch: Tt, dTt (D, Kp) and Gs (K, Kp).
+static size_t dot_part_scratch(int F, int D) {
     size_t Kp = (size_t)pad_block(F + 1);
     return 2 * (size_t)D * Kp + (size_t)(F + 1) * Kp;
 }
+
+size_t nn_interact_dot_scratch(int F, int D) { return NN_POOL_MAX * dot_part_scratch(F, D); }
 
 // Tt[d][k] = T_k[d], zero for k in [K, Kp).
 static void interact_transpose(float *Tt, const float *z, const float *emb, int F, int D, int E, int Kp) {
@@ -148,15 +208,29 @@ static inline void dot_block(float *out, const float *a, const float *M, size_t 
     v4_store(out, s0), v4_store(out + 4, s1), v4_store(out + 8, s2), v4_store(out + 12, s3);
 }
 
-void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,
-                             float *scratch) {
-    BP_ASSERT(B >= 0 && F >= 0 && D > 0 && E >= D);
+// The interaction's arguments; parts of the pool take slices of samples, each with its own
+// scratch, so every sample is computed exactly as by one thread.
+typedef struct {
+    float *out, *dz, *demb;
+    const float *dout, *z, *emb;
+    int B, F, D, E;
+    float *scratch;
+} dot_job;
+
+enum { DOT_MIN_SAMPLES = 16 }; // per part
+
+static int dot_parts(int B) { return BP_MAX(1, BP_MIN(nn_threads(), B / DOT_MIN_SAMPLES)); }
+
+static void dot_forward_part(void *ctx, int p, int n) {
+    const dot_job *j = ctx;
+    const int F = j->F, D = j->D, E = j->E;
     const int Kp = pad_block(F + 1), W = nn_interact_dot_width(F, D);
-    float *Tt = scratch; // (D, Kp)
+    float *Tt = j->scratch + (size_t)p * dot_part_scratch(F, D); // (D, Kp)
     float row[DOT_BLOCK];
-    for (int s = 0; s < B; s++) {
-        const float *zs = z + (size_t)s * D, *es = emb + (size_t)s * F * E;
-        float *os = out + (size_t)s * W;
+    const int s1 = (int)nn_part_begin(j->B, p + 1, n);
+    for (int s = (int)nn_part_begin(j->B, p, n); s < s1; s++) {
+        const float *zs = j->z + (size_t)s * D, *es = j->emb + (size_t)s * F * E;
+        float *os = j->out + (size_t)s * W;
         memcpy(os, zs, (size_t)D * sizeof *os);
         interact_transpose(Tt, zs, es, F, D, E, Kp);
         float *pairs = os + D;
@@ -164,14 +238,53 @@ void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B
             const float *Ti = es + (size_t)(i - 1) * E;
             float *dst = pairs + (size_t)i * (i - 1) / 2; // row i holds j = 0..i-1
             for (int c = 0; c < i; c += DOT_BLOCK) {
-                int n = BP_MIN(DOT_BLOCK, i - c);
-                if (n == DOT_BLOCK) {
+                int m = BP_MIN(DOT_BLOCK, i - c);
+                if (m == DOT_BLOCK) {
                     dot_block(dst + c, Ti, Tt + c, (size_t)Kp, D);
                 } else {
                     dot_block(row, Ti, Tt + c, (size_t)Kp, D);
-                    memcpy(dst + c, row, (size_t)n * sizeof *dst);
+                    memcpy(dst + c, row, (size_t)m * sizeof *dst);
                 }
             }
+        }
+    }
+}
+
+void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,
+                             float *scratch) {
+    BP_ASSERT(B >= 0 && F >= 0 && D > 0 && E >= D);
+    dot_job j = {.out = out, .z = z, .emb = emb, .B = B, .F = F, .D = D, .E = E, .scratch = scratch};
+    nn_pool_run(dot_parts(B), dot_forward_part, &j);
+}
+
+static void dot_backward_part(void *ctx, int p, int n) {
+    const dot_job *j = ctx;
+    const int F = j->F, D = j->D, E = j->E;
+    const int K = F + 1, Kp = pad_block(K), W = nn_interact_dot_width(F, D);
+    float *Tt = j->scratch + (size_t)p * dot_part_scratch(F, D); // (D, Kp)
+    float *dTt = Tt + (size_t)D * Kp;                              // (D, Kp)
+    float *Gs = dTt + (size_t)D * Kp;                              // (K, Kp), symmetric in its first K columns
+    const int s1 = (int)nn_part_begin(j->B, p + 1, n);
+    for (int s = (int)nn_part_begin(j->B, p, n); s < s1; s++) {
+        const float *zs = j->z + (size_t)s * D, *es = j->emb + (size_t)s * F * E;
+        const float *ds = j->dout + (size_t)s * W, *dpairs = ds + D;
+        interact_transpose(Tt, zs, es, F, D, E, Kp);
+        for (int i = 0; i < K; i++) {
+            float *gi = Gs + (size_t)i * Kp;
+            const float *src = dpairs + (size_t)i * (i - 1) / 2;
+            if (i > 0) memcpy(gi, src, (size_t)i * sizeof *gi);
+            gi[i] = 0.0f;
+            for (int c = i + 1; c < K; c++) gi[c] = dpairs[(size_t)c * (c - 1) / 2 + i];
+            for (int k = K; k < Kp; k++) gi[k] = 0.0f;
+        }
+        for (int d = 0; d < D; d++)
+            for (int c = 0; c < Kp; c += DOT_BLOCK)
+                dot_block(dTt + (size_t)d * Kp + c, Tt + (size_t)d * Kp, Gs + c, (size_t)Kp, K);
+        float *dzs = j->dz + (size_t)s * D, *des = j->demb + (size_t)s * F * E;
+        for (int d = 0; d < D; d++) {
+            const float *drow = dTt + (size_t)d * Kp;
+            dzs[d] = ds[d] + drow[0];
+            for (int f = 0; f < F; f++) des[(size_t)f * E + d] += drow[f + 1];
         }
     }
 }
@@ -179,32 +292,9 @@ void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B
 void nn_interact_dot_backward(float *dz, float *demb, const float *dout, const float *z, const float *emb, int B,
                               int F, int D, int E, float *scratch) {
     BP_ASSERT(B >= 0 && F >= 0 && D > 0 && E >= D);
-    const int K = F + 1, Kp = pad_block(K), W = nn_interact_dot_width(F, D);
-    float *Tt = scratch;              // (D, Kp)
-    float *dTt = Tt + (size_t)D * Kp; // (D, Kp)
-    float *Gs = dTt + (size_t)D * Kp; // (K, Kp), symmetric in its first K columns
-    for (int s = 0; s < B; s++) {
-        const float *zs = z + (size_t)s * D, *es = emb + (size_t)s * F * E;
-        const float *ds = dout + (size_t)s * W, *dpairs = ds + D;
-        interact_transpose(Tt, zs, es, F, D, E, Kp);
-        for (int i = 0; i < K; i++) {
-            float *gi = Gs + (size_t)i * Kp;
-            const float *src = dpairs + (size_t)i * (i - 1) / 2;
-            if (i > 0) memcpy(gi, src, (size_t)i * sizeof *gi);
-            gi[i] = 0.0f;
-            for (int j = i + 1; j < K; j++) gi[j] = dpairs[(size_t)j * (j - 1) / 2 + i];
-            for (int k = K; k < Kp; k++) gi[k] = 0.0f;
-        }
-        for (int d = 0; d < D; d++)
-            for (int c = 0; c < Kp; c += DOT_BLOCK)
-                dot_block(dTt + (size_t)d * Kp + c, Tt + (size_t)d * Kp, Gs + c, (size_t)Kp, K);
-        float *dzs = dz + (size_t)s * D, *des = demb + (size_t)s * F * E;
-        for (int d = 0; d < D; d++) {
-            const float *drow = dTt + (size_t)d * Kp;
-            dzs[d] = ds[d] + drow[0];
-            for (int f = 0; f < F; f++) des[(size_t)f * E + d] += drow[f + 1];
-        }
-    }
+    dot_job j = {.dz = dz, .demb = demb, .dout = dout, .z = z, .emb = emb, .B = B, .F = F, .D = D, .E = E,
+                 .scratch = scratch};
+    nn_pool_run(dot_parts(B), dot_backward_part, &j);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,16 +361,16 @@ void nn_cross_backward(float *dx0, float *dxl, float *dW, float *db, float *du, 
                        const float *xl, const float *u, const float *W, int B, int d) {
     if (B == 0 || d == 0) return;
     cross_split_grad(du, dx0, dxl, dy, x0, u, (size_t)B * d);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, B, 1.0f, du, d, xl, d, 1.0f, dW, d);
+    gemm(CblasTrans, CblasNoTrans, d, d, B, 1.0f, du, d, xl, d, 1.0f, dW, d);
     bias_grad_accumulate(db, du, B, d);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, d, d, 1.0f, du, d, W, d, 1.0f, dxl, d);
+    gemm(CblasNoTrans, CblasNoTrans, B, d, d, 1.0f, du, d, W, d, 1.0f, dxl, d);
 }
 
 void nn_cross_lowrank_forward(float *y, float *u, float *p, const float *x0, const float *xl, const float *U,
                               const float *V, const float *b, int B, int d, int r) {
     if (B == 0 || d == 0) return;
     BP_ASSERT(r > 0);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, r, d, 1.0f, xl, d, V, r, 0.0f, p, r);
+    gemm(CblasNoTrans, CblasNoTrans, B, r, d, 1.0f, xl, d, V, r, 0.0f, p, r);
     nn_linear_forward(u, p, U, b, B, r, d);
     cross_combine(y, x0, u, xl, (size_t)B * d);
 }
@@ -291,8 +381,8 @@ void nn_cross_lowrank_backward(float *dx0, float *dxl, float *dU, float *dV, flo
     if (B == 0 || d == 0) return;
     cross_split_grad(du, dx0, dxl, dy, x0, u, (size_t)B * d);
     nn_linear_backward(dp, dU, db, du, p, U, B, r, d);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, r, B, 1.0f, xl, d, dp, r, 1.0f, dV, r);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, d, r, 1.0f, dp, r, V, r, 1.0f, dxl, d);
+    gemm(CblasTrans, CblasNoTrans, d, r, B, 1.0f, xl, d, dp, r, 1.0f, dV, r);
+    gemm(CblasNoTrans, CblasTrans, B, d, r, 1.0f, dp, r, V, r, 1.0f, dxl, d);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,8 +12,11 @@
 //     read the same rows;
 //   - input gradients (dx, dz, da) are OVERWRITTEN, except where a function says otherwise (an
 //     input that the model also feeds elsewhere: cross's dx0, wide's ddense).
-// Every kernel is single-threaded except the sgemm calls, which use OpenBLAS's threads; results
-// are bit-identical run to run for a fixed BLAS kernel and thread count.
+// Threads: the thread count is OpenBLAS's (nn_threads(), nn_pool.h; the trainer's --threads).
+// With more than one, each matrix product is cut into slices of its output rows or columns, one
+// single-threaded sgemm each, run on the pool (nn.c explains the cut); the dot interaction is
+// split by samples.  No partial sum is ever added across threads, so results are bit-identical
+// run to run for a fixed BLAS kernel and thread count (the interaction for any thread count).
 //
 // nn_naive_* (nn_naive.c) are straightforward double-precision twins of every kernel with the
 // same conventions; the tests check the float kernels against them and the twins against finite
@@ -22,6 +25,10 @@
 #define BP_NN_H
 
 #include <stddef.h>
+
+// With on = 0, products use OpenBLAS's own threads instead of the slices above (for benchmarks
+// that compare the two; every training mode must run with the same setting).  Default 1.
+void nn_set_gemm_split(int on);
 
 // ---------------------------------------------------------------------------------------------
 // Linear: y = x W^T + b.   x: (B, IN)  W: (OUT, IN)  b: (OUT) or NULL  y: (B, OUT)
@@ -42,7 +49,7 @@ void nn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n); 
 //   out = [z, <T_i, T_j> for i in 1..F, for j in 0..i-1]          (B, D + F(F+1)/2)
 // which is the DLRM reference's order (pairs below the diagonal, no self-interaction).
 //   z: (B, D)  emb: (B, F, E), first D of each row used
-// scratch: nn_interact_dot_scratch(F, D) floats, any content.
+// scratch: nn_interact_dot_scratch(F, D) floats (room for every part of the split), any content.
 size_t nn_interact_dot_scratch(int F, int D);
 static inline int nn_interact_dot_width(int F, int D) { return D + F * (F + 1) / 2; }
 void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,

@@ -9,6 +9,7 @@
 #endif
 
 #include "common.h"
+#include "nn_pool.h"
 
 emb_opt emb_opt_make(emb_opt_kind kind, float lr, int E) {
     return (emb_opt){.kind = kind, .E = E, .lr = lr, .eps = OPT_ADAGRAD_EPS, .initial_acc = 0.0f};
@@ -176,29 +177,21 @@ typedef struct {
     const emb_opt *o;
     emb_table *t;
     const emb_grad *g;
-    int i0, i1;
 } apply_job;
 
-static void *apply_main(void *arg) {
-    apply_job *j = arg;
-    emb_opt_apply_table_range(j->o, j->t, j->g, j->i0, j->i1);
-    return NULL;
+static void apply_part(void *ctx, int p, int n) {
+    const apply_job *j = ctx;
+    emb_opt_apply_table_range(j->o, j->t, j->g, (int)nn_part_begin(j->g->n, p, n),
+                              (int)nn_part_begin(j->g->n, p + 1, n));
 }
 
+// Rows per part below which another thread costs more than it saves.
+enum { APPLY_MIN_PART_ROWS = 512 };
+
 void emb_opt_apply_table(const emb_opt *o, emb_table *t, const emb_grad *g, int nthreads) {
-    if (nthreads > 64) nthreads = 64;
-    if (nthreads < 1 || g->n < 4096) nthreads = 1; // a thread start costs more than small work
-    apply_job jobs[64];
-    pthread_t tid[64];
-    for (int i = 0; i < nthreads; i++)
-        jobs[i] = (apply_job){o, t, g, (int)((int64_t)g->n * i / nthreads),
-                              (int)((int64_t)g->n * (i + 1) / nthreads)};
-    int started = 1;
-    for (int i = 1; i < nthreads; i++, started++)
-        if (pthread_create(&tid[i], NULL, apply_main, &jobs[i])) break;
-    for (int i = started; i < nthreads; i++) apply_main(&jobs[i]);
-    apply_main(&jobs[0]);
-    for (int i = 1; i < started; i++) pthread_join(tid[i], NULL);
+    int n = BP_MIN(BP_MIN(nthreads, NN_POOL_MAX), g->n / APPLY_MIN_PART_ROWS);
+    apply_job j = {o, t, g};
+    nn_pool_run(n < 1 ? 1 : n, apply_part, &j);
 }
 
 // ---------------------------------------------------------------------------------------------

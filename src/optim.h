@@ -54,7 +54,7 @@ void emb_opt_apply_rows(const emb_opt *o, float *const *rows /*(n)*/, const floa
 // Applies entries [i0, i1) of a coalesced gradient to a local table; the keys are unique, so
 // disjoint entry ranges may run on different threads at once.
 void emb_opt_apply_table_range(const emb_opt *o, emb_table *t, const emb_grad *g, int i0, int i1);
-// The whole gradient with nthreads threads (1: this thread only).
+// The whole gradient in up to nthreads parts on the pool (nn_pool.h; 1: this thread only).
 void emb_opt_apply_table(const emb_opt *o, emb_table *t, const emb_grad *g, int nthreads);
 
 // ---------------------------------------------------------------------------------------------
