@@ -40,13 +40,23 @@ typedef struct {
     float alpha, beta;
     const float *A, *B;
     float *C;
+    const float *bias; // (N) or NULL: C's rows start as bias (beta = 1), filled slice by slice
 } gemm_job;
+
+// C[i0..i1, j0..j1) = bias[j0..j1) on every row.
+static void fill_bias(float *C, int ldc, const float *bias, int i0, int i1, int j0, int j1) {
+    for (int i = i0; i < i1; i++) memcpy(C + (size_t)i * ldc + j0, bias + j0, (size_t)(j1 - j0) * sizeof *C);
+}
 
 static void gemm_part(void *ctx, int p, int n) {
     const gemm_job *g = ctx;
     const int len = g->split_rows ? g->M : g->N;
     const int i0 = (int)nn_part_begin(len, p, n), i1 = (int)nn_part_begin(len, p + 1, n);
     if (i1 == i0) return;
+    if (g->bias) {
+        if (g->split_rows) fill_bias(g->C, g->ldc, g->bias, i0, i1, 0, g->N);
+        else fill_bias(g->C, g->ldc, g->bias, 0, g->M, i0, i1);
+    }
     if (g->split_rows) {
         const float *A = g->ta == CblasNoTrans ? g->A + (size_t)i0 * g->lda : g->A + i0;
         cblas_sgemm(CblasRowMajor, g->ta, g->tb, i1 - i0, g->N, g->K, g->alpha, A, g->lda, g->B, g->ldb, g->beta,
@@ -61,15 +71,19 @@ static void gemm_part(void *ctx, int p, int n) {
 static int gemm_split = 1;
 void nn_set_gemm_split(int on) { gemm_split = on; }
 
-static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
-                 int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+// With bias (N), C's rows are first set to bias and beta must be 1.
+static void gemm_bias(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                      const float *bias) {
+    BP_ASSERT(!bias || beta == 1.0f);
     const int T = nn_threads();
     if (T == 1 || !gemm_split) {
+        if (bias) fill_bias(C, ldc, bias, 0, M, 0, N);
         cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     gemm_job g = {.split_rows = M > N, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
-                  .ldc = ldc, .alpha = alpha, .beta = beta, .A = A, .B = B, .C = C};
+                  .ldc = ldc, .alpha = alpha, .beta = beta, .A = A, .B = B, .C = C, .bias = bias};
     int len = g.split_rows ? M : N, parts = BP_MIN(T, len / GEMM_MIN_SLICE);
     if ((double)M * N * K < (double)GEMM_MIN_MACS * T) parts = 1;
     if (parts < 1) parts = 1;
@@ -78,32 +92,70 @@ static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
     openblas_set_num_threads(T);
 }
 
+static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+                 int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    gemm_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Linear
 
 void nn_linear_forward(float *y, const float *x, const float *W, const float *b, int B, int IN, int OUT) {
     BP_ASSERT(B >= 0 && IN >= 0 && OUT >= 0);
     if (B == 0 || OUT == 0) return;
-    float beta = 0.0f;
-    if (b) {
-        for (int i = 0; i < B; i++) memcpy(y + (size_t)i * OUT, b, (size_t)OUT * sizeof *y);
-        beta = 1.0f;
-    }
     if (IN == 0) {
-        if (!b) memset(y, 0, (size_t)B * OUT * sizeof *y);
+        if (b) fill_bias(y, OUT, b, 0, B, 0, OUT);
+        else memset(y, 0, (size_t)B * OUT * sizeof *y);
         return;
     }
-    gemm(CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, x, IN, W, IN, beta, y, OUT);
+    gemm_bias(CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, x, IN, W, IN, b ? 1.0f : 0.0f, y, OUT, b);
 }
 
-// db[o] += sum_i dy[i, o], summed in batch order (four columns at a time: the same sums).
-static void bias_grad_accumulate(float *db, const float *dy, int B, int OUT) {
+// db[o] += sum_i dy[i, o] for o in [o0, o1), summed in batch order (four columns at a time: the
+// same sums).
+static void bias_grad_range(float *db, const float *dy, int B, int OUT, int o0, int o1) {
     for (int i = 0; i < B; i++) {
         const float *row = dy + (size_t)i * OUT;
-        int o = 0;
-        for (; o + 4 <= OUT; o += 4) v4_store(db + o, v4_load(db + o) + v4_load(row + o));
-        for (; o < OUT; o++) db[o] += row[o];
+        int o = o0;
+        for (; o + 4 <= o1; o += 4) v4_store(db + o, v4_load(db + o) + v4_load(row + o));
+        for (; o < o1; o++) db[o] += row[o];
     }
+}
+
+// Elementwise work and column sums are split over the pool in parts of at least this many floats
+// (each float's arithmetic is the same whichever part computes it).
+enum { ELEM_MIN_PART = 1 << 15, ELEM_ALIGN = 16 };
+
+static int elem_parts(size_t n) {
+    size_t by_size = n / ELEM_MIN_PART;
+    int p = (int)BP_MIN((size_t)nn_threads(), by_size);
+    return p < 1 ? 1 : p;
+}
+
+// Part p of n of [0, len), with inner bounds on multiples of ELEM_ALIGN.
+static void elem_range(size_t len, int p, int n, size_t *i0, size_t *i1) {
+    size_t blocks = (len + ELEM_ALIGN - 1) / ELEM_ALIGN;
+    *i0 = BP_MIN(len, (size_t)nn_part_begin((long)blocks, p, n) * ELEM_ALIGN);
+    *i1 = BP_MIN(len, (size_t)nn_part_begin((long)blocks, p + 1, n) * ELEM_ALIGN);
+}
+
+typedef struct {
+    float *db;
+    const float *dy;
+    int B, OUT;
+} bias_job;
+
+static void bias_grad_part(void *ctx, int p, int n) {
+    const bias_job *j = ctx;
+    size_t o0, o1;
+    elem_range((size_t)j->OUT, p, n, &o0, &o1);
+    bias_grad_range(j->db, j->dy, j->B, j->OUT, (int)o0, (int)o1);
+}
+
+static void bias_grad_accumulate(float *db, const float *dy, int B, int OUT) {
+    bias_job j = {db, dy, B, OUT};
+    int parts = BP_MIN(elem_parts((size_t)B * OUT), (OUT + ELEM_ALIGN - 1) / ELEM_ALIGN);
+    nn_pool_run(parts < 1 ? 1 : parts, bias_grad_part, &j);
 }
 
 void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
@@ -127,8 +179,7 @@ void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const 
 // per value mispredicts half the time (it made ReLU a quarter of a DLRM step).
 typedef int32_t v4i __attribute__((vector_size(16)));
 
-void nn_relu_forward(float *y, const float *x, size_t n) {
-    size_t i = 0;
+static void relu_forward_range(float *y, const float *x, size_t i, size_t n) {
     for (; i + 4 <= n; i += 4) {
         v4f v = v4_load(x + i);
         v4i keep = ~(v < 0.0f); // NaN and -0 pass through, as in the scalar tail
@@ -137,13 +188,42 @@ void nn_relu_forward(float *y, const float *x, size_t n) {
     for (; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
-void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
-    size_t i = 0;
+static void relu_backward_range(float *dx, const float *dy, const float *y, size_t i, size_t n) {
     for (; i + 4 <= n; i += 4) {
         v4i on = v4_load(y + i) > 0.0f;
         v4_store(dx + i, (v4f)((v4i)v4_load(dy + i) & on));
     }
     for (; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+typedef struct {
+    float *out;
+    const float *a, *b; // forward: a = x; backward: a = dy, b = y
+    size_t n;
+} relu_job;
+
+static void relu_forward_part(void *ctx, int p, int n) {
+    const relu_job *j = ctx;
+    size_t i0, i1;
+    elem_range(j->n, p, n, &i0, &i1);
+    relu_forward_range(j->out, j->a, i0, i1);
+}
+
+static void relu_backward_part(void *ctx, int p, int n) {
+    const relu_job *j = ctx;
+    size_t i0, i1;
+    elem_range(j->n, p, n, &i0, &i1);
+    relu_backward_range(j->out, j->a, j->b, i0, i1);
+}
+
+void nn_relu_forward(float *y, const float *x, size_t n) {
+    relu_job j = {y, x, NULL, n};
+    nn_pool_run(elem_parts(n), relu_forward_part, &j);
+}
+
+void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
+    relu_job j = {dx, dy, y, n};
+    nn_pool_run(elem_parts(n), relu_backward_part, &j);
 }
 
 void nn_sigmoid_forward(float *y, const float *x, size_t n) {

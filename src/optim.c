@@ -210,8 +210,8 @@ void dense_opt_state_init(const dense_opt *o, float *state, size_t n) {
     for (size_t i = 0; i < dense_opt_state_floats(o, n); i++) state[i] = o->initial_acc;
 }
 
-void dense_opt_step(const dense_opt *o, float *restrict params, const float *restrict grads,
-                    float *restrict state, size_t n) {
+static void dense_step_range(const dense_opt *o, float *restrict params, const float *restrict grads,
+                             float *restrict state, size_t n) {
     const float lr = o->lr, wd = o->weight_decay, eps = o->eps;
     size_t i = 0;
     switch (o->kind) {
@@ -245,4 +245,30 @@ void dense_opt_step(const dense_opt *o, float *restrict params, const float *res
         return;
     }
     BP_ASSERTF(0, "optim: unknown dense optimizer %d", (int)o->kind);
+}
+
+// The slab is cut over the pool (nn_pool.h) into parts of at least DENSE_MIN_PART floats, on
+// multiples of 16: every float's update is the same whichever part makes it.
+enum { DENSE_MIN_PART = 1 << 16, DENSE_ALIGN = 16 };
+
+typedef struct {
+    const dense_opt *o;
+    float *params, *state;
+    const float *grads;
+    size_t n;
+} dense_job;
+
+static void dense_part(void *ctx, int p, int n) {
+    const dense_job *j = ctx;
+    size_t blocks = (j->n + DENSE_ALIGN - 1) / DENSE_ALIGN;
+    size_t i0 = BP_MIN(j->n, (size_t)nn_part_begin((long)blocks, p, n) * DENSE_ALIGN);
+    size_t i1 = BP_MIN(j->n, (size_t)nn_part_begin((long)blocks, p + 1, n) * DENSE_ALIGN);
+    dense_step_range(j->o, j->params + i0, j->grads + i0, j->state ? j->state + i0 : NULL, i1 - i0);
+}
+
+void dense_opt_step(const dense_opt *o, float *params, const float *grads, float *state, size_t n) {
+    BP_ASSERT(o->kind == DENSE_OPT_SGD || state || n == 0);
+    int parts = (int)BP_MIN((size_t)nn_threads(), n / DENSE_MIN_PART);
+    dense_job j = {o, params, state, grads, n};
+    nn_pool_run(parts < 1 ? 1 : parts, dense_part, &j);
 }

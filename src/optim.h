@@ -75,7 +75,8 @@ dense_opt dense_opt_make(dense_opt_kind kind, float lr);
 size_t dense_opt_state_floats(const dense_opt *o, size_t n);
 void dense_opt_state_init(const dense_opt *o, float *state, size_t n);
 // One step: params (n), grads (n), state (dense_opt_state_floats; NULL for SGD).  Element-wise,
-// so a slab may be split into ranges across threads.
+// so a slab may be split into ranges across threads; a big one is, over nn_threads() threads of
+// the pool (nn_pool.h), with the same result.
 void dense_opt_step(const dense_opt *o, float *params, const float *grads, float *state, size_t n);
 
 #endif

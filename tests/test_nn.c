@@ -489,6 +489,9 @@ TEST(nn_threads_kernels_match_naive) {
     t = linear_case(100, 40, 150); // forward by columns, dW (transposed A) and dx by rows
     t.skip_fd = 1;
     ASSERT_TRUE(lc_run(&t, 32) == 0);
+    t = linear_case(300, 20, 300); // bias gradient and the bias fill split too
+    t.skip_fd = 1;
+    ASSERT_TRUE(lc_run(&t, 38) == 0);
     ASSERT_TRUE(cross_case_run(40, 129, 1, 33) == 0);
     ASSERT_TRUE(crlr_case_run(200, 120, 40, 1, 34) == 0);
     ASSERT_TRUE(dot_case_run(50, 26, 16, 16, 1, 35) == 0);
@@ -529,6 +532,20 @@ TEST(nn_threads_bit_identity) {
         nn_linear_forward(y[k], x, Wt, NULL, B, IN, OUT);
     }
     ASSERT_TRUE(memcmp(y[0], y[1], B * OUT * sizeof(float)) == 0);
+    // ReLU split into parts: the same as one thread, including the tail past the last block.
+    const size_t n = 200003;
+    float *a = malloc(n * sizeof(float)), *r[2], *dr[2];
+    for (size_t i = 0; i < n; i++) a[i] = bp_rng_uniformf(&rng) - 0.5f;
+    for (int k = 0; k < 2; k++) {
+        openblas_set_num_threads(k ? 3 : 1);
+        r[k] = malloc(n * sizeof(float)), dr[k] = malloc(n * sizeof(float));
+        nn_relu_forward(r[k], a, n);
+        nn_relu_backward(dr[k], a, r[k], n);
+    }
+    ASSERT_TRUE(memcmp(r[0], r[1], n * sizeof(float)) == 0);
+    ASSERT_TRUE(memcmp(dr[0], dr[1], n * sizeof(float)) == 0);
+    for (size_t i = 0; i < n; i++) ASSERT_TRUE(r[1][i] == (a[i] < 0 ? 0.0f : a[i]) && dr[1][i] == (a[i] > 0 ? a[i] : 0.0f));
+    free(a), free(r[0]), free(r[1]), free(dr[0]), free(dr[1]);
     openblas_set_num_threads(1);
     for (int k = 0; k < 3; k++) free(out[k]), free(dz[k]), free(demb[k]);
     free(y[0]), free(y[1]), free(z), free(emb), free(dout), free(scratch), free(x), free(Wt);
