@@ -22,7 +22,6 @@
 #include "cli.h"
 #include "common.h"
 #include "nn.h"
-#include "nn_pool.h"
 #include "train.h"
 
 enum { ST_GATHER, ST_BOT_F, ST_INT_F, ST_TOP_F, ST_LOSS, ST_ZERO, ST_TOP_B, ST_INT_B, ST_BOT_B, ST_DOPT,

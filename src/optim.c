@@ -9,7 +9,7 @@
 #endif
 
 #include "common.h"
-#include "nn_pool.h"
+#include "nn.h"
 
 emb_opt emb_opt_make(emb_opt_kind kind, float lr, int E) {
     return (emb_opt){.kind = kind, .E = E, .lr = lr, .eps = OPT_ADAGRAD_EPS, .initial_acc = 0.0f};
@@ -247,7 +247,7 @@ static void dense_step_range(const dense_opt *o, float *restrict params, const f
     BP_ASSERTF(0, "optim: unknown dense optimizer %d", (int)o->kind);
 }
 
-// The slab is cut over the pool (nn_pool.h) into parts of at least DENSE_MIN_PART floats, on
+// The slab is cut over the pool (nn.h) into parts of at least DENSE_MIN_PART floats, on
 // multiples of 16: every float's update is the same whichever part makes it.
 enum { DENSE_MIN_PART = 1 << 16, DENSE_ALIGN = 16 };
 

@@ -24,7 +24,7 @@
 #include "launch.h"
 #include "metric.h"
 #include "model.h"
-#include "nn_pool.h"
+#include "nn.h"
 #include "optim.h"
 #include "progress.h"
 #include "train.h"

@@ -6,7 +6,6 @@
 
 #include "common.h"
 #include "nn.h"
-#include "nn_pool.h"
 #include "test.h"
 
 // A layer under test: up to 8 variables (inputs and parameters), each with a gradient that the
