@@ -40,7 +40,7 @@ enum { SPIN_ROUNDS = 1 << 13 };
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER; // held by the one caller
 static int started;                                            // workers running (under the lock)
 static _Atomic unsigned gen;                                   // job generation
-static _Atomic unsigned pending;                                   // started workers yet to finish
+static _Atomic unsigned pending;                               // started workers yet to finish
 static _Atomic int caller_sleeping;
 static nn_pool_fn job_fn; // the job: written by the caller before gen is bumped
 static void *job_ctx;
@@ -150,7 +150,7 @@ void nn_pool_run(int n, nn_pool_fn fn, void *ctx) {
 // (they would each want all the cores) and back on afterwards.  Cutting the dimension whose other
 // operand is smaller keeps the repacked data small: each slice packs all of the other operand.
 
-enum { GEMM_MIN_SLICE = 32, GEMM_MIN_MACS = 1 << 17 };
+enum { GEMM_MIN_SLICE = 32, GEMM_MIN_MACS = 1 << 19 }; // MACs per slice below which one call is cheaper
 
 typedef struct {
     int split_rows; // 1: slices of M, 0: slices of N
@@ -243,7 +243,7 @@ static void bias_grad_range(float *db, const float *dy, int B, int OUT, int o0, 
 
 // Elementwise work and column sums are split over the pool in parts of at least this many floats
 // (each float's arithmetic is the same whichever part computes it).
-enum { ELEM_MIN_PART = 1 << 15, ELEM_ALIGN = 16 };
+enum { ELEM_MIN_PART = 1 << 17, ELEM_ALIGN = 16 };
 
 static int elem_parts(size_t n) {
     size_t by_size = n / ELEM_MIN_PART;

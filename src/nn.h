@@ -46,6 +46,9 @@ void nn_set_gemm_split(int on);
 // calling thread, part p on worker p (started on first use, then waiting for work: a short spin,
 // then a futex sleep).  One caller at a time: a call from another thread while the pool is busy,
 // or from inside a part, runs its parts one after the other on the calling thread (same results).
+// The kernels themselves expect one thread of a process at a time (the trainer's): a sliced
+// product switches OpenBLAS to one thread while it runs, which another thread's product would
+// read as its thread count.
 #define NN_POOL_MAX 16 // most parts of one run (and threads of the pool, the caller included)
 
 typedef void (*nn_pool_fn)(void *ctx, int part, int nparts);

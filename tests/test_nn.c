@@ -482,17 +482,17 @@ TEST(nn_pool_runs_every_part_once) {
 TEST(nn_threads_kernels_match_naive) {
     openblas_set_num_threads(3);
     ASSERT_EQ(nn_threads(), 3);
-    lcase t = linear_case(70, 129, 65); // forward cut by rows, dW and dx by columns
+    lcase t = linear_case(200, 129, 150); // every product cut by rows (dW with a transposed A)
     t.skip_fd = 1;
     ASSERT_TRUE(lc_run(&t, 31) == 0);
-    t = linear_case(100, 40, 150); // forward by columns, dW (transposed A) and dx by rows
+    t = linear_case(100, 200, 150); // every product cut by columns (forward with a transposed B)
     t.skip_fd = 1;
     ASSERT_TRUE(lc_run(&t, 32) == 0);
-    t = linear_case(300, 20, 300); // bias gradient and the bias fill split too
+    t = linear_case(600, 8, 500); // bias gradient, bias fill and ReLU-sized outputs split too
     t.skip_fd = 1;
     ASSERT_TRUE(lc_run(&t, 38) == 0);
-    ASSERT_TRUE(cross_case_run(40, 129, 1, 33) == 0);
-    ASSERT_TRUE(crlr_case_run(200, 120, 40, 1, 34) == 0);
+    ASSERT_TRUE(cross_case_run(128, 129, 1, 33) == 0);
+    ASSERT_TRUE(crlr_case_run(400, 120, 40, 1, 34) == 0);
     ASSERT_TRUE(dot_case_run(50, 26, 16, 16, 1, 35) == 0);
     ASSERT_TRUE(dot_case_run(70, 5, 3, 4, 1, 36) == 0);
     openblas_set_num_threads(1);
@@ -532,7 +532,7 @@ TEST(nn_threads_bit_identity) {
     }
     ASSERT_TRUE(memcmp(y[0], y[1], B * OUT * sizeof(float)) == 0);
     // ReLU split into parts: the same as one thread, including the tail past the last block.
-    const size_t n = 200003;
+    const size_t n = 400003; // three parts' worth
     float *a = malloc(n * sizeof(float)), *r[2], *dr[2];
     for (size_t i = 0; i < n; i++) a[i] = bp_rng_uniformf(&rng) - 0.5f;
     for (int k = 0; k < 2; k++) {
