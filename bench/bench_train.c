@@ -4,27 +4,126 @@
 // figure is the trainer's own speed.  Prints one JSON line per (batch, threads), the same shape
 // as tools/torch_dlrm_bench.py, so bench/compare_torch.sh can put them side by side.
 //
-//   build/bench/bench_train [ITERS] [BATCHES] [THREADS]      e.g. 50 128,2048 1,2
+//   build/bench/bench_train [ITERS] [BATCHES] [THREADS] [stages,ab]      e.g. 50 128,2048 1,2
+// With "ab", each thread count above 1 is also timed with the products on OpenBLAS's own threads
+// (nn_set_gemm_split(0)), alternating with the default, and printed as impl "bagpipe_blas_threads".
+// With "stages" it also prints, per (batch, threads), the mean milliseconds of each stage of a
+// step (the DLRM dot path of model_forward / model_backward and trainer_step, run stage by stage
+// through the same calls) as one JSON line, in process CPU time: on a loaded machine that counts
+// what this process ran, not the time others held the cores (with 2 threads it also counts a
+// BLAS thread's spinning while it waits for work).
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "common.h"
+#include "nn.h"
 #include "train.h"
+
+enum { ST_GATHER, ST_BOT_F, ST_INT_F, ST_TOP_F, ST_LOSS, ST_ZERO, ST_TOP_B, ST_INT_B, ST_BOT_B, ST_DOPT,
+       ST_COAL, ST_SOPT, ST_N };
+static const char *const st_names[ST_N] = {"gather", "bot_fwd", "interact_fwd", "top_fwd", "loss", "zero_grad",
+                                           "top_bwd", "interact_bwd", "bot_bwd", "dense_opt", "coalesce",
+                                           "sparse_opt"};
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// trainer_step for DLRM with a dot interaction, one stage at a time; adds each stage's seconds to t.
+static void step_stages(trainer *tr, const float *dense, const uint32_t *ids, const uint8_t *label, int B,
+                        double *t) {
+    model *m = &tr->m;
+    const model_config *c = &m->cfg;
+    const float *P = m->params;
+    float *G = m->grads;
+    double t0 = cpu_now(), t1;
+#define LAP(k) (t1 = cpu_now(), t[k] += t1 - t0, t0 = t1)
+    emb_gather(&tr->table, ids, B, tr->emb);
+    LAP(ST_GATHER);
+    const float *x = dense;
+    for (int l = 0; l < m->n_bot; l++) {
+        const model_linear *L = &m->bot[l];
+        nn_linear_forward(m->bot_a[l], x, P + L->W, P + L->b, B, L->in, L->out);
+        nn_relu_forward(m->bot_a[l], m->bot_a[l], (size_t)B * L->out);
+        x = m->bot_a[l];
+    }
+    LAP(ST_BOT_F);
+    nn_interact_dot_forward(m->x_in, x, tr->emb, B, c->F, c->D, c->E, m->scratch);
+    LAP(ST_INT_F);
+    x = m->x_in;
+    for (int l = 0; l < m->n_top; l++) {
+        const model_linear *L = &m->top[l];
+        nn_linear_forward(m->top_a[l], x, P + L->W, P + L->b, B, L->in, L->out);
+        if (l + 1 < m->n_top) nn_relu_forward(m->top_a[l], m->top_a[l], (size_t)B * L->out);
+        x = m->top_a[l];
+    }
+    m->B = B;
+    LAP(ST_TOP_F);
+    bce_with_logits(m->top_a[m->n_top - 1], label, B, 1.0f / (float)B, tr->dlogit);
+    LAP(ST_LOSS);
+    model_zero_grad(m);
+    memset(tr->d_emb, 0, (size_t)B * c->F * c->E * sizeof(float));
+    LAP(ST_ZERO);
+    memcpy(m->top_da[m->n_top - 1], tr->dlogit, (size_t)B * sizeof(float));
+    for (int l = m->n_top - 1; l >= 0; l--) {
+        const model_linear *L = &m->top[l];
+        if (l + 1 < m->n_top) nn_relu_backward(m->top_da[l], m->top_da[l], m->top_a[l], (size_t)B * L->out);
+        nn_linear_backward(l ? m->top_da[l - 1] : m->dx_in, G + L->W, G + L->b, m->top_da[l],
+                           l ? m->top_a[l - 1] : m->x_in, P + L->W, B, L->in, L->out);
+    }
+    LAP(ST_TOP_B);
+    const int last = m->n_bot - 1;
+    nn_interact_dot_backward(m->bot_da[last], tr->d_emb, m->dx_in, m->bot_a[last], tr->emb, B, c->F, c->D, c->E,
+                             m->scratch);
+    LAP(ST_INT_B);
+    for (int l = last; l >= 0; l--) {
+        const model_linear *L = &m->bot[l];
+        nn_relu_backward(m->bot_da[l], m->bot_da[l], m->bot_a[l], (size_t)B * L->out);
+        nn_linear_backward(l ? m->bot_da[l - 1] : NULL, G + L->W, G + L->b, m->bot_da[l], l ? m->bot_a[l - 1] : dense,
+                           P + L->W, B, L->in, L->out);
+    }
+    LAP(ST_BOT_B);
+    dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
+    LAP(ST_DOPT);
+    emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, B);
+    LAP(ST_COAL);
+    emb_opt_apply_table(&tr->eopt, &tr->table, &tr->g, nn_threads());
+    LAP(ST_SOPT);
+#undef LAP
+}
 
 static const uint64_t kaggle[26] = {1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
                                     27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572};
+
+// Seconds of the last n - warm of n steps over consecutive batches.
+static double time_steps(trainer *tr, const float *dense, const uint32_t *ids, const uint8_t *lab, int B, int n,
+                         int warm) {
+    const int F = tr->m.cfg.F, Nd = tr->m.cfg.Nd;
+    double t0 = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == warm) t0 = bp_now();
+        size_t r = (size_t)i * B;
+        trainer_step(tr, dense + r * Nd, ids + r * F, lab + r, B);
+    }
+    return bp_now() - t0;
+}
 
 int main(int argc, char **argv) {
     int iters = argc > 1 ? atoi(argv[1]) : 50, warm = 5;
     uint64_t bl[8], tl[8];
     int nb = cli_parse_u64_list("batches", argc > 2 ? argv[2] : "128,2048", bl, 8);
     int nt = cli_parse_u64_list("threads", argc > 3 ? argv[3] : "1,2", tl, 8);
-    if (nb <= 0 || nt <= 0 || iters <= 0) {
-        fprintf(stderr, "usage: bench_train [ITERS] [BATCHES] [THREADS]\n");
+    const char *mode = argc > 4 ? argv[4] : "";
+    int stages = strstr(mode, "stages") != NULL, ab = strstr(mode, "ab") != NULL;
+    if (nb <= 0 || nt <= 0 || iters <= 0 || (argc > 4 && !stages && !ab)) {
+        fprintf(stderr, "usage: bench_train [ITERS] [BATCHES] [THREADS] [stages,ab]\n");
         return 2;
     }
     const int F = 26, Nd = 13;
@@ -68,15 +167,38 @@ int main(int argc, char **argv) {
         int B = (int)bl[bi];
         for (int ti = 0; ti < nt; ti++) {
             openblas_set_num_threads((int)tl[ti]);
-            double t0 = 0;
-            for (int i = 0; i < n; i++) {
-                if (i == warm) t0 = bp_now();
-                size_t r = (size_t)i * B;
-                trainer_step(&tr, dense + r * Nd, ids + r * F, lab + r, B);
+            // With "ab" and T > 1: best of two alternating runs with the products cut into
+            // single-threaded slices (the default) and with OpenBLAS's own threads.
+            int variants = ab && tl[ti] > 1 ? 2 : 1;
+            double best[2] = {1e30, 1e30};
+            for (int round = 0; round < (variants > 1 ? 2 : 1); round++)
+                for (int v = 0; v < variants; v++) {
+                    nn_set_gemm_split(v == 0);
+                    double dt = time_steps(&tr, dense, ids, lab, B, n, warm);
+                    best[v] = BP_MIN(best[v], dt);
+                }
+            nn_set_gemm_split(1);
+            for (int v = 0; v < variants; v++) {
+                double dt = best[v];
+                printf("{\"impl\":\"%s\",\"batch\":%d,\"threads\":%d,\"samples_per_s\":%.1f,\"ms_per_iter\":%.3f,"
+                       "\"blas\":\"%s\"}\n", v ? "bagpipe_blas_threads" : "bagpipe", B, (int)tl[ti], (double)iters * B / dt,
+                       1000 * dt / iters, openblas_get_corename());
             }
-            double dt = bp_now() - t0;
-            printf("{\"impl\":\"bagpipe\",\"batch\":%d,\"threads\":%d,\"samples_per_s\":%.1f,\"ms_per_iter\":%.3f,"
-                   "\"blas\":\"%s\"}\n", B, (int)tl[ti], (double)iters * B / dt, 1000 * dt / iters, openblas_get_corename());
+            fflush(stdout);
+            if (!stages) continue;
+            double t[ST_N] = {0};
+            for (int i = 0; i < n; i++) {
+                if (i == warm) memset(t, 0, sizeof t);
+                size_t r = (size_t)i * B;
+                step_stages(&tr, dense + r * Nd, ids + r * F, lab + r, B, t);
+            }
+            double total = 0;
+            printf("{\"stages_ms\":{\"batch\":%d,\"threads\":%d", B, (int)tl[ti]);
+            for (int k = 0; k < ST_N; k++) {
+                printf(",\"%s\":%.3f", st_names[k], 1000 * t[k] / iters);
+                total += t[k];
+            }
+            printf(",\"total\":%.3f}}\n", 1000 * total / iters);
             fflush(stdout);
         }
     }

@@ -23,4 +23,11 @@ for B in sorted({k[1] for k in best}):
     b = max(v for k, v in best.items() if k[0] == "bagpipe" and k[1] == B)
     t = max(v for k, v in best.items() if k[0] == "pytorch" and k[1] == B)
     print(f"| {B} | {b:.0f} | {t:.0f} | {b/t:.2f}x |")
+print("\n| batch | threads | bagpipe best samples/s | PyTorch best samples/s | ratio |")
+print("|---|---|---|---|---|")
+for (impl, B, th), b in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+    if impl != "bagpipe" or ("pytorch", B, th) not in best:
+        continue
+    t = best[("pytorch", B, th)]
+    print(f"| {B} | {th} | {b:.0f} | {t:.0f} | {b/t:.2f}x |")
 '

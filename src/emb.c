@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "nn.h"
 
 // ---------------------------------------------------------------------------------------------
 // Layout
@@ -260,9 +261,7 @@ static void gather_generic(const emb_table *t, const uint32_t *ids, size_t n, fl
     gather_body(t, ids, n, out, t->L.E);
 }
 
-void emb_gather(const emb_table *t, const uint32_t *ids, int B, float *out) {
-    BP_ASSERT(B >= 0);
-    size_t n = (size_t)B * (size_t)t->L.F;
+static void gather_run(const emb_table *t, const uint32_t *ids, size_t n, float *out) {
     switch (t->L.E) {
 #define GATHER_CASE(EC)                                                                       \
     case EC: gather_##EC(t, ids, n, out); break;
@@ -272,15 +271,53 @@ void emb_gather(const emb_table *t, const uint32_t *ids, int B, float *out) {
     }
 }
 
-void emb_gather_rows(const float *const *rows, int n, int E, float *out) {
-    BP_ASSERT(n >= 0 && E >= 1);
+static void gather_rows_run(const float *const *rows, size_t n, int E, float *out) {
     switch (E) {
 #define GATHER_CASE(EC)                                                                       \
-    case EC: gather_rows_##EC(rows, (size_t)n, out); break;
+    case EC: gather_rows_##EC(rows, n, out); break;
         EMB_SPECIALISED(GATHER_CASE)
 #undef GATHER_CASE
-    default: gather_rows_body(rows, (size_t)n, out, E);
+    default: gather_rows_body(rows, n, out, E);
     }
+}
+
+// A gather is split over the pool (nn.h) by whole samples, at least this many rows a part:
+// a copy is a copy whichever thread makes it, and more misses are in flight at once.
+enum { GATHER_MIN_PART_ROWS = 2048 };
+
+typedef struct {
+    const emb_table *t;
+    const float *const *rows;
+    const uint32_t *ids;
+    size_t samples;
+    int F, E;
+    float *out;
+} gather_job;
+
+static void gather_part(void *ctx, int p, int n) {
+    const gather_job *j = ctx;
+    size_t s0 = (size_t)nn_part_begin((long)j->samples, p, n), s1 = (size_t)nn_part_begin((long)j->samples, p + 1, n);
+    size_t r0 = s0 * (size_t)j->F, nr = (s1 - s0) * (size_t)j->F;
+    if (j->t) gather_run(j->t, j->ids + r0, nr, j->out + r0 * (size_t)j->E);
+    else gather_rows_run(j->rows + r0, nr, j->E, j->out + r0 * (size_t)j->E);
+}
+
+static int gather_parts(size_t samples, int F) {
+    size_t by_size = samples * (size_t)F / GATHER_MIN_PART_ROWS;
+    int n = (int)BP_MIN((size_t)nn_threads(), BP_MIN(by_size, samples));
+    return n < 1 ? 1 : n;
+}
+
+void emb_gather(const emb_table *t, const uint32_t *ids, int B, float *out) {
+    BP_ASSERT(B >= 0);
+    gather_job j = {.t = t, .ids = ids, .samples = (size_t)B, .F = t->L.F, .E = t->L.E, .out = out};
+    nn_pool_run(gather_parts((size_t)B, t->L.F), gather_part, &j);
+}
+
+void emb_gather_rows(const float *const *rows, int n, int E, float *out) {
+    BP_ASSERT(n >= 0 && E >= 1);
+    gather_job j = {.rows = rows, .samples = (size_t)n, .F = 1, .E = E, .out = out};
+    nn_pool_run(gather_parts((size_t)n, 1), gather_part, &j);
 }
 
 // ---------------------------------------------------------------------------------------------

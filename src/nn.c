@@ -3,9 +3,14 @@
 #include "nn.h"
 
 #include <cblas.h>
+#include <linux/futex.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -22,31 +27,254 @@ static inline v4f v4_load(const float *p) {
 static inline void v4_store(float *p, v4f v) { memcpy(p, &v, sizeof v); }
 
 // ---------------------------------------------------------------------------------------------
+// Thread pool (contract in nn.h).
+//
+// One job at a time.  The caller publishes (fn, ctx, n), bumps `gen` and runs part 0; every
+// started worker sees the new generation, runs its part if it has one, and counts itself off in
+// `pending` (all started workers do, with a part or without, so no worker can still be reading a
+// finished job when the next one is published).  Waiting on either side spins briefly (a step's
+// jobs come tens of microseconds apart) and then sleeps on a futex.
+
+enum { SPIN_ROUNDS = 1 << 13 };
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER; // held by the one caller
+static int started;                                            // workers running (under the lock)
+static _Atomic unsigned gen;                                   // job generation
+static _Atomic unsigned pending;                               // started workers yet to finish
+static _Atomic int caller_sleeping;
+static nn_pool_fn job_fn; // the job: written by the caller before gen is bumped
+static void *job_ctx;
+static int job_n;
+static unsigned start_gen[NN_POOL_MAX]; // gen when worker i was started
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+// A forked child has none of the workers: it starts its own on first use.
+static void pool_atfork_child(void) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pool_lock = fresh;
+    started = 0;
+    atomic_store(&pending, 0);
+    atomic_store(&caller_sleeping, 0);
+}
+static void pool_atfork_register(void) { pthread_atfork(NULL, NULL, pool_atfork_child); }
+
+static void futex_wait(_Atomic unsigned *addr, unsigned val) {
+    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+static void futex_wake(_Atomic unsigned *addr) {
+    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAKE_PRIVATE, NN_POOL_MAX, NULL, NULL, 0);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void *worker_main(void *arg) {
+    const int id = (int)(intptr_t)arg;
+    unsigned seen = start_gen[id]; // the generation before its first job, read under the lock
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&gen, memory_order_acquire)) == seen) {
+            if (++spins < SPIN_ROUNDS) cpu_relax();
+            else futex_wait(&gen, seen);
+        }
+        seen = g;
+        if (id < job_n) job_fn(job_ctx, id, job_n);
+        // seq_cst on both sides: either the caller sees pending reach 0 or this sees it asleep.
+        if (atomic_fetch_sub(&pending, 1) == 1 && atomic_load(&caller_sleeping))
+            futex_wake(&pending);
+    }
+    return NULL;
+}
+
+int nn_threads(void) {
+    int t = openblas_get_num_threads();
+    return t < 1 ? 1 : t > NN_POOL_MAX ? NN_POOL_MAX : t;
+}
+
+static void run_serial(int n, nn_pool_fn fn, void *ctx) {
+    for (int p = 0; p < n; p++) fn(ctx, p, n);
+}
+
+void nn_pool_run(int n, nn_pool_fn fn, void *ctx) {
+    BP_ASSERT(n >= 1 && n <= NN_POOL_MAX);
+    if (n == 1 || pthread_mutex_trylock(&pool_lock) != 0) {
+        run_serial(n, fn, ctx);
+        return;
+    }
+    pthread_once(&atfork_once, pool_atfork_register);
+    while (started < n - 1) {
+        pthread_t tid;
+        start_gen[started + 1] = atomic_load(&gen);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&tid, &attr, worker_main, (void *)(intptr_t)(started + 1));
+        pthread_attr_destroy(&attr);
+        if (rc) break;
+        started++;
+    }
+    if (started < n - 1) { // no threads to be had: the same parts, here
+        pthread_mutex_unlock(&pool_lock);
+        run_serial(n, fn, ctx);
+        return;
+    }
+    job_fn = fn, job_ctx = ctx, job_n = n;
+    atomic_store_explicit(&pending, (unsigned)started, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gen, 1, memory_order_release);
+    futex_wake(&gen);
+    fn(ctx, 0, n);
+    int spins = 0;
+    unsigned left;
+    while ((left = atomic_load_explicit(&pending, memory_order_acquire)) != 0) {
+        if (++spins < SPIN_ROUNDS) {
+            cpu_relax();
+            continue;
+        }
+        atomic_store(&caller_sleeping, 1);
+        if (atomic_load(&pending) != 0) futex_wait(&pending, left);
+        atomic_store(&caller_sleeping, 0);
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matrix products.  C (M, N) = alpha op(A) op(B) + beta C, row-major, through OpenBLAS.  With one
+// thread (nn_threads) that is one sgemm call.  With T > 1 the product is cut into up to T slices of
+// C's rows or columns, each an sgemm on one OpenBLAS thread, run on the pool: every element of C
+// keeps its whole sum over K in one call, so no partial sums are added across threads, and the
+// cut depends only on (T, M, N, K).  OpenBLAS's own threads are switched off for the duration
+// (they would each want all the cores) and back on afterwards.  Cutting the dimension whose other
+// operand is smaller keeps the repacked data small: each slice packs all of the other operand.
+
+enum { GEMM_MIN_SLICE = 32, GEMM_MIN_MACS = 1 << 19 }; // MACs per slice below which one call is cheaper
+
+typedef struct {
+    int split_rows; // 1: slices of M, 0: slices of N
+    enum CBLAS_TRANSPOSE ta, tb;
+    int M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    const float *bias; // (N) or NULL: C's rows start as bias (beta = 1), filled slice by slice
+} gemm_job;
+
+// C[i0..i1, j0..j1) = bias[j0..j1) on every row.
+static void fill_bias(float *C, int ldc, const float *bias, int i0, int i1, int j0, int j1) {
+    for (int i = i0; i < i1; i++) memcpy(C + (size_t)i * ldc + j0, bias + j0, (size_t)(j1 - j0) * sizeof *C);
+}
+
+static void gemm_part(void *ctx, int p, int n) {
+    const gemm_job *g = ctx;
+    const int len = g->split_rows ? g->M : g->N;
+    const int i0 = (int)nn_part_begin(len, p, n), i1 = (int)nn_part_begin(len, p + 1, n);
+    if (i1 == i0) return;
+    if (g->bias) {
+        if (g->split_rows) fill_bias(g->C, g->ldc, g->bias, i0, i1, 0, g->N);
+        else fill_bias(g->C, g->ldc, g->bias, 0, g->M, i0, i1);
+    }
+    if (g->split_rows) {
+        const float *A = g->ta == CblasNoTrans ? g->A + (size_t)i0 * g->lda : g->A + i0;
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, i1 - i0, g->N, g->K, g->alpha, A, g->lda, g->B, g->ldb, g->beta,
+                    g->C + (size_t)i0 * g->ldc, g->ldc);
+    } else {
+        const float *B = g->tb == CblasNoTrans ? g->B + i0 : g->B + (size_t)i0 * g->ldb;
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, g->M, i1 - i0, g->K, g->alpha, g->A, g->lda, B, g->ldb, g->beta,
+                    g->C + i0, g->ldc);
+    }
+}
+
+static int gemm_split = 1;
+void nn_set_gemm_split(int on) { gemm_split = on; }
+
+// With bias (N), C's rows are first set to bias and beta must be 1.
+static void gemm_bias(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                      const float *bias) {
+    BP_ASSERT(!bias || beta == 1.0f);
+    const int T = nn_threads();
+    if (T == 1 || !gemm_split) {
+        if (bias) fill_bias(C, ldc, bias, 0, M, 0, N);
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    gemm_job g = {.split_rows = M > N, .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
+                  .ldc = ldc, .alpha = alpha, .beta = beta, .A = A, .B = B, .C = C, .bias = bias};
+    int len = g.split_rows ? M : N, parts = BP_MIN(T, len / GEMM_MIN_SLICE);
+    if ((double)M * N * K < (double)GEMM_MIN_MACS * T) parts = 1;
+    if (parts < 1) parts = 1;
+    openblas_set_num_threads(1);
+    nn_pool_run(parts, gemm_part, &g);
+    openblas_set_num_threads(T);
+}
+
+static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+                 int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    gemm_bias(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Linear
 
 void nn_linear_forward(float *y, const float *x, const float *W, const float *b, int B, int IN, int OUT) {
     BP_ASSERT(B >= 0 && IN >= 0 && OUT >= 0);
     if (B == 0 || OUT == 0) return;
-    float beta = 0.0f;
-    if (b) {
-        for (int i = 0; i < B; i++) memcpy(y + (size_t)i * OUT, b, (size_t)OUT * sizeof *y);
-        beta = 1.0f;
-    }
     if (IN == 0) {
-        if (!b) memset(y, 0, (size_t)B * OUT * sizeof *y);
+        if (b) fill_bias(y, OUT, b, 0, B, 0, OUT);
+        else memset(y, 0, (size_t)B * OUT * sizeof *y);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, x, IN, W, IN, beta, y, OUT);
+    gemm_bias(CblasNoTrans, CblasTrans, B, OUT, IN, 1.0f, x, IN, W, IN, b ? 1.0f : 0.0f, y, OUT, b);
 }
 
-// db[o] += sum_i dy[i, o], summed in batch order (four columns at a time: the same sums).
-static void bias_grad_accumulate(float *db, const float *dy, int B, int OUT) {
+// db[o] += sum_i dy[i, o] for o in [o0, o1), summed in batch order (four columns at a time: the
+// same sums).
+static void bias_grad_range(float *db, const float *dy, int B, int OUT, int o0, int o1) {
     for (int i = 0; i < B; i++) {
         const float *row = dy + (size_t)i * OUT;
-        int o = 0;
-        for (; o + 4 <= OUT; o += 4) v4_store(db + o, v4_load(db + o) + v4_load(row + o));
-        for (; o < OUT; o++) db[o] += row[o];
+        int o = o0;
+        for (; o + 4 <= o1; o += 4) v4_store(db + o, v4_load(db + o) + v4_load(row + o));
+        for (; o < o1; o++) db[o] += row[o];
     }
+}
+
+// Elementwise work and column sums are split over the pool in parts of at least this many floats
+// (each float's arithmetic is the same whichever part computes it).
+enum { ELEM_MIN_PART = 1 << 17, ELEM_ALIGN = 16 };
+
+static int elem_parts(size_t n) {
+    size_t by_size = n / ELEM_MIN_PART;
+    int p = (int)BP_MIN((size_t)nn_threads(), by_size);
+    return p < 1 ? 1 : p;
+}
+
+// Part p of n of [0, len), with inner bounds on multiples of ELEM_ALIGN.
+static void elem_range(size_t len, int p, int n, size_t *i0, size_t *i1) {
+    size_t blocks = (len + ELEM_ALIGN - 1) / ELEM_ALIGN;
+    *i0 = BP_MIN(len, (size_t)nn_part_begin((long)blocks, p, n) * ELEM_ALIGN);
+    *i1 = BP_MIN(len, (size_t)nn_part_begin((long)blocks, p + 1, n) * ELEM_ALIGN);
+}
+
+typedef struct {
+    float *db;
+    const float *dy;
+    int B, OUT;
+} bias_job;
+
+static void bias_grad_part(void *ctx, int p, int n) {
+    const bias_job *j = ctx;
+    size_t o0, o1;
+    elem_range((size_t)j->OUT, p, n, &o0, &o1);
+    bias_grad_range(j->db, j->dy, j->B, j->OUT, (int)o0, (int)o1);
+}
+
+static void bias_grad_accumulate(float *db, const float *dy, int B, int OUT) {
+    bias_job j = {db, dy, B, OUT};
+    int parts = BP_MIN(elem_parts((size_t)B * OUT), (OUT + ELEM_ALIGN - 1) / ELEM_ALIGN);
+    nn_pool_run(parts < 1 ? 1 : parts, bias_grad_part, &j);
 }
 
 void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
@@ -57,10 +285,10 @@ void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const 
         return;
     }
     if (IN > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dy, OUT, x, IN, 1.0f, dW, IN);
+        gemm(CblasTrans, CblasNoTrans, OUT, IN, B, 1.0f, dy, OUT, x, IN, 1.0f, dW, IN);
     if (db) bias_grad_accumulate(db, dy, B, OUT);
     if (dx && IN > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dy, OUT, W, IN, 0.0f, dx, IN);
+        gemm(CblasNoTrans, CblasNoTrans, B, IN, OUT, 1.0f, dy, OUT, W, IN, 0.0f, dx, IN);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -70,8 +298,7 @@ void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const 
 // per value mispredicts half the time (it made ReLU a quarter of a DLRM step).
 typedef int32_t v4i __attribute__((vector_size(16)));
 
-void nn_relu_forward(float *y, const float *x, size_t n) {
-    size_t i = 0;
+static void relu_forward_range(float *y, const float *x, size_t i, size_t n) {
     for (; i + 4 <= n; i += 4) {
         v4f v = v4_load(x + i);
         v4i keep = ~(v < 0.0f); // NaN and -0 pass through, as in the scalar tail
@@ -80,13 +307,42 @@ void nn_relu_forward(float *y, const float *x, size_t n) {
     for (; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
-void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
-    size_t i = 0;
+static void relu_backward_range(float *dx, const float *dy, const float *y, size_t i, size_t n) {
     for (; i + 4 <= n; i += 4) {
         v4i on = v4_load(y + i) > 0.0f;
         v4_store(dx + i, (v4f)((v4i)v4_load(dy + i) & on));
     }
     for (; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+typedef struct {
+    float *out;
+    const float *a, *b; // forward: a = x; backward: a = dy, b = y
+    size_t n;
+} relu_job;
+
+static void relu_forward_part(void *ctx, int p, int n) {
+    const relu_job *j = ctx;
+    size_t i0, i1;
+    elem_range(j->n, p, n, &i0, &i1);
+    relu_forward_range(j->out, j->a, i0, i1);
+}
+
+static void relu_backward_part(void *ctx, int p, int n) {
+    const relu_job *j = ctx;
+    size_t i0, i1;
+    elem_range(j->n, p, n, &i0, &i1);
+    relu_backward_range(j->out, j->a, j->b, i0, i1);
+}
+
+void nn_relu_forward(float *y, const float *x, size_t n) {
+    relu_job j = {y, x, NULL, n};
+    nn_pool_run(elem_parts(n), relu_forward_part, &j);
+}
+
+void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
+    relu_job j = {dx, dy, y, n};
+    nn_pool_run(elem_parts(n), relu_backward_part, &j);
 }
 
 void nn_sigmoid_forward(float *y, const float *x, size_t n) {
@@ -119,10 +375,13 @@ void nn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n) {
 enum { DOT_BLOCK = 16 };
 static inline int pad_block(int n) { return (n + DOT_BLOCK - 1) / DOT_BLOCK * DOT_BLOCK; }
 
-size_t nn_interact_dot_scratch(int F, int D) {
+// One part's scratch: Tt, dTt (D, Kp) and Gs (K, Kp).
+static size_t dot_part_scratch(int F, int D) {
     size_t Kp = (size_t)pad_block(F + 1);
     return 2 * (size_t)D * Kp + (size_t)(F + 1) * Kp;
 }
+
+size_t nn_interact_dot_scratch(int F, int D) { return NN_POOL_MAX * dot_part_scratch(F, D); }
 
 // Tt[d][k] = T_k[d], zero for k in [K, Kp).
 static void interact_transpose(float *Tt, const float *z, const float *emb, int F, int D, int E, int Kp) {
@@ -148,15 +407,29 @@ static inline void dot_block(float *out, const float *a, const float *M, size_t 
     v4_store(out, s0), v4_store(out + 4, s1), v4_store(out + 8, s2), v4_store(out + 12, s3);
 }
 
-void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,
-                             float *scratch) {
-    BP_ASSERT(B >= 0 && F >= 0 && D > 0 && E >= D);
+// The interaction's arguments; parts of the pool take slices of samples, each with its own
+// scratch, so every sample is computed exactly as by one thread.
+typedef struct {
+    float *out, *dz, *demb;
+    const float *dout, *z, *emb;
+    int B, F, D, E;
+    float *scratch;
+} dot_job;
+
+enum { DOT_MIN_SAMPLES = 16 }; // per part
+
+static int dot_parts(int B) { return BP_MAX(1, BP_MIN(nn_threads(), B / DOT_MIN_SAMPLES)); }
+
+static void dot_forward_part(void *ctx, int p, int n) {
+    const dot_job *j = ctx;
+    const int F = j->F, D = j->D, E = j->E;
     const int Kp = pad_block(F + 1), W = nn_interact_dot_width(F, D);
-    float *Tt = scratch; // (D, Kp)
+    float *Tt = j->scratch + (size_t)p * dot_part_scratch(F, D); // (D, Kp)
     float row[DOT_BLOCK];
-    for (int s = 0; s < B; s++) {
-        const float *zs = z + (size_t)s * D, *es = emb + (size_t)s * F * E;
-        float *os = out + (size_t)s * W;
+    const int s1 = (int)nn_part_begin(j->B, p + 1, n);
+    for (int s = (int)nn_part_begin(j->B, p, n); s < s1; s++) {
+        const float *zs = j->z + (size_t)s * D, *es = j->emb + (size_t)s * F * E;
+        float *os = j->out + (size_t)s * W;
         memcpy(os, zs, (size_t)D * sizeof *os);
         interact_transpose(Tt, zs, es, F, D, E, Kp);
         float *pairs = os + D;
@@ -164,14 +437,53 @@ void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B
             const float *Ti = es + (size_t)(i - 1) * E;
             float *dst = pairs + (size_t)i * (i - 1) / 2; // row i holds j = 0..i-1
             for (int c = 0; c < i; c += DOT_BLOCK) {
-                int n = BP_MIN(DOT_BLOCK, i - c);
-                if (n == DOT_BLOCK) {
+                int m = BP_MIN(DOT_BLOCK, i - c);
+                if (m == DOT_BLOCK) {
                     dot_block(dst + c, Ti, Tt + c, (size_t)Kp, D);
                 } else {
                     dot_block(row, Ti, Tt + c, (size_t)Kp, D);
-                    memcpy(dst + c, row, (size_t)n * sizeof *dst);
+                    memcpy(dst + c, row, (size_t)m * sizeof *dst);
                 }
             }
+        }
+    }
+}
+
+void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,
+                             float *scratch) {
+    BP_ASSERT(B >= 0 && F >= 0 && D > 0 && E >= D);
+    dot_job j = {.out = out, .z = z, .emb = emb, .B = B, .F = F, .D = D, .E = E, .scratch = scratch};
+    nn_pool_run(dot_parts(B), dot_forward_part, &j);
+}
+
+static void dot_backward_part(void *ctx, int p, int n) {
+    const dot_job *j = ctx;
+    const int F = j->F, D = j->D, E = j->E;
+    const int K = F + 1, Kp = pad_block(K), W = nn_interact_dot_width(F, D);
+    float *Tt = j->scratch + (size_t)p * dot_part_scratch(F, D); // (D, Kp)
+    float *dTt = Tt + (size_t)D * Kp;                              // (D, Kp)
+    float *Gs = dTt + (size_t)D * Kp;                              // (K, Kp), symmetric in its first K columns
+    const int s1 = (int)nn_part_begin(j->B, p + 1, n);
+    for (int s = (int)nn_part_begin(j->B, p, n); s < s1; s++) {
+        const float *zs = j->z + (size_t)s * D, *es = j->emb + (size_t)s * F * E;
+        const float *ds = j->dout + (size_t)s * W, *dpairs = ds + D;
+        interact_transpose(Tt, zs, es, F, D, E, Kp);
+        for (int i = 0; i < K; i++) {
+            float *gi = Gs + (size_t)i * Kp;
+            const float *src = dpairs + (size_t)i * (i - 1) / 2;
+            if (i > 0) memcpy(gi, src, (size_t)i * sizeof *gi);
+            gi[i] = 0.0f;
+            for (int c = i + 1; c < K; c++) gi[c] = dpairs[(size_t)c * (c - 1) / 2 + i];
+            for (int k = K; k < Kp; k++) gi[k] = 0.0f;
+        }
+        for (int d = 0; d < D; d++)
+            for (int c = 0; c < Kp; c += DOT_BLOCK)
+                dot_block(dTt + (size_t)d * Kp + c, Tt + (size_t)d * Kp, Gs + c, (size_t)Kp, K);
+        float *dzs = j->dz + (size_t)s * D, *des = j->demb + (size_t)s * F * E;
+        for (int d = 0; d < D; d++) {
+            const float *drow = dTt + (size_t)d * Kp;
+            dzs[d] = ds[d] + drow[0];
+            for (int f = 0; f < F; f++) des[(size_t)f * E + d] += drow[f + 1];
         }
     }
 }
@@ -179,32 +491,9 @@ void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B
 void nn_interact_dot_backward(float *dz, float *demb, const float *dout, const float *z, const float *emb, int B,
                               int F, int D, int E, float *scratch) {
     BP_ASSERT(B >= 0 && F >= 0 && D > 0 && E >= D);
-    const int K = F + 1, Kp = pad_block(K), W = nn_interact_dot_width(F, D);
-    float *Tt = scratch;              // (D, Kp)
-    float *dTt = Tt + (size_t)D * Kp; // (D, Kp)
-    float *Gs = dTt + (size_t)D * Kp; // (K, Kp), symmetric in its first K columns
-    for (int s = 0; s < B; s++) {
-        const float *zs = z + (size_t)s * D, *es = emb + (size_t)s * F * E;
-        const float *ds = dout + (size_t)s * W, *dpairs = ds + D;
-        interact_transpose(Tt, zs, es, F, D, E, Kp);
-        for (int i = 0; i < K; i++) {
-            float *gi = Gs + (size_t)i * Kp;
-            const float *src = dpairs + (size_t)i * (i - 1) / 2;
-            if (i > 0) memcpy(gi, src, (size_t)i * sizeof *gi);
-            gi[i] = 0.0f;
-            for (int j = i + 1; j < K; j++) gi[j] = dpairs[(size_t)j * (j - 1) / 2 + i];
-            for (int k = K; k < Kp; k++) gi[k] = 0.0f;
-        }
-        for (int d = 0; d < D; d++)
-            for (int c = 0; c < Kp; c += DOT_BLOCK)
-                dot_block(dTt + (size_t)d * Kp + c, Tt + (size_t)d * Kp, Gs + c, (size_t)Kp, K);
-        float *dzs = dz + (size_t)s * D, *des = demb + (size_t)s * F * E;
-        for (int d = 0; d < D; d++) {
-            const float *drow = dTt + (size_t)d * Kp;
-            dzs[d] = ds[d] + drow[0];
-            for (int f = 0; f < F; f++) des[(size_t)f * E + d] += drow[f + 1];
-        }
-    }
+    dot_job j = {.dz = dz, .demb = demb, .dout = dout, .z = z, .emb = emb, .B = B, .F = F, .D = D, .E = E,
+                 .scratch = scratch};
+    nn_pool_run(dot_parts(B), dot_backward_part, &j);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,16 +560,16 @@ void nn_cross_backward(float *dx0, float *dxl, float *dW, float *db, float *du, 
                        const float *xl, const float *u, const float *W, int B, int d) {
     if (B == 0 || d == 0) return;
     cross_split_grad(du, dx0, dxl, dy, x0, u, (size_t)B * d);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, B, 1.0f, du, d, xl, d, 1.0f, dW, d);
+    gemm(CblasTrans, CblasNoTrans, d, d, B, 1.0f, du, d, xl, d, 1.0f, dW, d);
     bias_grad_accumulate(db, du, B, d);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, d, d, 1.0f, du, d, W, d, 1.0f, dxl, d);
+    gemm(CblasNoTrans, CblasNoTrans, B, d, d, 1.0f, du, d, W, d, 1.0f, dxl, d);
 }
 
 void nn_cross_lowrank_forward(float *y, float *u, float *p, const float *x0, const float *xl, const float *U,
                               const float *V, const float *b, int B, int d, int r) {
     if (B == 0 || d == 0) return;
     BP_ASSERT(r > 0);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, r, d, 1.0f, xl, d, V, r, 0.0f, p, r);
+    gemm(CblasNoTrans, CblasNoTrans, B, r, d, 1.0f, xl, d, V, r, 0.0f, p, r);
     nn_linear_forward(u, p, U, b, B, r, d);
     cross_combine(y, x0, u, xl, (size_t)B * d);
 }
@@ -291,8 +580,8 @@ void nn_cross_lowrank_backward(float *dx0, float *dxl, float *dU, float *dV, flo
     if (B == 0 || d == 0) return;
     cross_split_grad(du, dx0, dxl, dy, x0, u, (size_t)B * d);
     nn_linear_backward(dp, dU, db, du, p, U, B, r, d);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, r, B, 1.0f, xl, d, dp, r, 1.0f, dV, r);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, d, r, 1.0f, dp, r, V, r, 1.0f, dxl, d);
+    gemm(CblasTrans, CblasNoTrans, d, r, B, 1.0f, xl, d, dp, r, 1.0f, dV, r);
+    gemm(CblasNoTrans, CblasTrans, B, d, r, 1.0f, dp, r, V, r, 1.0f, dxl, d);
 }
 
 // ---------------------------------------------------------------------------------------------

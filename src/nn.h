@@ -12,8 +12,11 @@
 //     read the same rows;
 //   - input gradients (dx, dz, da) are OVERWRITTEN, except where a function says otherwise (an
 //     input that the model also feeds elsewhere: cross's dx0, wide's ddense).
-// Every kernel is single-threaded except the sgemm calls, which use OpenBLAS's threads; results
-// are bit-identical run to run for a fixed BLAS kernel and thread count.
+// Threads: the thread count is OpenBLAS's (nn_threads(), below; the trainer's --threads).
+// With more than one, each matrix product is cut into slices of its output rows or columns, one
+// single-threaded sgemm each, run on the pool (nn.c explains the cut); the dot interaction is
+// split by samples.  No partial sum is ever added across threads, so results are bit-identical
+// run to run for a fixed BLAS kernel and thread count (the interaction for any thread count).
 //
 // nn_naive_* (nn_naive.c) are straightforward double-precision twins of every kernel with the
 // same conventions; the tests check the float kernels against them and the twins against finite
@@ -22,6 +25,42 @@
 #define BP_NN_H
 
 #include <stddef.h>
+
+// With on = 0, products use OpenBLAS's own threads instead of the slices above (for benchmarks
+// that compare the two; every training mode must run with the same setting).  Default 1.
+void nn_set_gemm_split(int on);
+
+// ---------------------------------------------------------------------------------------------
+// Threads: a small persistent pool for the per-step kernels (sliced products, the per-sample
+// interaction, ReLU and bias sums here; gather and row updates in emb.c, the dense optimizer in
+// optim.c).
+//
+// Thread count.  The trainer's --threads flag sets OpenBLAS's thread count
+// (openblas_set_num_threads); nn_threads() reads it back, so every caller of the kernels gets the
+// same count without another setting.  The kernels split work into parts whose number and bounds
+// depend only on that count and on the shapes, never on which thread runs a part or when: results
+// are bit-identical run to run for a fixed count (and, for work split by samples or by output
+// elements, for any count).
+//
+// nn_pool_run(n, fn, ctx) runs fn(ctx, 0..n-1) and returns when all are done: part 0 on the
+// calling thread, part p on worker p (started on first use, then waiting for work: a short spin,
+// then a futex sleep).  One caller at a time: a call from another thread while the pool is busy,
+// or from inside a part, runs its parts one after the other on the calling thread (same results).
+// The kernels themselves expect one thread of a process at a time (the trainer's): a sliced
+// product switches OpenBLAS to one thread while it runs, which another thread's product would
+// read as its thread count.
+#define NN_POOL_MAX 16 // most parts of one run (and threads of the pool, the caller included)
+
+typedef void (*nn_pool_fn)(void *ctx, int part, int nparts);
+
+// OpenBLAS's thread count, clamped to [1, NN_POOL_MAX].
+int nn_threads(void);
+// Runs fn(ctx, p, n) for p in [0, n), 1 <= n <= NN_POOL_MAX.
+void nn_pool_run(int n, nn_pool_fn fn, void *ctx);
+
+// Part p of n of the range [0, len): [len * p / n, len * (p + 1) / n).
+static inline long nn_part_begin(long len, int p, int n) { return len * p / n; }
+
 
 // ---------------------------------------------------------------------------------------------
 // Linear: y = x W^T + b.   x: (B, IN)  W: (OUT, IN)  b: (OUT) or NULL  y: (B, OUT)
@@ -42,7 +81,7 @@ void nn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n); 
 //   out = [z, <T_i, T_j> for i in 1..F, for j in 0..i-1]          (B, D + F(F+1)/2)
 // which is the DLRM reference's order (pairs below the diagonal, no self-interaction).
 //   z: (B, D)  emb: (B, F, E), first D of each row used
-// scratch: nn_interact_dot_scratch(F, D) floats, any content.
+// scratch: nn_interact_dot_scratch(F, D) floats (room for every part of the split), any content.
 size_t nn_interact_dot_scratch(int F, int D);
 static inline int nn_interact_dot_width(int F, int D) { return D + F * (F + 1) / 2; }
 void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,

@@ -9,6 +9,7 @@
 #endif
 
 #include "common.h"
+#include "nn.h"
 
 emb_opt emb_opt_make(emb_opt_kind kind, float lr, int E) {
     return (emb_opt){.kind = kind, .E = E, .lr = lr, .eps = OPT_ADAGRAD_EPS, .initial_acc = 0.0f};
@@ -176,29 +177,21 @@ typedef struct {
     const emb_opt *o;
     emb_table *t;
     const emb_grad *g;
-    int i0, i1;
 } apply_job;
 
-static void *apply_main(void *arg) {
-    apply_job *j = arg;
-    emb_opt_apply_table_range(j->o, j->t, j->g, j->i0, j->i1);
-    return NULL;
+static void apply_part(void *ctx, int p, int n) {
+    const apply_job *j = ctx;
+    emb_opt_apply_table_range(j->o, j->t, j->g, (int)nn_part_begin(j->g->n, p, n),
+                              (int)nn_part_begin(j->g->n, p + 1, n));
 }
 
+// Rows per part below which another thread costs more than it saves.
+enum { APPLY_MIN_PART_ROWS = 512 };
+
 void emb_opt_apply_table(const emb_opt *o, emb_table *t, const emb_grad *g, int nthreads) {
-    if (nthreads > 64) nthreads = 64;
-    if (nthreads < 1 || g->n < 4096) nthreads = 1; // a thread start costs more than small work
-    apply_job jobs[64];
-    pthread_t tid[64];
-    for (int i = 0; i < nthreads; i++)
-        jobs[i] = (apply_job){o, t, g, (int)((int64_t)g->n * i / nthreads),
-                              (int)((int64_t)g->n * (i + 1) / nthreads)};
-    int started = 1;
-    for (int i = 1; i < nthreads; i++, started++)
-        if (pthread_create(&tid[i], NULL, apply_main, &jobs[i])) break;
-    for (int i = started; i < nthreads; i++) apply_main(&jobs[i]);
-    apply_main(&jobs[0]);
-    for (int i = 1; i < started; i++) pthread_join(tid[i], NULL);
+    int n = BP_MIN(BP_MIN(nthreads, NN_POOL_MAX), g->n / APPLY_MIN_PART_ROWS);
+    apply_job j = {o, t, g};
+    nn_pool_run(n < 1 ? 1 : n, apply_part, &j);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -217,8 +210,8 @@ void dense_opt_state_init(const dense_opt *o, float *state, size_t n) {
     for (size_t i = 0; i < dense_opt_state_floats(o, n); i++) state[i] = o->initial_acc;
 }
 
-void dense_opt_step(const dense_opt *o, float *restrict params, const float *restrict grads,
-                    float *restrict state, size_t n) {
+static void dense_step_range(const dense_opt *o, float *restrict params, const float *restrict grads,
+                             float *restrict state, size_t n) {
     const float lr = o->lr, wd = o->weight_decay, eps = o->eps;
     size_t i = 0;
     switch (o->kind) {
@@ -252,4 +245,30 @@ void dense_opt_step(const dense_opt *o, float *restrict params, const float *res
         return;
     }
     BP_ASSERTF(0, "optim: unknown dense optimizer %d", (int)o->kind);
+}
+
+// The slab is cut over the pool (nn.h) into parts of at least DENSE_MIN_PART floats, on
+// multiples of 16: every float's update is the same whichever part makes it.
+enum { DENSE_MIN_PART = 1 << 16, DENSE_ALIGN = 16 };
+
+typedef struct {
+    const dense_opt *o;
+    float *params, *state;
+    const float *grads;
+    size_t n;
+} dense_job;
+
+static void dense_part(void *ctx, int p, int n) {
+    const dense_job *j = ctx;
+    size_t blocks = (j->n + DENSE_ALIGN - 1) / DENSE_ALIGN;
+    size_t i0 = BP_MIN(j->n, (size_t)nn_part_begin((long)blocks, p, n) * DENSE_ALIGN);
+    size_t i1 = BP_MIN(j->n, (size_t)nn_part_begin((long)blocks, p + 1, n) * DENSE_ALIGN);
+    dense_step_range(j->o, j->params + i0, j->grads + i0, j->state ? j->state + i0 : NULL, i1 - i0);
+}
+
+void dense_opt_step(const dense_opt *o, float *params, const float *grads, float *state, size_t n) {
+    BP_ASSERT(o->kind == DENSE_OPT_SGD || state || n == 0);
+    int parts = (int)BP_MIN((size_t)nn_threads(), n / DENSE_MIN_PART);
+    dense_job j = {o, params, state, grads, n};
+    nn_pool_run(parts < 1 ? 1 : parts, dense_part, &j);
 }

@@ -54,7 +54,7 @@ void emb_opt_apply_rows(const emb_opt *o, float *const *rows /*(n)*/, const floa
 // Applies entries [i0, i1) of a coalesced gradient to a local table; the keys are unique, so
 // disjoint entry ranges may run on different threads at once.
 void emb_opt_apply_table_range(const emb_opt *o, emb_table *t, const emb_grad *g, int i0, int i1);
-// The whole gradient with nthreads threads (1: this thread only).
+// The whole gradient in up to nthreads parts on the pool (nn.h; 1: this thread only).
 void emb_opt_apply_table(const emb_opt *o, emb_table *t, const emb_grad *g, int nthreads);
 
 // ---------------------------------------------------------------------------------------------
@@ -75,7 +75,8 @@ dense_opt dense_opt_make(dense_opt_kind kind, float lr);
 size_t dense_opt_state_floats(const dense_opt *o, size_t n);
 void dense_opt_state_init(const dense_opt *o, float *state, size_t n);
 // One step: params (n), grads (n), state (dense_opt_state_floats; NULL for SGD).  Element-wise,
-// so a slab may be split into ranges across threads.
+// so a slab may be split into ranges across threads; a big one is, over nn_threads() threads of
+// the pool (nn.h), with the same result.
 void dense_opt_step(const dense_opt *o, float *params, const float *grads, float *state, size_t n);
 
 #endif

@@ -25,6 +25,7 @@
 #include "launch.h"
 #include "metric.h"
 #include "model.h"
+#include "nn.h"
 #include "optim.h"
 #include "progress.h"
 #include "train.h"
@@ -80,7 +81,7 @@ double trainer_step(trainer *tr, const float *dense, const uint32_t *ids, const 
     model_backward(m, dense, tr->emb, tr->dlogit, tr->d_emb, NULL);
     dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, B);
-    emb_opt_apply_table(&tr->eopt, &tr->table, &tr->g, 1);
+    emb_opt_apply_table(&tr->eopt, &tr->table, &tr->g, nn_threads());
     return loss / B;
 }
 

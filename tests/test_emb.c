@@ -170,6 +170,37 @@ TEST(emb_gather_matches_naive) {
     }
 }
 
+extern void openblas_set_num_threads(int);
+
+// A gather big enough to be split over the pool (3 threads) gives the naive rows, as one thread.
+TEST(emb_gather_threads_identical) {
+    uint64_t card[3] = {5000, 70, 100000};
+    enum { F = 3, B = 3001 };
+    emb_layout L;
+    ASSERT_OK(make_layout(&L, F, card, 16, 17, 1, 3));
+    emb_table t;
+    ASSERT_OK(emb_table_init(&t, &L, 1));
+    uint32_t *ids = bp_xmalloc((size_t)B * F * sizeof *ids);
+    bp_rng r;
+    bp_rng_seed(&r, 6, 0);
+    for (int i = 0; i < B * F; i++) ids[i] = bp_rng_below(&r, (uint32_t)card[i % F]);
+    size_t n = (size_t)B * F * L.E;
+    float *a = bp_xmalloc(n * sizeof(float)), *b = bp_xmalloc(n * sizeof(float));
+    const float **ptrs = bp_xmalloc((size_t)B * F * sizeof *ptrs);
+    for (int i = 0; i < B * F; i++) ptrs[i] = emb_table_row(&t, emb_key(&L, i % F, ids[i]));
+    gather_naive(&t, ids, B, b);
+    openblas_set_num_threads(3);
+    memset(a, 0xff, n * sizeof(float));
+    emb_gather(&t, ids, B, a);
+    ASSERT_TRUE(memcmp(a, b, n * sizeof(float)) == 0);
+    memset(a, 0xff, n * sizeof(float));
+    emb_gather_rows(ptrs, B * F, L.E, a);
+    ASSERT_TRUE(memcmp(a, b, n * sizeof(float)) == 0);
+    openblas_set_num_threads(1);
+    free(a), free(b), free(ptrs), free(ids);
+    emb_table_free(&t);
+}
+
 // Runs fn in a child process and reports whether it died of SIGABRT.
 static int aborts(void (*fn)(void)) {
     fflush(NULL);

@@ -1,6 +1,8 @@
 // Layer tests: every naive twin against central finite differences in double precision, and every
 // float kernel against its naive twin, including the accumulate/overwrite conventions of nn.h.
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
 #include "nn.h"
@@ -264,9 +266,9 @@ TEST(nn_interact_dot_order) {
     enum { F = 3, D = 2 };
     // T_0 = z = (1, 0); e_1 = (0, 1); e_2 = (2, 3); e_3 = (5, 7)
     float z[D] = {1, 0}, emb[F * D] = {0, 1, 2, 3, 5, 7};
-    float out[D + F * (F + 1) / 2], scratch[256];
-    ASSERT_TRUE(nn_interact_dot_scratch(F, D) <= 256);
+    float out[D + F * (F + 1) / 2], *scratch = malloc(nn_interact_dot_scratch(F, D) * sizeof(float));
     nn_interact_dot_forward(out, z, emb, 1, F, D, D, scratch);
+    free(scratch);
     // (1,0)=0  (2,0)=2  (2,1)=3  (3,0)=5  (3,1)=7  (3,2)=10+21=31
     const float want[] = {1, 0, 0, 2, 3, 5, 7, 31};
     for (int i = 0; i < (int)BP_ARRAY_LEN(want); i++) ASSERT_NEAR(out[i], want[i], 0);
@@ -441,4 +443,109 @@ TEST(nn_gradcheck_catches_a_wrong_gradient) {
     t.quiet = 1;
     ASSERT_TRUE(lc_run(&t, 21) != 0);
     ASSERT_STR_CONTAINS(t.why, "db[0]: finite difference");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads: the pool, products cut into slices, the interaction split by samples.
+
+extern void openblas_set_num_threads(int);
+
+typedef struct {
+    _Atomic int hits[NN_POOL_MAX];
+    _Atomic int inner; // parts of nested runs
+    int nest;
+} pool_count;
+
+static void count_inner(void *ctx, int p, int n) {
+    pool_count *c = ctx;
+    (void)p, (void)n;
+    atomic_fetch_add(&c->inner, 1);
+}
+static void count_part(void *ctx, int p, int n) {
+    pool_count *c = ctx;
+    BP_ASSERT(p >= 0 && p < n);
+    atomic_fetch_add(&c->hits[p], 1);
+    if (c->nest) nn_pool_run(3, count_inner, c); // busy pool: runs here, one part after another
+}
+
+TEST(nn_pool_runs_every_part_once) {
+    for (int rep = 0; rep < 40; rep++)
+        for (int n = 1; n <= (rep < 2 ? NN_POOL_MAX : 4); n++) {
+            pool_count c = {.nest = rep % 3 == 0};
+            nn_pool_run(n, count_part, &c);
+            for (int p = 0; p < NN_POOL_MAX; p++) ASSERT_MSG(c.hits[p] == (p < n), "rep %d n %d part %d", rep, n, p);
+            ASSERT_EQ(c.inner, c.nest ? 3 * n : 0);
+        }
+}
+
+// With 3 threads every sliced product and the split interaction still match the naive twins.
+TEST(nn_threads_kernels_match_naive) {
+    openblas_set_num_threads(3);
+    ASSERT_EQ(nn_threads(), 3);
+    lcase t = linear_case(200, 129, 150); // every product cut by rows (dW with a transposed A)
+    t.skip_fd = 1;
+    ASSERT_TRUE(lc_run(&t, 31) == 0);
+    t = linear_case(100, 200, 150); // every product cut by columns (forward with a transposed B)
+    t.skip_fd = 1;
+    ASSERT_TRUE(lc_run(&t, 32) == 0);
+    t = linear_case(600, 8, 500); // bias gradient, bias fill and ReLU-sized outputs split too
+    t.skip_fd = 1;
+    ASSERT_TRUE(lc_run(&t, 38) == 0);
+    ASSERT_TRUE(cross_case_run(128, 129, 1, 33) == 0);
+    ASSERT_TRUE(crlr_case_run(400, 120, 40, 1, 34) == 0);
+    ASSERT_TRUE(dot_case_run(50, 26, 16, 16, 1, 35) == 0);
+    ASSERT_TRUE(dot_case_run(70, 5, 3, 4, 1, 36) == 0);
+    openblas_set_num_threads(1);
+}
+
+// Split by samples: the interaction is bit-identical with 1, 2 and 3 threads; a sliced product
+// is bit-identical run to run at a fixed thread count.
+TEST(nn_threads_bit_identity) {
+    enum { B = 67, F = 26, D = 16, E = 17, W = D + F * (F + 1) / 2, IN = 129, OUT = 200 };
+    bp_rng rng;
+    bp_rng_seed(&rng, 37, 0);
+    float *z = malloc(B * D * sizeof(float)), *emb = malloc(B * F * E * sizeof(float));
+    float *dout = malloc(B * W * sizeof(float)), *scratch = malloc(nn_interact_dot_scratch(F, D) * sizeof(float));
+    float *x = malloc(B * IN * sizeof(float)), *Wt = malloc(OUT * IN * sizeof(float));
+    for (int i = 0; i < B * D; i++) z[i] = bp_rng_uniformf(&rng) - 0.5f;
+    for (int i = 0; i < B * F * E; i++) emb[i] = bp_rng_uniformf(&rng) - 0.5f;
+    for (int i = 0; i < B * W; i++) dout[i] = bp_rng_uniformf(&rng) - 0.5f;
+    for (int i = 0; i < B * IN; i++) x[i] = bp_rng_uniformf(&rng) - 0.5f;
+    for (int i = 0; i < OUT * IN; i++) Wt[i] = bp_rng_uniformf(&rng) - 0.5f;
+    float *out[3], *dz[3], *demb[3], *y[2];
+    for (int k = 0; k < 3; k++) {
+        openblas_set_num_threads(k + 1);
+        out[k] = malloc(B * W * sizeof(float)), dz[k] = malloc(B * D * sizeof(float));
+        demb[k] = calloc(B * F * E, sizeof(float));
+        nn_interact_dot_forward(out[k], z, emb, B, F, D, E, scratch);
+        nn_interact_dot_backward(dz[k], demb[k], dout, z, emb, B, F, D, E, scratch);
+    }
+    for (int k = 1; k < 3; k++) {
+        ASSERT_MSG(memcmp(out[0], out[k], B * W * sizeof(float)) == 0, "forward, %d threads", k + 1);
+        ASSERT_MSG(memcmp(dz[0], dz[k], B * D * sizeof(float)) == 0, "dz, %d threads", k + 1);
+        ASSERT_MSG(memcmp(demb[0], demb[k], B * F * E * sizeof(float)) == 0, "demb, %d threads", k + 1);
+    }
+    openblas_set_num_threads(2);
+    for (int k = 0; k < 2; k++) {
+        y[k] = malloc(B * OUT * sizeof(float));
+        nn_linear_forward(y[k], x, Wt, NULL, B, IN, OUT);
+    }
+    ASSERT_TRUE(memcmp(y[0], y[1], B * OUT * sizeof(float)) == 0);
+    // ReLU split into parts: the same as one thread, including the tail past the last block.
+    const size_t n = 400003; // three parts' worth
+    float *a = malloc(n * sizeof(float)), *r[2], *dr[2];
+    for (size_t i = 0; i < n; i++) a[i] = bp_rng_uniformf(&rng) - 0.5f;
+    for (int k = 0; k < 2; k++) {
+        openblas_set_num_threads(k ? 3 : 1);
+        r[k] = malloc(n * sizeof(float)), dr[k] = malloc(n * sizeof(float));
+        nn_relu_forward(r[k], a, n);
+        nn_relu_backward(dr[k], a, r[k], n);
+    }
+    ASSERT_TRUE(memcmp(r[0], r[1], n * sizeof(float)) == 0);
+    ASSERT_TRUE(memcmp(dr[0], dr[1], n * sizeof(float)) == 0);
+    for (size_t i = 0; i < n; i++) ASSERT_TRUE(r[1][i] == (a[i] < 0 ? 0.0f : a[i]) && dr[1][i] == (a[i] > 0 ? a[i] : 0.0f));
+    free(a), free(r[0]), free(r[1]), free(dr[0]), free(dr[1]);
+    openblas_set_num_threads(1);
+    for (int k = 0; k < 3; k++) free(out[k]), free(dz[k]), free(demb[k]);
+    free(y[0]), free(y[1]), free(z), free(emb), free(dout), free(scratch), free(x), free(Wt);
 }

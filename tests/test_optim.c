@@ -182,3 +182,35 @@ TEST(optim_dense_matches_formulas) {
         }
     }
 }
+
+extern void openblas_set_num_threads(int);
+
+// A slab big enough to be cut over the pool gets the same bits with 1 and 3 threads.
+TEST(optim_dense_threads_identical) {
+    const size_t n = 300007; // 4 parts' worth, and a tail past the last block of 16
+    float *p[2], *st[2], *g = malloc(n * sizeof(float));
+    bp_rng r;
+    bp_rng_seed(&r, 9, 0);
+    for (int kind = 0; kind < 2; kind++) {
+        dense_opt o = dense_opt_make((dense_opt_kind)kind, 0.03f);
+        o.weight_decay = 0.01f;
+        for (int k = 0; k < 2; k++) {
+            p[k] = malloc(n * sizeof(float)), st[k] = malloc(n * sizeof(float));
+            dense_opt_state_init(&o, st[k], n);
+        }
+        for (size_t i = 0; i < n; i++) p[0][i] = p[1][i] = (float)bp_rng_normal(&r);
+        for (int step = 0; step < 2; step++) {
+            for (size_t i = 0; i < n; i++) g[i] = (float)bp_rng_normal(&r);
+            for (int k = 0; k < 2; k++) {
+                openblas_set_num_threads(k ? 3 : 1);
+                dense_opt_step(&o, p[k], g, kind ? st[k] : NULL, n);
+            }
+        }
+        openblas_set_num_threads(1);
+        ASSERT_TRUE(memcmp(p[0], p[1], n * sizeof(float)) == 0);
+        if (kind) ASSERT_TRUE(memcmp(st[0], st[1], n * sizeof(float)) == 0);
+        ASSERT_TRUE(p[1][n - 1] != 0.0f); // the tail was updated (not left as the start value)
+        for (int k = 0; k < 2; k++) free(p[k]), free(st[k]);
+    }
+    free(g);
+}
