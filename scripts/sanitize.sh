@@ -8,14 +8,16 @@
 #   scripts/sanitize.sh                 build + tests (about 10-15 minutes on 2 cores)
 #   SAN_MPI_FILTERS="dist_sync_t1 bagpipe_sgd" scripts/sanitize.sh
 #
-# Tests whose file starts mpirun jobs (tests/test_dist.c, tests/test_bagpipe.c, tests/test_modes.c)
-# are the multi-rank ones; all others run one per runner invocation.  tests/test_badinput.c runs
+# Tests whose file starts mpirun jobs (tests/test_dist.c, test_bagpipe.c, test_modes.c,
+# test_async.c, and test_suite.c whose quick suite runs some 14 jobs) are the multi-rank ones;
+# all others run one per runner invocation.  tests/test_ckpt_run.c runs whole (its jobs are
+# small: local, sync, sharded, static and bagpipe runs killed and resumed under ASan).  tests/test_badinput.c runs
 # whole: its three multi-rank tests (a cache of one row and W = 0 in mode bagpipe, a peer sending
 # garbage to a server) have timeouts sized for ASan on a loaded machine.  Closes with
 # "N passed, N failed" over all of them; exits 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MPI_FILES="tests/test_dist.c tests/test_bagpipe.c tests/test_modes.c"
+MPI_FILES="tests/test_dist.c tests/test_bagpipe.c tests/test_modes.c tests/test_async.c tests/test_suite.c"
 SAN_MPI_FILTERS="${SAN_MPI_FILTERS:-dist_sync_t1}"
 
 make -s -j2 SANITIZE=address,undefined all || { echo "sanitize: build failed"; echo "0 passed, 1 failed"; exit 1; }
@@ -31,7 +33,7 @@ for f in tests/test_*.c; do
   case " $MPI_FILES " in *" $f "*) ;; *) single+=("$f") ;; esac
 done
 # Single-process tests inside the multi-rank files (they call the decoder directly).
-filters=($(names_in "${single[@]}") dist_msg_decode_validates $SAN_MPI_FILTERS)
+filters=($(names_in "${single[@]}") dist_msg_decode_validates async_cache_ async_bad_flags suite_table_check $SAN_MPI_FILTERS)
 
 log=$(mktemp)
 t0=$(date +%s)
