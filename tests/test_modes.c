@@ -29,41 +29,11 @@ static int make_data(char *path, size_t cap, uint64_t seed) {
 
 // Trains with `args`, saving to test_path(dir); returns the exit code, output in *out (may be NULL).
 static int run_train(char **out, const char *data, const char *dir, const char *args) {
-    return test_run(out, 60, "%s %s train " MODES_MODEL " %s --save %s %s", dist_test_env(), test_bin(), args,
-                    test_path(dir), data);
+    return dist_test_train(out, MODES_MODEL, data, dir, args);
 }
-
-#define TRAIN_OK(data, dir, args)                                                                 \
-    do {                                                                                          \
-        char *o_ = NULL;                                                                          \
-        int rc_ = run_train(&o_, data, dir, args);                                                \
-        if (rc_ != 0) {                                                                           \
-            test_fail(__FILE__, __LINE__, "train %s exited %d:\n%s", args, rc_, o_ ? o_ : "");    \
-            free(o_);                                                                             \
-            return;                                                                               \
-        }                                                                                         \
-        free(o_);                                                                                 \
-    } while (0)
-
-#define SAME_MODEL(a, b)                                                                          \
-    do {                                                                                          \
-        ASSERT_MSG(dist_test_same_file(test_path(a), test_path(b), "dense.bin"), "dense.bin of %s and %s differ", a, b); \
-        ASSERT_MSG(dist_test_same_file(test_path(a), test_path(b), "emb.bin"), "emb.bin of %s and %s differ", a, b);     \
-    } while (0)
-
-// The number after "key": in the summary line of a metrics file (NaN when absent).
-static double summary_num(const char *path, const char *key) {
-    size_t len;
-    char *m = dist_test_slurp(path, &len);
-    if (!m) return NAN;
-    const char *s = strstr(m, "\"event\":\"summary\"");
-    char pat[96];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = s ? strstr(s, pat) : NULL;
-    double v = p ? strtod(p + strlen(pat), NULL) : NAN;
-    free(m);
-    return v;
-}
+#define TRAIN_OK(data, dir, args) DIST_TRAIN_OK(MODES_MODEL, data, dir, args)
+#define SAME_MODEL(a, b) DIST_SAME_MODEL(a, b)
+#define summary_num dist_test_summary_num
 
 // T = 1: sharded and static give the local trainer's model and evaluation line.
 static void check_t1(const char *opt) {
