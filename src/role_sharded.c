@@ -160,9 +160,11 @@ static int wait_sends(sstate *ss, int first, int count) {
 }
 
 // Step 1: the rows all-to-all; fills erow.  ids: (Bi, F).
-static int fetch_rows(sstate *ss, int64_t t, const uint32_t *ids, int Bi) {
+static int fetch_rows(void *ctx, int64_t t, const uint32_t *ids, int Bi) {
+    sstate *ss = ctx;
     const emb_layout *L = &ss->tr.L;
     const int T = ss->T, me = ss->i, F = L->F, E = L->E;
+    ss->st.lookups += (uint64_t)Bi * F;
     emb_grad_coalesce(&ss->gk, &ss->Lk, ids, ss->zeros, Bi);
     const int U = ss->gk.n;
     const uint64_t *uk = ss->gk.keys; // (U) ascending
@@ -251,7 +253,8 @@ static int fetch_rows(sstate *ss, int64_t t, const uint32_t *ids, int Bi) {
 }
 
 // Step 4: the gradient all-to-all and the owner's update of its shard.
-static int exchange_grads(sstate *ss, int64_t t) {
+static int exchange_grads(void *ctx, int64_t t) {
+    sstate *ss = ctx;
     const emb_grad *g = &ss->tr.g;
     const emb_layout *L = &ss->tr.L;
     const int T = ss->T, me = ss->i, E = g->E;
@@ -295,35 +298,6 @@ static int exchange_grads(sstate *ss, int64_t t) {
     if (rc) return rc;
     role_merge_apply(&ss->tr.eopt, &ss->shard, T, ss->mk, ss->mg, ss->mn, E, ss->cur, ss->sum);
     return 0;
-}
-
-static int ss_step(void *ctx, int64_t t, double *loss) {
-    sstate *ss = ctx;
-    const train_setup *su = ss->su;
-    const bp_dataset *ds = su->ds;
-    const int Nd = su->mc.Nd, F = su->mc.F, B = su->B;
-    const int b0 = dist_slice_begin(B, ss->T, ss->i), Bi = dist_slice_begin(B, ss->T, ss->i + 1) - b0;
-    const uint64_t r = role_batch_row(su, t, b0);
-    const uint32_t *ids = ds->sparse + r * F;
-    trainer *tr = &ss->tr;
-
-    double t0 = bp_now();
-    int rc = fetch_rows(ss, t, ids, Bi);
-    if (rc) return rc;
-    ss->st.t_wait += bp_now() - t0;
-    double lsum;
-    rc = role_dense_step(tr, (const float *const *)ss->erow, ds->dense + r * Nd, ds->label + r, Bi, B, ss->first_trainer,
-                         ss->T, ss->ar_work, &lsum, &ss->st.t_compute, &ss->st.t_ar);
-    if (rc) return rc;
-    double t4 = bp_now();
-    emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
-    rc = exchange_grads(ss, t);
-    double t5 = bp_now();
-    role_stats *st = &ss->st;
-    st->t_sync += t5 - t4;
-    st->lookups += (uint64_t)Bi * F;
-    *loss = lsum / B;
-    return rc;
 }
 
 // Every shard to trainer 0's table after `iter` iterations.
@@ -376,7 +350,8 @@ int role_sharded_run(const train_setup *su, const dist_layout *l, int i) {
     int rc = ss_init(ss, su, l, i);
     if (!rc) {
         role_loop rl = {.mode = "sharded", .ctx = ss, .tr = &ss->tr, .st = &ss->st, .S = 0, .T = l->T, .i = i,
-                        .first_trainer = ss->first_trainer, .step = ss_step, .collect = ss_collect,
+                        .first_trainer = ss->first_trainer, .fetch = fetch_rows, .sync = exchange_grads,
+                        .erow = (const float *const *)ss->erow, .ar_work = ss->ar_work, .collect = ss_collect,
                         .checkpoint = ss_checkpoint};
         rc = role_loop_run(su, &rl);
     }

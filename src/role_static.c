@@ -219,7 +219,8 @@ static void st_free(ststate *ss) {
 }
 
 // Step 1: pinned rows from the replica, the others from the servers; fills erow.  ids: (Bi, F).
-static int fetch_rows(ststate *ss, int64_t t, const uint32_t *ids, int Bi) {
+static int fetch_rows(void *ctx, int64_t t, const uint32_t *ids, int Bi) {
+    ststate *ss = ctx;
     const emb_layout *L = &ss->tr.L;
     const int S = ss->S, F = L->F, E = L->E;
     emb_grad_coalesce(&ss->gk, &ss->Lk, ids, ss->zeros, Bi);
@@ -282,7 +283,8 @@ static int fetch_rows(ststate *ss, int64_t t, const uint32_t *ids, int Bi) {
 }
 
 // Step 3: cold gradients to the servers, pinned ones to every trainer, and the replica's update.
-static int push_grads(ststate *ss, int64_t t) {
+static int push_grads(void *ctx, int64_t t) {
+    ststate *ss = ctx;
     const emb_grad *g = &ss->tr.g;
     const emb_layout *L = &ss->tr.L;
     const int S = ss->S, T = ss->T, me = ss->i, E = g->E;
@@ -349,34 +351,6 @@ static int push_grads(ststate *ss, int64_t t) {
     if (rc) return rc;
     role_merge_apply(&ss->tr.eopt, &ss->hot, T, ss->mk, ss->mg, ss->mn, E, ss->cur, ss->sum);
     return 0;
-}
-
-static int st_step(void *ctx, int64_t t, double *loss) {
-    ststate *ss = ctx;
-    const train_setup *su = ss->su;
-    const bp_dataset *ds = su->ds;
-    const int Nd = su->mc.Nd, F = su->mc.F, B = su->B;
-    const int b0 = dist_slice_begin(B, ss->T, ss->i), Bi = dist_slice_begin(B, ss->T, ss->i + 1) - b0;
-    const uint64_t r = role_batch_row(su, t, b0);
-    const uint32_t *ids = ds->sparse + r * F;
-    trainer *tr = &ss->tr;
-
-    double t0 = bp_now();
-    int rc = fetch_rows(ss, t, ids, Bi);
-    if (rc) return rc;
-    ss->st.t_wait += bp_now() - t0;
-    double lsum;
-    rc = role_dense_step(tr, (const float *const *)ss->erow, ds->dense + r * Nd, ds->label + r, Bi, B, ss->first_trainer,
-                         ss->T, ss->ar_work, &lsum, &ss->st.t_compute, &ss->st.t_ar);
-    if (rc) return rc;
-    double t4 = bp_now();
-    emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
-    rc = push_grads(ss, t);
-    double t5 = bp_now();
-    role_stats *st = &ss->st;
-    st->t_sync += t5 - t4;
-    *loss = lsum / B;
-    return rc;
 }
 
 // Trainer 0: every server's rows, then the pinned rows from the replica over them.
@@ -458,7 +432,8 @@ int role_static_run(const train_setup *su, const dist_layout *l, int i) {
     int rc = st_init(ss, su, l, i);
     if (!rc) {
         role_loop rl = {.mode = "static", .ctx = ss, .tr = &ss->tr, .st = &ss->st, .S = l->S, .T = l->T, .i = i,
-                        .first_trainer = ss->first_trainer, .report_hits = 1, .step = st_step,
+                        .first_trainer = ss->first_trainer, .report_hits = 1, .fetch = fetch_rows, .sync = push_grads,
+                        .erow = (const float *const *)ss->erow, .ar_work = ss->ar_work,
                         .collect = st_collect, .finish = st_finish, .checkpoint = st_checkpoint};
         rc = role_loop_run(su, &rl);
     }
