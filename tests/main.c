@@ -1,5 +1,7 @@
-// Test runner: runs every registered test (or those whose name contains argv[1]) in
-// registration order, each in a forked child so a crash or abort fails one test, not the run.
+// Test runner: runs every registered test in registration order, each in a forked child so a
+// crash or abort fails one test, not the run.  With arguments, only the tests that match one of
+// them: "=NAME" matches that name exactly, any other argument a name that contains it.
+//   test_bagpipe [FILTER...]
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -12,6 +14,15 @@
 
 #include "common.h"
 #include "test.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+// A test's child leaves with _exit, which skips LeakSanitizer's exit-time check: run it here, so
+// memory a test (or the library under it) leaks fails that test.
+static int test_leaked(void) { return __lsan_do_recoverable_leak_check() != 0; }
+#else
+static int test_leaked(void) { return 0; }
+#endif
 
 typedef struct {
     const char *name, *file;
@@ -105,13 +116,21 @@ static void rm_rf(const char *path) {
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
 }
 
+static int test_selected(const char *name, int argc, char **argv) {
+    if (argc < 2) return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (f[0] == '=' ? !strcmp(name, f + 1) : strstr(name, f) != NULL) return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *filter = argc > 1 ? argv[1] : NULL;
     int passed = 0, failed = 0, skipped = 0;
     double t_all = bp_now();
     for (int i = 0; i < n_tests; i++) {
         test_case *t = &tests[i];
-        if (filter && !strstr(t->name, filter)) continue;
+        if (!test_selected(t->name, argc, argv)) continue;
         double t0 = bp_now();
         fflush(stdout);
         fflush(stderr);
@@ -121,6 +140,10 @@ int main(int argc, char **argv) {
             tmpdir[0] = 0;
             cur_failed = cur_skipped = 0;
             t->fn();
+            if (test_leaked()) {
+                fprintf(stderr, "    memory leaked (LeakSanitizer report above)\n");
+                cur_failed = 1;
+            }
             int code = cur_failed ? 1 : cur_skipped ? 3 : 0;
             if (code == 0 && tmpdir[0]) rm_rf(tmpdir);
             else if (tmpdir[0]) fprintf(stderr, "    (files kept in %s)\n", tmpdir);
@@ -141,6 +164,11 @@ int main(int argc, char **argv) {
         }
         printf("%-4s %-48s %7.2fs  (%s)\n", verdict, t->name, dt, t->file);
         fflush(stdout);
+    }
+    if (passed + failed + skipped == 0 && argc > 1) {
+        fprintf(stderr, "test_bagpipe: no test matches the filters given\n");
+        printf("0 passed, 1 failed\n");
+        return 1;
     }
     printf("\ntotal time %.1fs\n", bp_now() - t_all);
     if (skipped) printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);

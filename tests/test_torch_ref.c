@@ -35,7 +35,10 @@ static int load_tensors(const char *path, tensor *ts, int cap) {
         t->n = 1;
         for (int d = 0; d < t->ndim && d < 4; d++) t->dims[d] = (int)strtol(p, &p, 10), t->n *= (size_t)t->dims[d];
         t->data = bp_xmalloc(t->n * sizeof(float) + 1);
-        if (fread(t->data, sizeof(float), t->n, f) != t->n) break;
+        if (fread(t->data, sizeof(float), t->n, f) != t->n) {
+            free(t->data);
+            break;
+        }
         n++;
     }
     fclose(f);
@@ -181,4 +184,5 @@ TEST(torch_reference_dlrm) {
     printf("    losses match torch over %d SGD steps (first %.6f, last %.6f)\n", S, loss_t->data[0], loss_t->data[S - 1]);
     free(ids), free(lab);
     trainer_free(&tr);
+    for (int i = 0; i < nt; i++) free(ts[i].data);
 }
