@@ -17,7 +17,12 @@
 //                              key's partial gradients are summed in trainer-rank order (first
 //                              copied) and applied with emb_opt_apply_row; applied + 1; held
 //                              requests of the new `applied` are answered
-//   DONE                       the server returns after T of them, with nothing held
+//   DONE(n)                    the server returns after T of them, with nothing held.  A DONE
+//                              must follow the sender's last push (n pushes, numbered 0..n-1),
+//                              every trainer's must say the same n, and no push of iteration n
+//                              or later may follow anyone's DONE: a trainer that ends early or
+//                              disagrees on the run's length is an error that names it, not a
+//                              wait for pushes that will never come
 // In sync every trainer requests every iteration, so a push is never more than one iteration
 // ahead of `applied`.  In async a trainer requests only when its cache misses and pushes without
 // waiting, so a fast trainer's pushes may arrive before a slower one's (the dense all-reduce
@@ -33,7 +38,8 @@
 //   WB(n)        rows replace the shard's copies; wb_done[writer] = n, which must grow by one
 //                per message (every writer sends one per iteration, empty or not)
 //   DUMP_REQ(n)  answered once every writer's wb_done >= n (all evictions through n-1 applied)
-//   DONE         as in sync
+//   DONE(n)      as in sync, with write-backs in place of pushes (the last one is WB(n)); a
+//                FETCH still gated on a finished writer's later write-back is an error
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,6 +294,27 @@ static void *gbuf_fit(gbuf *b, size_t n) {
     return b->p;
 }
 
+// DONE(n) from trainer rank `from`, which has sent `sent` iterations' messages (pushes in sync,
+// write-backs in bagpipe): every trainer must end at the same n, after all of its messages.
+static int server_note_done(int s, int from, int64_t n, int64_t sent, int64_t *done_at) {
+    if (sent != n)
+        return bp_fail(BP_EFORMAT, "server %d: rank %d ended the run after %lld iterations but sent the messages of "
+                       "%lld", s, from, (long long)n, (long long)sent);
+    if (*done_at >= 0 && *done_at != n)
+        return bp_fail(BP_EFORMAT, "server %d: rank %d ended the run after %lld iterations, another trainer after "
+                       "%lld", s, from, (long long)n, (long long)*done_at);
+    *done_at = n;
+    return 0;
+}
+
+// A message of iteration `it` from rank `from` after some trainer ended the run at done_at.
+static int server_check_after_done(int s, int from, int64_t it, int64_t done_at) {
+    if (done_at >= 0 && it >= done_at)
+        return bp_fail(BP_EFORMAT, "server %d: rank %d sent iteration %lld, but a trainer ended the run after %lld "
+                       "iterations", s, from, (long long)it, (long long)done_at);
+    return 0;
+}
+
 typedef struct {
     int Q;            // queue slots per trainer
     gbuf *q;          // (T, Q) queued FETCH messages
@@ -373,10 +400,17 @@ static int server_run_bagpipe(server *sv, int P) {
     for (int p = 0; p < T; p++) bs.dump_iter[p] = -1;
     uint8_t small[MSG_HEADER_BYTES] __attribute__((aligned(8)));
     int rc = 0, dones = 0;
+    int64_t done_at = -1;                          // the run's length, once a trainer said DONE
+    uint8_t *done = bp_xcalloc((size_t)T, 1);      // (T) DONE received
     for (;;) {
         int busy = 0;
         for (int p = 0; p < T; p++) busy |= bs.qn[p] > 0 || bs.dump_iter[p] >= 0;
         if (dones == T && !busy) break;
+        if (dones == T) { // only write-backs open gates, and none will come
+            rc = bp_fail(BP_EFORMAT, "server %d: every trainer ended the run with fetches or dump requests still "
+                         "waiting for write-backs", s);
+            break;
+        }
         int from, tag;
         size_t len;
         if ((rc = comm_probe(COMM_ANY, COMM_ANY, &from, &tag, &len))) break;
@@ -415,6 +449,7 @@ static int server_run_bagpipe(server *sv, int P) {
             const uint64_t *k;
             const float *r;
             if ((rc = msg_decode(buf, len, from, &ex, &h, &k, &r))) break;
+            if ((rc = server_check_after_done(s, from, (int64_t)h.iter - 1, done_at))) break;
             const int stride = sv->L.stride;
             for (uint32_t i = 0; i < h.n; i++) {
                 int64_t slot = slot_of(sv, k[i]);
@@ -434,7 +469,12 @@ static int server_run_bagpipe(server *sv, int P) {
             msg_expect ex = {.kind = (uint32_t)tag, .max_n = 0, .iter = -1};
             if ((rc = msg_decode(small, len, from, &ex, &h, NULL, NULL))) break;
             if (tag == MSG_DONE) {
-                dones++;
+                if (done[p]) {
+                    rc = bp_fail(BP_EFORMAT, "server %d: rank %d ended the run twice", s, from);
+                    break;
+                }
+                if ((rc = server_note_done(s, from, (int64_t)h.iter, bs.wb_done[p], &done_at))) break;
+                done[p] = 1, dones++;
             } else {
                 if (bs.dump_iter[p] >= 0) {
                     rc = bp_fail(BP_EFORMAT, "server %d: rank %d sent a second dump request", s, from);
@@ -458,6 +498,7 @@ static int server_run_bagpipe(server *sv, int P) {
     for (size_t j = 0; j < (size_t)T * bs.Q; j++) free(bs.q[j].p);
     for (int p = 0; p < T; p++) free(bs.rep[p].p);
     free(bs.q), free(bs.qhead), free(bs.qn), free(bs.rep), free(bs.wb_done), free(bs.dump_iter), free(bs.dump_flags), free(bs.wb.p);
+    free(done);
     return rc;
 }
 
@@ -476,7 +517,13 @@ int role_server_run(const train_setup *su, const dist_layout *l, int s) {
     }
     const int T = l->T;
     int dones = 0, held = 0;
+    int64_t done_at = -1;                     // the run's length, once a trainer said DONE
+    uint8_t *done = bp_xcalloc((size_t)T, 1); // (T) DONE received
     while (!rc && (dones < T || held)) {
+        if (dones == T) { // only pushes release held requests, and none will come
+            rc = bp_fail(BP_EFORMAT, "server %d: every trainer ended the run with requests still held", s);
+            break;
+        }
         int from, tag;
         size_t len;
         if ((rc = comm_probe(COMM_ANY, COMM_ANY, &from, &tag, &len))) break;
@@ -515,8 +562,14 @@ int role_server_run(const train_setup *su, const dist_layout *l, int s) {
         if (tag == MSG_DUMP_REQ || tag == MSG_DONE) ex.max_n = 0;
         if ((rc = msg_decode(buf, len, from, &ex, &h, NULL, NULL))) break;
         if (tag == MSG_DONE) {
-            dones++;
+            if (done[p]) {
+                rc = bp_fail(BP_EFORMAT, "server %d: rank %d ended the run twice", s, from);
+                break;
+            }
+            if ((rc = server_note_done(s, from, (int64_t)h.iter, sv.push_next[p], &done_at))) break;
+            done[p] = 1, dones++;
         } else if (tag == MSG_GRAD_PUSH) {
+            if ((rc = server_check_after_done(s, from, sv.push_next[p], done_at))) break;
             sv.pq_n[p]++, sv.push_next[p]++;
             rc = server_advance(&sv, &held);
         } else {
@@ -541,6 +594,7 @@ int role_server_run(const train_setup *su, const dist_layout *l, int s) {
                          "trainer's", s, sv.first_trainer + p, (long long)sv.applied);
     for (int p = 0; !rc && p < T; p++)
         if (sv.reply_busy[p]) rc = comm_wait(&sv.reply_req[p], NULL);
+    free(done);
     if (rc && !strstr(bp_errmsg(rc), "server")) {
         char m[512];
         snprintf(m, sizeof m, "%s", bp_errmsg(rc));

@@ -501,8 +501,8 @@ TEST(badinput_model_for_another_dataset) {
 // A peer that sends garbage
 
 // A stand-in for trainer 0: takes part in the start-up agreement, then sends one malformed
-// message (kind, tag, n, width, byte count from argv) to the server (rank 1) and waits to be
-// stopped.  Compiled with mpicc at test time (it is not part of the test binary).
+// message (kind, tag, n, width, byte count and optionally the iteration from argv) to the server
+// (rank 1) and waits to be stopped.  Compiled with mpicc at test time (it is not part of the test binary).
 static const char peer_src[] =
     "#include <mpi.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <unistd.h>\n"
     "int main(int argc, char **argv) {\n"
@@ -514,6 +514,7 @@ static const char peer_src[] =
     "    uint64_t buf[64] = {0};\n"
     "    uint32_t *h = (uint32_t *)buf;\n"
     "    h[0] = (uint32_t)atoi(argv[1]), h[4] = (uint32_t)atoi(argv[3]), h[5] = (uint32_t)atoi(argv[4]);\n"
+    "    buf[1] = argc > 6 ? (uint64_t)atoll(argv[6]) : 0;\n"
     "    buf[3] = 7, buf[4] = 3;\n" // keys 7, 3: not ascending
     "    MPI_Send(buf, atoi(argv[5]), MPI_BYTE, 1, atoi(argv[2]), MPI_COMM_WORLD);\n"
     "    sleep(150);\n"
@@ -534,7 +535,7 @@ TEST(badinput_peer_sends_garbage) {
     ASSERT_MSG(rc == 0, "mpicc failed:\n%s", out);
     free(out);
     static const struct {
-        const char *args; // kind tag n width bytes
+        const char *args; // kind tag n width bytes [iteration]
         const char *msg;
     } cases[] = {
         {"1 1 1000 4 32", "msg: ROW_REQ from rank 2: 1000 entries, at most"},
@@ -542,6 +543,8 @@ TEST(badinput_peer_sends_garbage) {
         {"3 1 1 4 32", "msg: rank 2 sent kind 3 (GRAD_PUSH) under tag ROW_REQ"},
         {"1 1 2 4 40", "msg: ROW_REQ from rank 2: keys not ascending and unique"},
         {"1 20 0 4 24", "server 0: unexpected message tag 20 from rank 2"},
+        // DONE(3) before any push: the server names the early end instead of waiting for pushes.
+        {"6 6 0 4 24 3", "server 0: rank 2 ended the run after 3 iterations but sent the messages of 0"},
     };
     for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
         rc = test_run(&out, 180, "%s mpirun --oversubscribe -np 2 %s train %s " TINY " --mode sync --trainers 1 --servers 1 "

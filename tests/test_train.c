@@ -105,34 +105,41 @@ TEST(train_four_models_learn) {
     }
 }
 
+// Runs a command into out and asserts its exit status, showing the output when it differs.
+#define RUN_EXPECT(rc, timeout, ...)                                                \
+    do {                                                                            \
+        int st_ = test_run(&out, timeout, __VA_ARGS__);                             \
+        ASSERT_MSG(st_ == (rc), "exit %d, expected %d:\n%s", st_, rc, out ? out : ""); \
+    } while (0)
+
 TEST(train_bad_input_is_explained) {
     const char *data = test_path("b.bin");
     ASSERT_EQ(synth(data, 5000, ""), 0);
     char *out = NULL;
     // An architecture that does not fit the dataset names the flag.
-    ASSERT_EQ(test_run(&out, 30, "%s train %s --arch-mlp-bot 12-64-16 --arch-mlp-top 64-1", test_bin(), data), 2);
+    RUN_EXPECT(2, 30, "%s train %s --arch-mlp-bot 12-64-16 --arch-mlp-top 64-1", test_bin(), data);
     ASSERT_STR_CONTAINS(out, "--arch-mlp-bot: first size 12 must equal the dataset's 13 dense features");
     free(out);
-    ASSERT_EQ(test_run(&out, 30, "%s train %s --arch-mlp-bot 13-64-8 --arch-sparse-feature-size 16", test_bin(), data), 2);
+    RUN_EXPECT(2, 30, "%s train %s --arch-mlp-bot 13-64-8 --arch-sparse-feature-size 16", test_bin(), data);
     ASSERT_STR_CONTAINS(out, "--arch-mlp-bot");
     free(out);
     // A raw log instead of a binary dataset: the message says how to convert it.
-    ASSERT_EQ(test_run(&out, 30, "printf \"0\\t1\\t2\\t68fd1e64\\t80e26c9b\\n\" > %s/raw.txt && %s train %s/raw.txt", test_tmpdir(), test_bin(),
-                       test_tmpdir()), 1);
+    RUN_EXPECT(1, 30, "printf \"0\\t1\\t2\\t68fd1e64\\t80e26c9b\\n\" > %s/raw.txt && %s train %s/raw.txt", test_tmpdir(), test_bin(),
+                       test_tmpdir());
     ASSERT_STR_CONTAINS(out, "bagpipe prep");
     free(out);
     // A batch larger than the train split, a bad flag value, a missing file.
-    ASSERT_EQ(test_run(&out, 30, "%s train %s --batch-size 100000", test_bin(), data), 2);
+    RUN_EXPECT(2, 30, "%s train %s --batch-size 100000", test_bin(), data);
     ASSERT_STR_CONTAINS(out, "--batch-size");
     free(out);
-    ASSERT_EQ(test_run(&out, 30, "%s train %s --learning-rate -1", test_bin(), data), 2);
+    RUN_EXPECT(2, 30, "%s train %s --learning-rate -1", test_bin(), data);
     ASSERT_STR_CONTAINS(out, "--learning-rate");
     free(out);
-    ASSERT_EQ(test_run(&out, 30, "%s train %s/missing.bin", test_bin(), test_tmpdir()), 1);
+    RUN_EXPECT(1, 30, "%s train %s/missing.bin", test_bin(), test_tmpdir());
     ASSERT_STR_CONTAINS(out, "missing.bin");
     free(out);
     // A learning rate that diverges is stopped with a message, not trained into NaN.
-    ASSERT_EQ(test_run(&out, 60, "%s train %s " SMALL_ARCH " --learning-rate 1e5 --batch-size 32", test_bin(), data), 1);
+    RUN_EXPECT(1, 60, "%s train %s " SMALL_ARCH " --learning-rate 1e5 --batch-size 32", test_bin(), data);
     ASSERT_STR_CONTAINS(out, "lower --learning-rate");
     free(out);
 }
