@@ -375,9 +375,10 @@ void model_init_params(model *m, bp_rng *rng) {
     }
 }
 
-// Zeroing the gradient slab (1.9 MB for the Kaggle DLRM) is split over the pool (nn.h) in parts
-// of at least ZERO_MIN_PART floats: at batch 128 it is a few percent of a step.
-enum { ZERO_MIN_PART = 1 << 16 };
+// Zeroing the gradient slab (1.9 MB for the Kaggle DLRM) and the rows' gradients is split over
+// the pool (nn.h) in parts of at least ZERO_MIN_PART floats: at batch 128 it was a few percent of
+// a step.
+enum { ZERO_MIN_PART = 1 << 14 };
 
 typedef struct {
     float *p;
@@ -507,7 +508,7 @@ void model_backward(model *m, const float *dense, const float *emb, const float 
     const float *P = m->params;
     float *G = m->grads;
     const int Nd = c->Nd, F = c->F, D = c->D, E = c->E;
-    memset(d_emb, 0, (size_t)B * F * E * sizeof *d_emb);
+    zero_floats(d_emb, (size_t)B * F * E);
     switch (c->kind) {
     case MODEL_DLRM: {
         top_backward(m, m->x_in, m->dx_in, dlogit, B);

@@ -162,7 +162,11 @@ void nn_pool_run(int n, nn_pool_fn fn, void *ctx) {
 // (they would each want all the cores) and back on afterwards.  Cutting the dimension whose other
 // operand is smaller keeps the repacked data small: each slice packs all of the other operand.
 
-enum { GEMM_MIN_SLICE = 32, GEMM_MIN_MACS = 1 << 19 }; // MACs per slice below which one call is cheaper
+// A product is cut only when every slice gets at least GEMM_MIN_SLICE rows or columns and
+// GEMM_MIN_MACS multiply-adds, and K >= GEMM_MIN_K: with the pool's workers spinning a cut costs
+// about a microsecond, so at batch 128 the first bottom layer's weight gradient (512 x 13 x 128)
+// pays off cut, while its forward product (K = 13) ran slower in two slices than in one.
+enum { GEMM_MIN_SLICE = 32, GEMM_MIN_MACS = 1 << 17, GEMM_MIN_K = 32 };
 
 // Elementwise work and column sums are split over the pool in parts of at least this many floats
 // (each float's arithmetic is the same whichever part computes it).
@@ -265,7 +269,7 @@ static void gemm_run(gemm_job *g) {
     }
     g->split_rows = M > N;
     int len = g->split_rows ? M : N, parts = BP_MIN(T, len / GEMM_MIN_SLICE);
-    if ((double)M * N * g->K < (double)GEMM_MIN_MACS * T) parts = 1;
+    if ((double)M * N * g->K < (double)GEMM_MIN_MACS * T || g->K < GEMM_MIN_K) parts = 1;
     if (parts < 1) parts = 1;
     openblas_set_num_threads(1);
     nn_pool_run(parts, gemm_part, g);
