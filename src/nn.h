@@ -29,6 +29,9 @@
 // With on = 0, products use OpenBLAS's own threads instead of the slices above (for benchmarks
 // that compare the two; every training mode must run with the same setting).  Default 1.
 void nn_set_gemm_split(int on);
+// With on = 0, the dot interaction uses its 4-float vector code even where AVX2 is available (the
+// default uses 8-float vectors there, with bit-identical results: for tests and benchmarks).
+void nn_set_simd(int on);
 
 // ---------------------------------------------------------------------------------------------
 // Threads: a small persistent pool for the per-step kernels (sliced products, the per-sample

@@ -594,3 +594,35 @@ TEST(nn_fused_layers_match_unfused) {
     nn_set_gemm_split(1);
     openblas_set_num_threads(1);
 }
+
+// The dot interaction's 8-float vector path (where the processor has AVX2) gives the bits of the
+// 4-float one, forward and backward, for the Kaggle shape and odd ones.
+TEST(nn_interact_dot_simd_paths_identical) {
+    static const int shapes[][4] = {{64, 26, 16, 17}, {33, 5, 3, 4}, {20, 40, 8, 8}, {7, 1, 1, 1}}; // B, F, D, E
+    bp_rng rng;
+    bp_rng_seed(&rng, 43, 0);
+    for (int si = 0; si < (int)BP_ARRAY_LEN(shapes); si++) {
+        const int B = shapes[si][0], F = shapes[si][1], D = shapes[si][2], E = shapes[si][3];
+        const int W = nn_interact_dot_width(F, D);
+        float *z = malloc((size_t)B * D * sizeof(float)), *emb = malloc((size_t)B * F * E * sizeof(float));
+        float *dout = malloc((size_t)B * W * sizeof(float)), *scratch = malloc(nn_interact_dot_scratch(F, D) * sizeof(float));
+        float *out[2], *dz[2], *demb[2];
+        for (int i = 0; i < B * D; i++) z[i] = bp_rng_uniformf(&rng) - 0.5f;
+        for (int i = 0; i < B * F * E; i++) emb[i] = bp_rng_uniformf(&rng) - 0.5f;
+        for (int i = 0; i < B * W; i++) dout[i] = bp_rng_uniformf(&rng) - 0.5f;
+        for (int k = 0; k < 2; k++) {
+            nn_set_simd(k);
+            out[k] = malloc((size_t)B * W * sizeof(float)), dz[k] = malloc((size_t)B * D * sizeof(float));
+            demb[k] = malloc((size_t)B * F * E * sizeof(float));
+            for (int i = 0; i < B * F * E; i++) demb[k][i] = 0.125f; // accumulated into
+            nn_interact_dot_forward(out[k], z, emb, B, F, D, E, scratch);
+            nn_interact_dot_backward(dz[k], demb[k], dout, z, emb, B, F, D, E, scratch);
+        }
+        nn_set_simd(1);
+        ASSERT_MSG(memcmp(out[0], out[1], (size_t)B * W * sizeof(float)) == 0, "forward, shape %d", si);
+        ASSERT_MSG(memcmp(dz[0], dz[1], (size_t)B * D * sizeof(float)) == 0, "dz, shape %d", si);
+        ASSERT_MSG(memcmp(demb[0], demb[1], (size_t)B * F * E * sizeof(float)) == 0, "demb, shape %d", si);
+        free(z), free(emb), free(dout), free(scratch);
+        for (int k = 0; k < 2; k++) free(out[k]), free(dz[k]), free(demb[k]);
+    }
+}
