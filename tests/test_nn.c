@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "nn.h"
@@ -476,6 +477,17 @@ TEST(nn_pool_runs_every_part_once) {
             for (int p = 0; p < NN_POOL_MAX; p++) ASSERT_MSG(c.hits[p] == (p < n), "rep %d n %d part %d", rep, n, p);
             ASSERT_EQ(c.inner, c.nest ? 3 * n : 0);
         }
+}
+
+// Runs that find the workers asleep (a pause longer than their spin) wake them: every part runs.
+TEST(nn_pool_wakes_sleeping_workers) {
+    for (int rep = 0; rep < 6; rep++) {
+        usleep(rep % 2 ? 3000 : 20); // past the spin, or within it
+        int n = 2 + rep % 3;
+        pool_count c = {0};
+        nn_pool_run(n, count_part, &c);
+        for (int p = 0; p < NN_POOL_MAX; p++) ASSERT_MSG(c.hits[p] == (p < n), "rep %d part %d", rep, p);
+    }
 }
 
 // With 3 threads every sliced product and the split interaction still match the naive twins.
