@@ -50,8 +50,7 @@ static void step_stages(trainer *tr, const float *dense, const uint32_t *ids, co
     const float *x = dense;
     for (int l = 0; l < m->n_bot; l++) {
         const model_linear *L = &m->bot[l];
-        nn_linear_forward(m->bot_a[l], x, P + L->W, P + L->b, B, L->in, L->out);
-        nn_relu_forward(m->bot_a[l], m->bot_a[l], (size_t)B * L->out);
+        nn_linear_relu_forward(m->bot_a[l], x, P + L->W, P + L->b, B, L->in, L->out);
         x = m->bot_a[l];
     }
     LAP(ST_BOT_F);
@@ -60,8 +59,8 @@ static void step_stages(trainer *tr, const float *dense, const uint32_t *ids, co
     x = m->x_in;
     for (int l = 0; l < m->n_top; l++) {
         const model_linear *L = &m->top[l];
-        nn_linear_forward(m->top_a[l], x, P + L->W, P + L->b, B, L->in, L->out);
-        if (l + 1 < m->n_top) nn_relu_forward(m->top_a[l], m->top_a[l], (size_t)B * L->out);
+        if (l + 1 < m->n_top) nn_linear_relu_forward(m->top_a[l], x, P + L->W, P + L->b, B, L->in, L->out);
+        else nn_linear_forward(m->top_a[l], x, P + L->W, P + L->b, B, L->in, L->out);
         x = m->top_a[l];
     }
     m->B = B;
@@ -74,20 +73,25 @@ static void step_stages(trainer *tr, const float *dense, const uint32_t *ids, co
     memcpy(m->top_da[m->n_top - 1], tr->dlogit, (size_t)B * sizeof(float));
     for (int l = m->n_top - 1; l >= 0; l--) {
         const model_linear *L = &m->top[l];
-        if (l + 1 < m->n_top) nn_relu_backward(m->top_da[l], m->top_da[l], m->top_a[l], (size_t)B * L->out);
-        nn_linear_backward(l ? m->top_da[l - 1] : m->dx_in, G + L->W, G + L->b, m->top_da[l],
-                           l ? m->top_a[l - 1] : m->x_in, P + L->W, B, L->in, L->out);
+        if (l)
+            nn_relu_linear_backward(m->top_da[l - 1], G + L->W, G + L->b, m->top_da[l], m->top_a[l - 1], P + L->W, B,
+                                    L->in, L->out);
+        else
+            nn_linear_backward(m->dx_in, G + L->W, G + L->b, m->top_da[l], m->x_in, P + L->W, B, L->in, L->out);
     }
     LAP(ST_TOP_B);
     const int last = m->n_bot - 1;
     nn_interact_dot_backward(m->bot_da[last], tr->d_emb, m->dx_in, m->bot_a[last], tr->emb, B, c->F, c->D, c->E,
                              m->scratch);
     LAP(ST_INT_B);
+    nn_relu_backward(m->bot_da[last], m->bot_da[last], m->bot_a[last], (size_t)B * m->bot[last].out);
     for (int l = last; l >= 0; l--) {
         const model_linear *L = &m->bot[l];
-        nn_relu_backward(m->bot_da[l], m->bot_da[l], m->bot_a[l], (size_t)B * L->out);
-        nn_linear_backward(l ? m->bot_da[l - 1] : NULL, G + L->W, G + L->b, m->bot_da[l], l ? m->bot_a[l - 1] : dense,
-                           P + L->W, B, L->in, L->out);
+        if (l)
+            nn_relu_linear_backward(m->bot_da[l - 1], G + L->W, G + L->b, m->bot_da[l], m->bot_a[l - 1], P + L->W, B,
+                                    L->in, L->out);
+        else
+            nn_linear_backward(NULL, G + L->W, G + L->b, m->bot_da[l], dense, P + L->W, B, L->in, L->out);
     }
     LAP(ST_BOT_B);
     dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);

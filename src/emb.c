@@ -283,7 +283,7 @@ static void gather_rows_run(const float *const *rows, size_t n, int E, float *ou
 
 // A gather is split over the pool (nn.h) by whole samples, at least this many rows a part:
 // a copy is a copy whichever thread makes it, and more misses are in flight at once.
-enum { GATHER_MIN_PART_ROWS = 2048 };
+enum { GATHER_MIN_PART_ROWS = 1024 };
 
 typedef struct {
     const emb_table *t;

@@ -113,7 +113,7 @@ static inline float *emb_table_row(const emb_table *t, uint64_t key) {
 // Gather.  out[b][f][0..E) = model floats of row (f, ids[b][f]).  Specialised copies for
 // E in {16, 17, 32, 33, 64, 65, 128, 129}, a generic loop otherwise; software prefetch a few
 // rows ahead.  An id >= card[f] is a bug (the dataset is validated on open) and aborts.
-// A big gather (2048 rows or more a part) is split by samples over nn_threads() threads of the
+// A big gather (1024 rows or more a part) is split by samples over nn_threads() threads of the
 // pool (nn.h); the output does not depend on the split.  Slices of samples may also be
 // gathered separately: emb_gather(t, ids + b0 * F, b1 - b0, out + (size_t)b0 * F * E).
 void emb_gather(const emb_table *t, const uint32_t *ids /*(B, F)*/, int B, float *out /*(B, F, E)*/);

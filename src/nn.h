@@ -29,6 +29,9 @@
 // With on = 0, products use OpenBLAS's own threads instead of the slices above (for benchmarks
 // that compare the two; every training mode must run with the same setting).  Default 1.
 void nn_set_gemm_split(int on);
+// With on = 0, the dot interaction uses its 4-float vector code even where AVX2 is available (the
+// default uses 8-float vectors there, with bit-identical results: for tests and benchmarks).
+void nn_set_simd(int on);
 
 // ---------------------------------------------------------------------------------------------
 // Threads: a small persistent pool for the per-step kernels (sliced products, the per-sample
@@ -69,6 +72,14 @@ void nn_linear_forward(float *y, const float *x, const float *W, const float *b,
 // dx = dy W (overwritten; NULL skips it).   dy: (B, OUT)  dx: (B, IN)
 void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
                         int IN, int OUT);
+// A layer with its ReLU, fused: y = relu(x W^T + b), each slice of y finished by the thread that
+// computed it (the same values as nn_linear_forward then nn_relu_forward).
+void nn_linear_relu_forward(float *y, const float *x, const float *W, const float *b, int B, int IN, int OUT);
+// nn_linear_backward for a layer whose input x is the output of a ReLU: dx is the gradient at the
+// ReLU's input, (dy W) masked by x > 0 (the same values as nn_linear_backward then
+// nn_relu_backward(dx, dx, x, B * IN)).  db is summed in the pass that computes dW.
+void nn_relu_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
+                             int IN, int OUT);
 
 // Elementwise, over n values.  y may alias x; dx may alias dy.
 void nn_relu_forward(float *y, const float *x, size_t n);

@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "nn.h"
@@ -478,6 +479,17 @@ TEST(nn_pool_runs_every_part_once) {
         }
 }
 
+// Runs that find the workers asleep (a pause longer than their spin) wake them: every part runs.
+TEST(nn_pool_wakes_sleeping_workers) {
+    for (int rep = 0; rep < 6; rep++) {
+        usleep(rep % 2 ? 3000 : 20); // past the spin, or within it
+        int n = 2 + rep % 3;
+        pool_count c = {0};
+        nn_pool_run(n, count_part, &c);
+        for (int p = 0; p < NN_POOL_MAX; p++) ASSERT_MSG(c.hits[p] == (p < n), "rep %d part %d", rep, p);
+    }
+}
+
 // With 3 threads every sliced product and the split interaction still match the naive twins.
 TEST(nn_threads_kernels_match_naive) {
     openblas_set_num_threads(3);
@@ -548,4 +560,81 @@ TEST(nn_threads_bit_identity) {
     openblas_set_num_threads(1);
     for (int k = 0; k < 3; k++) free(out[k]), free(dz[k]), free(demb[k]);
     free(y[0]), free(y[1]), free(z), free(emb), free(dout), free(scratch), free(x), free(Wt);
+}
+
+// The fused layer kernels give the bits of the unfused sequence at the same thread count, for
+// products cut by rows and by columns, with 1, 2 and 3 threads (and OpenBLAS's own threads).
+TEST(nn_fused_layers_match_unfused) {
+    static const int shapes[][3] = {{67, 129, 200}, {300, 150, 40}, {128, 13, 512}, {5, 7, 3}}; // B, IN, OUT
+    bp_rng rng;
+    bp_rng_seed(&rng, 41, 0);
+    for (int si = 0; si < (int)BP_ARRAY_LEN(shapes); si++)
+        for (int T = 1; T <= 4; T++) {
+            const int B = shapes[si][0], IN = shapes[si][1], OUT = shapes[si][2];
+            openblas_set_num_threads(T == 4 ? 2 : T);
+            nn_set_gemm_split(T != 4);
+            float *x = malloc((size_t)B * IN * sizeof(float)), *W = malloc((size_t)OUT * IN * sizeof(float));
+            float *b = malloc(OUT * sizeof(float)), *y[2], *dy[2], *dx[2], *dW[2], *db[2];
+            for (int i = 0; i < B * IN; i++) x[i] = bp_rng_uniformf(&rng) - 0.5f;
+            for (int i = 0; i < B * IN; i += 3) x[i] = 0.0f; // x as a ReLU output: zeros in it
+            for (int i = 0; i < OUT * IN; i++) W[i] = bp_rng_uniformf(&rng) - 0.5f;
+            for (int i = 0; i < OUT; i++) b[i] = bp_rng_uniformf(&rng) - 0.5f;
+            for (int k = 0; k < 2; k++) {
+                y[k] = malloc((size_t)B * OUT * sizeof(float)), dy[k] = malloc((size_t)B * OUT * sizeof(float));
+                dx[k] = malloc((size_t)B * IN * sizeof(float));
+                dW[k] = calloc((size_t)OUT * IN, sizeof(float)), db[k] = calloc(OUT, sizeof(float));
+                for (int i = 0; i < OUT; i++) db[k][i] = 0.25f; // accumulated into
+            }
+            nn_linear_forward(y[0], x, W, b, B, IN, OUT);
+            nn_relu_forward(y[0], y[0], (size_t)B * OUT);
+            nn_linear_relu_forward(y[1], x, W, b, B, IN, OUT);
+            ASSERT_MSG(memcmp(y[0], y[1], (size_t)B * OUT * sizeof(float)) == 0, "forward %dx%dx%d T %d", B, IN, OUT, T);
+            int zeros = 0;
+            for (int i = 0; i < B * OUT; i++) zeros += y[1][i] == 0.0f;
+            ASSERT_TRUE(zeros > 0 && zeros < B * OUT); // the ReLU did something, not everything
+            for (int i = 0; i < B * OUT; i++) dy[0][i] = dy[1][i] = bp_rng_uniformf(&rng) - 0.5f;
+            nn_linear_backward(dx[0], dW[0], db[0], dy[0], x, W, B, IN, OUT);
+            nn_relu_backward(dx[0], dx[0], x, (size_t)B * IN);
+            nn_relu_linear_backward(dx[1], dW[1], db[1], dy[1], x, W, B, IN, OUT);
+            ASSERT_MSG(memcmp(dx[0], dx[1], (size_t)B * IN * sizeof(float)) == 0, "dx %dx%dx%d T %d", B, IN, OUT, T);
+            ASSERT_TRUE(memcmp(dW[0], dW[1], (size_t)OUT * IN * sizeof(float)) == 0);
+            ASSERT_TRUE(memcmp(db[0], db[1], OUT * sizeof(float)) == 0);
+            for (int i = 0; i < B * IN; i++) ASSERT_TRUE(x[i] != 0.0f || dx[1][i] == 0.0f);
+            free(x), free(W), free(b);
+            for (int k = 0; k < 2; k++) free(y[k]), free(dy[k]), free(dx[k]), free(dW[k]), free(db[k]);
+        }
+    nn_set_gemm_split(1);
+    openblas_set_num_threads(1);
+}
+
+// The dot interaction's 8-float vector path (where the processor has AVX2) gives the bits of the
+// 4-float one, forward and backward, for the Kaggle shape and odd ones.
+TEST(nn_interact_dot_simd_paths_identical) {
+    static const int shapes[][4] = {{64, 26, 16, 17}, {33, 5, 3, 4}, {20, 40, 8, 8}, {7, 1, 1, 1}}; // B, F, D, E
+    bp_rng rng;
+    bp_rng_seed(&rng, 43, 0);
+    for (int si = 0; si < (int)BP_ARRAY_LEN(shapes); si++) {
+        const int B = shapes[si][0], F = shapes[si][1], D = shapes[si][2], E = shapes[si][3];
+        const int W = nn_interact_dot_width(F, D);
+        float *z = malloc((size_t)B * D * sizeof(float)), *emb = malloc((size_t)B * F * E * sizeof(float));
+        float *dout = malloc((size_t)B * W * sizeof(float)), *scratch = malloc(nn_interact_dot_scratch(F, D) * sizeof(float));
+        float *out[2], *dz[2], *demb[2];
+        for (int i = 0; i < B * D; i++) z[i] = bp_rng_uniformf(&rng) - 0.5f;
+        for (int i = 0; i < B * F * E; i++) emb[i] = bp_rng_uniformf(&rng) - 0.5f;
+        for (int i = 0; i < B * W; i++) dout[i] = bp_rng_uniformf(&rng) - 0.5f;
+        for (int k = 0; k < 2; k++) {
+            nn_set_simd(k);
+            out[k] = malloc((size_t)B * W * sizeof(float)), dz[k] = malloc((size_t)B * D * sizeof(float));
+            demb[k] = malloc((size_t)B * F * E * sizeof(float));
+            for (int i = 0; i < B * F * E; i++) demb[k][i] = 0.125f; // accumulated into
+            nn_interact_dot_forward(out[k], z, emb, B, F, D, E, scratch);
+            nn_interact_dot_backward(dz[k], demb[k], dout, z, emb, B, F, D, E, scratch);
+        }
+        nn_set_simd(1);
+        ASSERT_MSG(memcmp(out[0], out[1], (size_t)B * W * sizeof(float)) == 0, "forward, shape %d", si);
+        ASSERT_MSG(memcmp(dz[0], dz[1], (size_t)B * D * sizeof(float)) == 0, "dz, shape %d", si);
+        ASSERT_MSG(memcmp(demb[0], demb[1], (size_t)B * F * E * sizeof(float)) == 0, "demb, shape %d", si);
+        free(z), free(emb), free(dout), free(scratch);
+        for (int k = 0; k < 2; k++) free(out[k]), free(dz[k]), free(demb[k]);
+    }
 }
