@@ -129,6 +129,14 @@ const synth_perm *synth_model_perm(const synth_model *m, uint32_t f);
 // Interaction pairs: n and (n, 2) table indices.
 int synth_model_pairs(const synth_model *m, uint32_t pairs[][2]);
 
+// Generation runs eight rows at a time with AVX-512 where the CPU has it (F, DQ, VL, BW), else
+// one at a time; both write the same bytes.  A model starts with the fast path when supported;
+// set_simd(m, 0) forces the scalar one (tests and benchmarks compare them), set_simd(m, 1) asks
+// for the fast one (ignored where unsupported).  Set it before generating, not meanwhile.
+int synth_simd_supported(void);
+void synth_model_set_simd(synth_model *m, int on);
+int synth_model_simd(const synth_model *m);
+
 void synth_rows_alloc(synth_rows *r, uint32_t n_dense, uint32_t n_tables);
 void synth_rows_free(synth_rows *r);
 // Generates rows [chunk * SYNTH_CHUNK_ROWS, +n) of the dataset into r (n = the rows left in

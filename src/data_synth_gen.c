@@ -6,6 +6,13 @@
 
 #include "data_synth.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SYNTH_HAVE_AVX512 1
+#else
+#define SYNTH_HAVE_AVX512 0
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // Presets
 
@@ -251,6 +258,7 @@ struct synth_model {
     uint32_t pair[SYNTH_MAX_PAIRS][2];
     uint64_t pair_key[SYNTH_MAX_PAIRS][2];
     float pair_sigma;
+    int simd;                      // generate with the AVX-512 passes (same bytes)
 };
 
 // Fast xoshiro256** on a local copy of a bp_rng (same sequence as bp_rng_u64).
@@ -689,6 +697,230 @@ static void gen_block(const synth_model *m, uint64_t s[4], uint64_t row0, uint32
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The same generator with AVX-512, eight rows at a time; it writes the same bytes as gen_block
+// (tests compare the two).  The stream is drawn ahead of each pass in the same order into small
+// buffers, every step keeps the scalar code's integer arithmetic and float operations in the
+// same order (no fused multiply-add: ISO C mode compiles without contraction), and results go
+// to per-column buffers that are transposed into the row-major output at the end of a block.
+// Tables that do not fit its arithmetic (more than 2^26 rows, drift, the avazu time tables) run
+// the scalar pass into the same buffers.
+#if SYNTH_HAVE_AVX512
+
+#define AVX512_FN __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"), noinline))
+#define AVX512_INL __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"), always_inline)) static inline
+#define SIMD_MAX_CARD ((uint64_t)1 << 26) // (a x + b) < 2^52: exact in a double for the reduction
+
+// Scratch of one block, carved from the caller's pair_fac buffer (see synth_rows).
+typedef struct {
+    float pair_fac[2 * SYNTH_MAX_PAIRS][GEN_SUB];
+    float logit[GEN_SUB];
+    uint64_t draw[GEN_SUB];                     // bin draws, or one draw per row
+    uint32_t vdraw[GEN_SUB];                    // in-bin draws (32 bits)
+    uint32_t sparse[BP_DS_MAX_SPARSE][GEN_SUB]; // (F, n) ids, column-major
+    uint32_t dense_raw[BP_DS_MAX_DENSE][GEN_SUB];
+    float dense[BP_DS_MAX_DENSE][GEN_SUB];
+} simd_scratch;
+_Static_assert(sizeof(simd_scratch) <= 2 * SYNTH_MAX_PAIRS * SYNTH_CHUNK_ROWS * sizeof(float),
+               "the generator's scratch must fit in synth_rows.pair_fac");
+
+AVX512_INL __m512i mix64_x8(__m512i x) {
+    x = _mm512_add_epi64(x, _mm512_set1_epi64((long long)0x9e3779b97f4a7c15ull));
+    x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 30)), _mm512_set1_epi64((long long)0xbf58476d1ce4e5b9ull));
+    x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), _mm512_set1_epi64((long long)0x94d049bb133111ebull));
+    return _mm512_xor_si512(x, _mm512_srli_epi64(x, 31));
+}
+
+// table_pass for a sampled table without drift and with card <= SIMD_MAX_CARD, over n8 rows (a
+// multiple of 8; draws past n are zero and their results unused).  The draws are in draw/vdraw.
+static AVX512_FN void table_pass_avx512(const synth_table *t, const float *normtab, const uint64_t *U,
+                                        const uint32_t *V, uint32_t n8, float *logit, uint32_t *col,
+                                        float *pf) {
+    const synth_perm *p = &t->perm;
+    const int *alias = (const int *)t->alias; // (nbins, 5) uint32: thr, start[2], width[2]
+    const __m512i nbins = _mm512_set1_epi64((long long)t->nbins);
+    const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+    const __m256i pk = _mm256_set1_epi32((int)p->k), pm1 = _mm256_set1_epi32((int)p->m1);
+    const __m256i pm2 = _mm256_set1_epi32((int)p->m2), pmask = _mm256_set1_epi32((int)p->mask);
+    const __m256i pfull = _mm256_set1_epi32((int)p->full);
+    const __m128i ph = _mm_cvtsi32_si128((int)p->h);
+    const __m512i pa = _mm512_set1_epi64((long long)p->a), pb = _mm512_set1_epi64((long long)p->b);
+    const __m512i pn = _mm512_set1_epi64((long long)p->n), key = _mm512_set1_epi64((long long)t->key);
+    const __m512d pnd = _mm512_set1_pd((double)p->n), pinv = _mm512_set1_pd(1.0 / (double)p->n);
+    const __m256i bias_bk = _mm256_set1_epi32(127 << 3);
+    for (uint32_t i = 0; i < n8; i += 8) {
+        __m512i u = _mm512_loadu_si512(U + i);
+        // Bin: ((u >> 32) nbins) >> 32, then the alias entry's own or alias half.
+        __m256i bin = _mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_mul_epu32(_mm512_srli_epi64(u, 32), nbins), 32));
+        __m256i at = _mm256_add_epi32(_mm256_slli_epi32(bin, 2), bin);
+        __m256i thr = _mm256_i32gather_epi32(alias, at, 4);
+        __mmask8 sel = _mm256_cmpge_epu32_mask(_mm512_cvtepi64_epi32(u), thr);
+        at = _mm256_mask_add_epi32(_mm256_add_epi32(at, one), sel, _mm256_add_epi32(at, one), one);
+        __m256i start = _mm256_i32gather_epi32(alias, at, 4);
+        __m256i width = _mm256_i32gather_epi32(alias, _mm256_add_epi32(at, two), 4);
+        __m512i v = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(V + i)));
+        __m512i off = _mm512_srli_epi64(_mm512_mul_epu32(v, _mm512_cvtepu32_epi64(width)), 32);
+        __m256i rank = _mm256_add_epi32(start, _mm512_cvtepi64_epi32(off));
+        // synth_perm_apply: the block mix keeps only the low 16 bits, so 32-bit products agree.
+        __m256i y = _mm256_and_si256(_mm256_mullo_epi32(_mm256_xor_si256(rank, pk), pm1), pmask);
+        y = _mm256_xor_si256(y, _mm256_srl_epi32(y, ph));
+        y = _mm256_and_si256(_mm256_mullo_epi32(y, pm2), pmask);
+        y = _mm256_xor_si256(y, _mm256_srl_epi32(y, ph));
+        __mmask8 in_full = _mm256_cmplt_epu32_mask(rank, pfull);
+        __m256i xb = _mm256_mask_mov_epi32(rank, in_full, _mm256_or_si256(_mm256_andnot_si256(pmask, rank), y));
+        __m512i x = _mm512_add_epi64(_mm512_mullo_epi64(_mm512_cvtepu32_epi64(xb), pa), pb); // < 2^52
+        // x mod n: the quotient from doubles is off by at most one, fixed in integers.
+        __m512d q = _mm512_roundscale_pd(_mm512_mul_pd(_mm512_cvtepu64_pd(x), pinv), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        __m512i id = _mm512_sub_epi64(x, _mm512_mullo_epi64(_mm512_cvttpd_epi64(q), pn));
+        id = _mm512_mask_add_epi64(id, _mm512_cmplt_epi64_mask(id, _mm512_setzero_si512()), id, pn);
+        id = _mm512_mask_sub_epi64(id, _mm512_cmpge_epi64_mask(id, pn), id, pn);
+        (void)pnd;
+        // rank_bucket: the float (rank + 1) (exact rounding as the scalar conversion).
+        __m256i bk = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(_mm256_add_epi32(rank, one))), 20), bias_bk);
+        __m512i h = _mm512_srli_epi64(mix64_x8(_mm512_xor_si512(id, key)), 64 - NORM_BITS);
+        __m256 z = _mm512_i64gather_ps(h, normtab, 4);
+        __m256 eff = _mm256_i32gather_ps(t->eff, bk, 4);
+        _mm256_storeu_ps(logit + i, _mm256_add_ps(_mm256_loadu_ps(logit + i), _mm256_mul_ps(eff, z)));
+        _mm256_storeu_si256((__m256i *)(col + i), _mm512_cvtepi64_epi32(id));
+        if (pf) _mm256_storeu_ps(pf + i, _mm256_i32gather_ps(t->fac, bk, 4));
+    }
+}
+
+// The dense features over n8 rows: one draw per row in X (see gen_block).
+static AVX512_FN void dense_pass_avx512(const synth_model *m, uint32_t j, const uint64_t *X, uint32_t n8,
+                                        float *logit, uint32_t *raw, float *val) {
+    const uint32_t Q = 1u << DENSE_QBITS;
+    const float *q = m->dense_q + (size_t)j * (Q + 1);
+    const __m256 w = _mm256_set1_ps(m->dense_w[j]), mean = _mm256_set1_ps(m->dense_mean[j]);
+    const __m256i miss_thr = _mm256_set1_epi32((int)m->dense_miss[j]), one = _mm256_set1_epi32(1);
+    const __m256i tab_n = _mm256_set1_epi32(LOG1P_TAB), frac_mask = _mm256_set1_epi32((1 << (32 - DENSE_QBITS)) - 1);
+    const __m256 frac_scale = _mm256_set1_ps(1.0f / (1u << (32 - DENSE_QBITS)));
+    for (uint32_t i = 0; i < n8; i += 8) {
+        __m512i x = _mm512_loadu_si512(X + i);
+        __m256i k = _mm512_cvtepi64_epi32(_mm512_srli_epi64(x, 64 - DENSE_QBITS));
+        __m256i hi = _mm512_cvtepi64_epi32(_mm512_srli_epi64(x, 32));
+        __m256 frac = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(hi, frac_mask)), frac_scale);
+        __m256 q0 = _mm256_i32gather_ps(q, k, 4), q1 = _mm256_i32gather_ps(q, _mm256_add_epi32(k, one), 4);
+        // Quantiles are in [0, 2e9], so the signed truncation is the scalar (uint32_t) cast.
+        __m256i c = _mm256_cvttps_epi32(_mm256_add_ps(q0, _mm256_mul_ps(frac, _mm256_sub_ps(q1, q0))));
+        __mmask8 small = _mm256_cmplt_epu32_mask(c, tab_n);
+        __m256 l = _mm256_mmask_i32gather_ps(_mm256_setzero_ps(), small, c, m->log1p_tab, 4);
+        if (small != 0xff) { // counts past the table (a few % of one feature's)
+            float lv[8];
+            uint32_t cv[8];
+            _mm256_storeu_ps(lv, l);
+            _mm256_storeu_si256((__m256i *)cv, c);
+            for (int e = 0; e < 8; e++)
+                if (!(small >> e & 1)) lv[e] = (float)log1p((double)cv[e]);
+            l = _mm256_loadu_ps(lv);
+        }
+        __mmask8 miss = _mm256_cmplt_epu32_mask(_mm512_cvtepi64_epi32(x), miss_thr);
+        _mm256_storeu_si256((__m256i *)(raw + i), _mm256_mask_mov_epi32(c, miss, _mm256_set1_epi32(-1)));
+        l = _mm256_mask_mov_ps(l, miss, _mm256_setzero_ps());
+        _mm256_storeu_ps(val + i, l);
+        _mm256_storeu_ps(logit + i, _mm256_add_ps(_mm256_loadu_ps(logit + i), _mm256_mul_ps(w, _mm256_sub_ps(l, mean))));
+    }
+}
+
+// One interaction pair over n8 rows (ids of both tables in columns a and b).
+static AVX512_FN void pair_pass_avx512(const uint32_t *ida, const uint32_t *idb, uint64_t ka, uint64_t kb,
+                                       const float *fa, const float *fb, float scale, uint32_t n8, float *logit) {
+    const __m512i vka = _mm512_set1_epi64((long long)ka), vkb = _mm512_set1_epi64((long long)kb);
+    const __m512i int_min = _mm512_set1_epi64((long long)0xffffffff80000000ull);
+    const __m512i two32 = _mm512_set1_epi64((long long)1 << 32);
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (uint32_t i = 0; i < n8; i += 8) {
+        __m512i ha = mix64_x8(_mm512_xor_si512(_mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(ida + i))), vka));
+        __m512i hb = mix64_x8(_mm512_xor_si512(_mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(idb + i))), vkb));
+        // Words 0,1 and 2,3 of each lane summed in pairs; a pair sum of 2^31 (all four words
+        // -32768) wraps to INT32_MIN, the only way that value arises, and is put back.
+        __m512i pr = _mm512_madd_epi16(ha, hb);
+        __m512i lo = _mm512_srai_epi64(_mm512_slli_epi64(pr, 32), 32), hi = _mm512_srai_epi64(pr, 32);
+        lo = _mm512_mask_add_epi64(lo, _mm512_cmpeq_epi64_mask(lo, int_min), lo, two32);
+        hi = _mm512_mask_add_epi64(hi, _mm512_cmpeq_epi64_mask(hi, int_min), hi, two32);
+        __m256 dot = _mm512_cvtepi64_ps(_mm512_add_epi64(lo, hi));
+        __m256 term = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(sc, _mm256_loadu_ps(fa + i)), _mm256_loadu_ps(fb + i)), dot);
+        _mm256_storeu_ps(logit + i, _mm256_add_ps(_mm256_loadu_ps(logit + i), term));
+    }
+}
+
+static int simd_table_ok(const synth_table *t) {
+    return t->kind == T_SAMPLED && t->drift_rate == 0 && t->n <= SIMD_MAX_CARD;
+}
+
+// gen_block with the AVX-512 passes; same arguments, same output, same stream consumption.
+static void gen_block_avx512(const synth_model *m, uint64_t s[4], uint64_t row0, uint32_t n, synth_rows *out,
+                             float *logit_out, simd_scratch *sc, int finish) {
+    const uint32_t F = m->F, Nd = m->Nd, n8 = (n + 7) & ~7u;
+    float *logit = sc->logit;
+    for (uint32_t i = 0; i < n8; i++) logit[i] = 0;
+    float sink[GEN_SUB];
+    for (uint32_t f = 0; f < F; f++) {
+        const synth_table *t = &m->tab[f];
+        float *pf = t->pair_slot >= 0 ? sc->pair_fac[t->pair_slot] : NULL;
+        if (simd_table_ok(t)) {
+            uint32_t i = 0;
+            for (; i + 1 < n; i += 2) {
+                uint64_t u0 = rng_next(s), u1 = rng_next(s), v = rng_next(s);
+                sc->draw[i] = u0, sc->draw[i + 1] = u1;
+                sc->vdraw[i] = (uint32_t)(v >> 32), sc->vdraw[i + 1] = (uint32_t)v;
+            }
+            if (i < n) {
+                sc->draw[i] = rng_next(s);
+                sc->vdraw[i] = (uint32_t)(rng_next(s) >> 32);
+                i++;
+            }
+            for (; i < n8; i++) sc->draw[i] = 0, sc->vdraw[i] = 0;
+            table_pass_avx512(t, m->normtab, sc->draw, sc->vdraw, n8, logit, sc->sparse[f], pf);
+        } else if (t->kind == T_SAMPLED) {
+            float *pfs = pf ? pf : sink;
+            size_t step = pf != NULL;
+            if (t->drift_rate > 0) table_pass(t, m->normtab, s, row0, n, 1, logit, sc->sparse[f], pfs, step, 1);
+            else table_pass(t, m->normtab, s, row0, n, 1, logit, sc->sparse[f], pfs, step, 0);
+        } else {
+            for (uint32_t i = 0; i < n; i++) {
+                uint64_t hour = (row0 + i) * (AVAZU_DAYS * 24) / m->rows;
+                uint64_t id = t->kind == T_HOUR ? hour % 24 : (1 + hour / 24) % 7;
+                logit[i] += t->eff[0] * m->normtab[bp_mix64(id ^ t->key) >> (64 - NORM_BITS)];
+                sc->sparse[f][i] = (uint32_t)id;
+                if (pf) pf[i] = t->fac[0];
+            }
+        }
+        for (uint32_t i = n; i < n8; i++) sc->sparse[f][i] = 0;
+    }
+    const float pscale = m->pair_sigma * 0.5f * (3.0f / 1073741824.0f); // as in gen_block
+    for (int p = 0; p < m->n_pairs; p++) {
+        const uint32_t a = m->pair[p][0], b = m->pair[p][1];
+        pair_pass_avx512(sc->sparse[a], sc->sparse[b], m->pair_key[p][0], m->pair_key[p][1],
+                         sc->pair_fac[m->tab[a].pair_slot], sc->pair_fac[m->tab[b].pair_slot], pscale, n8, logit);
+    }
+    for (uint32_t j = 0; j < Nd; j++) {
+        uint32_t i = 0;
+        for (; i < n; i++) sc->draw[i] = rng_next(s);
+        for (; i < n8; i++) sc->draw[i] = 0;
+        dense_pass_avx512(m, j, sc->draw, n8, logit, sc->dense_raw[j], sc->dense[j]);
+    }
+    // Column buffers to the row-major output.
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t *sp = out->sparse + (size_t)i * F;
+        for (uint32_t f = 0; f < F; f++) sp[f] = sc->sparse[f][i];
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t *dr = out->dense_raw + (size_t)i * Nd;
+        float *dv = out->dense + (size_t)i * Nd;
+        for (uint32_t j = 0; j < Nd; j++) dr[j] = sc->dense_raw[j][i], dv[j] = sc->dense[j][i];
+    }
+    memcpy(logit_out, logit, n * sizeof *logit);
+    if (finish) {
+        for (uint32_t i = 0; i < n; i++) {
+            float p = (float)(1.0 / (1.0 + exp(-(m->bias + (double)logit[i]))));
+            out->prob[i] = p;
+            out->label[i] = (float)(rng_next(s) >> 40) * 0x1.0p-24f < p;
+        }
+    }
+}
+#endif
+
 static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t n, synth_rows *out, float *logit,
                      float *pair_fac, int finish) {
     BP_ASSERT(n <= SYNTH_CHUNK_ROWS);
@@ -699,6 +931,12 @@ static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t 
         uint32_t k = n - b < GEN_SUB ? n - b : GEN_SUB;
         synth_rows v = {k, out->label + b, out->dense_raw + (size_t)b * Nd, out->dense + (size_t)b * Nd,
                         out->sparse + (size_t)b * F, out->prob + b, NULL};
+#if SYNTH_HAVE_AVX512
+        if (m->simd) {
+            gen_block_avx512(m, s, row0 + b, k, &v, logit + b, (simd_scratch *)pair_fac, finish);
+            continue;
+        }
+#endif
         gen_block(m, s, row0 + b, k, &v, logit + b, pair_fac, finish);
     }
     memcpy(rng->s, s, sizeof s);
@@ -746,6 +984,7 @@ int synth_model_init(synth_model **out, const synth_opts *o) {
     m->o.out = NULL;
     m->F = o->n_tables, m->Nd = o->n_dense, m->rows = o->rows;
     m->days = o->preset == SYNTH_PRESET_AVAZU ? AVAZU_DAYS : CRITEO_DAYS;
+    m->simd = synth_simd_supported();
     for (uint32_t i = 0; i < (1u << NORM_BITS); i++)
         m->normtab[i] = (float)norm_quantile((i + 0.5) / (1u << NORM_BITS));
     m->log1p_tab = bp_xmalloc(LOG1P_TAB * sizeof *m->log1p_tab);
@@ -772,6 +1011,17 @@ void synth_model_free(synth_model *m) {
     free(m);
 }
 
+int synth_simd_supported(void) {
+#if SYNTH_HAVE_AVX512
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+#else
+    return 0;
+#endif
+}
+void synth_model_set_simd(synth_model *m, int on) { m->simd = on && synth_simd_supported(); }
+int synth_model_simd(const synth_model *m) { return m->simd; }
 uint32_t synth_model_n_dense(const synth_model *m) { return m->Nd; }
 uint32_t synth_model_n_tables(const synth_model *m) { return m->F; }
 const uint64_t *synth_model_card(const synth_model *m) { return m->o.card; }
