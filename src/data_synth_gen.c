@@ -204,9 +204,10 @@ uint32_t synth_cat_unhash32(uint32_t f, uint32_t x) {
 #define M0 1e4
 
 typedef struct {
-    uint32_t thr;      // accept the column's own bin when the low 32 random bits are below
-    uint32_t start[2]; // first rank of the own / alias bin
-    uint32_t width[2]; // ranks in the own / alias bin
+    uint32_t thr; // keep the column's own bin when the low 32 random bits are below this, else the alias
+    struct {
+        uint32_t start, width; // first rank and ranks of the own (0) / alias (1) bin
+    } half[2];
 } alias_entry;
 
 enum { T_SAMPLED = 0, T_HOUR = 1, T_DOW = 2 };
@@ -225,6 +226,7 @@ typedef struct {
     int all_wrap;          // that shift is >= n: every row reaches the top at some point
     float fac[SYNTH_SCALE_BUCKETS];   // rank factor sqrt(m / (m + M0)) by rank bucket
     float eff[SYNTH_SCALE_BUCKETS];   // sigma * fac
+    float eff_fac[SYNTH_SCALE_BUCKETS][2]; // (eff, fac) pairs, for one load of both
     int pair_slot;         // row of pair_fac holding this table's factors, -1 if in no pair
 } synth_table;
 
@@ -349,16 +351,16 @@ static void table_alias(synth_table *t) {
     }
     for (uint32_t b = 0; b < nb; b++) {
         alias_entry *e = &t->alias[b];
-        e->start[0] = e->start[1] = t->bin_start[b];
-        e->width[0] = e->width[1] = (uint32_t)bin_width(t, b);
+        e->half[0].start = e->half[1].start = t->bin_start[b];
+        e->half[0].width = e->half[1].width = (uint32_t)bin_width(t, b);
         e->thr = UINT32_MAX;
     }
     while (ns && nl) {
         uint32_t s = small[--ns], l = large[--nl];
         alias_entry *e = &t->alias[s];
         e->thr = (uint32_t)(p[s] * 4294967296.0);
-        e->start[1] = t->bin_start[l];
-        e->width[1] = (uint32_t)bin_width(t, l);
+        e->half[1].start = t->bin_start[l];
+        e->half[1].width = (uint32_t)bin_width(t, l);
         p[l] -= 1 - p[s];
         if (p[l] < 1) small[ns++] = l;
         else large[nl++] = l;
@@ -531,6 +533,7 @@ static void model_tables_init(synth_model *m, bp_rng *rng) {
             double fac = sqrt(mm / (mm + M0));
             t->fac[b] = (float)fac;
             t->eff[b] = (float)(sigma * fac);
+            t->eff_fac[b][0] = t->eff[b], t->eff_fac[b][1] = t->fac[b];
         }
     }
 }
@@ -585,7 +588,7 @@ static inline __attribute__((always_inline)) void table_row(const pass_consts c,
     const alias_entry *e = &c.alias[((u >> 32) * c.nbins) >> 32];
     uint32_t sel = (uint32_t)u >= e->thr;
     // Uniform within the bin (width 1 for the head: adds 0); branch-free, the width is unpredictable.
-    uint64_t rank = e->start[sel] + ((v * e->width[sel]) >> 32), eff = rank;
+    uint64_t rank = e->half[sel].start + ((v * e->half[sel].width) >> 32), eff = rank;
     if (drift) {
         // The row that held base rank r0 at row 0 holds rank r0 + shift now: new rows rise to the
         // top and old favourites sink slowly.  Effects follow a row's best rank over the dataset
@@ -718,8 +721,8 @@ typedef struct {
     uint64_t draw[GEN_SUB];                     // bin draws, or one draw per row
     uint32_t vdraw[GEN_SUB];                    // in-bin draws (32 bits)
     uint32_t sparse[BP_DS_MAX_SPARSE][GEN_SUB]; // (F, n) ids, column-major
-    uint32_t dense_raw[BP_DS_MAX_DENSE][GEN_SUB];
-    float dense[BP_DS_MAX_DENSE][GEN_SUB];
+    uint32_t dense_raw[BP_DS_MAX_DENSE][GEN_SUB]; // (Nd, n) counts
+    float dense[BP_DS_MAX_DENSE][GEN_SUB];     // (Nd, n) log1p values; transposed as uint32
 } simd_scratch;
 _Static_assert(sizeof(simd_scratch) <= 2 * SYNTH_MAX_PAIRS * SYNTH_CHUNK_ROWS * sizeof(float),
                "the generator's scratch must fit in synth_rows.pair_fac");
@@ -737,7 +740,7 @@ static AVX512_FN void table_pass_avx512(const synth_table *t, const float *normt
                                         const uint32_t *V, uint32_t n8, float *logit, uint32_t *col,
                                         float *pf) {
     const synth_perm *p = &t->perm;
-    const int *alias = (const int *)t->alias; // (nbins, 5) uint32: thr, start[2], width[2]
+    const int *alias = (const int *)t->alias; // (nbins, 5) uint32: thr, then start, width of each half
     const __m512i nbins = _mm512_set1_epi64((long long)t->nbins);
     const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
     const __m256i pk = _mm256_set1_epi32((int)p->k), pm1 = _mm256_set1_epi32((int)p->m1);
@@ -755,12 +758,11 @@ static AVX512_FN void table_pass_avx512(const synth_table *t, const float *normt
         __m256i at = _mm256_add_epi32(_mm256_slli_epi32(bin, 2), bin);
         __m256i thr = _mm256_i32gather_epi32(alias, at, 4);
         __mmask8 sel = _mm256_cmpge_epu32_mask(_mm512_cvtepi64_epi32(u), thr);
-        at = _mm256_mask_add_epi32(_mm256_add_epi32(at, one), sel, _mm256_add_epi32(at, one), one);
-        __m256i start = _mm256_i32gather_epi32(alias, at, 4);
-        __m256i width = _mm256_i32gather_epi32(alias, _mm256_add_epi32(at, two), 4);
+        at = _mm256_mask_add_epi32(_mm256_add_epi32(at, one), sel, _mm256_add_epi32(at, one), two);
+        __m512i sw = _mm512_i32gather_epi64(at, alias, 4); // (start, width) of the chosen half
         __m512i v = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(V + i)));
-        __m512i off = _mm512_srli_epi64(_mm512_mul_epu32(v, _mm512_cvtepu32_epi64(width)), 32);
-        __m256i rank = _mm256_add_epi32(start, _mm512_cvtepi64_epi32(off));
+        __m512i off = _mm512_srli_epi64(_mm512_mul_epu32(v, _mm512_srli_epi64(sw, 32)), 32);
+        __m256i rank = _mm256_add_epi32(_mm512_cvtepi64_epi32(sw), _mm512_cvtepi64_epi32(off));
         // synth_perm_apply: the block mix keeps only the low 16 bits, so 32-bit products agree.
         __m256i y = _mm256_and_si256(_mm256_mullo_epi32(_mm256_xor_si256(rank, pk), pm1), pmask);
         y = _mm256_xor_si256(y, _mm256_srl_epi32(y, ph));
@@ -779,10 +781,16 @@ static AVX512_FN void table_pass_avx512(const synth_table *t, const float *normt
         __m256i bk = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(_mm256_add_epi32(rank, one))), 20), bias_bk);
         __m512i h = _mm512_srli_epi64(mix64_x8(_mm512_xor_si512(id, key)), 64 - NORM_BITS);
         __m256 z = _mm512_i64gather_ps(h, normtab, 4);
-        __m256 eff = _mm256_i32gather_ps(t->eff, bk, 4);
+        __m256 eff;
+        if (pf) { // eff and fac side by side: one 64-bit load
+            __m512i ef = _mm512_i32gather_epi64(bk, t->eff_fac, 8);
+            eff = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(ef));
+            _mm256_storeu_ps(pf + i, _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(ef, 32))));
+        } else {
+            eff = _mm256_i32gather_ps(t->eff, bk, 4);
+        }
         _mm256_storeu_ps(logit + i, _mm256_add_ps(_mm256_loadu_ps(logit + i), _mm256_mul_ps(eff, z)));
         _mm256_storeu_si256((__m256i *)(col + i), _mm512_cvtepi64_epi32(id));
-        if (pf) _mm256_storeu_ps(pf + i, _mm256_i32gather_ps(t->fac, bk, 4));
     }
 }
 
@@ -792,7 +800,7 @@ static AVX512_FN void dense_pass_avx512(const synth_model *m, uint32_t j, const 
     const uint32_t Q = 1u << DENSE_QBITS;
     const float *q = m->dense_q + (size_t)j * (Q + 1);
     const __m256 w = _mm256_set1_ps(m->dense_w[j]), mean = _mm256_set1_ps(m->dense_mean[j]);
-    const __m256i miss_thr = _mm256_set1_epi32((int)m->dense_miss[j]), one = _mm256_set1_epi32(1);
+    const __m256i miss_thr = _mm256_set1_epi32((int)m->dense_miss[j]);
     const __m256i tab_n = _mm256_set1_epi32(LOG1P_TAB), frac_mask = _mm256_set1_epi32((1 << (32 - DENSE_QBITS)) - 1);
     const __m256 frac_scale = _mm256_set1_ps(1.0f / (1u << (32 - DENSE_QBITS)));
     for (uint32_t i = 0; i < n8; i += 8) {
@@ -800,7 +808,9 @@ static AVX512_FN void dense_pass_avx512(const synth_model *m, uint32_t j, const 
         __m256i k = _mm512_cvtepi64_epi32(_mm512_srli_epi64(x, 64 - DENSE_QBITS));
         __m256i hi = _mm512_cvtepi64_epi32(_mm512_srli_epi64(x, 32));
         __m256 frac = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(hi, frac_mask)), frac_scale);
-        __m256 q0 = _mm256_i32gather_ps(q, k, 4), q1 = _mm256_i32gather_ps(q, _mm256_add_epi32(k, one), 4);
+        __m512i qq = _mm512_i32gather_epi64(k, q, 4); // q[k] and q[k + 1] in one 64-bit load
+        __m256 q0 = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(qq));
+        __m256 q1 = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(qq, 32)));
         // Quantiles are in [0, 2e9], so the signed truncation is the scalar (uint32_t) cast.
         __m256i c = _mm256_cvttps_epi32(_mm256_add_ps(q0, _mm256_mul_ps(frac, _mm256_sub_ps(q1, q0))));
         __mmask8 small = _mm256_cmplt_epu32_mask(c, tab_n);
@@ -844,6 +854,36 @@ static AVX512_FN void pair_pass_avx512(const uint32_t *ida, const uint32_t *idb,
     }
 }
 
+// out (n, ncol) row-major from cols (ncol, GEN_SUB) column-major: 8x8 blocks transposed in
+// registers, the columns and rows past the last full block one by one.
+static AVX512_FN void transpose_avx512(const uint32_t (*cols)[GEN_SUB], uint32_t ncol, uint32_t n, uint32_t *out) {
+    const uint32_t n8 = n & ~7u, c8 = ncol & ~7u;
+    for (uint32_t i = 0; i < n8; i += 8) {
+        for (uint32_t c = 0; c < c8; c += 8) {
+            __m256i r[8], t[8], u[8];
+            for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_si256((const __m256i *)(cols[c + k] + i));
+            for (int k = 0; k < 8; k += 2) {
+                t[k] = _mm256_unpacklo_epi32(r[k], r[k + 1]);
+                t[k + 1] = _mm256_unpackhi_epi32(r[k], r[k + 1]);
+            }
+            for (int k = 0; k < 8; k += 4) {
+                u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
+                u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
+                u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
+                u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
+            }
+            for (int k = 0; k < 4; k++) {
+                _mm256_storeu_si256((__m256i *)(out + (size_t)(i + k) * ncol + c), _mm256_permute2x128_si256(u[k], u[k + 4], 0x20));
+                _mm256_storeu_si256((__m256i *)(out + (size_t)(i + k + 4) * ncol + c), _mm256_permute2x128_si256(u[k], u[k + 4], 0x31));
+            }
+        }
+        for (uint32_t k = 0; k < 8; k++)
+            for (uint32_t c = c8; c < ncol; c++) out[(size_t)(i + k) * ncol + c] = cols[c][i + k];
+    }
+    for (uint32_t i = n8; i < n; i++)
+        for (uint32_t c = 0; c < ncol; c++) out[(size_t)i * ncol + c] = cols[c][i];
+}
+
 static int simd_table_ok(const synth_table *t) {
     return t->kind == T_SAMPLED && t->drift_rate == 0 && t->n <= SIMD_MAX_CARD;
 }
@@ -859,17 +899,19 @@ static void gen_block_avx512(const synth_model *m, uint64_t s[4], uint64_t row0,
         const synth_table *t = &m->tab[f];
         float *pf = t->pair_slot >= 0 ? sc->pair_fac[t->pair_slot] : NULL;
         if (simd_table_ok(t)) {
+            uint64_t st[4] = {s[0], s[1], s[2], s[3]}; // in registers: the draw stores may alias s
             uint32_t i = 0;
             for (; i + 1 < n; i += 2) {
-                uint64_t u0 = rng_next(s), u1 = rng_next(s), v = rng_next(s);
+                uint64_t u0 = rng_next(st), u1 = rng_next(st), v = rng_next(st);
                 sc->draw[i] = u0, sc->draw[i + 1] = u1;
                 sc->vdraw[i] = (uint32_t)(v >> 32), sc->vdraw[i + 1] = (uint32_t)v;
             }
             if (i < n) {
-                sc->draw[i] = rng_next(s);
-                sc->vdraw[i] = (uint32_t)(rng_next(s) >> 32);
+                sc->draw[i] = rng_next(st);
+                sc->vdraw[i] = (uint32_t)(rng_next(st) >> 32);
                 i++;
             }
+            memcpy(s, st, sizeof st);
             for (; i < n8; i++) sc->draw[i] = 0, sc->vdraw[i] = 0;
             table_pass_avx512(t, m->normtab, sc->draw, sc->vdraw, n8, logit, sc->sparse[f], pf);
         } else if (t->kind == T_SAMPLED) {
@@ -895,28 +937,26 @@ static void gen_block_avx512(const synth_model *m, uint64_t s[4], uint64_t row0,
                          sc->pair_fac[m->tab[a].pair_slot], sc->pair_fac[m->tab[b].pair_slot], pscale, n8, logit);
     }
     for (uint32_t j = 0; j < Nd; j++) {
+        uint64_t st[4] = {s[0], s[1], s[2], s[3]};
         uint32_t i = 0;
-        for (; i < n; i++) sc->draw[i] = rng_next(s);
+        for (; i < n; i++) sc->draw[i] = rng_next(st);
         for (; i < n8; i++) sc->draw[i] = 0;
+        memcpy(s, st, sizeof st);
         dense_pass_avx512(m, j, sc->draw, n8, logit, sc->dense_raw[j], sc->dense[j]);
     }
     // Column buffers to the row-major output.
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t *sp = out->sparse + (size_t)i * F;
-        for (uint32_t f = 0; f < F; f++) sp[f] = sc->sparse[f][i];
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t *dr = out->dense_raw + (size_t)i * Nd;
-        float *dv = out->dense + (size_t)i * Nd;
-        for (uint32_t j = 0; j < Nd; j++) dr[j] = sc->dense_raw[j][i], dv[j] = sc->dense[j][i];
-    }
+    transpose_avx512((const uint32_t (*)[GEN_SUB])sc->sparse, F, n, out->sparse);
+    transpose_avx512((const uint32_t (*)[GEN_SUB])sc->dense_raw, Nd, n, out->dense_raw);
+    transpose_avx512((const uint32_t (*)[GEN_SUB])sc->dense, Nd, n, (uint32_t *)out->dense);
     memcpy(logit_out, logit, n * sizeof *logit);
     if (finish) {
+        uint64_t st[4] = {s[0], s[1], s[2], s[3]};
         for (uint32_t i = 0; i < n; i++) {
             float p = (float)(1.0 / (1.0 + exp(-(m->bias + (double)logit[i]))));
             out->prob[i] = p;
-            out->label[i] = (float)(rng_next(s) >> 40) * 0x1.0p-24f < p;
+            out->label[i] = (float)(rng_next(st) >> 40) * 0x1.0p-24f < p;
         }
+        memcpy(s, st, sizeof st);
     }
 }
 #endif
