@@ -258,6 +258,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
     synth_model *m;
     rc = synth_model_init(&m, &o);
     if (rc) return rc;
+    if (o.scalar) synth_model_set_simd(m, 0);
     const uint32_t Nd = o.n_dense, F = o.n_tables;
     synth_split_sizes(&o, rep->split);
 

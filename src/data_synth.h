@@ -48,6 +48,7 @@ typedef struct {
     synth_format format;
     int threads;       // generator threads (>= 1); the output does not depend on it
     int progress;      // draw a progress line (bp_progress; silent when stderr is not a terminal)
+    int scalar;        // generate without the AVX-512 path (comparisons; the bytes are the same)
     const char *out;   // output path
 } synth_opts;
 

@@ -228,6 +228,9 @@ typedef struct {
     float eff[SYNTH_SCALE_BUCKETS];   // sigma * fac
     float eff_fac[SYNTH_SCALE_BUCKETS][2]; // (eff, fac) pairs, for one load of both
     int pair_slot;         // row of pair_fac holding this table's factors, -1 if in no pair
+    // AVX-512 path, tables of up to SIMD_LUT_MAX rows without drift: everything a rank leads to.
+    uint64_t *lut;         // (n) per rank: the float bits of eff * z (low half), the id (high half)
+    float *lut_fac;        // (n) per rank: fac, for tables in a pair (else NULL)
 } synth_table;
 
 typedef struct {
@@ -713,6 +716,7 @@ static void gen_block(const synth_model *m, uint64_t s[4], uint64_t row0, uint32
 #define AVX512_FN __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"), noinline))
 #define AVX512_INL __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"), always_inline)) static inline
 #define SIMD_MAX_CARD ((uint64_t)1 << 26) // (a x + b) < 2^52: exact in a double for the reduction
+#define SIMD_LUT_MAX 32768 // tables up to this many rows get per-rank tables (12 bytes a row)
 
 // Scratch of one block, carved from the caller's pair_fac buffer (see synth_rows).
 typedef struct {
@@ -884,6 +888,32 @@ static AVX512_FN void transpose_avx512(const uint32_t (*cols)[GEN_SUB], uint32_t
         for (uint32_t c = 0; c < ncol; c++) out[(size_t)i * ncol + c] = cols[c][i];
 }
 
+// table_pass_avx512 for a table with a per-rank table (lut): the bin and rank as there, then
+// one load gives the row effect and the id.
+static AVX512_FN void table_pass_lut_avx512(const synth_table *t, const uint64_t *U, const uint32_t *V, uint32_t n8,
+                                            float *logit, uint32_t *col, float *pf) {
+    const int *alias = (const int *)t->alias;
+    const __m512i nbins = _mm512_set1_epi64((long long)t->nbins);
+    const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+    for (uint32_t i = 0; i < n8; i += 8) {
+        __m512i u = _mm512_loadu_si512(U + i);
+        __m256i bin = _mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_mul_epu32(_mm512_srli_epi64(u, 32), nbins), 32));
+        __m256i at = _mm256_add_epi32(_mm256_slli_epi32(bin, 2), bin);
+        __m256i thr = _mm256_i32gather_epi32(alias, at, 4);
+        __mmask8 sel = _mm256_cmpge_epu32_mask(_mm512_cvtepi64_epi32(u), thr);
+        at = _mm256_mask_add_epi32(_mm256_add_epi32(at, one), sel, _mm256_add_epi32(at, one), two);
+        __m512i sw = _mm512_i32gather_epi64(at, alias, 4);
+        __m512i v = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(V + i)));
+        __m512i off = _mm512_srli_epi64(_mm512_mul_epu32(v, _mm512_srli_epi64(sw, 32)), 32);
+        __m256i rank = _mm256_add_epi32(_mm512_cvtepi64_epi32(sw), _mm512_cvtepi64_epi32(off));
+        __m512i e = _mm512_i32gather_epi64(rank, (const long long *)t->lut, 8);
+        __m256 contrib = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(e));
+        _mm256_storeu_ps(logit + i, _mm256_add_ps(_mm256_loadu_ps(logit + i), contrib));
+        _mm256_storeu_si256((__m256i *)(col + i), _mm512_cvtepi64_epi32(_mm512_srli_epi64(e, 32)));
+        if (pf) _mm256_storeu_ps(pf + i, _mm256_i32gather_ps(t->lut_fac, rank, 4));
+    }
+}
+
 static int simd_table_ok(const synth_table *t) {
     return t->kind == T_SAMPLED && t->drift_rate == 0 && t->n <= SIMD_MAX_CARD;
 }
@@ -913,7 +943,8 @@ static void gen_block_avx512(const synth_model *m, uint64_t s[4], uint64_t row0,
             }
             memcpy(s, st, sizeof st);
             for (; i < n8; i++) sc->draw[i] = 0, sc->vdraw[i] = 0;
-            table_pass_avx512(t, m->normtab, sc->draw, sc->vdraw, n8, logit, sc->sparse[f], pf);
+            if (t->lut) table_pass_lut_avx512(t, sc->draw, sc->vdraw, n8, logit, sc->sparse[f], pf);
+            else table_pass_avx512(t, m->normtab, sc->draw, sc->vdraw, n8, logit, sc->sparse[f], pf);
         } else if (t->kind == T_SAMPLED) {
             float *pfs = pf ? pf : sink;
             size_t step = pf != NULL;
@@ -960,6 +991,28 @@ static void gen_block_avx512(const synth_model *m, uint64_t s[4], uint64_t row0,
     }
 }
 #endif
+
+// Per-rank tables of the AVX-512 path for the small tables: the same products as table_row.
+static void model_luts_init(synth_model *m) {
+#if SYNTH_HAVE_AVX512
+    for (uint32_t f = 0; f < m->F; f++) {
+        synth_table *t = &m->tab[f];
+        if (!simd_table_ok(t) || t->n > SIMD_LUT_MAX) continue;
+        t->lut = bp_xmalloc(t->n * sizeof *t->lut);
+        t->lut_fac = t->pair_slot >= 0 ? bp_xmalloc(t->n * sizeof *t->lut_fac) : NULL;
+        for (uint64_t r = 0; r < t->n; r++) {
+            uint64_t id = synth_perm_apply(&t->perm, r);
+            uint32_t bk = rank_bucket(r), bits;
+            float contrib = t->eff[bk] * m->normtab[bp_mix64(id ^ t->key) >> (64 - NORM_BITS)];
+            memcpy(&bits, &contrib, sizeof bits);
+            t->lut[r] = bits | id << 32;
+            if (t->lut_fac) t->lut_fac[r] = t->fac[bk];
+        }
+    }
+#else
+    (void)m;
+#endif
+}
 
 static void gen_rows(const synth_model *m, bp_rng *rng, uint64_t row0, uint32_t n, synth_rows *out, float *logit,
                      float *pair_fac, int finish) {
@@ -1034,6 +1087,7 @@ int synth_model_init(synth_model **out, const synth_opts *o) {
     model_tables_init(m, &rng);
     model_dense_init(m, &rng);
     model_pairs_init(m, &rng);
+    model_luts_init(m);
     model_solve_bias(m);
     *out = m;
     return 0;
@@ -1045,6 +1099,8 @@ void synth_model_free(synth_model *m) {
         free(m->tab[f].alias);
         free(m->tab[f].bin_mass);
         free(m->tab[f].bin_start);
+        free(m->tab[f].lut);
+        free(m->tab[f].lut_fac);
     }
     free(m->tab);
     free(m->dense_q), free(m->dense_miss), free(m->dense_w), free(m->dense_mean), free(m->log1p_tab);
