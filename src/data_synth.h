@@ -160,4 +160,10 @@ typedef struct {
 
 int synth_run(const synth_opts *o, synth_report *rep);
 
+// zlib's CRC-32 (bp_crc32), by carry-less multiplication where the CPU has it (~10x faster).
+uint32_t synth_crc32(uint32_t crc, const void *buf, size_t n);
+// bp_ds_rows_summarize with synth_crc32 and vectorised per-table maxima; the same result.
+void synth_rows_summarize(const bp_ds_info *shape, size_t n, const uint8_t *labels, const float *dense,
+                          const uint32_t *sparse, const float *prob, bp_ds_rows_sum *sum);
+
 #endif

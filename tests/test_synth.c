@@ -559,12 +559,56 @@ TEST(synth_output_is_pinned) {
             synth_report rep;
             ASSERT_OK(synth_run(&o, &rep));
             bp_dataset ds;
-            ASSERT_OK(bp_ds_open(&ds, path, 0));
+            ASSERT_OK(bp_ds_open(&ds, path, BP_DS_VERIFY)); // the sections match their checksums
             const uint32_t got[4] = {ds.info.crc_label, ds.info.crc_dense, ds.info.crc_sparse, ds.info.crc_prob};
             bp_ds_close(&ds);
             for (int s = 0; s < 4; s++)
                 ASSERT_MSG(got[s] == want[k].crc[s], "preset %d (%s): section %d checksum 0x%08x, pinned 0x%08x",
                            (int)want[k].preset, scalar ? "scalar" : "default path", s, got[s], want[k].crc[s]);
         }
+    }
+}
+
+TEST(synth_crc32_and_summary_match_zlib_and_data_bin) {
+    enum { N = 5000 };
+    uint8_t *buf = bp_xmalloc(N + 16);
+    bp_rng rng;
+    bp_rng_seed(&rng, 3, 0);
+    for (int i = 0; i < N + 16; i++) buf[i] = (uint8_t)bp_rng_u64(&rng);
+    for (size_t n = 0; n <= N; n += n < 300 ? 1 : 97)
+        for (int off = 0; off < 3; off++) {
+            uint32_t start = (uint32_t)(n * 2654435761u);
+            ASSERT_MSG(synth_crc32(start, buf + off, n) == bp_crc32(start, buf + off, n), "%zu bytes at +%d", n, off);
+        }
+    free(buf);
+    // The summary of generated rows equals data_bin's, for several table counts (the maxima
+    // run 16 tables to a register) and row counts, including ids of 2^32 - 1.
+    const uint32_t Fs[4] = {1, 16, 26, BP_DS_MAX_SPARSE};
+    for (int k = 0; k < 4; k++) {
+        const uint32_t F = Fs[k], Nd = k == 0 ? 0 : 13, n = 777 + k;
+        bp_ds_info shape;
+        memset(&shape, 0, sizeof shape);
+        shape.n_sparse = F, shape.n_dense = Nd, shape.flags = k == 1 ? 0 : BP_DS_HAS_PROB;
+        uint8_t *label = bp_xmalloc(n);
+        float *dense = bp_xmalloc((size_t)n * (Nd + 1) * sizeof *dense), *prob = bp_xmalloc(n * sizeof *prob);
+        uint32_t *sparse = bp_xmalloc((size_t)n * F * sizeof *sparse);
+        for (uint32_t i = 0; i < n; i++) {
+            label[i] = (uint8_t)(bp_rng_u64(&rng) & 1), prob[i] = bp_rng_uniformf(&rng);
+            for (uint32_t j = 0; j < Nd; j++) dense[(size_t)i * Nd + j] = bp_rng_uniformf(&rng);
+            for (uint32_t f = 0; f < F; f++) sparse[(size_t)i * F + f] = bp_rng_below(&rng, 1000u * (f + 1));
+        }
+        if (k == 2) sparse[5 * F + 3] = UINT32_MAX;
+        const uint32_t counts[3] = {0, 5, n};
+        for (int c = 0; c < 3; c++) {
+            const uint32_t rows = counts[c];
+            bp_ds_rows_sum a, b;
+            bp_ds_rows_summarize(&shape, rows, label, dense, sparse, prob, &a);
+            synth_rows_summarize(&shape, rows, label, dense, sparse, prob, &b);
+            ASSERT_MSG(memcmp(a.crc, b.crc, sizeof a.crc) == 0, "F %u, %u rows: checksums differ", F, rows);
+            for (uint32_t f = 0; f < F; f++)
+                ASSERT_MSG(a.max_id1[f] == b.max_id1[f], "F %u, %u rows, table %u: max id + 1 %u vs %u", F, rows, f,
+                           a.max_id1[f], b.max_id1[f]);
+        }
+        free(label), free(dense), free(prob), free(sparse);
     }
 }
