@@ -1,7 +1,9 @@
 // Synthetic data generation speed: criteo-kaggle rows per second, generated in memory (no
 // writer), to the binary dataset and to Criteo TSV, with 1 and 2 generator threads.  Where the
-// CPU has AVX-512, the scalar generator (the one before it, same bytes) runs beside the AVX-512
-// one in the same process, alternating, so their ratio is measured under the same load.
+// CPU has AVX-512, the previous path ("scalar": the one-row-at-a-time generator and, for binary
+// output, data_bin's summary with zlib's CRC-32; same bytes) runs beside the current one
+// ("avx512": the AVX-512 generator and synth_rows_summarize) in the same process, alternating,
+// so their ratio is measured under the same load.
 //
 //   build/bench/bench_synth [ROWS] [DIR]     (defaults: 2000000 rows, $TMPDIR or /tmp)
 #include <pthread.h>

@@ -331,7 +331,8 @@ static void fill_block(run_state *st, run_slot *sl, uint64_t b) {
         if (st->o->format == SYNTH_FMT_BIN) {
             // Checksums of the chunk while it is in cache, appended to the block's.
             bp_ds_rows_sum cs;
-            synth_rows_summarize(&st->shape, v.n, v.label, v.dense, v.sparse, v.prob, &cs);
+            if (st->o->scalar) bp_ds_rows_summarize(&st->shape, v.n, v.label, v.dense, v.sparse, v.prob, &cs);
+            else synth_rows_summarize(&st->shape, v.n, v.label, v.dense, v.sparse, v.prob, &cs);
             const size_t width[4] = {1, (size_t)Nd * sizeof(float), (size_t)F * sizeof(uint32_t), sizeof(float)};
             for (int s = 0; s < 4; s++) sl->sum.crc[s] = bp_crc32_combine(sl->sum.crc[s], cs.crc[s], v.n * width[s]);
             for (uint32_t f = 0; f < F; f++) sl->sum.max_id1[f] = BP_MAX(sl->sum.max_id1[f], cs.max_id1[f]);

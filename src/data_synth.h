@@ -48,7 +48,7 @@ typedef struct {
     synth_format format;
     int threads;       // generator threads (>= 1); the output does not depend on it
     int progress;      // draw a progress line (bp_progress; silent when stderr is not a terminal)
-    int scalar;        // generate without the AVX-512 path (comparisons; the bytes are the same)
+    int scalar;        // without AVX-512 or carry-less CRC (the previous path, for comparisons; same bytes)
     const char *out;   // output path
 } synth_opts;
 
