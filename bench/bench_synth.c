@@ -114,13 +114,15 @@ int main(int argc, char **argv) {
 
     for (int fmt = 0; fmt < 2; fmt++) {
         for (int T = 1; T <= 2; T++) {
-            double with_commit[2] = {0, 0};
+            double with_commit[2] = {0, 0}, per_cpu[2] = {0, 0};
             for (int p = simd ? 0 : 1; p < 2; p++) {
                 o.format = fmt ? SYNTH_FMT_TSV : SYNTH_FMT_BIN;
                 o.threads = T;
                 o.scalar = !p;
                 synth_report rep;
+                double c0 = cpu_seconds();
                 int rc = synth_run(&o, &rep);
+                per_cpu[p] = rows / (cpu_seconds() - c0);
                 unlink(path);
                 if (rc) {
                     fprintf(stderr, "synth_run: %s\n", bp_errmsg(rc));
@@ -128,11 +130,13 @@ int main(int argc, char **argv) {
                 }
                 with_commit[p] = rows / rep.seconds;
                 printf("  %-3s %d thread%s, %s  %6.2fM rows/s until the last append, %6.2fM rows/s with the commit "
-                       "(%.0f MB/s, %.2f s)\n",
+                       "(%.0f MB/s, %.2f s); %.2fM rows per CPU-second\n",
                        fmt ? "tsv" : "bin", T, T > 1 ? "s" : " ", path_name[p], rows / rep.gen_seconds / 1e6,
-                       rows / rep.seconds / 1e6, rep.bytes / rep.seconds / 1e6, rep.seconds);
+                       rows / rep.seconds / 1e6, rep.bytes / rep.seconds / 1e6, rep.seconds, per_cpu[p] / 1e6);
             }
-            if (simd) printf("    avx512 / scalar: %.2fx with the commit\n", with_commit[1] / with_commit[0]);
+            if (simd)
+                printf("    avx512 / scalar: %.2fx with the commit, %.2fx per CPU-second (all threads of the job)\n",
+                       with_commit[1] / with_commit[0], per_cpu[1] / per_cpu[0]);
         }
     }
     return 0;
