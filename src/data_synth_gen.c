@@ -231,6 +231,8 @@ typedef struct {
     // AVX-512 path, tables of up to SIMD_LUT_MAX rows without drift: everything a rank leads to.
     uint64_t *lut;         // (n) per rank: the float bits of eff * z (low half), the id (high half)
     float *lut_fac;        // (n) per rank: fac, for tables in a pair (else NULL)
+    uint32_t *tiny;        // tables of up to 32 rows (all bins single ranks): (5, 32) per bin its alias
+                           // threshold and alias rank, per rank the bits of eff * z, the id, fac
 } synth_table;
 
 typedef struct {
@@ -914,6 +916,29 @@ static AVX512_FN void table_pass_lut_avx512(const synth_table *t, const uint64_t
     }
 }
 
+// table_pass_lut_avx512 for a table of up to 32 rows: its alias entries and per-rank values
+// fit in pairs of registers, so permutes replace the loads.
+static AVX512_FN void table_pass_tiny_avx512(const synth_table *t, const uint64_t *U, uint32_t n8, float *logit,
+                                             uint32_t *col, float *pf) {
+    const uint32_t *w = t->tiny;
+    __m512i lo[5], hi[5];
+    for (int k = 0; k < 5; k++) lo[k] = _mm512_loadu_si512(w + 32 * k), hi[k] = _mm512_loadu_si512(w + 32 * k + 16);
+    const __m512i nbins = _mm512_set1_epi64((long long)t->nbins);
+    for (uint32_t i = 0; i < n8; i += 8) {
+        __m512i u = _mm512_loadu_si512(U + i);
+        __m512i bin = _mm512_castsi256_si512(
+            _mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_mul_epu32(_mm512_srli_epi64(u, 32), nbins), 32)));
+        __m256i thr = _mm512_castsi512_si256(_mm512_permutex2var_epi32(lo[0], bin, hi[0]));
+        __mmask16 sel = _mm256_cmpge_epu32_mask(_mm512_cvtepi64_epi32(u), thr);
+        // Bins of one rank: the in-bin offset (v * 1) >> 32 is 0 and the own rank is the bin.
+        __m512i rank = _mm512_mask_mov_epi32(bin, sel, _mm512_permutex2var_epi32(lo[1], bin, hi[1]));
+        __m256 contrib = _mm256_castsi256_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi32(lo[2], rank, hi[2])));
+        _mm256_storeu_ps(logit + i, _mm256_add_ps(_mm256_loadu_ps(logit + i), contrib));
+        _mm256_storeu_si256((__m256i *)(col + i), _mm512_castsi512_si256(_mm512_permutex2var_epi32(lo[3], rank, hi[3])));
+        if (pf) _mm256_storeu_si256((__m256i *)(pf + i), _mm512_castsi512_si256(_mm512_permutex2var_epi32(lo[4], rank, hi[4])));
+    }
+}
+
 static int simd_table_ok(const synth_table *t) {
     return t->kind == T_SAMPLED && t->drift_rate == 0 && t->n <= SIMD_MAX_CARD;
 }
@@ -943,7 +968,8 @@ static void gen_block_avx512(const synth_model *m, uint64_t s[4], uint64_t row0,
             }
             memcpy(s, st, sizeof st);
             for (; i < n8; i++) sc->draw[i] = 0, sc->vdraw[i] = 0;
-            if (t->lut) table_pass_lut_avx512(t, sc->draw, sc->vdraw, n8, logit, sc->sparse[f], pf);
+            if (t->tiny) table_pass_tiny_avx512(t, sc->draw, n8, logit, sc->sparse[f], pf);
+            else if (t->lut) table_pass_lut_avx512(t, sc->draw, sc->vdraw, n8, logit, sc->sparse[f], pf);
             else table_pass_avx512(t, m->normtab, sc->draw, sc->vdraw, n8, logit, sc->sparse[f], pf);
         } else if (t->kind == T_SAMPLED) {
             float *pfs = pf ? pf : sink;
@@ -1007,6 +1033,16 @@ static void model_luts_init(synth_model *m) {
             memcpy(&bits, &contrib, sizeof bits);
             t->lut[r] = bits | id << 32;
             if (t->lut_fac) t->lut_fac[r] = t->fac[bk];
+        }
+        if (t->n > 32) continue;
+        uint32_t *w = t->tiny = bp_xcalloc(5 * 32, sizeof *t->tiny);
+        for (uint32_t b = 0; b < t->nbins; b++) {
+            BP_ASSERT(t->alias[b].half[0].width == 1 && t->alias[b].half[1].width == 1);
+            w[b] = t->alias[b].thr, w[32 + b] = t->alias[b].half[1].start;
+        }
+        for (uint64_t r = 0; r < t->n; r++) {
+            w[64 + r] = (uint32_t)t->lut[r], w[96 + r] = (uint32_t)(t->lut[r] >> 32);
+            if (t->lut_fac) memcpy(&w[128 + r], &t->lut_fac[r], sizeof(float));
         }
     }
 #else
@@ -1101,6 +1137,7 @@ void synth_model_free(synth_model *m) {
         free(m->tab[f].bin_start);
         free(m->tab[f].lut);
         free(m->tab[f].lut_fac);
+        free(m->tab[f].tiny);
     }
     free(m->tab);
     free(m->dense_q), free(m->dense_miss), free(m->dense_w), free(m->dense_mean), free(m->log1p_tab);
