@@ -1,5 +1,9 @@
 // Synthetic data generation speed: criteo-kaggle rows per second, generated in memory (no
-// writer), to the binary dataset and to Criteo TSV, with 1 and 2 generator threads.
+// writer), to the binary dataset and to Criteo TSV, with 1 and 2 generator threads.  Where the
+// CPU has AVX-512, the previous path ("scalar": the one-row-at-a-time generator and, for binary
+// output, data_bin's summary with zlib's CRC-32; same bytes) runs beside the current one
+// ("avx512": the AVX-512 generator and synth_rows_summarize) in the same process, alternating,
+// so their ratio is measured under the same load.
 //
 //   build/bench/bench_synth [ROWS] [DIR]     (defaults: 2000000 rows, $TMPDIR or /tmp)
 #include <pthread.h>
@@ -70,7 +74,7 @@ static void writer_rate(const synth_model *m, const synth_opts *o, const char *p
     if (bp_ds_writer_finish(w, o->card, NULL)) return;
     double t2 = bp_now();
     unlink(path);
-    printf("  writer only, %-8s         %6.2fM rows/s appending, %6.2fM rows/s with the commit (%.2f s of it)\n",
+    printf("  writer only, %-8s               %6.2fM rows/s appending, %6.2fM rows/s with the commit (%.2f s of it)\n",
            sized ? "sized" : "spilled", done / (t1 - t0) / 1e6, done / (t2 - t0) / 1e6, t2 - t1);
     synth_rows_free(&r);
 }
@@ -90,12 +94,19 @@ int main(int argc, char **argv) {
     double t0 = bp_now();
     synth_model *m;
     if (synth_model_init(&m, &o)) return 1;
-    printf("bench_synth: criteo-kaggle, %llu rows; model set-up (calibration, bias) %.3f s\n",
-           (unsigned long long)rows, bp_now() - t0);
+    const int simd = synth_model_simd(m);
+    printf("bench_synth: criteo-kaggle, %llu rows; model set-up (calibration, bias) %.3f s; AVX-512 path %s\n",
+           (unsigned long long)rows, bp_now() - t0, simd ? "available" : "not available (scalar only)");
+    static const char *path_name[2] = {"scalar", "avx512"};
     for (int T = 1; T <= 2; T++) {
-        double per_cpu, r = gen_rate(m, rows, T, &per_cpu);
-        printf("  generate only, %d thread%s  %6.2fM rows/s (%.2fM rows per CPU-second)\n", T, T > 1 ? "s" : " ",
-               r / 1e6, per_cpu / 1e6);
+        double r[2] = {0, 0}, cpu[2] = {0, 0};
+        for (int p = simd ? 0 : 1; p < 2; p++) {
+            synth_model_set_simd(m, p);
+            r[p] = gen_rate(m, rows, T, &cpu[p]);
+            printf("  generate only, %d thread%s, %s  %6.2fM rows/s (%.2fM rows per CPU-second)\n", T,
+                   T > 1 ? "s" : " ", path_name[synth_model_simd(m)], r[p] / 1e6, cpu[p] / 1e6);
+        }
+        if (simd) printf("    avx512 / scalar: %.2fx wall, %.2fx per CPU-second\n", r[1] / r[0], cpu[1] / cpu[0]);
     }
     writer_rate(m, &o, path, 0);
     writer_rate(m, &o, path, 1);
@@ -103,19 +114,29 @@ int main(int argc, char **argv) {
 
     for (int fmt = 0; fmt < 2; fmt++) {
         for (int T = 1; T <= 2; T++) {
-            o.format = fmt ? SYNTH_FMT_TSV : SYNTH_FMT_BIN;
-            o.threads = T;
-            synth_report rep;
-            int rc = synth_run(&o, &rep);
-            unlink(path);
-            if (rc) {
-                fprintf(stderr, "synth_run: %s\n", bp_errmsg(rc));
-                return 1;
+            double with_commit[2] = {0, 0}, per_cpu[2] = {0, 0};
+            for (int p = simd ? 0 : 1; p < 2; p++) {
+                o.format = fmt ? SYNTH_FMT_TSV : SYNTH_FMT_BIN;
+                o.threads = T;
+                o.scalar = !p;
+                synth_report rep;
+                double c0 = cpu_seconds();
+                int rc = synth_run(&o, &rep);
+                per_cpu[p] = rows / (cpu_seconds() - c0);
+                unlink(path);
+                if (rc) {
+                    fprintf(stderr, "synth_run: %s\n", bp_errmsg(rc));
+                    return 1;
+                }
+                with_commit[p] = rows / rep.seconds;
+                printf("  %-3s %d thread%s, %s  %6.2fM rows/s until the last append, %6.2fM rows/s with the commit "
+                       "(%.0f MB/s, %.2f s); %.2fM rows per CPU-second\n",
+                       fmt ? "tsv" : "bin", T, T > 1 ? "s" : " ", path_name[p], rows / rep.gen_seconds / 1e6,
+                       rows / rep.seconds / 1e6, rep.bytes / rep.seconds / 1e6, rep.seconds, per_cpu[p] / 1e6);
             }
-            printf("  %-3s %d thread%s  %6.2fM rows/s until the last append, %6.2fM rows/s with the commit "
-                   "(%.0f MB/s, %.2f s)\n",
-                   fmt ? "tsv" : "bin", T, T > 1 ? "s" : " ", rows / rep.gen_seconds / 1e6, rows / rep.seconds / 1e6,
-                   rep.bytes / rep.seconds / 1e6, rep.seconds);
+            if (simd)
+                printf("    avx512 / scalar: %.2fx with the commit, %.2fx per CPU-second (all threads of the job)\n",
+                       with_commit[1] / with_commit[0], per_cpu[1] / per_cpu[0]);
         }
     }
     return 0;

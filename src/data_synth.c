@@ -172,6 +172,118 @@ static char *format_csv(char *p, const synth_rows *r, uint64_t row0, const synth
 }
 
 // ---------------------------------------------------------------------------------------------
+// Checksums and id ranges of generated rows (what bp_ds_rows_summarize computes), fast: CRC-32
+// by carry-less multiplication and per-table maxima with AVX-512 where the CPU has them.
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SYNTH_FAST_SUM 1
+#define CLMUL_FN __attribute__((target("pclmul,sse4.1")))
+#define AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// CRC-32 (zlib's: reflected 0xEDB88320, inverted in and out) of n >= 64 bytes, n a multiple of
+// 16, from the inverted running value x (the register before the final inversion).  Four
+// 128-bit lanes are folded over 64-byte steps, then into one, then reduced to 32 bits (Barrett).
+// Fold constants are x^(k) mod P for the fold distances (512+64, 512, 128+64, 128, 64 bits)
+// and the Barrett pair (P, floor(x^64 / P)), all bit-reflected.
+static CLMUL_FN uint32_t crc32_fold(uint32_t x, const uint8_t *p, size_t n) {
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596ll, 0x0154442bd4ll);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009ell, 0x01751997d0ll);
+    const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124ll);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641ll, 0x01db710641ll);
+    const __m128i lo32 = _mm_setr_epi32(-1, 0, -1, 0);
+    __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)x));
+    __m128i b = _mm_loadu_si128((const __m128i *)(p + 16)), c = _mm_loadu_si128((const __m128i *)(p + 32));
+    __m128i d = _mm_loadu_si128((const __m128i *)(p + 48));
+    p += 64, n -= 64;
+    for (; n >= 64; p += 64, n -= 64) {
+        __m128i a0 = _mm_clmulepi64_si128(a, k1k2, 0x00), b0 = _mm_clmulepi64_si128(b, k1k2, 0x00);
+        __m128i c0 = _mm_clmulepi64_si128(c, k1k2, 0x00), d0 = _mm_clmulepi64_si128(d, k1k2, 0x00);
+        a = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(a, k1k2, 0x11), a0), _mm_loadu_si128((const __m128i *)p));
+        b = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(b, k1k2, 0x11), b0), _mm_loadu_si128((const __m128i *)(p + 16)));
+        c = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(c, k1k2, 0x11), c0), _mm_loadu_si128((const __m128i *)(p + 32)));
+        d = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(d, k1k2, 0x11), d0), _mm_loadu_si128((const __m128i *)(p + 48)));
+    }
+    // Four lanes into one, then the remaining 16-byte blocks.
+    a = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(a, k3k4, 0x11), _mm_clmulepi64_si128(a, k3k4, 0x00)), b);
+    a = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(a, k3k4, 0x11), _mm_clmulepi64_si128(a, k3k4, 0x00)), c);
+    a = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(a, k3k4, 0x11), _mm_clmulepi64_si128(a, k3k4, 0x00)), d);
+    for (; n >= 16; p += 16, n -= 16)
+        a = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(a, k3k4, 0x11), _mm_clmulepi64_si128(a, k3k4, 0x00)),
+                          _mm_loadu_si128((const __m128i *)p));
+    // 128 -> 96 -> 64 bits, then Barrett reduction to 32.
+    a = _mm_xor_si128(_mm_srli_si128(a, 8), _mm_clmulepi64_si128(a, k3k4, 0x10));
+    a = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(a, lo32), k5, 0x00), _mm_srli_si128(a, 4));
+    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(a, lo32), poly, 0x10);
+    t = _mm_clmulepi64_si128(_mm_and_si128(t, lo32), poly, 0x00);
+    return (uint32_t)_mm_extract_epi32(_mm_xor_si128(a, t), 1);
+}
+
+static int fast_sum_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1") &&
+           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
+// Per table, the largest id + 1 over n rows of F ids (F <= 64: four 16-lane registers a row).
+static AVX512_FN void max_ids(const uint32_t *sp, size_t n, uint32_t F, uint32_t *max_id1) {
+    __m512i mx[4];
+    __mmask16 mk[4];
+    for (int k = 0; k < 4; k++) {
+        uint32_t lanes = F > 16u * k ? BP_MIN(F - 16u * k, 16u) : 0;
+        mk[k] = (__mmask16)((1u << lanes) - 1);
+        mx[k] = _mm512_setzero_si512();
+    }
+    const int nv = (int)((F + 15) / 16);
+    for (size_t i = 0; i < n; i++, sp += F)
+        for (int k = 0; k < nv; k++) mx[k] = _mm512_max_epu32(mx[k], _mm512_maskz_loadu_epi32(mk[k], sp + 16 * k));
+    uint32_t m[64];
+    for (int k = 0; k < 4; k++) _mm512_storeu_si512(m + 16 * k, mx[k]);
+    for (uint32_t f = 0; f < F; f++) max_id1[f] = n == 0 ? 0 : m[f] == UINT32_MAX ? UINT32_MAX : m[f] + 1;
+}
+#else
+#define SYNTH_FAST_SUM 0
+#endif
+
+uint32_t synth_crc32(uint32_t crc, const void *buf, size_t n) {
+#if SYNTH_FAST_SUM
+    static int fast = -1; // racy but idempotent
+    if (fast < 0) fast = fast_sum_supported();
+    if (fast && n >= 64) {
+        size_t head = n & ~(size_t)15;
+        crc = ~crc32_fold(~crc, buf, head);
+        buf = (const uint8_t *)buf + head, n -= head;
+    }
+#endif
+    return bp_crc32(crc, buf, n);
+}
+
+void synth_rows_summarize(const bp_ds_info *shape, size_t n, const uint8_t *labels, const float *dense,
+                          const uint32_t *sparse, const float *prob, bp_ds_rows_sum *sum) {
+#if SYNTH_FAST_SUM
+    static int fast = -1;
+    if (fast < 0) fast = fast_sum_supported();
+    if (fast) {
+        const uint32_t F = shape->n_sparse, Nd = shape->n_dense;
+        BP_ASSERT(F >= 1 && F <= BP_DS_MAX_SPARSE);
+        memset(sum, 0, sizeof *sum);
+        for (size_t i = 0; i < n; i++) BP_ASSERTF(labels[i] <= 1, "label %u is not 0 or 1", labels[i]);
+        max_ids(sparse, n, F, sum->max_id1);
+        sum->crc[0] = synth_crc32(0, labels, n);
+        if (Nd) sum->crc[1] = synth_crc32(0, dense, n * Nd * sizeof(float));
+        sum->crc[2] = synth_crc32(0, sparse, n * F * sizeof(uint32_t));
+        if (shape->flags & BP_DS_HAS_PROB) {
+            BP_ASSERT(prob);
+            sum->crc[3] = synth_crc32(0, prob, n * sizeof(float));
+        }
+        return;
+    }
+#endif
+    bp_ds_rows_summarize(shape, n, labels, dense, sparse, prob, sum);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The job: worker threads fill blocks of rows in any order; the calling thread hands them to the
 // writer in row order.
 
@@ -208,6 +320,7 @@ static void fill_block(run_state *st, run_slot *sl, uint64_t b) {
     uint32_t off = 0;
     char *p = sl->text;
     sl->sum_label = sl->sum_prob = 0;
+    memset(&sl->sum, 0, sizeof sl->sum);
     for (uint64_t c = c0; c < c1; c++) {
         synth_rows v = {0, sl->label + off, sl->dense_raw + (size_t)off * Nd, sl->dense + (size_t)off * Nd,
                         sl->sparse + (size_t)off * F, sl->prob + off, sl->pair_fac};
@@ -215,12 +328,19 @@ static void fill_block(run_state *st, run_slot *sl, uint64_t b) {
         for (uint32_t i = 0; i < v.n; i++) sl->sum_label += v.label[i], sl->sum_prob += v.prob[i];
         if (st->o->format == SYNTH_FMT_TSV) p = format_tsv(p, &v, Nd, F);
         else if (st->o->format == SYNTH_FMT_CSV) p = format_csv(p, &v, c * SYNTH_CHUNK_ROWS, st->o);
+        if (st->o->format == SYNTH_FMT_BIN) {
+            // Checksums of the chunk while it is in cache, appended to the block's.
+            bp_ds_rows_sum cs;
+            if (st->o->scalar) bp_ds_rows_summarize(&st->shape, v.n, v.label, v.dense, v.sparse, v.prob, &cs);
+            else synth_rows_summarize(&st->shape, v.n, v.label, v.dense, v.sparse, v.prob, &cs);
+            const size_t width[4] = {1, (size_t)Nd * sizeof(float), (size_t)F * sizeof(uint32_t), sizeof(float)};
+            for (int s = 0; s < 4; s++) sl->sum.crc[s] = bp_crc32_combine(sl->sum.crc[s], cs.crc[s], v.n * width[s]);
+            for (uint32_t f = 0; f < F; f++) sl->sum.max_id1[f] = BP_MAX(sl->sum.max_id1[f], cs.max_id1[f]);
+        }
         off += v.n;
     }
     sl->rows = off;
     sl->text_len = (size_t)(p - sl->text);
-    if (st->o->format == SYNTH_FMT_BIN)
-        bp_ds_rows_summarize(&st->shape, off, sl->label, sl->dense, sl->sparse, sl->prob, &sl->sum);
 }
 
 static void *run_worker(void *arg) {
@@ -258,6 +378,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
     synth_model *m;
     rc = synth_model_init(&m, &o);
     if (rc) return rc;
+    if (o.scalar) synth_model_set_simd(m, 0);
     const uint32_t Nd = o.n_dense, F = o.n_tables;
     synth_split_sizes(&o, rep->split);
 

@@ -48,6 +48,7 @@ typedef struct {
     synth_format format;
     int threads;       // generator threads (>= 1); the output does not depend on it
     int progress;      // draw a progress line (bp_progress; silent when stderr is not a terminal)
+    int scalar;        // without AVX-512 or carry-less CRC (the previous path, for comparisons; same bytes)
     const char *out;   // output path
 } synth_opts;
 
@@ -129,6 +130,14 @@ const synth_perm *synth_model_perm(const synth_model *m, uint32_t f);
 // Interaction pairs: n and (n, 2) table indices.
 int synth_model_pairs(const synth_model *m, uint32_t pairs[][2]);
 
+// Generation runs eight rows at a time with AVX-512 where the CPU has it (F, DQ, VL, BW), else
+// one at a time; both write the same bytes.  A model starts with the fast path when supported;
+// set_simd(m, 0) forces the scalar one (tests and benchmarks compare them), set_simd(m, 1) asks
+// for the fast one (ignored where unsupported).  Set it before generating, not meanwhile.
+int synth_simd_supported(void);
+void synth_model_set_simd(synth_model *m, int on);
+int synth_model_simd(const synth_model *m);
+
 void synth_rows_alloc(synth_rows *r, uint32_t n_dense, uint32_t n_tables);
 void synth_rows_free(synth_rows *r);
 // Generates rows [chunk * SYNTH_CHUNK_ROWS, +n) of the dataset into r (n = the rows left in
@@ -150,5 +159,11 @@ typedef struct {
 } synth_report;
 
 int synth_run(const synth_opts *o, synth_report *rep);
+
+// zlib's CRC-32 (bp_crc32), by carry-less multiplication where the CPU has it (~10x faster).
+uint32_t synth_crc32(uint32_t crc, const void *buf, size_t n);
+// bp_ds_rows_summarize with synth_crc32 and vectorised per-table maxima; the same result.
+void synth_rows_summarize(const bp_ds_info *shape, size_t n, const uint8_t *labels, const float *dense,
+                          const uint32_t *sparse, const float *prob, bp_ds_rows_sum *sum);
 
 #endif

@@ -481,3 +481,134 @@ TEST(synth_cli_bad_flags_are_clear) {
     ASSERT_STR_CONTAINS(out, "2 dense");
     free(out);
 }
+
+// Generates every chunk of o with the scalar and the AVX-512 generator and compares all outputs.
+static void check_paths_agree(synth_opts *o) {
+    ASSERT_OK(synth_opts_check(o));
+    synth_model *a, *b;
+    ASSERT_OK(synth_model_init(&a, o));
+    ASSERT_OK(synth_model_init(&b, o));
+    synth_model_set_simd(a, 0);
+    synth_model_set_simd(b, 1);
+    ASSERT_EQ(synth_model_simd(a), 0);
+    ASSERT_EQ(synth_model_simd(b), synth_simd_supported());
+    ASSERT_MSG(synth_model_bias(a) == synth_model_bias(b), "bias %.17g vs %.17g", synth_model_bias(a), synth_model_bias(b));
+    const uint32_t Nd = o->n_dense, F = o->n_tables;
+    synth_rows ra, rb;
+    synth_rows_alloc(&ra, Nd, F);
+    synth_rows_alloc(&rb, Nd, F);
+    for (uint64_t c = 0; c * SYNTH_CHUNK_ROWS < o->rows; c++) {
+        synth_model_gen_chunk(a, c, &ra);
+        synth_model_gen_chunk(b, c, &rb);
+        const uint32_t n = ra.n;
+        ASSERT_EQ(rb.n, n);
+        ASSERT_MSG(memcmp(ra.label, rb.label, n) == 0, "chunk %llu: labels differ", (unsigned long long)c);
+        ASSERT_MSG(memcmp(ra.prob, rb.prob, n * sizeof(float)) == 0, "chunk %llu: probabilities differ", (unsigned long long)c);
+        ASSERT_MSG(memcmp(ra.sparse, rb.sparse, (size_t)n * F * 4) == 0, "chunk %llu: ids differ", (unsigned long long)c);
+        ASSERT_MSG(memcmp(ra.dense, rb.dense, (size_t)n * Nd * 4) == 0, "chunk %llu: dense values differ", (unsigned long long)c);
+        ASSERT_MSG(memcmp(ra.dense_raw, rb.dense_raw, (size_t)n * Nd * 4) == 0, "chunk %llu: counts differ", (unsigned long long)c);
+    }
+    synth_rows_free(&ra);
+    synth_rows_free(&rb);
+    synth_model_free(a);
+    synth_model_free(b);
+}
+
+TEST(synth_avx512_path_writes_the_scalar_bytes) {
+    if (!synth_simd_supported()) printf("  (no AVX-512 here: both models run the scalar generator)\n");
+    synth_opts o;
+    synth_opts_default(&o, SYNTH_PRESET_CRITEO_KAGGLE); // chunks and sub-blocks with a partial tail
+    o.rows = 3 * SYNTH_CHUNK_ROWS + 261, o.seed = 11;
+    check_paths_agree(&o);
+    synth_opts_default(&o, SYNTH_PRESET_CRITEO_KAGGLE); // drift: those tables run the scalar pass
+    o.rows = 2 * SYNTH_CHUNK_ROWS + 7, o.seed = 3, o.drift = 0.5;
+    check_paths_agree(&o);
+    synth_opts_default(&o, SYNTH_PRESET_AVAZU); // time tables, no dense features
+    o.rows = SYNTH_CHUNK_ROWS + 13;
+    check_paths_agree(&o);
+    // Tables of 1 and 2 rows, one past 2^26 and one of 2^32 (scalar passes), per-rank tables at
+    // and past their limit, an odd row count.
+    synth_opts_default(&o, SYNTH_PRESET_CUSTOM);
+    o.n_tables = 7, o.n_dense = 5, o.skew = 1.3, o.rows = 5001, o.n_pairs = 3;
+    const uint64_t card[7] = {1, 2, ((uint64_t)1 << 26) + 5, (uint64_t)1 << 32, 32768, 32769, 12345};
+    memcpy(o.card, card, sizeof card);
+    check_paths_agree(&o);
+    // The most tables, dense features and pairs, uniform popularity.
+    synth_opts_default(&o, SYNTH_PRESET_CUSTOM);
+    o.n_tables = BP_DS_MAX_SPARSE, o.n_dense = BP_DS_MAX_DENSE, o.n_pairs = SYNTH_MAX_PAIRS, o.skew = 0, o.rows = 3001;
+    for (uint32_t f = 0; f < o.n_tables; f++) o.card[f] = 1 + (uint64_t)f * 100003;
+    check_paths_agree(&o);
+}
+
+// The bytes of a small dataset of each preset, pinned by their section checksums (computed
+// before the AVX-512 generator existed): a change here changes every dataset and figure.
+TEST(synth_output_is_pinned) {
+    static const struct {
+        synth_preset preset;
+        uint32_t crc[4]; // label, dense, sparse, prob
+    } want[2] = {
+        {SYNTH_PRESET_CRITEO_KAGGLE, {0xec4cad74u, 0x428ad077u, 0x8d2441f5u, 0xc17bd4fbu}},
+        {SYNTH_PRESET_AVAZU, {0x683cb5efu, 0, 0xa451610eu, 0x92e9dde7u}},
+    };
+    const char *path = test_path("pin.bin");
+    for (int k = 0; k < 2; k++) {
+        for (int scalar = 0; scalar < 2; scalar++) {
+            synth_opts o;
+            synth_opts_default(&o, want[k].preset);
+            o.rows = 10001, o.seed = 5, o.threads = 2, o.scalar = scalar, o.out = path;
+            synth_report rep;
+            ASSERT_OK(synth_run(&o, &rep));
+            bp_dataset ds;
+            ASSERT_OK(bp_ds_open(&ds, path, BP_DS_VERIFY)); // the sections match their checksums
+            const uint32_t got[4] = {ds.info.crc_label, ds.info.crc_dense, ds.info.crc_sparse, ds.info.crc_prob};
+            bp_ds_close(&ds);
+            for (int s = 0; s < 4; s++)
+                ASSERT_MSG(got[s] == want[k].crc[s], "preset %d (%s): section %d checksum 0x%08x, pinned 0x%08x",
+                           (int)want[k].preset, scalar ? "scalar" : "default path", s, got[s], want[k].crc[s]);
+        }
+    }
+}
+
+TEST(synth_crc32_and_summary_match_zlib_and_data_bin) {
+    enum { N = 5000 };
+    uint8_t *buf = bp_xmalloc(N + 16);
+    bp_rng rng;
+    bp_rng_seed(&rng, 3, 0);
+    for (int i = 0; i < N + 16; i++) buf[i] = (uint8_t)bp_rng_u64(&rng);
+    for (size_t n = 0; n <= N; n += n < 300 ? 1 : 97)
+        for (int off = 0; off < 3; off++) {
+            uint32_t start = (uint32_t)(n * 2654435761u);
+            ASSERT_MSG(synth_crc32(start, buf + off, n) == bp_crc32(start, buf + off, n), "%zu bytes at +%d", n, off);
+        }
+    free(buf);
+    // The summary of generated rows equals data_bin's, for several table counts (the maxima
+    // run 16 tables to a register) and row counts, including ids of 2^32 - 1.
+    const uint32_t Fs[4] = {1, 16, 26, BP_DS_MAX_SPARSE};
+    for (int k = 0; k < 4; k++) {
+        const uint32_t F = Fs[k], Nd = k == 0 ? 0 : 13, n = 777 + k;
+        bp_ds_info shape;
+        memset(&shape, 0, sizeof shape);
+        shape.n_sparse = F, shape.n_dense = Nd, shape.flags = k == 1 ? 0 : BP_DS_HAS_PROB;
+        uint8_t *label = bp_xmalloc(n);
+        float *dense = bp_xmalloc((size_t)n * (Nd + 1) * sizeof *dense), *prob = bp_xmalloc(n * sizeof *prob);
+        uint32_t *sparse = bp_xmalloc((size_t)n * F * sizeof *sparse);
+        for (uint32_t i = 0; i < n; i++) {
+            label[i] = (uint8_t)(bp_rng_u64(&rng) & 1), prob[i] = bp_rng_uniformf(&rng);
+            for (uint32_t j = 0; j < Nd; j++) dense[(size_t)i * Nd + j] = bp_rng_uniformf(&rng);
+            for (uint32_t f = 0; f < F; f++) sparse[(size_t)i * F + f] = bp_rng_below(&rng, 1000u * (f + 1));
+        }
+        if (k == 2) sparse[5 * F + 3] = UINT32_MAX;
+        const uint32_t counts[3] = {0, 5, n};
+        for (int c = 0; c < 3; c++) {
+            const uint32_t rows = counts[c];
+            bp_ds_rows_sum a, b;
+            bp_ds_rows_summarize(&shape, rows, label, dense, sparse, prob, &a);
+            synth_rows_summarize(&shape, rows, label, dense, sparse, prob, &b);
+            ASSERT_MSG(memcmp(a.crc, b.crc, sizeof a.crc) == 0, "F %u, %u rows: checksums differ", F, rows);
+            for (uint32_t f = 0; f < F; f++)
+                ASSERT_MSG(a.max_id1[f] == b.max_id1[f], "F %u, %u rows, table %u: max id + 1 %u vs %u", F, rows, f,
+                           a.max_id1[f], b.max_id1[f]);
+        }
+        free(label), free(dense), free(prob), free(sparse);
+    }
+}
