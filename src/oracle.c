@@ -297,20 +297,21 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     // Second pass, in occurrence order with the targets prefetched: link each key's previous
     // occurrence to its new one, or fill the new active record.
     uint64_t *act_gate = o->act_gate;
-    uint8_t *act_state = o->act_state;
+    // A new active record needs only its gate: its residency state is already RES_NONE (a fresh
+    // index is zeroed memory, and retire_batch frees only records whose state is RES_NONE).
     for (uint32_t oc = 0; oc < cnt; oc++) {
         if (oc + IDX_AHEAD_LINK < cnt) {
             uint64_t v2 = prevw[oc + IDX_AHEAD_LINK];
             uint32_t a2 = sact[oc + IDX_AHEAD_LINK];
             if (v2 & KM_ACTIVE) __builtin_prefetch(occ_next(o, (uint32_t)v2), 1);
-            else __builtin_prefetch(&act_gate[a2], 1), __builtin_prefetch(&act_state[a2], 1);
+            else __builtin_prefetch(&act_gate[a2], 1);
         }
         uint64_t v = prevw[oc];
         if (v & KM_ACTIVE) {
             __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
         } else {
             uint32_t a = sact[oc];
-            act_state[a] = RES_NONE, act_gate[a] = v;
+            act_gate[a] = v;
         }
     }
     sl->n = cnt;
