@@ -45,12 +45,13 @@
 
 enum { RES_NONE = 0, RES_SHARED = 1, RES_PRIVATE = 2 };
 
-// A resident shared key waiting in the bucket of its next use.
-typedef struct {
-    uint32_t nx;       // its occurrence in the batch of its next use (gives active index and key)
-    uint32_t last_use; // iteration of its pending gradient
-    uint32_t sync_idx; // when last_use is the batch being completed: its sync-later entry there
-} bentry;
+// A resident shared key waiting in the bucket of its next use v, packed in 8 bytes (the buckets
+// take a push per use of every such key, so their size is much of the planner's memory traffic):
+//   bits [0, pos_bits)   position of its occurrence in batch v (whose slot is v % R): active index, key
+//   bits [pos_bits, 32)  v - last_use, with last_use the iteration of its pending gradient
+//                        (v <= H(last_use + 1) = last_use + 1 + P + W < last_use + R < 2^slot_bits)
+//   bits [32, 64)        when last_use is the batch being completed: its sync-later entry there
+typedef uint64_t bentry;
 
 typedef struct {
     void *key;       // (cap) unique keys of the batch: uint32_t when the key space fits, else uint64_t
@@ -443,16 +444,17 @@ static void private_push(oracle_impl *o, uint64_t key, uint16_t tr) {
 // pressure (record s-1).  Its gradient of e.last_use is still pending (deadline v-1 >= s): the
 // owner writes it back after s once that reduction is applied, so the deadline becomes s.
 static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, plan *prev) {
-    const slot *sv = &o->slots[e.nx >> o->pos_bits];
-    uint32_t a = sv->act[e.nx & o->pos_mask];
-    uint64_t key = slot_key(o, sv, e.nx & o->pos_mask);
+    const slot *sv = &o->slots[v % o->R];
+    uint32_t pos = (uint32_t)e & o->pos_mask, last_use = v - ((uint32_t)e >> o->pos_bits), sync_idx = (uint32_t)(e >> 32);
+    uint32_t a = sv->act[pos];
+    uint64_t key = slot_key(o, sv, pos);
     BP_ASSERT(sv->batch == v && o->act_state[a] == RES_SHARED && s >= 1 && v > s);
     uint32_t owner = rr_next(&o->rr_owner, o->T);
-    if (e.last_use == s - 1) {
-        BP_ASSERT(prev->sync_later[e.sync_idx].key == key);
-        prev->sync_later[e.sync_idx].deadline = s;
+    if (last_use == s - 1) {
+        BP_ASSERT(prev->sync_later[sync_idx].key == key);
+        prev->sync_later[sync_idx].deadline = s;
     } else if (v - 1 > s) {
-        plan_add_sync_later(prev, (plan_sync){key, e.last_use, s});
+        plan_add_sync_later(prev, (plan_sync){key, last_use, s});
         o->st.sync_restated++;
     }
     plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
@@ -575,7 +577,8 @@ static int plan_step(oracle_impl *o) {
                 plan_add_sync_now(prev, key);
                 st.sync_now++;
             } else {
-                if (v > s + P) bucket_push(o, v, (bentry){nx, s - 1, prev->n_sync_later});
+                if (v > s + P) // v - (s - 1) <= P + W + 1 < R: fits the slot bits of an occurrence id
+                    bucket_push(o, v, (bentry)prev->n_sync_later << 32 | (v - (s - 1)) << o->pos_bits | (nx & o->pos_mask));
                 plan_add_sync_later(prev, (plan_sync){key, s - 1, v - 1});
                 st.sync_later++;
             }
