@@ -334,14 +334,25 @@ static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n) {
     }
 }
 
+#define RETIRE_AHEAD 16
+
 // Frees the active records of keys whose last held occurrence is in retired batch bnum.
 static void retire_batch(oracle_impl *o, uint32_t bnum) {
     uint32_t j = bnum % o->R, tag = j << o->pos_bits;
     slot *sl = &o->slots[j];
     BP_ASSERT(sl->batch == bnum);
-    for (uint32_t oc = 0; oc < sl->n; oc++) {
-        if (__atomic_load_n(&sl->next[oc], __ATOMIC_RELAXED) != NIL) continue;
-        uint32_t a = sl->act[oc];
+    // First the occurrences with no later use (a sequential scan), then their scattered targets
+    // (keymap word, gate, state) with prefetches a few ahead.  The indexer's prevw is free here.
+    uint32_t *last = (uint32_t *)o->prevw, m = 0; // (m) positions in the slot
+    for (uint32_t oc = 0; oc < sl->n; oc++)
+        if (__atomic_load_n(&sl->next[oc], __ATOMIC_RELAXED) == NIL) last[m++] = oc;
+    for (uint32_t k = 0; k < m; k++) {
+        if (k + RETIRE_AHEAD < m) {
+            uint32_t oc2 = last[k + RETIRE_AHEAD], a2 = sl->act[oc2];
+            if (o->km_flat) __builtin_prefetch(&o->km[slot_key(o, sl, oc2)], 1);
+            __builtin_prefetch(&o->act_gate[a2]), __builtin_prefetch(&o->act_state[a2]);
+        }
+        uint32_t oc = last[k], a = sl->act[oc];
         uint64_t key = slot_key(o, sl, oc);
         BP_ASSERTF(o->act_state[a] == RES_NONE, "oracle: key %llu resident with no use in the window",
                    (unsigned long long)key);
