@@ -5,13 +5,15 @@
 //            dedupe test reads this one word), or the key's last eviction
 //            ((writer << 32) | (evict_iter + 1); 0 = never evicted).  Flat array or hash map.
 //   actives  one record per key with an occurrence in a held batch (every resident key has one):
-//            residency state (1 byte, a compact array the planner scans), consistency gate (the
-//            last eviction, 8 bytes) and the key (8 bytes).
+//            residency state (1 byte, a compact array the planner scans) and consistency gate
+//            (the last eviction, 8 bytes).  The key itself is in the slots.
 //   slots    ring of R held batches; a batch's occurrences are its unique keys in first-appearance
-//            order: (key, active index, next occurrence of the same key, users mask), 24 bytes.
+//            order: (key, active index, next occurrence of the same key, users mask), 13 bytes
+//            (4-byte keys when K <= 2^32, 1-byte masks when T <= 8; else 8 bytes each, 24 in all).
 //            An occurrence id is (slot << pos_bits) | position; next-links make "next use" O(1).
 //   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction;
-//            only keys that can become candidates (next use beyond the pinned batches) enter.
+//            only keys that can become candidates (next use beyond the pinned batches) enter,
+//            8 bytes each (bentry).
 //   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each) and the
 //            replaced keymap word of each new occurrence of the batch being indexed (8 bytes).
 //
@@ -21,8 +23,10 @@
 // keymap ahead of use), dedupes in a first pass that only touches the keymap and the new slot, and
 // in a second pass writes the scattered targets (the previous occurrence's next link, or a new
 // active record) with prefetches a few occurrences ahead; the planner prefetches residency state
-// far ahead and the gate words of keys it is about to fetch or evict.  oracle_ref.c keeps the
-// planner before these changes; tests require byte-identical plans.
+// far ahead and the gate words of keys it is about to fetch or evict; retiring lists the keys that
+// leave the window first and then prefetches their targets.  Entries are as narrow as the key
+// space and T allow, since most of the cost is bytes moved to and from memory.  oracle_ref.c keeps
+// the planner before these changes; tests require byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
 // free list and the slots being filled; the planner owns the state of published keys, buckets and
