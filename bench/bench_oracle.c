@@ -1,6 +1,7 @@
 // bench_oracle: planning throughput and memory of the oracle on a synthetic Criteo-like trace.
 //
 //   build/bench/bench_oracle [--batches N] [--quick] [--window W] [--zipf S] [--no-ref] [--reps N]
+//                            [--threads 1|2] [--trace FILE]
 //
 // The trace: the 26 Criteo Kaggle tables (33.7M rows), ids drawn per table from a power law
 // (rank^-s, hot ids first as after frequency mapping) with s tuned so that ~1% of the rows take
@@ -10,7 +11,9 @@
 // rate and fetches per batch.  Figures on a shared machine are lower bounds; compare the ratios.
 // The headline runs the reference planner (oracle_ref.h: the planner before its fast path) and
 // the oracle back to back at 1 and 2 threads and prints oracle / reference; --reps N keeps the
-// fastest (CPU) of N runs of each configuration, --no-ref skips the reference.
+// fastest (CPU) of N runs of each configuration, --no-ref skips the reference, --threads runs the
+// headline at one thread count only, --trace FILE reuses a trace saved by an earlier run (same
+// --batches and --zipf) instead of generating it.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +89,7 @@ static const planner_api fast_api = {fa_init, fa_push, fa_finish, fa_next, fa_st
 static const planner_api ref_api = {ra_init, ra_push, ra_finish, ra_next, ra_stats, ra_release};
 
 typedef struct {
-    double record_kb, faults_per_batch, sps, ms_per_batch, hit, fetch_per_batch, unique_per_batch, cpu_sps, cpu_index_ms, cpu_plan_ms;
+    double record_kb, faults_per_batch, sync_now_pb, sync_later_pb, pressure_pb, sps, ms_per_batch, hit, fetch_per_batch, unique_per_batch, cpu_sps, cpu_index_ms, cpu_plan_ms;
     uint64_t mem, rss_growth, active;
 } bres;
 
@@ -148,6 +151,9 @@ static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     out->hit = st.accesses ? (double)st.hits / (double)st.accesses : 0;
     out->fetch_per_batch = (double)st.fetches / (double)st.batches;
     out->unique_per_batch = (double)st.unique / (double)st.batches;
+    out->sync_now_pb = (double)st.sync_now / (double)st.batches;
+    out->sync_later_pb = (double)st.sync_later / (double)st.batches;
+    out->pressure_pb = (double)st.evictions_pressure / (double)st.batches;
     // CPU-time figures (robust to a loaded machine): one thread does both halves; with two, the
     // slower half bounds the rate.
     // Index CPU up to the end (the indexer may still be busy with the last pushes), plan CPU up
@@ -203,18 +209,19 @@ static void report(const char *label, bcfg c, const bres *r) {
     printf("%-12s T=%-2u B=%-5u W=%-3u thr=%u | cpu: %5.2f M samples/s, index %6.2f + plan %6.2f ms/batch | "
            "wall: %5.2f M samples/s %7.2f ms/batch | hit %5.1f%% %6.0f fetch/%6.0f unique/batch, record %.0f KiB | "
            "mem %s (rss +%s) "
-           "active %llu, %.0f page faults/batch\n",
+           "active %llu, %.0f page faults/batch | per batch: sync %.0f now %.0f later, %.0f pressure evictions\n",
            label, c.T, c.B, c.W, c.threads, r->cpu_sps / 1e6, r->cpu_index_ms, r->cpu_plan_ms, r->sps / 1e6,
            r->ms_per_batch, 100 * r->hit, r->fetch_per_batch, r->unique_per_batch, r->record_kb,
            bp_fmt_bytes(m1, sizeof m1, (double)r->mem), bp_fmt_bytes(m2, sizeof m2, (double)r->rss_growth),
-           (unsigned long long)r->active, r->faults_per_batch);
+           (unsigned long long)r->active, r->faults_per_batch, r->sync_now_pb, r->sync_later_pb, r->pressure_pb);
     fflush(stdout);
 }
 
 int main(int argc, char **argv) {
     uint32_t batches = 700; // of 16384 samples: the W=400 run needs ~400 to fill the window
-    int quick = 0, with_ref = 1, reps = 1;
+    int quick = 0, with_ref = 1, reps = 1, only_threads = 0;
     uint32_t W0 = 200;
+    const char *trace_path = NULL; // cache of the generated trace (read if present, else written)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1, batches = 260;
         else if (strcmp(argv[i], "--batches") == 0 && i + 1 < argc) batches = (uint32_t)atoi(argv[++i]);
@@ -222,8 +229,11 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--zipf") == 0 && i + 1 < argc) zipf_s = atof(argv[++i]);
         else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc) W0 = (uint32_t)atoi(argv[++i]);
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) only_threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace_path = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W] [--no-ref] [--reps N]\n");
+            fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W] [--no-ref] [--reps N] "
+                            "[--threads 1|2] [--trace FILE]\n");
             return 2;
         }
     }
@@ -239,8 +249,18 @@ int main(int argc, char **argv) {
     bp_rng_seed(&r, 2023, 0);
     float ztop[NF];
     for (int f = 0; f < NF; f++) ztop[f] = (float)pow((double)kaggle_card[f] + 1.0, 1.0 - zipf_s);
-    for (uint64_t i = 0; i < total; i++)
-        for (int f = 0; f < NF; f++) ids[i * NF + f] = draw(&r, kaggle_card[f], ztop[f]);
+    size_t ids_bytes = (size_t)total * NF * sizeof *ids;
+    FILE *tf = trace_path ? fopen(trace_path, "rb") : NULL;
+    int loaded = tf && fread(ids, 1, ids_bytes, tf) == ids_bytes;
+    if (tf) fclose(tf);
+    if (!loaded) {
+        for (uint64_t i = 0; i < total; i++)
+            for (int f = 0; f < NF; f++) ids[i * NF + f] = draw(&r, kaggle_card[f], ztop[f]);
+        if (trace_path && (tf = fopen(trace_path, "wb")) != NULL) {
+            if (fwrite(ids, 1, ids_bytes, tf) != ids_bytes) fprintf(stderr, "bench_oracle: cannot write %s\n", trace_path);
+            fclose(tf);
+        }
+    }
     // Skew: share of accesses taken by the hottest 1% of all rows, over the whole trace.
     uint64_t K = 0, off[NF];
     for (int f = 0; f < NF; f++) off[f] = K, K += kaggle_card[f];
@@ -296,6 +316,7 @@ int main(int argc, char **argv) {
     printf("-- headline: B=16384, T=8, W=%u, P=2, C=%llu rows per trainer, 1 vs 2 threads, reference planner "
            "(before the fast path) vs oracle, run back to back\n", W0, (unsigned long long)C);
     for (uint32_t th = 1; th <= 2; th++) {
+        if (only_threads && th != (uint32_t)only_threads) continue;
         bcfg c = base;
         c.threads = th;
         bres rr = {0}, rf = {0};

@@ -5,13 +5,15 @@
 //            dedupe test reads this one word), or the key's last eviction
 //            ((writer << 32) | (evict_iter + 1); 0 = never evicted).  Flat array or hash map.
 //   actives  one record per key with an occurrence in a held batch (every resident key has one):
-//            residency state (1 byte, a compact array the planner scans), consistency gate (the
-//            last eviction, 8 bytes) and the key (8 bytes).
+//            residency state (1 byte, a compact array the planner scans) and consistency gate
+//            (the last eviction, 8 bytes).  The key itself is in the slots.
 //   slots    ring of R held batches; a batch's occurrences are its unique keys in first-appearance
-//            order: (key, active index, next occurrence of the same key, users mask), 24 bytes.
+//            order: (key, active index, next occurrence of the same key, users mask), 13 bytes
+//            (4-byte keys when K <= 2^32, 1-byte masks when T <= 8; else 8 bytes each, 24 in all).
 //            An occurrence id is (slot << pos_bits) | position; next-links make "next use" O(1).
 //   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction;
-//            only keys that can become candidates (next use beyond the pinned batches) enter.
+//            only keys that can become candidates (next use beyond the pinned batches) enter,
+//            8 bytes each (bentry).
 //   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each) and the
 //            replaced keymap word of each new occurrence of the batch being indexed (8 bytes).
 //
@@ -21,8 +23,10 @@
 // keymap ahead of use), dedupes in a first pass that only touches the keymap and the new slot, and
 // in a second pass writes the scattered targets (the previous occurrence's next link, or a new
 // active record) with prefetches a few occurrences ahead; the planner prefetches residency state
-// far ahead and the gate words of keys it is about to fetch or evict.  oracle_ref.c keeps the
-// planner before these changes; tests require byte-identical plans.
+// far ahead and the gate words of keys it is about to fetch or evict; retiring lists the keys that
+// leave the window first and then prefetches their targets.  Entries are as narrow as the key
+// space and T allow, since most of the cost is bytes moved to and from memory.  oracle_ref.c keeps
+// the planner before these changes; tests require byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
 // free list and the slots being filled; the planner owns the state of published keys, buckets and
@@ -45,18 +49,19 @@
 
 enum { RES_NONE = 0, RES_SHARED = 1, RES_PRIVATE = 2 };
 
-// A resident shared key waiting in the bucket of its next use.
-typedef struct {
-    uint32_t a;        // active index
-    uint32_t last_use; // iteration of its pending gradient
-    uint32_t sync_idx; // when last_use is the batch being completed: its sync-later entry there
-} bentry;
+// A resident shared key waiting in the bucket of its next use v, packed in 8 bytes (the buckets
+// take a push per use of every such key, so their size is much of the planner's memory traffic):
+//   bits [0, pos_bits)   position of its occurrence in batch v (whose slot is v % R): active index, key
+//   bits [pos_bits, 32)  v - last_use, with last_use the iteration of its pending gradient
+//                        (v <= H(last_use + 1) = last_use + 1 + P + W < last_use + R < 2^slot_bits)
+//   bits [32, 64)        when last_use is the batch being completed: its sync-later entry there
+typedef uint64_t bentry;
 
 typedef struct {
-    uint64_t *key;   // (cap) unique keys of the batch
+    void *key;       // (cap) unique keys of the batch: uint32_t when the key space fits, else uint64_t
     uint32_t *act;   // (cap) their active index
     uint32_t *next;  // (cap) next occurrence of the same key (atomic), NIL
-    uint64_t *users; // (cap) trainers touching the key
+    void *users;     // (cap) trainers touching the key: uint8_t masks when T <= 8, else uint64_t
     uint32_t n;      // unique keys in the batch
     uint32_t batch;  // which batch the slot holds
     uint32_t samples;
@@ -89,9 +94,9 @@ struct oracle_impl {
     uint32_t *card32;   // (F) card - 1: the largest valid id of each table
     uint64_t *prevw;    // (B F) keymap word each new occurrence of the batch being indexed replaced
     uint32_t *act_free; // (act_cap) stack of free indices
-    uint64_t *act_key;  // (act_cap)
     uint32_t act_cap, act_hw, n_free;
     slot *slots; // (R)
+    int key32, users8; // slot entry widths: 4-byte keys (K <= 2^32), 1-byte users masks (T <= 8)
     uint32_t pos_bits, pos_mask;
     uint32_t retire_done; // batches retired by the indexer
     uint64_t occ_hw;      // most occurrences in one batch
@@ -205,6 +210,14 @@ static inline uint32_t act_take(oracle_impl *o) {
     return a;
 }
 
+// Slot entry accessors (the widths are fixed at init, so the branches are always predicted).
+static inline uint64_t slot_key(const oracle_impl *o, const slot *sl, uint32_t oc) {
+    return o->key32 ? ((const uint32_t *)sl->key)[oc] : ((const uint64_t *)sl->key)[oc];
+}
+static inline uint64_t slot_users(const oracle_impl *o, const slot *sl, uint32_t oc) {
+    return o->users8 ? ((const uint8_t *)sl->users)[oc] : ((const uint64_t *)sl->users)[oc];
+}
+
 static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
     return &o->slots[occ >> o->pos_bits].next[occ & o->pos_mask];
 }
@@ -229,15 +242,20 @@ static int index_check(const oracle_impl *o, const uint32_t *ids, uint32_t n) {
     return 0;
 }
 
-// Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.  `flat`
-// is a constant at each call site, so the keymap test leaves the inner loop.
+// Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.  `flat`,
+// `k32` and `u8` (keymap kind, slot entry widths) are constants at each call site, so their tests
+// leave the inner loop.
 static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o, const uint32_t *ids, uint32_t n,
-                                                                   const int flat) {
+                                                                   const int flat, const int k32, const int u8) {
     uint32_t bnum = o->n_indexed, j = bnum % o->R;
     slot *sl = &o->slots[j];
     const uint32_t F = o->F, T = o->T, tag = j << o->pos_bits, pos_mask = o->pos_mask;
     const uint64_t *off = o->offset;
-    uint64_t *km = o->km, *skey = sl->key, *susers = sl->users;
+    uint64_t *km = o->km;
+    uint32_t *skey32 = sl->key;
+    uint64_t *skey64 = sl->key;
+    uint8_t *susers8 = sl->users;
+    uint64_t *susers64 = sl->users;
     uint32_t *sact = sl->act, *snext = sl->next, *cols = o->cols;
     uint64_t *prevw = o->prevw;
     const uint32_t *maxid = o->card32;
@@ -265,34 +283,40 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
                 uint64_t *w = flat ? &km[base + id] : hmap_slot(&o->hm, base + id, 1);
                 uint64_t v = *w;
                 if ((v & KM_ACTIVE) && ((uint32_t)v & ~pos_mask) == tag) {
-                    susers[(uint32_t)v & pos_mask] |= bit; // seen earlier in this batch
+                    if (u8) susers8[(uint32_t)v & pos_mask] |= (uint8_t)bit; // seen earlier in this batch
+                    else susers64[(uint32_t)v & pos_mask] |= bit;
                     continue;
                 }
                 // A new occurrence: its active record (new or not) is settled in the second pass.
                 uint32_t a = (v & KM_ACTIVE) ? KM_ACT(v) : act_take(o);
                 uint32_t oc = cnt++;
-                skey[oc] = base + id, sact[oc] = a, snext[oc] = NIL, susers[oc] = bit, prevw[oc] = v;
+                if (k32) skey32[oc] = (uint32_t)(base + id);
+                else skey64[oc] = base + id;
+                if (u8) susers8[oc] = (uint8_t)bit;
+                else susers64[oc] = bit;
+                sact[oc] = a, snext[oc] = NIL, prevw[oc] = v;
                 *w = KM_ACTIVE | (uint64_t)a << 32 | (tag | oc);
             }
         }
     }
     // Second pass, in occurrence order with the targets prefetched: link each key's previous
     // occurrence to its new one, or fill the new active record.
-    uint64_t *act_key = o->act_key, *act_gate = o->act_gate;
-    uint8_t *act_state = o->act_state;
+    uint64_t *act_gate = o->act_gate;
+    // A new active record needs only its gate: its residency state is already RES_NONE (a fresh
+    // index is zeroed memory, and retire_batch frees only records whose state is RES_NONE).
     for (uint32_t oc = 0; oc < cnt; oc++) {
         if (oc + IDX_AHEAD_LINK < cnt) {
             uint64_t v2 = prevw[oc + IDX_AHEAD_LINK];
             uint32_t a2 = sact[oc + IDX_AHEAD_LINK];
             if (v2 & KM_ACTIVE) __builtin_prefetch(occ_next(o, (uint32_t)v2), 1);
-            else __builtin_prefetch(&act_key[a2], 1), __builtin_prefetch(&act_gate[a2], 1), __builtin_prefetch(&act_state[a2], 1);
+            else __builtin_prefetch(&act_gate[a2], 1);
         }
         uint64_t v = prevw[oc];
         if (v & KM_ACTIVE) {
             __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
         } else {
             uint32_t a = sact[oc];
-            act_key[a] = skey[oc], act_state[a] = RES_NONE, act_gate[a] = v;
+            act_gate[a] = v;
         }
     }
     sl->n = cnt;
@@ -301,18 +325,39 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
 }
 
 static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n) {
-    return o->km_flat ? index_batch_impl(o, ids, n, 1) : index_batch_impl(o, ids, n, 0);
+    int v = o->km_flat << 2 | o->key32 << 1 | o->users8;
+    switch (v) {
+    case 0: return index_batch_impl(o, ids, n, 0, 0, 0);
+    case 1: return index_batch_impl(o, ids, n, 0, 0, 1);
+    case 2: return index_batch_impl(o, ids, n, 0, 1, 0);
+    case 3: return index_batch_impl(o, ids, n, 0, 1, 1);
+    case 4: return index_batch_impl(o, ids, n, 1, 0, 0);
+    case 5: return index_batch_impl(o, ids, n, 1, 0, 1);
+    case 6: return index_batch_impl(o, ids, n, 1, 1, 0);
+    default: return index_batch_impl(o, ids, n, 1, 1, 1);
+    }
 }
+
+#define RETIRE_AHEAD 16
 
 // Frees the active records of keys whose last held occurrence is in retired batch bnum.
 static void retire_batch(oracle_impl *o, uint32_t bnum) {
     uint32_t j = bnum % o->R, tag = j << o->pos_bits;
     slot *sl = &o->slots[j];
     BP_ASSERT(sl->batch == bnum);
-    for (uint32_t oc = 0; oc < sl->n; oc++) {
-        if (__atomic_load_n(&sl->next[oc], __ATOMIC_RELAXED) != NIL) continue;
-        uint32_t a = sl->act[oc];
-        uint64_t key = sl->key[oc];
+    // First the occurrences with no later use (a sequential scan), then their scattered targets
+    // (keymap word, gate, state) with prefetches a few ahead.  The indexer's prevw is free here.
+    uint32_t *last = (uint32_t *)o->prevw, m = 0; // (m) positions in the slot
+    for (uint32_t oc = 0; oc < sl->n; oc++)
+        if (__atomic_load_n(&sl->next[oc], __ATOMIC_RELAXED) == NIL) last[m++] = oc;
+    for (uint32_t k = 0; k < m; k++) {
+        if (k + RETIRE_AHEAD < m) {
+            uint32_t oc2 = last[k + RETIRE_AHEAD], a2 = sl->act[oc2];
+            if (o->km_flat) __builtin_prefetch(&o->km[slot_key(o, sl, oc2)], 1);
+            __builtin_prefetch(&o->act_gate[a2]), __builtin_prefetch(&o->act_state[a2]);
+        }
+        uint32_t oc = last[k], a = sl->act[oc];
+        uint64_t key = slot_key(o, sl, oc);
         BP_ASSERTF(o->act_state[a] == RES_NONE, "oracle: key %llu resident with no use in the window",
                    (unsigned long long)key);
         uint64_t *w = o->km_flat ? &o->km[key] : hmap_slot(&o->hm, key, 0);
@@ -414,18 +459,21 @@ static void private_push(oracle_impl *o, uint64_t key, uint16_t tr) {
 // pressure (record s-1).  Its gradient of e.last_use is still pending (deadline v-1 >= s): the
 // owner writes it back after s once that reduction is applied, so the deadline becomes s.
 static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, plan *prev) {
-    BP_ASSERT(o->act_state[e.a] == RES_SHARED && s >= 1 && v > s);
-    uint64_t key = o->act_key[e.a];
+    const slot *sv = &o->slots[v % o->R];
+    uint32_t pos = (uint32_t)e & o->pos_mask, last_use = v - ((uint32_t)e >> o->pos_bits), sync_idx = (uint32_t)(e >> 32);
+    uint32_t a = sv->act[pos];
+    uint64_t key = slot_key(o, sv, pos);
+    BP_ASSERT(sv->batch == v && o->act_state[a] == RES_SHARED && s >= 1 && v > s);
     uint32_t owner = rr_next(&o->rr_owner, o->T);
-    if (e.last_use == s - 1) {
-        BP_ASSERT(prev->sync_later[e.sync_idx].key == key);
-        prev->sync_later[e.sync_idx].deadline = s;
+    if (last_use == s - 1) {
+        BP_ASSERT(prev->sync_later[sync_idx].key == key);
+        prev->sync_later[sync_idx].deadline = s;
     } else if (v - 1 > s) {
-        plan_add_sync_later(prev, (plan_sync){key, e.last_use, s});
+        plan_add_sync_later(prev, (plan_sync){key, last_use, s});
         o->st.sync_restated++;
     }
     plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
-    o->act_state[e.a] = RES_NONE, o->act_gate[e.a] = gate_of(owner, s - 1);
+    o->act_state[a] = RES_NONE, o->act_gate[a] = gate_of(owner, s - 1);
     o->shared_count--;
     o->st.evictions++, o->st.evictions_pressure++;
 }
@@ -512,7 +560,6 @@ static int plan_step(oracle_impl *o) {
         o->pv_n = 0;
         const slot *sl = &o->slots[(s - 1) % o->R];
         const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n;
-        const uint64_t *skey = sl->key;
         for (uint32_t oc = 0; oc < n; oc++) {
             if (oc + AHEAD_STATE < n) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]], 1);
             if (oc + AHEAD_GATE < n) { // the gate word of a key that is likely to be evicted
@@ -521,9 +568,9 @@ static int plan_step(oracle_impl *o) {
                     __builtin_prefetch(&gate[a2], 1);
             }
             uint32_t a = sact[oc];
-            uint64_t key = skey[oc];
+            uint64_t key = slot_key(o, sl, oc);
             if (state[a] == RES_PRIVATE) {
-                uint32_t tr = (uint32_t)__builtin_ctzll(sl->users[oc]);
+                uint32_t tr = (uint32_t)__builtin_ctzll(slot_users(o, sl, oc));
                 private_push(o, key, (uint16_t)tr);
                 plan_add_evict(prev, (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE});
                 o->priv_count[tr]--;
@@ -532,7 +579,8 @@ static int plan_step(oracle_impl *o) {
                 continue;
             }
             BP_ASSERT(state[a] == RES_SHARED);
-            uint32_t v = next_use(o, sl, oc);
+            uint32_t nx = __atomic_load_n(&snext[oc], __ATOMIC_ACQUIRE);
+            uint32_t v = nx == NIL ? NIL : o->slots[nx >> o->pos_bits].batch;
             if (v == NIL || v > H) {
                 uint32_t owner = rr_next(&o->rr_owner, T);
                 plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
@@ -544,7 +592,8 @@ static int plan_step(oracle_impl *o) {
                 plan_add_sync_now(prev, key);
                 st.sync_now++;
             } else {
-                if (v > s + P) bucket_push(o, v, (bentry){a, s - 1, prev->n_sync_later});
+                if (v > s + P) // v - (s - 1) <= P + W + 1 < R: fits the slot bits of an occurrence id
+                    bucket_push(o, v, (bentry)prev->n_sync_later << 32 | (v - (s - 1)) << o->pos_bits | (nx & o->pos_mask));
                 plan_add_sync_later(prev, (plan_sync){key, s - 1, v - 1});
                 st.sync_later++;
             }
@@ -557,13 +606,12 @@ static int plan_step(oracle_impl *o) {
         const slot *su = &o->slots[u % o->R];
         BP_ASSERT(su->batch == u && u <= H);
         const uint32_t *sact = su->act, n = su->n;
-        const uint64_t *susers = su->users;
         for (uint32_t oc = 0; oc < n; oc++) {
             if (oc + AHEAD_STATE < n) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]], 1);
             if (oc + AHEAD_GATE < n && state[sact[oc + AHEAD_GATE]] == RES_NONE)
                 __builtin_prefetch(&gate[sact[oc + AHEAD_GATE]], 1);
             uint32_t a = sact[oc];
-            uint64_t users = susers[oc];
+            uint64_t users = slot_users(o, su, oc);
             uint32_t nu = popcount64(users);
             st.accesses += nu;
             if (state[a] != RES_NONE) {
@@ -571,7 +619,7 @@ static int plan_step(oracle_impl *o) {
                 continue;
             }
             uint64_t g = gate[a];
-            plan_fetch f = {su->key[oc], u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
+            plan_fetch f = {slot_key(o, su, oc), u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
             uint32_t v = next_use(o, su, oc);
             // Private needs the window to show that no fetch decision for u+1..u+P can see the
             // key resident: no use in (u, H] with H >= u + P.
@@ -677,18 +725,19 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     uint64_t act_cap64 = BP_MIN(K, (uint64_t)R * per_batch);
     if (act_cap64 > 0x7FFFFFFFu) act_cap64 = 0x7FFFFFFFu; // 31 bits in the keymap word
     o->act_cap = (uint32_t)act_cap64;
-    o->act_key = big_alloc((size_t)o->act_cap * sizeof *o->act_key);
     o->act_state = big_alloc((size_t)o->act_cap);
     o->act_gate = big_alloc((size_t)o->act_cap * sizeof *o->act_gate);
     o->act_free = big_alloc((size_t)o->act_cap * sizeof *o->act_free);
     o->slots = bp_xcalloc(R, sizeof *o->slots);
     size_t per = (size_t)per_batch;
-    int oom = !o->act_free || !o->act_key || !o->act_state || !o->act_gate;
+    o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
+    size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
+    int oom = !o->act_free || !o->act_state || !o->act_gate;
     for (uint32_t j = 0; j < R && !oom; j++) {
-        o->slots[j].key = big_alloc(per * sizeof(uint64_t));
+        o->slots[j].key = big_alloc(per * kw);
         o->slots[j].act = big_alloc(per * sizeof(uint32_t));
         o->slots[j].next = big_alloc(per * sizeof(uint32_t));
-        o->slots[j].users = big_alloc(per * sizeof(uint64_t));
+        o->slots[j].users = big_alloc(per * uw);
         o->slots[j].batch = NIL;
         oom = !o->slots[j].key || !o->slots[j].act || !o->slots[j].next || !o->slots[j].users;
     }
@@ -752,16 +801,15 @@ void oracle_free(oracle *out) {
         pthread_cond_destroy(&o->cv);
     }
     for (int i = 0; i < INQ; i++) free(o->inbuf[i]);
-    size_t per = (size_t)o->B * o->F;
+    size_t per = (size_t)o->B * o->F, kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
     for (uint32_t j = 0; o->slots && j < o->R; j++) {
-        big_free(o->slots[j].key, per * sizeof(uint64_t));
+        big_free(o->slots[j].key, per * kw);
         big_free(o->slots[j].act, per * sizeof(uint32_t));
         big_free(o->slots[j].next, per * sizeof(uint32_t));
-        big_free(o->slots[j].users, per * sizeof(uint64_t));
+        big_free(o->slots[j].users, per * uw);
     }
     free(o->slots);
     big_free(o->act_free, (size_t)o->act_cap * sizeof *o->act_free);
-    big_free(o->act_key, (size_t)o->act_cap * sizeof *o->act_key);
     big_free(o->act_state, (size_t)o->act_cap);
     big_free(o->act_gate, (size_t)o->act_cap * sizeof *o->act_gate);
     if (o->km) big_free(o->km, o->km_bytes);
@@ -880,8 +928,8 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     oracle_impl *o = out->impl;
     lock(o);
     *st = o->st;
-    uint64_t mem = o->pub_acts * (sizeof(uint32_t) + 2 * sizeof(uint64_t) + 1);
-    mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + 2 * sizeof(uint64_t));
+    uint64_t mem = o->pub_acts * (sizeof(uint32_t) + sizeof(uint64_t) + 1);
+    mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8));
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
     mem += (uint64_t)o->pub_occ * sizeof(uint64_t) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->NB; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);

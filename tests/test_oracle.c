@@ -981,6 +981,41 @@ TEST(oracle_fast_matches_reference_large_traces) {
     }
 }
 
+// The wide slot entries: 8-byte keys (a key space beyond 2^32, so a hash keymap) and 64-bit
+// users masks (T > 8), which the traces above (K < 2^32, T <= 8) never select.
+TEST(oracle_fast_matches_reference_wide_entries) {
+    static const struct {
+        int kind;
+        uint32_t N, B, F, T, W, P;
+        uint64_t card[4];
+    } cases[] = {
+        {0, 40, 96, 2, 12, 10, 2, {3000000000u, 50, 0, 0}}, {4, 40, 80, 3, 9, 6, 1, {4294967295u, 700, 3000000000u, 0}},
+        {2, 30, 64, 2, 3, 5, 2, {4294967295u, 4000000000u, 0, 0}}, {0, 40, 120, 2, 20, 8, 0, {900, 60, 0, 0}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        trace tr;
+        trace_make(&tr, 1300 + k, cases[k].kind, cases[k].N, cases[k].B, cases[k].F, cases[k].card, cases[k].B / 2);
+        uint64_t K = tr_keys(&tr);
+        run_cfg c0 = {cases[k].T, cases[k].W, cases[k].P, 0, 1, ORACLE_KEYMAP_AUTO};
+        // (capacity_lower_bound sizes an array by the key space, too large here)
+        uint64_t lo = ref_min_capacity(&tr, c0, 1, (uint64_t)cases[k].N * cases[k].B * cases[k].F + 1);
+        uint64_t caps[2] = {lo, lo + lo / 4};
+        int ok = 0;
+        for (int j = 0; j < 2; j++)
+            for (int th = 1; th <= 2; th++) {
+                run_cfg c = {cases[k].T, cases[k].W, cases[k].P, caps[j], th, ORACLE_KEYMAP_AUTO};
+                char msg[700];
+                int rc;
+                ASSERT_MSG(!fast_vs_ref(&tr, c, &rc, msg, sizeof msg), "case %zu (K %llu) C=%llu threads %d: %s", k,
+                           (unsigned long long)K, (unsigned long long)c.C, th, msg);
+                ASSERT_TRUE(rc == 0 || rc == BP_ECAPACITY);
+                ok += rc == 0;
+            }
+        ASSERT_MSG(ok >= 2, "case %zu: %d of 4 runs planned", k, ok);
+        trace_free(&tr);
+    }
+}
+
 // Checksums of the plan streams of fixed traces, recorded from the planner before its fast path:
 // they pin the bytes even if the reference planner is ever changed or removed.
 TEST(oracle_plan_bytes_pinned) {
