@@ -112,7 +112,7 @@ for r in $(seq 1 "$ROUNDS"); do
     for name in $order; do run "$name" "$r"; done
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
-"$lb" "$data" "$B" "$T" "$ITERS" "$D" > "$tmp/lb.txt"
+"$lb" "$data" "$B" "$T" "$ITERS" "$D" "$W" > "$tmp/lb.txt"
 # rate in bytes/s for the "+dense" bound
 rate_Bps=$(echo "$RATE" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);
     m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : u == "bit" ? 1 : 0; print v * m / 8 }')
