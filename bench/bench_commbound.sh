@@ -21,6 +21,8 @@
 # round, the whole job's CPU time (user + sys of every rank) against wall time x cores, and the
 # machine's busy share over the run from /proc/stat (what else ran: other users' load).
 #
+# MODES (default "sync bagpipe local") may add bagpipe-fg: mode bagpipe with every sync-later
+# reduction on the critical path (BAGPIPE_SYNC_LATER_NOW=1), the protocol before the background one.
 # Environment: BAGPIPE_BIN (build/bagpipe), LB_BIN (build/bench/bench_commbound), RATE (200mbit),
 # T (2), S (1), D (64), B (1024), ITERS (60), ROUNDS (2), CACHE (150000), W (32), P (2),
 # ROWS (200000), EMB_OPT (sgd), BAGPIPE_EXTRA (more bagpipe flags), DATA (an existing dataset;
@@ -35,6 +37,7 @@ out=${1:-}
 RATE=${RATE:-200mbit} T=${T:-2} S=${S:-1} D=${D:-64} B=${B:-1024} ITERS=${ITERS:-60} ROUNDS=${ROUNDS:-2}
 CACHE=${CACHE:-150000} W=${W:-32} P=${P:-2} ROWS=${ROWS:-200000} EMB_OPT=${EMB_OPT:-sgd}
 BAGPIPE_EXTRA=${BAGPIPE_EXTRA:-}
+MODES=${MODES:-"sync bagpipe local"} # also bagpipe-fg: bagpipe with BAGPIPE_SYNC_LATER_NOW=1 (no background reduction)
 if [ "$(id -u)" != 0 ]; then
     echo "$0: needs root for the network namespace (bench/netem.sh); refusing to run" >&2
     exit 1
@@ -66,10 +69,12 @@ run() {
     b0=$(busy)
     w0=$(date +%s.%N)
     case $name in
-        sync | bagpipe)
-            args="--mode $name --trainers $T --servers $S --batch-size $B"
-            [ "$name" = bagpipe ] && args="$args --cache-rows $CACHE --lookahead $W --prefetch $P $BAGPIPE_EXTRA"
-            if ! /usr/bin/time -f "%U %S" -o "$tmp/cpu" "$here/netem.sh" "$RATE" "$bin" train $args $model \
+        sync | bagpipe | bagpipe-fg)
+            args="--mode ${name%-fg} --trainers $T --servers $S --batch-size $B"
+            [ "$name" != sync ] && args="$args --cache-rows $CACHE --lookahead $W --prefetch $P $BAGPIPE_EXTRA"
+            fg=0
+            [ "$name" = bagpipe-fg ] && fg=1
+            if ! BAGPIPE_SYNC_LATER_NOW=$fg /usr/bin/time -f "%U %S" -o "$tmp/cpu" "$here/netem.sh" "$RATE" "$bin" train $args $model \
                  --metrics "$m" "$data" > "$tmp/out" 2>&1; then
                 echo "$0: $name failed:" >&2
                 tail -5 "$tmp/out" >&2
@@ -108,7 +113,7 @@ started=$(date -u '+%Y-%m-%d %H:%M UTC')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq 1 "$ROUNDS"); do
     # alternate the order from round to round so that drifting load hits every mode alike
-    if [ $((r % 2)) = 1 ]; then order="sync bagpipe local"; else order="local bagpipe sync"; fi
+    if [ $((r % 2)) = 1 ]; then order=$MODES; else order=$(echo "$MODES" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i}'); fi
     for name in $order; do run "$name" "$r"; done
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -120,29 +125,37 @@ rate_Bps=$(echo "$RATE" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, ""
 {
     echo "## sync vs bagpipe vs compute-only bound at $RATE"
     echo
-    echo "Command: \`RATE=$RATE T=$T S=$S D=$D B=$B ITERS=$ITERS ROUNDS=$ROUNDS CACHE=$CACHE W=$W P=$P EMB_OPT=$EMB_OPT" \
+    echo "Command: \`MODES='$MODES' RATE=$RATE T=$T S=$S D=$D B=$B ITERS=$ITERS ROUNDS=$ROUNDS CACHE=$CACHE W=$W P=$P EMB_OPT=$EMB_OPT" \
          "BAGPIPE_EXTRA='$BAGPIPE_EXTRA' bench/bench_commbound.sh\`, started $started (load average $load0 at the start," \
          "$load1 at the end; $cores cores).  DLRM 13-$D / 64-1, D = $D, batch $B ($((B / T)) per trainer)," \
          "$EMB_OPT rows; data: $( [ -n "${DATA:-}" ] && echo "$DATA" || echo "criteo-small shape, $ROWS samples, seed 1")."
     echo
-    echo "| mode | ms/iter (mean) | per round | compute ms | row wait ms | emb sync ms | all-reduce ms | fetch B/it | write-back B/it | sync B/it | dense B/it | total B/it | time vs sync | bytes vs sync | job CPU / (wall x cores) | machine busy |"
+    echo "ms/iter and time vs sync: the median over the rounds (the machine is shared: a round that another user's load hits is visible in the per-round column); the other cells: the mean over the rounds; the time split is trainer 0's; bytes are summed over the trainers.  local: compute only (its split is not measured; it sends nothing)."
+    echo
+    echo "| mode | ms/iter (median) | per round | compute ms | row wait ms | emb sync ms | all-reduce ms | fetch B/it | write-back B/it | sync B/it | dense B/it | total B/it | time vs sync | bytes vs sync | job CPU / (wall x cores) | machine busy |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     awk -v n="$ITERS" -v rate="$rate_Bps" '
-        { k = $1; c[k]++; ms[k] += 1e3 * $3 / n; per[k] = per[k] (per[k] == "" ? "" : ", ") sprintf("%.1f", 1e3 * $3 / n)
+        function median(k,   i, j, m, v, x) {
+            m = c[k]; for (i = 1; i <= m; i++) v[i] = all[k, i]
+            for (i = 2; i <= m; i++) { x = v[i]; for (j = i - 1; j > 0 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
+            return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
+        }
+        { k = $1; c[k]++; all[k, c[k]] = 1e3 * $3 / n; ms[k] += 1e3 * $3 / n; per[k] = per[k] (per[k] == "" ? "" : ", ") sprintf("%.1f", 1e3 * $3 / n)
           for (i = 4; i <= 13; i++) s[k, i] += $i; if (!(k in seen)) { seen[k] = 1; order[++no] = k } }
         END {
             for (j = 1; j <= no; j++) {
                 k = order[j]; m = c[k]
                 fb = s[k, 8] / m / n; wb = s[k, 9] / m / n; sb = s[k, 10] / m / n; db = s[k, 11] / m / n
-                tot = fb + wb + sb + db; if (k == "sync") { st = ms[k] / m; sbt = tot }
-                rms[k] = ms[k] / m; rtot[k] = tot
-                line[k] = sprintf("| %s | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f |", k, ms[k] / m, per[k],
+                tot = fb + wb + sb + db; if (k == "sync") { st = median(k); sbt = tot }
+                rms[k] = median(k); rtot[k] = tot
+                line[k] = sprintf("| %s | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f |", k, median(k), per[k],
                     1e3 * s[k, 4] / m / n, 1e3 * s[k, 5] / m / n, 1e3 * s[k, 6] / m / n, 1e3 * s[k, 7] / m / n, fb, wb, sb, db, tot)
                 tail[k] = sprintf(" %.1f%% | %.1f%% |", 100 * s[k, 12] / m, 100 * s[k, 13] / m)
             }
             for (j = 1; j <= no; j++) {
                 k = order[j]
                 tb = k == "local" ? "-" : sprintf("%.3fx", rtot[k] / sbt)
+                if (k == "local") sub(/\| 0.0 \| 0.0 \| 0.0 \| 0.0 \|/, "| - | - | - | - |", line[k])
                 printf "%s %.3fx | %s |%s\n", line[k], rms[k] / st, tb, tail[k]
             }
             db = s["sync", 11] / c["sync"] / n
@@ -152,9 +165,10 @@ rate_Bps=$(echo "$RATE" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, ""
     echo
     echo "Per round, time ratios measured side by side:"
     echo
-    awk -v n="$ITERS" '{ t[$2, $1] = $3; r[$2] = 1 } END { for (k in r) printf "- round %d: bagpipe/sync %.3f, bagpipe/local %.3f\n", k, t[k, "bagpipe"] / t[k, "sync"], t[k, "bagpipe"] / t[k, "local"] }' "$tmp/rows" | sort
+    awk '{ t[$2, $1] = $3; r[$2] = 1 } END { for (k in r) { printf "- round %d: bagpipe/sync %.3f, bagpipe/local %.3f", k, t[k, "bagpipe"] / t[k, "sync"], t[k, "bagpipe"] / t[k, "local"]
+        if (t[k, "bagpipe-fg"] > 0) printf ", bagpipe/bagpipe-fg %.3f", t[k, "bagpipe"] / t[k, "bagpipe-fg"]; printf "\n" } }' "$tmp/rows" | sort
     echo
-    echo "Bytes any bit-identical protocol must move on these batches (\`build/bench/bench_commbound DATA $B $T $ITERS $D\`):"
+    echo "Bytes any bit-identical protocol must move on these batches (\`build/bench/bench_commbound DATA $B $T $ITERS $D $W\`):"
     echo
     echo '```'
     cat "$tmp/lb.txt"

@@ -212,8 +212,9 @@ typedef struct {
                         // BAGPIPE_SYNC_LATER_NOW=1, for comparisons)
     int64_t later_iter; // its iteration, -1: none in flight
     uint64_t *lk;       // (lk_cap) its keys, ascending (ln of them)
+    uint64_t *lk_next;  // (lkn_cap) the next one's, while it is built
     uint64_t *ek;       // (ek_cap) the evicted keys of the current record, ascending
-    uint32_t lk_cap, ln, ek_cap, lmine; // lmine: keys in my message lout
+    uint32_t lk_cap, lkn_cap, ln, ek_cap, lmine; // lmine: keys in my message lout
     gbuf lout;          // my GSYNC message of later_iter
     gbuf *lin;          // (T) the others'
     comm_req *lrq;      // (2 T)
@@ -338,7 +339,7 @@ static void bs_free(bstate *bs) {
     }
     for (int p = 0; bs->gin && p < bs->T; p++) free(bs->gin[p].p);
     for (int p = 0; bs->lin && p < bs->T; p++) free(bs->lin[p].p);
-    free(bs->lk), free(bs->ek), free(bs->lout.p), free(bs->lin), free(bs->lrq);
+    free(bs->lk), free(bs->lk_next), free(bs->ek), free(bs->lout.p), free(bs->lin), free(bs->lrq);
     for (int s = 0; bs->wb && s < 2 * bs->S; s++) free(bs->wb[s].p);
     free(bs->g), free(bs->erow), free(bs->sk), free(bs->pk), free(bs->gout.p), free(bs->gin), free(bs->grq);
     free(bs->gcur), free(bs->gsum), free(bs->wbl), free(bs->wb), free(bs->wb_len), free(bs->wb_rq), free(bs->wb_live);
@@ -671,8 +672,10 @@ static void gsync_add(uint64_t *k, float *r, uint32_t *n, uint64_t key, const fl
 // t that record t evicts (their owner writes them back at the end of t).  The other sync-later
 // keys of t (next use t + 2 or later) are exchanged in the background and applied at the end of
 // t + 1 (later_drain), before their deadline (>= t + 1) and before t + 1's evictions.  A key is
-// never in both the background set of t and the gradients of t + 1 (it is not used at t + 1), so
-// every row sees its updates in iteration order, as in mode sync.
+// never in both the background set of t and the gradients of t + 1 (it is not used at t + 1), nor
+// private at t + 1 (not fetched for it), so every row sees its updates in iteration order, as in
+// mode sync.  Order: the sync-now exchange is posted first, then t - 1's background set is
+// completed, then t's is posted (every trainer posts them in this order, so the messages match).
 static int sync_grads(bstate *bs, int64_t t) {
     const plan *p = &bs->p;
     const emb_grad *g = &bs->tr.g;
@@ -682,46 +685,43 @@ static int sync_grads(bstate *bs, int64_t t) {
     if (p->n_evict > bs->ek_cap) bs->ek_cap = p->n_evict + 1024, bs->ek = bp_xrealloc(bs->ek, (size_t)bs->ek_cap * sizeof *bs->ek);
     for (uint32_t k = 0; k < p->n_evict; k++) bs->ek[k] = p->evict[k].key;
     qsort(bs->ek, p->n_evict, sizeof *bs->ek, cmp_u64);
-    // the keys reduced now (sk) and in the background (lk), ascending; my private keys
+    // the keys reduced now (sk) and in the background (lk_next until t - 1's set is done), ascending
     uint32_t ns = p->n_sync_now + p->n_sync_later;
     if (ns > bs->sk_cap) bs->sk_cap = ns + 1024, bs->sk = bp_xrealloc(bs->sk, (size_t)bs->sk_cap * sizeof *bs->sk);
-    int rc = later_drain(bs); // t - 1's background set: applied at the end of t at the latest; now frees lk
-    if (rc) return rc;
-    if (p->n_sync_later > bs->lk_cap)
-        bs->lk_cap = p->n_sync_later + 1024, bs->lk = bp_xrealloc(bs->lk, (size_t)bs->lk_cap * sizeof *bs->lk);
+    if (p->n_sync_later > bs->lkn_cap)
+        bs->lkn_cap = p->n_sync_later + 1024, bs->lk_next = bp_xrealloc(bs->lk_next, (size_t)bs->lkn_cap * sizeof *bs->lk_next);
     ns = 0;
     uint32_t nl = 0;
     for (uint32_t k = 0; k < p->n_sync_now; k++) bs->sk[ns++] = p->sync_now[k];
     for (uint32_t k = 0; k < p->n_sync_later; k++) {
         const plan_sync *s = &p->sync_later[k];
-        if (s->grad_iter != (uint32_t)t) continue; // a restatement: its reduction is done (at grad_iter + 1)
-        if (bs->background && s->deadline > (uint32_t)t && !has_key(bs->ek, p->n_evict, s->key)) bs->lk[nl++] = s->key;
+        if (s->grad_iter != (uint32_t)t) continue; // a restatement: its reduction is done (by grad_iter + 1)
+        if (bs->background && s->deadline > (uint32_t)t && !has_key(bs->ek, p->n_evict, s->key)) bs->lk_next[nl++] = s->key;
         else bs->sk[ns++] = s->key;
     }
     qsort(bs->sk, ns, sizeof *bs->sk, cmp_u64);
-    qsort(bs->lk, nl, sizeof *bs->lk, cmp_u64);
+    qsort(bs->lk_next, nl, sizeof *bs->lk_next, cmp_u64);
+    // my private keys, ascending
     uint32_t np = p->priv_off[me + 1] - p->priv_off[me];
     if (np > bs->pk_cap) bs->pk_cap = np, bs->pk = bp_xrealloc(bs->pk, (size_t)np * sizeof *bs->pk);
     memcpy(bs->pk, p->priv_key + p->priv_off[me], (size_t)np * sizeof *bs->pk);
     qsort(bs->pk, np, sizeof *bs->pk, cmp_u64);
-    // private keys in place; the shared ones into my two GSYNC messages (sizes counted first)
+    // private keys in place; the sync-now ones into my GSYNC message (its size counted first)
     uint32_t n_now = 0, n_later = 0;
     for (int k = 0; k < g->n; k++) {
         const uint64_t key = g->keys[k];
         if (has_key(bs->pk, np, key)) continue;
         if (has_key(bs->sk, ns, key)) n_now++;
-        else if (has_key(bs->lk, nl, key)) n_later++;
+        else if (has_key(bs->lk_next, nl, key)) n_later++;
         else
             return bp_fail(BP_EFORMAT, "trainer %d: key %llu used at iteration %lld is neither private nor synchronised "
                            "in the plan", me, (unsigned long long)key, (long long)t);
     }
     msg_header h = {MSG_GSYNC, 0, (uint64_t)t, n_now, (uint32_t)E};
-    uint64_t *ok, *lkey;
-    float *orow, *lrow;
+    uint64_t *ok;
+    float *orow;
     msg_encode(bs->gout.p, &h, &ok, &orow);
-    h.n = n_later;
-    msg_encode(bs->lout.p, &h, &lkey, &lrow);
-    n_now = n_later = 0;
+    uint32_t n = 0;
     for (int k = 0; k < g->n; k++) {
         const uint64_t key = g->keys[k];
         const float *gr = g->rows + (size_t)k * E;
@@ -731,15 +731,24 @@ static int sync_grads(bstate *bs, int64_t t) {
             emb_opt_apply_row(eo, cache_row(&bs->c, (uint32_t)slot), gr);
             bs->c.dirty[slot] = 1;
         } else if (has_key(bs->sk, ns, key)) {
-            gsync_add(ok, orow, &n_now, key, gr, E);
-        } else {
-            gsync_add(lkey, lrow, &n_later, key, gr, E);
+            gsync_add(ok, orow, &n, key, gr, E);
         }
     }
     bs->sync_now_keys += n_now, bs->sync_bg_keys += n_later;
     int nr = 0;
-    rc = gsync_post(bs, bs->gout.p, msg_bytes(MSG_GSYNC, n_now, (uint32_t)E), bs->gin, bs->grq, &nr);
-    if (!rc && bs->background) { // posted after the sync-now exchange: the peers receive in this order
+    int rc = gsync_post(bs, bs->gout.p, msg_bytes(MSG_GSYNC, n_now, (uint32_t)E), bs->gin, bs->grq, &nr);
+    if (!rc) rc = later_drain(bs); // t - 1's background set, while the sync-now exchange runs
+    if (!rc && bs->background) {   // t's background set
+        uint64_t *tmp = bs->lk;
+        uint32_t tcap = bs->lk_cap;
+        bs->lk = bs->lk_next, bs->lk_cap = bs->lkn_cap, bs->lk_next = tmp, bs->lkn_cap = tcap;
+        uint64_t *lkey;
+        float *lrow;
+        h.n = n_later;
+        msg_encode(bs->lout.p, &h, &lkey, &lrow);
+        n = 0;
+        for (int k = 0; k < g->n; k++)
+            if (has_key(bs->lk, nl, g->keys[k])) gsync_add(lkey, lrow, &n, g->keys[k], g->rows + (size_t)k * E, E);
         rc = gsync_post(bs, bs->lout.p, msg_bytes(MSG_GSYNC, n_later, (uint32_t)E), bs->lin, bs->lrq, &bs->lnr);
         bs->later_iter = t, bs->ln = nl, bs->lmine = n_later;
     }
