@@ -28,7 +28,9 @@
 // trainers; a read by a key's only user at t whose next use within W is again by that user alone
 // is "single-owner": its gradient reaches replicas that do not read it before the owner's next
 // update, which a placement keeping such keys on one trainer (moving them when another trainer
-// needs them) would not send.
+// needs them) would not send.  And the same synchronised keys reduced through one trainer (the
+// lowest-ranked user of the key at t receives the other users' partials and sends the sum to
+// the T - 1 others): (u - 1) + (T - 1) messages per key with u users instead of u (T - 1).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,13 +130,17 @@ int main(int argc, char **argv) {
     int32_t *next_t = seen;      // (rows) reused: next iteration using the key, -1: none
     uint32_t *next_m = umask;    // (rows) reused: its users
     for (uint64_t k = 0; k < rows; k++) next_t[k] = -1;
-    uint64_t n_gsync = 0, n_single = 0, n_evicted_single = 0;
+    uint64_t n_gsync = 0, n_single = 0, n_evicted_single = 0, n_owner = 0;
     for (long long t = iters - 1; t >= 0; t--) {
         for (uint64_t e = at[t]; e < at[t + 1]; e++) {
             const uint64_t key = all_k[e];
             const uint32_t mine = 1u << all_i[e];
             const int kept = next_t[key] >= 0 && next_t[key] - t <= W;
-            if (all_u[e] != mine || kept || all_r[e]) n_gsync++; // private: fetched for t, one user, evicted
+            if (all_u[e] != mine || kept || all_r[e]) { // private: fetched for t, one user, evicted
+                n_gsync++;
+                // reducer = the lowest-ranked user: it sends the sum to T - 1, the others one partial
+                n_owner += (all_u[e] & (mine - 1)) ? 1 : (uint64_t)(T - 1);
+            }
             if (all_u[e] == mine && kept && next_m[key] == mine) n_single++;
             if (all_u[e] == mine && !kept && !all_r[e]) n_evicted_single++;
         }
@@ -158,6 +164,9 @@ int main(int argc, char **argv) {
         printf("bagpipe's GSYNC (modelled, W = %lld): %.0f B/it for %.1f synchronised reads per iteration; single-owner "
                "reads %.1f per iteration (%.0f B/it of it), private reads (fetched for t, one user, not used again within W) %.1f\n",
                W, g, (double)n_gsync / it, (double)n_single / it, a, (double)n_evicted_single / it);
+        printf("the same keys reduced by their lowest-ranked user at t (partials to it, the sum from it to the T - 1 "
+               "others): %.0f B/it (%.3f of GSYNC's)\n", (double)n_owner * (8.0 + row) / it,
+               n_gsync ? (double)n_owner / ((double)n_gsync * (T - 1)) : 0.0);
     }
     free(last), free(seen), free(seen_by), free(users), free(stamp), free(umask), free(uk), free(ui);
     free(all_k), free(all_i), free(all_u), free(all_r), free(prev), free(at);
