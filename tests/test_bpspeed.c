@@ -1,6 +1,7 @@
 // Mode bagpipe's background reduction of sync-later gradients (role_bagpipe.c, step 5): with it
 // (the default) and without it (BAGPIPE_SYNC_LATER_NOW=1) the saved model is bit-identical to
 // mode sync's at T = 2 and T = 3, and the default run did reduce keys in the background.
+// 300 iterations; a job's time-out is sized for ASan (scripts/sanitize.sh) on a loaded machine.
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -10,11 +11,11 @@
 
 #define BPS_MODEL                                                                                 \
     "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 16 "      \
-    "--learning-rate 0.05 --print-every 100 --no-eval --iters 600"
+    "--learning-rate 0.05 --print-every 100 --no-eval --iters 300"
 
 static int bps_job(char **out, const char *env, const char *data, const char *dir, const char *metrics,
                    const char *mode) {
-    return test_run(out, 60, "%s %s %s train %s " BPS_MODEL " --metrics %s --save %s %s", env, dist_test_env(),
+    return test_run(out, 240, "%s %s %s train %s " BPS_MODEL " --metrics %s --save %s %s", env, dist_test_env(),
                     test_bin(), mode, metrics, dir, data);
 }
 
