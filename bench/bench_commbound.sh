@@ -92,7 +92,7 @@ run() {
             for p in $pids; do wait "$p" || { echo "$0: local run failed" >&2; cat "$tmp"/out.* >&2; exit 1; }; done
             slow=$m.0
             for i in $(seq 1 $((T - 1))); do
-                [ "$(awk -v a="$(z "$m.$i" train_s)" -v b="$(z "$slow" train_s)" 'BEGIN{print a > b}')" = 1 ] && slow=$m.$i
+                [ "$(awk -v a="$(z "$m.$i" train_s)" -v b="$(z "$slow" train_s)" 'BEGIN{print (a > b)}')" = 1 ] && slow=$m.$i
             done
             cp "$slow" "$m"
             cpu=$(cat "$tmp"/cpu.* | awk '{s += $1 + $2} END {print s}')
