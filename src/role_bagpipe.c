@@ -14,12 +14,15 @@
 //   5. row gradients: coalesced; r's private keys updated in place; the partial gradients of
 //      t's shared keys (sync-now and sync-later of grad_iter t) exchanged with every other
 //      trainer (GSYNC) and summed per key in trainer-rank order, the first toucher copied, the
-//      rest added (the servers' order in mode sync), then applied on every replica.  Sync-later
-//      keys are reduced at once with the sync-now ones: their deadlines are then met trivially.
+//      rest added (the servers' order in mode sync), then applied on every replica.  Sync-now keys
+//      and the sync-later keys that record t evicts are reduced on the critical path; the other
+//      sync-later keys of t (next use t + 2 or later) in the background: their exchange is posted
+//      at once and applied at the end of t + 1, before its evictions (every deadline is >= t + 1)
+//      (BAGPIPE_SYNC_LATER_NOW=1 reduces them with the sync-now ones, for comparisons).
 //   6. evictions of record t leave the cache; r writes back the ones it owns (one WB per server
 //      per iteration, empty or not, whose iter t + 1 advances r's watermark on the servers).
-//      With every reduction done at t, a PLAN_WB_NEXT row is final at the end of t and is
-//      written back then (earlier than the plan's latest time, which is allowed).
+//      With every reduction of an evicted key done at t, a PLAN_WB_NEXT row is final at the end
+//      of t and is written back then (earlier than the plan's latest time, which is allowed).
 //   7. every ROLE_CREDIT_EVERY iterations, a CREDIT to the oracle.
 // After the last iteration every cache is empty (the last record evicts everything) and the
 // servers hold the whole model; trainer 0 collects it (DUMP_REQ after all write-backs) for the
@@ -204,6 +207,18 @@ typedef struct {
     gbuf *gin;          // (T) the others' GSYNC messages
     comm_req *grq;      // (2 T)
     uint32_t *gcur;     // (T) merge cursors
+    // the background reduction (sync-later keys of later_iter, sync_grads)
+    int background;     // 1: sync-later keys reduced in the background (0: with the sync-now ones,
+                        // BAGPIPE_SYNC_LATER_NOW=1, for comparisons)
+    int64_t later_iter; // its iteration, -1: none in flight
+    uint64_t *lk;       // (lk_cap) its keys, ascending (ln of them)
+    uint64_t *lk_next;  // (lkn_cap) the next one's, while it is built
+    uint64_t *ek;       // (ek_cap) the evicted keys of the current record, ascending
+    uint32_t lk_cap, lkn_cap, ln, ek_cap, lmine; // lmine: keys in my message lout
+    gbuf lout;          // my GSYNC message of later_iter
+    gbuf *lin;          // (T) the others'
+    comm_req *lrq;      // (2 T)
+    int lnr;            // requests posted in lrq
     float *gsum;        // (E)
     myfetch *wbl;       // (wbl_cap) my write-backs of t (key, slot in evict_iter), sorted
     uint32_t wbl_cap;
@@ -225,6 +240,7 @@ typedef struct {
     // metrics of the current window
     double t_wait, t_sync, t_ar, t_compute;
     uint64_t accesses, misses, resident_sum, resident_max, iters;
+    uint64_t sync_now_keys, sync_bg_keys; // my partial gradients sent on the critical path / in the background (run)
 } bstate;
 
 static int cmp_myfetch(const void *a, const void *b) {
@@ -287,6 +303,13 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
         if (p != i) gbuf_fit(&bs->gin[p], msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
     bs->grq = bp_xcalloc((size_t)2 * T, sizeof *bs->grq);
     bs->gcur = bp_xcalloc((size_t)T, sizeof *bs->gcur);
+    gbuf_fit(&bs->lout, msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
+    bs->lin = bp_xcalloc((size_t)T, sizeof *bs->lin);
+    for (int p = 0; p < T; p++)
+        if (p != i) gbuf_fit(&bs->lin[p], msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
+    bs->lrq = bp_xcalloc((size_t)2 * T, sizeof *bs->lrq);
+    const char *ln = getenv("BAGPIPE_SYNC_LATER_NOW");
+    bs->background = !(ln && atoi(ln)), bs->later_iter = -1;
     bs->gsum = bp_xmalloc((size_t)E * sizeof *bs->gsum);
     bs->wb = bp_xcalloc((size_t)2 * S, sizeof *bs->wb);
     bs->wb_len = bp_xcalloc((size_t)2 * S, sizeof *bs->wb_len);
@@ -315,6 +338,8 @@ static void bs_free(bstate *bs) {
         free(g->fin_rq), free(g->fin_n), free(g->fin_live);
     }
     for (int p = 0; bs->gin && p < bs->T; p++) free(bs->gin[p].p);
+    for (int p = 0; bs->lin && p < bs->T; p++) free(bs->lin[p].p);
+    free(bs->lk), free(bs->lk_next), free(bs->ek), free(bs->lout.p), free(bs->lin), free(bs->lrq);
     for (int s = 0; bs->wb && s < 2 * bs->S; s++) free(bs->wb[s].p);
     free(bs->g), free(bs->erow), free(bs->sk), free(bs->pk), free(bs->gout.p), free(bs->gin), free(bs->grq);
     free(bs->gcur), free(bs->gsum), free(bs->wbl), free(bs->wb), free(bs->wb_len), free(bs->wb_rq), free(bs->wb_live);
@@ -550,80 +575,53 @@ static int recv_plan(bstate *bs, int64_t t) {
     return 0;
 }
 
-// Step 5: gradients of t (in tr.g).
-static int sync_grads(bstate *bs, int64_t t) {
-    const plan *p = &bs->p;
-    const emb_grad *g = &bs->tr.g;
-    const int T = bs->T, me = bs->me, E = g->E;
+// One GSYNC exchange with every other trainer: receives into in[q], sends out (len bytes);
+// rq: (2 T) the receives first, then the sends; *nr gets how many are posted.
+static int gsync_post(bstate *bs, const void *out, size_t len, gbuf *in, comm_req *rq, int *nr) {
+    const int T = bs->T, me = bs->me;
+    int rc = 0, n = 0;
+    for (int q = 0; q < T && !rc && T > 1; q++) {
+        if (q == me) continue;
+        rc = comm_irecv(in[q].p, in[q].cap, bs->first_trainer + q, MSG_GSYNC, &rq[n++]);
+    }
+    for (int q = 0; q < T && !rc && T > 1; q++) {
+        if (q == me) continue;
+        rc = comm_isend(out, len, bs->first_trainer + q, MSG_GSYNC, &rq[n++]);
+    }
+    *nr = n;
+    return rc;
+}
+
+// Completes an exchange posted by gsync_post for the gradients of t, whose keys are set (nset,
+// ascending); mine: my message (n keys).  Each key's partials in trainer-rank order, the first
+// copied, the rest added; then the update on my replica.
+static int gsync_finish(bstate *bs, int64_t t, const uint64_t *set, uint32_t nset, void *mine, uint32_t n,
+                        gbuf *in, comm_req *rq, int nr) {
+    const int T = bs->T, me = bs->me, E = bs->tr.g.E;
     const emb_opt *eo = &bs->tr.eopt;
-    // the keys reduced at t and my private keys, ascending
-    uint32_t ns = p->n_sync_now + p->n_sync_later;
-    if (ns > bs->sk_cap) bs->sk_cap = ns + 1024, bs->sk = bp_xrealloc(bs->sk, (size_t)bs->sk_cap * sizeof *bs->sk);
-    ns = 0;
-    for (uint32_t k = 0; k < p->n_sync_now; k++) bs->sk[ns++] = p->sync_now[k];
-    for (uint32_t k = 0; k < p->n_sync_later; k++)
-        if (p->sync_later[k].grad_iter == (uint32_t)t) bs->sk[ns++] = p->sync_later[k].key;
-    qsort(bs->sk, ns, sizeof *bs->sk, cmp_u64);
-    uint32_t np = p->priv_off[me + 1] - p->priv_off[me];
-    if (np > bs->pk_cap) bs->pk_cap = np, bs->pk = bp_xrealloc(bs->pk, (size_t)np * sizeof *bs->pk);
-    memcpy(bs->pk, p->priv_key + p->priv_off[me], (size_t)np * sizeof *bs->pk);
-    qsort(bs->pk, np, sizeof *bs->pk, cmp_u64);
-    // private keys in place; the shared ones into my GSYNC message
-    uint64_t *ok;
-    float *orow;
-    msg_header h = {MSG_GSYNC, 0, (uint64_t)t, (uint32_t)g->n, (uint32_t)E}; // room for every key; n set below
-    msg_encode(bs->gout.p, &h, &ok, &orow);
-    uint32_t n = 0;
-    for (int k = 0; k < g->n; k++) {
-        const uint64_t key = g->keys[k];
-        const float *gr = g->rows + (size_t)k * E;
-        if (has_key(bs->pk, np, key)) {
-            int64_t slot = cache_find(&bs->c, key);
-            BP_ASSERT(slot >= 0);
-            emb_opt_apply_row(eo, cache_row(&bs->c, (uint32_t)slot), gr);
-            bs->c.dirty[slot] = 1;
-        } else if (has_key(bs->sk, ns, key)) {
-            ok[n] = key;
-            memcpy(orow + (size_t)n * E, gr, (size_t)E * sizeof(float));
-            n++;
-        } else {
-            return bp_fail(BP_EFORMAT, "trainer %d: key %llu used at iteration %lld is neither private nor synchronised "
-                           "in the plan", me, (unsigned long long)key, (long long)t);
-        }
-    }
-    // the rows moved up to close the gap left by private keys
-    if (n < (uint32_t)g->n) memmove(ok + n, orow, (size_t)n * E * sizeof(float));
-    h.n = n;
-    msg_encode(bs->gout.p, &h, &ok, &orow); // rows now start right after the n keys
-    const size_t len = msg_bytes(MSG_GSYNC, n, (uint32_t)E);
-    int rc = 0, nr = 0;
-    for (int q = 0; q < T && !rc && T > 1; q++) {
-        if (q == me) continue;
-        rc = comm_irecv(bs->gin[q].p, bs->gin[q].cap, bs->first_trainer + q, MSG_GSYNC, &bs->grq[nr++]);
-    }
-    for (int q = 0; q < T && !rc && T > 1; q++) {
-        if (q == me) continue;
-        rc = comm_isend(bs->gout.p, len, bs->first_trainer + q, MSG_GSYNC, &bs->grq[nr++]);
-    }
     const uint64_t *keys[1024];
     const float *rows[1024];
     uint32_t cnt[1024];
     BP_ASSERT(T <= 1024);
-    keys[me] = ok, rows[me] = orow, cnt[me] = n;
+    msg_header h = {MSG_GSYNC, 0, (uint64_t)t, n, (uint32_t)E};
+    uint64_t *mk;
+    float *mr;
+    msg_encode(mine, &h, &mk, &mr); // (the header it already holds) its keys and rows
+    keys[me] = mk, rows[me] = mr, cnt[me] = n;
+    int rc = 0;
     for (int k = 0, q = 0; k < nr && !rc; k++) {
         size_t got = 0;
-        if ((rc = comm_wait(&bs->grq[k], &got))) break;
+        if ((rc = comm_wait(&rq[k], &got))) break;
         if (k >= T - 1) continue; // a send
         if (q == me) q++;
         msg_expect ex = {.kind = MSG_GSYNC, .width = (uint32_t)E, .max_n = (uint32_t)bs->cap_keys, .iter = t,
                          .rows = bs->tr.L.rows};
         msg_header hh;
-        if ((rc = msg_decode(bs->gin[q].p, got, bs->first_trainer + q, &ex, &hh, &keys[q], &rows[q]))) break;
+        if ((rc = msg_decode(in[q].p, got, bs->first_trainer + q, &ex, &hh, &keys[q], &rows[q]))) break;
         cnt[q] = hh.n;
         q++;
     }
     if (rc) return rc;
-    // each key: partials in trainer-rank order, the first copied, the rest added; then the update
     for (int q = 0; q < T; q++) bs->gcur[q] = 0;
     for (;;) {
         uint64_t key = UINT64_MAX;
@@ -639,7 +637,7 @@ static int sync_grads(bstate *bs, int64_t t) {
                 for (int j = 0; j < E; j++) bs->gsum[j] += gr[j];
             bs->gcur[q]++;
         }
-        if (!has_key(bs->sk, ns, key))
+        if (!has_key(set, nset, key))
             return bp_fail(BP_EFORMAT, "trainer %d: a peer synchronised key %llu, which record %lld does not list", me,
                            (unsigned long long)key, (long long)t);
         int64_t slot = cache_find(&bs->c, key);
@@ -650,6 +648,112 @@ static int sync_grads(bstate *bs, int64_t t) {
         bs->c.dirty[slot] = 1;
     }
     return 0;
+}
+
+// The background reduction in flight (sync-later keys of iteration later_iter): completed and
+// applied.  Called at the end of later_iter + 1 before its evictions (every sync-later deadline
+// is at least grad_iter + 1), and before anything that reads the cache whole (a checkpoint, the
+// end of the run).
+static int later_drain(bstate *bs) {
+    if (bs->later_iter < 0) return 0;
+    const int64_t t = bs->later_iter;
+    bs->later_iter = -1;
+    return gsync_finish(bs, t, bs->lk, bs->ln, bs->lout.p, bs->lmine, bs->lin, bs->lrq, bs->lnr);
+}
+
+// Appends my partial gradient of key (row gr, E floats) to a GSYNC message being built.
+static void gsync_add(uint64_t *k, float *r, uint32_t *n, uint64_t key, const float *gr, int E) {
+    k[*n] = key;
+    memcpy(r + (size_t)*n * E, gr, (size_t)E * sizeof(float));
+    (*n)++;
+}
+
+// Step 5: gradients of t (in tr.g).  The keys reduced now: sync-now, and the sync-later keys of
+// t that record t evicts (their owner writes them back at the end of t).  The other sync-later
+// keys of t (next use t + 2 or later) are exchanged in the background and applied at the end of
+// t + 1 (later_drain), before their deadline (>= t + 1) and before t + 1's evictions.  A key is
+// never in both the background set of t and the gradients of t + 1 (it is not used at t + 1), nor
+// private at t + 1 (not fetched for it), so every row sees its updates in iteration order, as in
+// mode sync.  Order: the sync-now exchange is posted first, then t - 1's background set is
+// completed, then t's is posted (every trainer posts them in this order, so the messages match).
+static int sync_grads(bstate *bs, int64_t t) {
+    const plan *p = &bs->p;
+    const emb_grad *g = &bs->tr.g;
+    const int me = bs->me, E = g->E;
+    const emb_opt *eo = &bs->tr.eopt;
+    // evicted keys of t, ascending
+    if (p->n_evict > bs->ek_cap) bs->ek_cap = p->n_evict + 1024, bs->ek = bp_xrealloc(bs->ek, (size_t)bs->ek_cap * sizeof *bs->ek);
+    for (uint32_t k = 0; k < p->n_evict; k++) bs->ek[k] = p->evict[k].key;
+    qsort(bs->ek, p->n_evict, sizeof *bs->ek, cmp_u64);
+    // the keys reduced now (sk) and in the background (lk_next until t - 1's set is done), ascending
+    uint32_t ns = p->n_sync_now + p->n_sync_later;
+    if (ns > bs->sk_cap) bs->sk_cap = ns + 1024, bs->sk = bp_xrealloc(bs->sk, (size_t)bs->sk_cap * sizeof *bs->sk);
+    if (p->n_sync_later > bs->lkn_cap)
+        bs->lkn_cap = p->n_sync_later + 1024, bs->lk_next = bp_xrealloc(bs->lk_next, (size_t)bs->lkn_cap * sizeof *bs->lk_next);
+    ns = 0;
+    uint32_t nl = 0;
+    for (uint32_t k = 0; k < p->n_sync_now; k++) bs->sk[ns++] = p->sync_now[k];
+    for (uint32_t k = 0; k < p->n_sync_later; k++) {
+        const plan_sync *s = &p->sync_later[k];
+        if (s->grad_iter != (uint32_t)t) continue; // a restatement: its reduction is done (by grad_iter + 1)
+        if (bs->background && s->deadline > (uint32_t)t && !has_key(bs->ek, p->n_evict, s->key)) bs->lk_next[nl++] = s->key;
+        else bs->sk[ns++] = s->key;
+    }
+    qsort(bs->sk, ns, sizeof *bs->sk, cmp_u64);
+    qsort(bs->lk_next, nl, sizeof *bs->lk_next, cmp_u64);
+    // my private keys, ascending
+    uint32_t np = p->priv_off[me + 1] - p->priv_off[me];
+    if (np > bs->pk_cap) bs->pk_cap = np, bs->pk = bp_xrealloc(bs->pk, (size_t)np * sizeof *bs->pk);
+    memcpy(bs->pk, p->priv_key + p->priv_off[me], (size_t)np * sizeof *bs->pk);
+    qsort(bs->pk, np, sizeof *bs->pk, cmp_u64);
+    // private keys in place; the sync-now ones into my GSYNC message (its size counted first)
+    uint32_t n_now = 0, n_later = 0;
+    for (int k = 0; k < g->n; k++) {
+        const uint64_t key = g->keys[k];
+        if (has_key(bs->pk, np, key)) continue;
+        if (has_key(bs->sk, ns, key)) n_now++;
+        else if (has_key(bs->lk_next, nl, key)) n_later++;
+        else
+            return bp_fail(BP_EFORMAT, "trainer %d: key %llu used at iteration %lld is neither private nor synchronised "
+                           "in the plan", me, (unsigned long long)key, (long long)t);
+    }
+    msg_header h = {MSG_GSYNC, 0, (uint64_t)t, n_now, (uint32_t)E};
+    uint64_t *ok;
+    float *orow;
+    msg_encode(bs->gout.p, &h, &ok, &orow);
+    uint32_t n = 0;
+    for (int k = 0; k < g->n; k++) {
+        const uint64_t key = g->keys[k];
+        const float *gr = g->rows + (size_t)k * E;
+        if (has_key(bs->pk, np, key)) {
+            int64_t slot = cache_find(&bs->c, key);
+            BP_ASSERT(slot >= 0);
+            emb_opt_apply_row(eo, cache_row(&bs->c, (uint32_t)slot), gr);
+            bs->c.dirty[slot] = 1;
+        } else if (has_key(bs->sk, ns, key)) {
+            gsync_add(ok, orow, &n, key, gr, E);
+        }
+    }
+    bs->sync_now_keys += n_now, bs->sync_bg_keys += n_later;
+    int nr = 0;
+    int rc = gsync_post(bs, bs->gout.p, msg_bytes(MSG_GSYNC, n_now, (uint32_t)E), bs->gin, bs->grq, &nr);
+    if (!rc) rc = later_drain(bs); // t - 1's background set, while the sync-now exchange runs
+    if (!rc && bs->background) {   // t's background set
+        uint64_t *tmp = bs->lk;
+        uint32_t tcap = bs->lk_cap;
+        bs->lk = bs->lk_next, bs->lk_cap = bs->lkn_cap, bs->lk_next = tmp, bs->lkn_cap = tcap;
+        uint64_t *lkey;
+        float *lrow;
+        h.n = n_later;
+        msg_encode(bs->lout.p, &h, &lkey, &lrow);
+        n = 0;
+        for (int k = 0; k < g->n; k++)
+            if (has_key(bs->lk, nl, g->keys[k])) gsync_add(lkey, lrow, &n, g->keys[k], g->rows + (size_t)k * E, E);
+        rc = gsync_post(bs, bs->lout.p, msg_bytes(MSG_GSYNC, n_later, (uint32_t)E), bs->lin, bs->lrq, &bs->lnr);
+        bs->later_iter = t, bs->ln = nl, bs->lmine = n_later;
+    }
+    if (!rc) rc = gsync_finish(bs, t, bs->sk, ns, bs->gout.p, n_now, bs->gin, bs->grq, nr);
+    return rc;
 }
 
 // Sends the write-back messages built for iteration wb_held.
@@ -817,6 +921,8 @@ static void json_window(jsonl *j, const bstate *bs, const double fig[NFIG], int6
     jsonl_num(j, "hit_rate", fig[6] > 0 ? 1.0 - fig[7] / fig[6] : 0.0);
     if (iters > 0) jsonl_num(j, "resident_mean", fig[8] / (double)iters / bs->T);
     jsonl_num(j, "cache_rows", (double)bs->c.C);
+    jsonl_num(j, "sync_now_keys", (double)bs->sync_now_keys); // trainer 0's, whole run so far
+    jsonl_num(j, "sync_background_keys", (double)bs->sync_bg_keys);
     jsonl_int(j, "trainers", bs->T);
     jsonl_int(j, "servers", bs->S);
 }
@@ -826,6 +932,7 @@ static int bs_checkpoint(bstate *bs, int64_t iter) {
     const train_setup *su = bs->su;
     const int T = bs->T, S = bs->S, me = bs->me, stride = bs->c.stride;
     int rc = 0;
+    if ((rc = later_drain(bs))) return rc; // my rows whole
     if (bs->wb_held >= 0 && (rc = send_write_backs(bs))) return rc; // (test hook) the shards need WB(iter)
     // my part: the dirty rows I own, by ascending key
     const cache *c = &bs->c;
@@ -947,6 +1054,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     bp_progress_finish(&prog);
     const int64_t iters = su->total_iters, run_iters = iters - su->ck.start_iter;
     double train_s = bp_now() - t_start;
+    if (!rc) rc = later_drain(&bs);
     if (!rc && bs.c.n_free != bs.c.C)
         rc = bp_fail(BP_EFORMAT, "trainer %d: %llu rows still cached after the last record", i,
                      (unsigned long long)(bs.c.C - bs.c.n_free));
