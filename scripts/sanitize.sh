@@ -9,7 +9,8 @@
 #   SAN_MPI_FILTERS="dist_sync_t1 bagpipe_sgd" scripts/sanitize.sh
 #
 # Tests whose file starts mpirun jobs (tests/test_dist.c, test_bagpipe.c, test_modes.c,
-# test_async.c, and test_suite.c whose quick suite runs some 14 jobs) are the multi-rank ones;
+# test_async.c, test_bpeval.c, test_bpspeed.c, and test_suite.c whose quick suite runs some 14
+# jobs) are the multi-rank ones;
 # all others run in the same runner invocation.  tests/test_ckpt_run.c runs whole (its jobs are
 # small: local, sync, sharded, static and bagpipe runs killed and resumed under ASan).  tests/test_badinput.c runs
 # whole: its three multi-rank tests (a cache of one row and W = 0 in mode bagpipe, a peer sending
@@ -17,6 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MPI_FILES="tests/test_dist.c tests/test_bagpipe.c tests/test_modes.c tests/test_async.c tests/test_suite.c"
+MPI_FILES+=" tests/test_bpeval.c tests/test_bpspeed.c"
 SAN_MPI_FILTERS="${SAN_MPI_FILTERS:-dist_sync_t1}"
 
 scripts/deps.sh

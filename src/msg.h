@@ -47,6 +47,9 @@
 //                                                                    t's shared keys
 //  14   MSG_PLAN        oracle -> trainer       (raw plan record, plan.h)
 //  15   MSG_CREDIT      trainer -> oracle       iterations finished  n = 0 (flow control)
+// and, at an evaluation boundary K (--eval-every), kind 5 between trainers: DUMP_ROWS(K) from
+// every trainer i > 0 to trainer 0, unrequested: the dirty cached rows with msg_server_of(key, T)
+// == i, in chunks, the last (possibly empty) flagged MSG_F_LAST (role_bagpipe.c).
 //
 // Mode static:
 //  16   MSG_HOT_GRAD    trainer -> trainer      batch t of the grad  n keys (pinned rows only) +

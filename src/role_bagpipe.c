@@ -34,6 +34,26 @@
 // with every part reported, the manifest.  Trainer 0 starts iteration K only after the servers
 // have written, so no write-back of K reaches a shard before it is written.  Resuming, every row
 // starts at home on the servers and every cache empty; the oracle plans from batch K.
+//
+// Evaluation at boundary K (--eval-every N, K a multiple of N below the last iteration; every
+// trainer at the same boundary, before a checkpoint of K): the model after K iterations is read,
+// nothing is written.  Each trainer sends trainer 0 the dirty rows of its cache that it owns
+// (msg_server_of(key, T) == i, the checkpoint's partition; DUMP_ROWS(K) in chunks, the last
+// flagged MSG_F_LAST, one empty message when it owns none); trainer 0 reads every shard
+// (DUMP_REQ(K), answered once every write-back through K - 1 is applied), then lays the trainers'
+// rows over it and evaluates.  Why that is the model of mode sync after K iterations, row by row:
+//   - a row in no cache is on its server, written back by its last eviction (<= K - 1) in a
+//     WB(<= K), applied before the dump is answered; nothing wrote it since.
+//   - a cached row that is not dirty (fetched, not updated since; or its fetch still in flight)
+//     has the value its server holds: the fetch read it after its gate, and only the row's next
+//     eviction writes it back.
+//   - a dirty row is a shared one (a private row is fetched for one iteration t, updated at t and
+//     evicted at the end of t: never dirty at a boundary), so every trainer holds it, and holds the
+//     same value (every reduction of t is applied on every replica at t); its owner sends it.
+// No trainer passes iteration K's dense all-reduce before trainer 0 has the rows, so no
+// write-back of K reaches a shard before the dump.  The caches, their dirty marks, the watermarks
+// and the plan stay as they were; the only change is that write-backs held back by the test hook
+// leave now (as at a checkpoint), which the watermarks make harmless.
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
@@ -235,8 +255,9 @@ typedef struct {
     int credit_live;
     float *ar_work;
     size_t ar_work_n;
-    void *dump;
+    void *dump;         // (dump_cap bytes) DUMP_ROWS messages: trainer 0, or any trainer with --eval-every
     size_t dump_cap;
+    uint64_t *ekeys;    // (C) with --eval-every: the dirty rows I own at an evaluation boundary, ascending
     // metrics of the current window
     double t_wait, t_sync, t_ar, t_compute;
     uint64_t accesses, misses, resident_sum, resident_max, iters;
@@ -321,10 +342,11 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bs->ar_work_n = (size_t)T * ((n + (size_t)T - 1) / (size_t)T + 1);
     bs->ar_work_n = BP_MAX(bs->ar_work_n, (size_t)2 * (T + 16)); // also T * ceil(n / T) doubles for n <= 16
     bs->ar_work = bp_xmalloc(bs->ar_work_n * sizeof(float));
-    if (i == 0) {
+    if (i == 0 || (su->do_eval && su->eval_every)) {
         bs->dump_cap = dist_dump_cap(&bs->tr.L);
         bs->dump = bp_xmalloc(bs->dump_cap);
     }
+    if (su->do_eval && su->eval_every) bs->ekeys = bp_xmalloc((size_t)BP_MAX(su->cache_rows, 1) * sizeof *bs->ekeys);
     return 0;
 }
 
@@ -343,7 +365,7 @@ static void bs_free(bstate *bs) {
     for (int s = 0; bs->wb && s < 2 * bs->S; s++) free(bs->wb[s].p);
     free(bs->g), free(bs->erow), free(bs->sk), free(bs->pk), free(bs->gout.p), free(bs->gin), free(bs->grq);
     free(bs->gcur), free(bs->gsum), free(bs->wbl), free(bs->wb), free(bs->wb_len), free(bs->wb_rq), free(bs->wb_live);
-    free(bs->ar_work), free(bs->dump), free(bs->planbuf.p);
+    free(bs->ar_work), free(bs->dump), free(bs->ekeys), free(bs->planbuf.p);
     plan_free(&bs->p);
     cache_free(&bs->c);
     trainer_free(&bs->tr);
@@ -981,6 +1003,76 @@ out:
     return rc;
 }
 
+// Evaluation at the boundary before iteration iter, on every trainer (the file comment): trainer
+// 0's tr.table gets the model after iter iterations.
+static int bs_eval_rows(bstate *bs, int64_t iter) {
+    const int T = bs->T, me = bs->me, stride = bs->c.stride;
+    const cache *c = &bs->c;
+    const emb_layout *L = &bs->tr.L;
+    const size_t row_bytes = (size_t)stride * sizeof(float);
+    int rc = 0;
+    if ((rc = later_drain(bs))) return rc; // my rows whole: t - 1's background sync applied
+    if (bs->wb_held >= 0 && (rc = send_write_backs(bs))) return rc; // (test hook) the dump needs WB(iter)
+    uint64_t n = 0;
+    for (uint64_t h = 0; h <= c->mask; h++)
+        if (c->hk[h] != EMPTY_KEY && c->dirty[c->hv[h]] && msg_server_of(c->hk[h], T) == (uint32_t)me)
+            bs->ekeys[n++] = c->hk[h];
+    qsort(bs->ekeys, n, sizeof *bs->ekeys, cmp_u64);
+    // rows per DUMP_ROWS message: what a dump buffer holds (dist_dump_cap)
+    const uint32_t per = (uint32_t)((bs->dump_cap - MSG_HEADER_BYTES) / (sizeof(uint64_t) + row_bytes));
+    BP_ASSERT(per >= 1 && msg_bytes(MSG_DUMP_ROWS, per, (uint32_t)stride) <= bs->dump_cap);
+    if (me != 0) {
+        uint64_t k0 = 0;
+        do {
+            const uint32_t m = (uint32_t)BP_MIN((uint64_t)per, n - k0);
+            msg_header h = {MSG_DUMP_ROWS, k0 + m == n ? MSG_F_LAST : 0, (uint64_t)iter, m, (uint32_t)stride};
+            uint64_t *keys;
+            float *rows;
+            msg_encode(bs->dump, &h, &keys, &rows);
+            for (uint32_t k = 0; k < m; k++) {
+                keys[k] = bs->ekeys[k0 + k];
+                memcpy(rows + (size_t)k * stride, cache_row(c, (uint32_t)cache_find(c, keys[k])), row_bytes);
+            }
+            comm_req q;
+            rc = comm_isend(bs->dump, msg_bytes(MSG_DUMP_ROWS, m, (uint32_t)stride), bs->first_trainer,
+                            MSG_DUMP_ROWS, &q);
+            if (!rc) rc = comm_wait(&q, NULL);
+            k0 += m;
+        } while (!rc && k0 < n);
+        return rc;
+    }
+    // trainer 0: every shard, then the dirty cached rows over it (mine, then the others')
+    if ((rc = dist_collect_rows(&bs->tr, bs->S, bs->first_server, bs->dump, bs->dump_cap, iter))) return rc;
+    for (uint64_t k = 0; k < n; k++) {
+        const float *row = cache_row(c, (uint32_t)cache_find(c, bs->ekeys[k]));
+        memcpy(emb_table_row(&bs->tr.table, bs->ekeys[k]), row, row_bytes);
+    }
+    for (int q = 1; q < T && !rc; q++) {
+        const int from = bs->first_trainer + q;
+        uint64_t last = 0;
+        int any = 0;
+        for (;;) {
+            size_t len = 0;
+            if ((rc = comm_recv(bs->dump, bs->dump_cap, from, MSG_DUMP_ROWS, &len))) break;
+            msg_expect ex = {.kind = MSG_DUMP_ROWS, .width = (uint32_t)stride, .max_n = per, .iter = iter,
+                             .rows = L->rows, .server = q, .S = T};
+            msg_header h;
+            const uint64_t *k;
+            const float *rows;
+            if ((rc = msg_decode(bs->dump, len, from, &ex, &h, &k, &rows))) break;
+            if (h.n && any && k[0] <= last) {
+                rc = bp_fail(BP_EFORMAT, "trainer 0: evaluation rows of trainer %d out of key order", q);
+                break;
+            }
+            for (uint32_t j = 0; j < h.n; j++)
+                memcpy(emb_table_row(&bs->tr.table, k[j]), rows + (size_t)j * stride, row_bytes);
+            if (h.n) last = k[h.n - 1], any = 1;
+            if (h.flags & MSG_F_LAST) break;
+        }
+    }
+    return rc;
+}
+
 int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     bstate bs;
     openblas_set_num_threads(su->threads);
@@ -997,7 +1089,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     bp_progress prog;
     bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);
     if (!writer) prog.enabled = 0;
-    double t_start = bp_now(), t_window = t_start, win_loss = 0;
+    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
     double tot_wait = 0, tot_sync = 0, tot_ar = 0, tot_compute = 0, tot[NFIG] = {0};
     int64_t win_n = 0;
     ckpt_sched cks;
@@ -1038,6 +1130,24 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             bs.t_wait = bs.t_sync = bs.t_ar = bs.t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
+        if (su->do_eval && su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
+            double e0 = bp_now(); // every trainer takes part: its dirty rows are part of the model
+            if ((rc = bs_eval_rows(&bs, t + 1))) break;
+            if (writer) {
+                metric_result res = {0};
+                trainer_eval(&bs.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, NULL);
+                jsonl j;
+                jsonl_begin(&j);
+                jsonl_str(&j, "event", "eval");
+                jsonl_str(&j, "split", bp_split_name(su->eval_split));
+                jsonl_int(&j, "iter", t + 1);
+                jsonl_int(&j, "samples", (t + 1) * B);
+                train_json_result(&j, "", &res);
+                jsonl_end(&j, mf);
+            }
+            t_eval += bp_now() - e0;
+            t_window += bp_now() - e0;
+        }
         if (su->ck.dir) { // every trainer takes part: they agree on the boundary
             double due = ckpt_sched_due(&cks, t + 1, su->total_iters);
             if (su->ck.minutes > 0) { // a clock decides: trainer 0's
@@ -1053,7 +1163,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     }
     bp_progress_finish(&prog);
     const int64_t iters = su->total_iters, run_iters = iters - su->ck.start_iter;
-    double train_s = bp_now() - t_start;
+    double train_s = bp_now() - t_start - t_eval;
     if (!rc) rc = later_drain(&bs);
     if (!rc && bs.c.n_free != bs.c.C)
         rc = bp_fail(BP_EFORMAT, "trainer %d: %llu rows still cached after the last record", i,

@@ -297,9 +297,6 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->staleness = fl->staleness, su->cache_policy = fl->cache_policy;
     if (fl->mode != TRAIN_MODE_ASYNC && (fl->staleness || fl->cache_policy))
         return bp_fail(BP_EUSAGE, "--staleness/--cache-policy: only --mode async reads cached rows that may be stale");
-    if (fl->mode == TRAIN_MODE_BAGPIPE && fl->eval_every)
-        return bp_fail(BP_EUSAGE, "--eval-every: not available with --mode bagpipe (rows live in the trainers' "
-                                  "caches during training); the final evaluation runs");
     su->ck = fl->ck;
     return ckpt_run_setup(su);
 }
