@@ -9,6 +9,9 @@
 //
 // Errors: MPI errors are returned (MPI_ERRORS_RETURN), turned into BP_EPEER with a message naming
 // the operation and the peer.  A dead peer usually takes the whole job down through mpirun first.
+// A live peer that stops taking part (stopped, deadlocked, cut off) is caught by the stall
+// timeout: a wait that sees no progress for that long fails with BP_EPEER, naming what it waited
+// for (`train --stall-timeout`, like the timeout of PyTorch's process groups).
 //
 // Byte counters: every send and receive adds its bytes to the counter of its tag (the message
 // kind, msg.h); the all-reduce counts under MSG_AR_RS / MSG_AR_AG.
@@ -35,6 +38,12 @@ int comm_rank(void);
 int comm_size(void);
 // Ends every rank of the job with exit code `code` (MPI_Abort).  For the top of a role only.
 _Noreturn void comm_abort(int code);
+
+// The stall timeout in seconds (0, the default: wait forever).  comm_wait and comm_probe apply
+// it; a role's own polling loop calls comm_stall_check(&since, what) on each idle pass, with
+// since = 0 at the start of the wait and after any progress.
+void comm_set_stall_timeout(double seconds);
+int comm_stall_check(double *since, const char *what);
 
 // Non-blocking point to point.  The buffer must stay valid until the request completes.
 int comm_isend(const void *buf, size_t bytes, int dst, int tag, comm_req *r);

@@ -22,17 +22,65 @@ static int mpi_fail(int err, const char *what, int peer) {
     return bp_fail(BP_EPEER, "comm: rank %d: %s (peer %d): %s", my_rank, what, peer, s);
 }
 
-// Poll pacing: spin briefly, then sleep with exponential back-off up to COMM_MAX_SLEEP_US.
+// The stall timeout (comm_set_stall_timeout): 0 waits forever.
+static double stall_s = 0;
+
+void comm_set_stall_timeout(double seconds) { stall_s = seconds > 0 ? seconds : 0; }
+
+// "GSYNC from rank 3", "rank 3 to take FETCH", "a message from any rank": what a wait on
+// (peer, tag) of a receive (recv = 1) or a send is for.
+static void wait_what(char *b, size_t n, int recv, int peer, int tag) {
+    char kind[48] = "a message";
+    if (tag >= 0) snprintf(kind, sizeof kind, "%s", msg_kind_name((uint32_t)tag));
+    if (peer < 0) snprintf(b, n, "%s from any rank", kind);
+    else if (recv) snprintf(b, n, "%s from rank %d", kind, peer);
+    else snprintf(b, n, "rank %d to take %s", peer, kind);
+}
+
+// Seconds waited once the stall timeout has passed since *since, else 0 (the first call starts
+// the clock).
+static double stalled_for(double *since) {
+    if (stall_s <= 0) return 0;
+    const double now = bp_now();
+    if (*since <= 0) {
+        *since = now;
+        return 0;
+    }
+    return now - *since >= stall_s ? now - *since : 0;
+}
+
+static int stall_fail(double waited, const char *what) {
+    return bp_fail(BP_EPEER, "comm: rank %d: waited %.0f s for %s with no progress (--stall-timeout %g): a peer "
+                   "is stopped, deadlocked or cut off", my_rank, waited, what, stall_s);
+}
+
+int comm_stall_check(double *since, const char *what) {
+    const double w = stalled_for(since);
+    return w > 0 ? stall_fail(w, what) : 0;
+}
+
+// Poll pacing: spin briefly, then sleep with exponential back-off up to COMM_MAX_SLEEP_US; the
+// stall clock starts with the first sleep and is read every 64 polls.  Collective operations
+// (peer and tag -1: the start-up agreement and the final barrier) are not timed: a rank that is
+// done waits there for as long as the others train, evaluate and save, and a stalled peer is
+// caught by the ranks that exchange messages with it.
 typedef struct {
     int polls;
     long sleep_ns;
+    double since;
 } pacer;
 
-static void pacer_pause(pacer *p) {
-    if (++p->polls < 64) return;
+static int pacer_pause(pacer *p, int recv, int peer, int tag) {
+    if (++p->polls < 64) return 0;
     p->sleep_ns = p->sleep_ns ? BP_MIN(p->sleep_ns * 2, (long)COMM_MAX_SLEEP_US * 1000) : 2000;
     struct timespec ts = {0, p->sleep_ns};
     nanosleep(&ts, NULL);
+    if (stall_s <= 0 || (p->polls & 63) != 0 || (peer < 0 && tag < 0)) return 0;
+    const double w = stalled_for(&p->since);
+    if (w <= 0) return 0;
+    char what[128];
+    wait_what(what, sizeof what, recv, peer, tag);
+    return stall_fail(w, what);
 }
 
 int comm_init(int *argc, char ***argv) {
@@ -92,11 +140,11 @@ int comm_test(comm_req *r, int *done, size_t *bytes) {
 }
 
 int comm_wait(comm_req *r, size_t *bytes) {
-    pacer p = {0, 0};
+    pacer p = {0, 0, 0};
     for (;;) {
         int done = 0, rc = comm_test(r, &done, bytes);
         if (rc || done) return rc;
-        pacer_pause(&p);
+        if ((rc = pacer_pause(&p, r->cap != 0, r->peer, r->tag))) return rc;
     }
 }
 
@@ -109,7 +157,7 @@ int comm_waitall(comm_req *r, int n) {
 }
 
 int comm_probe(int src, int tag, int *from, int *got_tag, size_t *bytes) {
-    pacer p = {0, 0};
+    pacer p = {0, 0, 0};
     for (;;) {
         MPI_Status st;
         int flag = 0;
@@ -124,7 +172,8 @@ int comm_probe(int src, int tag, int *from, int *got_tag, size_t *bytes) {
             if (bytes) *bytes = (size_t)cnt;
             return 0;
         }
-        pacer_pause(&p);
+        int rc = pacer_pause(&p, 1, src, tag);
+        if (rc) return rc;
     }
 }
 

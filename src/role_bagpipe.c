@@ -548,6 +548,7 @@ static int group_complete(const fgroup *g) { return !g->replies_left && !g->fwd_
 static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
     int polls = 0;
     long sleep_ns = 0;
+    double since = 0; // the stall clock (comm_stall_check)
     for (;;) {
         int all = 1, rc = 0;
         for (int64_t r = BP_MAX((int64_t)0, issued - bs->G + 1); r <= issued && !rc; r++) {
@@ -561,6 +562,9 @@ static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
             sleep_ns = sleep_ns ? BP_MIN(2 * sleep_ns, 100000L) : 2000;
             struct timespec ts = {0, sleep_ns};
             nanosleep(&ts, NULL);
+            char what[96];
+            snprintf(what, sizeof what, "the rows of iteration %lld (fetches and forwards)", (long long)upto);
+            if ((polls & 63) == 0 && (rc = comm_stall_check(&since, what))) return rc;
         }
     }
 }

@@ -129,6 +129,7 @@ int role_oracle_run(role_oracle *ro) {
     int64_t min_done = 0;
     int idle = 0;
     long idle_ns = 0;
+    double since = 0; // the stall clock (comm_stall_check), restarted by any progress
     while (!rc) {
         int progress = 0;
         // credits
@@ -184,11 +185,12 @@ int role_oracle_run(role_oracle *ro) {
         // Idle: nothing to plan until a credit or a send frees a ring buffer.  The ring holds A
         // records ahead of the slowest trainer, so a late reaction costs nothing: back off up to
         // ORACLE_IDLE_MAX_US and leave the cores to the trainers and servers.
-        if (progress) idle = 0, idle_ns = 0;
+        if (progress) idle = 0, idle_ns = 0, since = 0;
         else if (++idle > 16) {
             idle_ns = idle_ns ? BP_MIN(2 * idle_ns, ORACLE_IDLE_MAX_US * 1000L) : 20000;
             struct timespec ts = {0, idle_ns};
             nanosleep(&ts, NULL);
+            rc = comm_stall_check(&since, "a credit from the trainers");
         }
     }
     for (int j = 0; !rc && j < A; j++)

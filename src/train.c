@@ -17,6 +17,7 @@
 #include "ckpt_run.h"
 #include "cli.h"
 #include "cmds.h"
+#include "comm.h"
 #include "common.h"
 #include "data_bin.h"
 #include "dist.h"
@@ -233,7 +234,7 @@ typedef struct {
     int staleness, cache_policy;
     int batch, eval_batch, epochs, threads, eval_every, print_every, eval_split, dense_opt, emb_opt;
     int64_t iters, eval_rows, static_rows;
-    double lr, emb_lr;
+    double lr, emb_lr, stall_timeout;
     int64_t seed;
     const char *save, *metrics;
     int no_eval;
@@ -333,6 +334,7 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
         if (rc) return cmd_exit(rc);
         return launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
     }
+    comm_set_stall_timeout(fl->stall_timeout);
     int rc = dist_begin(&lay);
     if (rc) return rc == BP_EMISMATCH ? 2 : 1;
     rc = setup_build(&su, fl, &ds, data_path);
@@ -361,6 +363,10 @@ int cmd_train(int argc, char **argv) {
                 "embedding server ranks (sync, static; sharded runs none: 0, and 1 is read as 0)"),
         CLI_I64("static-rows", 0, &fl.static_rows, 0, 0, INT64_MAX / 2,
                 "static: rows to pin on every trainer, the most accessed in the train split (0: 1% of the rows)"),
+        CLI_DBL("stall-timeout", 0, &fl.stall_timeout, 3600, 0, 1e9,
+                "distributed modes: a rank that waits this many seconds without progress (a peer stopped, "
+                "deadlocked or cut off) ends the job with an error naming what it waited for; keep it above "
+                "the longest evaluation or checkpoint (0: wait forever)"),
         MODEL_CLI_OPTS(&fl.mf),
         CLI_INT("batch-size", 'b', &fl.batch, 128, 1, 1 << 20, "global mini-batch size (samples)"),
         CLI_DBL("learning-rate", 0, &fl.lr, 0.1, 0, 1e6, "learning rate"),

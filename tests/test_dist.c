@@ -217,16 +217,18 @@ static pid_t find_rank(int rank, const char *tag) {
 }
 
 // (e) kill -9 of one rank mid-run: the job ends within seconds, non-zero, naming rank and role.
-static void check_kill(int rank, const char *role) {
+// With SIGSTOP the rank stays alive but silent: the others' stall timeout (3 s here) ends the job,
+// naming what they waited for.
+static void check_signal(int rank, const char *role, int sig, const char *mode) {
     char data[512], outp[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
     ASSERT_OK(write_dataset(data, 2000, 5));
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "exec timeout -k 5 60 env " OMPI_ENV " %s train --mode sync --trainers 2 --servers 2 " TINY_MODEL
-             " --iters 1000000 --no-eval %s > %s 2>&1",
-             dist_test_env(), test_bin(), data, outp);
+             "exec timeout -k 5 60 env " OMPI_ENV " %s train --mode %s --trainers 2 --servers 2 " TINY_MODEL
+             " --iters 1000000 --no-eval %s %s > %s 2>&1",
+             dist_test_env(), test_bin(), mode, sig == SIGSTOP ? "--stall-timeout 3" : "", data, outp);
     pid_t job = fork();
     ASSERT_TRUE(job >= 0);
     if (job == 0) {
@@ -244,20 +246,26 @@ static void check_kill(int rank, const char *role) {
     usleep(1500000); // let it train
     int st = 0;
     ASSERT_MSG(waitpid(job, &st, WNOHANG) == 0, "the job ended before the kill");
-    ASSERT_EQ(kill(victim, SIGKILL), 0);
+    ASSERT_EQ(kill(victim, sig), 0);
     double tk = bp_now();
     waitpid(job, &st, 0);
     double dt = bp_now() - tk;
+    if (sig != SIGKILL) kill(victim, SIGKILL); // normally gone with the job already
     size_t len;
     char *out = dist_test_slurp(outp, &len);
     ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 124, "status %d:\n%s", st, out);
-    ASSERT_MSG(dt < 10, "the job took %.1f s to end after the kill", dt);
-    char want[64];
-    snprintf(want, sizeof want, "rank %d (%s) was killed by signal 9", rank, role);
+    ASSERT_MSG(dt < (sig == SIGSTOP ? 20 : 10), "the job took %.1f s to end after signal %d", dt, sig);
+    char want[96];
+    if (sig == SIGSTOP) snprintf(want, sizeof want, "with no progress (--stall-timeout 3): a peer is stopped");
+    else snprintf(want, sizeof want, "rank %d (%s) was killed by signal 9", rank, role);
     ASSERT_STR_CONTAINS(out, want);
     free(out);
 }
 
-TEST(dist_kill_oracle) { check_kill(0, "oracle"); }
-TEST(dist_kill_server) { check_kill(2, "server 1"); }
-TEST(dist_kill_trainer) { check_kill(3, "trainer 0"); }
+TEST(dist_kill_oracle) { check_signal(0, "oracle", SIGKILL, "sync"); }
+TEST(dist_kill_server) { check_signal(2, "server 1", SIGKILL, "sync"); }
+TEST(dist_kill_trainer) { check_signal(3, "trainer 0", SIGKILL, "sync"); }
+TEST(dist_stop_trainer_stall_timeout) { check_signal(3, "trainer 0", SIGSTOP, "sync"); }
+TEST(dist_stop_server_stall_timeout) { check_signal(2, "server 1", SIGSTOP, "sync"); }
+TEST(dist_stop_bagpipe_oracle_stall_timeout) { check_signal(0, "oracle", SIGSTOP, "bagpipe"); }
+TEST(dist_stop_bagpipe_trainer_stall_timeout) { check_signal(4, "trainer 1", SIGSTOP, "bagpipe"); }
