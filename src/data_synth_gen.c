@@ -740,6 +740,23 @@ AVX512_INL __m512i mix64_x8(__m512i x) {
     return _mm512_xor_si512(x, _mm512_srli_epi64(x, 31));
 }
 
+// The alias draw of 8 rows at once: the bin of u's high half ((u >> 32) nbins) >> 32, its own or
+// alias half by u's low half against the threshold, and the rank start + (v width) >> 32 within
+// it (synth_alias_sample's arithmetic, lane by lane).
+#define AVX512_INLINE __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"), always_inline)) static inline
+AVX512_INLINE __m256i alias_rank_avx512(const int *alias, __m512i nbins, __m512i u, const uint32_t *V) {
+    const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+    __m256i bin = _mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_mul_epu32(_mm512_srli_epi64(u, 32), nbins), 32));
+    __m256i at = _mm256_add_epi32(_mm256_slli_epi32(bin, 2), bin);
+    __m256i thr = _mm256_i32gather_epi32(alias, at, 4);
+    __mmask8 sel = _mm256_cmpge_epu32_mask(_mm512_cvtepi64_epi32(u), thr);
+    at = _mm256_mask_add_epi32(_mm256_add_epi32(at, one), sel, _mm256_add_epi32(at, one), two);
+    __m512i sw = _mm512_i32gather_epi64(at, alias, 4); // (start, width) of the chosen half
+    __m512i v = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)V));
+    __m512i off = _mm512_srli_epi64(_mm512_mul_epu32(v, _mm512_srli_epi64(sw, 32)), 32);
+    return _mm256_add_epi32(_mm512_cvtepi64_epi32(sw), _mm512_cvtepi64_epi32(off));
+}
+
 // table_pass for a sampled table without drift and with card <= SIMD_MAX_CARD, over n8 rows (a
 // multiple of 8; draws past n are zero and their results unused).  The draws are in draw/vdraw.
 static AVX512_FN void table_pass_avx512(const synth_table *t, const float *normtab, const uint64_t *U,
@@ -748,7 +765,7 @@ static AVX512_FN void table_pass_avx512(const synth_table *t, const float *normt
     const synth_perm *p = &t->perm;
     const int *alias = (const int *)t->alias; // (nbins, 5) uint32: thr, then start, width of each half
     const __m512i nbins = _mm512_set1_epi64((long long)t->nbins);
-    const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+    const __m256i one = _mm256_set1_epi32(1);
     const __m256i pk = _mm256_set1_epi32((int)p->k), pm1 = _mm256_set1_epi32((int)p->m1);
     const __m256i pm2 = _mm256_set1_epi32((int)p->m2), pmask = _mm256_set1_epi32((int)p->mask);
     const __m256i pfull = _mm256_set1_epi32((int)p->full);
@@ -759,16 +776,7 @@ static AVX512_FN void table_pass_avx512(const synth_table *t, const float *normt
     const __m256i bias_bk = _mm256_set1_epi32(127 << 3);
     for (uint32_t i = 0; i < n8; i += 8) {
         __m512i u = _mm512_loadu_si512(U + i);
-        // Bin: ((u >> 32) nbins) >> 32, then the alias entry's own or alias half.
-        __m256i bin = _mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_mul_epu32(_mm512_srli_epi64(u, 32), nbins), 32));
-        __m256i at = _mm256_add_epi32(_mm256_slli_epi32(bin, 2), bin);
-        __m256i thr = _mm256_i32gather_epi32(alias, at, 4);
-        __mmask8 sel = _mm256_cmpge_epu32_mask(_mm512_cvtepi64_epi32(u), thr);
-        at = _mm256_mask_add_epi32(_mm256_add_epi32(at, one), sel, _mm256_add_epi32(at, one), two);
-        __m512i sw = _mm512_i32gather_epi64(at, alias, 4); // (start, width) of the chosen half
-        __m512i v = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(V + i)));
-        __m512i off = _mm512_srli_epi64(_mm512_mul_epu32(v, _mm512_srli_epi64(sw, 32)), 32);
-        __m256i rank = _mm256_add_epi32(_mm512_cvtepi64_epi32(sw), _mm512_cvtepi64_epi32(off));
+        __m256i rank = alias_rank_avx512(alias, nbins, u, V + i);
         // synth_perm_apply: the block mix keeps only the low 16 bits, so 32-bit products agree.
         __m256i y = _mm256_and_si256(_mm256_mullo_epi32(_mm256_xor_si256(rank, pk), pm1), pmask);
         y = _mm256_xor_si256(y, _mm256_srl_epi32(y, ph));
@@ -896,18 +904,9 @@ static AVX512_FN void table_pass_lut_avx512(const synth_table *t, const uint64_t
                                             float *logit, uint32_t *col, float *pf) {
     const int *alias = (const int *)t->alias;
     const __m512i nbins = _mm512_set1_epi64((long long)t->nbins);
-    const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
     for (uint32_t i = 0; i < n8; i += 8) {
         __m512i u = _mm512_loadu_si512(U + i);
-        __m256i bin = _mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_mul_epu32(_mm512_srli_epi64(u, 32), nbins), 32));
-        __m256i at = _mm256_add_epi32(_mm256_slli_epi32(bin, 2), bin);
-        __m256i thr = _mm256_i32gather_epi32(alias, at, 4);
-        __mmask8 sel = _mm256_cmpge_epu32_mask(_mm512_cvtepi64_epi32(u), thr);
-        at = _mm256_mask_add_epi32(_mm256_add_epi32(at, one), sel, _mm256_add_epi32(at, one), two);
-        __m512i sw = _mm512_i32gather_epi64(at, alias, 4);
-        __m512i v = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(V + i)));
-        __m512i off = _mm512_srli_epi64(_mm512_mul_epu32(v, _mm512_srli_epi64(sw, 32)), 32);
-        __m256i rank = _mm256_add_epi32(_mm512_cvtepi64_epi32(sw), _mm512_cvtepi64_epi32(off));
+        __m256i rank = alias_rank_avx512(alias, nbins, u, V + i);
         __m512i e = _mm512_i32gather_epi64(rank, (const long long *)t->lut, 8);
         __m256 contrib = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(e));
         _mm256_storeu_ps(logit + i, _mm256_add_ps(_mm256_loadu_ps(logit + i), contrib));

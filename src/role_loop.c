@@ -381,14 +381,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             if ((rc = rl->collect(rl->ctx, t + 1))) break;
             if (writer) {
                 trainer_eval(tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
-                jsonl j;
-                jsonl_begin(&j);
-                jsonl_str(&j, "event", "eval");
-                jsonl_str(&j, "split", bp_split_name(su->eval_split));
-                jsonl_int(&j, "iter", t + 1);
-                jsonl_int(&j, "samples", (t + 1) * B);
-                train_json_result(&j, "", &res);
-                jsonl_end(&j, mf);
+                train_json_eval(mf, su->eval_split, t + 1, B, &res);
             }
             t_eval += bp_now() - e0;
             t_window += bp_now() - e0;

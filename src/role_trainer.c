@@ -404,14 +404,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             if ((rc = ts_collect(&ts, t + 1))) break;
             trainer_eval(&ts.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
             t_eval += bp_now() - e0;
-            jsonl j;
-            jsonl_begin(&j);
-            jsonl_str(&j, "event", "eval");
-            jsonl_str(&j, "split", bp_split_name(su->eval_split));
-            jsonl_int(&j, "iter", t + 1);
-            jsonl_int(&j, "samples", (t + 1) * B);
-            train_json_result(&j, "", &res);
-            jsonl_end(&j, mf);
+            train_json_eval(mf, su->eval_split, t + 1, B, &res);
             t_window += bp_now() - e0;
         }
         if (writer && ckpt_sched_due(&cks, t + 1, su->total_iters)) {

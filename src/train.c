@@ -255,6 +255,17 @@ void train_json_result(jsonl *j, const char *prefix, const metric_result *r) {
     snprintf(k, sizeof k, "%saccuracy", prefix), jsonl_num(j, k, r->accuracy);
 }
 
+void train_json_eval(FILE *mf, bp_split split, int64_t iter, int B, const metric_result *r) {
+    jsonl j;
+    jsonl_begin(&j);
+    jsonl_str(&j, "event", "eval");
+    jsonl_str(&j, "split", bp_split_name(split));
+    jsonl_int(&j, "iter", iter);
+    jsonl_int(&j, "samples", iter * B);
+    train_json_result(&j, "", r);
+    jsonl_end(&j, mf);
+}
+
 static int open_dataset(bp_dataset *ds, const char *path) {
     int rc = bp_ds_open(ds, path, BP_DS_VERIFY);
     if (rc == BP_EFORMAT)
@@ -510,14 +521,7 @@ int cmd_train(int argc, char **argv) {
             double t0 = bp_now();
             trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
             t_eval += bp_now() - t0;
-            jsonl j;
-            jsonl_begin(&j);
-            jsonl_str(&j, "event", "eval");
-            jsonl_str(&j, "split", bp_split_name((bp_split)fl.eval_split));
-            jsonl_int(&j, "iter", t + 1);
-            jsonl_int(&j, "samples", (t + 1) * B);
-            train_json_result(&j, "", &res);
-            jsonl_end(&j, mf);
+            train_json_eval(mf, (bp_split)fl.eval_split, t + 1, B, &res);
             t_window += bp_now() - t0; // keep evaluation out of the throughput figure
         }
         if (ckpt_sched_due(&cks, t + 1, total_iters)) {

@@ -119,3 +119,13 @@ int dist_test_train(char **out, const char *model, const char *data, const char 
     return test_run(out, 60, "%s %s train %s %s --save %s %s", dist_test_env(), test_bin(), model, args, test_path(dir),
                     data);
 }
+
+long dist_test_num_before(const char *out, const char *line, const char *what) {
+    const char *l = strstr(out, line);
+    if (!l) return -1;
+    const char *e = strchr(l, '\n'), *w = strstr(l, what);
+    if (!w || (e && w > e)) return -1;
+    while (w > l && w[-1] == ' ') w--;
+    while (w > l && w[-1] >= '0' && w[-1] <= '9') w--;
+    return strtol(w, NULL, 10);
+}

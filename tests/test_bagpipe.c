@@ -19,17 +19,6 @@
 
 static int bagpipe_dataset(const char *path, uint64_t n, uint64_t seed) { return dist_test_dataset(path, n, seed, 11); }
 
-// The number before `what` in the line of out that starts with `line` (-1 if absent).
-static long num_before(const char *out, const char *line, const char *what) {
-    const char *l = strstr(out, line);
-    if (!l) return -1;
-    const char *e = strchr(l, '\n'), *w = strstr(l, what);
-    if (!w || (e && w > e)) return -1;
-    while (w > l && w[-1] == ' ') w--;
-    while (w > l && w[-1] >= '0' && w[-1] <= '9') w--;
-    return strtol(w, NULL, 10);
-}
-
 static int job(char **out, const char *data, const char *dir, const char *mode, const char *extra) {
     return test_run(out, 60, "%s %s train %s " BP_MODEL " %s --save %s %s", dist_test_env(), test_bin(), mode, extra, dir,
                     data);
@@ -44,8 +33,8 @@ static int job(char **out, const char *data, const char *dir, const char *mode, 
 // A bagpipe job must have been under pressure: refetches and evictions forced by capacity.
 #define ASSERT_PRESSURE(out)                                                                           \
     do {                                                                                               \
-        ASSERT_MSG(num_before(out, "oracle:", "under pressure") > 0, "no pressure evictions:\n%s", out); \
-        ASSERT_MSG(num_before(out, "oracle:", "refetches") > 0, "no refetches:\n%s", out);             \
+        ASSERT_MSG(dist_test_num_before(out, "oracle:", "under pressure") > 0, "no pressure evictions:\n%s", out); \
+        ASSERT_MSG(dist_test_num_before(out, "oracle:", "refetches") > 0, "no refetches:\n%s", out);             \
     } while (0)
 
 #define ASSERT_SAME_MODEL(a, b)                                                                        \
@@ -135,8 +124,8 @@ TEST(bagpipe_watermark_waits_keep_the_model) {
                       "--prefetch 2 --lookahead 2 --cache-rows 120 " BP_MODEL " --iters 400 --save %s %s",
                       dist_test_env(), test_bin(), b, data);
     ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
-    ASSERT_MSG(num_before(out, "oracle:", "refetches") > 0, "no refetches:\n%s", out);
-    long waited = num_before(out, "server 0:", "waited for a write-back watermark");
+    ASSERT_MSG(dist_test_num_before(out, "oracle:", "refetches") > 0, "no refetches:\n%s", out);
+    long waited = dist_test_num_before(out, "server 0:", "waited for a write-back watermark");
     ASSERT_MSG(waited > 0, "no fetch waited for a watermark (%ld):\n%s", waited, out);
     free(out);
     ASSERT_SAME_MODEL(s2, b);

@@ -79,17 +79,6 @@ static char *eval_lines(const char *name, long from, int *n) {
         ASSERT_MSG(dist_test_same_file(a_, test_path(b), "emb.bin"), "emb.bin of %s and %s differ", a, b);     \
     } while (0)
 
-// The number before `what` in the line of the output that starts with `line` (-1 if absent).
-static long num_before(const char *out, const char *line, const char *what) {
-    const char *l = strstr(out, line);
-    if (!l) return -1;
-    const char *e = strchr(l, '\n'), *w = strstr(l, what);
-    if (!w || (e && w > e)) return -1;
-    while (w > l && w[-1] == ' ') w--;
-    while (w > l && w[-1] >= '0' && w[-1] <= '9') w--;
-    return strtol(w, NULL, 10);
-}
-
 // A bagpipe job under pressure with --eval-every; the oracle's summary must show evictions forced
 // by capacity and refetches.
 #define BAGPIPE_OK(env, data, name, args)                                                                    \
@@ -97,7 +86,7 @@ static long num_before(const char *out, const char *line, const char *what) {
         char *o_ = NULL;                                                                                     \
         int rc_ = bpe_train(&o_, env, data, name, args);                                                     \
         ASSERT_MSG(rc_ == 0, "%s: train %s exited %d:\n%s", name, args, rc_, o_ ? o_ : "");                  \
-        ASSERT_MSG(num_before(o_, "oracle:", "under pressure") > 0 && num_before(o_, "oracle:", "refetches") > 0, \
+        ASSERT_MSG(dist_test_num_before(o_, "oracle:", "under pressure") > 0 && dist_test_num_before(o_, "oracle:", "refetches") > 0, \
                    "%s: no pressure evictions or refetches:\n%s", name, o_);                                 \
         free(o_);                                                                                            \
     } while (0)
@@ -154,8 +143,8 @@ TEST(bpeval_held_write_backs) {
     char *out = NULL;
     int rc = bpe_train(&out, "BAGPIPE_TEST_WB_DELAY_US=2000", data, "bp3", a);
     ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
-    long waited = num_before(out, "server 0:", "waited for a write-back watermark") +
-                  num_before(out, "server 1:", "waited for a write-back watermark");
+    long waited = dist_test_num_before(out, "server 0:", "waited for a write-back watermark") +
+                  dist_test_num_before(out, "server 1:", "waited for a write-back watermark");
     ASSERT_MSG(waited > 0, "no fetch waited for a watermark:\n%s", out);
     free(out);
     SAME_EVALS("sync3", "bp3", 0, 7);
