@@ -60,10 +60,11 @@ int comm_stall_check(double *since, const char *what) {
 }
 
 // Poll pacing: spin briefly, then sleep with exponential back-off up to COMM_MAX_SLEEP_US; the
-// stall clock starts with the first sleep and is read every 64 polls.  Collective operations
-// (peer and tag -1: the start-up agreement and the final barrier) are not timed: a rank that is
-// done waits there for as long as the others train, evaluate and save, and a stalled peer is
-// caught by the ranks that exchange messages with it.
+// stall clock starts with the first sleep and is read every 64 polls.  The two collective
+// operations (comm_barrier, comm_allgather_int: no peer, no tag, not a receive; the start-up
+// agreement and the final barrier) are not timed: a rank that is done waits there for as long as
+// the others train, evaluate and save, and a stalled peer is caught by the ranks that exchange
+// messages with it (servers waiting for any message included).
 typedef struct {
     int polls;
     long sleep_ns;
@@ -75,7 +76,7 @@ static int pacer_pause(pacer *p, int recv, int peer, int tag) {
     p->sleep_ns = p->sleep_ns ? BP_MIN(p->sleep_ns * 2, (long)COMM_MAX_SLEEP_US * 1000) : 2000;
     struct timespec ts = {0, p->sleep_ns};
     nanosleep(&ts, NULL);
-    if (stall_s <= 0 || (p->polls & 63) != 0 || (peer < 0 && tag < 0)) return 0;
+    if (stall_s <= 0 || (p->polls & 63) != 0 || (!recv && peer < 0 && tag < 0)) return 0;
     const double w = stalled_for(&p->since);
     if (w <= 0) return 0;
     char what[128];

@@ -548,16 +548,20 @@ static int group_complete(const fgroup *g) { return !g->replies_left && !g->fwd_
 static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
     int polls = 0;
     long sleep_ns = 0;
-    double since = 0; // the stall clock (comm_stall_check)
+    double since = 0;  // the stall clock (comm_stall_check), restarted when anything arrives
+    long open_was = -1; // replies, forwards and sends still open after the previous pass
     for (;;) {
         int all = 1, rc = 0;
+        long open = 0;
         for (int64_t r = BP_MAX((int64_t)0, issued - bs->G + 1); r <= issued && !rc; r++) {
             fgroup *g = &bs->g[r % bs->G];
             if (g->iter != r || group_complete(g)) continue;
             rc = group_progress(bs, g);
             if (!rc && r <= upto && !group_complete(g)) all = 0;
+            open += g->replies_left + g->fwd_left + !g->forwarded;
         }
         if (rc || all || upto < 0) return rc; // upto < 0: one non-blocking pass
+        if (open != open_was) since = 0, open_was = open;
         if (++polls > 32) { // back off (2 us doubling to 100 us): a sleeping waiter frees a core
             sleep_ns = sleep_ns ? BP_MIN(2 * sleep_ns, 100000L) : 2000;
             struct timespec ts = {0, sleep_ns};

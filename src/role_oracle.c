@@ -190,7 +190,13 @@ int role_oracle_run(role_oracle *ro) {
             idle_ns = idle_ns ? BP_MIN(2 * idle_ns, ORACLE_IDLE_MAX_US * 1000L) : 20000;
             struct timespec ts = {0, idle_ns};
             nanosleep(&ts, NULL);
-            rc = comm_stall_check(&since, "a credit from the trainers");
+            int slow = 0; // the trainer furthest behind: the one the ring waits for
+            for (int p = 1; p < T; p++)
+                if (ro->done[p] < ro->done[slow]) slow = p;
+            char what[128];
+            snprintf(what, sizeof what, "CREDIT from rank %d (trainer %d, %lld iterations done)", ro->first_trainer + slow,
+                     slow, (long long)ro->done[slow]);
+            rc = comm_stall_check(&since, what);
         }
     }
     for (int j = 0; !rc && j < A; j++)

@@ -18,7 +18,8 @@
 //                              copied) and applied with emb_opt_apply_row; applied + 1; held
 //                              requests of the new `applied` are answered
 //   DONE(n)                    the server returns after T of them, with nothing held.  A DONE
-//                              must follow the sender's last push (n pushes, numbered 0..n-1),
+//                              must follow the sender's last push (pushes numbered up to n-1:
+//                              from 0, or from the checkpoint's iteration in a resumed run),
 //                              every trainer's must say the same n, and no push of iteration n
 //                              or later may follow anyone's DONE: a trainer that ends early or
 //                              disagrees on the run's length is an error that names it, not a

@@ -219,16 +219,16 @@ static pid_t find_rank(int rank, const char *tag) {
 // (e) kill -9 of one rank mid-run: the job ends within seconds, non-zero, naming rank and role.
 // With SIGSTOP the rank stays alive but silent: the others' stall timeout (3 s here) ends the job,
 // naming what they waited for.
-static void check_signal(int rank, const char *role, int sig, const char *mode) {
+static void check_signal(int rank, const char *role, int sig, const char *layout) {
     char data[512], outp[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
     ASSERT_OK(write_dataset(data, 2000, 5));
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "exec timeout -k 5 60 env " OMPI_ENV " %s train --mode %s --trainers 2 --servers 2 " TINY_MODEL
+             "exec timeout -k 5 60 env " OMPI_ENV " %s train %s " TINY_MODEL
              " --iters 1000000 --no-eval %s %s > %s 2>&1",
-             dist_test_env(), test_bin(), mode, sig == SIGSTOP ? "--stall-timeout 3" : "", data, outp);
+             dist_test_env(), test_bin(), layout, sig == SIGSTOP ? "--stall-timeout 3" : "", data, outp);
     pid_t job = fork();
     ASSERT_TRUE(job >= 0);
     if (job == 0) {
@@ -262,10 +262,17 @@ static void check_signal(int rank, const char *role, int sig, const char *mode) 
     free(out);
 }
 
-TEST(dist_kill_oracle) { check_signal(0, "oracle", SIGKILL, "sync"); }
-TEST(dist_kill_server) { check_signal(2, "server 1", SIGKILL, "sync"); }
-TEST(dist_kill_trainer) { check_signal(3, "trainer 0", SIGKILL, "sync"); }
-TEST(dist_stop_trainer_stall_timeout) { check_signal(3, "trainer 0", SIGSTOP, "sync"); }
-TEST(dist_stop_server_stall_timeout) { check_signal(2, "server 1", SIGSTOP, "sync"); }
-TEST(dist_stop_bagpipe_oracle_stall_timeout) { check_signal(0, "oracle", SIGSTOP, "bagpipe"); }
-TEST(dist_stop_bagpipe_trainer_stall_timeout) { check_signal(4, "trainer 1", SIGSTOP, "bagpipe"); }
+#define SYNC_T2S2 "--mode sync --trainers 2 --servers 2"
+TEST(dist_kill_oracle) { check_signal(0, "oracle", SIGKILL, SYNC_T2S2); }
+TEST(dist_kill_server) { check_signal(2, "server 1", SIGKILL, SYNC_T2S2); }
+TEST(dist_kill_trainer) { check_signal(3, "trainer 0", SIGKILL, SYNC_T2S2); }
+TEST(dist_stop_trainer_stall_timeout) { check_signal(3, "trainer 0", SIGSTOP, SYNC_T2S2); }
+TEST(dist_stop_server_stall_timeout) { check_signal(2, "server 1", SIGSTOP, SYNC_T2S2); }
+// The only trainer: the servers, waiting for any message, are the ones to notice.
+TEST(dist_stop_only_trainer_stall_timeout) { check_signal(3, "trainer 0", SIGSTOP, "--mode sync --trainers 1 --servers 2"); }
+TEST(dist_stop_bagpipe_oracle_stall_timeout) {
+    check_signal(0, "oracle", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2");
+}
+TEST(dist_stop_bagpipe_trainer_stall_timeout) {
+    check_signal(4, "trainer 1", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2");
+}
