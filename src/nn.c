@@ -168,6 +168,8 @@ void nn_pool_run(int n, nn_pool_fn fn, void *ctx) {
 // about a microsecond, so at batch 128 the first bottom layer's weight gradient (512 x 13 x 128)
 // pays off cut, while its forward product (K = 13) ran slower in two slices than in one.
 enum { GEMM_MIN_SLICE = 32, GEMM_MIN_MACS = 1 << 17, GEMM_MIN_K = 32 };
+// An outer product (K = 1, gemm_outer) is cut when each slice gets OUTER_MIN_PART elements.
+enum { OUTER_MIN_PART = 1 << 13 };
 
 // Elementwise work and column sums are split over the pool in parts of at least this many floats
 // (each float's arithmetic is the same whichever part computes it).
@@ -355,6 +357,11 @@ static int gemm_plan(gemm_job *g) {
     BP_ASSERT(!g->bias || g->beta == 1.0f);
     const int T = nn_threads(), M = g->M, N = g->N;
     if (T == 1 || !gemm_split) return 0;
+    if (gemm_is_outer(g)) { // the loop's bits do not depend on the cut: columns, as C's mask was written
+        g->split_rows = 0;
+        int parts = BP_MIN(T, N / GEMM_MIN_SLICE);
+        return (double)M * N < (double)OUTER_MIN_PART * T || parts < 1 ? 1 : parts;
+    }
     g->split_rows = M > N;
     int len = g->split_rows ? M : N, parts = BP_MIN(T, len / GEMM_MIN_SLICE);
     if ((double)M * N * g->K < (double)GEMM_MIN_MACS * T || g->K < GEMM_MIN_K) parts = 1;
