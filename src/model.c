@@ -397,42 +397,7 @@ static void zero_floats(float *p, size_t n) {
     nn_pool_run(parts < 1 ? 1 : parts, zero_part, &j);
 }
 
-// Whether m's parameter slab is exactly its linear layers (DLRM).
-int model_grad_shares(const model *m) {
-    if (m->cfg.kind != MODEL_DLRM) return 0;
-    size_t n = 0;
-    for (int l = 0; l < m->n_bot; l++) n += (size_t)m->bot[l].in * m->bot[l].out + (size_t)m->bot[l].out;
-    for (int l = 0; l < m->n_top; l++) n += (size_t)m->top[l].in * m->top[l].out + (size_t)m->top[l].out;
-    return n == m->n_params;
-}
-
-static void visit_linear(const model_linear *L, int B, int p, void (*fn)(void *, size_t, size_t), void *ctx) {
-    nn_grad_share sh = nn_linear_grad_share(B, L->in, L->out, p);
-    if (sh.c1 > sh.c0) {
-        if (sh.c0 == 0 && sh.c1 == L->in) { // whole rows: one run
-            fn(ctx, L->W + (size_t)sh.r0 * L->in, (size_t)(sh.r1 - sh.r0) * L->in);
-        } else {
-            for (int r = sh.r0; r < sh.r1; r++) fn(ctx, L->W + (size_t)r * L->in + sh.c0, (size_t)(sh.c1 - sh.c0));
-        }
-    }
-    if (sh.o1 > sh.o0) fn(ctx, L->b + sh.o0, (size_t)(sh.o1 - sh.o0));
-}
-
-int model_grad_share_visit(const model *m, int p, void (*fn)(void *ctx, size_t off, size_t len), void *ctx) {
-    if (!model_grad_shares(m)) return 0;
-    for (int l = 0; l < m->n_bot; l++) visit_linear(&m->bot[l], m->B, p, fn, ctx);
-    for (int l = 0; l < m->n_top; l++) visit_linear(&m->top[l], m->B, p, fn, ctx);
-    return 1;
-}
-
-static void zero_run(void *ctx, size_t off, size_t len) { memset((float *)ctx + off, 0, len * sizeof(float)); }
-
-static void zero_share_part(void *ctx, int p, int n) { model_grad_share_visit(ctx, p, zero_run, ((model *)ctx)->grads); }
-
-void model_zero_grad(model *m) {
-    if (nn_threads() > 1 && model_grad_shares(m)) nn_pool_run(nn_threads(), zero_share_part, m);
-    else zero_floats(m->grads, m->n_params);
-}
+void model_zero_grad(model *m) { zero_floats(m->grads, m->n_params); }
 
 const model_param *model_param_find(const model *m, const char *name) {
     for (int i = 0; i < m->n_ptab; i++)

@@ -164,15 +164,7 @@ void model_free(model *m); // safe on a zeroed or freed model
 // DLRM reference initialisation: Linear W ~ N(0, sqrt(2 / (out + in))), b ~ N(0, sqrt(1 / out));
 // cross W, U, V Glorot-normal with b = 0; wide weights and bias 0.  Draws in parameter-table order.
 void model_init_params(model *m, bp_rng *rng);
-// Zeroes m->grads; for DLRM each part of the pool zeroes the share it then writes in
-// model_backward at batch m->B (model_grad_share_visit), so those lines stay in its core's cache.
 void model_zero_grad(model *m);
-// Calls fn(ctx, off, len) on the runs [off, off + len) of the parameter slab whose gradients part
-// p of the pool writes in model_backward at batch m->B (nn_linear_grad_share), with the current
-// thread count.  DLRM only (its slab is all linear layers: model_grad_shares); returns 0 without a
-// call for the other models, 1 otherwise.
-int model_grad_shares(const model *m);
-int model_grad_share_visit(const model *m, int p, void (*fn)(void *ctx, size_t off, size_t len), void *ctx);
 
 // dense: (B, Nd)  emb: (B, F, E)  logit: (B), B <= max_batch.
 void model_forward(model *m, const float *dense, const float *emb, int B, float *logit);

@@ -381,25 +381,6 @@ static void gemm_run(gemm_job *g) {
     openblas_set_num_threads(T);
 }
 
-nn_grad_share nn_linear_grad_share(int B, int IN, int OUT, int p) {
-    nn_grad_share sh = {0, 0, 0, 0, 0, 0};
-    gemm_job g = {.ta = CblasTrans, .tb = CblasNoTrans, .M = OUT, .N = IN, .K = B};
-    int parts = IN > 0 && B > 0 && OUT > 0 ? gemm_plan(&g) : 0;
-    if (parts <= 1) { // one call, or none: all of it on part 0 (the caller)
-        if (p == 0) sh = (nn_grad_share){0, OUT, 0, IN, 0, OUT};
-        return sh;
-    }
-    if (p >= parts) return sh;
-    const int len = g.split_rows ? OUT : IN;
-    const int i0 = (int)nn_part_begin(len, p, parts), i1 = (int)nn_part_begin(len, p + 1, parts);
-    sh.r0 = g.split_rows ? i0 : 0, sh.r1 = g.split_rows ? i1 : OUT;
-    sh.c0 = g.split_rows ? 0 : i0, sh.c1 = g.split_rows ? IN : i1;
-    size_t o0, o1;
-    elem_range((size_t)OUT, p, parts, &o0, &o1);
-    sh.o0 = (int)o0, sh.o1 = (int)o1;
-    return sh;
-}
-
 // Two independent products in one pass over the pool, each cut exactly as gemm_run cuts it (so
 // the bits are the same): part p runs slice p of the first, then, counting from the last part,
 // its slice of the second.  A layer's weight and input gradients go together this way: one

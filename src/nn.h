@@ -80,14 +80,6 @@ void nn_linear_relu_forward(float *y, const float *x, const float *W, const floa
 // nn_relu_backward(dx, dx, x, B * IN)).  db is summed in the pass that computes dW.
 void nn_relu_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
                              int IN, int OUT);
-// The share of a layer's gradients that part p of the pool writes in nn_linear_backward at batch B
-// with the current thread count: rows [r0, r1) x columns [c0, c1) of dW (OUT, IN) and [o0, o1) of
-// db; empty ranges when it writes none.  Per-element work that follows (an optimizer step,
-// zeroing) can run on the core whose cache holds those lines.
-typedef struct {
-    int r0, r1, c0, c1, o0, o1;
-} nn_grad_share;
-nn_grad_share nn_linear_grad_share(int B, int IN, int OUT, int p);
 
 // Elementwise, over n values.  y may alias x; dx may alias dy.
 void nn_relu_forward(float *y, const float *x, size_t n);

@@ -266,11 +266,6 @@ static void dense_part(void *ctx, int p, int n) {
     dense_step_range(j->o, j->params + i0, j->grads + i0, j->state ? j->state + i0 : NULL, i1 - i0);
 }
 
-void dense_opt_step_range(const dense_opt *o, float *params, const float *grads, float *state, size_t n) {
-    BP_ASSERT(o->kind == DENSE_OPT_SGD || state || n == 0);
-    dense_step_range(o, params, grads, state, n);
-}
-
 void dense_opt_step(const dense_opt *o, float *params, const float *grads, float *state, size_t n) {
     BP_ASSERT(o->kind == DENSE_OPT_SGD || state || n == 0);
     int parts = (int)BP_MIN((size_t)nn_threads(), n / DENSE_MIN_PART);

@@ -78,7 +78,5 @@ void dense_opt_state_init(const dense_opt *o, float *state, size_t n);
 // so a slab may be split into ranges across threads; a big one is, over nn_threads() threads of
 // the pool (nn.h), with the same result.
 void dense_opt_step(const dense_opt *o, float *params, const float *grads, float *state, size_t n);
-// The same step on one range, on the calling thread only (state NULL for SGD).
-void dense_opt_step_range(const dense_opt *o, float *params, const float *grads, float *state, size_t n);
 
 #endif

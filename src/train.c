@@ -73,35 +73,6 @@ void trainer_free(trainer *tr) {
     memset(tr, 0, sizeof *tr);
 }
 
-// The dense optimizer step with each part of the pool updating the parameters whose gradients it
-// has just written (model_grad_share_visit): those lines are in its core's cache (split in halves
-// of the slab instead, half of them crossed over, and with 2 threads the step took twice as long as
-// with one).  Element-wise, so the bits are those of dense_opt_step.
-typedef struct {
-    const dense_opt *o;
-    model *m;
-    float *state;
-} dense_share_job;
-
-static void dense_share_run(void *ctx, size_t off, size_t len) {
-    const dense_share_job *j = ctx;
-    dense_opt_step_range(j->o, j->m->params + off, j->m->grads + off, j->state ? j->state + off : NULL, len);
-}
-
-static void dense_share_part(void *ctx, int p, int n) {
-    const dense_share_job *j = ctx;
-    model_grad_share_visit(j->m, p, dense_share_run, ctx);
-}
-
-static void trainer_dense_step(trainer *tr) {
-    model *m = &tr->m;
-    dense_share_job j = {&tr->dopt, m, tr->dstate};
-    if (nn_threads() > 1 && model_grad_shares(m))
-        nn_pool_run(nn_threads(), dense_share_part, &j);
-    else
-        dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
-}
-
 double trainer_step(trainer *tr, const float *dense, const uint32_t *ids, const uint8_t *label, int B) {
     model *m = &tr->m;
     emb_gather(&tr->table, ids, B, tr->emb);
@@ -109,7 +80,7 @@ double trainer_step(trainer *tr, const float *dense, const uint32_t *ids, const 
     double loss = bce_with_logits(tr->logit, label, B, 1.0f / (float)B, tr->dlogit);
     model_zero_grad(m);
     model_backward(m, dense, tr->emb, tr->dlogit, tr->d_emb, NULL);
-    trainer_dense_step(tr);
+    dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, B);
     emb_opt_apply_table(&tr->eopt, &tr->table, &tr->g, nn_threads());
     return loss / B;
