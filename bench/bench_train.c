@@ -4,14 +4,15 @@
 // figure is the trainer's own speed.  Prints one JSON line per (batch, threads), the same shape
 // as tools/torch_dlrm_bench.py, so bench/compare_torch.sh can put them side by side.
 //
-//   build/bench/bench_train [ITERS] [BATCHES] [THREADS] [stages,ab]      e.g. 50 128,2048 1,2
+//   build/bench/bench_train [ITERS] [BATCHES] [THREADS] [stages,ab,wall]      e.g. 50 128,2048 1,2
 // With "ab", each thread count above 1 is also timed with the products on OpenBLAS's own threads
 // (nn_set_gemm_split(0)), alternating with the default, and printed as impl "bagpipe_blas_threads".
 // With "stages" it also prints, per (batch, threads), the mean milliseconds of each stage of a
 // step (the DLRM dot path of model_forward / model_backward and trainer_step, run stage by stage
 // through the same calls) as one JSON line, in process CPU time: on a loaded machine that counts
 // what this process ran, not the time others held the cores (with 2 threads it also counts a
-// BLAS thread's spinning while it waits for work).
+// BLAS thread's spinning while it waits for work).  With "wall" as well the stages are timed by
+// the wall clock instead (what each stage adds to a step on a quiet machine).
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,9 +31,11 @@ static const char *const st_names[ST_N] = {"gather", "bot_fwd", "interact_fwd", 
                                            "top_bwd", "interact_bwd", "bot_bwd", "dense_opt", "coalesce",
                                            "sparse_opt"};
 
+static clockid_t stage_clock = CLOCK_PROCESS_CPUTIME_ID; // CLOCK_MONOTONIC with "wall"
+
 static double cpu_now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    clock_gettime(stage_clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -126,8 +129,9 @@ int main(int argc, char **argv) {
     int nt = cli_parse_u64_list("threads", argc > 3 ? argv[3] : "1,2", tl, 8);
     const char *mode = argc > 4 ? argv[4] : "";
     int stages = strstr(mode, "stages") != NULL, ab = strstr(mode, "ab") != NULL;
+    if (strstr(mode, "wall")) stage_clock = CLOCK_MONOTONIC;
     if (nb <= 0 || nt <= 0 || iters <= 0 || (argc > 4 && !stages && !ab)) {
-        fprintf(stderr, "usage: bench_train [ITERS] [BATCHES] [THREADS] [stages,ab]\n");
+        fprintf(stderr, "usage: bench_train [ITERS] [BATCHES] [THREADS] [stages,ab,wall]\n");
         return 2;
     }
     const int F = 26, Nd = 13;

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -167,6 +168,8 @@ void nn_pool_run(int n, nn_pool_fn fn, void *ctx) {
 // about a microsecond, so at batch 128 the first bottom layer's weight gradient (512 x 13 x 128)
 // pays off cut, while its forward product (K = 13) ran slower in two slices than in one.
 enum { GEMM_MIN_SLICE = 32, GEMM_MIN_MACS = 1 << 17, GEMM_MIN_K = 32 };
+// An outer product (K = 1, gemm_outer) is cut when each slice gets OUTER_MIN_PART elements.
+enum { OUTER_MIN_PART = 1 << 13 };
 
 // Elementwise work and column sums are split over the pool in parts of at least this many floats
 // (each float's arithmetic is the same whichever part computes it).
@@ -225,8 +228,78 @@ static void gemm_after(const gemm_job *g, int i0, int i1, int j0, int j1) {
     }
 }
 
-static void gemm_part(void *ctx, int p, int n) {
-    const gemm_job *g = ctx;
+// C[r0..r1, c0..c1) = A[., 0] B[0, .] for a product with K = 1, alpha = 1, beta = 0 and neither
+// operand transposed (a linear layer's input gradient from one output): each element is one
+// product, a * b + 0 as OpenBLAS's kernels make it (the + 0 turns -0 into +0), without the
+// call's overhead (at batch 128 the sgemm took twenty times the loop's time).
+static int gemm_is_outer(const gemm_job *g) {
+    return g->K == 1 && g->alpha == 1.0f && g->beta == 0.0f && !g->bias && g->ta == CblasNoTrans &&
+           g->tb == CblasNoTrans;
+}
+
+static void gemm_outer(const gemm_job *g, int r0, int r1, int c0, int c1) {
+    const v4f zero = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = r0; i < r1; i++) {
+        const float a = g->A[(size_t)i * g->lda];
+        const v4f va = {a, a, a, a};
+        float *row = g->C + (size_t)i * g->ldc;
+        int j = c0;
+        for (; j + 4 <= c1; j += 4) v4_store(row + j, va * v4_load(g->B + j) + zero);
+        for (; j < c1; j++) row[j] = a * g->B[j] + 0.0f;
+    }
+}
+
+// A slice of C's columns is computed in part p's own buffer (ldc = its width) and then copied
+// into C: two cores writing the two halves of the same rows of C at once ran each product a third
+// slower than with the rows apart (the same call, only C's row stride differs, so the same bits).
+// The buffer belongs to the thread (a pthread key, freed when the thread ends): callers on other
+// threads run their parts serially on themselves when the pool is busy.
+typedef struct {
+    size_t cap; // floats
+    float f[];
+} slice_buf;
+static pthread_key_t slice_key;
+static pthread_once_t slice_once = PTHREAD_ONCE_INIT;
+static void slice_key_make(void) {
+    int rc = pthread_key_create(&slice_key, free);
+    BP_ASSERT(rc == 0);
+}
+
+static float *slice_buf_get(size_t n) {
+    pthread_once(&slice_once, slice_key_make);
+    slice_buf *b = pthread_getspecific(slice_key);
+    if (!b || b->cap < n) {
+        free(b);
+        b = bp_xmalloc(sizeof *b + n * sizeof(float));
+        b->cap = n;
+        int rc = pthread_setspecific(slice_key, b);
+        BP_ASSERT(rc == 0);
+    }
+    return b->f;
+}
+
+static void gemm_slice_private(const gemm_job *g, int r0, int r1, int c0, int c1, int i0) {
+    const int w = c1 - c0, rows = r1 - r0;
+    float *buf = slice_buf_get((size_t)rows * w); // (rows, w)
+    if (g->bias) {
+        for (int i = 0; i < rows; i++) memcpy(buf + (size_t)i * w, g->bias + c0, (size_t)w * sizeof *buf);
+    } else if (g->beta != 0.0f) {
+        for (int i = 0; i < rows; i++)
+            memcpy(buf + (size_t)i * w, g->C + (size_t)(r0 + i) * g->ldc + c0, (size_t)w * sizeof *buf);
+    }
+    const float *B = g->tb == CblasNoTrans ? g->B + i0 : g->B + (size_t)i0 * g->ldb;
+    cblas_sgemm(CblasRowMajor, g->ta, g->tb, rows, w, g->K, g->alpha, g->A, g->lda, B, g->ldb, g->beta, buf, w);
+    for (int i = 0; i < rows; i++) {
+        const float *src = buf + (size_t)i * w;
+        float *dst = g->C + (size_t)(r0 + i) * g->ldc + c0;
+        if (g->relu) relu_forward_range(dst, src, 0, (size_t)w);
+        else if (g->mask) relu_backward_range(dst, src, g->mask + (size_t)(r0 + i) * g->ldc + c0, 0, (size_t)w);
+        else memcpy(dst, src, (size_t)w * sizeof *dst);
+    }
+}
+
+// Slice p of n of g's product (and part p of its bias gradient), as one single-threaded call.
+static void gemm_slice(const gemm_job *g, int p, int n) {
     if (g->db) {
         size_t o0, o1;
         elem_range((size_t)g->OUT, p, n, &o0, &o1);
@@ -237,42 +310,105 @@ static void gemm_part(void *ctx, int p, int n) {
     if (i1 == i0) return;
     const int r0 = g->split_rows ? i0 : 0, r1 = g->split_rows ? i1 : g->M;
     const int c0 = g->split_rows ? 0 : i0, c1 = g->split_rows ? g->N : i1;
-    if (g->bias) fill_bias(g->C, g->ldc, g->bias, r0, r1, c0, c1);
-    const float *A = g->A, *B = g->B;
-    if (g->split_rows) A = g->ta == CblasNoTrans ? A + (size_t)i0 * g->lda : A + i0;
-    else B = g->tb == CblasNoTrans ? B + i0 : B + (size_t)i0 * g->ldb;
-    cblas_sgemm(CblasRowMajor, g->ta, g->tb, r1 - r0, c1 - c0, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta,
-                g->C + (size_t)r0 * g->ldc + c0, g->ldc);
+    if (gemm_is_outer(g)) {
+        gemm_outer(g, r0, r1, c0, c1);
+    } else if (!g->split_rows && n > 1) {
+        gemm_slice_private(g, r0, r1, c0, c1, i0);
+        return;
+    } else {
+        if (g->bias) fill_bias(g->C, g->ldc, g->bias, r0, r1, c0, c1);
+        const float *A = g->A, *B = g->B;
+        if (g->split_rows) A = g->ta == CblasNoTrans ? A + (size_t)i0 * g->lda : A + i0;
+        else B = g->tb == CblasNoTrans ? B + i0 : B + (size_t)i0 * g->ldb;
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, r1 - r0, c1 - c0, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta,
+                    g->C + (size_t)r0 * g->ldc + c0, g->ldc);
+    }
     gemm_after(g, r0, r1, c0, c1);
 }
+
+static void gemm_part(void *ctx, int p, int n) { gemm_slice(ctx, p, n); }
 
 static int gemm_split = 1;
 void nn_set_gemm_split(int on) { gemm_split = on; }
 
 static void bias_grad_accumulate(float *db, const float *dy, int B, int OUT);
 
-// Runs g (its split fields aside): with bias, beta must be 1.
-static void gemm_run(gemm_job *g) {
-    BP_ASSERT(!g->bias || g->beta == 1.0f);
-    const int T = nn_threads(), M = g->M, N = g->N;
-    if (T == 1 || !gemm_split) { // one call on OpenBLAS's threads; the rest split as elementwise work
-        if (g->db) bias_grad_accumulate(g->db, g->dy, g->dB, g->OUT);
+// g as one call on OpenBLAS's threads; the rest split as elementwise work.
+static void gemm_whole(gemm_job *g) {
+    const int M = g->M, N = g->N;
+    if (g->db) bias_grad_accumulate(g->db, g->dy, g->dB, g->OUT);
+    if (gemm_is_outer(g)) {
+        gemm_outer(g, 0, M, 0, N);
+    } else {
         if (g->bias) fill_bias(g->C, g->ldc, g->bias, 0, M, 0, N);
         cblas_sgemm(CblasRowMajor, g->ta, g->tb, M, N, g->K, g->alpha, g->A, g->lda, g->B, g->ldb, g->beta, g->C,
                     g->ldc);
-        if (g->relu || g->mask) {
-            BP_ASSERT(g->ldc == N);
-            if (g->relu) nn_relu_forward(g->C, g->C, (size_t)M * N);
-            else nn_relu_backward(g->C, g->C, g->mask, (size_t)M * N);
-        }
-        return;
+    }
+    if (g->relu || g->mask) {
+        BP_ASSERT(g->ldc == N);
+        if (g->relu) nn_relu_forward(g->C, g->C, (size_t)M * N);
+        else nn_relu_backward(g->C, g->C, g->mask, (size_t)M * N);
+    }
+}
+
+// The number of slices g is cut into on the pool (setting g->split_rows), or 0 when it runs as
+// one call (gemm_whole): with one thread, or with the split switched off.
+static int gemm_plan(gemm_job *g) {
+    BP_ASSERT(!g->bias || g->beta == 1.0f);
+    const int T = nn_threads(), M = g->M, N = g->N;
+    if (T == 1 || !gemm_split) return 0;
+    if (gemm_is_outer(g)) { // the loop's bits do not depend on the cut: columns, as C's mask was written
+        g->split_rows = 0;
+        int parts = BP_MIN(T, N / GEMM_MIN_SLICE);
+        return (double)M * N < (double)OUTER_MIN_PART * T || parts < 1 ? 1 : parts;
     }
     g->split_rows = M > N;
     int len = g->split_rows ? M : N, parts = BP_MIN(T, len / GEMM_MIN_SLICE);
     if ((double)M * N * g->K < (double)GEMM_MIN_MACS * T || g->K < GEMM_MIN_K) parts = 1;
-    if (parts < 1) parts = 1;
+    return parts < 1 ? 1 : parts;
+}
+
+// Runs g (its split fields aside): with bias, beta must be 1.
+static void gemm_run(gemm_job *g) {
+    int parts = gemm_plan(g);
+    if (!parts) {
+        gemm_whole(g);
+        return;
+    }
+    const int T = nn_threads();
     openblas_set_num_threads(1);
     nn_pool_run(parts, gemm_part, g);
+    openblas_set_num_threads(T);
+}
+
+// Two independent products in one pass over the pool, each cut exactly as gemm_run cuts it (so
+// the bits are the same): part p runs slice p of the first, then, counting from the last part,
+// its slice of the second.  A layer's weight and input gradients go together this way: one
+// fork/join instead of two, and a part that finishes its first slice early starts on the second.
+typedef struct {
+    const gemm_job *a, *b;
+    int na, nb; // slices of each
+} gemm_pair_job;
+
+static void gemm_pair_part(void *ctx, int p, int n) {
+    const gemm_pair_job *j = ctx;
+    if (p < j->na) gemm_slice(j->a, p, j->na);
+    int q = p - (n - j->nb);
+    if (q >= 0) gemm_slice(j->b, q, j->nb);
+}
+
+// a then b, where b neither reads nor writes what a writes (and the other way round).
+static void gemm_run_pair(gemm_job *a, gemm_job *b) {
+    int na = gemm_plan(a), nb = gemm_plan(b);
+    if (!na || !nb) {
+        gemm_run(a);
+        gemm_run(b);
+        return;
+    }
+    const int T = nn_threads();
+    gemm_pair_job j = {a, b, na, nb};
+    openblas_set_num_threads(1);
+    nn_pool_run(BP_MAX(na, nb), gemm_pair_part, &j);
     openblas_set_num_threads(T);
 }
 
@@ -348,19 +484,21 @@ static void linear_backward(float *dx, float *dW, float *db, const float *dy, co
         if (dx && B > 0 && IN > 0) memset(dx, 0, (size_t)B * IN * sizeof *dx);
         return;
     }
-    if (IN > 0) {
-        gemm_job g = {.ta = CblasTrans, .tb = CblasNoTrans, .M = OUT, .N = IN, .K = B, .lda = OUT, .ldb = IN,
-                      .ldc = IN, .alpha = 1.0f, .beta = 1.0f, .A = dy, .B = x, .C = dW, .db = db, .dy = dy,
-                      .dB = B, .OUT = OUT};
-        gemm_run(&g);
-    } else if (db) {
-        bias_grad_accumulate(db, dy, B, OUT);
+    if (IN == 0) {
+        if (db) bias_grad_accumulate(db, dy, B, OUT);
+        return;
     }
-    if (dx && IN > 0) {
-        gemm_job g = {.ta = CblasNoTrans, .tb = CblasNoTrans, .M = B, .N = IN, .K = OUT, .lda = OUT, .ldb = IN,
-                      .ldc = IN, .alpha = 1.0f, .beta = 0.0f, .A = dy, .B = W, .C = dx, .mask = x_relu ? x : NULL};
-        gemm_run(&g);
+    gemm_job gw = {.ta = CblasTrans, .tb = CblasNoTrans, .M = OUT, .N = IN, .K = B, .lda = OUT, .ldb = IN,
+                   .ldc = IN, .alpha = 1.0f, .beta = 1.0f, .A = dy, .B = x, .C = dW, .db = db, .dy = dy,
+                   .dB = B, .OUT = OUT};
+    if (!dx) {
+        gemm_run(&gw);
+        return;
     }
+    BP_ASSERT(dx != x && dx != dy);
+    gemm_job gx = {.ta = CblasNoTrans, .tb = CblasNoTrans, .M = B, .N = IN, .K = OUT, .lda = OUT, .ldb = IN,
+                   .ldc = IN, .alpha = 1.0f, .beta = 0.0f, .A = dy, .B = W, .C = dx, .mask = x_relu ? x : NULL};
+    gemm_run_pair(&gw, &gx);
 }
 
 void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,

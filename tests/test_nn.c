@@ -1,5 +1,7 @@
 // Layer tests: every naive twin against central finite differences in double precision, and every
 // float kernel against its naive twin, including the accumulate/overwrite conventions of nn.h.
+#include <cblas.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -637,4 +639,73 @@ TEST(nn_interact_dot_simd_paths_identical) {
         free(z), free(emb), free(dout), free(scratch);
         for (int k = 0; k < 2; k++) free(out[k]), free(dz[k]), free(demb[k]);
     }
+}
+
+// Helpers for the two tests below: x uniform in [-0.5, 0.5) with every third value zero (a ReLU
+// output), and signed zeros sprinkled in.
+static void fill_mixed(float *a, size_t n, bp_rng *rng) {
+    for (size_t i = 0; i < n; i++) a[i] = i % 3 == 0 ? 0.0f : i % 7 == 0 ? -0.0f : bp_rng_uniformf(rng) - 0.5f;
+}
+
+// Products cut by columns run in a per-thread buffer and outer products (K = 1) in a loop: both
+// give the bits of the single-threaded sgemm calls on C in place that they replace (the slices
+// of nn_part_begin over the columns; one call for an outer product).
+TEST(nn_column_slices_and_outer_products_keep_sgemm_bits) {
+    enum { B = 100, IN = 300, OUT = 150, B1 = 128 };
+    bp_rng rng;
+    bp_rng_seed(&rng, 43, 0);
+    float *x = malloc(B * IN * sizeof(float)), *W = malloc(OUT * IN * sizeof(float)), *b = malloc(OUT * sizeof(float));
+    float *dy = malloc(B * OUT * sizeof(float)), *y[2], *dx[2], *dW[2], *db[2];
+    fill_mixed(x, B * IN, &rng), fill_mixed(W, OUT * IN, &rng), fill_mixed(dy, B * OUT, &rng);
+    for (int i = 0; i < OUT; i++) b[i] = bp_rng_uniformf(&rng) - 0.5f;
+    for (int k = 0; k < 2; k++) {
+        y[k] = malloc(B * OUT * sizeof(float)), dx[k] = malloc(B * IN * sizeof(float));
+        dW[k] = malloc(OUT * IN * sizeof(float)), db[k] = malloc(OUT * sizeof(float));
+        for (int i = 0; i < OUT * IN; i++) dW[k][i] = 0.125f * (float)(i % 5); // accumulated into
+        for (int i = 0; i < OUT; i++) db[k][i] = 0.0f;
+    }
+    openblas_set_num_threads(2);
+    nn_linear_relu_forward(y[0], x, W, b, B, IN, OUT); // (100, 150): two column slices
+    nn_relu_linear_backward(dx[0], dW[0], db[0], dy, x, W, B, IN, OUT); // dW (150, 300), dx (100, 300)
+    openblas_set_num_threads(1);
+    for (int p = 0; p < 2; p++) {
+        int c0 = (int)nn_part_begin(OUT, p, 2), c1 = (int)nn_part_begin(OUT, p + 1, 2);
+        for (int i = 0; i < B; i++) memcpy(y[1] + i * OUT + c0, b + c0, (size_t)(c1 - c0) * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, c1 - c0, IN, 1.0f, x, IN, W + (size_t)c0 * IN, IN,
+                    1.0f, y[1] + c0, OUT);
+        c0 = (int)nn_part_begin(IN, p, 2), c1 = (int)nn_part_begin(IN, p + 1, 2);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, c1 - c0, B, 1.0f, dy, OUT, x + c0, IN, 1.0f,
+                    dW[1] + c0, IN);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, c1 - c0, OUT, 1.0f, dy, OUT, W + c0, IN, 0.0f,
+                    dx[1] + c0, IN);
+    }
+    nn_relu_forward(y[1], y[1], B * OUT);
+    nn_relu_backward(dx[1], dx[1], x, B * IN);
+    ASSERT_TRUE(memcmp(y[0], y[1], B * OUT * sizeof(float)) == 0);
+    ASSERT_TRUE(memcmp(dW[0], dW[1], OUT * IN * sizeof(float)) == 0);
+    ASSERT_TRUE(memcmp(dx[0], dx[1], B * IN * sizeof(float)) == 0);
+    // Outer products: a layer with one output, with and without the mask, 1 and 2 threads.
+    float *d1 = malloc(B1 * sizeof(float)), *ref = malloc(B1 * IN * sizeof(float));
+    fill_mixed(d1, B1, &rng);
+    float *x1 = malloc(B1 * IN * sizeof(float)), *dW1 = calloc(IN, sizeof(float)), db1 = 0.0f;
+    fill_mixed(x1, B1 * IN, &rng);
+    for (int mask = 0; mask < 2; mask++) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B1, IN, 1, 1.0f, d1, 1, W, IN, 0.0f, ref, IN);
+        if (mask) nn_relu_backward(ref, ref, x1, B1 * IN);
+        int negzero = 0;
+        for (int i = 0; i < B1 * IN; i++) negzero += ref[i] == 0.0f && signbit(ref[i]);
+        ASSERT_EQ(negzero, 0); // sgemm's a * b + 0: no -0 even from a zero times a negative
+        for (int T = 1; T <= 2; T++) {
+            openblas_set_num_threads(T);
+            float *out = malloc(B1 * IN * sizeof(float));
+            if (mask) nn_relu_linear_backward(out, dW1, &db1, d1, x1, W, B1, IN, 1);
+            else nn_linear_backward(out, dW1, &db1, d1, x1, W, B1, IN, 1);
+            ASSERT_MSG(memcmp(out, ref, B1 * IN * sizeof(float)) == 0, "outer, mask %d, %d threads", mask, T);
+            free(out);
+        }
+    }
+    openblas_set_num_threads(1);
+    free(d1), free(ref), free(x1), free(dW1);
+    for (int k = 0; k < 2; k++) free(y[k]), free(dx[k]), free(dW[k]), free(db[k]);
+    free(x), free(W), free(b), free(dy);
 }
