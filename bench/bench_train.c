@@ -25,11 +25,9 @@
 #include "nn.h"
 #include "train.h"
 
-enum { ST_GATHER, ST_BOT_F, ST_INT_F, ST_TOP_F, ST_LOSS, ST_ZERO, ST_TOP_B, ST_INT_B, ST_BOT_B, ST_DOPT,
-       ST_COAL, ST_SOPT, ST_N };
-static const char *const st_names[ST_N] = {"gather", "bot_fwd", "interact_fwd", "top_fwd", "loss", "zero_grad",
-                                           "top_bwd", "interact_bwd", "bot_bwd", "dense_opt", "coalesce",
-                                           "sparse_opt"};
+enum { ST_GATHER, ST_BOT_F, ST_INT_F, ST_TOP_F, ST_LOSS, ST_ZERO, ST_BWD, ST_DOPT, ST_COAL, ST_SOPT, ST_N };
+static const char *const st_names[ST_N] = {"gather",    "bot_fwd",  "interact_fwd", "top_fwd",   "loss",
+                                           "zero_grad", "backward", "dense_opt",    "coalesce", "sparse_opt"};
 
 static clockid_t stage_clock = CLOCK_PROCESS_CPUTIME_ID; // CLOCK_MONOTONIC with "wall"
 
@@ -45,7 +43,6 @@ static void step_stages(trainer *tr, const float *dense, const uint32_t *ids, co
     model *m = &tr->m;
     const model_config *c = &m->cfg;
     const float *P = m->params;
-    float *G = m->grads;
     double t0 = cpu_now(), t1;
 #define LAP(k) (t1 = cpu_now(), t[k] += t1 - t0, t0 = t1)
     emb_gather(&tr->table, ids, B, tr->emb);
@@ -71,32 +68,9 @@ static void step_stages(trainer *tr, const float *dense, const uint32_t *ids, co
     bce_with_logits(m->top_a[m->n_top - 1], label, B, 1.0f / (float)B, tr->dlogit);
     LAP(ST_LOSS);
     model_zero_grad(m);
-    memset(tr->d_emb, 0, (size_t)B * c->F * c->E * sizeof(float));
     LAP(ST_ZERO);
-    memcpy(m->top_da[m->n_top - 1], tr->dlogit, (size_t)B * sizeof(float));
-    for (int l = m->n_top - 1; l >= 0; l--) {
-        const model_linear *L = &m->top[l];
-        if (l)
-            nn_relu_linear_backward(m->top_da[l - 1], G + L->W, G + L->b, m->top_da[l], m->top_a[l - 1], P + L->W, B,
-                                    L->in, L->out);
-        else
-            nn_linear_backward(m->dx_in, G + L->W, G + L->b, m->top_da[l], m->x_in, P + L->W, B, L->in, L->out);
-    }
-    LAP(ST_TOP_B);
-    const int last = m->n_bot - 1;
-    nn_interact_dot_backward(m->bot_da[last], tr->d_emb, m->dx_in, m->bot_a[last], tr->emb, B, c->F, c->D, c->E,
-                             m->scratch);
-    LAP(ST_INT_B);
-    nn_relu_backward(m->bot_da[last], m->bot_da[last], m->bot_a[last], (size_t)B * m->bot[last].out);
-    for (int l = last; l >= 0; l--) {
-        const model_linear *L = &m->bot[l];
-        if (l)
-            nn_relu_linear_backward(m->bot_da[l - 1], G + L->W, G + L->b, m->bot_da[l], m->bot_a[l - 1], P + L->W, B,
-                                    L->in, L->out);
-        else
-            nn_linear_backward(NULL, G + L->W, G + L->b, m->bot_da[l], dense, P + L->W, B, L->in, L->out);
-    }
-    LAP(ST_BOT_B);
+    model_backward(m, dense, tr->emb, tr->dlogit, tr->d_emb, NULL); // the MLPs and the interaction: one stage
+    LAP(ST_BWD);
     dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
     LAP(ST_DOPT);
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, B);

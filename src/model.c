@@ -436,19 +436,26 @@ static void top_forward(model *m, const float *x, int B) {
     }
 }
 
+// The backward pass of an MLP (layers lay, activations a, output gradients da) as a stack for
+// nn_linear_stack_backward, last layer first: layer l > 0 takes layer l-1's ReLU output, layer 0
+// takes x, and its input gradient goes to dx (NULL: not needed).
+static void mlp_grads(nn_linear_grad *S, const model_linear *lay, int n, float *const *a, float *const *da,
+                      const float *x, float *dx, const float *P, float *G) {
+    for (int l = n - 1, i = 0; l >= 0; l--, i++) {
+        const model_linear *L = &lay[l];
+        S[i] = (nn_linear_grad){.dx = l ? da[l - 1] : dx, .dW = G + L->W, .db = G + L->b, .dy = da[l],
+                                .x = l ? a[l - 1] : x, .W = P + L->W, .IN = L->in, .OUT = L->out, .x_relu = l > 0};
+    }
+}
+
 // dlogit -> the gradient of the top MLP's input, written to dx.
 static void top_backward(model *m, const float *x_in, float *dx_in, const float *dlogit, int B) {
     const float *P = m->params;
     float *G = m->grads;
     memcpy(m->top_da[m->n_top - 1], dlogit, (size_t)B * sizeof *dlogit);
-    for (int l = m->n_top - 1; l >= 0; l--) {
-        const model_linear *L = &m->top[l];
-        if (l) // the input is layer l-1's ReLU output
-            nn_relu_linear_backward(m->top_da[l - 1], G + L->W, G + L->b, m->top_da[l], m->top_a[l - 1], P + L->W, B,
-                                    L->in, L->out);
-        else
-            nn_linear_backward(dx_in, G + L->W, G + L->b, m->top_da[l], x_in, P + L->W, B, L->in, L->out);
-    }
+    nn_linear_grad S[MODEL_MAX_MLP];
+    mlp_grads(S, m->top, m->n_top, m->top_a, m->top_da, x_in, dx_in, P, G);
+    nn_linear_stack_backward(S, m->n_top, B);
 }
 
 void model_forward(model *m, const float *dense, const float *emb, int B, float *logit) {
@@ -500,6 +507,31 @@ void model_forward(model *m, const float *dense, const float *emb, int B, float 
     }
 }
 
+// DLRM's stage between its MLPs, for the samples [s0, s1): the interaction's backward pass (the
+// gradients of the bottom MLP's output and of the rows) and the bottom MLP's last ReLU; on part
+// p's share of the scratch.
+typedef struct {
+    model *m;
+    const float *emb;
+    float *d_emb;
+} dlrm_mid_job;
+
+static void dlrm_mid(void *ctx, int s0, int s1, int part) {
+    const dlrm_mid_job *j = ctx;
+    model *m = j->m;
+    const model_config *c = &m->cfg;
+    const int F = c->F, D = c->D, E = c->E, last = m->n_bot - 1, n = s1 - s0;
+    float *dz = m->bot_da[last] + (size_t)s0 * D, *demb = j->d_emb + (size_t)s0 * F * E;
+    const float *z = m->bot_a[last] + (size_t)s0 * D, *emb = j->emb + (size_t)s0 * F * E;
+    const float *dout = m->dx_in + (size_t)s0 * m->top[0].in;
+    if (c->interaction == MODEL_INTERACT_DOT)
+        nn_interact_dot_backward(dz, demb, dout, z, emb, n, F, D, E,
+                                 m->scratch + nn_interact_dot_scratch_part(F, D, part));
+    else
+        nn_concat_backward(dz, demb, dout, n, D, F, D, E);
+    nn_relu_backward(dz, dz, z, (size_t)n * D);
+}
+
 void model_backward(model *m, const float *dense, const float *emb, const float *dlogit, float *d_emb,
                     float *d_dense) {
     const int B = m->B;
@@ -511,21 +543,12 @@ void model_backward(model *m, const float *dense, const float *emb, const float 
     zero_floats(d_emb, (size_t)B * F * E);
     switch (c->kind) {
     case MODEL_DLRM: {
-        top_backward(m, m->x_in, m->dx_in, dlogit, B);
-        const int last = m->n_bot - 1;
-        if (c->interaction == MODEL_INTERACT_DOT)
-            nn_interact_dot_backward(m->bot_da[last], d_emb, m->dx_in, m->bot_a[last], emb, B, F, D, E, m->scratch);
-        else
-            nn_concat_backward(m->bot_da[last], d_emb, m->dx_in, B, D, F, D, E);
-        nn_relu_backward(m->bot_da[last], m->bot_da[last], m->bot_a[last], (size_t)B * m->bot[last].out);
-        for (int l = last; l >= 0; l--) {
-            const model_linear *L = &m->bot[l];
-            if (l)
-                nn_relu_linear_backward(m->bot_da[l - 1], G + L->W, G + L->b, m->bot_da[l], m->bot_a[l - 1], P + L->W,
-                                        B, L->in, L->out);
-            else
-                nn_linear_backward(d_dense, G + L->W, G + L->b, m->bot_da[l], dense, P + L->W, B, L->in, L->out);
-        }
+        memcpy(m->top_da[m->n_top - 1], dlogit, (size_t)B * sizeof *dlogit);
+        nn_linear_grad up[MODEL_MAX_MLP], low[MODEL_MAX_MLP];
+        mlp_grads(up, m->top, m->n_top, m->top_a, m->top_da, m->x_in, m->dx_in, P, G);
+        mlp_grads(low, m->bot, m->n_bot, m->bot_a, m->bot_da, dense, d_dense, P, G);
+        dlrm_mid_job mid = {m, emb, d_emb};
+        nn_stacks_backward(up, m->n_top, dlrm_mid, &mid, low, m->n_bot, B);
         break;
     }
     case MODEL_WDL:

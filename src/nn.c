@@ -511,6 +511,123 @@ void nn_relu_linear_backward(float *dx, float *dW, float *db, const float *dy, c
     linear_backward(dx, dW, db, dy, x, W, B, IN, OUT, 1);
 }
 
+// Two stacks' backward passes and the stage between them on two threads, as two chains of whole
+// products (gemm_slice of one part: the bits of the one-thread call, which the sliced products
+// keep too).  Part 0 runs each stack's input gradients from its last layer down, each from the one
+// before; part 1 runs the weight and bias gradients, layer i's as soon as its output gradient is
+// written (counted in `ready`).  Between the stacks both parts take the middle stage's samples in
+// chunks as they come free (part 0 first, while part 1 finishes the upper stack's first layer;
+// none before the upper stack's last input gradient is written), and the lower stack starts when
+// every sample is done.  Part 0 waits only for chunks part 1 has
+// taken, so the pool's serial fallback (part 0, then part 1) gives the same results.  At batch 128
+// a layer's products are too small to cut in two without losing a third of each half's speed;
+// side by side the chains keep each product whole.
+enum { STAGE_CHUNK = 8 }; // samples the middle stage takes at a time
+
+typedef struct {
+    const nn_linear_grad *up, *low;
+    int nup, nlow, B;
+    nn_stage_fn mid;
+    void *mid_ctx;
+    _Atomic int ready_up, ready_low; // layers whose dy is written: i < ready
+    _Atomic int next, done;          // the middle stage's next sample to take, samples finished
+} stacks_job;
+
+static gemm_job stack_dx_job(const nn_linear_grad *l, int B) {
+    return (gemm_job){.ta = CblasNoTrans, .tb = CblasNoTrans, .M = B, .N = l->IN, .K = l->OUT, .lda = l->OUT,
+                      .ldb = l->IN, .ldc = l->IN, .alpha = 1.0f, .beta = 0.0f, .A = l->dy, .B = l->W, .C = l->dx,
+                      .mask = l->x_relu ? l->x : NULL};
+}
+
+static gemm_job stack_dw_job(const nn_linear_grad *l, int B) {
+    return (gemm_job){.ta = CblasTrans, .tb = CblasNoTrans, .M = l->OUT, .N = l->IN, .K = B, .lda = l->OUT,
+                      .ldb = l->IN, .ldc = l->IN, .alpha = 1.0f, .beta = 1.0f, .A = l->dy, .B = l->x, .C = l->dW,
+                      .db = l->db, .dy = l->dy, .dB = B, .OUT = l->OUT};
+}
+
+static void chain_dx(const nn_linear_grad *L, int n, int B, _Atomic int *ready) {
+    for (int i = 0; i < n; i++) {
+        if (L[i].dx) {
+            gemm_job g = stack_dx_job(&L[i], B);
+            gemm_slice(&g, 0, 1);
+        }
+        atomic_store_explicit(ready, i + 2, memory_order_release);
+    }
+}
+
+static void chain_dw(const nn_linear_grad *L, int n, int B, _Atomic int *ready) {
+    for (int i = 0; i < n; i++) {
+        while (atomic_load_explicit(ready, memory_order_acquire) <= i) cpu_relax();
+        gemm_job g = stack_dw_job(&L[i], B);
+        gemm_slice(&g, 0, 1);
+    }
+}
+
+static void stacks_middle(stacks_job *j, int p) {
+    if (!j->mid) return;
+    // The stage reads the upper stack's input gradient: part 1 can be here before part 0 wrote it.
+    while (atomic_load_explicit(&j->ready_up, memory_order_acquire) <= j->nup) cpu_relax();
+    int s0;
+    while ((s0 = atomic_fetch_add(&j->next, STAGE_CHUNK)) < j->B) {
+        int s1 = BP_MIN(j->B, s0 + STAGE_CHUNK);
+        j->mid(j->mid_ctx, s0, s1, p);
+        atomic_fetch_add_explicit(&j->done, s1 - s0, memory_order_release);
+    }
+    while (atomic_load_explicit(&j->done, memory_order_acquire) < j->B) cpu_relax();
+}
+
+static void stacks_part(void *ctx, int p, int n) {
+    stacks_job *j = ctx;
+    if (p == 0) {
+        chain_dx(j->up, j->nup, j->B, &j->ready_up);
+        stacks_middle(j, 0);
+        chain_dx(j->low, j->nlow, j->B, &j->ready_low);
+    } else if (p == 1) {
+        chain_dw(j->up, j->nup, j->B, &j->ready_up);
+        stacks_middle(j, 1);
+        chain_dw(j->low, j->nlow, j->B, &j->ready_low);
+    }
+}
+
+static void stack_check(const nn_linear_grad *L, int n) {
+    for (int i = 0; i + 1 < n; i++)
+        BP_ASSERTF(L[i].dx && L[i + 1].dy == L[i].dx && L[i + 1].OUT == L[i].IN,
+                   "nn_stacks_backward: layer %d's dx is not layer %d's dy", i, i + 1);
+}
+
+static void stack_serial(const nn_linear_grad *L, int n, int B) {
+    for (int i = 0; i < n; i++)
+        linear_backward(L[i].dx, L[i].dW, L[i].db, L[i].dy, L[i].x, L[i].W, B, L[i].IN, L[i].OUT, L[i].x_relu);
+}
+
+static int stack_chainable(const nn_linear_grad *L, int n) {
+    for (int i = 0; i < n; i++)
+        if (L[i].IN <= 0 || L[i].OUT <= 0 || L[i].dx == L[i].x || L[i].dx == L[i].dy) return 0;
+    return 1;
+}
+
+void nn_stacks_backward(const nn_linear_grad *up, int nup, nn_stage_fn mid, void *mid_ctx, const nn_linear_grad *low,
+                        int nlow, int B) {
+    BP_ASSERT(nup >= 0 && nlow >= 0 && B >= 0);
+    stack_check(up, nup), stack_check(low, nlow);
+    const int T = nn_threads();
+    if (T != 2 || !gemm_split || B == 0 || !stack_chainable(up, nup) || !stack_chainable(low, nlow)) {
+        stack_serial(up, nup, B);
+        if (mid && B > 0) mid(mid_ctx, 0, B, 0);
+        stack_serial(low, nlow, B);
+        return;
+    }
+    stacks_job j = {.up = up, .low = low, .nup = nup, .nlow = nlow, .B = B, .mid = mid, .mid_ctx = mid_ctx};
+    atomic_init(&j.ready_up, 1), atomic_init(&j.ready_low, 1);
+    atomic_init(&j.next, 0), atomic_init(&j.done, 0);
+    openblas_set_num_threads(1);
+    nn_pool_run(2, stacks_part, &j);
+    openblas_set_num_threads(T);
+}
+
+void nn_linear_stack_backward(const nn_linear_grad *L, int n, int B) { nn_stacks_backward(L, n, NULL, NULL, NULL, 0, B); }
+
+
 // ---------------------------------------------------------------------------------------------
 // Elementwise
 
@@ -602,6 +719,7 @@ static size_t dot_part_scratch(int F, int D) {
 }
 
 size_t nn_interact_dot_scratch(int F, int D) { return NN_POOL_MAX * dot_part_scratch(F, D); }
+size_t nn_interact_dot_scratch_part(int F, int D, int p) { return (size_t)p * dot_part_scratch(F, D); }
 
 // Tt[d][k] = T_k[d], zero for k in [K, Kp).
 static void interact_transpose(float *Tt, const float *z, const float *emb, int F, int D, int E, int Kp) {

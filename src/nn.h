@@ -80,6 +80,24 @@ void nn_linear_relu_forward(float *y, const float *x, const float *W, const floa
 // nn_relu_backward(dx, dx, x, B * IN)).  db is summed in the pass that computes dW.
 void nn_relu_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
                              int IN, int OUT);
+// A stack of layers backward, L[0] the last layer: for each i in order, nn_linear_backward (or
+// nn_relu_linear_backward when x_relu) with L[i]'s arguments, where L[i + 1].dy is L[i].dx
+// (only the last entry's dx may be NULL).  The same values as those calls; on two threads the
+// input gradients and the weight gradients run side by side, each product whole (nn.c).
+typedef struct {
+    float *dx, *dW, *db;
+    const float *dy, *x, *W;
+    int IN, OUT, x_relu;
+} nn_linear_grad;
+void nn_linear_stack_backward(const nn_linear_grad *L, int n, int B);
+// Two stacks with a stage between them: nn_linear_stack_backward(up), then mid(mid_ctx, s0, s1,
+// part) over the samples [0, B) (cut into ranges, each sample once; part 0 or 1 names the thread,
+// for private scratch: with one range, [0, B) and part 0, mid may use the pool), then
+// nn_linear_stack_backward(low).  mid must give each sample the same values however [0, B) is
+// cut.  On two threads both run as two chains side by side (nn.c).
+typedef void (*nn_stage_fn)(void *ctx, int s0, int s1, int part);
+void nn_stacks_backward(const nn_linear_grad *up, int nup, nn_stage_fn mid, void *mid_ctx, const nn_linear_grad *low,
+                        int nlow, int B);
 
 // Elementwise, over n values.  y may alias x; dx may alias dy.
 void nn_relu_forward(float *y, const float *x, size_t n);
@@ -94,6 +112,9 @@ void nn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n); 
 //   z: (B, D)  emb: (B, F, E), first D of each row used
 // scratch: nn_interact_dot_scratch(F, D) floats (room for every part of the split), any content.
 size_t nn_interact_dot_scratch(int F, int D);
+// Where part p's share of that scratch starts (in floats): a call on one thread (nn_threads() = 1)
+// uses only part 0's share of the scratch it is given.
+size_t nn_interact_dot_scratch_part(int F, int D, int p);
 static inline int nn_interact_dot_width(int F, int D) { return D + F * (F + 1) / 2; }
 void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,
                              float *scratch);

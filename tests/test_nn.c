@@ -709,3 +709,61 @@ TEST(nn_column_slices_and_outer_products_keep_sgemm_bits) {
     for (int k = 0; k < 2; k++) free(y[k]), free(dx[k]), free(dW[k]), free(db[k]);
     free(x), free(W), free(b), free(dy);
 }
+
+// A stack's backward pass on two threads (input gradients and weight gradients as two chains of
+// whole products) gives the bits of the layer-by-layer calls on one thread: every dx, dW and db,
+// with the first layer's input gradient wanted and not.  With three threads it is those calls on
+// three (sliced products: their bits need not be one thread's).
+TEST(nn_stack_backward_two_chains_keep_one_thread_bits) {
+    enum { B = 128, NL = 4 };
+    const int width[NL + 1] = {37, 300, 150, 64, 1}; // layer l: width[l] -> width[l + 1]
+    bp_rng rng;
+    bp_rng_seed(&rng, 47, 0);
+    float *x[NL], *W[NL], *dy_top = malloc(B * sizeof(float));
+    for (int l = 0; l < NL; l++) {
+        x[l] = malloc((size_t)B * width[l] * sizeof(float)), W[l] = malloc((size_t)width[l + 1] * width[l] * sizeof(float));
+        fill_mixed(x[l], (size_t)B * width[l], &rng), fill_mixed(W[l], (size_t)width[l + 1] * width[l], &rng);
+    }
+    fill_mixed(dy_top, B, &rng);
+    for (int want_dx0 = 0; want_dx0 < 2; want_dx0++) {
+        for (int T = 2; T <= 3; T++) {
+            float *dx[2][NL], *dW[2][NL], *db[2][NL];
+            for (int k = 0; k < 2; k++) { // k = 0: the stack on T threads; 1: the calls
+                openblas_set_num_threads(k && T == 2 ? 1 : T);
+                nn_linear_grad S[NL];
+                for (int l = NL - 1, i = 0; l >= 0; l--, i++) {
+                    dx[k][l] = l || want_dx0 ? malloc((size_t)B * width[l] * sizeof(float)) : NULL;
+                    dW[k][l] = malloc((size_t)width[l + 1] * width[l] * sizeof(float));
+                    db[k][l] = malloc((size_t)width[l + 1] * sizeof(float));
+                    for (int j = 0; j < width[l + 1] * width[l]; j++) dW[k][l][j] = 0.25f * (float)(j % 3);
+                    for (int j = 0; j < width[l + 1]; j++) db[k][l][j] = 0.5f * (float)(j % 2);
+                    S[i] = (nn_linear_grad){.dx = dx[k][l], .dW = dW[k][l], .db = db[k][l],
+                                            .dy = l == NL - 1 ? dy_top : dx[k][l + 1], .x = x[l], .W = W[l],
+                                            .IN = width[l], .OUT = width[l + 1], .x_relu = l > 0};
+                }
+                if (k == 0) {
+                    nn_linear_stack_backward(S, NL, B);
+                } else {
+                    for (int i = 0; i < NL; i++) {
+                        if (S[i].x_relu) nn_relu_linear_backward(S[i].dx, S[i].dW, S[i].db, S[i].dy, S[i].x, S[i].W, B,
+                                                                 S[i].IN, S[i].OUT);
+                        else nn_linear_backward(S[i].dx, S[i].dW, S[i].db, S[i].dy, S[i].x, S[i].W, B, S[i].IN,
+                                                S[i].OUT);
+                    }
+                }
+            }
+            for (int l = 0; l < NL; l++) {
+                if (dx[0][l]) ASSERT_MSG(memcmp(dx[0][l], dx[1][l], (size_t)B * width[l] * sizeof(float)) == 0,
+                                         "dx of layer %d, %d threads", l, T);
+                ASSERT_MSG(memcmp(dW[0][l], dW[1][l], (size_t)width[l + 1] * width[l] * sizeof(float)) == 0,
+                           "dW of layer %d, %d threads", l, T);
+                ASSERT_MSG(memcmp(db[0][l], db[1][l], (size_t)width[l + 1] * sizeof(float)) == 0,
+                           "db of layer %d, %d threads", l, T);
+                for (int k = 0; k < 2; k++) free(dx[k][l]), free(dW[k][l]), free(db[k][l]);
+            }
+        }
+    }
+    openblas_set_num_threads(1);
+    for (int l = 0; l < NL; l++) free(x[l]), free(W[l]);
+    free(dy_top);
+}
