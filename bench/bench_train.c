@@ -8,8 +8,9 @@
 // With "ab", each thread count above 1 is also timed with the products on OpenBLAS's own threads
 // (nn_set_gemm_split(0)), alternating with the default, and printed as impl "bagpipe_blas_threads".
 // With "stages" it also prints, per (batch, threads), the mean milliseconds of each stage of a
-// step (the DLRM dot path of model_forward / model_backward and trainer_step, run stage by stage
-// through the same calls) as one JSON line, in process CPU time: on a loaded machine that counts
+// step (the DLRM dot path of model_forward and trainer_step, run stage by stage through the same
+// calls; model_backward as one stage, since on two threads its MLPs and interaction overlap) as
+// one JSON line, in process CPU time: on a loaded machine that counts
 // what this process ran, not the time others held the cores (with 2 threads it also counts a
 // BLAS thread's spinning while it waits for work).  With "wall" as well the stages are timed by
 // the wall clock instead (what each stage adds to a step on a quiet machine).
