@@ -512,15 +512,15 @@ void nn_relu_linear_backward(float *dx, float *dW, float *db, const float *dy, c
 }
 
 // Two stacks' backward passes and the stage between them on two threads, as two chains of whole
-// products (gemm_slice of one part: the bits of the one-thread call, which the sliced products
-// keep too).  Part 0 runs each stack's input gradients from its last layer down, each from the one
-// before; part 1 runs the weight and bias gradients, layer i's as soon as its output gradient is
-// written (counted in `ready`).  Between the stacks both parts take the middle stage's samples in
-// chunks as they come free (part 0 first, while part 1 finishes the upper stack's first layer;
-// none before the upper stack's last input gradient is written), and the lower stack starts when
-// every sample is done.  Part 0 waits only for chunks part 1 has
-// taken, so the pool's serial fallback (part 0, then part 1) gives the same results.  At batch 128
-// a layer's products are too small to cut in two without losing a third of each half's speed;
+// products (gemm_slice of one part: the bits of the one-thread calls, where the sliced products
+// have their own).  Part 0 runs each stack's input gradients from its last layer down, each from
+// the one before; part 1 runs the weight and bias gradients, layer i's as soon as its output
+// gradient is written (counted in `ready`).  Between the stacks both parts take the middle
+// stage's samples in chunks as they come free (part 0 first, while part 1 finishes the upper
+// stack's first layer; none before the upper stack's last input gradient is written), and the
+// lower stack starts when every sample is done.  Part 0 waits only for chunks part 1 has taken,
+// so the pool's serial fallback (part 0, then part 1) gives the same results.  At batch 128 a
+// layer's products are too small to cut in two without losing a third of each half's speed;
 // side by side the chains keep each product whole.
 enum { STAGE_CHUNK = 8 }; // samples the middle stage takes at a time
 
@@ -625,8 +625,9 @@ void nn_stacks_backward(const nn_linear_grad *up, int nup, nn_stage_fn mid, void
     openblas_set_num_threads(T);
 }
 
-void nn_linear_stack_backward(const nn_linear_grad *L, int n, int B) { nn_stacks_backward(L, n, NULL, NULL, NULL, 0, B); }
-
+void nn_linear_stack_backward(const nn_linear_grad *L, int n, int B) {
+    nn_stacks_backward(L, n, NULL, NULL, NULL, 0, B);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise

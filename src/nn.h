@@ -16,8 +16,9 @@
 // With more than one, each matrix product is cut into slices of its output rows or columns, one
 // single-threaded sgemm each, run on the pool (nn.c explains the cut); the dot interaction is
 // split by samples.  With exactly two, an MLP's backward pass runs its input gradients on one
-// thread and its weight gradients on the other, each product whole (nn_stacks_backward).  No partial sum is ever added across threads, so results are bit-identical
-// run to run for a fixed BLAS kernel and thread count (the interaction for any thread count).
+// thread and its weight gradients on the other, each product whole (nn_stacks_backward).  No
+// partial sum is ever added across threads, so results are bit-identical run to run for a fixed
+// BLAS kernel and thread count (the interaction for any thread count).
 //
 // nn_naive_* (nn_naive.c) are straightforward double-precision twins of every kernel with the
 // same conventions; the tests check the float kernels against them and the twins against finite
