@@ -448,13 +448,17 @@ static void mlp_grads(nn_linear_grad *S, const model_linear *lay, int n, float *
     }
 }
 
-// dlogit -> the gradient of the top MLP's input, written to dx.
-static void top_backward(model *m, const float *x_in, float *dx_in, const float *dlogit, int B) {
-    const float *P = m->params;
-    float *G = m->grads;
+// The top MLP's stack from dlogit (copied to its output gradient) to the gradient of its input
+// x_in, written to dx_in.
+static void top_grads(model *m, nn_linear_grad *S, const float *x_in, float *dx_in, const float *dlogit, int B) {
     memcpy(m->top_da[m->n_top - 1], dlogit, (size_t)B * sizeof *dlogit);
+    mlp_grads(S, m->top, m->n_top, m->top_a, m->top_da, x_in, dx_in, m->params, m->grads);
+}
+
+// dlogit -> the gradient of the top MLP's input, written to dx_in.
+static void top_backward(model *m, const float *x_in, float *dx_in, const float *dlogit, int B) {
     nn_linear_grad S[MODEL_MAX_MLP];
-    mlp_grads(S, m->top, m->n_top, m->top_a, m->top_da, x_in, dx_in, P, G);
+    top_grads(m, S, x_in, dx_in, dlogit, B);
     nn_linear_stack_backward(S, m->n_top, B);
 }
 
@@ -543,9 +547,8 @@ void model_backward(model *m, const float *dense, const float *emb, const float 
     zero_floats(d_emb, (size_t)B * F * E);
     switch (c->kind) {
     case MODEL_DLRM: {
-        memcpy(m->top_da[m->n_top - 1], dlogit, (size_t)B * sizeof *dlogit);
         nn_linear_grad up[MODEL_MAX_MLP], low[MODEL_MAX_MLP];
-        mlp_grads(up, m->top, m->n_top, m->top_a, m->top_da, m->x_in, m->dx_in, P, G);
+        top_grads(m, up, m->x_in, m->dx_in, dlogit, B);
         mlp_grads(low, m->bot, m->n_bot, m->bot_a, m->bot_da, dense, d_dense, P, G);
         dlrm_mid_job mid = {m, emb, d_emb};
         nn_stacks_backward(up, m->n_top, dlrm_mid, &mid, low, m->n_bot, B);

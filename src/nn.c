@@ -476,29 +476,47 @@ static void bias_grad_accumulate(float *db, const float *dy, int B, int OUT) {
     nn_pool_run(parts < 1 ? 1 : parts, bias_grad_part, &j);
 }
 
-// dW += dy^T x with db beside it in one pass; then dx = dy W, masked by x > 0 when x_relu.
-static void linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
-                            int IN, int OUT, int x_relu) {
+// A layer's two gradient products: dW += dy^T x with db beside it, and dx = dy W, masked by
+// x > 0 when x_relu.
+static gemm_job linear_dw_job(const nn_linear_grad *l, int B) {
+    return (gemm_job){.ta = CblasTrans, .tb = CblasNoTrans, .M = l->OUT, .N = l->IN, .K = B, .lda = l->OUT,
+                      .ldb = l->IN, .ldc = l->IN, .alpha = 1.0f, .beta = 1.0f, .A = l->dy, .B = l->x, .C = l->dW,
+                      .db = l->db, .dy = l->dy, .dB = B, .OUT = l->OUT};
+}
+
+static gemm_job linear_dx_job(const nn_linear_grad *l, int B) {
+    return (gemm_job){.ta = CblasNoTrans, .tb = CblasNoTrans, .M = B, .N = l->IN, .K = l->OUT, .lda = l->OUT,
+                      .ldb = l->IN, .ldc = l->IN, .alpha = 1.0f, .beta = 0.0f, .A = l->dy, .B = l->W, .C = l->dx,
+                      .mask = l->x_relu ? l->x : NULL};
+}
+
+// One layer's backward pass: the weight gradient's product and the input gradient's in one pass
+// over the pool.
+static void linear_grad(const nn_linear_grad *l, int B) {
+    const int IN = l->IN, OUT = l->OUT;
     BP_ASSERT(B >= 0 && IN >= 0 && OUT >= 0);
     if (B == 0 || OUT == 0) {
-        if (dx && B > 0 && IN > 0) memset(dx, 0, (size_t)B * IN * sizeof *dx);
+        if (l->dx && B > 0 && IN > 0) memset(l->dx, 0, (size_t)B * IN * sizeof *l->dx);
         return;
     }
     if (IN == 0) {
-        if (db) bias_grad_accumulate(db, dy, B, OUT);
+        if (l->db) bias_grad_accumulate(l->db, l->dy, B, OUT);
         return;
     }
-    gemm_job gw = {.ta = CblasTrans, .tb = CblasNoTrans, .M = OUT, .N = IN, .K = B, .lda = OUT, .ldb = IN,
-                   .ldc = IN, .alpha = 1.0f, .beta = 1.0f, .A = dy, .B = x, .C = dW, .db = db, .dy = dy,
-                   .dB = B, .OUT = OUT};
-    if (!dx) {
+    gemm_job gw = linear_dw_job(l, B);
+    if (!l->dx) {
         gemm_run(&gw);
         return;
     }
-    BP_ASSERT(dx != x && dx != dy);
-    gemm_job gx = {.ta = CblasNoTrans, .tb = CblasNoTrans, .M = B, .N = IN, .K = OUT, .lda = OUT, .ldb = IN,
-                   .ldc = IN, .alpha = 1.0f, .beta = 0.0f, .A = dy, .B = W, .C = dx, .mask = x_relu ? x : NULL};
+    BP_ASSERT(l->dx != l->x && l->dx != l->dy);
+    gemm_job gx = linear_dx_job(l, B);
     gemm_run_pair(&gw, &gx);
+}
+
+static void linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
+                            int IN, int OUT, int x_relu) {
+    nn_linear_grad l = {.dx = dx, .dW = dW, .db = db, .dy = dy, .x = x, .W = W, .IN = IN, .OUT = OUT, .x_relu = x_relu};
+    linear_grad(&l, B);
 }
 
 void nn_linear_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W, int B,
@@ -533,22 +551,10 @@ typedef struct {
     _Atomic int next, done;          // the middle stage's next sample to take, samples finished
 } stacks_job;
 
-static gemm_job stack_dx_job(const nn_linear_grad *l, int B) {
-    return (gemm_job){.ta = CblasNoTrans, .tb = CblasNoTrans, .M = B, .N = l->IN, .K = l->OUT, .lda = l->OUT,
-                      .ldb = l->IN, .ldc = l->IN, .alpha = 1.0f, .beta = 0.0f, .A = l->dy, .B = l->W, .C = l->dx,
-                      .mask = l->x_relu ? l->x : NULL};
-}
-
-static gemm_job stack_dw_job(const nn_linear_grad *l, int B) {
-    return (gemm_job){.ta = CblasTrans, .tb = CblasNoTrans, .M = l->OUT, .N = l->IN, .K = B, .lda = l->OUT,
-                      .ldb = l->IN, .ldc = l->IN, .alpha = 1.0f, .beta = 1.0f, .A = l->dy, .B = l->x, .C = l->dW,
-                      .db = l->db, .dy = l->dy, .dB = B, .OUT = l->OUT};
-}
-
 static void chain_dx(const nn_linear_grad *L, int n, int B, _Atomic int *ready) {
     for (int i = 0; i < n; i++) {
         if (L[i].dx) {
-            gemm_job g = stack_dx_job(&L[i], B);
+            gemm_job g = linear_dx_job(&L[i], B);
             gemm_slice(&g, 0, 1);
         }
         atomic_store_explicit(ready, i + 2, memory_order_release);
@@ -558,7 +564,7 @@ static void chain_dx(const nn_linear_grad *L, int n, int B, _Atomic int *ready) 
 static void chain_dw(const nn_linear_grad *L, int n, int B, _Atomic int *ready) {
     for (int i = 0; i < n; i++) {
         while (atomic_load_explicit(ready, memory_order_acquire) <= i) cpu_relax();
-        gemm_job g = stack_dw_job(&L[i], B);
+        gemm_job g = linear_dw_job(&L[i], B);
         gemm_slice(&g, 0, 1);
     }
 }
@@ -596,8 +602,7 @@ static void stack_check(const nn_linear_grad *L, int n) {
 }
 
 static void stack_serial(const nn_linear_grad *L, int n, int B) {
-    for (int i = 0; i < n; i++)
-        linear_backward(L[i].dx, L[i].dW, L[i].db, L[i].dy, L[i].x, L[i].W, B, L[i].IN, L[i].OUT, L[i].x_relu);
+    for (int i = 0; i < n; i++) linear_grad(&L[i], B);
 }
 
 static int stack_chainable(const nn_linear_grad *L, int n) {
