@@ -23,6 +23,10 @@
 #
 # MODES (default "sync bagpipe local") may add bagpipe-fg: mode bagpipe with every sync-later
 # reduction on the critical path (BAGPIPE_SYNC_LATER_NOW=1), the protocol before the background one.
+# NET (shared): "shared" puts every rank behind one rate-limited loopback (bench/netem.sh: one link
+# for all ranks and both directions); "hosts" gives the oracle and the servers one emulated host
+# and each trainer its own, each host behind its own full-duplex link of RATE
+# (bench/netem_hosts.sh), as separate machines on a switch would be.
 # Environment: BAGPIPE_BIN (build/bagpipe), LB_BIN (build/bench/bench_commbound), RATE (200mbit),
 # T (2), S (1), D (64), B (1024), ITERS (60), ROUNDS (2), CACHE (150000), W (32), P (2),
 # ROWS (200000), EMB_OPT (sgd), BAGPIPE_EXTRA (more bagpipe flags), DATA (an existing dataset;
@@ -36,7 +40,8 @@ lb=${LB_BIN:-$root/build/bench/bench_commbound}
 out=${1:-}
 RATE=${RATE:-200mbit} T=${T:-2} S=${S:-1} D=${D:-64} B=${B:-1024} ITERS=${ITERS:-60} ROUNDS=${ROUNDS:-2}
 CACHE=${CACHE:-150000} W=${W:-32} P=${P:-2} ROWS=${ROWS:-200000} EMB_OPT=${EMB_OPT:-sgd}
-BAGPIPE_EXTRA=${BAGPIPE_EXTRA:-}
+BAGPIPE_EXTRA=${BAGPIPE_EXTRA:-} NET=${NET:-shared}
+case "$NET" in shared | hosts) ;; *) echo "$0: NET must be shared or hosts, not '$NET'" >&2; exit 2 ;; esac
 MODES=${MODES:-"sync bagpipe local"} # also bagpipe-fg: bagpipe with BAGPIPE_SYNC_LATER_NOW=1 (no background reduction)
 if [ "$(id -u)" != 0 ]; then
     echo "$0: needs root for the network namespace (bench/netem.sh); refusing to run" >&2
@@ -74,13 +79,23 @@ run() {
             [ "$name" != sync ] && args="$args --cache-rows $CACHE --lookahead $W --prefetch $P $BAGPIPE_EXTRA"
             fg=0
             [ "$name" = bagpipe-fg ] && fg=1
-            if ! BAGPIPE_SYNC_LATER_NOW=$fg /usr/bin/time -f "%U %S" -o "$tmp/cpu" "$here/netem.sh" "$RATE" "$bin" train $args $model \
+            if [ "$NET" = hosts ]; then
+                # one host for the oracle and the servers, one per trainer (bench/netem_hosts.sh)
+                set -- "$here/netem_hosts.sh" "$RATE" "$((1 + S))$(printf ',1%.0s' $(seq 1 "$T"))" \
+                    sh -c 'exec $MPIRUN -x BAGPIPE_SYNC_LATER_NOW -np "$0" "$@"' "$((1 + S + T))"
+            else
+                set -- "$here/netem.sh" "$RATE"
+            fi
+            if ! BAGPIPE_SYNC_LATER_NOW=$fg /usr/bin/time -f "%U %S" -o "$tmp/cpu" "$@" "$bin" train $args $model \
                  --metrics "$m" "$data" > "$tmp/out" 2>&1; then
                 echo "$0: $name failed:" >&2
                 tail -5 "$tmp/out" >&2
                 exit 1
             fi
             cpu=$(awk '{print $1 + $2}' "$tmp/cpu")
+            # mpirun's daemons on the emulated hosts detach from it, so time(1) does not see the
+            # ranks' CPU there: not reported
+            [ "$NET" = hosts ] && cpu=-1
             ;;
         local)
             pids=""
@@ -123,9 +138,9 @@ rate_Bps=$(echo "$RATE" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, ""
     m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : u == "bit" ? 1 : 0; print v * m / 8 }')
 
 {
-    echo "## sync vs bagpipe vs compute-only bound at $RATE"
+    echo "## sync vs bagpipe vs compute-only bound at $RATE ($( [ "$NET" = hosts ] && echo "one link per host" || echo "one shared link"))"
     echo
-    echo "Command: \`MODES='$MODES' RATE=$RATE T=$T S=$S D=$D B=$B ITERS=$ITERS ROUNDS=$ROUNDS CACHE=$CACHE W=$W P=$P EMB_OPT=$EMB_OPT" \
+    echo "Command: \`NET=$NET MODES='$MODES' RATE=$RATE T=$T S=$S D=$D B=$B ITERS=$ITERS ROUNDS=$ROUNDS CACHE=$CACHE W=$W P=$P EMB_OPT=$EMB_OPT" \
          "BAGPIPE_EXTRA='$BAGPIPE_EXTRA' bench/bench_commbound.sh\`, started $started (load average $load0 at the start," \
          "$load1 at the end; $cores cores).  DLRM 13-$D / 64-1, D = $D, batch $B ($((B / T)) per trainer)," \
          "$EMB_OPT rows; data: $( [ -n "${DATA:-}" ] && echo "$DATA" || echo "criteo-small shape, $ROWS samples, seed 1")."
@@ -150,7 +165,7 @@ rate_Bps=$(echo "$RATE" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, ""
                 rms[k] = median(k); rtot[k] = tot
                 line[k] = sprintf("| %s | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f |", k, median(k), per[k],
                     1e3 * s[k, 4] / m / n, 1e3 * s[k, 5] / m / n, 1e3 * s[k, 6] / m / n, 1e3 * s[k, 7] / m / n, fb, wb, sb, db, tot)
-                tail[k] = sprintf(" %.1f%% | %.1f%% |", 100 * s[k, 12] / m, 100 * s[k, 13] / m)
+                tail[k] = s[k, 12] < 0 ? sprintf(" - | %.1f%% |", 100 * s[k, 13] / m) : sprintf(" %.1f%% | %.1f%% |", 100 * s[k, 12] / m, 100 * s[k, 13] / m)
             }
             for (j = 1; j <= no; j++) {
                 k = order[j]

@@ -3,7 +3,9 @@
 // Markdown table of numbers, each plot a valid PNG or SVG, index.md linking them all, and the
 // convergence experiment must find sync and bagpipe identical.  Timings are never checked.
 // netem.sh must refuse to run without root, give the command's exit status, shape only its own
-// namespace and remove that namespace on exit and on a signal.
+// namespace and remove that namespace on exit and on a signal.  netem_hosts.sh must place the
+// ranks on its emulated hosts as asked, each behind its own shaped link, and remove every
+// namespace it made.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,5 +300,49 @@ TEST(suite_netem_tears_down_and_refuses_non_root) {
                   "if ip netns list | grep -qw bpnetem$p; then exit 91; fi; exit $st");
     ASSERT_MSG(rc == 143, "netem.sh under SIGTERM: exit %d (want 143; 90: no namespace seen, 91: left behind): %s", rc,
                out ? out : "");
+    free(out);
+}
+
+// netem_hosts.sh: mpirun places the ranks on the emulated hosts in the order SLOTS gives (each
+// host its own name, address and shaped link), the command's status comes back, and every
+// namespace it made is gone afterwards.
+TEST(suite_netem_hosts_places_ranks_and_tears_down) {
+    if (access("bench/netem_hosts.sh", X_OK) != 0) {
+        test_fail(__FILE__, __LINE__, "bench/netem_hosts.sh not found: run the tests from the repository root");
+        return;
+    }
+    char *out = NULL;
+    int rc = test_run(&out, 20, "bench/netem_hosts.sh 1gbit 2,,1 true");
+    ASSERT_MSG(rc == 2 && out && strstr(out, "bad SLOTS"), "netem_hosts.sh with SLOTS 2,,1: exit %d: %s", rc,
+               out ? out : "");
+    free(out), out = NULL;
+    if (geteuid() != 0 || test_run(NULL, 10, "ip netns list") != 0 || test_run(NULL, 10, "command -v unshare") != 0) {
+        test_skip("not root, no ip netns or no unshare: only the argument check was checked");
+        return;
+    }
+    // Each rank prints its host name, address and qdisc on one line; ranks 0-1 on host 0, 2 on host 1.
+    const char *info = test_path("rank-info.sh"), *job = test_path("job.sh");
+    FILE *f = fopen(info, "w");
+    ASSERT_MSG(f != NULL, "cannot write %s", info);
+    fprintf(f, "echo rank $OMPI_COMM_WORLD_RANK $(hostname) $(ip -4 -o addr show eth0 | awk '{print $4}') "
+               "$(tc qdisc show dev eth0 | head -1)\n");
+    fclose(f);
+    f = fopen(job, "w");
+    ASSERT_MSG(f != NULL, "cannot write %s", job);
+    fprintf(f, "$MPIRUN -np 3 sh %s\nexit 7\n", info);
+    fclose(f);
+    rc = test_run(&out, 60, "bench/netem_hosts.sh 1gbit 2,1 sh %s", job);
+    char want[3][64];
+    snprintf(want[0], sizeof want[0], "rank 0 host0 10.213.77.10/24 qdisc tbf");
+    snprintf(want[1], sizeof want[1], "rank 1 host0 10.213.77.10/24 qdisc tbf");
+    snprintf(want[2], sizeof want[2], "rank 2 host1 10.213.77.11/24 qdisc tbf");
+    int placed = rc == 7 && out;
+    for (int i = 0; placed && i < 3; i++) placed = strstr(out, want[i]) != NULL;
+    ASSERT_MSG(placed, "netem_hosts.sh: exit %d (want 7), want lines like '%s': %s", rc, want[2], out ? out : "");
+    ASSERT_MSG(out && strstr(out, "rate 1Gbit"), "netem_hosts.sh: no 1Gbit tbf on the hosts' links: %s",
+               out ? out : "");
+    free(out), out = NULL;
+    rc = test_run(&out, 10, "ip netns list | grep -E \"^bp[0-9]+(sw|l|h[0-9]+)( |\\$)\"");
+    ASSERT_MSG(rc != 0, "namespaces left behind by netem_hosts.sh: %s", out ? out : "");
     free(out);
 }
