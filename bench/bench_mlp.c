@@ -1,7 +1,11 @@
 // bench_mlp: throughput of the dense part.  Prints, for 1 and 2 OpenBLAS threads:
 //   - the sgemm rate of a big square product (the reference "peak" of this run);
 //   - forward + backward of the DLRM Criteo Kaggle MLPs (bottom 13-512-256-64-16, top
-//     367-512-256-1) at batch 128 and 2048, in GFLOP/s and as a share of that peak;
+//     367-512-256-1) at batch 128 and 2048, in GFLOP/s and as a share of that peak, layer by layer
+//     and as the model runs them (ReLU fused into the products, the backward pass as one stack);
+//     with 2 threads
+//     also two independent single-threaded halves of the batch side by side (no synchronisation,
+//     no reduction): the ceiling of any way to split the MLPs over the two threads;
 //   - the dot interaction (F = 26, D = 16) against a plain pair-by-pair loop;
 //   - samples/s of the four models' forward + loss + backward on random embedding rows.
 // OPENBLAS_CORETYPE is left as the environment sets it; the core OpenBLAS reports is printed.
@@ -114,6 +118,37 @@ static void mlp_run(void *p) {
         nn_linear_backward(dx, m->dW[l], m->db[l], m->da[l], l ? m->a[l - 1] : m->x, m->W[l], m->B, in, out);
     }
 }
+
+// The same work as the model runs it: each hidden layer fused with its ReLU, the backward pass as
+// one stack (on two threads, input and weight gradients as two chains side by side).
+static void mlp_run_model(void *p) {
+    mlp_ctx *m = p;
+    const float *x = m->x;
+    for (int l = 0; l < m->n; l++) {
+        int in = m->sizes[l], out = m->sizes[l + 1];
+        if (m->last_linear && l == m->n - 1) nn_linear_forward(m->a[l], x, m->W[l], m->b[l], m->B, in, out);
+        else nn_linear_relu_forward(m->a[l], x, m->W[l], m->b[l], m->B, in, out);
+        x = m->a[l];
+    }
+    const int top = m->n - 1;
+    if (!m->last_linear) nn_relu_backward(m->da[top], m->da[top], m->a[top], (size_t)m->B * m->sizes[top + 1]);
+    nn_linear_grad S[8];
+    for (int l = top, i = 0; l >= 0; l--, i++)
+        S[i] = (nn_linear_grad){.dx = l ? m->da[l - 1] : m->input_grad ? m->dx : NULL, .dW = m->dW[l], .db = m->db[l],
+                                .dy = m->da[l], .x = l ? m->a[l - 1] : m->x, .W = m->W[l], .IN = m->sizes[l],
+                                .OUT = m->sizes[l + 1], .x_relu = l > 0};
+    nn_linear_stack_backward(S, m->n, m->B);
+}
+
+// The ceiling of any two-thread split at a batch: each of two threads runs the whole MLP, forward
+// and backward, on its own half of the batch, single-threaded, into its own gradients, with no
+// synchronisation between the layers and no reduction of the two halves' weight gradients (which
+// a real split needs).  OpenBLAS is set to one thread around it, so each product is one sgemm.
+typedef struct {
+    mlp_ctx half[2];
+} halves_ctx;
+static void halves_part(void *p, int part, int n) { mlp_run(&((halves_ctx *)p)->half[part]); }
+static void halves_run(void *p) { nn_pool_run(2, halves_part, p); }
 
 // ---------------------------------------------------------------------------------------------
 // Dot interaction: the kernel against a pair-by-pair loop over the same data.
@@ -241,6 +276,24 @@ int main(int argc, char **argv) {
                    100 * ft / tt / 1e9 / peak);
             printf("%-28s %6d %10.3f %9.1f %7.0f%%\n", "  both", B, (tb + tt) * 1e3, (fb + ft) / (tb + tt) / 1e9,
                    100 * (fb + ft) / (tb + tt) / 1e9 / peak);
+            double mbt = time_best(mlp_run_model, &mb), mtt = time_best(mlp_run_model, &mt);
+            printf("%-28s %6d %10.3f %9.1f %7.0f%%   (fused ReLU, backward as one stack: as the model runs it)\n",
+                   "  both, model's path", B, (mbt + mtt) * 1e3, (fb + ft) / (mbt + mtt) / 1e9,
+                   100 * (fb + ft) / (mbt + mtt) / 1e9 / peak);
+            if (threads == 2) {
+                halves_ctx hb, ht;
+                for (int h = 0; h < 2; h++) {
+                    mlp_setup(&hb.half[h], bot, 5, B / 2, 0, 0, &rng);
+                    mlp_setup(&ht.half[h], top, 4, B / 2, 1, 1, &rng);
+                }
+                openblas_set_num_threads(1);
+                double hbt = time_best(halves_run, &hb), htt = time_best(halves_run, &ht);
+                openblas_set_num_threads(2);
+                printf("%-28s %6d %10.3f %9.1f %7.0f%%   (two independent halves: the ceiling of a split)\n",
+                       "  both, halves", B, (hbt + htt) * 1e3, (fb + ft) / (hbt + htt) / 1e9,
+                       100 * (fb + ft) / (hbt + htt) / 1e9 / peak);
+                for (int h = 0; h < 2; h++) mlp_free(&hb.half[h]), mlp_free(&ht.half[h]);
+            }
             mlp_free(&mb), mlp_free(&mt);
         }
 
