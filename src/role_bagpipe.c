@@ -105,6 +105,8 @@ typedef struct {
     uint32_t *slot_for; // (C) for_iter of the fetch that filled the slot (hit accounting)
     uint8_t *ready;     // (C) the row has arrived
     uint8_t *dirty;     // (C) updated since it arrived (differs from the server's copy)
+    uint32_t *mark_t;   // (C) the iteration + 1 whose record marked the slot's key (mark_k), 0: none
+    uint8_t *mark_k;    // (C) MARK_* bits: what that record does with the key
     uint64_t *hk;       // (mask + 1) keys, EMPTY_KEY = free
     uint32_t *hv;       // (mask + 1) slots
     uint64_t mask;
@@ -124,6 +126,8 @@ static int cache_init(cache *c, uint64_t C, int stride) {
     c->slot_for = bp_xcalloc(C, sizeof *c->slot_for);
     c->ready = bp_xcalloc(C, 1);
     c->dirty = bp_xcalloc(C, 1);
+    c->mark_t = bp_xcalloc(C, sizeof *c->mark_t);
+    c->mark_k = bp_xcalloc(C, 1);
     uint64_t cap = 16;
     while (cap < 2 * C) cap *= 2;
     c->mask = cap - 1;
@@ -135,7 +139,8 @@ static int cache_init(cache *c, uint64_t C, int stride) {
 
 static void cache_free(cache *c) {
     if (c->rows) bp_free_huge(c->rows, c->rows_bytes);
-    free(c->free_s), free(c->slot_for), free(c->ready), free(c->dirty), free(c->hk), free(c->hv);
+    free(c->free_s), free(c->slot_for), free(c->ready), free(c->dirty), free(c->mark_t), free(c->mark_k), free(c->hk),
+        free(c->hv);
     memset(c, 0, sizeof *c);
 }
 
@@ -147,6 +152,29 @@ static int64_t cache_find(const cache *c, uint64_t key) {
 }
 
 static float *cache_row(const cache *c, uint32_t slot) { return c->rows + (size_t)slot * c->stride; }
+
+// The map entries cache_find(c, key) reads first: for loops over many keys, PREFETCH_AHEAD ahead
+// (the map is larger than the caches; a lookup is a memory access).
+enum { PREFETCH_AHEAD = 16 };
+static void cache_prefetch(const cache *c, uint64_t key) {
+    const uint64_t i = bp_mix64(key) & c->mask;
+    __builtin_prefetch(&c->hk[i]);
+    __builtin_prefetch(&c->hv[i]);
+}
+
+// What record t says of a resident key, as bits on its slot (one hash lookup per key, instead of
+// sorted lists searched for every gradient): a mark of an older record reads as none.
+enum { MARK_PRIVATE = 1, MARK_NOW = 2, MARK_LATER = 4, MARK_EVICT = 8 };
+static void cache_mark(cache *c, uint64_t key, int64_t t, uint8_t bits) {
+    int64_t slot = cache_find(c, key);
+    if (slot < 0) return; // not held here (another trainer's private key): nothing to mark
+    const uint32_t stamp = (uint32_t)t + 1;
+    if (c->mark_t[slot] != stamp) c->mark_t[slot] = stamp, c->mark_k[slot] = 0;
+    c->mark_k[slot] |= bits;
+}
+static uint8_t cache_marks(const cache *c, uint32_t slot, int64_t t) {
+    return c->mark_t[slot] == (uint32_t)t + 1 ? c->mark_k[slot] : 0;
+}
 
 // A slot for key (not resident); -1 when the cache is full.
 static int64_t cache_insert(cache *c, uint64_t key) {
@@ -221,8 +249,8 @@ typedef struct {
     int64_t fwd_next;   // the record whose forward goes out next (forwards leave in record order)
     const float **erow; // (cap_keys) per (b, f) entry: its cache row
     uint64_t *sk;       // (sk_cap) shared keys reduced at t, ascending
-    uint64_t *pk;       // (cap_keys) my private keys of t, ascending
-    uint32_t sk_cap, pk_cap;
+    uint32_t *gslot;    // (cap_keys) the cache slot of each key of my gradients tr.g
+    uint32_t sk_cap;
     gbuf gout;          // my GSYNC message
     gbuf *gin;          // (T) the others' GSYNC messages
     comm_req *grq;      // (2 T)
@@ -233,8 +261,7 @@ typedef struct {
     int64_t later_iter; // its iteration, -1: none in flight
     uint64_t *lk;       // (lk_cap) its keys, ascending (ln of them)
     uint64_t *lk_next;  // (lkn_cap) the next one's, while it is built
-    uint64_t *ek;       // (ek_cap) the evicted keys of the current record, ascending
-    uint32_t lk_cap, lkn_cap, ln, ek_cap, lmine; // lmine: keys in my message lout
+    uint32_t lk_cap, lkn_cap, ln, lmine; // lmine: keys in my message lout
     gbuf lout;          // my GSYNC message of later_iter
     gbuf *lin;          // (T) the others'
     comm_req *lrq;      // (2 T)
@@ -305,7 +332,7 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     plan_init(&bs->p);
     bs->cap_keys = bs->bmax * F;
     bs->erow = bp_xmalloc((size_t)bs->cap_keys * sizeof *bs->erow);
-    bs->pk = bp_xmalloc((size_t)bs->cap_keys * sizeof *bs->pk), bs->pk_cap = (uint32_t)bs->cap_keys;
+    bs->gslot = bp_xmalloc((size_t)bs->cap_keys * sizeof *bs->gslot);
     bs->g = bp_xcalloc((size_t)bs->G, sizeof *bs->g);
     for (int k = 0; k < bs->G; k++) {
         fgroup *g = &bs->g[k];
@@ -361,9 +388,9 @@ static void bs_free(bstate *bs) {
     }
     for (int p = 0; bs->gin && p < bs->T; p++) free(bs->gin[p].p);
     for (int p = 0; bs->lin && p < bs->T; p++) free(bs->lin[p].p);
-    free(bs->lk), free(bs->lk_next), free(bs->ek), free(bs->lout.p), free(bs->lin), free(bs->lrq);
+    free(bs->lk), free(bs->lk_next), free(bs->lout.p), free(bs->lin), free(bs->lrq);
     for (int s = 0; bs->wb && s < 2 * bs->S; s++) free(bs->wb[s].p);
-    free(bs->g), free(bs->erow), free(bs->sk), free(bs->pk), free(bs->gout.p), free(bs->gin), free(bs->grq);
+    free(bs->g), free(bs->erow), free(bs->sk), free(bs->gslot), free(bs->gout.p), free(bs->gin), free(bs->grq);
     free(bs->gcur), free(bs->gsum), free(bs->wbl), free(bs->wb), free(bs->wb_len), free(bs->wb_rq), free(bs->wb_live);
     free(bs->ar_work), free(bs->dump), free(bs->ekeys), free(bs->planbuf.p);
     plan_free(&bs->p);
@@ -711,11 +738,18 @@ static int sync_grads(bstate *bs, int64_t t) {
     const emb_grad *g = &bs->tr.g;
     const int me = bs->me, E = g->E;
     const emb_opt *eo = &bs->tr.eopt;
-    // evicted keys of t, ascending
-    if (p->n_evict > bs->ek_cap) bs->ek_cap = p->n_evict + 1024, bs->ek = bp_xrealloc(bs->ek, (size_t)bs->ek_cap * sizeof *bs->ek);
-    for (uint32_t k = 0; k < p->n_evict; k++) bs->ek[k] = p->evict[k].key;
-    qsort(bs->ek, p->n_evict, sizeof *bs->ek, cmp_u64);
+    cache *c = &bs->c;
+    // record t's evicted keys and my private keys, marked on their slots
+    for (uint32_t k = 0; k < p->n_evict; k++) {
+        if (k + PREFETCH_AHEAD < p->n_evict) cache_prefetch(c, p->evict[k + PREFETCH_AHEAD].key);
+        cache_mark(c, p->evict[k].key, t, MARK_EVICT);
+    }
+    for (uint32_t k = p->priv_off[me]; k < p->priv_off[me + 1]; k++) {
+        if (k + PREFETCH_AHEAD < p->priv_off[me + 1]) cache_prefetch(c, p->priv_key[k + PREFETCH_AHEAD]);
+        cache_mark(c, p->priv_key[k], t, MARK_PRIVATE);
+    }
     // the keys reduced now (sk) and in the background (lk_next until t - 1's set is done), ascending
+    // (the sets a peer's message is checked against) and marked
     uint32_t ns = p->n_sync_now + p->n_sync_later;
     if (ns > bs->sk_cap) bs->sk_cap = ns + 1024, bs->sk = bp_xrealloc(bs->sk, (size_t)bs->sk_cap * sizeof *bs->sk);
     if (p->n_sync_later > bs->lkn_cap)
@@ -724,44 +758,56 @@ static int sync_grads(bstate *bs, int64_t t) {
     uint32_t nl = 0;
     for (uint32_t k = 0; k < p->n_sync_now; k++) bs->sk[ns++] = p->sync_now[k];
     for (uint32_t k = 0; k < p->n_sync_later; k++) {
-        const plan_sync *s = &p->sync_later[k];
-        if (s->grad_iter != (uint32_t)t) continue; // a restatement: its reduction is done (by grad_iter + 1)
-        if (bs->background && s->deadline > (uint32_t)t && !has_key(bs->ek, p->n_evict, s->key)) bs->lk_next[nl++] = s->key;
-        else bs->sk[ns++] = s->key;
+        const plan_sync *sl = &p->sync_later[k];
+        if (sl->grad_iter != (uint32_t)t) continue; // a restatement: its reduction is done (by grad_iter + 1)
+        int64_t slot = cache_find(c, sl->key);
+        int evicted = slot >= 0 && (cache_marks(c, (uint32_t)slot, t) & MARK_EVICT);
+        if (bs->background && sl->deadline > (uint32_t)t && !evicted) bs->lk_next[nl++] = sl->key;
+        else bs->sk[ns++] = sl->key;
+    }
+    for (uint32_t k = 0; k < ns; k++) {
+        if (k + PREFETCH_AHEAD < ns) cache_prefetch(c, bs->sk[k + PREFETCH_AHEAD]);
+        cache_mark(c, bs->sk[k], t, MARK_NOW);
+    }
+    for (uint32_t k = 0; k < nl; k++) {
+        if (k + PREFETCH_AHEAD < nl) cache_prefetch(c, bs->lk_next[k + PREFETCH_AHEAD]);
+        cache_mark(c, bs->lk_next[k], t, MARK_LATER);
     }
     qsort(bs->sk, ns, sizeof *bs->sk, cmp_u64);
     qsort(bs->lk_next, nl, sizeof *bs->lk_next, cmp_u64);
-    // my private keys, ascending
-    uint32_t np = p->priv_off[me + 1] - p->priv_off[me];
-    if (np > bs->pk_cap) bs->pk_cap = np, bs->pk = bp_xrealloc(bs->pk, (size_t)np * sizeof *bs->pk);
-    memcpy(bs->pk, p->priv_key + p->priv_off[me], (size_t)np * sizeof *bs->pk);
-    qsort(bs->pk, np, sizeof *bs->pk, cmp_u64);
-    // private keys in place; the sync-now ones into my GSYNC message (its size counted first)
+    // each of my gradients: its slot and what the record says of it (its message's size counted first)
     uint32_t n_now = 0, n_later = 0;
     for (int k = 0; k < g->n; k++) {
         const uint64_t key = g->keys[k];
-        if (has_key(bs->pk, np, key)) continue;
-        if (has_key(bs->sk, ns, key)) n_now++;
-        else if (has_key(bs->lk_next, nl, key)) n_later++;
-        else
+        if (k + PREFETCH_AHEAD < g->n) cache_prefetch(c, g->keys[k + PREFETCH_AHEAD]);
+        int64_t slot = cache_find(c, key);
+        uint8_t m = slot >= 0 ? cache_marks(c, (uint32_t)slot, t) : 0;
+        if (m & MARK_PRIVATE) {
+        } else if (m & MARK_NOW) {
+            n_now++;
+        } else if (m & MARK_LATER) {
+            n_later++;
+        } else {
             return bp_fail(BP_EFORMAT, "trainer %d: key %llu used at iteration %lld is neither private nor synchronised "
                            "in the plan", me, (unsigned long long)key, (long long)t);
+        }
+        bs->gslot[k] = (uint32_t)slot;
     }
+    // private keys in place; the sync-now ones into my GSYNC message
     msg_header h = {MSG_GSYNC, 0, (uint64_t)t, n_now, (uint32_t)E};
     uint64_t *ok;
     float *orow;
     msg_encode(bs->gout.p, &h, &ok, &orow);
     uint32_t n = 0;
     for (int k = 0; k < g->n; k++) {
-        const uint64_t key = g->keys[k];
+        const uint32_t slot = bs->gslot[k];
+        const uint8_t m = cache_marks(c, slot, t);
         const float *gr = g->rows + (size_t)k * E;
-        if (has_key(bs->pk, np, key)) {
-            int64_t slot = cache_find(&bs->c, key);
-            BP_ASSERT(slot >= 0);
-            emb_opt_apply_row(eo, cache_row(&bs->c, (uint32_t)slot), gr);
-            bs->c.dirty[slot] = 1;
-        } else if (has_key(bs->sk, ns, key)) {
-            gsync_add(ok, orow, &n, key, gr, E);
+        if (m & MARK_PRIVATE) {
+            emb_opt_apply_row(eo, cache_row(c, slot), gr);
+            c->dirty[slot] = 1;
+        } else if (m & MARK_NOW) {
+            gsync_add(ok, orow, &n, g->keys[k], gr, E);
         }
     }
     bs->sync_now_keys += n_now, bs->sync_bg_keys += n_later;
@@ -778,7 +824,8 @@ static int sync_grads(bstate *bs, int64_t t) {
         msg_encode(bs->lout.p, &h, &lkey, &lrow);
         n = 0;
         for (int k = 0; k < g->n; k++)
-            if (has_key(bs->lk, nl, g->keys[k])) gsync_add(lkey, lrow, &n, g->keys[k], g->rows + (size_t)k * E, E);
+            if (cache_marks(c, bs->gslot[k], t) & MARK_LATER)
+                gsync_add(lkey, lrow, &n, g->keys[k], g->rows + (size_t)k * E, E);
         rc = gsync_post(bs, bs->lout.p, msg_bytes(MSG_GSYNC, n_later, (uint32_t)E), bs->lin, bs->lrq, &bs->lnr);
         bs->later_iter = t, bs->ln = nl, bs->lmine = n_later;
     }
