@@ -14,8 +14,9 @@
 #             the T processes share the cores as the T trainers do).  Its time is the slowest
 #             process's; "+dense" adds the dense all-reduce's bytes at the emulated rate, the
 #             bound for trainers that keep every row local but still all-reduce the dense model.
-# Reported: ms/iter (trainer 0's train_s / iters, mean over rounds, and per round), the trainer's
-# breakdown (compute, row wait, emb sync, dense all-reduce), bytes per iteration summed over the
+# Reported: ms/iter (trainer 0's time per iteration after the first WARM (10), the warm-up; median
+# over rounds, and per round), the trainer's breakdown over the same iterations (compute, row
+# wait, emb sync, dense all-reduce), bytes per iteration over the whole run summed over the
 # trainers by kind (fetch = row requests + replies + bagpipe's forwards, write-back, sync = sync's
 # gradient pushes or bagpipe's GSYNC, dense all-reduce), ratios vs sync measured in the same
 # round, the whole job's CPU time (user + sys of every rank) against wall time x cores, and the
@@ -40,7 +41,8 @@ lb=${LB_BIN:-$root/build/bench/bench_commbound}
 out=${1:-}
 RATE=${RATE:-200mbit} T=${T:-2} S=${S:-1} D=${D:-64} B=${B:-1024} ITERS=${ITERS:-60} ROUNDS=${ROUNDS:-2}
 CACHE=${CACHE:-150000} W=${W:-32} P=${P:-2} ROWS=${ROWS:-200000} EMB_OPT=${EMB_OPT:-sgd}
-BAGPIPE_EXTRA=${BAGPIPE_EXTRA:-} NET=${NET:-shared}
+BAGPIPE_EXTRA=${BAGPIPE_EXTRA:-} NET=${NET:-shared} WARM=${WARM:-10}
+[ "$ITERS" -gt "$WARM" ] || { echo "$0: ITERS ($ITERS) must exceed WARM ($WARM)" >&2; exit 2; }
 case "$NET" in shared | hosts) ;; *) echo "$0: NET must be shared or hosts, not '$NET'" >&2; exit 2 ;; esac
 MODES=${MODES:-"sync bagpipe local"} # also bagpipe-fg: bagpipe with BAGPIPE_SYNC_LATER_NOW=1 (no background reduction)
 if [ "$(id -u)" != 0 ]; then
@@ -61,9 +63,21 @@ if [ -z "$data" ]; then
 fi
 cores=$(nproc)
 model="--arch-mlp-bot 13-$D --arch-mlp-top 64-1 --arch-sparse-feature-size $D --emb-optimizer $EMB_OPT --seed 1 \
---no-eval --iters $ITERS --print-every $ITERS"
+--no-eval --iters $ITERS --print-every $WARM"
 # The number after "key": in the summary line of a metrics file (0 when absent).
 z() { v=$(grep '"summary"' "$1" | tail -1 | sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p"); echo "${v:-0}"; }
+# "train compute wait sync allreduce" seconds of a metrics file over the windows after the first
+# WARM iterations (each train line is one window of --print-every WARM iterations; its time is its
+# samples over its rate, its splits are the window's own).
+steady() {
+    awk -v warm="$WARM" 'function get(k,   r) { if (!match($0, "\"" k "\":[-0-9.e+]*")) return 0
+            r = substr($0, RSTART, RLENGTH); sub(/.*:/, "", r); return r + 0 }
+        /"event":"train"/ { it = get("iter"); smp = get("samples")
+            if (it > warm) { t += (smp - prev) / get("samples_per_s"); c += get("compute_s"); w += get("wait_rows_s")
+                             y += get("emb_sync_s"); a += get("allreduce_s") }
+            prev = smp }
+        END { printf "%.6f %.6f %.6f %.6f %.6f\n", t, c, w, y, a }' "$1"
+}
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 
 # run NAME ROUND: one run; appends "name round ms compute wait sync ar fetch wb esync dense cpu_share busy" to rows
@@ -107,7 +121,7 @@ run() {
             for p in $pids; do wait "$p" || { echo "$0: local run failed" >&2; cat "$tmp"/out.* >&2; exit 1; }; done
             slow=$m.0
             for i in $(seq 1 $((T - 1))); do
-                [ "$(awk -v a="$(z "$m.$i" train_s)" -v b="$(z "$slow" train_s)" 'BEGIN{print (a > b)}')" = 1 ] && slow=$m.$i
+                [ "$(awk -v a="$(steady "$m.$i" | cut -d' ' -f1)" -v b="$(steady "$slow" | cut -d' ' -f1)" 'BEGIN{print (a > b)}')" = 1 ] && slow=$m.$i
             done
             cp "$slow" "$m"
             cpu=$(cat "$tmp"/cpu.* | awk '{s += $1 + $2} END {print s}')
@@ -115,7 +129,7 @@ run() {
     esac
     w1=$(date +%s.%N)
     b1=$(busy)
-    echo "$name $r $(z "$m" train_s) $(z "$m" compute_s) $(z "$m" wait_rows_s) $(z "$m" emb_sync_s) $(z "$m" allreduce_s)" \
+    echo "$name $r $(steady "$m")" \
          "$(awk -v a="$(z "$m" bytes_row_fetch)" -v b="$(z "$m" bytes_forward)" 'BEGIN{printf "%.0f", a + b}')" \
          "$(z "$m" bytes_write_back)" \
          "$(awk -v a="$(z "$m" bytes_grad_push)" -v b="$(z "$m" bytes_emb_sync)" 'BEGIN{printf "%.0f", a + b}')" \
@@ -140,22 +154,22 @@ rate_Bps=$(echo "$RATE" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, ""
 {
     echo "## sync vs bagpipe vs compute-only bound at $RATE ($( [ "$NET" = hosts ] && echo "one link per host" || echo "one shared link"))"
     echo
-    echo "Command: \`NET=$NET MODES='$MODES' RATE=$RATE T=$T S=$S D=$D B=$B ITERS=$ITERS ROUNDS=$ROUNDS CACHE=$CACHE W=$W P=$P EMB_OPT=$EMB_OPT" \
+    echo "Command: \`NET=$NET WARM=$WARM MODES='$MODES' RATE=$RATE T=$T S=$S D=$D B=$B ITERS=$ITERS ROUNDS=$ROUNDS CACHE=$CACHE W=$W P=$P EMB_OPT=$EMB_OPT" \
          "BAGPIPE_EXTRA='$BAGPIPE_EXTRA' bench/bench_commbound.sh\`, started $started (load average $load0 at the start," \
          "$load1 at the end; $cores cores).  DLRM 13-$D / 64-1, D = $D, batch $B ($((B / T)) per trainer)," \
          "$EMB_OPT rows; data: $( [ -n "${DATA:-}" ] && echo "$DATA" || echo "criteo-small shape, $ROWS samples, seed 1")."
     echo
-    echo "ms/iter and time vs sync: the median over the rounds (the machine is shared: a round that another user's load hits is visible in the per-round column); the other cells: the mean over the rounds; the time split is trainer 0's; bytes are summed over the trainers.  local: compute only (its split is not measured; it sends nothing)."
+    echo "Times are per iteration over iterations $((WARM + 1))-$ITERS of each run (the first $WARM, the warm-up, left out: first touches of tables and caches, cold fetches, ranks still starting); bytes over all $ITERS, the batches of the bound below.  ms/iter and time vs sync: the median over the rounds (the machine is shared: a round that another user's load hits is visible in the per-round column); the other cells: the mean over the rounds; the time split is trainer 0's; bytes are summed over the trainers.  local: compute only (its split is not measured; it sends nothing)."
     echo
     echo "| mode | ms/iter (median) | per round | compute ms | row wait ms | emb sync ms | all-reduce ms | fetch B/it | write-back B/it | sync B/it | dense B/it | total B/it | time vs sync | bytes vs sync | job CPU / (wall x cores) | machine busy |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    awk -v n="$ITERS" -v rate="$rate_Bps" '
+    awk -v n="$ITERS" -v ns="$((ITERS - WARM))" -v rate="$rate_Bps" '
         function median(k,   i, j, m, v, x) {
             m = c[k]; for (i = 1; i <= m; i++) v[i] = all[k, i]
             for (i = 2; i <= m; i++) { x = v[i]; for (j = i - 1; j > 0 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
             return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
         }
-        { k = $1; c[k]++; all[k, c[k]] = 1e3 * $3 / n; ms[k] += 1e3 * $3 / n; per[k] = per[k] (per[k] == "" ? "" : ", ") sprintf("%.1f", 1e3 * $3 / n)
+        { k = $1; c[k]++; all[k, c[k]] = 1e3 * $3 / ns; ms[k] += 1e3 * $3 / ns; per[k] = per[k] (per[k] == "" ? "" : ", ") sprintf("%.1f", 1e3 * $3 / ns)
           for (i = 4; i <= 13; i++) s[k, i] += $i; if (!(k in seen)) { seen[k] = 1; order[++no] = k } }
         END {
             for (j = 1; j <= no; j++) {
@@ -164,7 +178,7 @@ rate_Bps=$(echo "$RATE" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, ""
                 tot = fb + wb + sb + db; if (k == "sync") { st = median(k); sbt = tot }
                 rms[k] = median(k); rtot[k] = tot
                 line[k] = sprintf("| %s | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.0f |", k, median(k), per[k],
-                    1e3 * s[k, 4] / m / n, 1e3 * s[k, 5] / m / n, 1e3 * s[k, 6] / m / n, 1e3 * s[k, 7] / m / n, fb, wb, sb, db, tot)
+                    1e3 * s[k, 4] / m / ns, 1e3 * s[k, 5] / m / ns, 1e3 * s[k, 6] / m / ns, 1e3 * s[k, 7] / m / ns, fb, wb, sb, db, tot)
                 tail[k] = s[k, 12] < 0 ? sprintf(" - | %.1f%% |", 100 * s[k, 13] / m) : sprintf(" %.1f%% | %.1f%% |", 100 * s[k, 12] / m, 100 * s[k, 13] / m)
             }
             for (j = 1; j <= no; j++) {
