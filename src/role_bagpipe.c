@@ -773,8 +773,6 @@ static int sync_grads(bstate *bs, int64_t t) {
         if (k + PREFETCH_AHEAD < nl) cache_prefetch(c, bs->lk_next[k + PREFETCH_AHEAD]);
         cache_mark(c, bs->lk_next[k], t, MARK_LATER);
     }
-    qsort(bs->sk, ns, sizeof *bs->sk, cmp_u64);
-    qsort(bs->lk_next, nl, sizeof *bs->lk_next, cmp_u64);
     // each of my gradients: its slot and what the record says of it (its message's size counted first)
     uint32_t n_now = 0, n_later = 0;
     for (int k = 0; k < g->n; k++) {
@@ -793,6 +791,19 @@ static int sync_grads(bstate *bs, int64_t t) {
         }
         bs->gslot[k] = (uint32_t)slot;
     }
+    bs->sync_now_keys += n_now, bs->sync_bg_keys += n_later;
+    if (bs->T == 1) {
+        // No other replica: a reduction is my one partial, so every update goes in place now.  The
+        // same values as the exchange would give: the sum of one partial is that partial, and a
+        // background key is not read before the end of t + 1, where it would be applied.
+        for (int k = 0; k < g->n; k++) {
+            emb_opt_apply_row(eo, cache_row(c, bs->gslot[k]), g->rows + (size_t)k * E);
+            c->dirty[bs->gslot[k]] = 1;
+        }
+        return 0;
+    }
+    qsort(bs->sk, ns, sizeof *bs->sk, cmp_u64);
+    qsort(bs->lk_next, nl, sizeof *bs->lk_next, cmp_u64);
     // private keys in place; the sync-now ones into my GSYNC message
     msg_header h = {MSG_GSYNC, 0, (uint64_t)t, n_now, (uint32_t)E};
     uint64_t *ok;
@@ -810,7 +821,6 @@ static int sync_grads(bstate *bs, int64_t t) {
             gsync_add(ok, orow, &n, g->keys[k], gr, E);
         }
     }
-    bs->sync_now_keys += n_now, bs->sync_bg_keys += n_later;
     int nr = 0;
     int rc = gsync_post(bs, bs->gout.p, msg_bytes(MSG_GSYNC, n_now, (uint32_t)E), bs->gin, bs->grq, &nr);
     if (!rc) rc = later_drain(bs); // t - 1's background set, while the sync-now exchange runs
