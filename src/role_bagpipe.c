@@ -107,6 +107,7 @@ typedef struct {
     uint8_t *dirty;     // (C) updated since it arrived (differs from the server's copy)
     uint32_t *mark_t;   // (C) the iteration + 1 whose record marked the slot's key (mark_k), 0: none
     uint8_t *mark_k;    // (C) MARK_* bits: what that record does with the key
+    uint32_t *later_t;  // (C) grad_iter + 1 of the background reduction the key awaits, 0: none
     uint64_t *hk;       // (mask + 1) keys, EMPTY_KEY = free
     uint32_t *hv;       // (mask + 1) slots
     uint64_t mask;
@@ -128,6 +129,7 @@ static int cache_init(cache *c, uint64_t C, int stride) {
     c->dirty = bp_xcalloc(C, 1);
     c->mark_t = bp_xcalloc(C, sizeof *c->mark_t);
     c->mark_k = bp_xcalloc(C, 1);
+    c->later_t = bp_xcalloc(C, sizeof *c->later_t);
     uint64_t cap = 16;
     while (cap < 2 * C) cap *= 2;
     c->mask = cap - 1;
@@ -139,8 +141,8 @@ static int cache_init(cache *c, uint64_t C, int stride) {
 
 static void cache_free(cache *c) {
     if (c->rows) bp_free_huge(c->rows, c->rows_bytes);
-    free(c->free_s), free(c->slot_for), free(c->ready), free(c->dirty), free(c->mark_t), free(c->mark_k), free(c->hk),
-        free(c->hv);
+    free(c->free_s), free(c->slot_for), free(c->ready), free(c->dirty), free(c->mark_t), free(c->mark_k), free(c->later_t),
+        free(c->hk), free(c->hv);
     memset(c, 0, sizeof *c);
 }
 
@@ -165,12 +167,14 @@ static void cache_prefetch(const cache *c, uint64_t key) {
 // What record t says of a resident key, as bits on its slot (one hash lookup per key, instead of
 // sorted lists searched for every gradient): a mark of an older record reads as none.
 enum { MARK_PRIVATE = 1, MARK_NOW = 2, MARK_LATER = 4, MARK_EVICT = 8 };
-static void cache_mark(cache *c, uint64_t key, int64_t t, uint8_t bits) {
-    int64_t slot = cache_find(c, key);
-    if (slot < 0) return; // not held here (another trainer's private key): nothing to mark
+static void slot_mark(cache *c, uint32_t slot, int64_t t, uint8_t bits) {
     const uint32_t stamp = (uint32_t)t + 1;
     if (c->mark_t[slot] != stamp) c->mark_t[slot] = stamp, c->mark_k[slot] = 0;
     c->mark_k[slot] |= bits;
+}
+static void cache_mark(cache *c, uint64_t key, int64_t t, uint8_t bits) {
+    int64_t slot = cache_find(c, key);
+    if (slot >= 0) slot_mark(c, (uint32_t)slot, t, bits); // else not held here (another trainer's private key)
 }
 static uint8_t cache_marks(const cache *c, uint32_t slot, int64_t t) {
     return c->mark_t[slot] == (uint32_t)t + 1 ? c->mark_k[slot] : 0;
@@ -248,9 +252,7 @@ typedef struct {
     fgroup *g;          // (G) ring by record
     int64_t fwd_next;   // the record whose forward goes out next (forwards leave in record order)
     const float **erow; // (cap_keys) per (b, f) entry: its cache row
-    uint64_t *sk;       // (sk_cap) shared keys reduced at t, ascending
     uint32_t *gslot;    // (cap_keys) the cache slot of each key of my gradients tr.g
-    uint32_t sk_cap;
     gbuf gout;          // my GSYNC message
     gbuf *gin;          // (T) the others' GSYNC messages
     comm_req *grq;      // (2 T)
@@ -259,9 +261,7 @@ typedef struct {
     int background;     // 1: sync-later keys reduced in the background (0: with the sync-now ones,
                         // BAGPIPE_SYNC_LATER_NOW=1, for comparisons)
     int64_t later_iter; // its iteration, -1: none in flight
-    uint64_t *lk;       // (lk_cap) its keys, ascending (ln of them)
-    uint64_t *lk_next;  // (lkn_cap) the next one's, while it is built
-    uint32_t lk_cap, lkn_cap, ln, lmine; // lmine: keys in my message lout
+    uint32_t lmine;     // keys in my message lout (its keys: the slots with later_t = later_iter + 1)
     gbuf lout;          // my GSYNC message of later_iter
     gbuf *lin;          // (T) the others'
     comm_req *lrq;      // (2 T)
@@ -300,16 +300,6 @@ static int cmp_myfetch(const void *a, const void *b) {
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
-}
-
-static int has_key(const uint64_t *v, uint32_t n, uint64_t key) {
-    uint32_t lo = 0, hi = n;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (v[mid] < key) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < n && v[lo] == key;
 }
 
 static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int i) {
@@ -388,9 +378,9 @@ static void bs_free(bstate *bs) {
     }
     for (int p = 0; bs->gin && p < bs->T; p++) free(bs->gin[p].p);
     for (int p = 0; bs->lin && p < bs->T; p++) free(bs->lin[p].p);
-    free(bs->lk), free(bs->lk_next), free(bs->lout.p), free(bs->lin), free(bs->lrq);
+    free(bs->lout.p), free(bs->lin), free(bs->lrq);
     for (int s = 0; bs->wb && s < 2 * bs->S; s++) free(bs->wb[s].p);
-    free(bs->g), free(bs->erow), free(bs->sk), free(bs->gslot), free(bs->gout.p), free(bs->gin), free(bs->grq);
+    free(bs->g), free(bs->erow), free(bs->gslot), free(bs->gout.p), free(bs->gin), free(bs->grq);
     free(bs->gcur), free(bs->gsum), free(bs->wbl), free(bs->wb), free(bs->wb_len), free(bs->wb_rq), free(bs->wb_live);
     free(bs->ar_work), free(bs->dump), free(bs->ekeys), free(bs->planbuf.p);
     plan_free(&bs->p);
@@ -649,11 +639,11 @@ static int gsync_post(bstate *bs, const void *out, size_t len, gbuf *in, comm_re
     return rc;
 }
 
-// Completes an exchange posted by gsync_post for the gradients of t, whose keys are set (nset,
-// ascending); mine: my message (n keys).  Each key's partials in trainer-rank order, the first
-// copied, the rest added; then the update on my replica.
-static int gsync_finish(bstate *bs, int64_t t, const uint64_t *set, uint32_t nset, void *mine, uint32_t n,
-                        gbuf *in, comm_req *rq, int nr) {
+// Completes an exchange posted by gsync_post for the gradients of t: the sync-now one (later 0,
+// its keys marked MARK_NOW for t) or the background one (later 1, its keys' later_t = t + 1);
+// mine: my message (n keys).  Each key's partials in trainer-rank order, the first copied, the
+// rest added; then the update on my replica.
+static int gsync_finish(bstate *bs, int64_t t, int later, void *mine, uint32_t n, gbuf *in, comm_req *rq, int nr) {
     const int T = bs->T, me = bs->me, E = bs->tr.g.E;
     const emb_opt *eo = &bs->tr.eopt;
     const uint64_t *keys[1024];
@@ -694,15 +684,18 @@ static int gsync_finish(bstate *bs, int64_t t, const uint64_t *set, uint32_t nse
                 for (int j = 0; j < E; j++) bs->gsum[j] += gr[j];
             bs->gcur[q]++;
         }
-        if (!has_key(set, nset, key))
-            return bp_fail(BP_EFORMAT, "trainer %d: a peer synchronised key %llu, which record %lld does not list", me,
-                           (unsigned long long)key, (long long)t);
-        int64_t slot = cache_find(&bs->c, key);
+        cache *c = &bs->c;
+        int64_t slot = cache_find(c, key);
         if (slot < 0)
             return bp_fail(BP_EFORMAT, "trainer %d: shared key %llu of iteration %lld is not in the cache", me,
                            (unsigned long long)key, (long long)t);
-        emb_opt_apply_row(eo, cache_row(&bs->c, (uint32_t)slot), bs->gsum);
-        bs->c.dirty[slot] = 1;
+        int listed = later ? c->later_t[slot] == (uint32_t)t + 1 : (cache_marks(c, (uint32_t)slot, t) & MARK_NOW) != 0;
+        if (!listed)
+            return bp_fail(BP_EFORMAT, "trainer %d: a peer synchronised key %llu, which record %lld does not list%s", me,
+                           (unsigned long long)key, (long long)t, later ? " for the background" : "");
+        if (later) c->later_t[slot] = 0;
+        emb_opt_apply_row(eo, cache_row(c, (uint32_t)slot), bs->gsum);
+        c->dirty[slot] = 1;
     }
     return 0;
 }
@@ -715,7 +708,7 @@ static int later_drain(bstate *bs) {
     if (bs->later_iter < 0) return 0;
     const int64_t t = bs->later_iter;
     bs->later_iter = -1;
-    return gsync_finish(bs, t, bs->lk, bs->ln, bs->lout.p, bs->lmine, bs->lin, bs->lrq, bs->lnr);
+    return gsync_finish(bs, t, 1, bs->lout.p, bs->lmine, bs->lin, bs->lrq, bs->lnr);
 }
 
 // Appends my partial gradient of key (row gr, E floats) to a GSYNC message being built.
@@ -748,30 +741,26 @@ static int sync_grads(bstate *bs, int64_t t) {
         if (k + PREFETCH_AHEAD < p->priv_off[me + 1]) cache_prefetch(c, p->priv_key[k + PREFETCH_AHEAD]);
         cache_mark(c, p->priv_key[k], t, MARK_PRIVATE);
     }
-    // the keys reduced now (sk) and in the background (lk_next until t - 1's set is done), ascending
-    // (the sets a peer's message is checked against) and marked
-    uint32_t ns = p->n_sync_now + p->n_sync_later;
-    if (ns > bs->sk_cap) bs->sk_cap = ns + 1024, bs->sk = bp_xrealloc(bs->sk, (size_t)bs->sk_cap * sizeof *bs->sk);
-    if (p->n_sync_later > bs->lkn_cap)
-        bs->lkn_cap = p->n_sync_later + 1024, bs->lk_next = bp_xrealloc(bs->lk_next, (size_t)bs->lkn_cap * sizeof *bs->lk_next);
-    ns = 0;
-    uint32_t nl = 0;
-    for (uint32_t k = 0; k < p->n_sync_now; k++) bs->sk[ns++] = p->sync_now[k];
+    // record t's sync lists, marked: the sync-now keys and the sync-later keys of t reduced now
+    // (MARK_NOW); the other sync-later keys of t, reduced in the background (MARK_LATER, and
+    // later_t until applied).  A peer's message is checked against these marks.
+    for (uint32_t k = 0; k < p->n_sync_now; k++) {
+        if (k + PREFETCH_AHEAD < p->n_sync_now) cache_prefetch(c, p->sync_now[k + PREFETCH_AHEAD]);
+        cache_mark(c, p->sync_now[k], t, MARK_NOW);
+    }
     for (uint32_t k = 0; k < p->n_sync_later; k++) {
         const plan_sync *sl = &p->sync_later[k];
+        if (k + PREFETCH_AHEAD < p->n_sync_later) cache_prefetch(c, p->sync_later[k + PREFETCH_AHEAD].key);
         if (sl->grad_iter != (uint32_t)t) continue; // a restatement: its reduction is done (by grad_iter + 1)
         int64_t slot = cache_find(c, sl->key);
-        int evicted = slot >= 0 && (cache_marks(c, (uint32_t)slot, t) & MARK_EVICT);
-        if (bs->background && sl->deadline > (uint32_t)t && !evicted) bs->lk_next[nl++] = sl->key;
-        else bs->sk[ns++] = sl->key;
-    }
-    for (uint32_t k = 0; k < ns; k++) {
-        if (k + PREFETCH_AHEAD < ns) cache_prefetch(c, bs->sk[k + PREFETCH_AHEAD]);
-        cache_mark(c, bs->sk[k], t, MARK_NOW);
-    }
-    for (uint32_t k = 0; k < nl; k++) {
-        if (k + PREFETCH_AHEAD < nl) cache_prefetch(c, bs->lk_next[k + PREFETCH_AHEAD]);
-        cache_mark(c, bs->lk_next[k], t, MARK_LATER);
+        if (slot < 0) continue; // not held here: a peer that sends it fails the check
+        int evicted = (cache_marks(c, (uint32_t)slot, t) & MARK_EVICT) != 0;
+        if (bs->background && sl->deadline > (uint32_t)t && !evicted) {
+            slot_mark(c, (uint32_t)slot, t, MARK_LATER);
+            c->later_t[slot] = (uint32_t)t + 1;
+        } else {
+            slot_mark(c, (uint32_t)slot, t, MARK_NOW);
+        }
     }
     // each of my gradients: its slot and what the record says of it (its message's size counted first)
     uint32_t n_now = 0, n_later = 0;
@@ -802,8 +791,6 @@ static int sync_grads(bstate *bs, int64_t t) {
         }
         return 0;
     }
-    qsort(bs->sk, ns, sizeof *bs->sk, cmp_u64);
-    qsort(bs->lk_next, nl, sizeof *bs->lk_next, cmp_u64);
     // private keys in place; the sync-now ones into my GSYNC message
     msg_header h = {MSG_GSYNC, 0, (uint64_t)t, n_now, (uint32_t)E};
     uint64_t *ok;
@@ -825,9 +812,6 @@ static int sync_grads(bstate *bs, int64_t t) {
     int rc = gsync_post(bs, bs->gout.p, msg_bytes(MSG_GSYNC, n_now, (uint32_t)E), bs->gin, bs->grq, &nr);
     if (!rc) rc = later_drain(bs); // t - 1's background set, while the sync-now exchange runs
     if (!rc && bs->background) {   // t's background set
-        uint64_t *tmp = bs->lk;
-        uint32_t tcap = bs->lk_cap;
-        bs->lk = bs->lk_next, bs->lk_cap = bs->lkn_cap, bs->lk_next = tmp, bs->lkn_cap = tcap;
         uint64_t *lkey;
         float *lrow;
         h.n = n_later;
@@ -837,9 +821,9 @@ static int sync_grads(bstate *bs, int64_t t) {
             if (cache_marks(c, bs->gslot[k], t) & MARK_LATER)
                 gsync_add(lkey, lrow, &n, g->keys[k], g->rows + (size_t)k * E, E);
         rc = gsync_post(bs, bs->lout.p, msg_bytes(MSG_GSYNC, n_later, (uint32_t)E), bs->lin, bs->lrq, &bs->lnr);
-        bs->later_iter = t, bs->ln = nl, bs->lmine = n_later;
+        bs->later_iter = t, bs->lmine = n_later;
     }
-    if (!rc) rc = gsync_finish(bs, t, bs->sk, ns, bs->gout.p, n_now, bs->gin, bs->grq, nr);
+    if (!rc) rc = gsync_finish(bs, t, 0, bs->gout.p, n_now, bs->gin, bs->grq, nr);
     return rc;
 }
 
