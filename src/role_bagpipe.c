@@ -779,7 +779,9 @@ static int sync_grads(bstate *bs, int64_t t) {
                            "in the plan", me, (unsigned long long)key, (long long)t);
         }
         bs->gslot[k] = (uint32_t)slot;
+        bs->misses += c->slot_for[slot] == (uint32_t)t; // fetched for t: a miss (hit-rate figures)
     }
+    bs->accesses += (uint64_t)g->n;
     bs->sync_now_keys += n_now, bs->sync_bg_keys += n_later;
     if (bs->T == 1) {
         // No other replica: a reduction is my one partial, so every update goes in place now.  The
@@ -921,11 +923,6 @@ static int bs_step(bstate *bs, int64_t t, double *loss) {
     if (rc) return rc;
     double t3 = bp_now();
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
-    for (int k = 0; k < tr->g.n; k++) {
-        int64_t slot = cache_find(&bs->c, tr->g.keys[k]);
-        bs->misses += bs->c.slot_for[slot] == (uint32_t)t;
-    }
-    bs->accesses += (uint64_t)tr->g.n;
     double t4 = bp_now();
     rc = wait_groups(bs, -1, t); // rows that arrived during compute: forward them now, not next iteration
     if (!rc) rc = sync_grads(bs, t);
