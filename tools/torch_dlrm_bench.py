@@ -4,11 +4,15 @@
 The DLRM reference's model (EmbeddingBag with sparse gradients, dot interaction, ReLU MLPs,
 BCE, SGD) on the Criteo Kaggle configuration, fed pre-generated tensors (so data loading costs
 nothing), at the thread counts given.  Prints one JSON line per (batch, threads):
-  {"impl":"pytorch","batch":B,"threads":N,"samples_per_s":X,"ms_per_iter":Y}
+  {"impl":"pytorch","blas":K,"batch":B,"threads":N,"samples_per_s":X,"ms_per_iter":Y}
+K is the OpenBLAS core whose kernels PyTorch's products use: Debian's torch does its float32
+GEMMs through the system BLAS (OpenBLAS), so OPENBLAS_CORETYPE selects its kernels as it does
+bagpipe's ("unknown" when the BLAS is not OpenBLAS).
 
   /usr/bin/python3 tools/torch_dlrm_bench.py --batch 128,2048 --threads 1,2 --iters 50
 """
 import argparse
+import ctypes
 import json
 import sys
 import time
@@ -17,6 +21,15 @@ import torch
 
 KAGGLE = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992,
           5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572]
+
+
+def blas_core():
+    try:
+        lib = ctypes.CDLL("libblas.so.3")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return "unknown"
 
 
 class DLRM(torch.nn.Module):
@@ -91,7 +104,8 @@ def main():
                 loss.backward()
                 opt.step()
             dt = time.perf_counter() - t0
-            print(json.dumps({"impl": "pytorch", "torch": torch.__version__, "batch": B, "threads": th,
+            print(json.dumps({"impl": "pytorch", "torch": torch.__version__, "blas": blas_core(),
+                              "batch": B, "threads": th,
                               "samples_per_s": round(a.iters * B / dt, 1),
                               "ms_per_iter": round(1000 * dt / a.iters, 3)}), flush=True)
     return 0
