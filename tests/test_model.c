@@ -532,6 +532,45 @@ TEST(model_deterministic) {
     }
 }
 
+// Two threads cut the forward pass's products into slices (nn.c): every sample's logit is written,
+// and agrees with the one-thread pass, for each model and for batches that split unevenly or not
+// at all.
+TEST(model_forward_on_two_threads_matches_one_thread) {
+    const char *cases[] = {"", "--arch-interaction-op cat", "--model wdl", "--model deepfm", "--model dcn",
+                           "--model dcn --dcn-rank 8"};
+    const int batches[] = {256, 37, 31, 1};
+    for (int k = 0; k < (int)BP_ARRAY_LEN(cases); k++) {
+        model_config c;
+        model m;
+        ASSERT_OK(model_config_parse(&c, cases[k], 13, 26));
+        ASSERT_OK(model_init(&m, &c, 256));
+        bp_rng rng;
+        bp_rng_seed(&rng, 11, 0);
+        model_init_params(&m, &rng);
+        size_t ne = (size_t)256 * c.F * c.E;
+        float *dense = malloc(256 * 13 * sizeof(float)), *emb = malloc(ne * sizeof(float));
+        float *logit[2] = {malloc(257 * sizeof(float)), malloc(257 * sizeof(float))};
+        for (int i = 0; i < 256 * 13; i++) dense[i] = bp_rng_uniformf(&rng);
+        for (size_t i = 0; i < ne; i++) emb[i] = bp_rng_uniformf(&rng) - 0.5f;
+        for (int b = 0; b < (int)BP_ARRAY_LEN(batches); b++) {
+            const int B = batches[b];
+            for (int t = 0; t < 2; t++) {
+                for (int i = 0; i <= 256; i++) logit[t][i] = NAN;
+                openblas_set_num_threads(1 + t);
+                model_forward(&m, dense, emb, B, logit[t]);
+            }
+            openblas_set_num_threads(1);
+            for (int i = 0; i < B; i++) {
+                ASSERT_TRUE(isfinite(logit[1][i]));
+                ASSERT_NEAR(logit[1][i], logit[0][i], 1e-5 * (1 + fabs(logit[0][i])));
+            }
+            ASSERT_TRUE(isnan(logit[1][B])); // and nothing past the batch
+        }
+        free(dense), free(emb), free(logit[0]), free(logit[1]);
+        model_free(&m);
+    }
+}
+
 TEST(model_bce_with_logits) {
     float z[6] = {0.0f, 2.0f, -3.0f, 100.0f, -100.0f, 40.0f};
     uint8_t y[6] = {1, 0, 1, 0, 0, 1};

@@ -4,16 +4,19 @@
 The DLRM reference's model (EmbeddingBag with sparse gradients, dot interaction, ReLU MLPs,
 BCE, SGD) on the Criteo Kaggle configuration, fed pre-generated tensors (so data loading costs
 nothing), at the thread counts given.  Prints one JSON line per (batch, threads):
-  {"impl":"pytorch","blas":K,"batch":B,"threads":N,"samples_per_s":X,"ms_per_iter":Y}
+  {"impl":"pytorch","blas":K,"blas_threads":M,"batch":B,"threads":N,"samples_per_s":X,"ms_per_iter":Y}
 K is the OpenBLAS core whose kernels PyTorch's products use: Debian's torch does its float32
 GEMMs through the system BLAS (OpenBLAS), so OPENBLAS_CORETYPE selects its kernels as it does
-bagpipe's ("unknown" when the BLAS is not OpenBLAS).
+bagpipe's ("unknown" when the BLAS is not OpenBLAS).  N is PyTorch's own thread count
+(torch.set_num_threads), M the OPENBLAS_NUM_THREADS it ran under ("default" when unset): the two
+pools are separate, and the fastest pair depends on the batch.
 
   /usr/bin/python3 tools/torch_dlrm_bench.py --batch 128,2048 --threads 1,2 --iters 50
 """
 import argparse
 import ctypes
 import json
+import os
 import sys
 import time
 
@@ -105,6 +108,7 @@ def main():
                 opt.step()
             dt = time.perf_counter() - t0
             print(json.dumps({"impl": "pytorch", "torch": torch.__version__, "blas": blas_core(),
+                              "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
                               "batch": B, "threads": th,
                               "samples_per_s": round(a.iters * B / dt, 1),
                               "ms_per_iter": round(1000 * dt / a.iters, 3)}), flush=True)
