@@ -6,7 +6,7 @@
 //     with 2 threads
 //     also two independent single-threaded halves of the batch side by side (no synchronisation,
 //     no reduction): the ceiling of any way to split the MLPs over the two threads;
-//   - the dot interaction (F = 26, D = 16) against a plain pair-by-pair loop;
+//   - the dot interaction (F = 26, D = 16 and 64) against its 4-float path and a plain pair-by-pair loop;
 //   - samples/s of the four models' forward + loss + backward on random embedding rows.
 // OPENBLAS_CORETYPE is left as the environment sets it; the core OpenBLAS reports is printed.
 // Each MLP figure is compared with the sgemm rate measured right before and right after it (their
@@ -297,18 +297,25 @@ int main(int argc, char **argv) {
             mlp_free(&mb), mlp_free(&mt);
         }
 
-        if (threads == 1) { // single-threaded kernels: once is enough
-            dot_ctx c = {.B = 2048, .F = 26, .D = 16};
-            int W = nn_interact_dot_width(c.F, c.D);
-            c.z = randn((size_t)c.B * c.D, &rng, 1), c.emb = randn((size_t)c.B * c.F * c.D, &rng, 1);
-            c.out = bp_xmalloc((size_t)c.B * W * sizeof(float)), c.dout = randn((size_t)c.B * W, &rng, 1);
-            c.dz = bp_xmalloc((size_t)c.B * c.D * sizeof(float)), c.demb = randn((size_t)c.B * c.F * c.D, &rng, 1);
-            c.scratch = bp_xmalloc(nn_interact_dot_scratch(c.F, c.D) * sizeof(float));
-            double tk = time_best(dot_kernel_run, &c), tp = time_best(dot_plain_run, &c);
-            printf("dot interaction F=26 D=16 B=2048 fwd+bwd: kernel %.3f ms, pair-by-pair loop %.3f ms (%.1fx)\n",
-                   tk * 1e3, tp * 1e3, tp / tk);
-            free(c.z), free(c.emb), free(c.out), free(c.dout), free(c.dz), free(c.demb), free(c.scratch);
-        }
+        if (threads == 1) // single-threaded kernels: once is enough
+            for (int D = 16; D <= 64; D *= 4) {
+                dot_ctx c = {.B = 2048, .F = 26, .D = D};
+                int W = nn_interact_dot_width(c.F, c.D), K = c.F + 1;
+                c.z = randn((size_t)c.B * c.D, &rng, 1), c.emb = randn((size_t)c.B * c.F * c.D, &rng, 1);
+                c.out = bp_xmalloc((size_t)c.B * W * sizeof(float)), c.dout = randn((size_t)c.B * W, &rng, 1);
+                c.dz = bp_xmalloc((size_t)c.B * c.D * sizeof(float)), c.demb = randn((size_t)c.B * c.F * c.D, &rng, 1);
+                c.scratch = bp_xmalloc(nn_interact_dot_scratch(c.F, c.D) * sizeof(float));
+                double tk = time_best(dot_kernel_run, &c), tp = time_best(dot_plain_run, &c);
+                nn_set_simd(0);
+                double t4 = time_best(dot_kernel_run, &c);
+                nn_set_simd(1);
+                // useful flops: the pairs below the diagonal forward, the symmetric product backward
+                double fl = 2.0 * c.B * D * ((double)c.F * (c.F + 1) / 2 + (double)K * K);
+                printf("dot interaction F=26 D=%d B=2048 fwd+bwd: kernel %.3f ms (%.1f GFLOP/s), its 4-float path %.3f ms "
+                       "(%.1fx), pair-by-pair loop %.3f ms (%.1fx)\n",
+                       D, tk * 1e3, fl / tk / 1e9, t4 * 1e3, t4 / tk, tp * 1e3, tp / tk);
+                free(c.z), free(c.emb), free(c.out), free(c.dout), free(c.dz), free(c.demb), free(c.scratch);
+            }
 
         printf("%-28s %6s %12s %9s\n", "model step (fwd+loss+bwd)", "batch", "samples/s", "GFLOP/s");
         for (int k = 0; k < (int)BP_ARRAY_LEN(models); k++)

@@ -15,6 +15,10 @@
 
 #include "common.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 // Four floats: the vector every x86-64 (SSE2) and AArch64 (NEON) target has natively, so the
 // compiler keeps these in registers at the project's plain -O2.  Loads and stores go through
 // memcpy (one unaligned vector move).  The sums are written out in a fixed order and ISO C mode
@@ -713,7 +717,9 @@ void nn_sigmoid_backward(float *dx, const float *dy, const float *y, size_t n) {
 // computed 16 columns at a time in four vector accumulators: no horizontal sums, no reductions
 // across registers.  The backward pass builds the symmetric gradient matrix Gs (K, Kp) and
 // computes dTt[d][:] = sum_j Tt[d][j] * Gs[j][:] the same way.  Tt, dTt and Gs stay in L1 for
-// the usual sizes (F = 26, D = 16: 2 KiB + 2 KiB + 3.4 KiB).
+// the usual sizes (F = 26, D = 16: 2 KiB + 2 KiB + 3.4 KiB).  With AVX2, four rows go together
+// (eight independent sums instead of two) and the transposes run 8 x 8 in registers; every
+// output is still the same multiply-then-add sequence, so both paths give the same bits.
 
 enum { DOT_BLOCK = 16 };
 static inline int pad_block(int n) { return (n + DOT_BLOCK - 1) / DOT_BLOCK * DOT_BLOCK; }
@@ -769,6 +775,77 @@ __attribute__((target("avx2"))) static inline void dot_block_avx2(float *out, co
         s1 += x * r1;
     }
     memcpy(out, &s0, sizeof s0), memcpy(out + 8, &s1, sizeof s1);
+}
+
+// dot_block_avx2 for four rows at once: out[r][0..16) = sum_k a[r][k] * M[k][0..16), each output
+// the same multiply-then-add sequence in its own lane as above (the same bits).  One row's two
+// sums wait on the latency of their adds at every k; eight independent sums keep both vector
+// units busy, and each row of M is loaded once for the four.
+__attribute__((target("avx2"))) static inline void dot_block4_avx2(float out[4][DOT_BLOCK], const float *const a[4],
+                                                                   const float *M, size_t ldm, int n) {
+    v8f s00 = {0}, s01 = {0}, s10 = {0}, s11 = {0}, s20 = {0}, s21 = {0}, s30 = {0}, s31 = {0}, r0, r1;
+    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3];
+    for (int k = 0; k < n; k++) {
+        const float *row = M + (size_t)k * ldm;
+        memcpy(&r0, row, sizeof r0), memcpy(&r1, row + 8, sizeof r1);
+        const float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+        s00 += x0 * r0, s01 += x0 * r1;
+        s10 += x1 * r0, s11 += x1 * r1;
+        s20 += x2 * r0, s21 += x2 * r1;
+        s30 += x3 * r0, s31 += x3 * r1;
+    }
+    memcpy(out[0], &s00, sizeof s00), memcpy(out[0] + 8, &s01, sizeof s01);
+    memcpy(out[1], &s10, sizeof s10), memcpy(out[1] + 8, &s11, sizeof s11);
+    memcpy(out[2], &s20, sizeof s20), memcpy(out[2] + 8, &s21, sizeof s21);
+    memcpy(out[3], &s30, sizeof s30), memcpy(out[3] + 8, &s31, sizeof s31);
+}
+
+// dst[c * ldd + r] = src[r][c] for r, c < 8: an 8 x 8 transpose in registers.
+__attribute__((target("avx2"))) static inline void transpose8_avx2(const float *const src[8], float *dst, size_t ldd) {
+    const __m256 r0 = _mm256_loadu_ps(src[0]), r1 = _mm256_loadu_ps(src[1]), r2 = _mm256_loadu_ps(src[2]),
+                 r3 = _mm256_loadu_ps(src[3]), r4 = _mm256_loadu_ps(src[4]), r5 = _mm256_loadu_ps(src[5]),
+                 r6 = _mm256_loadu_ps(src[6]), r7 = _mm256_loadu_ps(src[7]);
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+                 t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+                 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+                 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+                 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+static const float zeros8[8];
+
+// interact_transpose, eight vectors by eight dimensions at a time (the padding columns from zeros).
+__attribute__((target("avx2"))) static void interact_transpose_avx2(float *Tt, const float *z, const float *emb, int F,
+                                                                    int D, int E, int Kp) {
+    const int K = F + 1, D8 = D / 8 * 8;
+    for (int k0 = 0; k0 < Kp; k0 += 8) {
+        const float *src[8];
+        for (int r = 0; r < 8; r++) {
+            int k = k0 + r;
+            src[r] = k == 0 ? z : k < K ? emb + (size_t)(k - 1) * E : zeros8;
+        }
+        for (int d0 = 0; d0 < D8; d0 += 8) {
+            transpose8_avx2(src, Tt + (size_t)d0 * Kp + k0, (size_t)Kp);
+            for (int r = 0; r < 8; r++)
+                if (src[r] != zeros8) src[r] += 8;
+        }
+    }
+    for (int d = D8; d < D; d++) { // the last D mod 8 dimensions
+        float *row = Tt + (size_t)d * Kp;
+        row[0] = z[d];
+        for (int f = 0; f < F; f++) row[f + 1] = emb[(size_t)f * E + d];
+        for (int k = K; k < Kp; k++) row[k] = 0.0f;
+    }
 }
 #else
 #define NN_AVX2 0
@@ -827,10 +904,41 @@ ATTR static void NAME(void *ctx, int p, int n) {                                
     }                                                                                \
 }
 DOT_FORWARD_PART(dot_forward_part, , dot_block)
-#if NN_AVX2
-DOT_FORWARD_PART(dot_forward_part_avx2, __attribute__((target("avx2"))), dot_block_avx2)
-#endif
 #undef DOT_FORWARD_PART
+
+#if NN_AVX2
+// The same sums with AVX2: rows i..i+3 of the Gram matrix together (dot_block4_avx2), each over
+// the column blocks its last row needs; a row's values past its diagonal are computed and dropped.
+__attribute__((target("avx2"))) static void dot_forward_part_avx2(void *ctx, int p, int n) {
+    const dot_job *j = ctx;
+    const int F = j->F, D = j->D, E = j->E;
+    const int Kp = pad_block(F + 1), W = nn_interact_dot_width(F, D);
+    float *Tt = j->scratch + (size_t)p * dot_part_scratch(F, D); // (D, Kp)
+    float blk[4][DOT_BLOCK];
+    const int s1 = (int)nn_part_begin(j->B, p + 1, n);
+    for (int s = (int)nn_part_begin(j->B, p, n); s < s1; s++) {
+        const float *zs = j->z + (size_t)s * D, *es = j->emb + (size_t)s * F * E;
+        float *os = j->out + (size_t)s * W;
+        memcpy(os, zs, (size_t)D * sizeof *os);
+        interact_transpose_avx2(Tt, zs, es, F, D, E, Kp);
+        float *pairs = os + D; // row i holds j = 0..i-1
+        for (int i = 1; i <= F; i += 4) {
+            const int ni = BP_MIN(4, F + 1 - i);
+            const float *a[4];
+            for (int r = 0; r < 4; r++) a[r] = es + (size_t)(i + BP_MIN(r, ni - 1) - 1) * E;
+            for (int c = 0; c < i + ni - 1; c += DOT_BLOCK) {
+                dot_block4_avx2(blk, a, Tt + c, (size_t)Kp, D);
+                for (int r = 0; r < ni; r++) {
+                    const int m = BP_MIN(DOT_BLOCK, i + r - c);
+                    float *dst = pairs + (size_t)(i + r) * (i + r - 1) / 2 + c;
+                    if (m == DOT_BLOCK) memcpy(dst, blk[r], sizeof blk[r]);
+                    else for (int q = 0; q < m; q++) dst[q] = blk[r][q];
+                }
+            }
+        }
+    }
+}
+#endif
 
 void nn_interact_dot_forward(float *out, const float *z, const float *emb, int B, int F, int D, int E,
                              float *scratch) {
@@ -878,10 +986,65 @@ ATTR static void NAME(void *ctx, int p, int n) {                                
     }                                                                                                            \
 }
 DOT_BACKWARD_PART(dot_backward_part, , dot_block)
-#if NN_AVX2
-DOT_BACKWARD_PART(dot_backward_part_avx2, __attribute__((target("avx2"))), dot_block_avx2)
-#endif
 #undef DOT_BACKWARD_PART
+
+#if NN_AVX2
+// The same with AVX2: four rows of dTt together (dot_block4_avx2), and both transposes eight by
+// eight in registers; every value is the same sum or the same single addition as above.
+__attribute__((target("avx2"))) static void dot_backward_part_avx2(void *ctx, int p, int n) {
+    const dot_job *j = ctx;
+    const int F = j->F, D = j->D, E = j->E;
+    const int K = F + 1, Kp = pad_block(K), W = nn_interact_dot_width(F, D), D8 = D / 8 * 8;
+    float *Tt = j->scratch + (size_t)p * dot_part_scratch(F, D); // (D, Kp)
+    float *dTt = Tt + (size_t)D * Kp;                             // (D, Kp)
+    float *Gs = dTt + (size_t)D * Kp;                             // (K, Kp), symmetric in its first K columns
+    float blk[4][DOT_BLOCK], tr[8][8];
+    const int s1 = (int)nn_part_begin(j->B, p + 1, n);
+    for (int s = (int)nn_part_begin(j->B, p, n); s < s1; s++) {
+        const float *zs = j->z + (size_t)s * D, *es = j->emb + (size_t)s * F * E;
+        const float *ds = j->dout + (size_t)s * W, *dpairs = ds + D;
+        interact_transpose_avx2(Tt, zs, es, F, D, E, Kp);
+        for (int i = 0; i < K; i++) {
+            float *gi = Gs + (size_t)i * Kp;
+            const float *src = dpairs + (size_t)i * (i - 1) / 2;
+            if (i > 0) memcpy(gi, src, (size_t)i * sizeof *gi);
+            gi[i] = 0.0f;
+            for (int c = i + 1; c < K; c++) gi[c] = dpairs[(size_t)c * (c - 1) / 2 + i];
+            for (int k = K; k < Kp; k++) gi[k] = 0.0f;
+        }
+        for (int d = 0; d < D; d += 4) {
+            const int nd = BP_MIN(4, D - d);
+            const float *a[4];
+            for (int r = 0; r < 4; r++) a[r] = Tt + (size_t)(d + BP_MIN(r, nd - 1)) * Kp;
+            for (int c = 0; c < Kp; c += DOT_BLOCK) {
+                dot_block4_avx2(blk, a, Gs + c, (size_t)Kp, K);
+                for (int r = 0; r < nd; r++) memcpy(dTt + (size_t)(d + r) * Kp + c, blk[r], sizeof blk[r]);
+            }
+        }
+        float *dzs = j->dz + (size_t)s * D, *des = j->demb + (size_t)s * F * E;
+        for (int d0 = 0; d0 < D8; d0 += 8)
+            for (int k0 = 0; k0 < K; k0 += 8) {
+                const float *src[8];
+                for (int r = 0; r < 8; r++) src[r] = dTt + (size_t)(d0 + r) * Kp + k0;
+                transpose8_avx2(src, &tr[0][0], 8); // tr[c][r] = dTt[d0 + r][k0 + c]
+                for (int c = 0; c < 8 && k0 + c < K; c++) {
+                    const int k = k0 + c;
+                    if (k == 0) {
+                        for (int r = 0; r < 8; r++) dzs[d0 + r] = ds[d0 + r] + tr[0][r];
+                    } else {
+                        float *dst = des + (size_t)(k - 1) * E + d0;
+                        for (int r = 0; r < 8; r++) dst[r] += tr[c][r];
+                    }
+                }
+            }
+        for (int d = D8; d < D; d++) { // the last D mod 8 dimensions
+            const float *drow = dTt + (size_t)d * Kp;
+            dzs[d] = ds[d] + drow[0];
+            for (int f = 0; f < F; f++) des[(size_t)f * E + d] += drow[f + 1];
+        }
+    }
+}
+#endif
 
 void nn_interact_dot_backward(float *dz, float *demb, const float *dout, const float *z, const float *emb, int B,
                               int F, int D, int E, float *scratch) {

@@ -609,10 +609,12 @@ TEST(nn_fused_layers_match_unfused) {
     openblas_set_num_threads(1);
 }
 
-// The dot interaction's 8-float vector path (where the processor has AVX2) gives the bits of the
-// 4-float one, forward and backward, for the Kaggle shape and odd ones.
+// The dot interaction's AVX2 path (four Gram rows at once, 8 x 8 transposes, where the processor
+// has AVX2) gives the bits of the 4-float one, forward and backward, for the Kaggle shape, D = 64,
+// and odd ones: D not a multiple of 8, F + 1 not a multiple of 4 or 8, one table.
 TEST(nn_interact_dot_simd_paths_identical) {
-    static const int shapes[][4] = {{64, 26, 16, 17}, {33, 5, 3, 4}, {20, 40, 8, 8}, {7, 1, 1, 1}}; // B, F, D, E
+    static const int shapes[][4] = {{64, 26, 16, 17}, {33, 5, 3, 4},   {20, 40, 8, 8},  {7, 1, 1, 1},
+                                    {19, 26, 64, 65}, {9, 13, 13, 14}, {5, 30, 21, 24}, {3, 2, 9, 9}}; // B, F, D, E
     bp_rng rng;
     bp_rng_seed(&rng, 43, 0);
     for (int si = 0; si < (int)BP_ARRAY_LEN(shapes); si++) {
