@@ -25,7 +25,6 @@
 #include "oracle.h"
 #include "plan.h"
 
-#define ORACLE_IDLE_MAX_US 2000L
 
 struct role_oracle {
     const train_setup *su;
@@ -182,12 +181,14 @@ int role_oracle_run(role_oracle *ro) {
                 else progress |= got;
             }
         }
-        // Idle: nothing to plan until a credit or a send frees a ring buffer.  The ring holds A
-        // records ahead of the slowest trainer, so a late reaction costs nothing: back off up to
-        // ORACLE_IDLE_MAX_US and leave the cores to the trainers and servers.
+        // Idle: nothing to plan until a credit or a send frees a ring buffer.  Back off, leaving
+        // the cores to the trainers and servers, but no longer than any waiting rank does
+        // (COMM_MAX_SLEEP_US): a record is larger than MPI's eager limit, so it moves only while
+        // this rank calls into MPI after its trainer has posted the receive.  With a 2 ms cap a
+        // trainer waited about 1 ms per iteration for its record (T = 1, D = 64, batch 1024).
         if (progress) idle = 0, idle_ns = 0, since = 0;
         else if (++idle > 16) {
-            idle_ns = idle_ns ? BP_MIN(2 * idle_ns, ORACLE_IDLE_MAX_US * 1000L) : 20000;
+            idle_ns = idle_ns ? BP_MIN(2 * idle_ns, COMM_MAX_SLEEP_US * 1000L) : 20000;
             struct timespec ts = {0, idle_ns};
             nanosleep(&ts, NULL);
             int slow = 0; // the trainer furthest behind: the one the ring waits for
