@@ -380,12 +380,12 @@ static inline __attribute__((always_inline)) void add_row(float *restrict d, con
     for (; j < E; j++) d[j] += s[j];
 }
 
-static inline __attribute__((always_inline)) int group_body(emb_grad *g, const uint64_t *s,
-                                                            size_t N, int pbits,
-                                                            const float *d_emb, const int E) {
+static inline __attribute__((always_inline)) void group_body(emb_grad *g, const float *d_emb, const int E) {
+    const uint64_t *s = g->sorted;
+    const size_t N = g->n_entries;
+    const int pbits = g->pos_bits;
     const uint64_t pmask = ((uint64_t)1 << pbits) - 1;
     float *restrict rows = g->rows;
-    uint64_t *keys = g->keys;
     int n = -1;
     uint64_t prev = 0;
     for (size_t i = 0; i < N; i++) {
@@ -394,30 +394,27 @@ static inline __attribute__((always_inline)) int group_body(emb_grad *g, const u
         const float *src = d_emb + (s[i] & pmask) * E;
         if (n < 0 || key != prev) {
             n++;
-            keys[n] = prev = key;
+            prev = key;
             memcpy(rows + (size_t)n * E, src, (size_t)E * sizeof(float));
         } else {
             add_row(rows + (size_t)n * E, src, E);
         }
     }
-    return n + 1;
+    BP_ASSERT(n + 1 == g->n);
 }
 
 #define GROUP_DEF(EC)                                                                         \
-    static int group_##EC(emb_grad *g, const uint64_t *s, size_t N, int pbits, const float *d) { \
-        return group_body(g, s, N, pbits, d, EC);                                             \
-    }
+    static void group_##EC(emb_grad *g, const float *d) { group_body(g, d, EC); }
 EMB_SPECIALISED(GROUP_DEF)
 #undef GROUP_DEF
 
-void emb_grad_coalesce(emb_grad *g, const emb_layout *L, const uint32_t *ids, const float *d_emb,
-                       int B) {
+void emb_grad_sort(emb_grad *g, const emb_layout *L, const uint32_t *ids, int B) {
     BP_ASSERT(B >= 0 && g->E == L->E);
     const int F = L->F;
     const size_t N = (size_t)B * (size_t)F;
     BP_ASSERTF(N <= (size_t)g->cap, "emb: %zu gradient entries exceed the workspace of %d", N,
                g->cap);
-    g->n = 0;
+    g->n = 0, g->n_entries = N, g->sorted = g->pairs, g->pos_bits = 0;
     if (N == 0) return;
     const int pbits = bits_for(N - 1), kbits = bits_for(L->rows - 1);
     BP_ASSERTF(pbits + kbits <= 64, "emb: %d key bits + %d position bits exceed 64", kbits, pbits);
@@ -445,13 +442,31 @@ void emb_grad_coalesce(emb_grad *g, const emb_layout *L, const uint32_t *ids, co
         if (++f == F) f = 0;
     }
     const uint64_t *s = radix_sort(g, N, pbits, passes, w);
+    g->sorted = s, g->pos_bits = pbits;
+    uint64_t *keys = g->keys;
+    int n = 0;
+    for (size_t i = 0; i < N; i++) {
+        uint64_t key = s[i] >> pbits;
+        if (n == 0 || key != keys[n - 1]) keys[n++] = key;
+    }
+    g->n = n;
+}
+
+void emb_grad_sum(emb_grad *g, const float *d_emb) {
+    if (g->n_entries == 0) return;
     switch (g->E) {
 #define GROUP_CASE(EC)                                                                        \
-    case EC: g->n = group_##EC(g, s, N, pbits, d_emb); break;
+    case EC: group_##EC(g, d_emb); break;
         EMB_SPECIALISED(GROUP_CASE)
 #undef GROUP_CASE
-    default: g->n = group_body(g, s, N, pbits, d_emb, g->E);
+    default: group_body(g, d_emb, g->E);
     }
+}
+
+void emb_grad_coalesce(emb_grad *g, const emb_layout *L, const uint32_t *ids, const float *d_emb,
+                       int B) {
+    emb_grad_sort(g, L, ids, B);
+    emb_grad_sum(g, d_emb);
 }
 
 int emb_grad_sum_into(emb_grad *dst, const emb_grad *src) {

@@ -136,6 +136,10 @@ typedef struct {
     // workspace
     uint64_t *pairs, *tmp; // (cap) packed (key << pos_bits | pos) for the radix sort
     uint32_t *hist;        // (EMB_GRAD_MAX_PASSES << EMB_GRAD_RADIX_BITS) digit histograms
+    // after emb_grad_sort: the (b, f) entries in key order, ties in sample order
+    const uint64_t *sorted; // (n_entries) pairs or tmp
+    size_t n_entries;       // B * F
+    int pos_bits;           // an entry is sorted[i] >> pos_bits (key), sorted[i] & pos_mask (b F + f)
 } emb_grad;
 
 #define EMB_GRAD_RADIX_BITS 11
@@ -148,6 +152,12 @@ void emb_grad_free(emb_grad *g);                // safe on a zeroed or freed one
 // g = coalesce(ids, d_emb).  B * F <= g->cap, E == g->E; an id >= card[f] aborts.
 void emb_grad_coalesce(emb_grad *g, const emb_layout *L, const uint32_t *ids /*(B, F)*/,
                        const float *d_emb /*(B, F, E)*/, int B);
+// The same in two steps, for a caller that wants the batch's unique keys before its gradients
+// exist (to look each up once): emb_grad_sort sets g->keys, g->n and g->sorted from the ids alone
+// (g->rows untouched), emb_grad_sum then fills g->rows from d_emb.  Together they give the bits
+// of emb_grad_coalesce.
+void emb_grad_sort(emb_grad *g, const emb_layout *L, const uint32_t *ids /*(B, F)*/, int B);
+void emb_grad_sum(emb_grad *g, const float *d_emb /*(B, F, E)*/);
 // dst.rows[k] += src.rows[k] for every key of src, which must all be in dst (dst's key set may
 // be larger: a synchronisation list whose partial gradients are summed in trainer-rank order,
 //     emb_grad_sum_into(total, part[1]); emb_grad_sum_into(total, part[2]); ...

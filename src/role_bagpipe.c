@@ -285,7 +285,9 @@ typedef struct {
     void *dump;         // (dump_cap bytes) DUMP_ROWS messages: trainer 0, or any trainer with --eval-every
     size_t dump_cap;
     uint64_t *ekeys;    // (C) with --eval-every: the dirty rows I own at an evaluation boundary, ascending
-    // metrics of the current window
+    // metrics of the current window: seconds blocked on the record and the rows (steps 1-3), in
+    // the row exchange and updates (5-7), in the dense all-reduce, and computing (4, with the
+    // cache lookups that place each row)
     double t_wait, t_sync, t_ar, t_compute;
     uint64_t accesses, misses, resident_sum, resident_max, iters;
     uint64_t sync_now_keys, sync_bg_keys; // my partial gradients sent on the critical path / in the background (run)
@@ -762,13 +764,12 @@ static int sync_grads(bstate *bs, int64_t t) {
             slot_mark(c, (uint32_t)slot, t, MARK_NOW);
         }
     }
-    // each of my gradients: its slot and what the record says of it (its message's size counted first)
+    // what the record says of each of my gradients (its slot: resolve_rows), the message sizes first
     uint32_t n_now = 0, n_later = 0;
     for (int k = 0; k < g->n; k++) {
         const uint64_t key = g->keys[k];
-        if (k + PREFETCH_AHEAD < g->n) cache_prefetch(c, g->keys[k + PREFETCH_AHEAD]);
-        int64_t slot = cache_find(c, key);
-        uint8_t m = slot >= 0 ? cache_marks(c, (uint32_t)slot, t) : 0;
+        const uint32_t slot = bs->gslot[k];
+        const uint8_t m = cache_marks(c, slot, t);
         if (m & MARK_PRIVATE) {
         } else if (m & MARK_NOW) {
             n_now++;
@@ -778,7 +779,6 @@ static int sync_grads(bstate *bs, int64_t t) {
             return bp_fail(BP_EFORMAT, "trainer %d: key %llu used at iteration %lld is neither private nor synchronised "
                            "in the plan", me, (unsigned long long)key, (long long)t);
         }
-        bs->gslot[k] = (uint32_t)slot;
         bs->misses += c->slot_for[slot] == (uint32_t)t; // fetched for t: a miss (hit-rate figures)
     }
     bs->accesses += (uint64_t)g->n;
@@ -891,6 +891,29 @@ static int evict_and_write_back(bstate *bs, int64_t t) {
     return rc;
 }
 
+// Step 4: the cache row of every (b, f) entry of my slice, one map lookup per key of the batch
+// (tr.g's keys, from emb_grad_sort; their slots kept in gslot for the gradients of step 5).
+static int resolve_rows(bstate *bs, int64_t t) {
+    const emb_grad *g = &bs->tr.g;
+    const uint64_t *s = g->sorted, pmask = ((uint64_t)1 << g->pos_bits) - 1;
+    cache *c = &bs->c;
+    const float *row = NULL;
+    for (size_t i = 0, k = 0; i < g->n_entries; i++) {
+        const uint64_t key = s[i] >> g->pos_bits;
+        if (!row || key != g->keys[k - 1]) { // the first entry of keys[k]
+            if (k + PREFETCH_AHEAD < (size_t)g->n) cache_prefetch(c, g->keys[k + PREFETCH_AHEAD]);
+            const int64_t slot = cache_find(c, key);
+            if (slot < 0 || !c->ready[slot])
+                return bp_fail(BP_EFORMAT, "trainer %d: iteration %lld reads key %llu, which the plan did not bring",
+                               bs->me, (long long)t, (unsigned long long)key);
+            bs->gslot[k++] = (uint32_t)slot;
+            row = cache_row(c, (uint32_t)slot);
+        }
+        bs->erow[s[i] & pmask] = row;
+    }
+    return 0;
+}
+
 // One iteration; *loss gets the global batch's mean loss.
 static int bs_step(bstate *bs, int64_t t, double *loss) {
     const train_setup *su = bs->su;
@@ -902,27 +925,22 @@ static int bs_step(bstate *bs, int64_t t, double *loss) {
     if (!rc) rc = issue_fetches(bs);
     if (!rc) rc = wait_groups(bs, BP_MAX(su->ck.start_iter, t - bs->P), t); // the first record fetches for P + 1
     if (rc) return rc;
+    double t1 = bp_now();
+    bs->t_wait += t1 - t0;
     const int b0 = (int)bs->p.slice[bs->me], Bi = (int)bs->p.slice[bs->me + 1] - b0;
     const uint64_t r = role_batch_row(su, t, b0);
     const uint32_t *ids = ds->sparse + r * F;
-    for (int b = 0, e = 0; b < Bi; b++)
-        for (int f = 0; f < F; f++, e++) {
-            uint64_t key = emb_key(&tr->L, f, ids[e]);
-            int64_t slot = cache_find(&bs->c, key);
-            if (slot < 0 || !bs->c.ready[slot])
-                return bp_fail(BP_EFORMAT, "trainer %d: iteration %lld reads key %llu, which the plan did not bring",
-                               bs->me, (long long)t, (unsigned long long)key);
-            bs->erow[e] = cache_row(&bs->c, (uint32_t)slot);
-        }
+    emb_grad_sort(&tr->g, &tr->L, ids, Bi); // the batch's keys now, its gradients after the backward pass
+    if ((rc = resolve_rows(bs, t))) return rc;
     bs->resident_sum += bs->c.C - bs->c.n_free;
     bs->resident_max = BP_MAX(bs->resident_max, bs->c.C - bs->c.n_free);
-    bs->t_wait += bp_now() - t0;
+    bs->t_compute += bp_now() - t1; // the gather's addresses: local work, not a wait
     double lsum;
     rc = role_dense_step(tr, (const float *const *)bs->erow, ds->dense + r * Nd, ds->label + r, Bi, B,
                          bs->first_trainer, bs->T, bs->ar_work, &lsum, &bs->t_compute, &bs->t_ar);
     if (rc) return rc;
     double t3 = bp_now();
-    emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
+    emb_grad_sum(&tr->g, tr->d_emb);
     double t4 = bp_now();
     rc = wait_groups(bs, -1, t); // rows that arrived during compute: forward them now, not next iteration
     if (!rc) rc = sync_grads(bs, t);
