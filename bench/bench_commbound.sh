@@ -28,6 +28,9 @@
 # for all ranks and both directions); "hosts" gives the oracle and the servers one emulated host
 # and each trainer its own, each host behind its own full-duplex link of RATE
 # (bench/netem_hosts.sh), as separate machines on a switch would be.
+# PIN=1 (with NET=hosts, on a machine with at least T + 1 CPUs) gives each emulated host CPUs of its
+# own as well, as separate machines have: host 0 (the oracle and the servers) CPU 0, the trainers'
+# hosts the others (trainer j on CPU 1 + j mod (CPUs - 1)), and local process j the CPU of trainer j.
 # Environment: BAGPIPE_BIN (build/bagpipe), LB_BIN (build/bench/bench_commbound), RATE (200mbit),
 # T (2), S (1), D (64), B (1024), ITERS (60), ROUNDS (2), CACHE (150000), W (32), P (2),
 # ROWS (200000), EMB_OPT (sgd), BAGPIPE_EXTRA (more bagpipe flags), DATA (an existing dataset;
@@ -41,9 +44,24 @@ lb=${LB_BIN:-$root/build/bench/bench_commbound}
 out=${1:-}
 RATE=${RATE:-200mbit} T=${T:-2} S=${S:-1} D=${D:-64} B=${B:-1024} ITERS=${ITERS:-60} ROUNDS=${ROUNDS:-2}
 CACHE=${CACHE:-150000} W=${W:-32} P=${P:-2} ROWS=${ROWS:-200000} EMB_OPT=${EMB_OPT:-sgd}
-BAGPIPE_EXTRA=${BAGPIPE_EXTRA:-} NET=${NET:-shared} WARM=${WARM:-10}
+BAGPIPE_EXTRA=${BAGPIPE_EXTRA:-} NET=${NET:-shared} WARM=${WARM:-10} PIN=${PIN:-0}
 [ "$ITERS" -gt "$WARM" ] || { echo "$0: ITERS ($ITERS) must exceed WARM ($WARM)" >&2; exit 2; }
 case "$NET" in shared | hosts) ;; *) echo "$0: NET must be shared or hosts, not '$NET'" >&2; exit 2 ;; esac
+ncpu=$(nproc)
+case "$PIN" in
+    0) ;;
+    1) if [ "$NET" != hosts ] || [ "$ncpu" -lt $((T + 1)) ]; then
+           echo "$0: PIN=1 needs NET=hosts and at least T + 1 = $((T + 1)) CPUs (this machine: $ncpu)" >&2
+           exit 2
+       fi ;;
+    *) echo "$0: PIN must be 0 or 1, not '$PIN'" >&2; exit 2 ;;
+esac
+trainer_cpu() { echo $((1 + $1 % (ncpu - 1))); } # PIN=1: the CPU of trainer $1's host
+host_cpus=""
+if [ "$PIN" = 1 ]; then
+    host_cpus=0
+    for j in $(seq 0 $((T - 1))); do host_cpus="$host_cpus:$(trainer_cpu "$j")"; done
+fi
 MODES=${MODES:-"sync bagpipe local"} # also bagpipe-fg: bagpipe with BAGPIPE_SYNC_LATER_NOW=1 (no background reduction)
 if [ "$(id -u)" != 0 ]; then
     echo "$0: needs root for the network namespace (bench/netem.sh); refusing to run" >&2
@@ -95,7 +113,7 @@ run() {
             [ "$name" = bagpipe-fg ] && fg=1
             if [ "$NET" = hosts ]; then
                 # one host for the oracle and the servers, one per trainer (bench/netem_hosts.sh)
-                set -- "$here/netem_hosts.sh" "$RATE" "$((1 + S))$(printf ',1%.0s' $(seq 1 "$T"))" \
+                set -- env HOST_CPUS="$host_cpus" "$here/netem_hosts.sh" "$RATE" "$((1 + S))$(printf ',1%.0s' $(seq 1 "$T"))" \
                     sh -c 'exec $MPIRUN -x BAGPIPE_SYNC_LATER_NOW -np "$0" "$@"' "$((1 + S + T))"
             else
                 set -- "$here/netem.sh" "$RATE"
@@ -114,7 +132,9 @@ run() {
         local)
             pids=""
             for i in $(seq 0 $((T - 1))); do
-                /usr/bin/time -f "%U %S" -o "$tmp/cpu.$i" "$bin" train --mode local --batch-size $((B / T)) $model \
+                pin=""
+                [ "$PIN" = 1 ] && pin="taskset -c $(trainer_cpu "$i")"
+                $pin /usr/bin/time -f "%U %S" -o "$tmp/cpu.$i" "$bin" train --mode local --batch-size $((B / T)) $model \
                     --metrics "$m.$i" "$data" > "$tmp/out.$i" 2>&1 &
                 pids="$pids $!"
             done
@@ -154,7 +174,7 @@ rate_Bps=$(echo "$RATE" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, ""
 {
     echo "## sync vs bagpipe vs compute-only bound at $RATE ($( [ "$NET" = hosts ] && echo "one link per host" || echo "one shared link"))"
     echo
-    echo "Command: \`NET=$NET WARM=$WARM MODES='$MODES' RATE=$RATE T=$T S=$S D=$D B=$B ITERS=$ITERS ROUNDS=$ROUNDS CACHE=$CACHE W=$W P=$P EMB_OPT=$EMB_OPT" \
+    echo "Command: \`NET=$NET PIN=$PIN WARM=$WARM MODES='$MODES' RATE=$RATE T=$T S=$S D=$D B=$B ITERS=$ITERS ROUNDS=$ROUNDS CACHE=$CACHE W=$W P=$P EMB_OPT=$EMB_OPT" \
          "BAGPIPE_EXTRA='$BAGPIPE_EXTRA' bench/bench_commbound.sh\`, started $started (load average $load0 at the start," \
          "$load1 at the end; $cores cores).  DLRM 13-$D / 64-1, D = $D, batch $B ($((B / T)) per trainer)," \
          "$EMB_OPT rows; data: $( [ -n "${DATA:-}" ] && echo "$DATA" || echo "criteo-small shape, $ROWS samples, seed 1")."

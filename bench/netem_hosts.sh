@@ -20,6 +20,9 @@
 # and gives it its own host name (unshare --uts).  Needs root.  Only the new namespaces are
 # configured (a private subnet that only they carry); all are deleted on every exit path.
 # The kernel here has no netem qdisc: no latency is added, only bandwidth is emulated.
+# HOST_CPUS (optional) gives each host its own CPUs as well, colon-separated in host order, each a
+# taskset list, e.g. 0:1 (host 0 on CPU 0, host 1 on CPU 1): every rank of a host runs there, as
+# on a machine of its own.  Hosts left out run anywhere.
 set -eu
 
 if [ "$#" -lt 3 ]; then
@@ -44,6 +47,14 @@ esac
 case "$slots" in
     *[!0-9,]* | "" | ,* | *, | *,,*) echo "$0: bad SLOTS '$slots' (e.g. 2,1,1)" >&2; exit 2 ;;
 esac
+host_cpus=${HOST_CPUS:-}
+case "$host_cpus" in
+    *[!0-9,:-]*) echo "$0: bad HOST_CPUS '$host_cpus' (e.g. 0:1)" >&2; exit 2 ;;
+esac
+if [ -n "$host_cpus" ] && ! command -v taskset > /dev/null 2>&1; then
+    echo "$0: HOST_CPUS needs 'taskset'; refusing to run" >&2
+    exit 1
+fi
 
 tag=bp$$
 sw=${tag}sw
@@ -114,8 +125,10 @@ done
 host=\$1
 shift
 i=\$(( \${host##*.} - 10 ))
-exec ip netns exec "${tag}h\$i" unshare --uts sh -c "hostname host\$i; \$*"
+cpus=\$(sed -n "\$((i + 1))p" "$tmp/cpus")
+exec ip netns exec "${tag}h\$i" \${cpus:+taskset -c \$cpus} unshare --uts sh -c "hostname host\$i; \$*"
 EOF
+echo "$host_cpus" | tr : '\n' > "$tmp/cpus"
 chmod +x "$agent"
 
 # The job's settings: the ones src/launch.c uses for a local job, plus the placement.
