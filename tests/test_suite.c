@@ -316,26 +316,33 @@ TEST(suite_netem_hosts_places_ranks_and_tears_down) {
     ASSERT_MSG(rc == 2 && out && strstr(out, "bad SLOTS"), "netem_hosts.sh with SLOTS 2,,1: exit %d: %s", rc,
                out ? out : "");
     free(out), out = NULL;
-    if (geteuid() != 0 || test_run(NULL, 10, "ip netns list") != 0 || test_run(NULL, 10, "command -v unshare") != 0) {
-        test_skip("not root, no ip netns or no unshare: only the argument check was checked");
+    rc = test_run(&out, 20, "HOST_CPUS=0x1 bench/netem_hosts.sh 1gbit 1,1 true");
+    ASSERT_MSG(rc == 2 && out && strstr(out, "bad HOST_CPUS"), "netem_hosts.sh with HOST_CPUS 0x1: exit %d: %s", rc,
+               out ? out : "");
+    free(out), out = NULL;
+    if (geteuid() != 0 || test_run(NULL, 10, "ip netns list") != 0 || test_run(NULL, 10, "command -v unshare") != 0 ||
+        test_run(NULL, 10, "command -v taskset") != 0) {
+        test_skip("not root, no ip netns, unshare or taskset: only the argument checks were checked");
         return;
     }
-    // Each rank prints its host name, address and qdisc on one line; ranks 0-1 on host 0, 2 on host 1.
+    // Each rank prints its host name, address, CPUs and qdisc on one line; ranks 0-1 on host 0 (CPU
+    // 0), 2 on host 1 (the last CPU).
     const char *info = test_path("rank-info.sh"), *job = test_path("job.sh");
     FILE *f = fopen(info, "w");
     ASSERT_MSG(f != NULL, "cannot write %s", info);
     fprintf(f, "echo rank $OMPI_COMM_WORLD_RANK $(hostname) $(ip -4 -o addr show eth0 | awk '{print $4}') "
-               "$(tc qdisc show dev eth0 | head -1)\n");
+               "cpus=$(taskset -cp $$ | sed 's/.*: //') $(tc qdisc show dev eth0 | head -1)\n");
     fclose(f);
     f = fopen(job, "w");
     ASSERT_MSG(f != NULL, "cannot write %s", job);
     fprintf(f, "$MPIRUN -np 3 sh %s\nexit 7\n", info);
     fclose(f);
-    rc = test_run(&out, 60, "bench/netem_hosts.sh 1gbit 2,1 sh %s", job);
-    char want[3][64];
-    snprintf(want[0], sizeof want[0], "rank 0 host0 10.213.77.10/24 qdisc tbf");
-    snprintf(want[1], sizeof want[1], "rank 1 host0 10.213.77.10/24 qdisc tbf");
-    snprintf(want[2], sizeof want[2], "rank 2 host1 10.213.77.11/24 qdisc tbf");
+    const long last = sysconf(_SC_NPROCESSORS_ONLN) - 1;
+    rc = test_run(&out, 60, "HOST_CPUS=0:%ld bench/netem_hosts.sh 1gbit 2,1 sh %s", last, job);
+    char want[3][80];
+    snprintf(want[0], sizeof want[0], "rank 0 host0 10.213.77.10/24 cpus=0 qdisc tbf");
+    snprintf(want[1], sizeof want[1], "rank 1 host0 10.213.77.10/24 cpus=0 qdisc tbf");
+    snprintf(want[2], sizeof want[2], "rank 2 host1 10.213.77.11/24 cpus=%ld qdisc tbf", last);
     int placed = rc == 7 && out;
     for (int i = 0; placed && i < 3; i++) placed = strstr(out, want[i]) != NULL;
     ASSERT_MSG(placed, "netem_hosts.sh: exit %d (want 7), want lines like '%s': %s", rc, want[2], out ? out : "");
