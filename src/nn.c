@@ -757,30 +757,16 @@ static inline void dot_block(float *out, const float *a, const float *M, size_t 
     v4_store(out, s0), v4_store(out + 4, s1), v4_store(out + 8, s2), v4_store(out + 12, s3);
 }
 
-// The same sums 8 floats at a time where the processor has AVX2 (every x86-64 since 2013): each of
-// the 16 outputs still takes a[k] * M[k][.] for k ascending in its own lane, a multiply then an
-// add (no FMA: ISO C mode does not contract and this target does not enable it), so the bits are
-// those of dot_block; only the instruction count halves.  nn_set_simd(0) forces the 4-float path.
+// The same sums 8 floats at a time where the processor has AVX2 (every x86-64 since 2013), for
+// four rows at once: out[r][0..16) = sum_k a[r][k] * M[k][0..16).  Each output still takes
+// a[r][k] * M[k][.] for k ascending in its own lane, a multiply then an add (no FMA: ISO C mode
+// does not contract and this target does not enable it), so the bits are those of dot_block.
+// Eight independent sums keep both vector units busy where one row's two would wait on the
+// latency of their adds, and each row of M is loaded once for the four.  nn_set_simd(0) forces
+// the 4-float path.
 #if defined(__x86_64__) && defined(__GNUC__)
 #define NN_AVX2 1
 typedef float v8f __attribute__((vector_size(32)));
-__attribute__((target("avx2"))) static inline void dot_block_avx2(float *out, const float *a, const float *M,
-                                                                  size_t ldm, int n) {
-    v8f s0 = {0}, s1 = {0}, r0, r1;
-    for (int k = 0; k < n; k++) {
-        const float *row = M + (size_t)k * ldm;
-        float x = a[k];
-        memcpy(&r0, row, sizeof r0), memcpy(&r1, row + 8, sizeof r1);
-        s0 += x * r0;
-        s1 += x * r1;
-    }
-    memcpy(out, &s0, sizeof s0), memcpy(out + 8, &s1, sizeof s1);
-}
-
-// dot_block_avx2 for four rows at once: out[r][0..16) = sum_k a[r][k] * M[k][0..16), each output
-// the same multiply-then-add sequence in its own lane as above (the same bits).  One row's two
-// sums wait on the latency of their adds at every k; eight independent sums keep both vector
-// units busy, and each row of M is loaded once for the four.
 __attribute__((target("avx2"))) static inline void dot_block4_avx2(float out[4][DOT_BLOCK], const float *const a[4],
                                                                    const float *M, size_t ldm, int n) {
     v8f s00 = {0}, s01 = {0}, s10 = {0}, s11 = {0}, s20 = {0}, s21 = {0}, s30 = {0}, s31 = {0}, r0, r1;

@@ -25,7 +25,6 @@
 #include "oracle.h"
 #include "plan.h"
 
-
 struct role_oracle {
     const train_setup *su;
     int T, first_trainer, A;
