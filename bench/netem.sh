@@ -11,26 +11,14 @@
 # after the command is stopped.  Exits with the command's status.
 # The kernel here has no netem qdisc, so no latency is added; only bandwidth is emulated.
 set -eu
+. "$(dirname "$0")/netem_lib.sh"
 
-if [ "$#" -lt 2 ]; then
-    echo "usage: $0 RATE COMMAND [ARGS...]   (RATE e.g. 1gbit, 10gbit)" >&2
-    exit 2
-fi
-if [ "$(id -u)" != 0 ]; then
-    echo "$0: needs root (ip netns, tc); refusing to run" >&2
-    exit 1
-fi
-for tool in ip tc; do
-    if ! command -v "$tool" > /dev/null 2>&1; then
-        echo "$0: '$tool' not found (Debian: apt-get install iproute2); refusing to run" >&2
-        exit 1
-    fi
-done
+netem_need_args "$#" 2 "RATE COMMAND [ARGS...]   (RATE e.g. 1gbit, 10gbit)"
+netem_need_root
+netem_need_tools ip tc
 rate=$1
 shift
-case "$rate" in
-    *[!0-9a-zA-Z.]* | "") echo "$0: bad rate '$rate'" >&2; exit 2 ;;
-esac
+netem_check_rate "$rate"
 
 ns="bpnetem$$"
 if ip netns list | grep -qw "$ns"; then

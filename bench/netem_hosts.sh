@@ -24,26 +24,14 @@
 # taskset list, e.g. 0:1 (host 0 on CPU 0, host 1 on CPU 1): every rank of a host runs there, as
 # on a machine of its own.  Hosts left out run anywhere.
 set -eu
+. "$(dirname "$0")/netem_lib.sh"
 
-if [ "$#" -lt 3 ]; then
-    echo "usage: $0 RATE SLOTS COMMAND [ARGS...]   (RATE e.g. 1gbit; SLOTS e.g. 2,1,1)" >&2
-    exit 2
-fi
-if [ "$(id -u)" != 0 ]; then
-    echo "$0: needs root (ip netns, tc); refusing to run" >&2
-    exit 1
-fi
-for tool in ip tc unshare mpirun; do
-    if ! command -v "$tool" > /dev/null 2>&1; then
-        echo "$0: '$tool' not found; refusing to run" >&2
-        exit 1
-    fi
-done
+netem_need_args "$#" 3 "RATE SLOTS COMMAND [ARGS...]   (RATE e.g. 1gbit; SLOTS e.g. 2,1,1)"
+netem_need_root
+netem_need_tools ip tc unshare mpirun
 rate=$1 slots=$2
 shift 2
-case "$rate" in
-    *[!0-9a-zA-Z.]* | "") echo "$0: bad rate '$rate'" >&2; exit 2 ;;
-esac
+netem_check_rate "$rate"
 case "$slots" in
     *[!0-9,]* | "" | ,* | *, | *,,*) echo "$0: bad SLOTS '$slots' (e.g. 2,1,1)" >&2; exit 2 ;;
 esac
@@ -51,10 +39,7 @@ host_cpus=${HOST_CPUS:-}
 case "$host_cpus" in
     *[!0-9,:-]*) echo "$0: bad HOST_CPUS '$host_cpus' (e.g. 0:1)" >&2; exit 2 ;;
 esac
-if [ -n "$host_cpus" ] && ! command -v taskset > /dev/null 2>&1; then
-    echo "$0: HOST_CPUS needs 'taskset'; refusing to run" >&2
-    exit 1
-fi
+if [ -n "$host_cpus" ]; then netem_need_tools taskset; fi
 
 tag=bp$$
 sw=${tag}sw
