@@ -3,9 +3,8 @@
 //   - forward + backward of the DLRM Criteo Kaggle MLPs (bottom 13-512-256-64-16, top
 //     367-512-256-1) at batch 128 and 2048, in GFLOP/s and as a share of that peak, layer by layer
 //     and as the model runs them (ReLU fused into the products, the backward pass as one stack);
-//     with 2 threads
-//     also two independent single-threaded halves of the batch side by side (no synchronisation,
-//     no reduction): the ceiling of any way to split the MLPs over the two threads;
+//     with 2 threads also two independent single-threaded halves of the batch side by side (no
+//     synchronisation, no reduction): the ceiling of any way to split the MLPs over the two threads;
 //   - the dot interaction (F = 26, D = 16 and 64) against its 4-float path and a plain pair-by-pair loop;
 //   - samples/s of the four models' forward + loss + backward on random embedding rows.
 // OPENBLAS_CORETYPE is left as the environment sets it; the core OpenBLAS reports is printed.
@@ -150,6 +149,11 @@ typedef struct {
 static void halves_part(void *p, int part, int n) { mlp_run(&((halves_ctx *)p)->half[part]); }
 static void halves_run(void *p) { nn_pool_run(2, halves_part, p); }
 
+// One row of the MLP table: seconds t for flops, as GFLOP/s and as a share of peak (GFLOP/s).
+static void mlp_row(const char *what, int B, double t, double flops, double peak, const char *note) {
+    printf("%-28s %6d %10.3f %9.1f %7.0f%%%s\n", what, B, t * 1e3, flops / t / 1e9, 100 * flops / t / 1e9 / peak, note);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Dot interaction: the kernel against a pair-by-pair loop over the same data.
 
@@ -270,16 +274,12 @@ int main(int argc, char **argv) {
             double p1 = gemm_flop / time_best(gemm_run, &g) / 1e9, peak = (p0 + p1) / 2;
             printf("  sgemm %dx%dx%d before/after: %.1f / %.1f GFLOP/s (peak = their mean)\n", g.N, g.N, g.N, p0, p1);
             double fb = mlp_flops(&mb), ft = mlp_flops(&mt);
-            printf("%-28s %6d %10.3f %9.1f %7.0f%%\n", "  bottom 13-512-256-64-16", B, tb * 1e3, fb / tb / 1e9,
-                   100 * fb / tb / 1e9 / peak);
-            printf("%-28s %6d %10.3f %9.1f %7.0f%%\n", "  top 367-512-256-1", B, tt * 1e3, ft / tt / 1e9,
-                   100 * ft / tt / 1e9 / peak);
-            printf("%-28s %6d %10.3f %9.1f %7.0f%%\n", "  both", B, (tb + tt) * 1e3, (fb + ft) / (tb + tt) / 1e9,
-                   100 * (fb + ft) / (tb + tt) / 1e9 / peak);
+            mlp_row("  bottom 13-512-256-64-16", B, tb, fb, peak, "");
+            mlp_row("  top 367-512-256-1", B, tt, ft, peak, "");
+            mlp_row("  both", B, tb + tt, fb + ft, peak, "");
             double mbt = time_best(mlp_run_model, &mb), mtt = time_best(mlp_run_model, &mt);
-            printf("%-28s %6d %10.3f %9.1f %7.0f%%   (fused ReLU, backward as one stack: as the model runs it)\n",
-                   "  both, model's path", B, (mbt + mtt) * 1e3, (fb + ft) / (mbt + mtt) / 1e9,
-                   100 * (fb + ft) / (mbt + mtt) / 1e9 / peak);
+            mlp_row("  both, model's path", B, mbt + mtt, fb + ft, peak,
+                    "   (fused ReLU, backward as one stack: as the model runs it)");
             if (threads == 2) {
                 halves_ctx hb, ht;
                 for (int h = 0; h < 2; h++) {
@@ -289,9 +289,8 @@ int main(int argc, char **argv) {
                 openblas_set_num_threads(1);
                 double hbt = time_best(halves_run, &hb), htt = time_best(halves_run, &ht);
                 openblas_set_num_threads(2);
-                printf("%-28s %6d %10.3f %9.1f %7.0f%%   (two independent halves: the ceiling of a split)\n",
-                       "  both, halves", B, (hbt + htt) * 1e3, (fb + ft) / (hbt + htt) / 1e9,
-                       100 * (fb + ft) / (hbt + htt) / 1e9 / peak);
+                mlp_row("  both, halves", B, hbt + htt, fb + ft, peak,
+                        "   (two independent halves: the ceiling of a split)");
                 for (int h = 0; h < 2; h++) mlp_free(&hb.half[h]), mlp_free(&ht.half[h]);
             }
             mlp_free(&mb), mlp_free(&mt);
