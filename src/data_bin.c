@@ -493,6 +493,17 @@ void bp_ds_split_range(const bp_dataset *ds, bp_split s, uint64_t *begin, uint64
     }
 }
 
+void bp_ds_split_last(uint64_t rows, uint64_t last, uint64_t split[3]) {
+    BP_ASSERT(last <= rows);
+    split[0] = rows - last;
+    split[1] = (last + 1) / 2;
+    split[2] = last / 2;
+}
+
+void bp_ds_split_kaggle(uint64_t rows, uint64_t split[3]) {
+    bp_ds_split_last(rows, rows / 7, split); // the rows % 7 < 7 extra rows went to days 0-5
+}
+
 uint64_t bp_ds_total_card(const bp_ds_info *info) {
     uint64_t t = 0;
     for (uint32_t f = 0; f < info->n_sparse; f++) t += info->card[f];

@@ -116,6 +116,12 @@ int bp_ds_open(bp_dataset *ds, const char *path, unsigned flags);
 void bp_ds_close(bp_dataset *ds); // safe on a zeroed or closed dataset
 // Row range [*begin, *end) of a split.
 void bp_ds_split_range(const bp_dataset *ds, bp_split s, uint64_t *begin, uint64_t *end);
+// Split sizes when the last `last` of `rows` rows are halved: train = rows - last, val the first
+// ceil(last / 2) of them, test the rest.
+void bp_ds_split_last(uint64_t rows, uint64_t last, uint64_t split[3]);
+// The Criteo Kaggle split of the DLRM reference, for prep and synth alike: 7 days, each rows / 7
+// rows plus one for the first rows % 7 days; days 0-5 train, day 6 halved by bp_ds_split_last.
+void bp_ds_split_kaggle(uint64_t rows, uint64_t split[3]);
 uint64_t bp_ds_total_card(const bp_ds_info *info); // sum of card[0..F)
 const char *bp_ds_kind_name(uint32_t kind);
 const char *bp_split_name(bp_split s);

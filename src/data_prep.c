@@ -84,7 +84,6 @@ static uint64_t frac_rows(double f, uint64_t rows) {
 void prep_split_sizes(const prep_opts *o, uint64_t rows, const uint64_t *rows_per_file, int n_files,
                       uint64_t split[3]) {
     split[0] = rows, split[1] = split[2] = 0;
-    uint64_t last = 0; // rows of the part halved into val / test
     switch (o->split) {
     case PREP_SPLIT_NONE: return;
     case PREP_SPLIT_RATIO:
@@ -92,20 +91,9 @@ void prep_split_sizes(const prep_opts *o, uint64_t rows, const uint64_t *rows_pe
         split[1] = BP_MIN(frac_rows(o->ratio[1], rows), rows - split[0]);
         split[2] = rows - split[0] - split[1];
         return;
-    case PREP_SPLIT_KAGGLE: {
-        // 7 days of equal row counts; the first rows % 7 days get one extra row.
-        uint64_t base = rows / 7, extra = rows % 7;
-        last = rows - (6 * base + BP_MIN(extra, 6));
-        break;
+    case PREP_SPLIT_KAGGLE: bp_ds_split_kaggle(rows, split); return;
+    case PREP_SPLIT_DAYS: bp_ds_split_last(rows, n_files > 0 ? rows_per_file[n_files - 1] : 0, split); return;
     }
-    case PREP_SPLIT_DAYS:
-        last = n_files > 0 ? rows_per_file[n_files - 1] : 0;
-        break;
-    }
-    BP_ASSERT(last <= rows);
-    split[0] = rows - last;
-    split[1] = (last + 1) / 2;
-    split[2] = last / 2;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -103,10 +103,7 @@ void synth_split_sizes(const synth_opts *o, uint64_t split[3]) {
     if (o->split == SYNTH_SPLIT_NONE) {
         split[0] = n, split[1] = split[2] = 0;
     } else if (o->split == SYNTH_SPLIT_KAGGLE) {
-        // Seven equal days (day d is rows [d n / 7, (d+1) n / 7)); days 0-5 train; day 6 is cut
-        // in halves, the first for validation, the second for test.
-        uint64_t day6 = n - n * 6 / 7;
-        split[0] = n - day6, split[1] = day6 / 2, split[2] = day6 - day6 / 2;
+        bp_ds_split_kaggle(n, split); // the rule prep uses, so both cut the same rows alike
     } else {
         split[0] = (uint64_t)floor((double)n * o->ratio[0]);
         split[1] = (uint64_t)floor((double)n * o->ratio[1]);

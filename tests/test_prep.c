@@ -11,6 +11,7 @@
 #include "data_criteo.h"
 #include "data_lines.h"
 #include "data_prep.h"
+#include "data_synth.h"
 #include "data_vocab.h"
 #include "test.h"
 
@@ -877,6 +878,37 @@ TEST(prep_split_sizes_by_rule) {
     ASSERT_EQ(prep_split_parse(&o, "ratio:0.8,0.1"), BP_EUSAGE);
     ASSERT_EQ(prep_split_parse(&o, "ratio:0.8,0.1,0.1,0"), BP_EUSAGE);
     ASSERT_EQ(prep_split_parse(&o, "ratio:1.5,-0.5,0"), BP_EUSAGE);
+}
+
+// synth --split kaggle and prep --split kaggle cut n rows alike, and as the DLRM reference does:
+// per-day counts n / 7 plus one for the first n % 7 days, day 6 halved with the larger half first.
+TEST(prep_and_synth_kaggle_splits_agree) {
+    prep_opts po;
+    prep_opts_default(&po);
+    ASSERT_OK(prep_split_parse(&po, "kaggle"));
+    synth_opts so;
+    synth_opts_default(&so, SYNTH_PRESET_CRITEO_KAGGLE);
+    ASSERT_EQ(so.split, SYNTH_SPLIT_KAGGLE);
+    static const uint64_t extra_n[] = {100, 7000, 7001, 7006, 20000, 1000000, 2000000, 45840617};
+    for (size_t k = 0; k < 20 + BP_ARRAY_LEN(extra_n); k++) {
+        const uint64_t n = k < 20 ? k + 1 : extra_n[k - 20];
+        uint64_t day[7], p[3], s[3];
+        for (int d = 0; d < 7; d++) day[d] = n / 7 + ((uint64_t)d < n % 7);
+        const uint64_t want[3] = {n - day[6], (day[6] + 1) / 2, day[6] / 2};
+        prep_split_sizes(&po, n, NULL, 0, p);
+        so.rows = n;
+        synth_split_sizes(&so, s);
+        for (int i = 0; i < 3; i++) {
+            ASSERT_MSG(p[i] == want[i], "n %llu: prep split %d is %llu, expected %llu", (unsigned long long)n, i,
+                       (unsigned long long)p[i], (unsigned long long)want[i]);
+            ASSERT_MSG(s[i] == p[i], "n %llu: synth split %d is %llu, prep's %llu", (unsigned long long)n, i,
+                       (unsigned long long)s[i], (unsigned long long)p[i]);
+        }
+    }
+    uint64_t t[3];
+    so.rows = 20000; // synth once cut 17142 / 1429 / 1429 here
+    synth_split_sizes(&so, t);
+    ASSERT_TRUE(t[0] == 17143 && t[1] == 1429 && t[2] == 1428);
 }
 
 TEST(prep_splits_in_the_dataset) {

@@ -226,9 +226,9 @@ TEST(synth_criteo_kaggle_preset_shape_skew_and_labels) {
     ASSERT_EQ(in->transform, BP_TRANSFORM_LOG1P);
     ASSERT_EQ(in->kind, BP_KIND_SYNTH);
     ASSERT_TRUE(ds.prob != NULL);
-    ASSERT_EQ(in->split[0], 857142); // days 0-5 of 7
+    ASSERT_EQ(in->split[0], 857143); // days 0-5 of 7 (day 0 has the extra row)
     ASSERT_EQ(in->split[1], 71429);
-    ASSERT_EQ(in->split[2], 71429);
+    ASSERT_EQ(in->split[2], 71428);
 
     // Labels: base rate near Criteo's, and consistent with the stored probabilities.
     double sl = 0, sp = 0, zeros = 0;
@@ -381,9 +381,9 @@ TEST(synth_split_sizes) {
     o.rows = 7000;
     synth_split_sizes(&o, s);
     ASSERT_TRUE(s[0] == 6000 && s[1] == 500 && s[2] == 500);
-    o.rows = 7001;
+    o.rows = 7001; // days 1001, 1000 x 6: the extra row is in day 0, as prep puts it
     synth_split_sizes(&o, s);
-    ASSERT_TRUE(s[0] == 6000 && s[1] == 500 && s[2] == 501);
+    ASSERT_TRUE(s[0] == 6001 && s[1] == 500 && s[2] == 500);
     o.split = SYNTH_SPLIT_RATIO, o.ratio[0] = 0.8, o.ratio[1] = 0.1, o.ratio[2] = 0.1, o.rows = 1001;
     synth_split_sizes(&o, s);
     ASSERT_TRUE(s[0] == 800 && s[1] == 100 && s[2] == 101);
