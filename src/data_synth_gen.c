@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data_criteo.h"
 #include "data_synth.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -94,6 +95,11 @@ int synth_opts_check(synth_opts *o) {
         return bp_fail(BP_EUSAGE, "--format csv: the Avazu CSV layout needs --preset avazu (Criteo-shaped data is tsv)");
     if (o->format == SYNTH_FMT_TSV && o->preset == SYNTH_PRESET_AVAZU)
         return bp_fail(BP_EUSAGE, "--format tsv: Avazu's raw format is CSV; use --format csv (or raw)");
+    // prep reads Criteo's layout only; a TSV of another shape would be a file nothing reads.
+    if (o->format == SYNTH_FMT_TSV && (o->n_dense != CRITEO_ND || o->n_tables != CRITEO_F))
+        return bp_fail(BP_EUSAGE, "--format tsv: Criteo's layout has 13 dense and 26 tables, the only one prep "
+                                  "reads; this shape has %u and %u (use --format bin, or --dense 13 and 26 tables)",
+                       o->n_dense, o->n_tables);
     if (o->threads < 1 || o->threads > 256) return bp_fail(BP_EUSAGE, "--threads: expected 1-256, got %d", o->threads);
     return 0;
 }

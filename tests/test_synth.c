@@ -24,10 +24,15 @@ static int same_bytes(const char *a, const char *b) {
 }
 
 // A small custom configuration written to path.
+// 3 dense and 3 tables; TSV needs Criteo's 13 and 26, so there the tables are 26 and the dense 13.
 static int write_custom(const char *path, uint64_t rows, uint64_t seed, int threads, synth_format fmt) {
     synth_opts o;
     synth_opts_default(&o, SYNTH_PRESET_CUSTOM);
     o.n_tables = 3, o.card[0] = 1000, o.card[1] = 50, o.card[2] = 20000, o.n_dense = 3;
+    if (fmt == SYNTH_FMT_TSV) {
+        o.n_tables = 26, o.n_dense = 13;
+        for (uint32_t f = 3; f < o.n_tables; f++) o.card[f] = 10 + 37 * f;
+    }
     o.rows = rows, o.seed = seed, o.threads = threads, o.format = fmt, o.out = path;
     synth_report rep;
     return synth_run(&o, &rep);
@@ -471,6 +476,14 @@ TEST(synth_cli_bad_flags_are_clear) {
     free(out);
     ASSERT_EQ(test_run(&out, 20, "%s synth --rows 10", test_bin()), 2);
     ASSERT_STR_CONTAINS(out, "-o FILE");
+    free(out);
+    // prep reads only Criteo's 13 + 26 fields, so other custom shapes are binary only.
+    ASSERT_EQ(test_run(&out, 20, "%s synth --preset custom --tables 5,5 --format tsv -o %s", test_bin(), p), 2);
+    ASSERT_STR_CONTAINS(out, "--format tsv: Criteo's layout has 13 dense and 26 tables, the only one prep reads; "
+                             "this shape has 13 and 2 (use --format bin");
+    free(out);
+    ASSERT_EQ(test_run(&out, 20, "%s synth --tables 5,5 --dense 2 --format raw -o %s", test_bin(), p), 2);
+    ASSERT_STR_CONTAINS(out, "this shape has 2 and 2");
     free(out);
     ASSERT_TRUE(access(p, F_OK) != 0);
     // And a good one, end to end through the binary.
