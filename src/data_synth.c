@@ -361,11 +361,46 @@ static void *run_worker(void *arg) {
     return NULL;
 }
 
+// The shortest %g form that reads back as x, so a recorded flag gives the same value again.
+static void fmt_exact(char *b, size_t cap, double x) {
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(b, cap, "%.*g", digits, x);
+        if (strtod(b, NULL) == x) return;
+    }
+}
+
+// The header's `source`: the command that regenerates these bytes (given -o FILE).  The skew is
+// recorded exactly, so an auto skew need not be calibrated again.  A custom table list too long
+// for the field is replaced by a pointer to the sizes that `bagpipe info` prints; a command that
+// is too long even then is cut and ends in "...".
 static void source_text(const synth_opts *o, const synth_model *m, char *buf, size_t cap) {
     static const char *names[] = {"custom", "criteo-kaggle", "avazu"};
-    snprintf(buf, cap, "bagpipe synth --preset %s --rows %llu --seed %llu --skew %.6g --drift %g --ctr %g --pairs %d",
-             names[o->preset], (unsigned long long)o->rows, (unsigned long long)o->seed, synth_model_skew(m), o->drift,
-             o->ctr, o->n_pairs);
+    char skew[32], drift[32], ctr[32], r[3][32], split[112], shape[64 * 21 + 32];
+    fmt_exact(skew, sizeof skew, synth_model_skew(m));
+    fmt_exact(drift, sizeof drift, o->drift);
+    fmt_exact(ctr, sizeof ctr, o->ctr);
+    if (o->split == SYNTH_SPLIT_RATIO) {
+        for (int i = 0; i < 3; i++) fmt_exact(r[i], sizeof r[i], o->ratio[i]);
+        snprintf(split, sizeof split, "ratio:%s,%s,%s", r[0], r[1], r[2]);
+    } else {
+        snprintf(split, sizeof split, "%s", o->split == SYNTH_SPLIT_KAGGLE ? "kaggle" : "none");
+    }
+    shape[0] = 0;
+    if (o->preset == SYNTH_PRESET_CUSTOM) {
+        size_t n = (size_t)snprintf(shape, sizeof shape, " --dense %u --tables ", o->n_dense);
+        for (uint32_t f = 0; f < o->n_tables; f++)
+            n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%llu", f ? "," : "", (unsigned long long)o->card[f]);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = (size_t)snprintf(buf, cap, "bagpipe synth --preset %s%s --rows %llu --seed %llu --skew %s --drift %s "
+                                    "--ctr %s --pairs %d --split %s", names[o->preset], shape,
+                                    (unsigned long long)o->rows, (unsigned long long)o->seed, skew, drift, ctr,
+                                    o->n_pairs, split);
+        if (n < cap) return;
+        snprintf(shape, sizeof shape, " --dense %u --tables <the %u sizes on the tables line of bagpipe info>",
+                 o->n_dense, o->n_tables);
+    }
+    memcpy(buf + cap - 4, "...", 4); // still too long (flags with many digits): show it is cut
 }
 
 int synth_run(const synth_opts *opts, synth_report *rep) {

@@ -495,6 +495,39 @@ TEST(synth_cli_bad_flags_are_clear) {
     free(out);
 }
 
+// The header's source is a command that, given -o, writes the same bytes again.
+TEST(synth_source_reruns_to_the_same_bytes) {
+    const char *a = test_path("src_a.bin"), *b = test_path("src_b.bin");
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s synth --tables 300,20,7000 --dense 4 --rows 5000 --seed 9 --drift 0.3 --ctr 0.3 "
+                                 "--split ratio:0.7,0.2,0.1 -o %s", test_bin(), a), 0);
+    free(out);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, a, 0));
+    char src[sizeof ds.info.source];
+    memcpy(src, ds.info.source, sizeof src);
+    bp_ds_close(&ds);
+    ASSERT_STR_CONTAINS(src, "--preset custom --dense 4 --tables 300,20,7000 ");
+    ASSERT_STR_CONTAINS(src, " --split ratio:0.7,0.2,0.1");
+    ASSERT_TRUE(strncmp(src, "bagpipe ", 8) == 0);
+    int rc = test_run(&out, 60, "%s %s -o %s", test_bin(), src + 8, b);
+    ASSERT_MSG(rc == 0, "`%s`: exit %d\n%s", src, rc, out);
+    free(out);
+    ASSERT_MSG(same_bytes(a, b), "`%s` wrote other bytes", src);
+
+    // A table list too long for the field points to the sizes info prints.
+    synth_opts o;
+    synth_opts_default(&o, SYNTH_PRESET_CUSTOM);
+    o.n_tables = 40, o.n_dense = 1, o.rows = 10, o.threads = 1, o.out = a;
+    for (uint32_t f = 0; f < o.n_tables; f++) o.card[f] = 100000000 + f;
+    synth_report rep;
+    ASSERT_OK(synth_run(&o, &rep));
+    ASSERT_OK(bp_ds_open(&ds, a, 0));
+    ASSERT_STR_CONTAINS(ds.info.source, "--dense 1 --tables <the 40 sizes on the tables line of bagpipe info> --rows 10 ");
+    ASSERT_STR_CONTAINS(ds.info.source, " --split ratio:0.8,0.1,0.1");
+    bp_ds_close(&ds);
+}
+
 // Generates every chunk of o with the scalar and the AVX-512 generator and compares all outputs.
 static void check_paths_agree(synth_opts *o) {
     ASSERT_OK(synth_opts_check(o));
