@@ -6,8 +6,8 @@
 #      private namespace) when root and network namespaces are available, else unemulated
 #      (shared memory) and labelled so;
 #   2. convergence: validation logloss and AUC (and the training loss) against samples for the
-#      same runs, unemulated; bagpipe evaluates only at the end (its model is sync's bit for bit
-#      at every iteration, so its curve is sync's; its training loss is drawn whole).
+#      same runs, unemulated, every run evaluated during training (--eval-every works in every
+#      mode); bagpipe's model is sync's bit for bit at every iteration, so its curves are sync's.
 #
 #   bench/bench_async.sh OUTDIR [--quick]
 #
@@ -98,9 +98,7 @@ done
 for r in $runs; do
     m="$outdir/async_conv_$r.jsonl"
     rm -f "$m"
-    ev="--eval-every $EVERY"
-    [ "$r" = bagpipe ] && ev=""
-    if ! "$bin" train $(mode_args "$r") $model --iters "$conv_iters" --print-every "$(( EVERY / 2 ))" $ev \
+    if ! "$bin" train $(mode_args "$r") $model --iters "$conv_iters" --print-every "$(( EVERY / 2 ))" --eval-every "$EVERY" \
          --eval-rows "$EVAL_ROWS" --metrics "$m" "$tmp/d.bin" > "$tmp/out" 2>&1; then
         echo "$0: convergence run $r failed:" >&2
         tail -5 "$tmp/out" >&2
@@ -170,10 +168,10 @@ load1=$(cut -d' ' -f1-3 /proc/loadavg)
     done
     echo
     sl=$(tail -1 "$tmp/sync.eval") bl=$(tail -1 "$tmp/bagpipe.eval")
-    if [ "$sl" = "$bl" ]; then
-        echo "bagpipe's final evaluation equals sync's exactly ($sl): the same model, bit for bit, at its own speed."
+    if cmp -s "$tmp/sync.eval" "$tmp/bagpipe.eval"; then
+        echo "bagpipe's evaluations equal sync's exactly at all $(wc -l < "$tmp/sync.eval") points (the last: $sl): the same model, bit for bit, at its own speed."
     else
-        echo "**bagpipe's final evaluation ($bl) differs from sync's ($sl).**"
+        echo "**bagpipe's evaluations differ from sync's (the last: $bl vs $sl).**"
     fi
     echo "Bayes-optimal (planted model) on the evaluated rows: $(grep '"summary"' "$outdir/async_conv_sync.jsonl" | sed -n 's/.*"bayes_auc":\([-0-9.e+]*\),"bayes_logloss":\([-0-9.e+]*\).*/AUC \1, logloss \2/p')."
     echo

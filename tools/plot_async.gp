@@ -2,9 +2,8 @@
 #   gnuplot -e "dir='DIR'; out='FILE.png'; runs='sync bagpipe async-S1'" tools/plot_async.gp
 # For each run R in `runs`: DIR/R.train holds "samples loss" (the training windows' mean loss)
 # and DIR/R.eval "samples logloss auc" (validation).  Three panels against samples seen:
-# training loss, validation logloss, validation AUC.  A run with a single evaluation (bagpipe,
-# which evaluates only at the end) is drawn as a large open point; list it last so that it is
-# drawn over the run it equals.  PNG (pngcairo, else png) or SVG.
+# training loss, validation logloss, validation AUC.  bagpipe (sync's model bit for bit) is drawn
+# as large open points on a dashed line; list it last so that it is drawn over the run it equals.  PNG (pngcairo, else png) or SVG.
 if (!exists("dir")) dir = "."
 if (!exists("out")) out = dir."/async_convergence.png"
 if (!exists("runs")) runs = "sync"
@@ -29,7 +28,7 @@ set grid
 set key top right box opaque
 set xlabel "samples"
 set format x "%.0s%c"
-set multiplot layout 1,3 title "sync vs async (bounded staleness S) vs bagpipe (sync's model bit for bit; evaluated at the end): same data, model, seed"
+set multiplot layout 1,3 title "sync vs async (bounded staleness S) vs bagpipe (sync's model bit for bit): same data, model, seed"
 set title "training loss (window mean)"
 set ylabel "logloss"
 plot for [r in runs] dir."/".r.".train" using 1:2 with lines lw 2 dt dash(r) lc rgb colour(r) title r
