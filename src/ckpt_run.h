@@ -42,7 +42,7 @@
                "when a checkpoint cannot be written (disk full...): stop with an error, or warn and train on; "  \
                "the previous checkpoint is kept either way"),                                                   \
     CLI_FLAG("checkpoint-naive", 0, &(ck)->naive,                                                               \
-             "distributed modes: collect every row on trainer 0 and write it from there (the baseline)"),      \
+             "--mode sync only: collect every row on trainer 0 and write it from there (the baseline)"),       \
     CLI_STR("resume", 0, &(ck)->resume, NULL, "resume from the newest valid checkpoint under this directory")
 
 // Checks the flags against the mode; with --resume finds the newest valid checkpoint (every
