@@ -22,9 +22,9 @@
 # per iteration and residency.  The verdict is printed; the script never fails on figures (exit 1
 # only when the job itself fails or nothing was sampled).
 #
-# The full run of the issue: bench/soak.sh --iters 1000000 (hours on a loaded 2-core machine; about
-# 40 minutes on a quiet one).  Ranks are found as the descendants of the launcher whose environment
-# has OMPI_COMM_WORLD_RANK; rank 0 is the oracle, rank 1 the server, ranks 2-3 the trainers.
+# 1M iterations (bench/soak.sh --iters 1000000) take 132 s on a quiet 2-core machine (README's soak
+# row), longer on a loaded one.  Ranks are found as the descendants of the launcher with
+# OMPI_COMM_WORLD_RANK in their environment; rank 0 is the oracle, rank 1 the server, ranks 2-3 the trainers.
 set -u
 cd "$(dirname "$0")/.."
 
