@@ -1,6 +1,6 @@
 #!/bin/sh
 # netem.sh: run one command inside a private network namespace whose loopback is rate-limited,
-# with Open MPI told to use TCP over that loopback (ENV-NOTES "Emulating a cluster network").
+# with Open MPI told to use TCP over that loopback: the simplest cluster network on one machine.
 #
 #   bench/netem.sh RATE COMMAND [ARGS...]      RATE: a tc rate, e.g. 1gbit, 10gbit
 #

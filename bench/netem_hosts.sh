@@ -1,7 +1,7 @@
 #!/bin/sh
 # netem_hosts.sh: run an MPI job with its ranks on emulated hosts, one network namespace per host,
-# each behind its own rate-limited full-duplex link into one switch (ENV-NOTES "Emulating a
-# cluster network", the realistic setup).  Where bench/netem.sh puts every rank on one shared
+# each behind its own rate-limited full-duplex link into one switch: the realistic emulation of a
+# cluster network on one machine.  Where bench/netem.sh puts every rank on one shared
 # loopback, here each host's link carries only that host's traffic, RATE in each direction: a
 # server's link carries what every trainer fetches from it, and two trainers exchanging rows use
 # their own two links.

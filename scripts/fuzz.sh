@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh run [SECONDS]    build, then run every target SECONDS each (default 10),
 #                                    FUZZ_JOBS at a time (default 2); prints execs, cov, ft and
 #                                    crashes per target; exits 1 if any target crashed
-#   scripts/fuzz.sh long             the same with 600 s per target (the long run)
+#   scripts/fuzz.sh long             the same with 600 s per target (the run docs/fuzzing.md reports)
 #   scripts/fuzz.sh repro NAME FILE  runs one input through target NAME (for a saved crash)
 #   scripts/fuzz.sh seeds            regenerate the binary seeds (fuzz/seeds.c) in fuzz/corpus/
 #   scripts/fuzz.sh check            exits 0 when clang can build libFuzzer targets, else 1

@@ -2,9 +2,10 @@
 //
 // `bagpipe train --mode sync ...` run by hand (no mpirun/srun around it) re-executes its own
 // binary under `mpirun -np N --oversubscribe`, with the Open MPI settings this machine needs set
-// in the environment unless the user set them (ENV-NOTES): OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM),
-// OMPI_MCA_hwloc_base_binding_policy=none, OMPI_MCA_mpi_yield_when_idle=1,
-// OMPI_MCA_btl_vader_single_copy_mechanism=none.  It forks mpirun as a child, forwards
+// in the environment unless the user set them: OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM) (mpirun as root),
+// OMPI_MCA_hwloc_base_binding_policy=none (else with np <= 2 each rank is pinned to one core),
+// OMPI_MCA_mpi_yield_when_idle=1 (else a rank blocked in MPI spins and halves the others' compute),
+// OMPI_MCA_btl_vader_single_copy_mechanism=none (CMA is 2-5x slower on this VM).  It forks mpirun as a child, forwards
 // SIGINT/SIGTERM to it, copies its stderr through, and when the job fails prints one line naming
 // the rank that died (or aborted) and its role.
 #ifndef BP_LAUNCH_H

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Environment assignments for a job: the Open MPI settings of ENV-NOTES and LeakSanitizer
+// Environment assignments for a job: the Open MPI settings launch.h lists and LeakSanitizer
 // suppressions for Open MPI's own allocations (they matter to sanitizer builds only and hide
 // nothing of bagpipe's).  A static buffer; the suppressions file lives in the test's directory.
 const char *dist_test_env(void);
