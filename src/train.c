@@ -266,19 +266,11 @@ void train_json_eval(FILE *mf, bp_split split, int64_t iter, int B, const metric
     jsonl_end(&j, mf);
 }
 
-static int open_dataset(bp_dataset *ds, const char *path) {
-    int rc = bp_ds_open(ds, path, BP_DS_VERIFY);
-    if (rc == BP_EFORMAT)
-        return bp_fail(rc, "%s (a raw Criteo/Avazu file must be converted first: bagpipe prep -o DATA.bin %s)",
-                       bp_errmsg(rc), path);
-    return rc;
-}
-
 // Opens the dataset and derives everything a run needs from the flags (no output but warnings).
 static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, const char *data_path) {
     memset(su, 0, sizeof *su);
     memset(ds, 0, sizeof *ds);
-    int rc = open_dataset(ds, data_path);
+    int rc = cmd_open_dataset(ds, data_path);
     if (rc) return rc;
     const bp_ds_info *in = &ds->info;
     su->data_path = data_path, su->ds = ds;
@@ -595,7 +587,7 @@ int cmd_eval(int argc, char **argv) {
         return cmd_exit(bp_fail(BP_EUSAGE, "eval: expected --load DIR and one dataset file (see 'bagpipe eval --help')"));
     }
     bp_dataset ds;
-    rc = open_dataset(&ds, pos[0]);
+    rc = cmd_open_dataset(&ds, pos[0]);
     free(pos);
     if (rc) return cmd_exit(rc);
     openblas_set_num_threads(threads);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "data_bin.h"
 #include "dist_util.h"
 #include "test.h"
 
@@ -376,6 +377,47 @@ TEST(badinput_corrupt_dataset) {
     EXPECT(1, cmd("%s info %s", test_bin(), cut), "cut.bin:", "truncated");
     const char *text = write_file("text.bin", "this is not a dataset\n", 22);
     EXPECT(1, cmd("%s info %s", test_bin(), text), "text.bin: not a bagpipe binary dataset");
+}
+
+// Sets sparse id (row, table) of the dataset at path and rewrites the section and header
+// checksums to match: a file whose only damage is an id outside its table.
+static int plant_id(const char *path, uint64_t row, uint32_t table, uint32_t id) {
+    size_t len;
+    uint8_t *buf = (uint8_t *)dist_test_slurp(path, &len);
+    bp_ds_info in;
+    int rc = !buf || bp_ds_header_decode(&in, buf, len, path) != 0;
+    if (!rc) {
+        uint32_t *sparse = (uint32_t *)(buf + in.off_sparse);
+        sparse[row * in.n_sparse + table] = id;
+        in.crc_sparse = bp_crc32(0, sparse, in.rows * in.n_sparse * 4);
+        bp_ds_header_encode(&in, buf);
+        FILE *f = fopen(path, "wb");
+        rc = !f || fwrite(buf, 1, len, f) != len;
+        if (f) rc |= fclose(f) != 0;
+    }
+    free(buf);
+    return rc ? -1 : 0;
+}
+
+// analyze reads every id as an index: it verifies the file as train does, in both its forms.
+TEST(badinput_damaged_dataset_given_to_analyze) {
+    const char *d = dataset("d.bin", 500);
+    char body[600], id[600];
+    snprintf(body, sizeof body, "%s", test_path("body.bin"));
+    snprintf(id, sizeof id, "%s", test_path("id.bin"));
+    ASSERT_EQ(test_run(NULL, 10, "cp %s %s && cp %s %s", d, body, d, id), 0);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, d, 0));
+    const long at = (long)ds.info.off_sparse + 100;
+    bp_ds_close(&ds);
+    ASSERT_EQ(damage(body, at), 0);
+    ASSERT_EQ(plant_id(id, 10, 0, 0x7ffffff0), 0);
+    static const char *const cmds[] = {"analyze", "analyze --cache 100", "info", "train"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(cmds); i++) {
+        EXPECT(1, cmd("%s %s %s", test_bin(), cmds[i], body), "body.bin: sparse section checksum mismatch (file damaged)");
+        EXPECT(1, cmd("%s %s %s", test_bin(), cmds[i], id),
+               "id.bin: row 10: id 2147483632 of table 0 is outside its 40 rows");
+    }
 }
 
 TEST(badinput_corrupt_model) {
