@@ -2,11 +2,16 @@
 // hostile input and checks the exit code and the words of the error: the file, line, flag, rank
 // or message kind it names.  Rows covered elsewhere name their tests in the table (a peer that
 // dies: dist_kill_* in tests/test_dist.c; truncated gzip: prep_truncated_gzip_fails_even_with_skip_bad).
+#include <dirent.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -342,6 +347,102 @@ TEST(badinput_readonly_output) {
     ASSERT_STR_CONTAINS(out, "no/such/model: cannot create: directory");
     ASSERT_STR_CONTAINS(out, "does not exist");
     free(out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Special files and links as outputs, interrupted writers
+
+// Outputs are written to a new file renamed over the old one: that would replace a device or a
+// FIFO with a regular file, and a symlink with a file of its own.
+TEST(badinput_special_file_as_output) {
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s", test_path("fifo"));
+    ASSERT_EQ(mkfifo(fifo, 0644), 0);
+    char tsv[600];
+    snprintf(tsv, sizeof tsv, "%s", criteo_file("g.tsv", 3, NULL, 0, 0));
+    EXPECT(1, cmd("%s synth -n 10 -o %s", test_bin(), fifo), "fifo: not a regular file (a FIFO); refusing to replace it");
+    EXPECT(1, cmd("%s synth -n 10 --format tsv -o %s", test_bin(), fifo), "fifo: not a regular file (a FIFO)");
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), fifo, tsv), "fifo: not a regular file (a FIFO)");
+    ASSERT_EQ(symlink("fifo", test_path("to-fifo")), 0);
+    EXPECT(1, cmd("%s synth -n 10 -o %s", test_bin(), test_path("to-fifo")), "to-fifo: not a regular file (a FIFO)");
+    struct stat st;
+    ASSERT_EQ(lstat(fifo, &st), 0);
+    ASSERT_TRUE(S_ISFIFO(st.st_mode));
+    // Links: the file linked to is written, through any chain of links, relative or absolute,
+    // existing or not yet; the links stay.
+    ASSERT_EQ(mkdir(test_path("sub"), 0755), 0);
+    ASSERT_EQ(symlink("../real.bin", test_path("sub/rel")), 0);
+    ASSERT_EQ(symlink("sub/rel", test_path("chain")), 0);
+    ASSERT_EQ(symlink(test_path("abs.bin"), test_path("abs")), 0);
+    static const char *const links[] = {"chain", "abs", "chain"}; // the second write replaces a file
+    for (size_t i = 0; i < BP_ARRAY_LEN(links); i++)
+        EXPECT(0, cmd("%s synth -n %zu -o %s", test_bin(), 10 + i, test_path(links[i])), "synth:");
+    EXPECT(0, cmd("%s prep -q -o %s %s && %s info %s", test_bin(), test_path("abs"), tsv, test_bin(), test_path("abs.bin")),
+           "rows        3");
+    static const char *const kept[] = {"chain", "sub/rel", "abs"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(kept); i++) {
+        ASSERT_EQ(lstat(test_path(kept[i]), &st), 0);
+        ASSERT_MSG(S_ISLNK(st.st_mode), "%s is no longer a symlink", kept[i]);
+    }
+    EXPECT(0, cmd("%s info %s", test_bin(), test_path("real.bin")), "rows        12");
+    EXPECT(1, cmd("ls %s | grep tmp", test_tmpdir()), "");
+}
+
+// The fd of process pid open on a file in dir (an unnamed temporary file shows as
+// "DIR/#INODE (deleted)"), or -1.
+static int fd_in_dir(pid_t pid, const char *dir) {
+    size_t n = strlen(dir);
+    for (int fd = 3; fd < 256; fd++) {
+        char p[64], link[PATH_MAX];
+        snprintf(p, sizeof p, "/proc/%d/fd/%d", (int)pid, fd);
+        ssize_t k = readlink(p, link, sizeof link - 1);
+        if (k <= 0) continue;
+        link[k] = 0;
+        if (strncmp(link, dir, n) == 0 && link[n] == '/') return fd;
+    }
+    return -1;
+}
+
+// A writer killed while its output is open (synth of ~1 GB, stopped at once) leaves nothing in
+// the output's directory.
+TEST(badinput_interrupted_writer_leaves_no_temporary_file) {
+    char dir[PATH_MAX];
+    ASSERT_EQ(mkdir(test_path("out"), 0755), 0);
+    ASSERT_TRUE(realpath(test_path("out"), dir) != NULL); // as /proc shows it
+    static const struct { int sig; const char *format; } runs[] = {{SIGTERM, "bin"}, {SIGINT, "tsv"}};
+    for (size_t i = 0; i < BP_ARRAY_LEN(runs); i++) {
+        char out[PATH_MAX + 16], log[PATH_MAX + 16];
+        snprintf(out, sizeof out, "%s/big.%s", dir, runs[i].format);
+        snprintf(log, sizeof log, "%s", test_path("synth.log"));
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+            signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL);
+            if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(127);
+            execl(test_bin(), test_bin(), "synth", "--preset", "custom", "--tables", "1000", "--dense", "1", "--rows",
+                  "80000000", "--threads", "1", "--format", runs[i].format, "-o", out, (char *)NULL);
+            _exit(127);
+        }
+        int open_fd = -1, status = 0;
+        for (int ms = 0; ms < 30000 && open_fd < 0 && waitpid(pid, &status, WNOHANG) == 0; ms++) {
+            open_fd = fd_in_dir(pid, dir);
+            if (open_fd < 0) nanosleep(&(struct timespec){0, 1000000}, NULL);
+        }
+        if (open_fd < 0) kill(pid, SIGKILL);
+        kill(pid, runs[i].sig);
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_MSG(open_fd >= 0, "synth never opened its output in %s (status %d)", dir, status);
+        ASSERT_MSG(WIFSIGNALED(status) && WTERMSIG(status) == runs[i].sig, "synth was not killed by signal %d: status %d",
+                   runs[i].sig, status);
+        DIR *dp = opendir(dir);
+        ASSERT_TRUE(dp != NULL);
+        const struct dirent *e;
+        char left[256] = "";
+        while ((e = readdir(dp)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) snprintf(left, sizeof left, "%s", e->d_name);
+        closedir(dp);
+        ASSERT_MSG(!left[0], "signal %d: %s left behind in the output directory", runs[i].sig, left);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
