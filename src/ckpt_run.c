@@ -124,8 +124,10 @@ int ckpt_sched_due(const ckpt_sched *s, int64_t done, int64_t total) {
     return ck->minutes > 0 && bp_now() - s->t_last >= ck->minutes * 60.0;
 }
 
-int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, double pause, FILE *mf) {
+int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, double pause, jsonl_file *mf) {
     s->t_last = bp_now();
+    char msg[1536] = ""; // taken before the metrics line, whose failure would replace it
+    if (rc) snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
     jsonl j;
     jsonl_begin(&j);
     jsonl_str(&j, "event", "checkpoint");
@@ -133,19 +135,17 @@ int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, 
     jsonl_int(&j, "ok", rc == 0);
     jsonl_num(&j, "ckpt_pause_s", pause);
     jsonl_str(&j, "method", s->ck->naive ? "naive" : "parts");
-    jsonl_end(&j, mf);
+    const int wrc = jsonl_end(&j, mf);
     if (!rc) {
         s->n++, s->pause_sum += pause;
         s->pause_max = BP_MAX(s->pause_max, pause);
-        return 0;
+        return wrc;
     }
     s->failed++;
-    char msg[1536];
-    snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
     if (s->ck->on_error == CKPT_ON_ERROR_CONTINUE) {
         fprintf(stderr, "bagpipe: warning: checkpoint at iteration %lld failed: %s; the previous checkpoint is kept, "
                 "training goes on (--on-checkpoint-error continue)\n", (long long)iter, msg);
-        return 0;
+        return wrc;
     }
     return bp_fail(rc, "checkpoint at iteration %lld failed: %s; the previous checkpoint is kept; stopping "
                    "(--on-checkpoint-error continue would train on)", (long long)iter, msg);

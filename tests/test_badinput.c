@@ -294,6 +294,25 @@ TEST(badinput_directory_as_file) {
     free(out);
 }
 
+// Every metrics line is checked: a full disk stops the run, naming the file and the flag.  A
+// run that fails before its first line removes the file it created, and only that.
+TEST(badinput_metrics_write_error) {
+    const char *d = dataset("d.bin", 500);
+    if (access("/dev/full", W_OK) != 0) {
+        test_skip("/dev/full is missing: no device answers every write with ENOSPC");
+        return;
+    }
+    EXPECT(1, cmd("%s train %s " TINY " --iters 5 -m /dev/full", test_bin(), d),
+           "--metrics /dev/full: cannot write: No space left on device");
+    EXPECT(1, cmd("%s %s train %s " TINY " --iters 5 --mode sync -m /dev/full", dist_test_env(), test_bin(), d),
+           "trainer 0): --metrics /dev/full: cannot write: No space left on device", "job failed");
+    const char *fresh = test_path("fresh.jsonl"), *old = write_file("old.jsonl", "{}\n", 3);
+    EXPECT(1, cmd("%s train %s " TINY " --iters 50 --learning-rate 1e6 -m %s", test_bin(), d, fresh), "the loss is");
+    ASSERT_MSG(access(fresh, F_OK) != 0, "the empty metrics file of a failed run was left behind");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 50 --learning-rate 1e6 -m %s", test_bin(), d, old), "the loss is");
+    EXPECT(0, cmd("cat %s", old), "{}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unreadable paths
 
