@@ -292,6 +292,12 @@ TEST(badinput_directory_as_file) {
     ASSERT_STR_CONTAINS(out, "afile: exists and is not a directory");
     ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
     free(out);
+    ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 --checkpoint-every 1 --checkpoint-dir %s", test_bin(), d,
+                       file), 1);
+    ASSERT_STR_CONTAINS(out, "--checkpoint-dir");
+    ASSERT_STR_CONTAINS(out, "afile: exists and is not a directory");
+    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
+    free(out);
 }
 
 // Every metrics line is checked: a full disk stops the run, naming the file and the flag.  A
@@ -366,6 +372,15 @@ TEST(badinput_readonly_output) {
     ASSERT_STR_CONTAINS(out, "no/such/model: cannot create: directory");
     ASSERT_STR_CONTAINS(out, "does not exist");
     free(out);
+    // A directory where access() says yes (to root) but nothing can be made: tried, not asked;
+    // nothing is created there either way.
+    static const char *const flags[] = {"--save", "--checkpoint-every 1 --checkpoint-dir"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(flags); i++) {
+        ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 %s /proc/bagpipe-model", test_bin(), d, flags[i]), 1);
+        ASSERT_STR_CONTAINS(out, "/proc/bagpipe-model: cannot create");
+        ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
+        free(out);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
