@@ -444,7 +444,7 @@ int cmd_analyze(int argc, char **argv) {
         o.threads = nc < 1 ? 1 : nc > 64 ? 64 : (int)nc;
     }
     bp_dataset ds;
-    rc = bp_ds_open(&ds, pos[0], 0);
+    rc = cmd_open_dataset(&ds, pos[0]);
     if (!rc) {
         analyze_result r;
         rc = analyze_run(&ds, &o, &r);

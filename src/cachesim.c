@@ -649,7 +649,7 @@ int cachesim_cmd(int argc, char **argv) {
             rc = bp_fail(BP_EUSAGE, "--sweep-lookahead: %llu is above %d", (unsigned long long)windows[i], ORACLE_MAX_WINDOW);
             goto out;
         }
-    if ((rc = bp_ds_open(&ds, pos[0], 0))) goto out;
+    if ((rc = cmd_open_dataset(&ds, pos[0]))) goto out;
     uint64_t b, e;
     bp_ds_split_range(&ds, (bp_split)split, &b, &e);
     if (max_rows && e - b > (uint64_t)max_rows) e = b + (uint64_t)max_rows;

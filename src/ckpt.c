@@ -35,11 +35,24 @@ int ckpt_mkdir(const char *dir) {
     return 0;
 }
 
+// Whether a directory can really be made in dir: access() answers yes to root on a virtual
+// filesystem such as /proc, where nothing can be created.  A uniquely named directory is made and
+// removed, so the checks of concurrent processes (every rank of a job) do not meet.
+static int dir_probe(const char *dir) {
+    char tmpl[4200];
+    snprintf(tmpl, sizeof tmpl, "%s/.bagpipe-probe-XXXXXX", dir);
+    if (!mkdtemp(tmpl)) return -1;
+    rmdir(tmpl);
+    return 0;
+}
+
+static int not_writable(int err) { return err == EACCES || err == EPERM || err == EROFS; }
+
 int ckpt_dir_check(const char *dir) {
     struct stat st;
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) return bp_fail(BP_EINVAL, "%s: exists and is not a directory", dir);
-        if (access(dir, W_OK | X_OK) != 0)
+        if (dir_probe(dir) != 0)
             return bp_fail(BP_EIO, "%s: directory is not writable (%s)", dir, strerror(errno));
         return 0;
     }
@@ -55,8 +68,11 @@ int ckpt_dir_check(const char *dir) {
     if (stat(parent, &st) != 0)
         return bp_fail(BP_EIO, "%s: cannot create: directory '%s' does not exist", dir, parent);
     if (!S_ISDIR(st.st_mode)) return bp_fail(BP_EIO, "%s: cannot create: '%s' is not a directory", dir, parent);
-    if (access(parent, W_OK | X_OK) != 0)
-        return bp_fail(BP_EIO, "%s: cannot create: directory '%s' is not writable (%s)", dir, parent, strerror(errno));
+    if (dir_probe(parent) != 0) {
+        if (not_writable(errno))
+            return bp_fail(BP_EIO, "%s: cannot create: directory '%s' is not writable (%s)", dir, parent, strerror(errno));
+        return bp_fail(BP_EIO, "%s: cannot create: no directory can be made in '%s' (%s)", dir, parent, strerror(errno));
+    }
     return 0;
 }
 

@@ -35,8 +35,9 @@ typedef struct {
 // Creates dir if missing (one level).
 int ckpt_mkdir(const char *dir);
 // Checks, before any work, that ckpt_mkdir(dir) and writing into dir can succeed: dir is a
-// writable directory, or does not exist and its parent is one.  Returns 0 or BP_EINVAL / BP_EIO
-// with a message naming dir.
+// writable directory, or does not exist and its parent is one; "writable" is tried (a directory
+// made and removed), not asked of access().  Leaves nothing behind.  Returns 0 or BP_EINVAL /
+// BP_EIO with a message naming dir.
 int ckpt_dir_check(const char *dir);
 
 // Writes one part from n buffers laid end to end; fills *out (name, size, crc).

@@ -95,10 +95,14 @@ int ckpt_run_setup(train_setup *su) {
     if ((want || ck->resume) && su->mode == TRAIN_MODE_ASYNC)
         return bp_fail(BP_EUSAGE, "--%s: --mode async has no checkpoints (its caches hold rows older than the "
                        "servers'; docs/checkpoints.md)", ck->resume ? "resume" : "checkpoint-every/--checkpoint-minutes");
+    // Checked now, not at the first checkpoint: a file in the way, or a place where nothing can
+    // be created, is refused before any training.
+    int rc = want ? ckpt_dir_check(ck->dir) : 0;
+    if (rc) return bp_fail(rc, "%s %s", ck->dir == ck->resume ? "--resume" : "--checkpoint-dir", bp_errmsg(rc));
     if (!ck->resume) return 0;
     ckpt_manifest *m = bp_xmalloc(sizeof *m);
     int64_t it = 0;
-    int rc = ckpt_latest(ck->resume, ck->from, sizeof ck->from, &it, m);
+    rc = ckpt_latest(ck->resume, ck->from, sizeof ck->from, &it, m);
     if (!rc) rc = config_check(m, ck->from, su);
     if (!rc && it > su->total_iters)
         rc = bp_fail(BP_EUSAGE, "--resume %s: the checkpoint is at iteration %lld, beyond this run's %lld (--iters, "
@@ -115,6 +119,7 @@ int ckpt_run_setup(train_setup *su) {
 void ckpt_sched_init(ckpt_sched *s, const ckpt_opts *ck) {
     memset(s, 0, sizeof *s);
     s->ck = ck, s->t_last = bp_now();
+    s->prev_iter = ck->from[0] ? ck->start_iter : -1;
 }
 
 int ckpt_sched_due(const ckpt_sched *s, int64_t done, int64_t total) {
@@ -124,8 +129,10 @@ int ckpt_sched_due(const ckpt_sched *s, int64_t done, int64_t total) {
     return ck->minutes > 0 && bp_now() - s->t_last >= ck->minutes * 60.0;
 }
 
-int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, double pause, FILE *mf) {
+int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, double pause, jsonl_file *mf) {
     s->t_last = bp_now();
+    char msg[1536] = ""; // taken before the metrics line, whose failure would replace it
+    if (rc) snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
     jsonl j;
     jsonl_begin(&j);
     jsonl_str(&j, "event", "checkpoint");
@@ -133,22 +140,24 @@ int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, 
     jsonl_int(&j, "ok", rc == 0);
     jsonl_num(&j, "ckpt_pause_s", pause);
     jsonl_str(&j, "method", s->ck->naive ? "naive" : "parts");
-    jsonl_end(&j, mf);
+    const int wrc = jsonl_end(&j, mf);
     if (!rc) {
+        s->prev_iter = iter;
         s->n++, s->pause_sum += pause;
         s->pause_max = BP_MAX(s->pause_max, pause);
-        return 0;
+        return wrc;
     }
     s->failed++;
-    char msg[1536];
-    snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
+    char kept[96] = ""; // only where there is one: this run's last, or the one it resumed from
+    if (s->prev_iter >= 0)
+        snprintf(kept, sizeof kept, "; the previous checkpoint is kept (iteration %lld)", (long long)s->prev_iter);
     if (s->ck->on_error == CKPT_ON_ERROR_CONTINUE) {
-        fprintf(stderr, "bagpipe: warning: checkpoint at iteration %lld failed: %s; the previous checkpoint is kept, "
-                "training goes on (--on-checkpoint-error continue)\n", (long long)iter, msg);
-        return 0;
+        fprintf(stderr, "bagpipe: warning: checkpoint at iteration %lld failed: %s%s; training goes on "
+                "(--on-checkpoint-error continue)\n", (long long)iter, msg, kept);
+        return wrc;
     }
-    return bp_fail(rc, "checkpoint at iteration %lld failed: %s; the previous checkpoint is kept; stopping "
-                   "(--on-checkpoint-error continue would train on)", (long long)iter, msg);
+    return bp_fail(rc, "checkpoint at iteration %lld failed: %s%s; stopping (--on-checkpoint-error continue would "
+                   "train on)", (long long)iter, msg, kept);
 }
 
 void ckpt_sched_json(jsonl *j, const ckpt_sched *s) {

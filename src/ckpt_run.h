@@ -40,7 +40,7 @@
             "after each commit)"),                                                                              \
     CLI_CHOICE("on-checkpoint-error", 0, &(ck)->on_error, 0, "stop|continue",                                   \
                "when a checkpoint cannot be written (disk full...): stop with an error, or warn and train on; "  \
-               "the previous checkpoint is kept either way"),                                                   \
+               "a previous checkpoint is kept either way"),                                                     \
     CLI_FLAG("checkpoint-naive", 0, &(ck)->naive,                                                               \
              "--mode sync only: collect every row on trainer 0 and write it from there (the baseline)"),       \
     CLI_STR("resume", 0, &(ck)->resume, NULL, "resume from the newest valid checkpoint under this directory")
@@ -55,6 +55,7 @@ typedef struct {
     const ckpt_opts *ck;
     double t_last;              // when the last checkpoint ended (or the run began)
     int n, failed;              // checkpoints committed / failed
+    int64_t prev_iter;          // this run's newest checkpoint, or the one it resumed from (-1: none)
     double pause_sum, pause_max; // seconds the writer spent inside checkpoints
 } ckpt_sched;
 void ckpt_sched_init(ckpt_sched *s, const ckpt_opts *ck);
@@ -63,7 +64,7 @@ int ckpt_sched_due(const ckpt_sched *s, int64_t done, int64_t total);
 // Records a checkpoint attempt (rc: its result, pause: seconds), writes its JSON line
 // ("event":"checkpoint", "ckpt_pause_s") and applies --on-checkpoint-error: returns 0 to train on,
 // or rc (with the message extended) to stop.
-int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, double pause, FILE *mf);
+int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, double pause, jsonl_file *mf);
 // The summary's fields (ckpt_count, ckpt_failed, ckpt_pause_s, ckpt_pause_max_s) and a printed line.
 void ckpt_sched_json(jsonl *j, const ckpt_sched *s);
 void ckpt_sched_print(const ckpt_sched *s, double train_s);

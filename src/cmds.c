@@ -14,6 +14,14 @@ int cmd_exit(int rc) {
     return rc == BP_EUSAGE ? 2 : 1;
 }
 
+int cmd_open_dataset(bp_dataset *ds, const char *path) {
+    int rc = bp_ds_open(ds, path, BP_DS_VERIFY);
+    if (rc == BP_EFORMAT)
+        return bp_fail(rc, "%s (a raw Criteo/Avazu file must be converted first: bagpipe prep -o DATA.bin %s)",
+                       bp_errmsg(rc), path);
+    return rc;
+}
+
 int cmd_info(int argc, char **argv) {
     int no_verify = 0;
     const cli_opt opts[] = {

@@ -4,6 +4,8 @@
 #ifndef BP_CMDS_H
 #define BP_CMDS_H
 
+#include "data_bin.h"
+
 int cmd_synth(int argc, char **argv);   // data_synth.c
 int cmd_prep(int argc, char **argv);    // data_prep.c
 int cmd_analyze(int argc, char **argv); // analyze.c
@@ -13,5 +15,10 @@ int cmd_info(int argc, char **argv);    // cmds.c
 
 // Exit code for a bagpipe error code (BP_EUSAGE -> 2, others -> 1), after printing its message.
 int cmd_exit(int rc);
+
+// Opens a dataset for a command that reads its rows (train, eval, analyze): every section's
+// checksum and every id against its table are verified first, so a damaged file is refused with
+// a message instead of being read out of bounds; a raw log gets the hint to run prep.
+int cmd_open_dataset(bp_dataset *ds, const char *path);
 
 #endif

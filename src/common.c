@@ -4,10 +4,13 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -262,20 +265,119 @@ int bp_fsync_dir(const char *path) {
     return rc;
 }
 
+static const char *file_kind(mode_t m) {
+    return S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "an unknown kind";
+}
+
+int bp_afile_target(const char *path, char **target) {
+    *target = NULL;
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        if (S_ISDIR(st.st_mode)) return bp_fail(BP_EINVAL, "%s: is a directory, expected a file name", path);
+        return bp_fail(BP_EINVAL, "%s: not a regular file (%s); refusing to replace it", path, file_kind(st.st_mode));
+    }
+    // Follow the links one by one rather than with realpath: a dangling link names the file to
+    // create.
+    char *p = bp_xstrdup(path);
+    for (int hops = 0; lstat(p, &st) == 0 && S_ISLNK(st.st_mode); hops++) {
+        char link[4096];
+        ssize_t n = hops < 40 ? readlink(p, link, sizeof link - 1) : -1;
+        if (n < 0) {
+            int rc = bp_fail(BP_EIO, "%s: cannot follow the symbolic link: %s", path,
+                             hops < 40 ? strerror(errno) : "too many levels of links");
+            free(p);
+            return rc;
+        }
+        link[n] = 0;
+        char *next;
+        if (link[0] == '/') {
+            next = bp_xstrdup(link);
+        } else { // relative to the link's directory
+            char *copy = bp_xstrdup(p);
+            const char *dir = dirname(copy);
+            size_t cap = strlen(dir) + (size_t)n + 2;
+            next = bp_xmalloc(cap);
+            snprintf(next, cap, "%s/%s", dir, link);
+            free(copy);
+        }
+        free(p);
+        p = next;
+    }
+    *target = p;
+    return 0;
+}
+
+// Where there is no O_TMPFILE the temporary file has its name from the start: SIGINT, SIGTERM
+// and SIGHUP (when the program leaves them at their default action) remove the live ones, then
+// end the process as the signal would have.
+#define AFILE_LIVE_MAX 64
+static char *afile_live[AFILE_LIVE_MAX]; // tmp_path of each named temporary file open, or NULL
+
+static void afile_on_signal(int sig) {
+    for (int i = 0; i < AFILE_LIVE_MAX; i++) {
+        const char *p = __atomic_load_n(&afile_live[i], __ATOMIC_ACQUIRE);
+        if (p) unlink(p);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void afile_signals_install(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < BP_ARRAY_LEN(sigs); i++) {
+        struct sigaction old, sa;
+        if (sigaction(sigs[i], NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = afile_on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+static void afile_live_add(char *tmp_path) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, afile_signals_install);
+    for (int i = 0; i < AFILE_LIVE_MAX; i++) {
+        char *none = NULL;
+        if (__atomic_compare_exchange_n(&afile_live[i], &none, tmp_path, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) return;
+    }
+    // More at once than slots: this one is left behind by a signal, as before.
+}
+
+static void afile_live_remove(char *tmp_path) {
+    for (int i = 0; i < AFILE_LIVE_MAX; i++) {
+        char *p = tmp_path;
+        if (__atomic_compare_exchange_n(&afile_live[i], &p, NULL, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) return;
+    }
+}
+
 int bp_afile_open(bp_afile *af, const char *path) {
     memset(af, 0, sizeof *af);
     af->fd = -1;
-    size_t n = strlen(path) + 32;
-    af->path = bp_xstrdup(path);
+    char *target;
+    int rc = bp_afile_target(path, &target);
+    if (rc) return rc;
+    size_t n = strlen(target) + 32;
     af->tmp_path = bp_xmalloc(n);
-    snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
-    af->fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    snprintf(af->tmp_path, n, "%s.tmp.%ld", target, (long)getpid());
+    char *copy = bp_xstrdup(target);
+    af->fd = open(dirname(copy), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    free(copy);
+    af->unnamed = af->fd >= 0;
+    if (af->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) { // no O_TMPFILE here
+        afile_live_add(af->tmp_path);
+        af->fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (af->fd < 0) afile_live_remove(af->tmp_path);
+    }
     if (af->fd < 0) {
-        int rc = bp_fail(BP_EIO, "%s: cannot create: %s", path, strerror(errno));
-        free(af->path), free(af->tmp_path);
-        af->path = af->tmp_path = NULL;
+        rc = bp_fail(BP_EIO, "%s: cannot create: %s", path, strerror(errno));
+        free(target), free(af->tmp_path);
+        af->tmp_path = NULL;
         return rc;
     }
+    af->path = bp_xstrdup(path);
+    af->target = target;
     return 0;
 }
 
@@ -289,27 +391,46 @@ int bp_afile_pwrite(bp_afile *af, const void *buf, size_t n, uint64_t off) {
     return bp_pwrite_all(af->fd, buf, n, off, af->path);
 }
 
+// Gives the unnamed temporary file its name, through /proc (any user) or AT_EMPTY_PATH (needs
+// CAP_DAC_READ_SEARCH) where /proc is missing.
+static int afile_link(bp_afile *af) {
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", af->fd);
+    for (int tries = 0; tries < 2; tries++) {
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, af->tmp_path, AT_SYMLINK_FOLLOW) == 0) return 0;
+        if (errno == ENOENT && linkat(af->fd, "", AT_FDCWD, af->tmp_path, AT_EMPTY_PATH) == 0) return 0;
+        if (errno != EEXIST) break;
+        unlink(af->tmp_path); // left by an earlier process of the same pid, killed inside a commit
+    }
+    return bp_fail(BP_EIO, "%s: cannot name the temporary file %s: %s", af->path, af->tmp_path, strerror(errno));
+}
+
+static void afile_free(bp_afile *af) {
+    if (af->tmp_path && !af->unnamed) afile_live_remove(af->tmp_path);
+    free(af->path), free(af->target), free(af->tmp_path);
+    af->path = af->target = af->tmp_path = NULL;
+    af->fd = -1;
+}
+
 int bp_afile_commit(bp_afile *af) {
     BP_ASSERT(af->fd >= 0);
-    int rc = 0;
+    int rc = 0, named = !af->unnamed;
     if (fsync(af->fd) != 0) rc = bp_fail(BP_EIO, "%s: fsync failed: %s", af->path, strerror(errno));
+    if (rc == 0 && !named) named = (rc = afile_link(af)) == 0;
     if (close(af->fd) != 0 && rc == 0) rc = bp_fail(BP_EIO, "%s: close failed: %s", af->path, strerror(errno));
     af->fd = -1;
-    if (rc == 0 && rename(af->tmp_path, af->path) != 0)
+    if (rc == 0 && rename(af->tmp_path, af->target) != 0)
         rc = bp_fail(BP_EIO, "%s: cannot rename into place: %s", af->path, strerror(errno));
-    if (rc == 0) rc = bp_fsync_dir(af->path);
-    if (rc != 0) unlink(af->tmp_path);
-    free(af->path), free(af->tmp_path);
-    af->path = af->tmp_path = NULL;
+    if (rc == 0) rc = bp_fsync_dir(af->target);
+    if (rc != 0 && named) unlink(af->tmp_path);
+    afile_free(af);
     return rc;
 }
 
 void bp_afile_abort(bp_afile *af) {
     if (af->fd >= 0) close(af->fd);
-    if (af->tmp_path) unlink(af->tmp_path);
-    free(af->path), free(af->tmp_path);
-    af->path = af->tmp_path = NULL;
-    af->fd = -1;
+    if (af->tmp_path && !af->unnamed) unlink(af->tmp_path);
+    afile_free(af);
 }
 
 uint32_t bp_crc32(uint32_t crc, const void *buf, size_t n) {

@@ -104,15 +104,24 @@ uint64_t bp_mem_available(void);
 const char *bp_fmt_bytes(char *buf, size_t cap, double bytes);
 
 // ---------------------------------------------------------------------------------------------
-// Atomic files: write to "<path>.tmp.<pid>" in the same directory, then fsync + rename + fsync
-// of the directory on commit.  Until commit nothing exists under the final name; abort (or a
-// crash) leaves the previous file, if any, untouched.
+// Atomic files: write to a temporary file next to the target, then fsync + rename + fsync of
+// the directory on commit.  Until commit nothing exists under the final name; abort, a crash or
+// a kill leaves the previous file, if any, untouched, and no temporary file behind: the
+// temporary file is unnamed (O_TMPFILE) and named "<target>.tmp.<pid>" only just before the
+// rename (filesystems without O_TMPFILE get that name from the start).  The target is the path,
+// or the file a symlink at path points to (the link stays); a path that exists and is not a
+// regular file (a device, FIFO, socket, directory) is refused, never replaced.
 typedef struct {
     int fd;
-    char *path;     // final name
-    char *tmp_path; // temporary name
+    char *path;     // the name given, for messages
+    char *target;   // the file replaced at commit
+    char *tmp_path; // its temporary name
+    int unnamed;    // fd is an O_TMPFILE file, linked as tmp_path at commit
     uint64_t written;
 } bp_afile;
+// The file an atomic write of path replaces (*target, malloc'd), or an error naming path when
+// it exists and is not a regular file.  Nothing is created.
+int bp_afile_target(const char *path, char **target);
 int bp_afile_open(bp_afile *af, const char *path);
 int bp_afile_write(bp_afile *af, const void *buf, size_t n);
 int bp_afile_pwrite(bp_afile *af, const void *buf, size_t n, uint64_t off);

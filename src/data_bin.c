@@ -194,6 +194,9 @@ static bp_ds_writer *writer_new(const char *path, const bp_ds_info *tmpl) {
         bp_fail(BP_EINVAL, "%s: is a directory, expected a file name for the dataset", path);
         return NULL;
     }
+    char *target; // a device, FIFO or socket at path is refused now, not after the work
+    if (bp_afile_target(path, &target) != 0) return NULL;
+    free(target);
     bp_ds_writer *w = bp_xcalloc(1, sizeof *w);
     w->info = *tmpl;
     w->info.version = BP_DS_VERSION;
@@ -365,7 +368,7 @@ int bp_ds_writer_finish(bp_ds_writer *w, const uint64_t *card, const uint64_t sp
     bp_afile af;
     if (sized) {
         af = w->af;
-        w->af.fd = -1, w->af.path = w->af.tmp_path = NULL; // af owns it now
+        w->af = (bp_afile){.fd = -1}; // af owns it now
     } else {
         rc = bp_afile_open(&af, w->path);
         if (rc) {

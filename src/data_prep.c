@@ -98,12 +98,14 @@ void prep_split_sizes(const prep_opts *o, uint64_t rows, const uint64_t *rows_pe
 
 // ---------------------------------------------------------------------------------------------
 
-// Checks that the output's directory exists and is writable, for a clear message up front.
+// Checks that the output can be replaced and its directory (that of the file a symlink points
+// to) exists and is writable, for a clear message up front.
 static int prep_check_out(const char *out) {
-    char *copy = bp_xstrdup(out);
+    char *copy;
+    int rc = bp_afile_target(out, &copy);
+    if (rc) return rc;
     const char *dir = dirname(copy);
     struct stat st;
-    int rc = 0;
     if (stat(dir, &st) != 0)
         rc = bp_fail(BP_EIO, "%s: cannot write the output: directory '%s' %s", out, dir,
                      errno == ENOENT ? "does not exist" : strerror(errno));

@@ -1,7 +1,12 @@
 #include "jsonl.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -53,10 +58,52 @@ void jsonl_num(jsonl *j, const char *key, double val) {
     else put(j, b, (size_t)snprintf(b, sizeof b, "%.9g", val));
 }
 
-void jsonl_end(jsonl *j, FILE *f) {
-    put(j, "}\n", 2);
-    if (f) {
-        fwrite(j->buf, 1, j->len, f);
-        fflush(f);
+int jsonl_open(jsonl_file *jf, const char *flag, const char *path) {
+    memset(jf, 0, sizeof *jf);
+    jf->flag = flag;
+    if (!path) return 0;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    jf->created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0 || !(jf->f = fdopen(fd, "a"))) {
+        int rc = bp_fail(BP_EIO, "%s %s: cannot open: %s", flag, path, strerror(errno));
+        if (fd >= 0) close(fd);
+        if (jf->created) unlink(path);
+        memset(jf, 0, sizeof *jf);
+        return rc;
     }
+    jf->path = bp_xstrdup(path);
+    return 0;
+}
+
+static int write_failed(jsonl_file *jf, int err) {
+    if (!jf->rc) jf->rc = bp_fail(BP_EIO, "%s %s: cannot write: %s", jf->flag, jf->path, strerror(err ? err : EIO));
+    return jf->rc;
+}
+
+int jsonl_end(jsonl *j, jsonl_file *jf) {
+    put(j, "}\n", 2);
+    if (!jf || !jf->f) return 0;
+    if (jf->rc) return jf->rc;
+    errno = 0;
+    if (fwrite(j->buf, 1, j->len, jf->f) != j->len || fflush(jf->f) != 0 || ferror(jf->f))
+        return write_failed(jf, errno);
+    return 0;
+}
+
+int jsonl_close(jsonl_file *jf) {
+    if (!jf->f) return jf->rc;
+    errno = 0;
+    if (fflush(jf->f) != 0 || ferror(jf->f)) write_failed(jf, errno);
+    // A file this run created and never wrote to (it failed first) is not left behind.
+    struct stat st, now;
+    if (jf->created && fstat(fileno(jf->f), &st) == 0 && st.st_size == 0 && stat(jf->path, &now) == 0 &&
+        now.st_dev == st.st_dev && now.st_ino == st.st_ino)
+        unlink(jf->path);
+    errno = 0;
+    if (fclose(jf->f) != 0) write_failed(jf, errno);
+    int rc = jf->rc;
+    free(jf->path);
+    memset(jf, 0, sizeof *jf);
+    return rc;
 }

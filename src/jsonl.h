@@ -3,7 +3,9 @@
 //   jsonl_begin(&j);  jsonl_str(&j, "event", "train");  jsonl_int(&j, "iter", t);
 //   jsonl_num(&j, "loss", loss);  jsonl_end(&j, f);
 //
-// Non-finite numbers are written as null (JSON has no NaN).  Each line is flushed whole.
+// Non-finite numbers are written as null (JSON has no NaN).  Each line is flushed whole and
+// checked: the first write error (a full disk...) is reported naming the file and its flag, and
+// returned by that jsonl_end, every later one and jsonl_close, so the run stops on it.
 #ifndef BP_JSONL_H
 #define BP_JSONL_H
 
@@ -20,6 +22,18 @@ void jsonl_begin(jsonl *j);
 void jsonl_str(jsonl *j, const char *key, const char *val);
 void jsonl_int(jsonl *j, const char *key, int64_t val);
 void jsonl_num(jsonl *j, const char *key, double val);
-void jsonl_end(jsonl *j, FILE *f); // writes the line and flushes; f may be NULL (discards)
+// A JSON-lines file, opened for appending.  Zeroed (or opened with path NULL) it discards.
+typedef struct {
+    FILE *f;
+    char *path;
+    const char *flag; // the flag that named it, for messages ("--metrics")
+    int created;      // this open created the file: removed at close if still empty
+    int rc;           // the first write error, or 0
+} jsonl_file;
+
+int jsonl_open(jsonl_file *jf, const char *flag, const char *path);
+// Flushes and closes; returns the first write error (0 if none).  Safe on a zeroed or closed file.
+int jsonl_close(jsonl_file *jf);
+int jsonl_end(jsonl *j, jsonl_file *jf); // writes the line and flushes; jf NULL discards
 
 #endif

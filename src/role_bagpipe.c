@@ -1141,10 +1141,9 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     bstate bs;
     openblas_set_num_threads(su->threads);
     int rc = bs_init(&bs, su, l, i);
-    FILE *mf = NULL;
+    jsonl_file mf = {0};
     const int writer = i == 0;
-    const char *mpath = writer ? su->metrics : NULL;
-    if (!rc && mpath && !(mf = fopen(mpath, "a"))) rc = bp_fail(BP_EIO, "--metrics %s: cannot open: %s", mpath, strerror(errno));
+    if (!rc) rc = jsonl_open(&mf, "--metrics", writer ? su->metrics : NULL);
     if (rc) {
         bs_free(&bs);
         return rc;
@@ -1186,7 +1185,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
                 jsonl_num(&j, "loss", win_loss / (double)win_n);
                 jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
                 json_window(&j, &bs, fig, win_n);
-                jsonl_end(&j, mf);
+                if ((rc = jsonl_end(&j, &mf))) break;
                 char note[64];
                 snprintf(note, sizeof note, "loss %.4f", win_loss / (double)win_n);
                 bp_progress_update(&prog, (uint64_t)(t + 1), note);
@@ -1200,7 +1199,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             if (writer) {
                 metric_result res = {0};
                 trainer_eval(&bs.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, NULL);
-                train_json_eval(mf, su->eval_split, t + 1, B, &res);
+                if ((rc = train_json_eval(&mf, su->eval_split, t + 1, B, &res))) break;
             }
             t_eval += bp_now() - e0;
             t_window += bp_now() - e0;
@@ -1214,7 +1213,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             if (due > 0) {
                 double c0 = bp_now();
                 rc = bs_checkpoint(&bs, t + 1);
-                if (writer) rc = ckpt_sched_done(&cks, su, t + 1, rc, bp_now() - c0, mf);
+                if (writer) rc = ckpt_sched_done(&cks, su, t + 1, rc, bp_now() - c0, &mf);
             }
         }
     }
@@ -1265,7 +1264,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
                 train_json_result(&j, "", &res);
                 if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
             }
-            jsonl_end(&j, mf);
+            rc = jsonl_end(&j, &mf);
         }
         if (!rc && su->save) {
             rc = trainer_save(&bs.tr, su->save, su->ds, iters, iters * B, su->seed);
@@ -1274,7 +1273,8 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
         fflush(stdout);
     }
     if (!rc) rc = send_done(&bs, iters);
-    if (mf) fclose(mf);
+    const int mrc = jsonl_close(&mf);
+    if (!rc) rc = mrc;
     bs_free(&bs);
     return rc;
 }

@@ -319,11 +319,10 @@ static void json_window(jsonl *j, const role_loop *rl, const role_stats *st, con
 }
 
 int role_loop_run(const train_setup *su, const role_loop *rl) {
-    FILE *mf = NULL;
+    jsonl_file mf;
     const int writer = rl->i == 0;
-    int rc = 0;
-    if (writer && su->metrics && !(mf = fopen(su->metrics, "a")))
-        return bp_fail(BP_EIO, "--metrics %s: cannot open: %s", su->metrics, strerror(errno));
+    int rc = jsonl_open(&mf, "--metrics", writer ? su->metrics : NULL);
+    if (rc) return rc;
     role_stats *st = rl->st;
     trainer *tr = rl->tr;
     const int B = su->B;
@@ -368,7 +367,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
                 jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
                 json_window(&j, rl, st, c, win_n);
                 if (rl->json) rl->json(rl->ctx, &j, 0);
-                jsonl_end(&j, mf);
+                if ((rc = jsonl_end(&j, &mf))) break;
                 char note[64];
                 snprintf(note, sizeof note, "loss %.4f", win_loss / (double)win_n);
                 bp_progress_update(&prog, (uint64_t)(t + 1), note);
@@ -381,7 +380,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             if ((rc = rl->collect(rl->ctx, t + 1))) break;
             if (writer) {
                 trainer_eval(tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
-                train_json_eval(mf, su->eval_split, t + 1, B, &res);
+                if ((rc = train_json_eval(&mf, su->eval_split, t + 1, B, &res))) break;
             }
             t_eval += bp_now() - e0;
             t_window += bp_now() - e0;
@@ -395,7 +394,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             if (due > 0) {
                 double c0 = bp_now();
                 rc = rl->checkpoint(rl->ctx, t + 1);
-                if (writer) rc = ckpt_sched_done(&cks, su, t + 1, rc, bp_now() - c0, mf);
+                if (writer) rc = ckpt_sched_done(&cks, su, t + 1, rc, bp_now() - c0, &mf);
             }
         }
     }
@@ -433,15 +432,16 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             train_json_result(&j, "", &res);
             if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
         }
-        jsonl_end(&j, mf);
-        if (su->save) {
+        rc = jsonl_end(&j, &mf);
+        if (!rc && su->save) {
             rc = trainer_save(tr, su->save, su->ds, iters, iters * B, su->seed);
             if (!rc) printf("saved model to %s\n", su->save);
         }
         fflush(stdout);
     }
     if (!rc && rl->finish) rc = rl->finish(rl->ctx, iters);
-    if (mf) fclose(mf);
+    const int mrc = jsonl_close(&mf);
+    if (!rc) rc = mrc;
     return rc;
 }
 

@@ -343,10 +343,9 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     tstate ts;
     openblas_set_num_threads(su->threads);
     int rc = ts_init(&ts, su, l, i);
-    FILE *mf = NULL;
+    jsonl_file mf = {0};
     const int writer = i == 0;
-    const char *mpath = writer ? su->metrics : NULL;
-    if (!rc && mpath && !(mf = fopen(mpath, "a"))) rc = bp_fail(BP_EIO, "--metrics %s: cannot open: %s", mpath, strerror(errno));
+    if (!rc) rc = jsonl_open(&mf, "--metrics", writer ? su->metrics : NULL);
     if (rc) {
         ts_free(&ts);
         return rc;
@@ -391,7 +390,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
                 jsonl_num(&j, "loss", win_loss / (double)win_n);
                 jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
                 json_window(&j, &ts, bytes, win_n);
-                jsonl_end(&j, mf);
+                if ((rc = jsonl_end(&j, &mf))) break;
                 char note[64];
                 snprintf(note, sizeof note, "loss %.4f", win_loss / (double)win_n);
                 bp_progress_update(&prog, (uint64_t)(t + 1), note);
@@ -404,13 +403,13 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             if ((rc = ts_collect(&ts, t + 1))) break;
             trainer_eval(&ts.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
             t_eval += bp_now() - e0;
-            train_json_eval(mf, su->eval_split, t + 1, B, &res);
+            if ((rc = train_json_eval(&mf, su->eval_split, t + 1, B, &res))) break;
             t_window += bp_now() - e0;
         }
         if (writer && ckpt_sched_due(&cks, t + 1, su->total_iters)) {
             double c0 = bp_now();
             rc = ts_checkpoint(&ts, t + 1);
-            rc = ckpt_sched_done(&cks, su, t + 1, rc, bp_now() - c0, mf);
+            rc = ckpt_sched_done(&cks, su, t + 1, rc, bp_now() - c0, &mf);
         }
     }
     bp_progress_finish(&prog);
@@ -445,7 +444,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
                 train_json_result(&j, "", &res);
                 if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
             }
-            jsonl_end(&j, mf);
+            rc = jsonl_end(&j, &mf);
         }
         if (!rc && su->save) {
             rc = trainer_save(&ts.tr, su->save, su->ds, iters, iters * B, su->seed);
@@ -454,7 +453,8 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
         fflush(stdout);
     }
     if (!rc) rc = send_done(&ts, iters);
-    if (mf) fclose(mf);
+    const int mrc = jsonl_close(&mf);
+    if (!rc) rc = mrc;
     ts_free(&ts);
     return rc;
 }

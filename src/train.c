@@ -255,7 +255,7 @@ void train_json_result(jsonl *j, const char *prefix, const metric_result *r) {
     snprintf(k, sizeof k, "%saccuracy", prefix), jsonl_num(j, k, r->accuracy);
 }
 
-void train_json_eval(FILE *mf, bp_split split, int64_t iter, int B, const metric_result *r) {
+int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const metric_result *r) {
     jsonl j;
     jsonl_begin(&j);
     jsonl_str(&j, "event", "eval");
@@ -263,22 +263,14 @@ void train_json_eval(FILE *mf, bp_split split, int64_t iter, int B, const metric
     jsonl_int(&j, "iter", iter);
     jsonl_int(&j, "samples", iter * B);
     train_json_result(&j, "", r);
-    jsonl_end(&j, mf);
-}
-
-static int open_dataset(bp_dataset *ds, const char *path) {
-    int rc = bp_ds_open(ds, path, BP_DS_VERIFY);
-    if (rc == BP_EFORMAT)
-        return bp_fail(rc, "%s (a raw Criteo/Avazu file must be converted first: bagpipe prep -o DATA.bin %s)",
-                       bp_errmsg(rc), path);
-    return rc;
+    return jsonl_end(&j, mf);
 }
 
 // Opens the dataset and derives everything a run needs from the flags (no output but warnings).
 static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, const char *data_path) {
     memset(su, 0, sizeof *su);
     memset(ds, 0, sizeof *ds);
-    int rc = open_dataset(ds, data_path);
+    int rc = cmd_open_dataset(ds, data_path);
     if (rc) return rc;
     const bp_ds_info *in = &ds->info;
     su->data_path = data_path, su->ds = ds;
@@ -419,7 +411,7 @@ int cmd_train(int argc, char **argv) {
         return cmd_exit(bp_fail(BP_EUSAGE, "--static-rows %lld: only --mode static pins rows", (long long)fl.static_rows));
 
     bp_dataset ds;
-    FILE *mf = NULL;
+    jsonl_file mf = {0};
     trainer tr;
     memset(&tr, 0, sizeof tr);
     train_setup su;
@@ -459,10 +451,7 @@ int cmd_train(int argc, char **argv) {
         }
     }
     openblas_set_num_threads(fl.threads);
-    if (fl.metrics && !(mf = fopen(fl.metrics, "a"))) {
-        rc = bp_fail(BP_EIO, "--metrics %s: cannot open: %s", fl.metrics, strerror(errno));
-        goto out;
-    }
+    if ((rc = jsonl_open(&mf, "--metrics", fl.metrics))) goto out;
     if ((rc = trainer_init(&tr, &mc, &lc, &dopt, &eopt, max_batch, 0))) goto out;
     bp_rng rng;
     bp_rng_seed(&rng, (uint64_t)fl.seed, 0);
@@ -511,7 +500,7 @@ int cmd_train(int argc, char **argv) {
             jsonl_num(&j, "epoch", (double)(t + 1) / (double)per_epoch);
             jsonl_num(&j, "loss", win_loss / (double)win_n);
             jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
-            jsonl_end(&j, mf);
+            if ((rc = jsonl_end(&j, &mf))) break;
             char note[64];
             snprintf(note, sizeof note, "loss %.4f", win_loss / (double)win_n);
             bp_progress_update(&prog, (uint64_t)(t + 1), note);
@@ -521,14 +510,14 @@ int cmd_train(int argc, char **argv) {
             double t0 = bp_now();
             trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
             t_eval += bp_now() - t0;
-            train_json_eval(mf, (bp_split)fl.eval_split, t + 1, B, &res);
+            if ((rc = train_json_eval(&mf, (bp_split)fl.eval_split, t + 1, B, &res))) break;
             t_window += bp_now() - t0; // keep evaluation out of the throughput figure
         }
         if (ckpt_sched_due(&cks, t + 1, total_iters)) {
             double c0 = bp_now();
             rc = ckpt_run_write_all(&tr, &su, t + 1, 0);
             double pause = bp_now() - c0;
-            if ((rc = ckpt_sched_done(&cks, &su, t + 1, rc, pause, mf))) break;
+            if ((rc = ckpt_sched_done(&cks, &su, t + 1, rc, pause, &mf))) break;
         }
     }
     bp_progress_finish(&prog);
@@ -560,7 +549,7 @@ int cmd_train(int argc, char **argv) {
             train_json_result(&j, "", &res);
             if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
         }
-        jsonl_end(&j, mf);
+        if ((rc = jsonl_end(&j, &mf))) goto out;
     }
     if (fl.save) {
         rc = trainer_save(&tr, fl.save, &ds, total_iters, total_iters * B, (uint64_t)fl.seed);
@@ -568,9 +557,9 @@ int cmd_train(int argc, char **argv) {
     }
 out:
     trainer_free(&tr);
-    if (mf) fclose(mf);
+    int mrc = jsonl_close(&mf);
     bp_ds_close(&ds);
-    return cmd_exit(rc);
+    return cmd_exit(rc ? rc : mrc);
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -595,7 +584,7 @@ int cmd_eval(int argc, char **argv) {
         return cmd_exit(bp_fail(BP_EUSAGE, "eval: expected --load DIR and one dataset file (see 'bagpipe eval --help')"));
     }
     bp_dataset ds;
-    rc = open_dataset(&ds, pos[0]);
+    rc = cmd_open_dataset(&ds, pos[0]);
     free(pos);
     if (rc) return cmd_exit(rc);
     openblas_set_num_threads(threads);

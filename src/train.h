@@ -88,6 +88,6 @@ enum { TRAIN_CACHE_LRU = 0, TRAIN_CACHE_LFU = 1 };
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes);
 void train_json_result(jsonl *j, const char *prefix, const metric_result *r);
 // One "eval" line of the metrics file (mf may be NULL): the split, iteration, samples and result.
-void train_json_eval(FILE *mf, bp_split split, int64_t iter, int B, const metric_result *r);
+int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const metric_result *r);
 
 #endif

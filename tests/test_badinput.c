@@ -2,14 +2,20 @@
 // hostile input and checks the exit code and the words of the error: the file, line, flag, rank
 // or message kind it names.  Rows covered elsewhere name their tests in the table (a peer that
 // dies: dist_kill_* in tests/test_dist.c; truncated gzip: prep_truncated_gzip_fails_even_with_skip_bad).
+#include <dirent.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "data_bin.h"
 #include "dist_util.h"
 #include "test.h"
 
@@ -286,6 +292,31 @@ TEST(badinput_directory_as_file) {
     ASSERT_STR_CONTAINS(out, "afile: exists and is not a directory");
     ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
     free(out);
+    ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 --checkpoint-every 1 --checkpoint-dir %s", test_bin(), d,
+                       file), 1);
+    ASSERT_STR_CONTAINS(out, "--checkpoint-dir");
+    ASSERT_STR_CONTAINS(out, "afile: exists and is not a directory");
+    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
+    free(out);
+}
+
+// Every metrics line is checked: a full disk stops the run, naming the file and the flag.  A
+// run that fails before its first line removes the file it created, and only that.
+TEST(badinput_metrics_write_error) {
+    const char *d = dataset("d.bin", 500);
+    if (access("/dev/full", W_OK) != 0) {
+        test_skip("/dev/full is missing: no device answers every write with ENOSPC");
+        return;
+    }
+    EXPECT(1, cmd("%s train %s " TINY " --iters 5 -m /dev/full", test_bin(), d),
+           "--metrics /dev/full: cannot write: No space left on device");
+    EXPECT(1, cmd("%s %s train %s " TINY " --iters 5 --mode sync -m /dev/full", dist_test_env(), test_bin(), d),
+           "trainer 0): --metrics /dev/full: cannot write: No space left on device", "job failed");
+    const char *fresh = test_path("fresh.jsonl"), *old = write_file("old.jsonl", "{}\n", 3);
+    EXPECT(1, cmd("%s train %s " TINY " --iters 50 --learning-rate 1e6 -m %s", test_bin(), d, fresh), "the loss is");
+    ASSERT_MSG(access(fresh, F_OK) != 0, "the empty metrics file of a failed run was left behind");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 50 --learning-rate 1e6 -m %s", test_bin(), d, old), "the loss is");
+    EXPECT(0, cmd("cat %s", old), "{}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -341,6 +372,111 @@ TEST(badinput_readonly_output) {
     ASSERT_STR_CONTAINS(out, "no/such/model: cannot create: directory");
     ASSERT_STR_CONTAINS(out, "does not exist");
     free(out);
+    // A directory where access() says yes (to root) but nothing can be made: tried, not asked;
+    // nothing is created there either way.
+    static const char *const flags[] = {"--save", "--checkpoint-every 1 --checkpoint-dir"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(flags); i++) {
+        ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 %s /proc/bagpipe-model", test_bin(), d, flags[i]), 1);
+        ASSERT_STR_CONTAINS(out, "/proc/bagpipe-model: cannot create");
+        ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
+        free(out);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Special files and links as outputs, interrupted writers
+
+// Outputs are written to a new file renamed over the old one: that would replace a device or a
+// FIFO with a regular file, and a symlink with a file of its own.
+TEST(badinput_special_file_as_output) {
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s", test_path("fifo"));
+    ASSERT_EQ(mkfifo(fifo, 0644), 0);
+    char tsv[600];
+    snprintf(tsv, sizeof tsv, "%s", criteo_file("g.tsv", 3, NULL, 0, 0));
+    EXPECT(1, cmd("%s synth -n 10 -o %s", test_bin(), fifo), "fifo: not a regular file (a FIFO); refusing to replace it");
+    EXPECT(1, cmd("%s synth -n 10 --format tsv -o %s", test_bin(), fifo), "fifo: not a regular file (a FIFO)");
+    EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), fifo, tsv), "fifo: not a regular file (a FIFO)");
+    ASSERT_EQ(symlink("fifo", test_path("to-fifo")), 0);
+    EXPECT(1, cmd("%s synth -n 10 -o %s", test_bin(), test_path("to-fifo")), "to-fifo: not a regular file (a FIFO)");
+    struct stat st;
+    ASSERT_EQ(lstat(fifo, &st), 0);
+    ASSERT_TRUE(S_ISFIFO(st.st_mode));
+    // Links: the file linked to is written, through any chain of links, relative or absolute,
+    // existing or not yet; the links stay.
+    ASSERT_EQ(mkdir(test_path("sub"), 0755), 0);
+    ASSERT_EQ(symlink("../real.bin", test_path("sub/rel")), 0);
+    ASSERT_EQ(symlink("sub/rel", test_path("chain")), 0);
+    ASSERT_EQ(symlink(test_path("abs.bin"), test_path("abs")), 0);
+    static const char *const links[] = {"chain", "abs", "chain"}; // the second write replaces a file
+    for (size_t i = 0; i < BP_ARRAY_LEN(links); i++)
+        EXPECT(0, cmd("%s synth -n %zu -o %s", test_bin(), 10 + i, test_path(links[i])), "synth:");
+    EXPECT(0, cmd("%s prep -q -o %s %s && %s info %s", test_bin(), test_path("abs"), tsv, test_bin(), test_path("abs.bin")),
+           "rows        3");
+    static const char *const kept[] = {"chain", "sub/rel", "abs"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(kept); i++) {
+        ASSERT_EQ(lstat(test_path(kept[i]), &st), 0);
+        ASSERT_MSG(S_ISLNK(st.st_mode), "%s is no longer a symlink", kept[i]);
+    }
+    EXPECT(0, cmd("%s info %s", test_bin(), test_path("real.bin")), "rows        12");
+    EXPECT(1, cmd("ls %s | grep tmp", test_tmpdir()), "");
+}
+
+// The fd of process pid open on a file in dir (an unnamed temporary file shows as
+// "DIR/#INODE (deleted)"), or -1.
+static int fd_in_dir(pid_t pid, const char *dir) {
+    size_t n = strlen(dir);
+    for (int fd = 3; fd < 256; fd++) {
+        char p[64], link[PATH_MAX];
+        snprintf(p, sizeof p, "/proc/%d/fd/%d", (int)pid, fd);
+        ssize_t k = readlink(p, link, sizeof link - 1);
+        if (k <= 0) continue;
+        link[k] = 0;
+        if (strncmp(link, dir, n) == 0 && link[n] == '/') return fd;
+    }
+    return -1;
+}
+
+// A writer killed while its output is open (synth of ~1 GB, stopped at once) leaves nothing in
+// the output's directory.
+TEST(badinput_interrupted_writer_leaves_no_temporary_file) {
+    char dir[PATH_MAX];
+    ASSERT_EQ(mkdir(test_path("out"), 0755), 0);
+    ASSERT_TRUE(realpath(test_path("out"), dir) != NULL); // as /proc shows it
+    static const struct { int sig; const char *format; } runs[] = {{SIGTERM, "bin"}, {SIGINT, "tsv"}};
+    for (size_t i = 0; i < BP_ARRAY_LEN(runs); i++) {
+        char out[PATH_MAX + 16], log[PATH_MAX + 16];
+        snprintf(out, sizeof out, "%s/big.%s", dir, runs[i].format);
+        snprintf(log, sizeof log, "%s", test_path("synth.log"));
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+            signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL);
+            if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(127);
+            execl(test_bin(), test_bin(), "synth", "--preset", "custom", "--tables", "1000", "--dense", "1", "--rows",
+                  "80000000", "--threads", "1", "--format", runs[i].format, "-o", out, (char *)NULL);
+            _exit(127);
+        }
+        int open_fd = -1, status = 0;
+        for (int ms = 0; ms < 30000 && open_fd < 0 && waitpid(pid, &status, WNOHANG) == 0; ms++) {
+            open_fd = fd_in_dir(pid, dir);
+            if (open_fd < 0) nanosleep(&(struct timespec){0, 1000000}, NULL);
+        }
+        if (open_fd < 0) kill(pid, SIGKILL);
+        kill(pid, runs[i].sig);
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_MSG(open_fd >= 0, "synth never opened its output in %s (status %d)", dir, status);
+        ASSERT_MSG(WIFSIGNALED(status) && WTERMSIG(status) == runs[i].sig, "synth was not killed by signal %d: status %d",
+                   runs[i].sig, status);
+        DIR *dp = opendir(dir);
+        ASSERT_TRUE(dp != NULL);
+        const struct dirent *e;
+        char left[256] = "";
+        while ((e = readdir(dp)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) snprintf(left, sizeof left, "%s", e->d_name);
+        closedir(dp);
+        ASSERT_MSG(!left[0], "signal %d: %s left behind in the output directory", runs[i].sig, left);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -376,6 +512,47 @@ TEST(badinput_corrupt_dataset) {
     EXPECT(1, cmd("%s info %s", test_bin(), cut), "cut.bin:", "truncated");
     const char *text = write_file("text.bin", "this is not a dataset\n", 22);
     EXPECT(1, cmd("%s info %s", test_bin(), text), "text.bin: not a bagpipe binary dataset");
+}
+
+// Sets sparse id (row, table) of the dataset at path and rewrites the section and header
+// checksums to match: a file whose only damage is an id outside its table.
+static int plant_id(const char *path, uint64_t row, uint32_t table, uint32_t id) {
+    size_t len;
+    uint8_t *buf = (uint8_t *)dist_test_slurp(path, &len);
+    bp_ds_info in;
+    int rc = !buf || bp_ds_header_decode(&in, buf, len, path) != 0;
+    if (!rc) {
+        uint32_t *sparse = (uint32_t *)(buf + in.off_sparse);
+        sparse[row * in.n_sparse + table] = id;
+        in.crc_sparse = bp_crc32(0, sparse, in.rows * in.n_sparse * 4);
+        bp_ds_header_encode(&in, buf);
+        FILE *f = fopen(path, "wb");
+        rc = !f || fwrite(buf, 1, len, f) != len;
+        if (f) rc |= fclose(f) != 0;
+    }
+    free(buf);
+    return rc ? -1 : 0;
+}
+
+// analyze reads every id as an index: it verifies the file as train does, in both its forms.
+TEST(badinput_damaged_dataset_given_to_analyze) {
+    const char *d = dataset("d.bin", 500);
+    char body[600], id[600];
+    snprintf(body, sizeof body, "%s", test_path("body.bin"));
+    snprintf(id, sizeof id, "%s", test_path("id.bin"));
+    ASSERT_EQ(test_run(NULL, 10, "cp %s %s && cp %s %s", d, body, d, id), 0);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, d, 0));
+    const long at = (long)ds.info.off_sparse + 100;
+    bp_ds_close(&ds);
+    ASSERT_EQ(damage(body, at), 0);
+    ASSERT_EQ(plant_id(id, 10, 0, 0x7ffffff0), 0);
+    static const char *const cmds[] = {"analyze", "analyze --cache 100", "info", "train"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(cmds); i++) {
+        EXPECT(1, cmd("%s %s %s", test_bin(), cmds[i], body), "body.bin: sparse section checksum mismatch (file damaged)");
+        EXPECT(1, cmd("%s %s %s", test_bin(), cmds[i], id),
+               "id.bin: row 10: id 2147483632 of table 0 is outside its 40 rows");
+    }
 }
 
 TEST(badinput_corrupt_model) {

@@ -375,7 +375,8 @@ TEST(ckpt_config_mismatch_is_refused) {
 
 // Disk full while checkpointing: a 128 KiB tmpfs holds one checkpoint (about 84 KiB in pages) but
 // not two at once.  Default: the run stops with the reason, non-zero; --on-checkpoint-error
-// continue trains on; the previous checkpoint stays valid and resumable either way.
+// continue trains on; the previous checkpoint stays valid and resumable either way.  A run whose
+// first checkpoint fails has no previous one to speak of.
 TEST(ckpt_disk_full) {
     ASSERT_OK(make_data());
     char mnt[512], ref[512], res[512];
@@ -389,9 +390,10 @@ TEST(ckpt_disk_full) {
     }
     char root[600];
     snprintf(root, sizeof root, "%s/ck", mnt);
-    char *out1 = NULL, *out2 = NULL, *out3 = NULL;
+    char *out1 = NULL, *out2 = NULL, *out3 = NULL, *out4 = NULL;
     int st1 = train(&out1, "", "--iters 300 --checkpoint-every 50 --keep 1 --checkpoint-dir %s", root);
     int v50 = ckpt_valid(root, 50), e100 = ckpt_exists(root, 100);
+    int st4 = train(&out4, "", "--iters 300 --checkpoint-every 50 --checkpoint-dir %s/first", mnt); // no room left
     char d50[4096];
     ckpt_dir_path(d50, sizeof d50, root, 50);
     ckpt_remove_dir(d50); // room for the next run's one checkpoint
@@ -402,13 +404,16 @@ TEST(ckpt_disk_full) {
     ASSERT_MSG(st1 != 0, "the run went on after a failed checkpoint:\n%s", out1);
     ASSERT_STR_CONTAINS(out1, "checkpoint at iteration 100 failed");
     ASSERT_STR_CONTAINS(out1, "No space left on device");
-    ASSERT_STR_CONTAINS(out1, "the previous checkpoint is kept; stopping");
+    ASSERT_STR_CONTAINS(out1, "the previous checkpoint is kept (iteration 50); stopping");
     ASSERT_TRUE(v50 && !e100);
+    ASSERT_MSG(st4 != 0, "the run went on after a failed checkpoint:\n%s", out4);
+    ASSERT_STR_CONTAINS(out4, "checkpoint at iteration 50 failed");
+    ASSERT_MSG(!strstr(out4, "previous checkpoint"), "a previous checkpoint that does not exist:\n%s", out4);
     ASSERT_MSG(st2 == 0 && st3 == 0, "status %d / %d:\n%s", st2, st3, out2);
     ASSERT_STR_CONTAINS(out2, "training goes on (--on-checkpoint-error continue)");
     ASSERT_STR_CONTAINS(out2, "checkpoints: 1 written");
     ASSERT_MSG(same_model(ref, res), "a failed checkpoint changed the model");
-    free(out1), free(out2), free(out3);
+    free(out1), free(out2), free(out3), free(out4);
 }
 
 // ---------------------------------------------------------------------------------------------
