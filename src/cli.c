@@ -50,15 +50,50 @@ static void choice_name(const char *choices, int idx, char *buf, size_t cap) {
     snprintf(buf, cap, "%.*s", (int)len, p);
 }
 
+// Length of the decimal integer [+-]digits at the start of s (0 if none).
+static size_t dec_int_len(const char *s) {
+    size_t i = (s[0] == '-' || s[0] == '+'), d = i;
+    while (s[i] >= '0' && s[i] <= '9') i++;
+    return i > d ? i : 0;
+}
+
+double cli_strtod(const char *s, char **end) {
+    // The longest prefix of the form [+-]digits[.digits][(e|E)[+-]digits], at least one digit in
+    // the mantissa; strtod alone would also read hex ("0x10" is 16), inf, nan and leading blanks.
+    size_t i = (s[0] == '-' || s[0] == '+'), nd = 0;
+    for (; s[i] >= '0' && s[i] <= '9'; i++) nd++;
+    if (s[i] == '.')
+        for (i++; s[i] >= '0' && s[i] <= '9'; i++) nd++;
+    if (nd == 0) {
+        *end = (char *)s;
+        return 0;
+    }
+    if (s[i] == 'e' || s[i] == 'E') {
+        size_t ne = dec_int_len(s + i + 1);
+        if (ne) i += 1 + ne;
+    }
+    char small[64], *buf = i < sizeof small ? small : bp_xmalloc(i + 1);
+    memcpy(buf, s, i);
+    buf[i] = 0;
+    char *e;
+    double v = strtod(buf, &e); // sets errno on overflow, as strtod does
+    BP_ASSERT((size_t)(e - buf) == i);
+    if (buf != small) free(buf);
+    *end = (char *)s + i;
+    return v;
+}
+
 static int set_value(const cli_opt *o, const char *val) {
     char *end = NULL;
     errno = 0;
     switch (o->type) {
     case CLI_T_INT:
     case CLI_T_I64: {
-        long long v = strtoll(val, &end, 0);
-        if (errno || end == val || *end)
-            return bp_fail(BP_EUSAGE, "--%s: expected an integer, got '%s'", o->name, val);
+        // Decimal only: base 0 would read "010" as 8 and "0x10" as 16, and refuse "09".
+        size_t len = dec_int_len(val);
+        long long v = len ? strtoll(val, &end, 10) : 0;
+        if (!len || errno || end != val + len || *end)
+            return bp_fail(BP_EUSAGE, "--%s: expected a decimal integer, got '%s'", o->name, val);
         if (v < o->min_i || v > o->max_i)
             return bp_fail(BP_EUSAGE, "--%s: %lld is out of range [%lld, %lld]", o->name, v,
                            (long long)o->min_i, (long long)o->max_i);
@@ -67,9 +102,9 @@ static int set_value(const cli_opt *o, const char *val) {
         return 0;
     }
     case CLI_T_DBL: {
-        double v = strtod(val, &end);
+        double v = cli_strtod(val, &end);
         if (errno || end == val || *end || !isfinite(v))
-            return bp_fail(BP_EUSAGE, "--%s: expected a number, got '%s'", o->name, val);
+            return bp_fail(BP_EUSAGE, "--%s: expected a decimal number, got '%s'", o->name, val);
         if (v < o->min_d || v > o->max_d)
             return bp_fail(BP_EUSAGE, "--%s: %g is out of range [%g, %g]", o->name, v, o->min_d, o->max_d);
         *(double *)o->ptr = v;

@@ -7,8 +7,9 @@
 //   };
 //   int rc = cli_parse("bagpipe prep", "[options] INPUT...", opts, argc, argv, &pos, &npos);
 //
-// Flags accept "--name value" and "--name=value"; CLI_FLAG takes no value ("--no-name" clears
-// it).  Errors name the flag and the expected form, and return BP_EUSAGE; argv is not modified.
+// Flags accept "--name value" and "--name=value"; numbers are decimal ("010" is ten, "0x10" an
+// error).  CLI_FLAG takes no value ("--no-name" clears it).  Errors name the flag and the
+// expected form, and return BP_EUSAGE; argv is not modified.
 #ifndef BP_CLI_H
 #define BP_CLI_H
 
@@ -48,6 +49,10 @@ typedef struct {
 int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
               char ***pos, int *npos);
 void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE *out);
+
+// strtod for flag values, decimal notation only ([+-]digits[.digits][e[+-]digits]): no hex, inf,
+// nan or leading blanks.  *end is set past the number, or to s when there is none.
+double cli_strtod(const char *s, char **end);
 
 // Parses "13-512-256-64-16" into dims (at most cap).  Returns the count, or BP_EUSAGE with a
 // message naming flag.

@@ -233,11 +233,25 @@ TEST(badinput_huge_numbers_in_fields) {
 TEST(badinput_huge_flag_values) {
     const char *d = dataset("d.bin", 500);
     EXPECT(2, cmd("%s train %s --batch-size 99999999999999999999", test_bin(), d),
-           "--batch-size: expected an integer, got '99999999999999999999'");
+           "--batch-size: expected a decimal integer, got '99999999999999999999'");
     EXPECT(2, cmd("%s train %s --batch-size 2000000", test_bin(), d), "--batch-size: 2000000 is out of range [1, 1048576]");
     EXPECT(2, cmd("%s train %s --arch-sparse-feature-size 1000000", test_bin(), d), "--arch-sparse-feature-size: 1000000 is out of range");
     EXPECT(2, cmd("%s train %s " TINY " --batch-size 100000", test_bin(), d), "--batch-size");
     EXPECT(2, cmd("%s train %s --learning-rate 1e999", test_bin(), d), "--learning-rate");
+}
+
+// Numbers in flags are decimal, whatever their leading zeros: "010" is ten, not eight; "09" is
+// nine; hex is refused (it used to be read as hex, and "09" refused as bad octal).
+TEST(badinput_numbers_are_decimal) {
+    const char *d = dataset("d.bin", 500);
+    EXPECT(0, cmd("%s train %s " TINY " --batch-size 010 --iters 2", test_bin(), d), "2 iterations of 10 ");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 09", test_bin(), d), "9 iterations of 24 ");
+    EXPECT(2, cmd("%s train %s --batch-size 0x10", test_bin(), d), "--batch-size: expected a decimal integer, got '0x10'");
+    EXPECT(2, cmd("%s train %s --learning-rate 0x1p-3", test_bin(), d),
+           "--learning-rate: expected a decimal number, got '0x1p-3'");
+    EXPECT(2, cmd("%s analyze -b 0x40 %s", test_bin(), d), "--batch-size: expected a decimal integer, got '0x40'");
+    EXPECT(2, cmd("%s synth --skew 0x1 -o %s", test_bin(), test_path("s.bin")), "--skew");
+    EXPECT(2, cmd("%s prep --split ratio:0x1,0,0 -o %s x.tsv", test_bin(), test_path("o.bin")), "--split");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -423,7 +437,7 @@ TEST(badinput_negative_and_zero_sizes) {
         {"--eval-batch-size 0", "--eval-batch-size: 0 is out of range"},
         {"--threads 0", "--threads: 0 is out of range [1, 256]"},
         {"--learning-rate -1", "--learning-rate"},
-        {"--batch-size ten", "--batch-size: expected an integer, got 'ten'"},
+        {"--batch-size ten", "--batch-size: expected a decimal integer, got 'ten'"},
         {"--no-such-flag", "unknown flag '--no-such-flag'"},
         {"--batch-size", "--batch-size"},
     };
