@@ -292,8 +292,10 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->eval_split = (bp_split)fl->eval_split;
     bp_ds_split_range(ds, su->eval_split, &su->ev0, &su->ev1);
     if (fl->eval_rows && su->ev1 - su->ev0 > (uint64_t)fl->eval_rows) su->ev1 = su->ev0 + (uint64_t)fl->eval_rows;
-    su->do_eval = !fl->no_eval && su->ev1 > su->ev0;
-    if (!fl->no_eval && su->ev1 == su->ev0)
+    // --no-eval skips the final evaluation only; --eval-every evaluations still take place.
+    const int have_rows = su->ev1 > su->ev0;
+    su->do_eval = !fl->no_eval && have_rows;
+    if ((!fl->no_eval || fl->eval_every) && !have_rows)
         bp_log(BP_LOG_WARN, "the %s split of %s is empty: no evaluation", bp_split_name(su->eval_split), data_path);
     float emb_lr = (float)(fl->emb_lr >= 0 ? fl->emb_lr : fl->lr);
     static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
@@ -301,7 +303,7 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->dopt = dense_opt_make(fl->dense_opt ? DENSE_OPT_ADAGRAD : DENSE_OPT_SGD, (float)fl->lr);
     su->lc = (emb_layout_cfg){.F = su->mc.F, .card = in->card, .D = su->mc.D, .E = su->mc.E,
                               .S = emb_opt_state_floats(&su->eopt), .seed = (uint64_t)fl->seed};
-    su->B = fl->batch, su->eval_batch = fl->eval_batch, su->eval_every = fl->eval_every;
+    su->B = fl->batch, su->eval_batch = fl->eval_batch, su->eval_every = have_rows ? fl->eval_every : 0;
     su->print_every = fl->print_every, su->threads = fl->threads;
     su->seed = (uint64_t)fl->seed, su->lr = fl->lr, su->save = fl->save, su->metrics = fl->metrics;
     su->trainers = fl->trainers, su->servers = fl->servers, su->mode = fl->mode;
@@ -388,11 +390,11 @@ int cmd_train(int argc, char **argv) {
         CLI_I64("iters", 'n', &fl.iters, 0, 0, INT64_MAX / 2, "stop after this many iterations (0: run the epochs)"),
         CLI_I64("seed", 0, &fl.seed, 1, 0, INT64_MAX, "seed for parameter initialisation"),
         CLI_INT("threads", 0, &fl.threads, 1, 1, 256, "BLAS threads (results are bit-reproducible for a fixed count)"),
-        CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations (0: only at the end)"),
+        CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations (0: only at the end; --no-eval leaves these)"),
         CLI_CHOICE("eval-split", 0, &fl.eval_split, 1, "train|val|test", "split to evaluate on"),
         CLI_I64("eval-rows", 0, &fl.eval_rows, 0, 0, INT64_MAX, "evaluate on at most this many rows (0: all)"),
         CLI_INT("eval-batch-size", 0, &fl.eval_batch, 4096, 1, 1 << 20, "batch size for evaluation"),
-        CLI_FLAG("no-eval", 0, &fl.no_eval, "skip the final evaluation"),
+        CLI_FLAG("no-eval", 0, &fl.no_eval, "skip the final evaluation (--eval-every ones still run)"),
         CLI_INT("print-every", 0, &fl.print_every, 100, 1, INT32_MAX, "write a train metrics line every N iterations"),
         CLI_STR("metrics", 'm', &fl.metrics, NULL, "append JSON-lines metrics to this file"),
         CLI_STR("save", 'o', &fl.save, NULL, "save the trained model to this directory"),
@@ -431,13 +433,13 @@ int cmd_train(int argc, char **argv) {
     const model_config mc = su.mc;
     const uint64_t tr0 = su.tr0, tr1 = su.tr1, per_epoch = su.per_epoch, ev0 = su.ev0, ev1 = su.ev1;
     const int64_t total_iters = su.total_iters;
-    const int do_eval = su.do_eval;
+    const int do_eval = su.do_eval, eval_every = su.eval_every;
     const emb_opt eopt = su.eopt;
     const dense_opt dopt = su.dopt;
     const emb_layout_cfg lc = su.lc;
     emb_layout L;
     if ((rc = emb_layout_init(&L, &lc))) goto out;
-    const int max_batch = BP_MAX(fl.batch, do_eval ? fl.eval_batch : 1);
+    const int max_batch = BP_MAX(fl.batch, do_eval || eval_every ? fl.eval_batch : 1);
     {
         char b1[32], b2[32], b3[32], b4[32];
         double tbytes = (double)emb_layout_bytes(&L);
@@ -517,7 +519,7 @@ int cmd_train(int argc, char **argv) {
             bp_progress_update(&prog, (uint64_t)(t + 1), note);
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
-        if (do_eval && fl.eval_every && (t + 1) % fl.eval_every == 0 && t + 1 < total_iters) {
+        if (eval_every && (t + 1) % eval_every == 0 && t + 1 < total_iters) {
             double t0 = bp_now();
             trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
             t_eval += bp_now() - t0;

@@ -152,3 +152,56 @@ TEST(modes_bad_flags) {
     ASSERT_STR_CONTAINS(out, "layout: 3 ranks");
     free(out);
 }
+
+// The `eval` lines of a metrics file, concatenated (malloc'd; "" when none), and their count.
+static char *eval_lines(const char *path, int *n) {
+    size_t len;
+    char *all = dist_test_slurp(path, &len), *out = calloc(1, len + 1);
+    *n = 0;
+    for (char *p = all; p && *p;) {
+        char *nl = strchr(p, '\n');
+        size_t l = nl ? (size_t)(nl - p + 1) : strlen(p);
+        if (strstr(p, "\"event\":\"eval\"") && strstr(p, "\"event\":\"eval\"") < p + l) strncat(out, p, l), (*n)++;
+        p += l;
+    }
+    free(all);
+    return out;
+}
+
+// --no-eval skips only the final evaluation: the --eval-every ones still happen, in every mode
+// (they used to be skipped too), and the summary carries no metrics.
+TEST(modes_no_eval_keeps_eval_every) {
+    char data[512];
+    ASSERT_OK(make_data(data, sizeof data, 15));
+    const char *common = "--batch-size 24 --iters 200 --eval-every 50 --no-eval";
+    static const char *const modes[][2] = {
+        {"local", "--mode local"},
+        {"sync", "--mode sync --trainers 2 --servers 1"},
+        {"sharded", "--mode sharded --trainers 2"},
+        {"static", "--mode static --trainers 2 --servers 1 --static-rows 20"},
+        {"bagpipe", "--mode bagpipe --trainers 2 --servers 1 --cache-rows 300 --lookahead 8"},
+        {"async", "--mode async --trainers 2 --servers 1 --cache-rows 300"},
+    };
+    char *sync_evals = NULL;
+    for (size_t m = 0; m < BP_ARRAY_LEN(modes); m++) {
+        char a[1024], mpath[600];
+        snprintf(mpath, sizeof mpath, "%s/%s.jsonl", test_tmpdir(), modes[m][0]);
+        snprintf(a, sizeof a, "%s %s -m %s", modes[m][1], common, mpath);
+        char *out = NULL;
+        int rc = run_train(&out, data, modes[m][0], a);
+        ASSERT_MSG(rc == 0, "%s exited %d:\n%s", modes[m][0], rc, out);
+        ASSERT_MSG(!strstr(out, "val   AUC"), "%s evaluated at the end despite --no-eval:\n%s", modes[m][0], out);
+        free(out);
+        int n;
+        char *ev = eval_lines(mpath, &n);
+        ASSERT_MSG(n == 3, "%s: %d eval lines, expected 3 (iterations 50, 100, 150):\n%s", modes[m][0], n, ev);
+        ASSERT_STR_CONTAINS(ev, "\"iter\":150");
+        ASSERT_TRUE(isnan(dist_test_summary_num(mpath, "auc")));
+        if (m == 1) sync_evals = ev, ev = NULL;
+        else if (m > 1 && m < 5) // sharded, static and bagpipe give sync's model at every boundary
+            ASSERT_MSG(strcmp(ev, sync_evals) == 0, "%s's evaluations differ from sync's:\n%s\n%s", modes[m][0], ev,
+                       sync_evals);
+        free(ev);
+    }
+    free(sync_evals);
+}
