@@ -306,6 +306,7 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->B = fl->batch, su->eval_batch = fl->eval_batch, su->eval_every = have_rows ? fl->eval_every : 0;
     su->print_every = fl->print_every, su->threads = fl->threads;
     su->seed = (uint64_t)fl->seed, su->lr = fl->lr, su->save = fl->save, su->metrics = fl->metrics;
+    su->emb_lr_inherited = fl->emb_lr < 0;
     su->trainers = fl->trainers, su->servers = fl->servers, su->mode = fl->mode;
     su->cache_rows = (uint64_t)fl->cache_rows, su->lookahead = fl->lookahead, su->prefetch = fl->prefetch;
     su->staleness = fl->staleness, su->cache_policy = fl->cache_policy;

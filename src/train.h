@@ -69,6 +69,7 @@ typedef struct {
     uint64_t tr0, tr1, ev0, ev1; // train rows and evaluation rows
     uint64_t seed;
     double lr;
+    int emb_lr_inherited;       // the embedding rate is --learning-rate's (no --emb-learning-rate)
     const char *save;
     const char *metrics;        // metrics file (JSON lines) or NULL
     int trainers, servers;      // distributed modes
