@@ -371,7 +371,8 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
         double loss = 0;
         if ((rc = ts_step(&ts, t, &loss))) break;
         if (!isfinite(loss)) {
-            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
+            // 1-based, as the iterations of the metrics lines
+            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
             break;
         }
         win_loss += loss, win_n++;

@@ -500,7 +500,8 @@ int cmd_train(int argc, char **argv) {
         uint64_t r = tr0 + (uint64_t)(t % (int64_t)per_epoch) * (uint64_t)B;
         double loss = trainer_step(&tr, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
         if (!isfinite(loss)) {
-            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
+            // 1-based, as the iterations of the metrics lines
+            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
             break;
         }
         win_loss += loss, win_n++;

@@ -144,6 +144,39 @@ TEST(train_bad_input_is_explained) {
     free(out);
 }
 
+// The iteration a diverging run stops at is counted from 1, as the metrics lines count: the
+// last train line written (every iteration here) is the one just before it, in local and in a
+// distributed mode.
+TEST(train_nan_names_the_metrics_iteration) {
+    const char *data = test_path("nan.bin");
+    ASSERT_EQ(synth(data, 3000, ""), 0);
+    static const char *const modes[] = {"--mode local", "--mode sync --trainers 2 --servers 1"};
+    for (size_t m = 0; m < BP_ARRAY_LEN(modes); m++) {
+        char metrics[600];
+        snprintf(metrics, sizeof metrics, "%s/nan%zu.jsonl", test_tmpdir(), m);
+        char *out = NULL;
+        RUN_EXPECT(1, 120, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s train %s " SMALL_ARCH
+                   " %s --learning-rate 1e5 --batch-size 32 --print-every 1 --no-eval -m %s",
+                   test_bin(), data, modes[m], metrics);
+        const char *e = strstr(out, "iteration "); // "bagpipe: [rank R (trainer I): ]iteration K: ..."
+        ASSERT_MSG(e != NULL, "%s: no iteration named:\n%s", modes[m], out);
+        long bad = atol(e + strlen("iteration "));
+        ASSERT_STR_CONTAINS(e, "the loss is");
+        free(out);
+        FILE *f = fopen(metrics, "r");
+        ASSERT_TRUE(f != NULL);
+        char line[4096];
+        long last = 0;
+        while (fgets(line, sizeof line, f)) {
+            const char *it = strstr(line, "\"event\":\"train\",\"iter\":");
+            if (it) last = atol(it + strlen("\"event\":\"train\",\"iter\":"));
+        }
+        fclose(f);
+        ASSERT_MSG(bad >= 2 && last == bad - 1, "%s: the error names iteration %ld, the last metrics line is %ld",
+                   modes[m], bad, last);
+    }
+}
+
 TEST(train_metrics_plot) {
     if (test_run(NULL, 10, "command -v gnuplot && command -v python3") != 0) {
         test_skip("gnuplot or python3 missing: plot tool not checked");
