@@ -26,8 +26,10 @@
 #include "launch.h"
 #include "metric.h"
 #include "model.h"
+#include "msg.h"
 #include "nn.h"
 #include "optim.h"
+#include "oracle.h"
 #include "progress.h"
 #include "train.h"
 
@@ -310,10 +312,57 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->trainers = fl->trainers, su->servers = fl->servers, su->mode = fl->mode;
     su->cache_rows = (uint64_t)fl->cache_rows, su->lookahead = fl->lookahead, su->prefetch = fl->prefetch;
     su->staleness = fl->staleness, su->cache_policy = fl->cache_policy;
-    if (fl->mode != TRAIN_MODE_ASYNC && (fl->staleness || fl->cache_policy))
-        return bp_fail(BP_EUSAGE, "--staleness/--cache-policy: only --mode async reads cached rows that may be stale");
+    if (fl->mode == TRAIN_MODE_STATIC) { // role_static.c pins min(N, the rows) rows in messages of at most MSG_MAX_N
+        uint64_t rows = bp_ds_total_card(in), want = fl->static_rows ? (uint64_t)fl->static_rows : BP_MAX(1, rows / 100);
+        if (BP_MIN(want, rows) > MSG_MAX_N)
+            return bp_fail(BP_EUSAGE, "--static-rows %llu: at most %d rows can be pinned", (unsigned long long)want,
+                           MSG_MAX_N);
+    }
     su->ck = fl->ck;
     return ckpt_run_setup(su);
+}
+
+// Flags that only some modes read (a mask of TRAIN_MODE_*): given to another mode they would be
+// ignored, so they are refused, naming the modes that read them.
+#define MODE_BIT(m) (1u << TRAIN_MODE_##m)
+#define MODES_DIST (MODE_BIT(SYNC) | MODE_BIT(SHARDED) | MODE_BIT(STATIC) | MODE_BIT(BAGPIPE) | MODE_BIT(ASYNC))
+static const struct {
+    const char *flag;
+    unsigned modes;
+} mode_flags[] = {
+    {"trainers", MODES_DIST},
+    {"servers", MODES_DIST},
+    {"stall-timeout", MODES_DIST},
+    {"cache-rows", MODE_BIT(BAGPIPE) | MODE_BIT(ASYNC)},
+    {"lookahead", MODE_BIT(BAGPIPE)},
+    {"prefetch", MODE_BIT(BAGPIPE)},
+    {"staleness", MODE_BIT(ASYNC)},
+    {"cache-policy", MODE_BIT(ASYNC)},
+    {"static-rows", MODE_BIT(STATIC)},
+};
+_Static_assert(ORACLE_MAX_TRAINERS == 64, "the --trainers help states the limit of --mode bagpipe");
+static const char *const train_mode_names[] = {"local", "sync", "sharded", "static", "bagpipe", "async"};
+
+static int check_mode_flags(const train_flags *fl, const cli_opt *opts, const cli_given *g) {
+    const char *mode = train_mode_names[fl->mode];
+    for (size_t i = 0; i < BP_ARRAY_LEN(mode_flags); i++) {
+        if ((mode_flags[i].modes & (1u << fl->mode)) || !cli_was_given(g, opts, mode_flags[i].flag)) continue;
+        if (mode_flags[i].modes == MODES_DIST)
+            return bp_fail(BP_EUSAGE, "--%s: only the distributed modes (sync, sharded, static, bagpipe, async) read "
+                           "it; --mode %s is one process", mode_flags[i].flag, mode);
+        char names[128] = "";
+        size_t len = 0;
+        for (int m = 0, k = 0; m < (int)BP_ARRAY_LEN(train_mode_names); m++)
+            if (mode_flags[i].modes & (1u << m))
+                len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", k++ ? " or --mode " : "--mode ",
+                                        train_mode_names[m]);
+        return bp_fail(BP_EUSAGE, "--%s: only %s reads it (this is --mode %s)", mode_flags[i].flag, names, mode);
+    }
+    // Limits of one mode, checked here so that no job starts only to fail in its ranks.
+    if (fl->mode == TRAIN_MODE_BAGPIPE && fl->trainers > ORACLE_MAX_TRAINERS)
+        return bp_fail(BP_EUSAGE, "--trainers: at most %d with --mode bagpipe (the oracle tracks a key's users in a "
+                       "64-bit mask), got %d", ORACLE_MAX_TRAINERS, fl->trainers);
+    return 0;
 }
 
 // --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
@@ -333,9 +382,6 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     if (mode != DIST_MODE_SHARDED && fl->servers < 1)
         return cmd_exit(bp_fail(BP_EUSAGE, "--servers %d: --mode %s needs at least one server rank", fl->servers,
                                 dist_mode_name(mode)));
-    if (mode != DIST_MODE_STATIC && fl->static_rows)
-        return cmd_exit(bp_fail(BP_EUSAGE, "--static-rows %lld: only --mode static pins rows",
-                                (long long)fl->static_rows));
     dist_layout lay = {.S = mode == DIST_MODE_SHARDED ? 0 : fl->servers, .T = fl->trainers, .mode = mode,
                        .static_rows = fl->static_rows};
     bp_dataset ds;
@@ -366,13 +412,13 @@ int cmd_train(int argc, char **argv) {
                    "static: the hottest rows pinned on every trainer, the rest on servers; "
                    "bagpipe: oracle-planned lookahead cache, prefetch and LRPP sync; "
                    "async: per-trainer LRU/LFU caches read rows up to --staleness iterations old)"),
-        CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, INT64_MAX / 2, "bagpipe, async: cache capacity per trainer (rows)"),
+        CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, UINT32_MAX - 1, "bagpipe, async: cache capacity per trainer (rows)"),
         CLI_INT("staleness", 0, &fl.staleness, 0, 0, 1000000,
                 "async: read a cached row up to this many iterations after its fetch (0: as sync)"),
         CLI_CHOICE("cache-policy", 0, &fl.cache_policy, 0, "lru|lfu", "async: which row a full cache evicts"),
         CLI_INT("lookahead", 0, &fl.lookahead, 32, 0, 65536, "bagpipe: lookahead window W (batches)"),
         CLI_INT("prefetch", 0, &fl.prefetch, 2, 0, 255, "bagpipe: prefetch distance P (iterations)"),
-        CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes)"),
+        CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes; at most 64 with --mode bagpipe)"),
         CLI_INT("servers", 0, &fl.servers, 1, 0, 1024,
                 "embedding server ranks (sync, static; sharded runs none: 0, and 1 is read as 0)"),
         CLI_I64("static-rows", 0, &fl.static_rows, 0, 0, INT64_MAX / 2,
@@ -404,22 +450,24 @@ int cmd_train(int argc, char **argv) {
     };
     char **pos = NULL;
     int npos;
-    int rc = cli_parse("bagpipe train", "[options] DATA", opts, argc, argv, &pos, &npos);
+    cli_given given;
+    int rc = cli_parse_given("bagpipe train", "[options] DATA", opts, argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
     if (rc) return cmd_exit(rc);
     if (npos != 1) {
         free(pos);
         return cmd_exit(bp_fail(BP_EUSAGE, "train: expected one dataset file (see 'bagpipe train --help')"));
     }
+    // Before any rank starts: a flag the mode or model does not read, a limit of the mode.
+    if ((rc = check_mode_flags(&fl, opts, &given)) || (rc = model_flags_check_given(&fl.mf, opts, &given))) {
+        free(pos);
+        return cmd_exit(rc);
+    }
     const char *data_path = pos[0];
     free(pos);
     // A model that cannot be saved is refused before training, not after.
     if (fl.save && (rc = ckpt_dir_check(fl.save))) return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
-    if (fl.trainers != 1 || fl.servers != 1)
-        return cmd_exit(bp_fail(BP_EUSAGE, "--trainers/--servers: --mode local is one process (use --mode sync)"));
-    if (fl.static_rows)
-        return cmd_exit(bp_fail(BP_EUSAGE, "--static-rows %lld: only --mode static pins rows", (long long)fl.static_rows));
 
     bp_dataset ds;
     FILE *mf = NULL;

@@ -456,6 +456,32 @@ TEST(badinput_zero_trainers_or_servers) {
            "--servers 0: --mode bagpipe needs at least one server");
     EXPECT(2, cmd("%s train %s --mode sync --trainers 5000", test_bin(), d), "--trainers: 5000 is out of range");
     EXPECT(2, cmd("%s train %s " TINY " --mode sync --trainers 30", test_bin(), d), "--trainers 30: more trainers than samples");
+    // A limit of one mode is checked before the job starts (65 trainers used to start 67 ranks
+    // and fail 10 s later in the oracle, naming no flag).
+    EXPECT(2, cmd("%s train %s --mode bagpipe --trainers 65", test_bin(), d), "--trainers: at most 64 with --mode bagpipe");
+    EXPECT(2, cmd("%s train %s --mode async --cache-rows 4294967295", test_bin(), d),
+           "--cache-rows: 4294967295 is out of range [1, 4294967294]");
+}
+
+// A flag that the chosen mode or model does not read is refused, naming the flag and what reads
+// it (several used to be ignored silently).
+TEST(badinput_flags_that_do_not_apply) {
+    const char *d = dataset("d.bin", 500);
+    EXPECT(2, cmd("%s train %s --mode sync --cache-rows 100 --lookahead 3", test_bin(), d),
+           "--cache-rows: only --mode bagpipe or --mode async reads it (this is --mode sync)");
+    EXPECT(2, cmd("%s train %s --mode sync --lookahead 3", test_bin(), d),
+           "--lookahead: only --mode bagpipe reads it (this is --mode sync)");
+    EXPECT(2, cmd("%s train %s --staleness 2", test_bin(), d), "--staleness: only --mode async reads it (this is --mode local)");
+    EXPECT(2, cmd("%s train %s --trainers 2", test_bin(), d), "--trainers: only the distributed modes");
+    EXPECT(2, cmd("%s train %s --model wdl --dcn-rank 4", test_bin(), d),
+           "--dcn-rank: only --model dcn has cross layers (this is --model wdl)");
+    EXPECT(2, cmd("%s train %s --model wdl --arch-interaction-op cat", test_bin(), d),
+           "--arch-interaction-op: only --model dlrm has a feature interaction (this is --model wdl)");
+    EXPECT(2, cmd("%s train %s --model dcn --arch-mlp-bot 4-16", test_bin(), d),
+           "--arch-mlp-bot: only --model dlrm has a bottom MLP (this is --model dcn)");
+    // What a mode does read is still accepted, at its default value too.
+    EXPECT(0, cmd("%s train %s --model dcn --dcn-rank 0 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 "
+                  "--no-eval --iters 2", test_bin(), d), "trained 2");
 }
 
 // A cache of one row cannot hold a batch: the planner's error names the minimum; no hang (the

@@ -88,6 +88,43 @@ TEST(cli_numbers_are_decimal) {
     ASSERT_TRUE(*end == ',');
 }
 
+// cli_parse_given tells a flag given at its default value from one not given; groups are
+// headings in --help, not flags.
+TEST(cli_given_and_groups) {
+    int batch, flag;
+    double lr;
+    const cli_opt opts[] = {
+        CLI_INT("batch-size", 'b', &batch, 128, 1, 1 << 20, "batch"),
+        CLI_GROUP("more flags"),
+        CLI_DBL("learning-rate", 0, &lr, 0.1, 0, 10, "lr"),
+        CLI_FLAG("verbose", 'v', &flag, "verbose"),
+        CLI_INT("cache", 0, &batch, 0, 1, 100, "cache (not given: 0)"),
+        CLI_END,
+    };
+    char **pos;
+    int npos;
+    cli_given g;
+    char *argv[] = {"p", "-b", "128", "--no-verbose", "x", NULL};
+    ASSERT_OK(cli_parse_given("p", "", opts, 5, argv, &pos, &npos, &g));
+    free(pos);
+    ASSERT_TRUE(cli_was_given(&g, opts, "batch-size") && cli_was_given(&g, opts, "verbose"));
+    ASSERT_TRUE(!cli_was_given(&g, opts, "learning-rate") && !cli_was_given(&g, opts, "cache"));
+    char *bad[] = {"p", "--=x", NULL}; // a group's empty name is no flag
+    ASSERT_EQ(cli_parse_given("p", "", opts, 2, bad, &pos, &npos, &g), BP_EUSAGE);
+    const char *help_path = test_path("help.txt");
+    FILE *f = fopen(help_path, "w+");
+    ASSERT_TRUE(f != NULL);
+    cli_usage("p", "[options]", opts, f);
+    rewind(f);
+    char text[2048] = "";
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    ASSERT_STR_CONTAINS(text, "-h, --help                     show this help\n\nmore flags:\n");
+    ASSERT_STR_CONTAINS(text, "cache (not given: 0)\n"); // no "(default 0)": 0 is outside [1, 100]
+    ASSERT_STR_CONTAINS(text, "batch (default 128)");
+}
+
 TEST(cli_dims_and_lists) {
     int d[8];
     ASSERT_EQ(cli_parse_dims("arch-mlp-bot", "13-512-256-64-16", d, 8), 5);

@@ -121,7 +121,8 @@ TEST(modes_t3_match_sync) {
     SAME_MODEL("sync", "static1");
 }
 
-// Flags that do not fit a mode are usage errors (exit 2) with a message naming the flag.
+// Flags that do not fit a mode are usage errors (exit 2) with a message naming the flag, before
+// any rank starts (a flag another mode reads used to be ignored silently).
 TEST(modes_bad_flags) {
     char data[512];
     ASSERT_OK(make_data(data, sizeof data, 14));
@@ -132,8 +133,16 @@ TEST(modes_bad_flags) {
         {"--mode static --trainers 2 --servers 0", "--servers 0: --mode static needs at least one server"},
         {"--mode sync --servers 0", "--servers 0: --mode sync needs at least one server"},
         {"--mode static --static-rows -5", "--static-rows"},
-        {"--mode sync --static-rows 10", "--static-rows 10: only --mode static pins rows"},
-        {"--mode local --static-rows 10", "--static-rows 10: only --mode static pins rows"},
+        {"--mode sync --static-rows 10", "--static-rows: only --mode static reads it (this is --mode sync)"},
+        {"--mode local --static-rows 10", "--static-rows: only --mode static reads it (this is --mode local)"},
+        {"--mode sharded --static-rows 0", "--static-rows: only --mode static reads it (this is --mode sharded)"},
+        {"--mode sync --cache-rows 100", "--cache-rows: only --mode bagpipe or --mode async reads it (this is --mode sync)"},
+        {"--mode static --lookahead 32", "--lookahead: only --mode bagpipe reads it (this is --mode static)"},
+        {"--mode async --prefetch 1", "--prefetch: only --mode bagpipe reads it (this is --mode async)"},
+        {"--mode local --trainers 1", "--trainers: only the distributed modes"},
+        {"--mode local --servers 2", "--servers: only the distributed modes"},
+        {"--mode local --stall-timeout 5", "--stall-timeout: only the distributed modes"},
+        {"--mode bagpipe --trainers 65", "--trainers: at most 64 with --mode bagpipe"},
         {"--mode sharded --trainers 30 --batch-size 24", "--trainers 30: more trainers than samples"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
@@ -142,6 +151,7 @@ TEST(modes_bad_flags) {
                           bad[k].args, data);
         ASSERT_MSG(rc == 2, "%s: exit %d:\n%s", bad[k].args, rc, out);
         ASSERT_STR_CONTAINS(out, bad[k].msg);
+        ASSERT_MSG(!strstr(out, "layout:"), "%s: a job started:\n%s", bad[k].args, out);
         free(out);
     }
     // The default --servers 1 is read as 0 by sharded: the job has 1 + T ranks.
