@@ -2,6 +2,7 @@
 // determinism, save/eval, the four models, metrics, and bad input.
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common.h"
 #include "test.h"
@@ -191,6 +192,37 @@ TEST(train_metrics_plot) {
                       test_tmpdir(), test_tmpdir(), test_tmpdir());
     ASSERT_MSG(st == 0, "plot failed: %s", out);
     ASSERT_STR_CONTAINS(out, "P   N   G");
+    free(out);
+    // Without --eval-every: the final evaluation (the summary line) is the one AUC point; with
+    // --no-eval as well, the loss alone (both used to fail in gnuplot, leaving a broken image).
+    const char *const runs[] = {"", "--no-eval"};
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(test_run(NULL, 60, "%s train %s " SMALL_ARCH " --batch-size 64 --iters 200 --print-every 20 %s -m %s/q%d.jsonl",
+                           test_bin(), data, runs[k], test_tmpdir(), k), 0);
+        st = test_run(&out, 60, "python3 tools/plot_metrics.py %s/q%d.jsonl -o %s/q%d.png && head -c 8 %s/q%d.png | od -c | head -1",
+                      test_tmpdir(), k, test_tmpdir(), k, test_tmpdir(), k);
+        ASSERT_MSG(st == 0, "plot of '%s' failed: %s", runs[k], out);
+        ASSERT_STR_CONTAINS(out, "P   N   G");
+        free(out);
+    }
+    // gnuplot failing after writing part of the image: no output, no temporary file or directory.
+    char fake[600];
+    snprintf(fake, sizeof fake, "%s/fake", test_tmpdir());
+    ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s %s/tmp", fake, test_tmpdir()), 0);
+    snprintf(fake, sizeof fake, "%s/fake/gnuplot", test_tmpdir());
+    FILE *f = fopen(fake, "w");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "#!/bin/sh\nout=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" | head -1)\n"
+               "echo partial > \"$out\"\necho broken >&2\nexit 1\n");
+    fclose(f);
+    chmod(fake, 0755);
+    st = test_run(&out, 60, "PATH=%s/fake:$PATH TMPDIR=%s/tmp python3 tools/plot_metrics.py %s/q0.jsonl -o %s/bad.png",
+                  test_tmpdir(), test_tmpdir(), test_tmpdir(), test_tmpdir());
+    ASSERT_MSG(st == 1, "exit %d with a failing gnuplot: %s", st, out);
+    ASSERT_STR_CONTAINS(out, "gnuplot failed: broken");
+    free(out);
+    st = test_run(&out, 10, "cd %s && ls -A tmp; ls -A | grep -c bad.png", test_tmpdir());
+    ASSERT_MSG(st == 1 && strcmp(out, "0\n") == 0, "left behind:\n%s", out);
     free(out);
 }
 
