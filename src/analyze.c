@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "cmds.h"
 #include "common.h"
+#include "oracle.h"
 #include "progress.h"
 
 const double analyze_fracs[ANALYZE_NFRAC] = {0.001, 0.01, 0.1};
@@ -182,6 +183,8 @@ int analyze_run(const bp_dataset *ds, const analyze_opts *o, analyze_result *r) 
     uint64_t begin, end;
     bp_ds_split_range(ds, o->split, &begin, &end);
     const uint64_t n = end - begin;
+    if (n == 0) // as the cache simulation: all-zero tables would read as a dataset never looked up
+        return bp_fail(BP_EINVAL, "analyze: %s has no rows in the %s split", ds->path, bp_split_name(o->split));
     if (n >= UINT32_MAX)
         return bp_fail(BP_ERANGE, "%s: %llu samples in the %s split; analyze counts in 32 bits (at most %u)", ds->path,
                        (unsigned long long)n, bp_split_name(o->split), UINT32_MAX - 1);
@@ -283,6 +286,10 @@ int analyze_run(const bp_dataset *ds, const analyze_opts *o, analyze_result *r) 
     return rc;
 }
 
+uint64_t analyze_batch_lookups(const analyze_result *r) {
+    return (r->full_batches ? (uint64_t)r->batch : r->samples) * r->n_tables;
+}
+
 void analyze_result_free(analyze_result *r) {
     free(r->table);
     memset(r, 0, sizeof *r);
@@ -326,8 +333,12 @@ void analyze_print_text(FILE *f, const analyze_result *r, const char *path, bp_s
         print_skew_row(f, name, &r->table[t]);
     }
 
-    fprintf(f, "\nunique rows per batch (B = %u: %llu lookups)\n", r->batch, (unsigned long long)r->batch * r->n_tables);
-    const double bf = (double)r->batch * r->n_tables;
+    const double bf = (double)analyze_batch_lookups(r);
+    if (r->full_batches)
+        fprintf(f, "\nunique rows per batch (B = %u: %.0f lookups)\n", r->batch, bf);
+    else
+        fprintf(f, "\nunique rows per batch (B = %u, but the split's %llu samples are one partial batch: %.0f lookups)\n",
+                r->batch, (unsigned long long)r->samples, bf);
     fprintf(f, "  mean %.1f (%.2f%%), min %llu (%.2f%%), max %llu (%.2f%%) over %llu %s\n", r->uniq_mean,
             100 * r->uniq_mean / bf, (unsigned long long)r->uniq_min, 100 * (double)r->uniq_min / bf,
             (unsigned long long)r->uniq_max, 100 * (double)r->uniq_max / bf,
@@ -390,7 +401,7 @@ void analyze_print_json(FILE *f, const analyze_result *r, const char *path, bp_s
         fprintf(f, "%s\n  ", t ? "," : "");
         json_skew(f, &r->table[t]);
     }
-    const double bf = (double)r->batch * r->n_tables;
+    const double bf = (double)analyze_batch_lookups(r);
     fprintf(f, "],\n \"unique_per_batch\": {\"batches\": %llu, \"mean\": %.3f, \"min\": %llu, \"max\": %llu, "
                "\"lookups_per_batch\": %.0f, \"mean_frac\": %.6f, \"min_frac\": %.6f, \"max_frac\": %.6f},\n",
             (unsigned long long)(r->full_batches ? r->full_batches : r->batches), r->uniq_mean,
@@ -408,41 +419,69 @@ void analyze_print_json(FILE *f, const analyze_result *r, const char *path, bp_s
 // ---------------------------------------------------------------------------------------------
 // Command
 
-int analyze_wants_cachesim(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--") == 0) break;
-        if (strcmp(argv[i], "--cache") == 0 || strncmp(argv[i], "--cache=", 8) == 0) return 1;
-    }
-    return 0;
-}
+// The flags of the cache simulation, which only --cache turns on.
+static const char *const sim_flags[] = {"lookahead", "trainers", "prefetch", "dim", "sweep-cache",
+                                        "sweep-lookahead", "rows", "plot-dir"};
 
 int cmd_analyze(int argc, char **argv) {
-    // A cache simulation (--cache ROWS --lookahead W --trainers T) has its own command body in
-    // cachesim.c; dispatch before this command's flags are parsed.
-    if (analyze_wants_cachesim(argc, argv)) return cachesim_cmd(argc, argv);
     int batch, split, json, threads;
+    int64_t cache, max_rows;
+    int window, trainers, prefetch, dim;
+    const char *sweep_c, *sweep_w, *plot_dir;
     const cli_opt opts[] = {
-        CLI_INT("batch-size", 'b', &batch, 2048, 1, 1 << 24, "samples per batch"),
+        CLI_GROUP("the access analysis (the default: skew, unique rows per batch, reuse distances) and the cache "
+                  "simulation"),
+        CLI_INT("batch-size", 'b', &batch, 2048, 1, 1 << 24,
+                "samples per (global) batch; a split smaller than this is one partial batch"),
         CLI_CHOICE("split", 0, &split, 0, "train|val|test|all", "which samples, in training order"),
-        CLI_FLAG("json", 0, &json, "print one JSON object instead of tables"),
-        CLI_INT("threads", 't', &threads, 0, 0, 64, "worker threads (0: one per core)"),
+        CLI_FLAG("json", 0, &json, "print JSON instead of tables"),
+        CLI_INT("threads", 't', &threads, 0, 0, 64,
+                "worker threads (0: one per core); the simulation's lookahead planner uses at most 2"),
+        CLI_GROUP("cache simulation (--cache ROWS turns it on; the flags below need it)"),
+        CLI_I64("cache", 0, &cache, 0, 1, (int64_t)1 << 40,
+                "simulate caches of this many rows per trainer: none, static, LRU and lookahead compared"),
+        CLI_INT("lookahead", 0, &window, 100, 0, ORACLE_MAX_WINDOW, "lookahead window W in batches"),
+        CLI_INT("trainers", 0, &trainers, 4, 1, ORACLE_MAX_TRAINERS, "trainers T sharing each global batch"),
+        CLI_INT("prefetch", 0, &prefetch, 1, 0, 255, "lookahead: iterations between a fetch and its use"),
+        CLI_INT("dim", 0, &dim, 16, 1, 1 << 16, "embedding dimension D (row bytes = 4 D) for the byte counts"),
+        CLI_STR("sweep-cache", 0, &sweep_c, NULL, "also simulate these cache sizes (a,b,c)"),
+        CLI_STR("sweep-lookahead", 0, &sweep_w, NULL, "also run the lookahead policy with these windows (a,b,c)"),
+        CLI_I64("rows", 0, &max_rows, 0, 0, INT64_MAX, "simulate only the first N rows of the split (0: all)"),
+        CLI_STR("plot-dir", 0, &plot_dir, NULL, "write JSON, CSV and gnuplot charts into this directory"),
         CLI_END,
     };
     char **pos;
     int npos;
-    int rc = cli_parse("bagpipe analyze", "[options] DATASET", opts, argc, argv, &pos, &npos);
+    cli_given given;
+    int rc = cli_parse_given("bagpipe analyze", "[options] DATASET", opts, argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
     if (rc) return cmd_exit(rc);
     if (npos != 1) {
         free(pos);
         return cmd_exit(bp_fail(BP_EUSAGE, "analyze: expected one dataset file (see 'bagpipe analyze --help')"));
     }
+    const int simulate = cli_was_given(&given, opts, "cache");
+    for (size_t k = 0; k < BP_ARRAY_LEN(sim_flags) && !simulate; k++)
+        if (cli_was_given(&given, opts, sim_flags[k])) {
+            free(pos);
+            return cmd_exit(bp_fail(BP_EUSAGE, "--%s: a cache-simulation flag; it needs --cache ROWS (see 'bagpipe "
+                                    "analyze --help')", sim_flags[k]));
+        }
     static const bp_split splits[] = {BP_SPLIT_TRAIN, BP_SPLIT_VAL, BP_SPLIT_TEST, BP_SPLIT_ALL};
-    analyze_opts o = {batch, splits[split], threads};
-    if (o.threads == 0) {
+    if (threads == 0) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        o.threads = nc < 1 ? 1 : nc > 64 ? 64 : (int)nc;
+        threads = nc < 1 ? 1 : nc > 64 ? 64 : (int)nc;
     }
+    if (simulate) {
+        cachesim_cmd_opts so = {.path = pos[0], .split = splits[split], .batch = batch, .json = json,
+                                .threads = threads, .cache = (uint64_t)cache, .rows = (uint64_t)max_rows,
+                                .window = window, .trainers = trainers, .prefetch = prefetch, .dim = dim,
+                                .sweep_cache = sweep_c, .sweep_lookahead = sweep_w, .plot_dir = plot_dir};
+        rc = cachesim_cmd(&so);
+        free(pos);
+        return cmd_exit(rc);
+    }
+    analyze_opts o = {batch, splits[split], threads};
     bp_dataset ds;
     rc = cmd_open_dataset(&ds, pos[0]);
     if (!rc) {

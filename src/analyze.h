@@ -5,7 +5,7 @@
 //     either all rows of the tables (their cardinalities) or only the rows actually touched;
 //     overall (all tables together) and per table;
 //   - unique rows per batch (what a batch must have resident), also as a fraction of the B*F
-//     lookups;
+//     lookups (of the samples' lookups when the split is one partial batch);
 //   - reuse distance: for each lookup, the batches since the previous lookup of the same row
 //     (0 = earlier in the same batch; buckets 1, 2-3, 4-7, ...; or never looked up before).
 //
@@ -58,14 +58,14 @@ typedef struct {
     double pass_seconds, skew_seconds;
 } analyze_result;
 
-// Runs the analysis of ds.  Returns 0, BP_ENOMEM (state does not fit), or BP_EINVAL.
+// Runs the analysis of ds.  Returns 0, BP_ENOMEM (state does not fit), or BP_EINVAL (also for a
+// split without rows).
 int analyze_run(const bp_dataset *ds, const analyze_opts *o, analyze_result *r);
 void analyze_result_free(analyze_result *r); // safe on a zeroed result
+// Lookups of the batches the unique-row figures are over: B*F, or the samples' when the split
+// is one partial batch (B larger than the split).
+uint64_t analyze_batch_lookups(const analyze_result *r);
 void analyze_print_text(FILE *f, const analyze_result *r, const char *path, bp_split split);
 void analyze_print_json(FILE *f, const analyze_result *r, const char *path, bp_split split);
-
-// True when the arguments ask for a cache simulation (--cache), which another command body
-// handles (see cmd_analyze).
-int analyze_wants_cachesim(int argc, char **argv);
 
 #endif

@@ -596,44 +596,18 @@ static int run_gnuplot(const char *dir) {
     return 1;
 }
 
-int cachesim_cmd(int argc, char **argv) {
-    int64_t cache = 0, max_rows = 0;
-    int window = 100, trainers = 4, batch = 2048, prefetch = 1, dim = 16, threads = 1, split = 0, json = 0;
-    const char *sweep_c = NULL, *sweep_w = NULL, *plot_dir = NULL;
-    const cli_opt opts[] = {
-        CLI_I64("cache", 0, &cache, 0, 0, (int64_t)1 << 40, "cache rows per trainer (required)"),
-        CLI_INT("lookahead", 0, &window, 100, 0, ORACLE_MAX_WINDOW, "lookahead window W in batches"),
-        CLI_INT("trainers", 0, &trainers, 4, 1, ORACLE_MAX_TRAINERS, "trainers T sharing each global batch"),
-        CLI_INT("batch-size", 0, &batch, 2048, 1, 1 << 24, "global batch size B (samples)"),
-        CLI_INT("prefetch", 0, &prefetch, 1, 0, 255, "lookahead: iterations between a fetch and its use"),
-        CLI_INT("dim", 0, &dim, 16, 1, 1 << 16, "embedding dimension D (row bytes = 4 D) for the byte counts"),
-        CLI_STR("sweep-cache", 0, &sweep_c, NULL, "also simulate these cache sizes (a,b,c)"),
-        CLI_STR("sweep-lookahead", 0, &sweep_w, NULL, "also run the lookahead policy with these windows (a,b,c)"),
-        CLI_CHOICE("split", 0, &split, 0, "train|val|test|all", "rows to simulate"),
-        CLI_I64("rows", 0, &max_rows, 0, 0, INT64_MAX, "simulate only the first N rows of the split (0: all)"),
-        CLI_INT("threads", 0, &threads, 1, 1, 2, "planner threads for the lookahead policy"),
-        CLI_FLAG("json", 0, &json, "print JSON instead of the table"),
-        CLI_STR("plot-dir", 0, &plot_dir, NULL, "write JSON, CSV and gnuplot charts into this directory"),
-        CLI_END,
-    };
-    char **pos = NULL;
-    int npos = 0;
-    int rc = cli_parse("bagpipe analyze", "--cache ROWS [options] DATASET", opts, argc, argv, &pos, &npos);
-    if (rc == 1) return 0;
-    if (rc) return cmd_exit(rc);
+int cachesim_cmd(const cachesim_cmd_opts *o) {
+    const uint64_t cache = o->cache, max_rows = o->rows;
+    const int window = o->window, trainers = o->trainers, batch = o->batch, prefetch = o->prefetch, dim = o->dim;
+    const int threads = BP_MIN(o->threads, 2), split = (int)o->split, json = o->json;
+    const char *sweep_c = o->sweep_cache, *sweep_w = o->sweep_lookahead, *plot_dir = o->plot_dir, *path = o->path;
+    int rc = 0;
     bp_dataset ds = {0};
     cachesim *cs = NULL;
     sim_run *runs = NULL;
     uint64_t caches[65], windows[65];
     int nc = 0, nw = 0, n = 0;
-    if (npos != 1) {
-        rc = bp_fail(BP_EUSAGE, "analyze: expected one dataset file (see 'bagpipe analyze --help')");
-        goto out;
-    }
-    if (cache < 1) {
-        rc = bp_fail(BP_EUSAGE, "analyze: --cache ROWS (rows per trainer, >= 1) is required for the cache simulation");
-        goto out;
-    }
+    BP_ASSERT(cache >= 1 && threads >= 1);
     if ((nc = value_list("sweep-cache", sweep_c, (uint64_t)cache, caches, 65)) < 0 ||
         (nw = value_list("sweep-lookahead", sweep_w, (uint64_t)window, windows, 65)) < 0) {
         rc = nc < 0 ? nc : nw;
@@ -649,12 +623,12 @@ int cachesim_cmd(int argc, char **argv) {
             rc = bp_fail(BP_EUSAGE, "--sweep-lookahead: %llu is above %d", (unsigned long long)windows[i], ORACLE_MAX_WINDOW);
             goto out;
         }
-    if ((rc = cmd_open_dataset(&ds, pos[0]))) goto out;
+    if ((rc = cmd_open_dataset(&ds, path))) goto out;
     uint64_t b, e;
     bp_ds_split_range(&ds, (bp_split)split, &b, &e);
     if (max_rows && e - b > (uint64_t)max_rows) e = b + (uint64_t)max_rows;
     if (e == b) {
-        rc = bp_fail(BP_EINVAL, "analyze: %s has no rows in the %s split", pos[0], bp_split_name((bp_split)split));
+        rc = bp_fail(BP_EINVAL, "analyze: %s has no rows in the %s split", path, bp_split_name((bp_split)split));
         goto out;
     }
     if ((rc = cachesim_open(&cs, ds.sparse + b * ds.info.n_sparse, e - b, ds.info.n_sparse, ds.info.card))) goto out;
@@ -681,7 +655,7 @@ int cachesim_cmd(int argc, char **argv) {
         }
     }
 
-    sim_meta meta = {pos[0], bp_split_name((bp_split)split), e - b, runs[0].r.batches, (uint32_t)batch, (uint32_t)trainers,
+    sim_meta meta = {path, bp_split_name((bp_split)split), e - b, runs[0].r.batches, (uint32_t)batch, (uint32_t)trainers,
                      (uint32_t)prefetch, (uint32_t)dim, (uint32_t)window, (uint64_t)cache};
     if (json) {
         json_write(stdout, &meta, runs, n);
@@ -689,7 +663,7 @@ int cachesim_cmd(int argc, char **argv) {
         char b1[32], b2[32];
         printf("cache simulation of %s: %s split, %llu rows in %llu batches of %d, %d trainers, prefetch %d, rows of "
                "%d floats (%s)\n",
-               pos[0], meta.split, (unsigned long long)meta.rows, (unsigned long long)meta.batches, batch, trainers,
+               path, meta.split, (unsigned long long)meta.rows, (unsigned long long)meta.batches, batch, trainers,
                prefetch, dim, bp_fmt_bytes(b1, sizeof b1, dim * 4.0));
         printf("hit = (trainer, key, batch) accesses served from the trainer's cache without a fetch for that batch\n\n");
         printf("%-9s %10s %6s %8s %13s %11s %13s %13s %10s\n", "policy", "cache", "window", "hit", "fetched rows",
@@ -728,6 +702,5 @@ out:
     free(runs);
     cachesim_close(cs);
     bp_ds_close(&ds);
-    free(pos);
-    return cmd_exit(rc);
+    return rc;
 }

@@ -27,6 +27,8 @@
 
 #include <stdint.h>
 
+#include "data_bin.h"
+
 typedef enum { CS_NONE = 0, CS_STATIC = 1, CS_LRU = 2, CS_LOOKAHEAD = 3, CS_NPOLICY = 4 } cachesim_policy;
 
 typedef struct {
@@ -52,7 +54,19 @@ void cachesim_close(cachesim *cs); // NULL is fine
 int cachesim_run(cachesim *cs, cachesim_policy pol, const cachesim_config *cfg, cachesim_result *res);
 const char *cachesim_policy_name(cachesim_policy pol);
 
-// `bagpipe analyze --cache ROWS ...`: the whole analyze argument list (argv[0] = "analyze").
-int cachesim_cmd(int argc, char **argv);
+// `bagpipe analyze --cache ROWS ...` once cmd_analyze has read the flags: simulates every policy
+// and prints the table (or JSON, and the --plot-dir files).  Returns 0 or an error code (the
+// message in bp_errmsg).
+typedef struct {
+    const char *path;            // the dataset
+    bp_split split;
+    int batch, json;
+    int threads;                 // >= 1; the lookahead planner uses at most 2
+    uint64_t cache;              // rows per trainer, >= 1
+    uint64_t rows;               // simulate only the first N rows of the split (0: all)
+    int window, trainers, prefetch, dim;
+    const char *sweep_cache, *sweep_lookahead, *plot_dir; // lists "a,b,c" and a directory, or NULL
+} cachesim_cmd_opts;
+int cachesim_cmd(const cachesim_cmd_opts *o);
 
 #endif

@@ -71,10 +71,14 @@ static int config_check(const ckpt_manifest *have, const char *dir, const train_
         rc = bp_fail(BP_EMISMATCH, "%s/MANIFEST: not a training checkpoint (kind %s)", dir, kind ? kind : "(none)");
     for (size_t i = 0; i < sizeof compat / sizeof *compat && !rc; i++) {
         const char *h = ckpt_get(have, compat[i].key), *w = ckpt_get(want, compat[i].key);
+        // Name the flag the value came from: without --emb-learning-rate it is --learning-rate's.
+        const char *flag = compat[i].flag;
+        if (strcmp(compat[i].key, "learning_rate") == 0 && su->emb_lr_inherited)
+            flag = "--emb-learning-rate, from --learning-rate";
         if (!h) rc = bp_fail(BP_ECORRUPT, "%s/MANIFEST: missing '%s'", dir, compat[i].key);
         else if (strcmp(h, w) != 0)
             rc = bp_fail(BP_EMISMATCH, "%s/MANIFEST: the checkpoint has %s = %s, this run %s (%s)", dir, compat[i].key,
-                         h, w, compat[i].flag);
+                         h, w, flag);
     }
     free(want);
     return rc;

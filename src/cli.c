@@ -16,6 +16,7 @@ static void set_defaults(const cli_opt *opts) {
         case CLI_T_STR: *(const char **)o->ptr = o->def_s; break;
         case CLI_T_FLAG: *(int *)o->ptr = 0; break;
         case CLI_T_CHOICE: *(int *)o->ptr = (int)o->def_i; break;
+        case CLI_T_GROUP:
         case CLI_T_END: break;
         }
     }
@@ -50,15 +51,50 @@ static void choice_name(const char *choices, int idx, char *buf, size_t cap) {
     snprintf(buf, cap, "%.*s", (int)len, p);
 }
 
+// Length of the decimal integer [+-]digits at the start of s (0 if none).
+static size_t dec_int_len(const char *s) {
+    size_t i = (s[0] == '-' || s[0] == '+'), d = i;
+    while (s[i] >= '0' && s[i] <= '9') i++;
+    return i > d ? i : 0;
+}
+
+double cli_strtod(const char *s, char **end) {
+    // The longest prefix of the form [+-]digits[.digits][(e|E)[+-]digits], at least one digit in
+    // the mantissa; strtod alone would also read hex ("0x10" is 16), inf, nan and leading blanks.
+    size_t i = (s[0] == '-' || s[0] == '+'), nd = 0;
+    for (; s[i] >= '0' && s[i] <= '9'; i++) nd++;
+    if (s[i] == '.')
+        for (i++; s[i] >= '0' && s[i] <= '9'; i++) nd++;
+    if (nd == 0) {
+        *end = (char *)s;
+        return 0;
+    }
+    if (s[i] == 'e' || s[i] == 'E') {
+        size_t ne = dec_int_len(s + i + 1);
+        if (ne) i += 1 + ne;
+    }
+    char small[64], *buf = i < sizeof small ? small : bp_xmalloc(i + 1);
+    memcpy(buf, s, i);
+    buf[i] = 0;
+    char *e;
+    double v = strtod(buf, &e); // sets errno on overflow, as strtod does
+    BP_ASSERT((size_t)(e - buf) == i);
+    if (buf != small) free(buf);
+    *end = (char *)s + i;
+    return v;
+}
+
 static int set_value(const cli_opt *o, const char *val) {
     char *end = NULL;
     errno = 0;
     switch (o->type) {
     case CLI_T_INT:
     case CLI_T_I64: {
-        long long v = strtoll(val, &end, 0);
-        if (errno || end == val || *end)
-            return bp_fail(BP_EUSAGE, "--%s: expected an integer, got '%s'", o->name, val);
+        // Decimal only: base 0 would read "010" as 8 and "0x10" as 16, and refuse "09".
+        size_t len = dec_int_len(val);
+        long long v = len ? strtoll(val, &end, 10) : 0;
+        if (!len || errno || end != val + len || *end)
+            return bp_fail(BP_EUSAGE, "--%s: expected a decimal integer, got '%s'", o->name, val);
         if (v < o->min_i || v > o->max_i)
             return bp_fail(BP_EUSAGE, "--%s: %lld is out of range [%lld, %lld]", o->name, v,
                            (long long)o->min_i, (long long)o->max_i);
@@ -67,9 +103,9 @@ static int set_value(const cli_opt *o, const char *val) {
         return 0;
     }
     case CLI_T_DBL: {
-        double v = strtod(val, &end);
+        double v = cli_strtod(val, &end);
         if (errno || end == val || *end || !isfinite(v))
-            return bp_fail(BP_EUSAGE, "--%s: expected a number, got '%s'", o->name, val);
+            return bp_fail(BP_EUSAGE, "--%s: expected a decimal number, got '%s'", o->name, val);
         if (v < o->min_d || v > o->max_d)
             return bp_fail(BP_EUSAGE, "--%s: %g is out of range [%g, %g]", o->name, v, o->min_d, o->max_d);
         *(double *)o->ptr = v;
@@ -89,13 +125,28 @@ static int set_value(const cli_opt *o, const char *val) {
 
 static const cli_opt *find_long(const cli_opt *opts, const char *name, size_t len) {
     for (const cli_opt *o = opts; o->type != CLI_T_END; o++)
-        if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
+        if (o->type != CLI_T_GROUP && strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
     return NULL;
+}
+
+int cli_was_given(const cli_given *g, const cli_opt *opts, const char *name) {
+    const cli_opt *o = find_long(opts, name, strlen(name));
+    BP_ASSERTF(o != NULL, "cli_was_given: no flag '--%s' in the table", name);
+    return g->given[o - opts];
 }
 
 int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
               char ***pos, int *npos) {
+    return cli_parse_given(prog, synopsis, opts, argc, argv, pos, npos, NULL);
+}
+
+int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
+                    char ***pos, int *npos, cli_given *g) {
     set_defaults(opts);
+    size_t n_opts = 0;
+    while (opts[n_opts].type != CLI_T_END) n_opts++;
+    BP_ASSERTF(n_opts <= CLI_MAX_OPTS, "%s: %zu flags, at most %d", prog, n_opts, CLI_MAX_OPTS);
+    if (g) memset(g, 0, sizeof *g);
     char **out = bp_xcalloc((size_t)argc + 1, sizeof *out);
     int n = 0, only_pos = 0;
     for (int i = 1; i < argc; i++) {
@@ -133,12 +184,13 @@ int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int a
             if (eq) val = eq + 1;
         } else {
             for (const cli_opt *p = opts; p->type != CLI_T_END; p++)
-                if (p->short_name && p->short_name == a[1] && a[2] == 0) o = p;
+                if (p->type != CLI_T_GROUP && p->short_name && p->short_name == a[1] && a[2] == 0) o = p;
             if (!o) {
                 free(out);
                 return bp_fail(BP_EUSAGE, "unknown flag '%s' (see '%s --help')", a, prog);
             }
         }
+        if (g) g->given[o - opts] = 1;
         if (o->type == CLI_T_FLAG) {
             if (val) {
                 free(out);
@@ -167,12 +219,22 @@ int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int a
 
 void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE *f) {
     fprintf(f, "usage: %s %s\n\noptions:\n", prog, synopsis);
+    int help_shown = 0; // before the first group: it belongs to the command, not to a group
     for (const cli_opt *o = opts; o->type != CLI_T_END; o++) {
+        if (o->type == CLI_T_GROUP) {
+            if (!help_shown) fprintf(f, "  %-30s %s\n", "-h, --help", "show this help"), help_shown = 1;
+            fprintf(f, "\n%s:\n", o->help);
+            continue;
+        }
         char lhs[96], def[128] = "";
         const char *arg = "";
         switch (o->type) {
         case CLI_T_INT:
-        case CLI_T_I64: arg = " N"; snprintf(def, sizeof def, " (default %lld)", (long long)o->def_i); break;
+        case CLI_T_I64:
+            arg = " N"; // a default outside the range stands for "not given" and is not shown
+            if (o->def_i >= o->min_i && o->def_i <= o->max_i)
+                snprintf(def, sizeof def, " (default %lld)", (long long)o->def_i);
+            break;
         case CLI_T_DBL: arg = " X"; snprintf(def, sizeof def, " (default %g)", o->def_d); break;
         case CLI_T_STR:
             arg = " S";
@@ -191,7 +253,7 @@ void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE
         else snprintf(lhs, sizeof lhs, "    --%s%s", o->name, arg);
         fprintf(f, "  %-30s %s%s\n", lhs, o->help, def);
     }
-    fprintf(f, "  %-30s %s\n", "-h, --help", "show this help");
+    if (!help_shown) fprintf(f, "  %-30s %s\n", "-h, --help", "show this help");
 }
 
 int cli_parse_dims(const char *flag, const char *s, int *dims, int cap) {

@@ -7,15 +7,16 @@
 //   };
 //   int rc = cli_parse("bagpipe prep", "[options] INPUT...", opts, argc, argv, &pos, &npos);
 //
-// Flags accept "--name value" and "--name=value"; CLI_FLAG takes no value ("--no-name" clears
-// it).  Errors name the flag and the expected form, and return BP_EUSAGE; argv is not modified.
+// Flags accept "--name value" and "--name=value"; numbers are decimal ("010" is ten, "0x10" an
+// error).  CLI_FLAG takes no value ("--no-name" clears it).  Errors name the flag and the
+// expected form, and return BP_EUSAGE; argv is not modified.
 #ifndef BP_CLI_H
 #define BP_CLI_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-typedef enum { CLI_T_END, CLI_T_INT, CLI_T_I64, CLI_T_DBL, CLI_T_STR, CLI_T_FLAG, CLI_T_CHOICE } cli_type;
+typedef enum { CLI_T_END, CLI_T_INT, CLI_T_I64, CLI_T_DBL, CLI_T_STR, CLI_T_FLAG, CLI_T_CHOICE, CLI_T_GROUP } cli_type;
 
 typedef struct {
     const char *name;     // long name without "--"
@@ -29,6 +30,7 @@ typedef struct {
     const char *help;
 } cli_opt;
 
+// An integer default outside [lo, hi] stands for "not given" (--help shows no default).
 #define CLI_INT(n, s, p, def, lo, hi, h) \
     {n, s, CLI_T_INT, p, def, lo, hi, 0, 0, 0, NULL, NULL, h}
 #define CLI_I64(n, s, p, def, lo, hi, h) \
@@ -39,7 +41,16 @@ typedef struct {
 #define CLI_FLAG(n, s, p, h) {n, s, CLI_T_FLAG, p, 0, 0, 1, 0, 0, 0, NULL, NULL, h}
 #define CLI_CHOICE(n, s, p, def, choices, h) \
     {n, s, CLI_T_CHOICE, p, def, 0, 0, 0, 0, 0, NULL, choices, h}
+// Not a flag: --help prints the title as a heading above the flags that follow it.
+#define CLI_GROUP(title) {"", 0, CLI_T_GROUP, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, title}
 #define CLI_END {NULL, 0, CLI_T_END, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL}
+
+// Which flags of a table the command line gave (a default and the same value given differ
+// here): filled by cli_parse_given, read by cli_was_given.
+#define CLI_MAX_OPTS 128
+typedef struct {
+    unsigned char given[CLI_MAX_OPTS]; // by index in the table
+} cli_given;
 
 // Sets every option to its default, then parses argv[1..argc-1].  Positional arguments are
 // returned in *pos (a malloc'd array of pointers into argv; free it) and *npos.  "-h"/"--help"
@@ -47,7 +58,16 @@ typedef struct {
 // (the message is in bp_errmsg).
 int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
               char ***pos, int *npos);
+// cli_parse that also records in *g which flags were given ("--no-x" counts for x).
+int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
+                    char ***pos, int *npos, cli_given *g);
+// 1 when flag `name` (a long name in opts; a bug if absent) was given.
+int cli_was_given(const cli_given *g, const cli_opt *opts, const char *name);
 void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE *out);
+
+// strtod for flag values, decimal notation only ([+-]digits[.digits][e[+-]digits]): no hex, inf,
+// nan or leading blanks.  *end is set past the number, or to s when there is none.
+double cli_strtod(const char *s, char **end);
 
 // Parses "13-512-256-64-16" into dims (at most cap).  Returns the count, or BP_EUSAGE with a
 // message naming flag.

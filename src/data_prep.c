@@ -59,7 +59,7 @@ int prep_split_parse(prep_opts *o, const char *s) {
         for (int i = 0; i < 3; i++) {
             char *end;
             errno = 0;
-            double x = strtod(p, &end);
+            double x = cli_strtod(p, &end);
             if (end == p || errno || !(x >= 0 && x <= 1) || *end != (i < 2 ? ',' : '\0'))
                 return bp_fail(BP_EUSAGE, "--split: '%s' is not ratio:A,B,C with three fractions in [0, 1] "
                                "(e.g. ratio:0.8,0.1,0.1)", s);

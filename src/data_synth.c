@@ -542,7 +542,7 @@ static int parse_split(const char *s, synth_opts *o) {
         char *end;
         const char *p = s + 6;
         for (int i = 0; i < 3; i++) {
-            r[i] = strtod(p, &end);
+            r[i] = cli_strtod(p, &end);
             if (end == p || (i < 2 && *end != ',') || (i == 2 && *end)) goto bad;
             p = end + 1;
         }
@@ -617,7 +617,7 @@ int cmd_synth(int argc, char **argv) {
         o.skew = -1;
     } else {
         char *end;
-        o.skew = strtod(skew, &end);
+        o.skew = cli_strtod(skew, &end);
         if (end == skew || *end || !isfinite(o.skew))
             return cmd_exit(bp_fail(BP_EUSAGE, "--skew: expected a Zipf exponent (e.g. 1.05) or auto, got '%s'", skew));
         if (o.skew < 0)
@@ -628,7 +628,7 @@ int cmd_synth(int argc, char **argv) {
     o.drift = drift;
     if (ctr) {
         char *end;
-        o.ctr = strtod(ctr, &end);
+        o.ctr = cli_strtod(ctr, &end);
         if (end == ctr || *end) return cmd_exit(bp_fail(BP_EUSAGE, "--ctr: expected a click rate like 0.25, got '%s'", ctr));
     }
     o.n_pairs = pairs;

@@ -126,6 +126,23 @@ int model_config_from_flags(model_config *cfg, const model_flags *f, int Nd, int
     return 0;
 }
 
+int model_flags_check_given(const model_flags *f, const cli_opt *opts, const cli_given *g) {
+    static const struct {
+        const char *flag;
+        model_kind kind;
+        const char *what;
+    } own[] = {
+        {"arch-interaction-op", MODEL_DLRM, "a feature interaction"},
+        {"dcn-cross-layers", MODEL_DCN, "cross layers"},
+        {"dcn-rank", MODEL_DCN, "cross layers"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(own); i++)
+        if ((model_kind)f->kind != own[i].kind && cli_was_given(g, opts, own[i].flag))
+            return bp_fail(BP_EUSAGE, "--%s: only --model %s has %s (this is --model %s)", own[i].flag,
+                           model_kind_name(own[i].kind), own[i].what, model_kind_name((model_kind)f->kind));
+    return 0;
+}
+
 int model_config_parse(model_config *cfg, const char *args, int Nd, int F) {
     model_flags f;
     const cli_opt opts[] = {MODEL_CLI_OPTS(&f), CLI_END};
@@ -142,9 +159,11 @@ int model_config_parse(model_config *cfg, const char *args, int Nd, int F) {
     }
     char **pos = NULL;
     int npos = 0;
-    int rc = cli_parse("model", "[flags]", opts, argc, argv, &pos, &npos);
+    cli_given given;
+    int rc = cli_parse_given("model", "[flags]", opts, argc, argv, &pos, &npos, &given);
     if (rc == 1) rc = bp_fail(BP_EUSAGE, "model: --help is not a model flag");
     if (rc == 0 && npos > 0) rc = bp_fail(BP_EUSAGE, "model: unexpected argument '%s' in '%s'", pos[0], args);
+    if (rc == 0) rc = model_flags_check_given(&f, opts, &given);
     if (rc == 0) rc = model_config_from_flags(cfg, &f, Nd, F);
     free(pos);
     free(copy);

@@ -85,6 +85,10 @@ typedef struct {
     CLI_INT("dcn-cross-layers", 0, &(f)->cross_layers, 3, 0, MODEL_MAX_CROSS, "DCN cross layers"),  \
     CLI_INT("dcn-rank", 0, &(f)->cross_rank, 0, 0, 1 << 20, "DCN cross layer rank (0 = full)")
 
+// After cli_parse_given on a table holding MODEL_CLI_OPTS: refuses a flag given to a model
+// without what it sets (--arch-interaction-op but not --model dlrm, --dcn-* but not --model dcn),
+// which would otherwise be ignored.  0 or BP_EUSAGE naming the flag and the model.
+int model_flags_check_given(const model_flags *f, const cli_opt *opts, const cli_given *g);
 // Fills cfg from parsed flags and checks it against the dataset (Nd dense, F sparse features).
 // Returns 0 or BP_EUSAGE with a message naming the flag and what was expected, e.g.
 // "--arch-mlp-bot: first size 12 must equal the dataset's 13 dense features".

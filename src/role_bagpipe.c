@@ -313,7 +313,7 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bs->bmax = (su->B + l->T - 1) / l->T;
     const int F = su->mc.F, E = su->mc.E, S = bs->S, T = bs->T;
     int max_batch = bs->bmax;
-    if (i == 0 && su->do_eval) max_batch = BP_MAX(max_batch, su->eval_batch);
+    if (i == 0 && (su->do_eval || su->eval_every)) max_batch = BP_MAX(max_batch, su->eval_batch);
     int rc = trainer_init(&bs->tr, &su->mc, &su->lc, &su->dopt, &su->eopt, max_batch, TRAINER_NO_TABLE);
     if (rc) return rc;
     bp_rng rng;
@@ -361,11 +361,11 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bs->ar_work_n = (size_t)T * ((n + (size_t)T - 1) / (size_t)T + 1);
     bs->ar_work_n = BP_MAX(bs->ar_work_n, (size_t)2 * (T + 16)); // also T * ceil(n / T) doubles for n <= 16
     bs->ar_work = bp_xmalloc(bs->ar_work_n * sizeof(float));
-    if (i == 0 || (su->do_eval && su->eval_every)) {
+    if (i == 0 || su->eval_every) {
         bs->dump_cap = dist_dump_cap(&bs->tr.L);
         bs->dump = bp_xmalloc(bs->dump_cap);
     }
-    if (su->do_eval && su->eval_every) bs->ekeys = bp_xmalloc((size_t)BP_MAX(su->cache_rows, 1) * sizeof *bs->ekeys);
+    if (su->eval_every) bs->ekeys = bp_xmalloc((size_t)BP_MAX(su->cache_rows, 1) * sizeof *bs->ekeys);
     return 0;
 }
 
@@ -1165,7 +1165,8 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
         double loss = 0;
         if ((rc = bs_step(&bs, t, &loss))) break;
         if (!isfinite(loss)) {
-            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
+            // 1-based, as the iterations of the metrics lines
+            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
             break;
         }
         win_loss += loss, win_n++;
@@ -1193,7 +1194,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             bs.t_wait = bs.t_sync = bs.t_ar = bs.t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
-        if (su->do_eval && su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
+        if (su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
             double e0 = bp_now(); // every trainer takes part: its dirty rows are part of the model
             if ((rc = bs_eval_rows(&bs, t + 1))) break;
             if (writer) {

@@ -345,7 +345,8 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         double loss = 0;
         if ((rc = rl->step ? rl->step(rl->ctx, t, &loss) : role_loop_step(su, rl, t, &loss))) break;
         if (!isfinite(loss)) {
-            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
+            // 1-based, as the iterations of the metrics lines
+            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
             break;
         }
         win_loss += loss, win_n++;
@@ -375,7 +376,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             st->t_wait = st->t_sync = st->t_ar = st->t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
-        if (su->do_eval && su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
+        if (su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
             double e0 = bp_now();
             if ((rc = rl->collect(rl->ctx, t + 1))) break;
             if (writer) {

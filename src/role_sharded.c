@@ -74,7 +74,7 @@ static int ss_init(sstate *ss, const train_setup *su, const dist_layout *l, int 
     ss->bmax = (su->B + l->T - 1) / l->T;
     const int F = su->mc.F, E = su->mc.E, T = ss->T;
     int max_batch = ss->bmax;
-    if (i == 0 && su->do_eval) max_batch = BP_MAX(max_batch, su->eval_batch);
+    if (i == 0 && (su->do_eval || su->eval_every)) max_batch = BP_MAX(max_batch, su->eval_batch);
     int rc = trainer_init(&ss->tr, &su->mc, &su->lc, &su->dopt, &su->eopt, max_batch, TRAINER_NO_TABLE);
     if (rc) return rc;
     bp_rng rng;

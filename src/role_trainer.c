@@ -62,7 +62,7 @@ static int ts_init(tstate *ts, const train_setup *su, const dist_layout *l, int 
     ts->bmax = (su->B + l->T - 1) / l->T;
     const int F = su->mc.F, E = su->mc.E;
     int max_batch = ts->bmax;
-    if (i == 0 && su->do_eval) max_batch = BP_MAX(max_batch, su->eval_batch);
+    if (i == 0 && (su->do_eval || su->eval_every)) max_batch = BP_MAX(max_batch, su->eval_batch);
     int rc = trainer_init(&ts->tr, &su->mc, &su->lc, &su->dopt, &su->eopt, max_batch, TRAINER_NO_TABLE);
     if (rc) return rc;
     bp_rng rng;
@@ -370,7 +370,8 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
         double loss = 0;
         if ((rc = ts_step(&ts, t, &loss))) break;
         if (!isfinite(loss)) {
-            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
+            // 1-based, as the iterations of the metrics lines
+            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
             break;
         }
         win_loss += loss, win_n++;
@@ -398,7 +399,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             ts.t_wait = ts.t_sync = ts.t_ar = ts.t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
-        if (writer && su->do_eval && su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
+        if (writer && su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
             double e0 = bp_now();
             if ((rc = ts_collect(&ts, t + 1))) break;
             trainer_eval(&ts.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);

@@ -26,8 +26,10 @@
 #include "launch.h"
 #include "metric.h"
 #include "model.h"
+#include "msg.h"
 #include "nn.h"
 #include "optim.h"
+#include "oracle.h"
 #include "progress.h"
 #include "train.h"
 
@@ -284,8 +286,10 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->eval_split = (bp_split)fl->eval_split;
     bp_ds_split_range(ds, su->eval_split, &su->ev0, &su->ev1);
     if (fl->eval_rows && su->ev1 - su->ev0 > (uint64_t)fl->eval_rows) su->ev1 = su->ev0 + (uint64_t)fl->eval_rows;
-    su->do_eval = !fl->no_eval && su->ev1 > su->ev0;
-    if (!fl->no_eval && su->ev1 == su->ev0)
+    // --no-eval skips the final evaluation only; --eval-every evaluations still take place.
+    const int have_rows = su->ev1 > su->ev0;
+    su->do_eval = !fl->no_eval && have_rows;
+    if ((!fl->no_eval || fl->eval_every) && !have_rows)
         bp_log(BP_LOG_WARN, "the %s split of %s is empty: no evaluation", bp_split_name(su->eval_split), data_path);
     float emb_lr = (float)(fl->emb_lr >= 0 ? fl->emb_lr : fl->lr);
     static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
@@ -293,16 +297,64 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->dopt = dense_opt_make(fl->dense_opt ? DENSE_OPT_ADAGRAD : DENSE_OPT_SGD, (float)fl->lr);
     su->lc = (emb_layout_cfg){.F = su->mc.F, .card = in->card, .D = su->mc.D, .E = su->mc.E,
                               .S = emb_opt_state_floats(&su->eopt), .seed = (uint64_t)fl->seed};
-    su->B = fl->batch, su->eval_batch = fl->eval_batch, su->eval_every = fl->eval_every;
+    su->B = fl->batch, su->eval_batch = fl->eval_batch, su->eval_every = have_rows ? fl->eval_every : 0;
     su->print_every = fl->print_every, su->threads = fl->threads;
     su->seed = (uint64_t)fl->seed, su->lr = fl->lr, su->save = fl->save, su->metrics = fl->metrics;
+    su->emb_lr_inherited = fl->emb_lr < 0;
     su->trainers = fl->trainers, su->servers = fl->servers, su->mode = fl->mode;
     su->cache_rows = (uint64_t)fl->cache_rows, su->lookahead = fl->lookahead, su->prefetch = fl->prefetch;
     su->staleness = fl->staleness, su->cache_policy = fl->cache_policy;
-    if (fl->mode != TRAIN_MODE_ASYNC && (fl->staleness || fl->cache_policy))
-        return bp_fail(BP_EUSAGE, "--staleness/--cache-policy: only --mode async reads cached rows that may be stale");
+    if (fl->mode == TRAIN_MODE_STATIC) { // role_static.c pins min(N, the rows) rows in messages of at most MSG_MAX_N
+        uint64_t rows = bp_ds_total_card(in), want = fl->static_rows ? (uint64_t)fl->static_rows : BP_MAX(1, rows / 100);
+        if (BP_MIN(want, rows) > MSG_MAX_N)
+            return bp_fail(BP_EUSAGE, "--static-rows %llu: at most %d rows can be pinned", (unsigned long long)want,
+                           MSG_MAX_N);
+    }
     su->ck = fl->ck;
     return ckpt_run_setup(su);
+}
+
+// Flags that only some modes read (a mask of TRAIN_MODE_*): given to another mode they would be
+// ignored, so they are refused, naming the modes that read them.
+#define MODE_BIT(m) (1u << TRAIN_MODE_##m)
+#define MODES_DIST (MODE_BIT(SYNC) | MODE_BIT(SHARDED) | MODE_BIT(STATIC) | MODE_BIT(BAGPIPE) | MODE_BIT(ASYNC))
+static const struct {
+    const char *flag;
+    unsigned modes;
+} mode_flags[] = {
+    {"trainers", MODES_DIST},
+    {"servers", MODES_DIST},
+    {"stall-timeout", MODES_DIST},
+    {"cache-rows", MODE_BIT(BAGPIPE) | MODE_BIT(ASYNC)},
+    {"lookahead", MODE_BIT(BAGPIPE)},
+    {"prefetch", MODE_BIT(BAGPIPE)},
+    {"staleness", MODE_BIT(ASYNC)},
+    {"cache-policy", MODE_BIT(ASYNC)},
+    {"static-rows", MODE_BIT(STATIC)},
+};
+_Static_assert(ORACLE_MAX_TRAINERS == 64, "the --trainers help states the limit of --mode bagpipe");
+static const char *const train_mode_names[] = {"local", "sync", "sharded", "static", "bagpipe", "async"};
+
+static int check_mode_flags(const train_flags *fl, const cli_opt *opts, const cli_given *g) {
+    const char *mode = train_mode_names[fl->mode];
+    for (size_t i = 0; i < BP_ARRAY_LEN(mode_flags); i++) {
+        if ((mode_flags[i].modes & (1u << fl->mode)) || !cli_was_given(g, opts, mode_flags[i].flag)) continue;
+        if (mode_flags[i].modes == MODES_DIST)
+            return bp_fail(BP_EUSAGE, "--%s: only the distributed modes (sync, sharded, static, bagpipe, async) read "
+                           "it; --mode %s is one process", mode_flags[i].flag, mode);
+        char names[128] = "";
+        size_t len = 0;
+        for (int m = 0, k = 0; m < (int)BP_ARRAY_LEN(train_mode_names); m++)
+            if (mode_flags[i].modes & (1u << m))
+                len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", k++ ? " or --mode " : "--mode ",
+                                        train_mode_names[m]);
+        return bp_fail(BP_EUSAGE, "--%s: only %s reads it (this is --mode %s)", mode_flags[i].flag, names, mode);
+    }
+    // Limits of one mode, checked here so that no job starts only to fail in its ranks.
+    if (fl->mode == TRAIN_MODE_BAGPIPE && fl->trainers > ORACLE_MAX_TRAINERS)
+        return bp_fail(BP_EUSAGE, "--trainers: at most %d with --mode bagpipe (the oracle tracks a key's users in a "
+                       "64-bit mask), got %d", ORACLE_MAX_TRAINERS, fl->trainers);
+    return 0;
 }
 
 // --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
@@ -322,9 +374,6 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     if (mode != DIST_MODE_SHARDED && fl->servers < 1)
         return cmd_exit(bp_fail(BP_EUSAGE, "--servers %d: --mode %s needs at least one server rank", fl->servers,
                                 dist_mode_name(mode)));
-    if (mode != DIST_MODE_STATIC && fl->static_rows)
-        return cmd_exit(bp_fail(BP_EUSAGE, "--static-rows %lld: only --mode static pins rows",
-                                (long long)fl->static_rows));
     dist_layout lay = {.S = mode == DIST_MODE_SHARDED ? 0 : fl->servers, .T = fl->trainers, .mode = mode,
                        .static_rows = fl->static_rows};
     bp_dataset ds;
@@ -355,13 +404,13 @@ int cmd_train(int argc, char **argv) {
                    "static: the hottest rows pinned on every trainer, the rest on servers; "
                    "bagpipe: oracle-planned lookahead cache, prefetch and LRPP sync; "
                    "async: per-trainer LRU/LFU caches read rows up to --staleness iterations old)"),
-        CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, INT64_MAX / 2, "bagpipe, async: cache capacity per trainer (rows)"),
+        CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, UINT32_MAX - 1, "bagpipe, async: cache capacity per trainer (rows)"),
         CLI_INT("staleness", 0, &fl.staleness, 0, 0, 1000000,
                 "async: read a cached row up to this many iterations after its fetch (0: as sync)"),
         CLI_CHOICE("cache-policy", 0, &fl.cache_policy, 0, "lru|lfu", "async: which row a full cache evicts"),
         CLI_INT("lookahead", 0, &fl.lookahead, 32, 0, 65536, "bagpipe: lookahead window W (batches)"),
         CLI_INT("prefetch", 0, &fl.prefetch, 2, 0, 255, "bagpipe: prefetch distance P (iterations)"),
-        CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes)"),
+        CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes; at most 64 with --mode bagpipe)"),
         CLI_INT("servers", 0, &fl.servers, 1, 0, 1024,
                 "embedding server ranks (sync, static; sharded runs none: 0, and 1 is read as 0)"),
         CLI_I64("static-rows", 0, &fl.static_rows, 0, 0, INT64_MAX / 2,
@@ -380,11 +429,11 @@ int cmd_train(int argc, char **argv) {
         CLI_I64("iters", 'n', &fl.iters, 0, 0, INT64_MAX / 2, "stop after this many iterations (0: run the epochs)"),
         CLI_I64("seed", 0, &fl.seed, 1, 0, INT64_MAX, "seed for parameter initialisation"),
         CLI_INT("threads", 0, &fl.threads, 1, 1, 256, "BLAS threads (results are bit-reproducible for a fixed count)"),
-        CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations (0: only at the end)"),
+        CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations (0: only at the end; --no-eval leaves these)"),
         CLI_CHOICE("eval-split", 0, &fl.eval_split, 1, "train|val|test", "split to evaluate on"),
         CLI_I64("eval-rows", 0, &fl.eval_rows, 0, 0, INT64_MAX, "evaluate on at most this many rows (0: all)"),
         CLI_INT("eval-batch-size", 0, &fl.eval_batch, 4096, 1, 1 << 20, "batch size for evaluation"),
-        CLI_FLAG("no-eval", 0, &fl.no_eval, "skip the final evaluation"),
+        CLI_FLAG("no-eval", 0, &fl.no_eval, "skip the final evaluation (--eval-every ones still run)"),
         CLI_INT("print-every", 0, &fl.print_every, 100, 1, INT32_MAX, "write a train metrics line every N iterations"),
         CLI_STR("metrics", 'm', &fl.metrics, NULL, "append JSON-lines metrics to this file"),
         CLI_STR("save", 'o', &fl.save, NULL, "save the trained model to this directory"),
@@ -393,22 +442,24 @@ int cmd_train(int argc, char **argv) {
     };
     char **pos = NULL;
     int npos;
-    int rc = cli_parse("bagpipe train", "[options] DATA", opts, argc, argv, &pos, &npos);
+    cli_given given;
+    int rc = cli_parse_given("bagpipe train", "[options] DATA", opts, argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
     if (rc) return cmd_exit(rc);
     if (npos != 1) {
         free(pos);
         return cmd_exit(bp_fail(BP_EUSAGE, "train: expected one dataset file (see 'bagpipe train --help')"));
     }
+    // Before any rank starts: a flag the mode or model does not read, a limit of the mode.
+    if ((rc = check_mode_flags(&fl, opts, &given)) || (rc = model_flags_check_given(&fl.mf, opts, &given))) {
+        free(pos);
+        return cmd_exit(rc);
+    }
     const char *data_path = pos[0];
     free(pos);
     // A model that cannot be saved is refused before training, not after.
     if (fl.save && (rc = ckpt_dir_check(fl.save))) return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
-    if (fl.trainers != 1 || fl.servers != 1)
-        return cmd_exit(bp_fail(BP_EUSAGE, "--trainers/--servers: --mode local is one process (use --mode sync)"));
-    if (fl.static_rows)
-        return cmd_exit(bp_fail(BP_EUSAGE, "--static-rows %lld: only --mode static pins rows", (long long)fl.static_rows));
 
     bp_dataset ds;
     jsonl_file mf = {0};
@@ -423,13 +474,13 @@ int cmd_train(int argc, char **argv) {
     const model_config mc = su.mc;
     const uint64_t tr0 = su.tr0, tr1 = su.tr1, per_epoch = su.per_epoch, ev0 = su.ev0, ev1 = su.ev1;
     const int64_t total_iters = su.total_iters;
-    const int do_eval = su.do_eval;
+    const int do_eval = su.do_eval, eval_every = su.eval_every;
     const emb_opt eopt = su.eopt;
     const dense_opt dopt = su.dopt;
     const emb_layout_cfg lc = su.lc;
     emb_layout L;
     if ((rc = emb_layout_init(&L, &lc))) goto out;
-    const int max_batch = BP_MAX(fl.batch, do_eval ? fl.eval_batch : 1);
+    const int max_batch = BP_MAX(fl.batch, do_eval || eval_every ? fl.eval_batch : 1);
     {
         char b1[32], b2[32], b3[32], b4[32];
         double tbytes = (double)emb_layout_bytes(&L);
@@ -486,7 +537,8 @@ int cmd_train(int argc, char **argv) {
         uint64_t r = tr0 + (uint64_t)(t % (int64_t)per_epoch) * (uint64_t)B;
         double loss = trainer_step(&tr, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
         if (!isfinite(loss)) {
-            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t, loss);
+            // 1-based, as the iterations of the metrics lines
+            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
             break;
         }
         win_loss += loss, win_n++;
@@ -506,7 +558,7 @@ int cmd_train(int argc, char **argv) {
             bp_progress_update(&prog, (uint64_t)(t + 1), note);
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
-        if (do_eval && fl.eval_every && (t + 1) % fl.eval_every == 0 && t + 1 < total_iters) {
+        if (eval_every && (t + 1) % eval_every == 0 && t + 1 < total_iters) {
             double t0 = bp_now();
             trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
             t_eval += bp_now() - t0;

@@ -60,13 +60,16 @@ typedef struct {
     emb_opt eopt;
     dense_opt dopt;
     int B;                      // global batch size
-    int eval_batch, eval_every, print_every, threads, do_eval;
+    int eval_batch, print_every, threads;
+    int eval_every;             // evaluate every N iterations (0: never; 0 too when the split is empty)
+    int do_eval;                // the final evaluation (not with --no-eval or an empty split)
     bp_split eval_split;
     int64_t total_iters;
     uint64_t per_epoch;         // iterations per epoch
     uint64_t tr0, tr1, ev0, ev1; // train rows and evaluation rows
     uint64_t seed;
     double lr;
+    int emb_lr_inherited;       // the embedding rate is --learning-rate's (no --emb-learning-rate)
     const char *save;
     const char *metrics;        // metrics file (JSON lines) or NULL
     int trainers, servers;      // distributed modes

@@ -179,6 +179,36 @@ TEST(analyze_cli_text_and_json) {
     free(out);
 }
 
+// A batch larger than the split is one partial batch: its unique rows are a share of the
+// lookups it has (they were a share of B*F).  An empty split is an error, as for the simulation.
+TEST(analyze_partial_batch_and_empty_split) {
+    const char *path = test_path("t.bin");
+    ASSERT_OK(write_tiny(path, 2000)); // train: 1200 samples, 4800 lookups
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 30, "%s analyze -b 100000 %s", test_bin(), path), 0);
+    ASSERT_STR_CONTAINS(out, "the split's 1200 samples are one partial batch: 4800 lookups");
+    ASSERT_STR_CONTAINS(out, "over 1 partial batch");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --json -b 100000 %s", test_bin(), path), 0);
+    ASSERT_STR_CONTAINS(out, "\"lookups_per_batch\": 4800,");
+    const char *m = strstr(out, "\"unique_per_batch\": {\"batches\": 1, \"mean\": ");
+    ASSERT_TRUE(m != NULL);
+    double mean = strtod(m + strlen("\"unique_per_batch\": {\"batches\": 1, \"mean\": "), NULL);
+    const char *fr = strstr(m, "\"mean_frac\": ");
+    ASSERT_TRUE(fr != NULL && mean > 0);
+    ASSERT_NEAR(strtod(fr + strlen("\"mean_frac\": "), NULL), mean / 4800, 1e-6);
+    free(out);
+
+    const char *small = test_path("small.bin");
+    ASSERT_OK(write_tiny(small, 3)); // splits of 1, 0 and 2 samples
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --split val %s", test_bin(), small), 1);
+    ASSERT_STR_CONTAINS(out, "small.bin has no rows in the val split");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --split val --cache 5 %s", test_bin(), small), 1);
+    ASSERT_STR_CONTAINS(out, "small.bin has no rows in the val split");
+    free(out);
+}
+
 TEST(analyze_cli_errors_and_cachesim_hook) {
     char *out = NULL;
     const char *path = test_path("t.bin");
@@ -194,10 +224,33 @@ TEST(analyze_cli_errors_and_cachesim_hook) {
     free(out);
     ASSERT_EQ(test_run(&out, 30, "%s analyze %s %s", test_bin(), path, path), 2);
     free(out);
-    char *a1[] = {"analyze", "--cache", "1000", "x.bin"}, *a2[] = {"analyze", "--cache=5", "x.bin"},
-         *a3[] = {"analyze", "--json", "x.bin"}, *a4[] = {"analyze", "--", "--cache"};
-    ASSERT_TRUE(analyze_wants_cachesim(4, a1));
-    ASSERT_TRUE(analyze_wants_cachesim(3, a2));
-    ASSERT_TRUE(!analyze_wants_cachesim(3, a3));
-    ASSERT_TRUE(!analyze_wants_cachesim(3, a4));
+    // One flag table: --help shows both analyses' flags; a simulation flag needs --cache.
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --help", test_bin()), 0);
+    static const char *const flags[] = {"--batch-size", "--split", "--json", "--threads", "cache simulation (--cache ROWS",
+                                        "--cache N", "--lookahead", "--trainers", "--prefetch", "--dim",
+                                        "--sweep-cache", "--sweep-lookahead", "--rows", "--plot-dir"};
+    for (size_t k = 0; k < BP_ARRAY_LEN(flags); k++) ASSERT_STR_CONTAINS(out, flags[k]);
+    free(out);
+    static const char *const sim_only[] = {"--lookahead 200", "--trainers 2", "--prefetch 0", "--dim 8",
+                                           "--sweep-cache 5,10", "--sweep-lookahead 1,2", "--rows 10", "--plot-dir p"};
+    for (size_t k = 0; k < BP_ARRAY_LEN(sim_only); k++) {
+        ASSERT_EQ(test_run(&out, 30, "%s analyze %s %s", test_bin(), sim_only[k], path), 2);
+        ASSERT_STR_CONTAINS(out, "a cache-simulation flag; it needs --cache ROWS");
+        char flag[32];
+        snprintf(flag, sizeof flag, "%.*s:", (int)strcspn(sim_only[k], " "), sim_only[k]);
+        ASSERT_STR_CONTAINS(out, flag);
+        free(out);
+    }
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 0 %s", test_bin(), path), 2);
+    ASSERT_STR_CONTAINS(out, "--cache: 0 is out of range");
+    free(out);
+    // --threads 0 is one per core in both (the simulation used to refuse it).
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --threads 0 %s", test_bin(), path), 0);
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --threads 0 --cache 50 --trainers 2 -b 10 %s", test_bin(), path), 0);
+    ASSERT_STR_CONTAINS(out, "lookahead");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --threads 65 --cache 50 %s", test_bin(), path), 2);
+    ASSERT_STR_CONTAINS(out, "--threads: 65 is out of range [0, 64]");
+    free(out);
 }

@@ -168,8 +168,9 @@ TEST(async_bad_flags) {
     struct {
         const char *args, *msg;
     } bad[] = {
-        {"--mode sync --staleness 3", "--staleness/--cache-policy: only --mode async"},
-        {"--mode local --cache-policy lfu", "--staleness/--cache-policy: only --mode async"},
+        {"--mode sync --staleness 3", "--staleness: only --mode async reads it (this is --mode sync)"},
+        {"--mode local --cache-policy lfu", "--cache-policy: only --mode async reads it (this is --mode local)"},
+        {"--mode bagpipe --staleness 0", "--staleness: only --mode async reads it (this is --mode bagpipe)"},
         {"--mode async --cache-policy fifo", "--cache-policy"},
         {"--mode async --servers 0", "--servers 0: --mode async needs at least one server"},
     };

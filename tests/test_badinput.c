@@ -239,11 +239,25 @@ TEST(badinput_huge_numbers_in_fields) {
 TEST(badinput_huge_flag_values) {
     const char *d = dataset("d.bin", 500);
     EXPECT(2, cmd("%s train %s --batch-size 99999999999999999999", test_bin(), d),
-           "--batch-size: expected an integer, got '99999999999999999999'");
+           "--batch-size: expected a decimal integer, got '99999999999999999999'");
     EXPECT(2, cmd("%s train %s --batch-size 2000000", test_bin(), d), "--batch-size: 2000000 is out of range [1, 1048576]");
     EXPECT(2, cmd("%s train %s --arch-sparse-feature-size 1000000", test_bin(), d), "--arch-sparse-feature-size: 1000000 is out of range");
     EXPECT(2, cmd("%s train %s " TINY " --batch-size 100000", test_bin(), d), "--batch-size");
     EXPECT(2, cmd("%s train %s --learning-rate 1e999", test_bin(), d), "--learning-rate");
+}
+
+// Numbers in flags are decimal, whatever their leading zeros: "010" is ten, not eight; "09" is
+// nine; hex is refused (it used to be read as hex, and "09" refused as bad octal).
+TEST(badinput_numbers_are_decimal) {
+    const char *d = dataset("d.bin", 500);
+    EXPECT(0, cmd("%s train %s " TINY " --batch-size 010 --iters 2", test_bin(), d), "2 iterations of 10 ");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 09", test_bin(), d), "9 iterations of 24 ");
+    EXPECT(2, cmd("%s train %s --batch-size 0x10", test_bin(), d), "--batch-size: expected a decimal integer, got '0x10'");
+    EXPECT(2, cmd("%s train %s --learning-rate 0x1p-3", test_bin(), d),
+           "--learning-rate: expected a decimal number, got '0x1p-3'");
+    EXPECT(2, cmd("%s analyze -b 0x40 %s", test_bin(), d), "--batch-size: expected a decimal integer, got '0x40'");
+    EXPECT(2, cmd("%s synth --skew 0x1 -o %s", test_bin(), test_path("s.bin")), "--skew");
+    EXPECT(2, cmd("%s prep --split ratio:0x1,0,0 -o %s x.tsv", test_bin(), test_path("o.bin")), "--split");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -600,7 +614,7 @@ TEST(badinput_negative_and_zero_sizes) {
         {"--eval-batch-size 0", "--eval-batch-size: 0 is out of range"},
         {"--threads 0", "--threads: 0 is out of range [1, 256]"},
         {"--learning-rate -1", "--learning-rate"},
-        {"--batch-size ten", "--batch-size: expected an integer, got 'ten'"},
+        {"--batch-size ten", "--batch-size: expected a decimal integer, got 'ten'"},
         {"--no-such-flag", "unknown flag '--no-such-flag'"},
         {"--batch-size", "--batch-size"},
     };
@@ -619,6 +633,32 @@ TEST(badinput_zero_trainers_or_servers) {
            "--servers 0: --mode bagpipe needs at least one server");
     EXPECT(2, cmd("%s train %s --mode sync --trainers 5000", test_bin(), d), "--trainers: 5000 is out of range");
     EXPECT(2, cmd("%s train %s " TINY " --mode sync --trainers 30", test_bin(), d), "--trainers 30: more trainers than samples");
+    // A limit of one mode is checked before the job starts (65 trainers used to start 67 ranks
+    // and fail 10 s later in the oracle, naming no flag).
+    EXPECT(2, cmd("%s train %s --mode bagpipe --trainers 65", test_bin(), d), "--trainers: at most 64 with --mode bagpipe");
+    EXPECT(2, cmd("%s train %s --mode async --cache-rows 4294967295", test_bin(), d),
+           "--cache-rows: 4294967295 is out of range [1, 4294967294]");
+}
+
+// A flag that the chosen mode or model does not read is refused, naming the flag and what reads
+// it (several used to be ignored silently).
+TEST(badinput_flags_that_do_not_apply) {
+    const char *d = dataset("d.bin", 500);
+    EXPECT(2, cmd("%s train %s --mode sync --cache-rows 100 --lookahead 3", test_bin(), d),
+           "--cache-rows: only --mode bagpipe or --mode async reads it (this is --mode sync)");
+    EXPECT(2, cmd("%s train %s --mode sync --lookahead 3", test_bin(), d),
+           "--lookahead: only --mode bagpipe reads it (this is --mode sync)");
+    EXPECT(2, cmd("%s train %s --staleness 2", test_bin(), d), "--staleness: only --mode async reads it (this is --mode local)");
+    EXPECT(2, cmd("%s train %s --trainers 2", test_bin(), d), "--trainers: only the distributed modes");
+    EXPECT(2, cmd("%s train %s --model wdl --dcn-rank 4", test_bin(), d),
+           "--dcn-rank: only --model dcn has cross layers (this is --model wdl)");
+    EXPECT(2, cmd("%s train %s --model wdl --arch-interaction-op cat", test_bin(), d),
+           "--arch-interaction-op: only --model dlrm has a feature interaction (this is --model wdl)");
+    EXPECT(2, cmd("%s train %s --model dcn --arch-mlp-bot 4-16", test_bin(), d),
+           "--arch-mlp-bot: only --model dlrm has a bottom MLP (this is --model dcn)");
+    // What a mode does read is still accepted, at its default value too.
+    EXPECT(0, cmd("%s train %s --model dcn --dcn-rank 0 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 "
+                  "--no-eval --iters 2", test_bin(), d), "trained 2");
 }
 
 // A cache of one row cannot hold a batch: the planner's error names the minimum; no hang (the

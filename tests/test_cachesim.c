@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cachesim.h"
+#include "cmds.h"
 #include "common.h"
 #include "data_bin.h"
 #include "test.h"
@@ -148,14 +149,15 @@ TEST(cachesim_lru_matches_naive_reference) {
     free(ids);
 }
 
-// Runs cachesim_cmd with stdout redirected into a file; returns its exit code.
+// Runs the analyze command (cmd_analyze, which hands --cache to cachesim_cmd) with stdout
+// redirected into a file; returns its exit code.
 static int run_cmd(const char *out_path, int argc, char **argv) {
     fflush(stdout);
     int saved = dup(1), fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (saved < 0 || fd < 0) return -1;
     dup2(fd, 1);
     close(fd);
-    int rc = cachesim_cmd(argc, argv);
+    int rc = cmd_analyze(argc, argv);
     fflush(stdout);
     dup2(saved, 1);
     close(saved);
@@ -229,8 +231,8 @@ TEST(cachesim_analyze_command_outputs) {
     ASSERT_STR_CONTAINS(tab, "none               -      -    0.00%");
     free(tab);
     // Usage errors.
-    char *argv3[] = {"analyze", (char *)data, NULL};
-    ASSERT_EQ(run_cmd(out, 2, argv3), 2);
+    char *argv3[] = {"analyze", "--lookahead", "5", (char *)data, NULL}; // a simulation flag without --cache
+    ASSERT_EQ(run_cmd(out, 4, argv3), 2);
     char *argv4[] = {"analyze", "--cache", "10", "--sweep-cache", "1,x", (char *)data, NULL};
     ASSERT_EQ(run_cmd(out, 6, argv4), 2);
     char *argv5[] = {"analyze", "--cache", "10", "--bogus", (char *)data, NULL};

@@ -363,6 +363,15 @@ TEST(ckpt_config_mismatch_is_refused) {
     ASSERT_TRUE(st != 0);
     ASSERT_STR_CONTAINS(out, "emb_optimizer = adagrad, this run sgd");
     free(out);
+    // The embedding rate inherits --learning-rate: the message names where the value came from.
+    st = train(&out, "", "--iters 200 --resume %s --learning-rate 0.5", root);
+    ASSERT_TRUE(st != 0);
+    ASSERT_STR_CONTAINS(out, "this run 0.5 (--emb-learning-rate, from --learning-rate)");
+    free(out);
+    st = train(&out, "", "--iters 200 --resume %s --emb-learning-rate 0.5", root);
+    ASSERT_TRUE(st != 0);
+    ASSERT_STR_CONTAINS(out, "this run 0.5 (--emb-learning-rate)");
+    free(out);
     st = train(&out, "", "--iters 200 --resume %s", test_tmpdir());
     ASSERT_TRUE(st != 0);
     ASSERT_STR_CONTAINS(out, "no checkpoint here");

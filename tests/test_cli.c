@@ -1,3 +1,4 @@
+#include <math.h>
 #include <stdlib.h>
 
 #include "cli.h"
@@ -37,6 +38,91 @@ TEST(cli_parses_table) {
     ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "--nope");
     char *bad4[] = {"p", "--learning-rate"};
     ASSERT_EQ(cli_parse("p", "", opts, 2, bad4, &pos, &npos), BP_EUSAGE);
+}
+
+// Numbers are decimal: a leading zero is not octal, 0x is not hex (strtol with base 0 read
+// "010" as 8, "0x10" as 16 and refused "09").
+TEST(cli_numbers_are_decimal) {
+    int n;
+    int64_t m;
+    double x;
+    const cli_opt opts[] = {
+        CLI_INT("batch-size", 'b', &n, 128, -100, 1 << 20, "batch"),
+        CLI_I64("iters", 0, &m, 0, 0, INT64_MAX / 2, "iters"),
+        CLI_DBL("learning-rate", 0, &x, 0.1, -10, 10, "lr"),
+        CLI_END,
+    };
+    char **pos;
+    int npos;
+    static const struct {
+        const char *flag, *val;
+        double want; // NAN: refused
+    } cases[] = {
+        {"--batch-size", "010", 10},   {"--batch-size", "09", 9},      {"--batch-size", "0x10", NAN},
+        {"--batch-size", "0X1f", NAN}, {"--batch-size", "-007", -7},   {"--batch-size", "+5", 5},
+        {"--batch-size", " 5", NAN},   {"--batch-size", "5 ", NAN},    {"--batch-size", "1e3", NAN},
+        {"--batch-size", "", NAN},     {"--batch-size", "-", NAN},     {"--iters", "0100", 100},
+        {"--iters", "0x100", NAN},     {"--learning-rate", "0.5", 0.5}, {"--learning-rate", ".5", 0.5},
+        {"--learning-rate", "5.", 5},  {"--learning-rate", "1e-3", 1e-3}, {"--learning-rate", "010", 10},
+        {"--learning-rate", "0x1p-3", NAN}, {"--learning-rate", "inf", NAN}, {"--learning-rate", "nan", NAN},
+        {"--learning-rate", "1e", NAN}, {"--learning-rate", ".", NAN},  {"--learning-rate", " 1", NAN},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        char *argv[] = {"p", (char *)cases[i].flag, (char *)cases[i].val, NULL};
+        int rc = cli_parse("p", "", opts, 3, argv, &pos, &npos);
+        if (isnan(cases[i].want)) {
+            ASSERT_MSG(rc == BP_EUSAGE, "%s '%s' was accepted", cases[i].flag, cases[i].val);
+            ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "expected a decimal");
+            continue;
+        }
+        ASSERT_MSG(rc == 0, "%s '%s': %s", cases[i].flag, cases[i].val, bp_errmsg(rc));
+        free(pos);
+        double got = cases[i].flag[2] == 'b' ? n : cases[i].flag[2] == 'i' ? (double)m : x;
+        ASSERT_MSG(got == cases[i].want, "%s '%s' read as %g, expected %g", cases[i].flag, cases[i].val, got,
+                   cases[i].want);
+    }
+    char *end;
+    ASSERT_NEAR(cli_strtod("0x10", &end), 0, 0);
+    ASSERT_TRUE(*end == 'x');
+    ASSERT_NEAR(cli_strtod("2.5e1,3", &end), 25, 0);
+    ASSERT_TRUE(*end == ',');
+}
+
+// cli_parse_given tells a flag given at its default value from one not given; groups are
+// headings in --help, not flags.
+TEST(cli_given_and_groups) {
+    int batch, flag;
+    double lr;
+    const cli_opt opts[] = {
+        CLI_INT("batch-size", 'b', &batch, 128, 1, 1 << 20, "batch"),
+        CLI_GROUP("more flags"),
+        CLI_DBL("learning-rate", 0, &lr, 0.1, 0, 10, "lr"),
+        CLI_FLAG("verbose", 'v', &flag, "verbose"),
+        CLI_INT("cache", 0, &batch, 0, 1, 100, "cache (not given: 0)"),
+        CLI_END,
+    };
+    char **pos;
+    int npos;
+    cli_given g;
+    char *argv[] = {"p", "-b", "128", "--no-verbose", "x", NULL};
+    ASSERT_OK(cli_parse_given("p", "", opts, 5, argv, &pos, &npos, &g));
+    free(pos);
+    ASSERT_TRUE(cli_was_given(&g, opts, "batch-size") && cli_was_given(&g, opts, "verbose"));
+    ASSERT_TRUE(!cli_was_given(&g, opts, "learning-rate") && !cli_was_given(&g, opts, "cache"));
+    char *bad[] = {"p", "--=x", NULL}; // a group's empty name is no flag
+    ASSERT_EQ(cli_parse_given("p", "", opts, 2, bad, &pos, &npos, &g), BP_EUSAGE);
+    const char *help_path = test_path("help.txt");
+    FILE *f = fopen(help_path, "w+");
+    ASSERT_TRUE(f != NULL);
+    cli_usage("p", "[options]", opts, f);
+    rewind(f);
+    char text[2048] = "";
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    ASSERT_STR_CONTAINS(text, "-h, --help                     show this help\n\nmore flags:\n");
+    ASSERT_STR_CONTAINS(text, "cache (not given: 0)\n"); // no "(default 0)": 0 is outside [1, 100]
+    ASSERT_STR_CONTAINS(text, "batch (default 128)");
 }
 
 TEST(cli_dims_and_lists) {

@@ -368,6 +368,13 @@ TEST(model_config_errors_name_the_flag) {
     expect_usage("--model svm", 13, 26, "--model: expected one of dlrm|wdl|deepfm|dcn");
     expect_usage("--arch-interaction-op sum", 13, 26, "--arch-interaction-op: expected one of dot|cat");
     expect_usage("--model wdl --arch-mlp-bot 13-16", 13, 26, "--arch-mlp-bot: only --model dlrm has a bottom MLP");
+    // A flag of another model is refused, not ignored, even at its default value.
+    expect_usage("--model wdl --arch-interaction-op cat", 13, 26,
+                 "--arch-interaction-op: only --model dlrm has a feature interaction (this is --model wdl)");
+    expect_usage("--model dcn --arch-interaction-op dot", 13, 26, "--arch-interaction-op: only --model dlrm");
+    expect_usage("--model wdl --dcn-rank 4", 13, 26, "--dcn-rank: only --model dcn has cross layers (this is --model wdl)");
+    expect_usage("--model deepfm --dcn-cross-layers 3", 13, 26, "--dcn-cross-layers: only --model dcn has cross layers");
+    expect_usage("--dcn-rank 0", 13, 26, "--dcn-rank: only --model dcn has cross layers (this is --model dlrm)");
     expect_usage("--model dcn --dcn-rank 429", 13, 26, "--dcn-rank: 429 must be below the cross width 429");
     expect_usage("--model dcn --dcn-cross-layers 99", 13, 26, "--dcn-cross-layers");
     expect_usage("", 0, 22, "the dataset has no dense features");

@@ -121,7 +121,8 @@ TEST(modes_t3_match_sync) {
     SAME_MODEL("sync", "static1");
 }
 
-// Flags that do not fit a mode are usage errors (exit 2) with a message naming the flag.
+// Flags that do not fit a mode are usage errors (exit 2) with a message naming the flag, before
+// any rank starts (a flag another mode reads used to be ignored silently).
 TEST(modes_bad_flags) {
     char data[512];
     ASSERT_OK(make_data(data, sizeof data, 14));
@@ -132,8 +133,16 @@ TEST(modes_bad_flags) {
         {"--mode static --trainers 2 --servers 0", "--servers 0: --mode static needs at least one server"},
         {"--mode sync --servers 0", "--servers 0: --mode sync needs at least one server"},
         {"--mode static --static-rows -5", "--static-rows"},
-        {"--mode sync --static-rows 10", "--static-rows 10: only --mode static pins rows"},
-        {"--mode local --static-rows 10", "--static-rows 10: only --mode static pins rows"},
+        {"--mode sync --static-rows 10", "--static-rows: only --mode static reads it (this is --mode sync)"},
+        {"--mode local --static-rows 10", "--static-rows: only --mode static reads it (this is --mode local)"},
+        {"--mode sharded --static-rows 0", "--static-rows: only --mode static reads it (this is --mode sharded)"},
+        {"--mode sync --cache-rows 100", "--cache-rows: only --mode bagpipe or --mode async reads it (this is --mode sync)"},
+        {"--mode static --lookahead 32", "--lookahead: only --mode bagpipe reads it (this is --mode static)"},
+        {"--mode async --prefetch 1", "--prefetch: only --mode bagpipe reads it (this is --mode async)"},
+        {"--mode local --trainers 1", "--trainers: only the distributed modes"},
+        {"--mode local --servers 2", "--servers: only the distributed modes"},
+        {"--mode local --stall-timeout 5", "--stall-timeout: only the distributed modes"},
+        {"--mode bagpipe --trainers 65", "--trainers: at most 64 with --mode bagpipe"},
         {"--mode sharded --trainers 30 --batch-size 24", "--trainers 30: more trainers than samples"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
@@ -142,6 +151,7 @@ TEST(modes_bad_flags) {
                           bad[k].args, data);
         ASSERT_MSG(rc == 2, "%s: exit %d:\n%s", bad[k].args, rc, out);
         ASSERT_STR_CONTAINS(out, bad[k].msg);
+        ASSERT_MSG(!strstr(out, "layout:"), "%s: a job started:\n%s", bad[k].args, out);
         free(out);
     }
     // The default --servers 1 is read as 0 by sharded: the job has 1 + T ranks.
@@ -151,4 +161,57 @@ TEST(modes_bad_flags) {
     ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "layout: 3 ranks");
     free(out);
+}
+
+// The `eval` lines of a metrics file, concatenated (malloc'd; "" when none), and their count.
+static char *eval_lines(const char *path, int *n) {
+    size_t len;
+    char *all = dist_test_slurp(path, &len), *out = calloc(1, len + 1);
+    *n = 0;
+    for (char *p = all; p && *p;) {
+        char *nl = strchr(p, '\n');
+        size_t l = nl ? (size_t)(nl - p + 1) : strlen(p);
+        if (strstr(p, "\"event\":\"eval\"") && strstr(p, "\"event\":\"eval\"") < p + l) strncat(out, p, l), (*n)++;
+        p += l;
+    }
+    free(all);
+    return out;
+}
+
+// --no-eval skips only the final evaluation: the --eval-every ones still happen, in every mode
+// (they used to be skipped too), and the summary carries no metrics.
+TEST(modes_no_eval_keeps_eval_every) {
+    char data[512];
+    ASSERT_OK(make_data(data, sizeof data, 15));
+    const char *common = "--batch-size 24 --iters 200 --eval-every 50 --no-eval";
+    static const char *const modes[][2] = {
+        {"local", "--mode local"},
+        {"sync", "--mode sync --trainers 2 --servers 1"},
+        {"sharded", "--mode sharded --trainers 2"},
+        {"static", "--mode static --trainers 2 --servers 1 --static-rows 20"},
+        {"bagpipe", "--mode bagpipe --trainers 2 --servers 1 --cache-rows 300 --lookahead 8"},
+        {"async", "--mode async --trainers 2 --servers 1 --cache-rows 300"},
+    };
+    char *sync_evals = NULL;
+    for (size_t m = 0; m < BP_ARRAY_LEN(modes); m++) {
+        char a[1024], mpath[600];
+        snprintf(mpath, sizeof mpath, "%s/%s.jsonl", test_tmpdir(), modes[m][0]);
+        snprintf(a, sizeof a, "%s %s -m %s", modes[m][1], common, mpath);
+        char *out = NULL;
+        int rc = run_train(&out, data, modes[m][0], a);
+        ASSERT_MSG(rc == 0, "%s exited %d:\n%s", modes[m][0], rc, out);
+        ASSERT_MSG(!strstr(out, "val   AUC"), "%s evaluated at the end despite --no-eval:\n%s", modes[m][0], out);
+        free(out);
+        int n;
+        char *ev = eval_lines(mpath, &n);
+        ASSERT_MSG(n == 3, "%s: %d eval lines, expected 3 (iterations 50, 100, 150):\n%s", modes[m][0], n, ev);
+        ASSERT_STR_CONTAINS(ev, "\"iter\":150");
+        ASSERT_TRUE(isnan(dist_test_summary_num(mpath, "auc")));
+        if (m == 1) sync_evals = ev, ev = NULL;
+        else if (m > 1 && m < 5) // sharded, static and bagpipe give sync's model at every boundary
+            ASSERT_MSG(strcmp(ev, sync_evals) == 0, "%s's evaluations differ from sync's:\n%s\n%s", modes[m][0], ev,
+                       sync_evals);
+        free(ev);
+    }
+    free(sync_evals);
 }

@@ -2,6 +2,7 @@
 // determinism, save/eval, the four models, metrics, and bad input.
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common.h"
 #include "test.h"
@@ -144,6 +145,39 @@ TEST(train_bad_input_is_explained) {
     free(out);
 }
 
+// The iteration a diverging run stops at is counted from 1, as the metrics lines count: the
+// last train line written (every iteration here) is the one just before it, in local and in a
+// distributed mode.
+TEST(train_nan_names_the_metrics_iteration) {
+    const char *data = test_path("nan.bin");
+    ASSERT_EQ(synth(data, 3000, ""), 0);
+    static const char *const modes[] = {"--mode local", "--mode sync --trainers 2 --servers 1"};
+    for (size_t m = 0; m < BP_ARRAY_LEN(modes); m++) {
+        char metrics[600];
+        snprintf(metrics, sizeof metrics, "%s/nan%zu.jsonl", test_tmpdir(), m);
+        char *out = NULL;
+        RUN_EXPECT(1, 120, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s train %s " SMALL_ARCH
+                   " %s --learning-rate 1e5 --batch-size 32 --print-every 1 --no-eval -m %s",
+                   test_bin(), data, modes[m], metrics);
+        const char *e = strstr(out, "iteration "); // "bagpipe: [rank R (trainer I): ]iteration K: ..."
+        ASSERT_MSG(e != NULL, "%s: no iteration named:\n%s", modes[m], out);
+        long bad = atol(e + strlen("iteration "));
+        ASSERT_STR_CONTAINS(e, "the loss is");
+        free(out);
+        FILE *f = fopen(metrics, "r");
+        ASSERT_TRUE(f != NULL);
+        char line[4096];
+        long last = 0;
+        while (fgets(line, sizeof line, f)) {
+            const char *it = strstr(line, "\"event\":\"train\",\"iter\":");
+            if (it) last = atol(it + strlen("\"event\":\"train\",\"iter\":"));
+        }
+        fclose(f);
+        ASSERT_MSG(bad >= 2 && last == bad - 1, "%s: the error names iteration %ld, the last metrics line is %ld",
+                   modes[m], bad, last);
+    }
+}
+
 TEST(train_metrics_plot) {
     if (test_run(NULL, 10, "command -v gnuplot && command -v python3") != 0) {
         test_skip("gnuplot or python3 missing: plot tool not checked");
@@ -158,6 +192,37 @@ TEST(train_metrics_plot) {
                       test_tmpdir(), test_tmpdir(), test_tmpdir());
     ASSERT_MSG(st == 0, "plot failed: %s", out);
     ASSERT_STR_CONTAINS(out, "P   N   G");
+    free(out);
+    // Without --eval-every: the final evaluation (the summary line) is the one AUC point; with
+    // --no-eval as well, the loss alone (both used to fail in gnuplot, leaving a broken image).
+    const char *const runs[] = {"", "--no-eval"};
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(test_run(NULL, 60, "%s train %s " SMALL_ARCH " --batch-size 64 --iters 200 --print-every 20 %s -m %s/q%d.jsonl",
+                           test_bin(), data, runs[k], test_tmpdir(), k), 0);
+        st = test_run(&out, 60, "python3 tools/plot_metrics.py %s/q%d.jsonl -o %s/q%d.png && head -c 8 %s/q%d.png | od -c | head -1",
+                      test_tmpdir(), k, test_tmpdir(), k, test_tmpdir(), k);
+        ASSERT_MSG(st == 0, "plot of '%s' failed: %s", runs[k], out);
+        ASSERT_STR_CONTAINS(out, "P   N   G");
+        free(out);
+    }
+    // gnuplot failing after writing part of the image: no output, no temporary file or directory.
+    char fake[600];
+    snprintf(fake, sizeof fake, "%s/fake", test_tmpdir());
+    ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s %s/tmp", fake, test_tmpdir()), 0);
+    snprintf(fake, sizeof fake, "%s/fake/gnuplot", test_tmpdir());
+    FILE *f = fopen(fake, "w");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "#!/bin/sh\nout=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" | head -1)\n"
+               "echo partial > \"$out\"\necho broken >&2\nexit 1\n");
+    fclose(f);
+    chmod(fake, 0755);
+    st = test_run(&out, 60, "PATH=%s/fake:$PATH TMPDIR=%s/tmp python3 tools/plot_metrics.py %s/q0.jsonl -o %s/bad.png",
+                  test_tmpdir(), test_tmpdir(), test_tmpdir(), test_tmpdir());
+    ASSERT_MSG(st == 1, "exit %d with a failing gnuplot: %s", st, out);
+    ASSERT_STR_CONTAINS(out, "gnuplot failed: broken");
+    free(out);
+    st = test_run(&out, 10, "cd %s && ls -A tmp; ls -A | grep -c bad.png", test_tmpdir());
+    ASSERT_MSG(st == 1 && strcmp(out, "0\n") == 0, "left behind:\n%s", out);
     free(out);
 }
 

@@ -4,7 +4,10 @@
   tools/plot_metrics.py METRICS.jsonl [MORE.jsonl ...] -o curves.png   (or .svg)
 
 Each file is one curve (labelled by its file name, or by --label); training loss comes from
-"train" events, validation logloss and AUC from "eval" events.  Uses gnuplot.
+"train" events, evaluation logloss and AUC from "eval" events and from the final evaluation in
+the "summary" line (the last point).  A run without evaluations (no --eval-every, --no-eval) is
+plotted as its loss alone.  Uses gnuplot; the output appears only when it is complete (written
+under a temporary name, renamed at the end), and nothing else is left behind.
 """
 import argparse
 import json
@@ -15,8 +18,13 @@ import tempfile
 
 
 def load(path):
-    train, ev = [], []
-    with open(path) as f:
+    """(train [(samples, loss)], evals [(samples, logloss, auc)], split name) of one file."""
+    train, ev, split = [], [], None
+    try:
+        f = open(path)
+    except OSError as e:
+        sys.exit(f"{path}: cannot open: {e.strerror}")
+    with f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -25,11 +33,20 @@ def load(path):
                 r = json.loads(line)
             except json.JSONDecodeError as e:
                 sys.exit(f"{path}:{n}: not a JSON line ({e})")
-            if r.get("event") == "train" and r.get("loss") is not None:
+            kind = r.get("event")
+            if kind == "train" and r.get("loss") is not None:
                 train.append((r["samples"], r["loss"]))
-            elif r.get("event") == "eval" and r.get("auc") is not None:
-                ev.append((r["samples"], r["logloss"], r["auc"]))
-    return train, ev
+            elif kind in ("eval", "summary") and r.get("auc") is not None:
+                # the summary carries the final evaluation, after the last train line
+                if not ev or ev[-1][0] != r["samples"]:
+                    ev.append((r["samples"], r["logloss"], r["auc"]))
+                split = split or r.get("split")
+    return train, ev, split or "val"
+
+
+def gp_str(s):
+    """s as a gnuplot single-quoted string ('' is a quote inside one)."""
+    return "'" + str(s).replace("'", "''") + "'"
 
 
 def main():
@@ -42,43 +59,71 @@ def main():
     labels = a.label or [os.path.basename(p) for p in a.files]
     if len(labels) != len(a.files):
         sys.exit("--label must be given once per file")
-    tmp = tempfile.mkdtemp()
-    plots_loss, plots_auc = [], []
-    for i, (p, lab) in enumerate(zip(a.files, labels)):
-        train, ev = load(p)
+    runs = []
+    for p in a.files:
+        train, ev, split = load(p)
         if not train and not ev:
             sys.exit(f"{p}: no train or eval events")
-        tf, ef = os.path.join(tmp, f"t{i}.dat"), os.path.join(tmp, f"e{i}.dat")
-        with open(tf, "w") as f:
-            f.writelines(f"{s} {l}\n" for s, l in train)
-        with open(ef, "w") as f:
-            f.writelines(f"{s} {l} {u}\n" for s, l, u in ev)
-        if train:
-            plots_loss.append(f"'{tf}' using 1:2 with lines title '{lab} train loss'")
-        if ev:
-            plots_loss.append(f"'{ef}' using 1:2 with linespoints title '{lab} val logloss'")
-            plots_auc.append(f"'{ef}' using 1:3 with linespoints title '{lab} val AUC'")
-    term = "svg size 1000,420" if a.out.endswith(".svg") else "pngcairo size 1000,420"
-    script = f"""
-set terminal {term}
-set output '{a.out}'
-set multiplot layout 1,2 title '{a.title}'
+        runs.append((train, ev, split))
+    out_dir = os.path.dirname(os.path.abspath(a.out))
+    if not os.path.isdir(out_dir):
+        sys.exit(f"{a.out}: directory '{out_dir}' does not exist")
+    with tempfile.TemporaryDirectory(prefix="plot_metrics.") as tmp:
+        plots_loss, plots_auc = [], []
+        for i, ((train, ev, split), lab) in enumerate(zip(runs, labels)):
+            tf, ef = os.path.join(tmp, f"t{i}.dat"), os.path.join(tmp, f"e{i}.dat")
+            with open(tf, "w") as f:
+                f.writelines(f"{s} {l}\n" for s, l in train)
+            with open(ef, "w") as f:
+                f.writelines(f"{s} {l} {u}\n" for s, l, u in ev)
+            if train:
+                plots_loss.append(f"{gp_str(tf)} using 1:2 with lines title {gp_str(lab + ' train loss')}")
+            if ev:
+                plots_loss.append(f"{gp_str(ef)} using 1:2 with linespoints title {gp_str(f'{lab} {split} logloss')}")
+                plots_auc.append(f"{gp_str(ef)} using 1:3 with linespoints title {gp_str(f'{lab} {split} AUC')}")
+        svg = a.out.endswith(".svg")
+        width = 1000 if plots_auc else 560
+        # The image goes to a temporary name next to the output and is renamed once complete.
+        fd, part = tempfile.mkstemp(dir=out_dir, prefix="." + os.path.basename(a.out) + ".",
+                                    suffix=".svg" if svg else ".png")
+        os.close(fd)
+        try:
+            term = f"svg size {width},420" if svg else f"pngcairo size {width},420"
+            panels = f"""set ylabel 'loss'
+plot {", ".join(plots_loss)}
+"""
+            if plots_auc:
+                panels = f"""set multiplot layout 1,2 title {gp_str(a.title)}
+{panels}set ylabel 'AUC'
+set key bottom right
+plot {", ".join(plots_auc)}
+unset multiplot
+"""
+            else:
+                panels = f"set title {gp_str(a.title)}\n" + panels
+            script = f"""set terminal {term}
+set output {gp_str(part)}
 set xlabel 'samples'
 set key top right
 set grid
-set ylabel 'loss'
-plot {", ".join(plots_loss) if plots_loss else "NaN notitle"}
-set ylabel 'AUC'
-set key bottom right
-plot {", ".join(plots_auc) if plots_auc else "NaN notitle"}
-unset multiplot
+{panels}set output
 """
-    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
-    if r.returncode != 0 and "pngcairo" in term:
-        script = script.replace("pngcairo", "png")
-        r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
-    if r.returncode != 0:
-        sys.exit("gnuplot failed: " + r.stderr)
+            try:
+                r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+                if r.returncode != 0 and "pngcairo" in term:
+                    r = subprocess.run(["gnuplot"], input=script.replace("pngcairo", "png"), text=True,
+                                       capture_output=True)
+            except FileNotFoundError:
+                sys.exit("gnuplot is not installed (it draws the curves)")
+            if r.returncode != 0 or os.path.getsize(part) == 0:
+                sys.exit("gnuplot failed: " + (r.stderr.strip() or f"exit {r.returncode}, empty image"))
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(part, 0o666 & ~umask)  # mkstemp's 0600 is for the temporary name only
+            os.replace(part, a.out)
+        finally:
+            if os.path.exists(part):
+                os.remove(part)
     print(f"wrote {a.out}")
     return 0
 
