@@ -282,6 +282,9 @@ typedef struct {
                         // t + 1 after an N us pause, so peers' fetches reach the servers first
                         // and must wait for the watermark
     int64_t wb_held;    // iteration whose write-backs are built but not sent, -1: none
+    int64_t wrong_key_iter; // test hook (BAGPIPE_TEST_WRONG_KEY=N): in record N as I receive it, one
+                        // key listed for me (my first private key, else the first sync-now key)
+                        // becomes a key outside the tables, so my plan check must fail
     uint8_t credit[MSG_HEADER_BYTES] __attribute__((aligned(8)));
     comm_req credit_rq;
     int credit_live;
@@ -363,6 +366,8 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bs->wb_live = bp_xcalloc((size_t)2 * S, 1);
     const char *d = getenv("BAGPIPE_TEST_WB_DELAY_US");
     bs->wb_delay_us = d ? atol(d) : 0, bs->wb_held = -1;
+    const char *dk = getenv("BAGPIPE_TEST_WRONG_KEY");
+    bs->wrong_key_iter = dk ? atol(dk) : -1;
     const size_t n = bs->tr.m.n_params;
     bs->ar_work_n = (size_t)T * ((n + (size_t)T - 1) / (size_t)T + 1);
     bs->ar_work_n = BP_MAX(bs->ar_work_n, (size_t)2 * (T + 16)); // also T * ceil(n / T) doubles for n <= 16
@@ -627,6 +632,11 @@ static int recv_plan(bstate *bs, int64_t t) {
     for (int q = 0; q <= bs->T; q++)
         if (p->slice[q] != (uint32_t)dist_slice_begin(bs->su->B, bs->T, q))
             return bp_fail(BP_EFORMAT, "trainer %d: plan record %u slices the batch differently", bs->me, p->iter);
+    if (t == bs->wrong_key_iter) {
+        plan *q = &bs->p;
+        if (q->priv_off[bs->me + 1] > q->priv_off[bs->me]) q->priv_key[q->priv_off[bs->me]] = q->n_keys;
+        else if (q->n_sync_now) q->sync_now[0] = q->n_keys;
+    }
     return 0;
 }
 
