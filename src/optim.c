@@ -188,10 +188,32 @@ static void apply_part(void *ctx, int p, int n) {
 // Rows per part below which another thread costs more than it saves.
 enum { APPLY_MIN_PART_ROWS = 512 };
 
+static int apply_parts(int nthreads, int rows) {
+    const int n = BP_MIN(BP_MIN(nthreads, NN_POOL_MAX), rows / APPLY_MIN_PART_ROWS);
+    return n < 1 ? 1 : n;
+}
+
 void emb_opt_apply_table(const emb_opt *o, emb_table *t, const emb_grad *g, int nthreads) {
-    int n = BP_MIN(BP_MIN(nthreads, NN_POOL_MAX), g->n / APPLY_MIN_PART_ROWS);
     apply_job j = {o, t, g};
-    nn_pool_run(n < 1 ? 1 : n, apply_part, &j);
+    nn_pool_run(apply_parts(nthreads, g->n), apply_part, &j);
+}
+
+typedef struct {
+    const emb_opt *o;
+    float *const *rows;
+    const float *grads;
+    int n;
+} apply_ptrs_job;
+
+static void apply_ptrs_part(void *ctx, int p, int n) {
+    const apply_ptrs_job *j = ctx;
+    const int i0 = (int)nn_part_begin(j->n, p, n), i1 = (int)nn_part_begin(j->n, p + 1, n);
+    emb_opt_apply_rows(j->o, j->rows + i0, j->grads + (size_t)i0 * j->o->E, i1 - i0);
+}
+
+void emb_opt_apply_rows_pool(const emb_opt *o, float *const *rows, const float *grads, int n, int nthreads) {
+    apply_ptrs_job j = {o, rows, grads, n};
+    nn_pool_run(apply_parts(nthreads, n), apply_ptrs_part, &j);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -51,6 +51,9 @@ void emb_opt_apply_row(const emb_opt *o, float *row, const float *grad);
 // ahead.  The rows must be distinct (a coalesced gradient has unique keys).
 void emb_opt_apply_rows(const emb_opt *o, float *const *rows /*(n)*/, const float *grads /*(n, E)*/,
                         int n);
+// The same in up to nthreads parts on the pool (nn.h), as emb_opt_apply_table.
+void emb_opt_apply_rows_pool(const emb_opt *o, float *const *rows /*(n)*/, const float *grads /*(n, E)*/,
+                             int n, int nthreads);
 // Applies entries [i0, i1) of a coalesced gradient to a local table; the keys are unique, so
 // disjoint entry ranges may run on different threads at once.
 void emb_opt_apply_table_range(const emb_opt *o, emb_table *t, const emb_grad *g, int i0, int i1);

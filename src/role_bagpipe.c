@@ -71,6 +71,7 @@
 #include "metric.h"
 #include "model.h"
 #include "msg.h"
+#include "nn.h"
 #include "optim.h"
 #include "plan.h"
 #include "progress.h"
@@ -95,7 +96,13 @@ static void *gbuf_fit(gbuf *b, size_t n) {
 
 // ---------------------------------------------------------------------------------------------
 // The row cache: C slots of stride floats (rows with their optimizer state), a free stack and a
-// key -> slot map (linear probing, backward-shift deletion, at most half full).
+// key -> slot map (linear probing, backward-shift deletion, at most half full; key and slot in
+// one 16-byte entry, so a lookup touches one cache line).
+typedef struct {
+    uint64_t key;
+    uint32_t slot;
+} centry;
+
 typedef struct {
     uint64_t C;
     int stride;
@@ -108,8 +115,7 @@ typedef struct {
     uint32_t *mark_t;   // (C) the iteration + 1 whose record marked the slot's key (mark_k), 0: none
     uint8_t *mark_k;    // (C) MARK_* bits: what that record does with the key
     uint32_t *later_t;  // (C) grad_iter + 1 of the background reduction the key awaits, 0: none
-    uint64_t *hk;       // (mask + 1) keys, EMPTY_KEY = free
-    uint32_t *hv;       // (mask + 1) slots
+    centry *h;          // (mask + 1) the key -> slot map (key EMPTY_KEY: free), linear probing
     uint64_t mask;
     size_t rows_bytes;
 } cache;
@@ -133,23 +139,22 @@ static int cache_init(cache *c, uint64_t C, int stride) {
     uint64_t cap = 16;
     while (cap < 2 * C) cap *= 2;
     c->mask = cap - 1;
-    c->hk = bp_xmalloc(cap * sizeof *c->hk);
-    c->hv = bp_xmalloc(cap * sizeof *c->hv);
-    for (uint64_t i = 0; i < cap; i++) c->hk[i] = EMPTY_KEY;
+    c->h = bp_xmalloc(cap * sizeof *c->h);
+    for (uint64_t i = 0; i < cap; i++) c->h[i].key = EMPTY_KEY;
     return 0;
 }
 
 static void cache_free(cache *c) {
     if (c->rows) bp_free_huge(c->rows, c->rows_bytes);
     free(c->free_s), free(c->slot_for), free(c->ready), free(c->dirty), free(c->mark_t), free(c->mark_k), free(c->later_t),
-        free(c->hk), free(c->hv);
+        free(c->h);
     memset(c, 0, sizeof *c);
 }
 
 static int64_t cache_find(const cache *c, uint64_t key) {
     for (uint64_t i = bp_mix64(key) & c->mask;; i = (i + 1) & c->mask) {
-        if (c->hk[i] == key) return c->hv[i];
-        if (c->hk[i] == EMPTY_KEY) return -1;
+        if (c->h[i].key == key) return c->h[i].slot;
+        if (c->h[i].key == EMPTY_KEY) return -1;
     }
 }
 
@@ -160,8 +165,7 @@ static float *cache_row(const cache *c, uint32_t slot) { return c->rows + (size_
 enum { PREFETCH_AHEAD = 16 };
 static void cache_prefetch(const cache *c, uint64_t key) {
     const uint64_t i = bp_mix64(key) & c->mask;
-    __builtin_prefetch(&c->hk[i]);
-    __builtin_prefetch(&c->hv[i]);
+    __builtin_prefetch(&c->h[i]);
 }
 
 // What record t says of a resident key, as bits on its slot (one hash lookup per key, instead of
@@ -185,30 +189,30 @@ static int64_t cache_insert(cache *c, uint64_t key) {
     if (!c->n_free) return -1;
     uint32_t slot = c->free_s[--c->n_free];
     uint64_t i = bp_mix64(key) & c->mask;
-    while (c->hk[i] != EMPTY_KEY) {
-        BP_ASSERT(c->hk[i] != key);
+    while (c->h[i].key != EMPTY_KEY) {
+        BP_ASSERT(c->h[i].key != key);
         i = (i + 1) & c->mask;
     }
-    c->hk[i] = key, c->hv[i] = slot, c->ready[slot] = 0, c->dirty[slot] = 0;
+    c->h[i] = (centry){key, slot}, c->ready[slot] = 0, c->dirty[slot] = 0;
     return slot;
 }
 
 // Removes key; returns its slot (now free) or -1 when it was not resident.
 static int64_t cache_remove(cache *c, uint64_t key) {
     uint64_t i = bp_mix64(key) & c->mask;
-    while (c->hk[i] != key) {
-        if (c->hk[i] == EMPTY_KEY) return -1;
+    while (c->h[i].key != key) {
+        if (c->h[i].key == EMPTY_KEY) return -1;
         i = (i + 1) & c->mask;
     }
-    uint32_t slot = c->hv[i];
+    uint32_t slot = c->h[i].slot;
     for (uint64_t j = i;;) { // backward shift
         j = (j + 1) & c->mask;
-        if (c->hk[j] == EMPTY_KEY) break;
-        uint64_t h = bp_mix64(c->hk[j]) & c->mask;
+        if (c->h[j].key == EMPTY_KEY) break;
+        uint64_t h = bp_mix64(c->h[j].key) & c->mask;
         int movable = i <= j ? (h <= i || h > j) : (h <= i && h > j);
-        if (movable) c->hk[i] = c->hk[j], c->hv[i] = c->hv[j], i = j;
+        if (movable) c->h[i] = c->h[j], i = j;
     }
-    c->hk[i] = EMPTY_KEY;
+    c->h[i].key = EMPTY_KEY;
     c->free_s[c->n_free++] = slot;
     return slot;
 }
@@ -253,6 +257,7 @@ typedef struct {
     int64_t fwd_next;   // the record whose forward goes out next (forwards leave in record order)
     const float **erow; // (cap_keys) per (b, f) entry: its cache row
     uint32_t *gslot;    // (cap_keys) the cache slot of each key of my gradients tr.g
+    float **urow;       // (cap_keys) their rows (T = 1: the in-place update)
     gbuf gout;          // my GSYNC message
     gbuf *gin;          // (T) the others' GSYNC messages
     comm_req *grq;      // (2 T)
@@ -277,6 +282,9 @@ typedef struct {
                         // t + 1 after an N us pause, so peers' fetches reach the servers first
                         // and must wait for the watermark
     int64_t wb_held;    // iteration whose write-backs are built but not sent, -1: none
+    int64_t wrong_key_iter; // test hook (BAGPIPE_TEST_WRONG_KEY=N): in record N as I receive it, one
+                        // key listed for me (my first private key, else the first sync-now key)
+                        // becomes a key outside the tables, so my plan check must fail
     uint8_t credit[MSG_HEADER_BYTES] __attribute__((aligned(8)));
     comm_req credit_rq;
     int credit_live;
@@ -325,6 +333,7 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bs->cap_keys = bs->bmax * F;
     bs->erow = bp_xmalloc((size_t)bs->cap_keys * sizeof *bs->erow);
     bs->gslot = bp_xmalloc((size_t)bs->cap_keys * sizeof *bs->gslot);
+    bs->urow = bp_xmalloc((size_t)bs->cap_keys * sizeof *bs->urow);
     bs->g = bp_xcalloc((size_t)bs->G, sizeof *bs->g);
     for (int k = 0; k < bs->G; k++) {
         fgroup *g = &bs->g[k];
@@ -357,6 +366,8 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bs->wb_live = bp_xcalloc((size_t)2 * S, 1);
     const char *d = getenv("BAGPIPE_TEST_WB_DELAY_US");
     bs->wb_delay_us = d ? atol(d) : 0, bs->wb_held = -1;
+    const char *dk = getenv("BAGPIPE_TEST_WRONG_KEY");
+    bs->wrong_key_iter = dk ? atol(dk) : -1;
     const size_t n = bs->tr.m.n_params;
     bs->ar_work_n = (size_t)T * ((n + (size_t)T - 1) / (size_t)T + 1);
     bs->ar_work_n = BP_MAX(bs->ar_work_n, (size_t)2 * (T + 16)); // also T * ceil(n / T) doubles for n <= 16
@@ -382,7 +393,7 @@ static void bs_free(bstate *bs) {
     for (int p = 0; bs->lin && p < bs->T; p++) free(bs->lin[p].p);
     free(bs->lout.p), free(bs->lin), free(bs->lrq);
     for (int s = 0; bs->wb && s < 2 * bs->S; s++) free(bs->wb[s].p);
-    free(bs->g), free(bs->erow), free(bs->gslot), free(bs->gout.p), free(bs->gin), free(bs->grq);
+    free(bs->g), free(bs->erow), free(bs->gslot), free(bs->urow), free(bs->gout.p), free(bs->gin), free(bs->grq);
     free(bs->gcur), free(bs->gsum), free(bs->wbl), free(bs->wb), free(bs->wb_len), free(bs->wb_rq), free(bs->wb_live);
     free(bs->ar_work), free(bs->dump), free(bs->ekeys), free(bs->planbuf.p);
     plan_free(&bs->p);
@@ -621,6 +632,11 @@ static int recv_plan(bstate *bs, int64_t t) {
     for (int q = 0; q <= bs->T; q++)
         if (p->slice[q] != (uint32_t)dist_slice_begin(bs->su->B, bs->T, q))
             return bp_fail(BP_EFORMAT, "trainer %d: plan record %u slices the batch differently", bs->me, p->iter);
+    if (t == bs->wrong_key_iter) {
+        plan *q = &bs->p;
+        if (q->priv_off[bs->me + 1] > q->priv_off[bs->me]) q->priv_key[q->priv_off[bs->me]] = q->n_keys;
+        else if (q->n_sync_now) q->sync_now[0] = q->n_keys;
+    }
     return 0;
 }
 
@@ -720,6 +736,48 @@ static void gsync_add(uint64_t *k, float *r, uint32_t *n, uint64_t key, const fl
     (*n)++;
 }
 
+// Step 5 with one trainer: a reduction is my one partial, so every update goes in place now, with
+// the values the exchange would give (the sum of one partial is that partial, and a background
+// key is not read before the end of t + 1, where it would be applied).  The record's lists place
+// nothing here; they are checked: my gradients' keys must be exactly its private keys, its
+// sync-now keys and its sync-later keys of t (with one trainer these are disjoint and every one
+// has my gradient), compared by count and by two order-free sums of mixed keys, one pass over
+// each list instead of a map lookup per key.
+static int sync_grads_alone(bstate *bs, int64_t t) {
+    const plan *p = &bs->p;
+    const emb_grad *g = &bs->tr.g;
+    cache *c = &bs->c;
+    uint64_t n = 0, sum = 0, xsum = 0;
+    for (uint32_t k = p->priv_off[0]; k < p->priv_off[1]; k++) {
+        const uint64_t m = bp_mix64(p->priv_key[k]);
+        n++, sum += m, xsum ^= m;
+    }
+    for (uint32_t k = 0; k < p->n_sync_now; k++) {
+        const uint64_t m = bp_mix64(p->sync_now[k]);
+        n++, sum += m, xsum ^= m;
+    }
+    for (uint32_t k = 0; k < p->n_sync_later; k++) {
+        if (p->sync_later[k].grad_iter != (uint32_t)t) continue; // a restatement of an earlier reduction
+        const uint64_t m = bp_mix64(p->sync_later[k].key);
+        n++, sum += m, xsum ^= m;
+    }
+    for (int k = 0; k < g->n; k++) {
+        const uint64_t m = bp_mix64(g->keys[k]);
+        n--, sum -= m, xsum ^= m;
+        const uint32_t slot = bs->gslot[k];
+        bs->urow[k] = cache_row(c, slot);
+        c->dirty[slot] = 1;
+        bs->misses += c->slot_for[slot] == (uint32_t)t; // fetched for t: a miss (hit-rate figures)
+    }
+    if (n || sum || xsum)
+        return bp_fail(BP_EFORMAT, "trainer %d: the keys of iteration %lld's gradients are not the private and "
+                       "synchronised keys of its plan record (%d gradient keys, %lld listed)", bs->me, (long long)t, g->n,
+                       (long long)(g->n + (int64_t)n));
+    bs->accesses += (uint64_t)g->n;
+    emb_opt_apply_rows_pool(&bs->tr.eopt, bs->urow, g->rows, g->n, nn_threads());
+    return 0;
+}
+
 // Step 5: gradients of t (in tr.g).  The keys reduced now: sync-now, and the sync-later keys of
 // t that record t evicts (their owner writes them back at the end of t).  The other sync-later
 // keys of t (next use t + 2 or later) are exchanged in the background and applied at the end of
@@ -734,6 +792,7 @@ static int sync_grads(bstate *bs, int64_t t) {
     const int me = bs->me, E = g->E;
     const emb_opt *eo = &bs->tr.eopt;
     cache *c = &bs->c;
+    if (bs->T == 1) return sync_grads_alone(bs, t);
     // record t's evicted keys and my private keys, marked on their slots
     for (uint32_t k = 0; k < p->n_evict; k++) {
         if (k + PREFETCH_AHEAD < p->n_evict) cache_prefetch(c, p->evict[k + PREFETCH_AHEAD].key);
@@ -783,16 +842,6 @@ static int sync_grads(bstate *bs, int64_t t) {
     }
     bs->accesses += (uint64_t)g->n;
     bs->sync_now_keys += n_now, bs->sync_bg_keys += n_later;
-    if (bs->T == 1) {
-        // No other replica: a reduction is my one partial, so every update goes in place now.  The
-        // same values as the exchange would give: the sum of one partial is that partial, and a
-        // background key is not read before the end of t + 1, where it would be applied.
-        for (int k = 0; k < g->n; k++) {
-            emb_opt_apply_row(eo, cache_row(c, bs->gslot[k]), g->rows + (size_t)k * E);
-            c->dirty[bs->gslot[k]] = 1;
-        }
-        return 0;
-    }
     // private keys in place; the sync-now ones into my GSYNC message
     msg_header h = {MSG_GSYNC, 0, (uint64_t)t, n_now, (uint32_t)E};
     uint64_t *ok;
@@ -850,6 +899,7 @@ static int evict_and_write_back(bstate *bs, int64_t t) {
     uint32_t n = 0;
     for (uint32_t k = 0; k < p->n_evict; k++) {
         const plan_evict *e = &p->evict[k];
+        if (k + PREFETCH_AHEAD < p->n_evict) cache_prefetch(&bs->c, p->evict[k + PREFETCH_AHEAD].key);
         if ((e->flags & PLAN_PRIVATE) && e->owner != me) continue;
         int64_t slot = cache_find(&bs->c, e->key);
         if (slot < 0)
@@ -874,6 +924,12 @@ static int evict_and_write_back(bstate *bs, int64_t t) {
         float *rows;
         msg_encode(b, &h, &keys, &rows);
         for (uint32_t k = k0; k < k1; k++) {
+            if (k + PREFETCH_AHEAD < k1) {
+                const myfetch *a = &bs->wbl[k + PREFETCH_AHEAD];
+                const char *row = (const char *)cache_row(&bs->c, a->evict_iter);
+                for (int o = 0; o < stride * (int)sizeof(float); o += 64) __builtin_prefetch(row + o);
+                cache_prefetch(&bs->c, a->key);
+            }
             keys[k - k0] = bs->wbl[k].key;
             memcpy(rows + (size_t)(k - k0) * stride, cache_row(&bs->c, bs->wbl[k].evict_iter),
                    (size_t)stride * sizeof(float));
@@ -1024,13 +1080,13 @@ static int bs_checkpoint(bstate *bs, int64_t iter) {
     const cache *c = &bs->c;
     uint64_t n = 0;
     for (uint64_t h = 0; h <= c->mask; h++)
-        n += c->hk[h] != EMPTY_KEY && c->dirty[c->hv[h]] && msg_server_of(c->hk[h], T) == (uint32_t)me;
+        n += c->h[h].key != EMPTY_KEY && c->dirty[c->h[h].slot] && msg_server_of(c->h[h].key, T) == (uint32_t)me;
     uint64_t *keys = bp_xmalloc((n ? n : 1) * sizeof *keys);
     float *rows = bp_xmalloc((n ? n : 1) * (size_t)stride * sizeof *rows); // (n, stride)
     n = 0;
     for (uint64_t h = 0; h <= c->mask; h++)
-        if (c->hk[h] != EMPTY_KEY && c->dirty[c->hv[h]] && msg_server_of(c->hk[h], T) == (uint32_t)me)
-            keys[n++] = c->hk[h];
+        if (c->h[h].key != EMPTY_KEY && c->dirty[c->h[h].slot] && msg_server_of(c->h[h].key, T) == (uint32_t)me)
+            keys[n++] = c->h[h].key;
     qsort(keys, n, sizeof *keys, cmp_u64);
     for (uint64_t k = 0; k < n; k++)
         memcpy(rows + k * (size_t)stride, cache_row(c, (uint32_t)cache_find(c, keys[k])), (size_t)stride * sizeof(float));
@@ -1079,8 +1135,8 @@ static int bs_eval_rows(bstate *bs, int64_t iter) {
     if (bs->wb_held >= 0 && (rc = send_write_backs(bs))) return rc; // (test hook) the dump needs WB(iter)
     uint64_t n = 0;
     for (uint64_t h = 0; h <= c->mask; h++)
-        if (c->hk[h] != EMPTY_KEY && c->dirty[c->hv[h]] && msg_server_of(c->hk[h], T) == (uint32_t)me)
-            bs->ekeys[n++] = c->hk[h];
+        if (c->h[h].key != EMPTY_KEY && c->dirty[c->h[h].slot] && msg_server_of(c->h[h].key, T) == (uint32_t)me)
+            bs->ekeys[n++] = c->h[h].key;
     qsort(bs->ekeys, n, sizeof *bs->ekeys, cmp_u64);
     // rows per DUMP_ROWS message: what a dump buffer holds (dist_dump_cap)
     const uint32_t per = (uint32_t)((bs->dump_cap - MSG_HEADER_BYTES) / (sizeof(uint64_t) + row_bytes));

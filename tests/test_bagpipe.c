@@ -106,6 +106,27 @@ TEST(bagpipe_cache_too_small) {
     free(out);
 }
 
+// A plan record that does not list a key the trainer has a gradient for (the test hook
+// BAGPIPE_TEST_WRONG_KEY=N swaps one key listed for trainer 0 in record N for a key outside the
+// tables): the trainer's check fails with a message naming it and the iteration, and every rank
+// stops.  T = 1 checks the lists by sums, T = 2 key by key.
+TEST(bagpipe_plan_missing_a_gradient_key_fails) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(bagpipe_dataset(data, 4000, 6));
+    for (int T = 1; T <= 2; T++) {
+        char *out = NULL;
+        int rc = test_run(&out, 60, "BAGPIPE_TEST_WRONG_KEY=7 %s %s train --mode bagpipe --trainers %d --servers 1 "
+                          "--cache-rows 400 " BP_MODEL " %s", dist_test_env(), test_bin(), T, data);
+        ASSERT_MSG(rc != 0 && rc != 124, "T = %d: exit %d:\n%s", T, rc, out);
+        ASSERT_STR_CONTAINS(out, "trainer 0:");
+        ASSERT_STR_CONTAINS(out, "iteration 7");
+        ASSERT_STR_CONTAINS(out, T == 1 ? "are not the private and synchronised keys of its plan record"
+                                        : "is neither private nor synchronised in the plan");
+        free(out);
+    }
+}
+
 // Write-backs held back (the test hook BAGPIPE_TEST_WB_DELAY_US sends t's write-backs at the end
 // of t + 1, after a pause), so the fetches of rows evicted just before reach the server ahead of
 // their write-back: the server must hold them for the per-writer watermark (DESIGN §6).  A

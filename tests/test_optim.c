@@ -81,8 +81,8 @@ static void fill_rows(bp_rng *r, float *rows, int n, int stride, int E, int S) {
     }
 }
 
-// emb_opt_apply_rows and the table-level apply (1 and 2 threads) give exactly what per-row
-// applies give.
+// emb_opt_apply_rows, the table-level apply and the pooled row apply (1 and 2 threads) give
+// exactly what per-row applies give.
 TEST(optim_apply_rows_and_table_exact) {
     uint64_t card[2] = {3000, 9000};
     bp_rng r;
@@ -115,9 +115,14 @@ TEST(optim_apply_rows_and_table_exact) {
             }
             float **ptrs = bp_xmalloc(6000 * sizeof *ptrs);
             for (int i = 0; i < 6000; i++) ptrs[i] = emb_table_row(&t1, keys[5999 - i]);
-            emb_opt_apply_rows(&o, ptrs, g.rows, 6000);
-            for (int i = 0; i < 6000; i++) emb_opt_apply_row(&o, emb_table_row(&t2, keys[5999 - i]), g.rows + (size_t)i * E);
-            ASSERT_TRUE(memcmp(t1.data, t2.data, emb_layout_bytes(&L)) == 0);
+            for (int nt = 0; nt <= 2; nt++) { // 0: emb_opt_apply_rows; 1, 2: on the pool
+                if (nt) emb_opt_apply_rows_pool(&o, ptrs, g.rows, 6000, nt);
+                else emb_opt_apply_rows(&o, ptrs, g.rows, 6000);
+                for (int i = 0; i < 6000; i++)
+                    emb_opt_apply_row(&o, emb_table_row(&t2, keys[5999 - i]), g.rows + (size_t)i * E);
+                ASSERT_MSG(memcmp(t1.data, t2.data, emb_layout_bytes(&L)) == 0, "%s E=%d rows, threads %d",
+                           emb_opt_kind_name(o.kind), E, nt);
+            }
             free(ptrs);
             emb_grad_free(&g);
             emb_table_free(&t1), emb_table_free(&t2);
