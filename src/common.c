@@ -308,9 +308,9 @@ int bp_afile_target(const char *path, char **target) {
     return 0;
 }
 
-// Where there is no O_TMPFILE the temporary file has its name from the start: SIGINT, SIGTERM
-// and SIGHUP (when the program leaves them at their default action) remove the live ones, then
-// end the process as the signal would have.
+// A named temporary file (from the start where O_TMPFILE cannot be used, or from its naming at
+// commit until the rename): SIGINT, SIGTERM and SIGHUP (when the program leaves them at their
+// default action) remove the live ones, then end the process as the signal would have.
 #define AFILE_LIVE_MAX 64
 static char *afile_live[AFILE_LIVE_MAX]; // tmp_path of each named temporary file open, or NULL
 
@@ -361,14 +361,21 @@ int bp_afile_open(bp_afile *af, const char *path) {
     size_t n = strlen(target) + 32;
     af->tmp_path = bp_xmalloc(n);
     snprintf(af->tmp_path, n, "%s.tmp.%ld", target, (long)getpid());
-    char *copy = bp_xstrdup(target);
-    af->fd = open(dirname(copy), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-    free(copy);
+    // An unnamed file is named at commit through /proc/self/fd (AT_EMPTY_PATH, the other way,
+    // needs a capability before Linux 6.10): without /proc it would fail after all the work.
+    // BAGPIPE_TEST_NAMED_TMP=1 (tests) forces the named temporary file.
+    const char *force_named = getenv("BAGPIPE_TEST_NAMED_TMP");
+    const int try_unnamed = !(force_named && atoi(force_named)) && access("/proc/self/fd", X_OK) == 0;
+    if (try_unnamed) {
+        char *copy = bp_xstrdup(target);
+        af->fd = open(dirname(copy), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+        free(copy);
+    }
     af->unnamed = af->fd >= 0;
-    if (af->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) { // no O_TMPFILE here
-        afile_live_add(af->tmp_path);
+    if (af->fd < 0 && (!try_unnamed || errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        afile_live_add(af->tmp_path), af->live = 1;
         af->fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (af->fd < 0) afile_live_remove(af->tmp_path);
+        if (af->fd < 0) afile_live_remove(af->tmp_path), af->live = 0;
     }
     if (af->fd < 0) {
         rc = bp_fail(BP_EIO, "%s: cannot create: %s", path, strerror(errno));
@@ -406,7 +413,8 @@ static int afile_link(bp_afile *af) {
 }
 
 static void afile_free(bp_afile *af) {
-    if (af->tmp_path && !af->unnamed) afile_live_remove(af->tmp_path);
+    if (af->live) afile_live_remove(af->tmp_path);
+    af->live = 0;
     free(af->path), free(af->target), free(af->tmp_path);
     af->path = af->target = af->tmp_path = NULL;
     af->fd = -1;
@@ -416,7 +424,10 @@ int bp_afile_commit(bp_afile *af) {
     BP_ASSERT(af->fd >= 0);
     int rc = 0, named = !af->unnamed;
     if (fsync(af->fd) != 0) rc = bp_fail(BP_EIO, "%s: fsync failed: %s", af->path, strerror(errno));
-    if (rc == 0 && !named) named = (rc = afile_link(af)) == 0;
+    if (rc == 0 && !named) { // named from here to the rename: listed for the signal cleanup first
+        afile_live_add(af->tmp_path), af->live = 1;
+        named = (rc = afile_link(af)) == 0;
+    }
     if (close(af->fd) != 0 && rc == 0) rc = bp_fail(BP_EIO, "%s: close failed: %s", af->path, strerror(errno));
     af->fd = -1;
     if (rc == 0 && rename(af->tmp_path, af->target) != 0)

@@ -106,9 +106,11 @@ const char *bp_fmt_bytes(char *buf, size_t cap, double bytes);
 // ---------------------------------------------------------------------------------------------
 // Atomic files: write to a temporary file next to the target, then fsync + rename + fsync of
 // the directory on commit.  Until commit nothing exists under the final name; abort, a crash or
-// a kill leaves the previous file, if any, untouched, and no temporary file behind: the
-// temporary file is unnamed (O_TMPFILE) and named "<target>.tmp.<pid>" only just before the
-// rename (filesystems without O_TMPFILE get that name from the start).  The target is the path,
+// a kill leaves the previous file, if any, untouched.  The temporary file is unnamed (O_TMPFILE)
+// and named "<target>.tmp.<pid>" only just before the rename, so nothing is left behind, even by
+// SIGKILL.  Where it could not be named later (no O_TMPFILE, or no /proc to link it through) it
+// has that name from the start: SIGINT, SIGTERM and SIGHUP then remove it (when the program
+// leaves them at their default action), a crash or SIGKILL leaves it.  The target is the path,
 // or the file a symlink at path points to (the link stays); a path that exists and is not a
 // regular file (a device, FIFO, socket, directory) is refused, never replaced.
 typedef struct {
@@ -117,6 +119,7 @@ typedef struct {
     char *target;   // the file replaced at commit
     char *tmp_path; // its temporary name
     int unnamed;    // fd is an O_TMPFILE file, linked as tmp_path at commit
+    int live;       // tmp_path exists and is listed for the signal cleanup
     uint64_t written;
 } bp_afile;
 // The file an atomic write of path replaces (*target, malloc'd), or an error naming path when

@@ -391,15 +391,16 @@ static void source_text(const synth_opts *o, const synth_model *m, char *buf, si
         for (uint32_t f = 0; f < o->n_tables; f++)
             n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%llu", f ? "," : "", (unsigned long long)o->card[f]);
     }
+    size_t n = 0;
     for (int pass = 0; pass < 2; pass++) {
-        size_t n = (size_t)snprintf(buf, cap, "bagpipe synth --preset %s%s --rows %llu --seed %llu --skew %s --drift %s "
-                                    "--ctr %s --pairs %d --split %s", names[o->preset], shape,
-                                    (unsigned long long)o->rows, (unsigned long long)o->seed, skew, drift, ctr,
-                                    o->n_pairs, split);
-        if (n < cap) return;
+        n = (size_t)snprintf(buf, cap, "bagpipe synth --preset %s%s --rows %llu --seed %llu --skew %s --drift %s "
+                             "--ctr %s --pairs %d --split %s", names[o->preset], shape, (unsigned long long)o->rows,
+                             (unsigned long long)o->seed, skew, drift, ctr, o->n_pairs, split);
+        if (n < cap || o->preset != SYNTH_PRESET_CUSTOM) break; // (a preset's shape is its name)
         snprintf(shape, sizeof shape, " --dense %u --tables <the %u sizes on the tables line of bagpipe info>",
                  o->n_dense, o->n_tables);
     }
+    if (n < cap) return;
     memcpy(buf + cap - 4, "...", 4); // still too long (flags with many digits): show it is cut
 }
 

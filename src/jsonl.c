@@ -64,7 +64,9 @@ int jsonl_open(jsonl_file *jf, const char *flag, const char *path) {
     if (!path) return 0;
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     jf->created = fd >= 0;
-    if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    // EEXIST: an existing file is appended to; so is a symbolic link, whose target is created if
+    // it does not exist yet (O_EXCL never follows a link).
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0 || !(jf->f = fdopen(fd, "a"))) {
         int rc = bp_fail(BP_EIO, "%s %s: cannot open: %s", flag, path, strerror(errno));
         if (fd >= 0) close(fd);
@@ -76,8 +78,11 @@ int jsonl_open(jsonl_file *jf, const char *flag, const char *path) {
     return 0;
 }
 
-static int write_failed(jsonl_file *jf, int err) {
-    if (!jf->rc) jf->rc = bp_fail(BP_EIO, "%s %s: cannot write: %s", jf->flag, jf->path, strerror(err ? err : EIO));
+// quiet: the caller already failed with its own message, which this one must not replace.
+static int write_failed(jsonl_file *jf, int err, int quiet) {
+    if (!jf->rc)
+        jf->rc = quiet ? BP_EIO
+                       : bp_fail(BP_EIO, "%s %s: cannot write: %s", jf->flag, jf->path, strerror(err ? err : EIO));
     return jf->rc;
 }
 
@@ -87,22 +92,22 @@ int jsonl_end(jsonl *j, jsonl_file *jf) {
     if (jf->rc) return jf->rc;
     errno = 0;
     if (fwrite(j->buf, 1, j->len, jf->f) != j->len || fflush(jf->f) != 0 || ferror(jf->f))
-        return write_failed(jf, errno);
+        return write_failed(jf, errno, 0);
     return 0;
 }
 
-int jsonl_close(jsonl_file *jf) {
-    if (!jf->f) return jf->rc;
+int jsonl_close(jsonl_file *jf, int rc) {
+    if (!jf->f) return rc ? rc : jf->rc;
     errno = 0;
-    if (fflush(jf->f) != 0 || ferror(jf->f)) write_failed(jf, errno);
+    if (fflush(jf->f) != 0 || ferror(jf->f)) write_failed(jf, errno, rc != 0);
     // A file this run created and never wrote to (it failed first) is not left behind.
     struct stat st, now;
     if (jf->created && fstat(fileno(jf->f), &st) == 0 && st.st_size == 0 && stat(jf->path, &now) == 0 &&
         now.st_dev == st.st_dev && now.st_ino == st.st_ino)
         unlink(jf->path);
     errno = 0;
-    if (fclose(jf->f) != 0) write_failed(jf, errno);
-    int rc = jf->rc;
+    if (fclose(jf->f) != 0) write_failed(jf, errno, rc != 0);
+    if (!rc) rc = jf->rc;
     free(jf->path);
     memset(jf, 0, sizeof *jf);
     return rc;

@@ -32,8 +32,10 @@ typedef struct {
 } jsonl_file;
 
 int jsonl_open(jsonl_file *jf, const char *flag, const char *path);
-// Flushes and closes; returns the first write error (0 if none).  Safe on a zeroed or closed file.
-int jsonl_close(jsonl_file *jf);
+// Flushes and closes; returns rc, the caller's own error, if set (a failure of the close then
+// does not replace its message), else the first write error (0 if none).  Safe on a zeroed or
+// closed file.
+int jsonl_close(jsonl_file *jf, int rc);
 int jsonl_end(jsonl *j, jsonl_file *jf); // writes the line and flushes; jf NULL discards
 
 #endif

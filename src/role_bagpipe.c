@@ -1330,8 +1330,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
         fflush(stdout);
     }
     if (!rc) rc = send_done(&bs, iters);
-    const int mrc = jsonl_close(&mf);
-    if (!rc) rc = mrc;
+    rc = jsonl_close(&mf, rc);
     bs_free(&bs);
     return rc;
 }

@@ -441,8 +441,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         fflush(stdout);
     }
     if (!rc && rl->finish) rc = rl->finish(rl->ctx, iters);
-    const int mrc = jsonl_close(&mf);
-    if (!rc) rc = mrc;
+    rc = jsonl_close(&mf, rc);
     return rc;
 }
 

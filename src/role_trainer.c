@@ -454,8 +454,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
         fflush(stdout);
     }
     if (!rc) rc = send_done(&ts, iters);
-    const int mrc = jsonl_close(&mf);
-    if (!rc) rc = mrc;
+    rc = jsonl_close(&mf, rc);
     ts_free(&ts);
     return rc;
 }

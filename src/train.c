@@ -609,9 +609,9 @@ int cmd_train(int argc, char **argv) {
     }
 out:
     trainer_free(&tr);
-    int mrc = jsonl_close(&mf);
+    rc = jsonl_close(&mf, rc);
     bp_ds_close(&ds);
-    return cmd_exit(rc ? rc : mrc);
+    return cmd_exit(rc);
 }
 
 int cmd_eval(int argc, char **argv) {

@@ -452,12 +452,17 @@ static int fd_in_dir(pid_t pid, const char *dir) {
 }
 
 // A writer killed while its output is open (synth of ~1 GB, stopped at once) leaves nothing in
-// the output's directory.
+// the output's directory: with the unnamed temporary file (O_TMPFILE), and with the named one that
+// the signal handler removes (forced by BAGPIPE_TEST_NAMED_TMP=1; used where O_TMPFILE is not).
 TEST(badinput_interrupted_writer_leaves_no_temporary_file) {
     char dir[PATH_MAX];
     ASSERT_EQ(mkdir(test_path("out"), 0755), 0);
     ASSERT_TRUE(realpath(test_path("out"), dir) != NULL); // as /proc shows it
-    static const struct { int sig; const char *format; } runs[] = {{SIGTERM, "bin"}, {SIGINT, "tsv"}};
+    static const struct {
+        int sig;
+        const char *format;
+        int named;
+    } runs[] = {{SIGTERM, "bin", 0}, {SIGINT, "tsv", 0}, {SIGTERM, "bin", 1}, {SIGINT, "tsv", 1}};
     for (size_t i = 0; i < BP_ARRAY_LEN(runs); i++) {
         char out[PATH_MAX + 16], log[PATH_MAX + 16];
         snprintf(out, sizeof out, "%s/big.%s", dir, runs[i].format);
@@ -466,6 +471,7 @@ TEST(badinput_interrupted_writer_leaves_no_temporary_file) {
         ASSERT_TRUE(pid >= 0);
         if (pid == 0) {
             signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL);
+            if (runs[i].named) setenv("BAGPIPE_TEST_NAMED_TMP", "1", 1);
             if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(127);
             // (TSV needs the Criteo layout: 13 dense features, 26 tables)
             const char *tables = strcmp(runs[i].format, "tsv") ? "1000"
@@ -496,7 +502,8 @@ TEST(badinput_interrupted_writer_leaves_no_temporary_file) {
         while ((e = readdir(dp)))
             if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) snprintf(left, sizeof left, "%s", e->d_name);
         closedir(dp);
-        ASSERT_MSG(!left[0], "signal %d: %s left behind in the output directory", runs[i].sig, left);
+        ASSERT_MSG(!left[0], "signal %d (%s temporary file): %s left behind in the output directory", runs[i].sig,
+                   runs[i].named ? "named" : "unnamed", left);
     }
 }
 

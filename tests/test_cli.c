@@ -1,5 +1,7 @@
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "common.h"
@@ -169,6 +171,44 @@ TEST(jsonl_escapes_and_nulls) {
     jsonl_end(&j, NULL);
     j.buf[j.len] = 0;
     ASSERT_TRUE(strcmp(j.buf, "{\"event\":\"a\\\"b\\\\c\\u000a\",\"iter\":-3,\"loss\":0.25,\"auc\":null}\n") == 0);
+}
+
+// A metrics path that is a symbolic link to a file not yet there: the file is created and
+// appended to, the link stays.  A write error at the close does not replace the caller's own
+// error message when the caller already failed.
+TEST(jsonl_file_through_a_link_and_close_after_an_error) {
+    char target[512], link_path[512];
+    snprintf(target, sizeof target, "%s", test_path("real.jsonl"));
+    snprintf(link_path, sizeof link_path, "%s", test_path("m.jsonl"));
+    ASSERT_EQ(symlink(target, link_path), 0);
+    for (int round = 0; round < 2; round++) { // created through the link, then appended to
+        jsonl_file jf;
+        ASSERT_OK(jsonl_open(&jf, "--metrics", link_path));
+        jsonl j;
+        jsonl_begin(&j);
+        jsonl_int(&j, "iter", round);
+        ASSERT_OK(jsonl_end(&j, &jf));
+        ASSERT_OK(jsonl_close(&jf, 0));
+    }
+    struct stat st;
+    ASSERT_TRUE(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+    char text[64] = "";
+    FILE *f = fopen(target, "r");
+    ASSERT_TRUE(f != NULL);
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[got] = 0;
+    ASSERT_TRUE(strcmp(text, "{\"iter\":0}\n{\"iter\":1}\n") == 0);
+    if (access("/dev/full", W_OK) != 0) {
+        printf("      SKIP the close-after-an-error half: no writable /dev/full\n");
+        return;
+    }
+    jsonl_file jf;
+    ASSERT_OK(jsonl_open(&jf, "--metrics", "/dev/full"));
+    fputs("{}\n", jf.f); // buffered, not flushed: the close's flush is the first write to fail
+    int rc = bp_fail(BP_EFORMAT, "the caller's own error");
+    ASSERT_EQ(jsonl_close(&jf, rc), BP_EFORMAT);
+    ASSERT_TRUE(strcmp(bp_errmsg(rc), "the caller's own error") == 0);
 }
 
 TEST(error_message_may_quote_the_previous_one) {
