@@ -3,6 +3,9 @@
 //   "mpirun noticed that process rank R with PID P on node N exited on signal S (Killed)."
 //   "MPI_ABORT was invoked on rank R in communicator ..."
 //   "  Process name: [[J,1],R]" followed by "  Exit code:    C"
+// and, where those are missing (mpirun sometimes loses the aborting rank's report, printing
+// instead an ORTE_ERROR_LOG line about its help message, which is dropped here), the first
+// rank that reported an error of its own ("bagpipe: rank R (role): ...").
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,7 +37,14 @@ typedef struct {
     int signal;     // > 0: killed by this signal
     int exit_code;  // >= 0: exited with this code
     int aborted;    // called MPI_Abort
+    int said;       // the first rank that printed an error of its own, -1: none
 } failure;
+
+// mpirun's own noise when it cannot unpack an aborting rank's help message: the rank's error is
+// above it, and the line means nothing to a user.
+static int noise_line(const char *line) {
+    return strstr(line, "ORTE_ERROR_LOG: Data unpack would read past end of buffer") && strstr(line, "show_help.c");
+}
 
 static void scan_line(const char *line, failure *f) {
     const char *p;
@@ -49,6 +59,9 @@ static void scan_line(const char *line, failure *f) {
         if (f->rank < 0) f->rank = r;
     } else if ((p = strstr(line, "Exit code:")) && sscanf(p, "Exit code: %d", &code) == 1) {
         if (f->exit_code < 0) f->exit_code = code;
+    } else if ((p = strstr(line, "bagpipe: rank ")) == line) {
+        int n = 0;
+        if (sscanf(p, "bagpipe: rank %d (%n", &r, &n) == 1 && n > 0 && f->said < 0) f->said = r;
     }
 }
 
@@ -106,11 +119,11 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    failure f = {-1, 0, -1, 0};
+    failure f = {-1, 0, -1, 0, -1};
     FILE *in = fdopen(pfd[0], "r");
     char line[1024];
     while (in && fgets(line, sizeof line, in)) {
-        fputs(line, stderr);
+        if (!noise_line(line)) fputs(line, stderr);
         scan_line(line, &f);
     }
     if (in) fclose(in);
@@ -121,6 +134,8 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (code == 0) return 0;
     char what[96] = "a rank";
+    const int reported = f.rank < 0 && f.signal <= 0 && !f.aborted && f.exit_code < 0 && f.said >= 0;
+    if (reported) f.rank = f.said;
     if (f.rank >= 0) {
         char r[64] = "?";
         role(f.rank, ctx, r, sizeof r);
@@ -128,7 +143,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     }
     if (f.signal > 0)
         fprintf(stderr, "bagpipe: job failed: %s was killed by signal %d (%s)\n", what, f.signal, strsignal(f.signal));
-    else if (f.aborted)
+    else if (f.aborted || reported)
         fprintf(stderr, "bagpipe: job failed: %s stopped the job after an error (message above)\n", what);
     else if (f.exit_code >= 0)
         fprintf(stderr, "bagpipe: job failed: %s was the first to exit, with code %d (its message is above)\n", what,

@@ -276,3 +276,33 @@ TEST(dist_stop_bagpipe_oracle_stall_timeout) {
 TEST(dist_stop_bagpipe_trainer_stall_timeout) {
     check_signal(4, "trainer 1", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2");
 }
+
+// mpirun sometimes loses an aborting rank's report and prints an ORTE_ERROR_LOG line about its help
+// message instead.  A fake mpirun, first on PATH, prints what such a run printed and fails: the
+// launcher drops that line and names the rank that reported an error of its own.
+TEST(dist_launcher_names_the_reporting_rank_when_mpirun_loses_its_report) {
+    char data[512], dir[512], fake[600];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    snprintf(dir, sizeof dir, "%s", test_path("bin"));
+    ASSERT_EQ(mkdir(dir, 0755), 0);
+    snprintf(fake, sizeof fake, "%s/mpirun", dir);
+    FILE *f = fopen(fake, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("#!/bin/sh\n"
+          "echo 'bagpipe: rank 2 (trainer 0): trainer 0: a planted error' >&2\n"
+          "echo '[vm:1] [[115,0],0] ORTE_ERROR_LOG: Data unpack would read past end of buffer in file "
+          "../../../orte/util/show_help.c at line 501' >&2\n"
+          "exit 1\n",
+          f);
+    fclose(f);
+    ASSERT_EQ(chmod(fake, 0755), 0);
+    char *out = NULL;
+    int rc = test_run(&out, 60, "PATH=%s:\"$PATH\" %s train --mode sync --trainers 2 --servers 1 " TINY_MODEL " %s", dir,
+                      test_bin(), data);
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "bagpipe: rank 2 (trainer 0): trainer 0: a planted error");
+    ASSERT_STR_CONTAINS(out, "bagpipe: job failed: rank 2 (trainer 0) stopped the job after an error (message above)");
+    ASSERT_MSG(strstr(out, "ORTE_ERROR_LOG") == NULL, "mpirun's noise was passed on:\n%s", out);
+    free(out);
+}
