@@ -176,9 +176,7 @@ static int as_init(astate *as, const train_setup *su, const dist_layout *l, int 
     const char *slack = getenv("BAGPIPE_TEST_STALENESS_SLACK");
     as->slack = slack ? strtoll(slack, NULL, 10) : 0;
     const int F = su->mc.F, E = su->mc.E, T = as->T;
-    int max_batch = as->bmax;
-    if (i == 0 && (su->do_eval || su->eval_every)) max_batch = BP_MAX(max_batch, su->eval_batch);
-    int rc = trainer_init(&as->tr, &su->mc, &su->lc, &su->dopt, &su->eopt, max_batch, TRAINER_NO_TABLE);
+    int rc = train_replica_init(&as->tr, su, as->bmax, i);
     if (rc) return rc;
     bp_rng rng;
     bp_rng_seed(&rng, su->seed, 0);

@@ -320,9 +320,7 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bs->fwd_next = su->ck.start_iter; // the first record: 0, or K when resumed at K
     bs->bmax = (su->B + l->T - 1) / l->T;
     const int F = su->mc.F, E = su->mc.E, S = bs->S, T = bs->T;
-    int max_batch = bs->bmax;
-    if (i == 0 && (su->do_eval || su->eval_every)) max_batch = BP_MAX(max_batch, su->eval_batch);
-    int rc = trainer_init(&bs->tr, &su->mc, &su->lc, &su->dopt, &su->eopt, max_batch, TRAINER_NO_TABLE);
+    int rc = train_replica_init(&bs->tr, su, bs->bmax, i);
     if (rc) return rc;
     bp_rng rng;
     bp_rng_seed(&rng, su->seed, 0);
@@ -1220,11 +1218,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     for (int64_t t = su->ck.start_iter; t < su->total_iters && !rc; t++) {
         double loss = 0;
         if ((rc = bs_step(&bs, t, &loss))) break;
-        if (!isfinite(loss)) {
-            // 1-based, as the iterations of the metrics lines
-            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
-            break;
-        }
+        if ((rc = train_loss_check(t, loss))) break;
         win_loss += loss, win_n++;
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
             double fig[NFIG];

@@ -344,11 +344,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     for (int64_t t = su->ck.start_iter; t < su->total_iters && !rc; t++) {
         double loss = 0;
         if ((rc = rl->step ? rl->step(rl->ctx, t, &loss) : role_loop_step(su, rl, t, &loss))) break;
-        if (!isfinite(loss)) {
-            // 1-based, as the iterations of the metrics lines
-            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
-            break;
-        }
+        if ((rc = train_loss_check(t, loss))) break;
         win_loss += loss, win_n++;
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
             double c[W_N];

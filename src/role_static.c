@@ -131,9 +131,7 @@ static int st_init(ststate *ss, const train_setup *su, const dist_layout *l, int
     ss->first_server = dist_server_rank(l, 0), ss->first_trainer = dist_trainer_rank(l, 0);
     ss->bmax = (su->B + l->T - 1) / l->T;
     const int F = su->mc.F, E = su->mc.E, S = ss->S, T = ss->T;
-    int max_batch = ss->bmax;
-    if (i == 0 && (su->do_eval || su->eval_every)) max_batch = BP_MAX(max_batch, su->eval_batch);
-    int rc = trainer_init(&ss->tr, &su->mc, &su->lc, &su->dopt, &su->eopt, max_batch, TRAINER_NO_TABLE);
+    int rc = train_replica_init(&ss->tr, su, ss->bmax, i);
     if (rc) return rc;
     bp_rng rng;
     bp_rng_seed(&rng, su->seed, 0);

@@ -250,6 +250,16 @@ void train_print_result(const char *label, const metric_result *r, const metric_
     printf("\n");
 }
 
+int train_replica_init(trainer *tr, const train_setup *su, int bmax, int i) {
+    const int max_batch = i == 0 && (su->do_eval || su->eval_every) ? BP_MAX(bmax, su->eval_batch) : bmax;
+    return trainer_init(tr, &su->mc, &su->lc, &su->dopt, &su->eopt, max_batch, TRAINER_NO_TABLE);
+}
+
+int train_loss_check(int64_t t, double loss) {
+    if (isfinite(loss)) return 0;
+    return bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
+}
+
 void train_json_result(jsonl *j, const char *prefix, const metric_result *r) {
     char k[64];
     snprintf(k, sizeof k, "%sauc", prefix), jsonl_num(j, k, r->auc);
@@ -536,11 +546,7 @@ int cmd_train(int argc, char **argv) {
     for (int64_t t = t0_iter; t < total_iters; t++) {
         uint64_t r = tr0 + (uint64_t)(t % (int64_t)per_epoch) * (uint64_t)B;
         double loss = trainer_step(&tr, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
-        if (!isfinite(loss)) {
-            // 1-based, as the iterations of the metrics lines
-            rc = bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
-            break;
-        }
+        if ((rc = train_loss_check(t, loss))) break;
         win_loss += loss, win_n++;
         if ((t + 1) % fl.print_every == 0 || t + 1 == total_iters) {
             double now = bp_now();

@@ -89,6 +89,13 @@ enum { TRAIN_CACHE_LRU = 0, TRAIN_CACHE_LFU = 1 };
 
 // The printed / JSON forms of evaluation results, shared with the distributed modes.
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes);
+// A distributed mode's replica of trainer i (no table: the rows live elsewhere), with room for
+// its slice of at most bmax samples and, on trainer 0 when the run evaluates (--eval-every or at
+// the end), for an evaluation batch.
+int train_replica_init(trainer *tr, const train_setup *su, int bmax, int i);
+// 0, or the error of a loss that is not finite at iteration t (0-based; named 1-based, as the
+// iterations of the metrics lines).
+int train_loss_check(int64_t t, double loss);
 void train_json_result(jsonl *j, const char *prefix, const metric_result *r);
 // One "eval" line of the metrics file (mf may be NULL): the split, iteration, samples and result.
 int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const metric_result *r);
