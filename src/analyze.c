@@ -419,10 +419,6 @@ void analyze_print_json(FILE *f, const analyze_result *r, const char *path, bp_s
 // ---------------------------------------------------------------------------------------------
 // Command
 
-// The flags of the cache simulation, which only --cache turns on.
-static const char *const sim_flags[] = {"lookahead", "trainers", "prefetch", "dim", "sweep-cache",
-                                        "sweep-lookahead", "rows", "plot-dir"};
-
 int cmd_analyze(int argc, char **argv) {
     int batch, split, json, threads;
     int64_t cache, max_rows;
@@ -460,13 +456,17 @@ int cmd_analyze(int argc, char **argv) {
         free(pos);
         return cmd_exit(bp_fail(BP_EUSAGE, "analyze: expected one dataset file (see 'bagpipe analyze --help')"));
     }
+    // The flags after --cache in the table are the simulation's own, which only --cache turns on.
     const int simulate = cli_was_given(&given, opts, "cache");
-    for (size_t k = 0; k < BP_ARRAY_LEN(sim_flags) && !simulate; k++)
-        if (cli_was_given(&given, opts, sim_flags[k])) {
+    for (size_t k = 0, past_cache = 0; !simulate && opts[k].type != CLI_T_END; k++) {
+        if (opts[k].type == CLI_T_GROUP) continue;
+        if (past_cache && cli_was_given(&given, opts, opts[k].name)) {
             free(pos);
             return cmd_exit(bp_fail(BP_EUSAGE, "--%s: a cache-simulation flag; it needs --cache ROWS (see 'bagpipe "
-                                    "analyze --help')", sim_flags[k]));
+                                    "analyze --help')", opts[k].name));
         }
+        past_cache = past_cache || strcmp(opts[k].name, "cache") == 0;
+    }
     static const bp_split splits[] = {BP_SPLIT_TRAIN, BP_SPLIT_VAL, BP_SPLIT_TEST, BP_SPLIT_ALL};
     if (threads == 0) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
