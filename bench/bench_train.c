@@ -92,7 +92,7 @@ static double time_steps(trainer *tr, const float *dense, const uint32_t *ids, c
     for (int i = 0; i < n; i++) {
         if (i == warm) t0 = bp_now();
         size_t r = (size_t)i * B;
-        trainer_step(tr, dense + r * Nd, ids + r * F, lab + r, B);
+        trainer_step(tr, i, dense + r * Nd, ids + r * F, lab + r, B);
     }
     return bp_now() - t0;
 }

@@ -34,6 +34,7 @@ static const struct {
     {"dense_optimizer", "--optimizer"},
     {"learning_rate", "--emb-learning-rate"},
     {"dense_learning_rate", "--learning-rate"},
+    {"lr_schedule", "--lr-num-warmup-steps, --lr-decay-start-step, --lr-num-decay-steps"},
     {"emb_seed", "--seed"},
     {"threads", "--threads (BLAS results differ across thread counts)"},
 };
@@ -57,6 +58,8 @@ static void config_keys(ckpt_manifest *m, const train_setup *su) {
     ckpt_set(m, "dense_optimizer", "%s", su->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad");
     ckpt_set(m, "learning_rate", "%.9g", (double)su->eopt.lr);
     ckpt_set(m, "dense_learning_rate", "%.9g", su->lr);
+    ckpt_set(m, "lr_schedule", "%lld,%lld,%lld", (long long)su->sched.warmup, (long long)su->sched.decay_start,
+             (long long)su->sched.decay_steps);
     ckpt_set(m, "emb_seed", "%llu", (unsigned long long)su->lc.seed);
     ckpt_set(m, "threads", "%d", su->threads);
 }
@@ -71,6 +74,8 @@ static int config_check(const ckpt_manifest *have, const char *dir, const train_
         rc = bp_fail(BP_EMISMATCH, "%s/MANIFEST: not a training checkpoint (kind %s)", dir, kind ? kind : "(none)");
     for (size_t i = 0; i < sizeof compat / sizeof *compat && !rc; i++) {
         const char *h = ckpt_get(have, compat[i].key), *w = ckpt_get(want, compat[i].key);
+        // Checkpoints written before schedules existed ran at a constant rate.
+        if (!h && strcmp(compat[i].key, "lr_schedule") == 0) h = "0,0,0";
         // Name the flag the value came from: without --emb-learning-rate it is --learning-rate's.
         const char *flag = compat[i].flag;
         if (strcmp(compat[i].key, "learning_rate") == 0 && su->emb_lr_inherited)

@@ -66,8 +66,10 @@ static void print_layout(const train_setup *su, const dist_layout *l) {
                "the trainers)\n", dist_ranks(l), l->T, l->T - 1);
     char arch[512];
     model_config_format(&su->mc, arch, sizeof arch);
-    printf("model: %s (%d-float rows, %s/%s optimizers, lr %g)\n", arch, su->mc.E,
-           su->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(su->eopt.kind), su->lr);
+    char sched[128];
+    printf("model: %s (%d-float rows, %s/%s optimizers, lr %g%s)\n", arch, su->mc.E,
+           su->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(su->eopt.kind), su->lr,
+           train_lr_note(su, sched, sizeof sched));
     printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), mode %s\n", su->data_path,
            (unsigned long long)(su->tr1 - su->tr0), (long long)su->total_iters, su->B,
            (double)su->total_iters / (double)su->per_epoch, dist_mode_name(l->mode));

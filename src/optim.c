@@ -294,3 +294,33 @@ void dense_opt_step(const dense_opt *o, float *params, const float *grads, float
     dense_job j = {o, params, state, grads, n};
     nn_pool_run(parts < 1 ? 1 : parts, dense_part, &j);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Learning-rate schedule
+
+// The reference's rate at step i when i is in the warmup or the decay phase (1), else 0.
+static int lr_phase_rate(const lr_schedule *s, double lr, int64_t i, double *out) {
+    if (i < s->warmup) {
+        *out = lr * (1.0 - (double)(s->warmup - i) / (double)s->warmup);
+        return 1;
+    }
+    if (s->decay_steps > 0 && s->decay_start <= i && i < s->decay_start + s->decay_steps) {
+        const double f = (double)(s->decay_steps - (i - s->decay_start)) / (double)s->decay_steps;
+        *out = BP_MAX(1e-7, lr * (f * f));
+        return 1;
+    }
+    return 0;
+}
+
+float lr_schedule_rate(const lr_schedule *s, double lr, int64_t t) {
+    const int64_t i = t + 1;
+    double r;
+    if (lr_phase_rate(s, lr, i, &r)) return (float)r;
+    if (s->decay_steps == 0) return (float)lr;
+    // Frozen at the last phase step before i: the decay's last step once it is over, else the
+    // warmup's last step (i >= W here, and S >= W, so i lies between the two phases).
+    const int64_t decay_end = s->decay_start + s->decay_steps;
+    int64_t last = i >= decay_end ? decay_end - 1 : s->warmup - 1;
+    if (last >= 1 && lr_phase_rate(s, lr, last, &r)) return (float)r;
+    return (float)lr;
+}

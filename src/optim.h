@@ -82,4 +82,29 @@ void dense_opt_state_init(const dense_opt *o, float *state, size_t n);
 // the pool (nn.h), with the same result.
 void dense_opt_step(const dense_opt *o, float *params, const float *grads, float *state, size_t n);
 
+// ---------------------------------------------------------------------------------------------
+// Learning-rate schedule: the DLRM reference's (its LRPolicyScheduler, flags
+// --lr-num-warmup-steps W, --lr-decay-start-step S, --lr-num-decay-steps N), one rate per
+// iteration for both optimizers.  Iteration i (1-based, the step the reference's scheduler has
+// counted when that iteration's update runs) uses, from the base rate lr:
+//   i < W                    lr * (1 - (W - i) / W)                          linear warmup
+//   S <= i < S + N           max(1e-7, lr * ((N - (i - S)) / N)^2)           quadratic decay
+//   otherwise, N = 0         lr
+//   otherwise, N > 0         the last rate of the two phases above (the reference's "freeze"):
+//                            after the decay its last value; between the warmup and the decay
+//                            the warmup's last one, lr * (1 - 1 / W); with neither reached, lr
+// in double, rounded to float once, as the reference's Python floats reach torch's float32 step.
+// The reference requires S >= W; so does the trainer's flag check (with N > 0).  Every mode
+// applies the gradients of iteration i with the rate of i, wherever and whenever it applies them
+// (servers, peers' replicas, a background exchange one iteration later), so schedules keep
+// every mode bit-identical.
+typedef struct {
+    int64_t warmup, decay_start, decay_steps; // W, S, N (0, 0, 0: a constant rate)
+} lr_schedule;
+
+// The rate for iteration t (0-based: the reference's step t + 1) from the base rate lr.
+float lr_schedule_rate(const lr_schedule *s, double lr, int64_t t);
+// 1 when the schedule changes the rate at some iteration.
+static inline int lr_schedule_on(const lr_schedule *s) { return s->warmup > 1 || s->decay_steps > 0; }
+
 #endif

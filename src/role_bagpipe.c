@@ -661,7 +661,7 @@ static int gsync_post(bstate *bs, const void *out, size_t len, gbuf *in, comm_re
 // rest added; then the update on my replica.
 static int gsync_finish(bstate *bs, int64_t t, int later, void *mine, uint32_t n, gbuf *in, comm_req *rq, int nr) {
     const int T = bs->T, me = bs->me, E = bs->tr.g.E;
-    const emb_opt *eo = &bs->tr.eopt;
+    const emb_opt eopt = trainer_eopt_at(&bs->tr, t), *eo = &eopt; // t's rate, also in the background
     const uint64_t *keys[1024];
     const float *rows[1024];
     uint32_t cnt[1024];
@@ -772,7 +772,8 @@ static int sync_grads_alone(bstate *bs, int64_t t) {
                        "synchronised keys of its plan record (%d gradient keys, %lld listed)", bs->me, (long long)t, g->n,
                        (long long)(g->n + (int64_t)n));
     bs->accesses += (uint64_t)g->n;
-    emb_opt_apply_rows_pool(&bs->tr.eopt, bs->urow, g->rows, g->n, nn_threads());
+    const emb_opt eo = trainer_eopt_at(&bs->tr, t);
+    emb_opt_apply_rows_pool(&eo, bs->urow, g->rows, g->n, nn_threads());
     return 0;
 }
 
@@ -788,7 +789,7 @@ static int sync_grads(bstate *bs, int64_t t) {
     const plan *p = &bs->p;
     const emb_grad *g = &bs->tr.g;
     const int me = bs->me, E = g->E;
-    const emb_opt *eo = &bs->tr.eopt;
+    const emb_opt eopt = trainer_eopt_at(&bs->tr, t), *eo = &eopt;
     cache *c = &bs->c;
     if (bs->T == 1) return sync_grads_alone(bs, t);
     // record t's evicted keys and my private keys, marked on their slots
@@ -990,7 +991,7 @@ static int bs_step(bstate *bs, int64_t t, double *loss) {
     bs->resident_max = BP_MAX(bs->resident_max, bs->c.C - bs->c.n_free);
     bs->t_compute += bp_now() - t1; // the gather's addresses: local work, not a wait
     double lsum;
-    rc = role_dense_step(tr, (const float *const *)bs->erow, ds->dense + r * Nd, ds->label + r, Bi, B,
+    rc = role_dense_step(tr, t, (const float *const *)bs->erow, ds->dense + r * Nd, ds->label + r, Bi, B,
                          bs->first_trainer, bs->T, bs->ar_work, &lsum, &bs->t_compute, &bs->t_ar);
     if (rc) return rc;
     double t3 = bp_now();
@@ -1234,6 +1235,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
                 jsonl_int(&j, "samples", (t + 1) * B);
                 jsonl_num(&j, "epoch", (double)(t + 1) / (double)su->per_epoch);
                 jsonl_num(&j, "loss", win_loss / (double)win_n);
+                jsonl_num(&j, "lr", train_lr_at(su, t));
                 jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
                 json_window(&j, &bs, fig, win_n);
                 if ((rc = jsonl_end(&j, &mf))) break;

@@ -25,7 +25,7 @@ int role_loss_allreduce(double *loss, int first_trainer, int T) {
     return rc;
 }
 
-int role_dense_step(trainer *tr, const float *const *erow, const float *dense, const uint8_t *label, int Bi, int B,
+int role_dense_step(trainer *tr, int64_t t, const float *const *erow, const float *dense, const uint8_t *label, int Bi, int B,
                     int first_trainer, int T, float *ar_work, double *lsum, double *t_compute, double *t_ar) {
     model *m = &tr->m;
     double t0 = bp_now();
@@ -39,7 +39,8 @@ int role_dense_step(trainer *tr, const float *const *erow, const float *dense, c
     if (!rc) rc = role_loss_allreduce(lsum, first_trainer, T);
     if (rc) return rc;
     double t2 = bp_now();
-    dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
+    const dense_opt dopt = trainer_dopt_at(tr, t);
+    dense_opt_step(&dopt, m->params, m->grads, tr->dstate, m->n_params);
     *t_compute += (t1 - t0) + (bp_now() - t2);
     *t_ar += t2 - t1;
     return 0;
@@ -58,7 +59,7 @@ int role_loop_step(const train_setup *su, const role_loop *rl, int64_t t, double
     if (rc) return rc;
     st->t_wait += bp_now() - t0;
     double lsum;
-    rc = role_dense_step(tr, rl->erow, ds->dense + r * Nd, ds->label + r, Bi, B, rl->first_trainer, rl->T, rl->ar_work,
+    rc = role_dense_step(tr, t, rl->erow, ds->dense + r * Nd, ds->label + r, Bi, B, rl->first_trainer, rl->T, rl->ar_work,
                          &lsum, &st->t_compute, &st->t_ar);
     if (rc) return rc;
     double t1 = bp_now();
@@ -361,6 +362,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
                 jsonl_int(&j, "samples", (t + 1) * B);
                 jsonl_num(&j, "epoch", (double)(t + 1) / (double)su->per_epoch);
                 jsonl_num(&j, "loss", win_loss / (double)win_n);
+                jsonl_num(&j, "lr", train_lr_at(su, t));
                 jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
                 json_window(&j, rl, st, c, win_n);
                 if (rl->json) rl->json(rl->ctx, &j, 0);

@@ -85,8 +85,9 @@ static inline uint64_t role_batch_row(const train_setup *su, int64_t t, int b0) 
 // 1 / B (B = the global batch), backward into tr->d_emb, rank-order all-reduce of the dense
 // gradients (ar_work: comm's workspace) and of the loss, dense optimizer step.  *lsum gets the
 // global batch's summed loss; *t_compute and *t_ar grow by the seconds spent computing and in
-// the all-reduce.  The caller coalesces and synchronises the row gradients.
-int role_dense_step(trainer *tr, const float *const *erow, const float *dense /*(Bi, Nd)*/,
+// the all-reduce.  t: the iteration (0-based), for its learning rate.  The caller coalesces and
+// synchronises the row gradients.
+int role_dense_step(trainer *tr, int64_t t, const float *const *erow, const float *dense /*(Bi, Nd)*/,
                     const uint8_t *label /*(Bi)*/, int Bi, int B, int first_trainer, int T, float *ar_work,
                     double *lsum, double *t_compute, double *t_ar);
 

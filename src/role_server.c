@@ -57,7 +57,6 @@
 typedef struct {
     const train_setup *su;
     emb_layout L;
-    emb_opt eopt;
     int s, S, T, first_trainer;
     uint64_t n;      // rows in the shard
     uint64_t *keys;  // (n) ascending
@@ -96,7 +95,7 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
     memset(sv, 0, sizeof *sv);
     int rc = emb_layout_init(&sv->L, &su->lc);
     if (rc) return rc;
-    sv->su = su, sv->eopt = su->eopt, sv->s = s, sv->S = l->S, sv->T = l->T, sv->first_trainer = dist_trainer_rank(l, 0);
+    sv->su = su, sv->s = s, sv->S = l->S, sv->T = l->T, sv->first_trainer = dist_trainer_rank(l, 0);
     const emb_layout *L = &sv->L;
     uint64_t n = 0;
     for (uint64_t k = 0; k < L->rows; k++) n += msg_server_of(k, sv->S) == (uint32_t)s;
@@ -230,6 +229,7 @@ static int server_answer(server *sv, int p) {
 // then the row update.
 static void server_apply(server *sv) {
     const int T = sv->T, E = sv->L.E, stride = sv->L.stride;
+    const emb_opt eo = train_eopt_at(sv->su, sv->applied);
     const uint64_t *keys[1024];
     const float *grads[1024];
     uint32_t n[1024];
@@ -257,7 +257,7 @@ static void server_apply(server *sv) {
         }
         int64_t slot = slot_of(sv, k);
         BP_ASSERT(slot >= 0);
-        emb_opt_apply_row(&sv->eopt, sv->rows + (size_t)slot * stride, sv->sum);
+        emb_opt_apply_row(&eo, sv->rows + (size_t)slot * stride, sv->sum);
     }
 }
 

@@ -294,7 +294,8 @@ static int exchange_grads(void *ctx, int64_t t) {
     }
     if (!rc) rc = wait_sends(ss, 2, 1);
     if (rc) return rc;
-    role_merge_apply(&ss->tr.eopt, &ss->shard, T, ss->mk, ss->mg, ss->mn, E, ss->cur, ss->sum);
+    const emb_opt eo = trainer_eopt_at(&ss->tr, t);
+    role_merge_apply(&eo, &ss->shard, T, ss->mk, ss->mg, ss->mn, E, ss->cur, ss->sum);
     return 0;
 }
 

@@ -347,7 +347,8 @@ static int push_grads(void *ctx, int64_t t) {
     for (int p = 0; p < T && !rc; p++)
         if (p != me) rc = comm_wait(&rq_hot_out[p], NULL);
     if (rc) return rc;
-    role_merge_apply(&ss->tr.eopt, &ss->hot, T, ss->mk, ss->mg, ss->mn, E, ss->cur, ss->sum);
+    const emb_opt eo = trainer_eopt_at(&ss->tr, t);
+    role_merge_apply(&eo, &ss->hot, T, ss->mk, ss->mg, ss->mn, E, ss->cur, ss->sum);
     return 0;
 }
 

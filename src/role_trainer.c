@@ -204,7 +204,7 @@ static int ts_step(tstate *ts, int64_t t, double *loss) {
     if (rc) return rc;
     ts->t_wait += bp_now() - t0;
     double lsum;
-    rc = role_dense_step(tr, (const float *const *)ts->erow, ds->dense + r * Nd, ds->label + r, Bi, B, ts->first_trainer,
+    rc = role_dense_step(tr, t, (const float *const *)ts->erow, ds->dense + r * Nd, ds->label + r, Bi, B, ts->first_trainer,
                          ts->T, ts->ar_work, &lsum, &ts->t_compute, &ts->t_ar);
     if (rc) return rc;
     double t4 = bp_now();
@@ -383,6 +383,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
                 jsonl_int(&j, "samples", (t + 1) * B);
                 jsonl_num(&j, "epoch", (double)(t + 1) / (double)su->per_epoch);
                 jsonl_num(&j, "loss", win_loss / (double)win_n);
+                jsonl_num(&j, "lr", train_lr_at(su, t));
                 jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
                 json_window(&j, &ts, bytes, win_n);
                 if ((rc = jsonl_end(&j, &mf))) break;

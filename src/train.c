@@ -43,6 +43,7 @@ int trainer_init(trainer *tr, const model_config *mc, const emb_layout_cfg *lc, 
     memset(tr, 0, sizeof *tr);
     tr->dopt = *dopt;
     tr->eopt = *eopt;
+    tr->lr = dopt->lr, tr->emb_lr = eopt->lr;
     int rc = emb_layout_init(&tr->L, lc);
     if (rc) return rc;
     rc = model_init(&tr->m, mc, max_batch);
@@ -75,16 +76,30 @@ void trainer_free(trainer *tr) {
     memset(tr, 0, sizeof *tr);
 }
 
-double trainer_step(trainer *tr, const float *dense, const uint32_t *ids, const uint8_t *label, int B) {
+emb_opt trainer_eopt_at(const trainer *tr, int64_t t) {
+    emb_opt o = tr->eopt;
+    o.lr = lr_schedule_rate(&tr->sched, tr->emb_lr, t);
+    return o;
+}
+
+dense_opt trainer_dopt_at(const trainer *tr, int64_t t) {
+    dense_opt o = tr->dopt;
+    o.lr = lr_schedule_rate(&tr->sched, tr->lr, t);
+    return o;
+}
+
+double trainer_step(trainer *tr, int64_t t, const float *dense, const uint32_t *ids, const uint8_t *label, int B) {
     model *m = &tr->m;
+    const dense_opt dopt = trainer_dopt_at(tr, t);
+    const emb_opt eopt = trainer_eopt_at(tr, t);
     emb_gather(&tr->table, ids, B, tr->emb);
     model_forward(m, dense, tr->emb, B, tr->logit);
     double loss = bce_with_logits(tr->logit, label, B, 1.0f / (float)B, tr->dlogit);
     model_zero_grad(m);
     model_backward(m, dense, tr->emb, tr->dlogit, tr->d_emb, NULL);
-    dense_opt_step(&tr->dopt, m->params, m->grads, tr->dstate, m->n_params);
+    dense_opt_step(&dopt, m->params, m->grads, tr->dstate, m->n_params);
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, B);
-    emb_opt_apply_table(&tr->eopt, &tr->table, &tr->g, nn_threads());
+    emb_opt_apply_table(&eopt, &tr->table, &tr->g, nn_threads());
     return loss / B;
 }
 
@@ -237,6 +252,7 @@ typedef struct {
     int batch, eval_batch, epochs, threads, eval_every, print_every, eval_split, dense_opt, emb_opt;
     int64_t iters, eval_rows, static_rows;
     double lr, emb_lr, stall_timeout;
+    int64_t lr_warmup, lr_decay_start, lr_decay_steps;
     int64_t seed;
     const char *save, *metrics;
     int no_eval;
@@ -252,7 +268,27 @@ void train_print_result(const char *label, const metric_result *r, const metric_
 
 int train_replica_init(trainer *tr, const train_setup *su, int bmax, int i) {
     const int max_batch = i == 0 && (su->do_eval || su->eval_every) ? BP_MAX(bmax, su->eval_batch) : bmax;
-    return trainer_init(tr, &su->mc, &su->lc, &su->dopt, &su->eopt, max_batch, TRAINER_NO_TABLE);
+    int rc = trainer_init(tr, &su->mc, &su->lc, &su->dopt, &su->eopt, max_batch, TRAINER_NO_TABLE);
+    if (!rc) tr->sched = su->sched, tr->lr = su->lr, tr->emb_lr = su->emb_lr;
+    return rc;
+}
+
+const char *train_lr_note(const train_setup *su, char *buf, size_t cap) {
+    const lr_schedule *s = &su->sched;
+    size_t n = 0;
+    buf[0] = 0;
+    if (s->warmup > 1) n += (size_t)snprintf(buf + n, cap - n, ", warmup %lld", (long long)s->warmup);
+    if (s->decay_steps > 0 && n < cap)
+        snprintf(buf + n, cap - n, ", decay from %lld over %lld", (long long)s->decay_start, (long long)s->decay_steps);
+    return buf;
+}
+
+double train_lr_at(const train_setup *su, int64_t t) { return lr_schedule_rate(&su->sched, su->lr, t); }
+
+emb_opt train_eopt_at(const train_setup *su, int64_t t) {
+    emb_opt o = su->eopt;
+    o.lr = lr_schedule_rate(&su->sched, su->emb_lr, t);
+    return o;
 }
 
 int train_loss_check(int64_t t, double loss) {
@@ -301,9 +337,9 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->do_eval = !fl->no_eval && have_rows;
     if ((!fl->no_eval || fl->eval_every) && !have_rows)
         bp_log(BP_LOG_WARN, "the %s split of %s is empty: no evaluation", bp_split_name(su->eval_split), data_path);
-    float emb_lr = (float)(fl->emb_lr >= 0 ? fl->emb_lr : fl->lr);
+    su->emb_lr = fl->emb_lr >= 0 ? fl->emb_lr : fl->lr;
     static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
-    su->eopt = emb_opt_make(ekinds[fl->emb_opt], emb_lr, su->mc.E);
+    su->eopt = emb_opt_make(ekinds[fl->emb_opt], (float)su->emb_lr, su->mc.E);
     su->dopt = dense_opt_make(fl->dense_opt ? DENSE_OPT_ADAGRAD : DENSE_OPT_SGD, (float)fl->lr);
     su->lc = (emb_layout_cfg){.F = su->mc.F, .card = in->card, .D = su->mc.D, .E = su->mc.E,
                               .S = emb_opt_state_floats(&su->eopt), .seed = (uint64_t)fl->seed};
@@ -311,6 +347,7 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->print_every = fl->print_every, su->threads = fl->threads;
     su->seed = (uint64_t)fl->seed, su->lr = fl->lr, su->save = fl->save, su->metrics = fl->metrics;
     su->emb_lr_inherited = fl->emb_lr < 0;
+    su->sched = (lr_schedule){fl->lr_warmup, fl->lr_decay_start, fl->lr_decay_steps};
     su->trainers = fl->trainers, su->servers = fl->servers, su->mode = fl->mode;
     su->cache_rows = (uint64_t)fl->cache_rows, su->lookahead = fl->lookahead, su->prefetch = fl->prefetch;
     su->staleness = fl->staleness, su->cache_policy = fl->cache_policy;
@@ -322,6 +359,18 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     }
     su->ck = fl->ck;
     return ckpt_run_setup(su);
+}
+
+// The schedule's flags (optim.h): the decay must not start inside the warmup (the DLRM reference
+// refuses it too), and a decay start without a decay would be ignored.
+static int check_lr_flags(const train_flags *fl) {
+    if (fl->lr_decay_steps == 0 && fl->lr_decay_start)
+        return bp_fail(BP_EUSAGE, "--lr-decay-start-step %lld: there is no decay without --lr-num-decay-steps",
+                       (long long)fl->lr_decay_start);
+    if (fl->lr_decay_steps > 0 && fl->lr_decay_start < fl->lr_warmup)
+        return bp_fail(BP_EUSAGE, "--lr-decay-start-step %lld: the warmup (--lr-num-warmup-steps %lld) must end "
+                       "before the decay starts", (long long)fl->lr_decay_start, (long long)fl->lr_warmup);
+    return 0;
 }
 
 // Flags that only some modes read (a mask of TRAIN_MODE_*): given to another mode they would be
@@ -433,6 +482,12 @@ int cmd_train(int argc, char **argv) {
         CLI_INT("batch-size", 'b', &fl.batch, 128, 1, 1 << 20, "global mini-batch size (samples)"),
         CLI_DBL("learning-rate", 0, &fl.lr, 0.1, 0, 1e6, "learning rate"),
         CLI_DBL("emb-learning-rate", 0, &fl.emb_lr, -1, -1, 1e6, "embedding learning rate (-1: --learning-rate)"),
+        CLI_I64("lr-num-warmup-steps", 0, &fl.lr_warmup, 0, 0, INT64_MAX / 4,
+                "learning rates rise linearly over the first N iterations (the DLRM reference's schedule)"),
+        CLI_I64("lr-decay-start-step", 0, &fl.lr_decay_start, 0, 0, INT64_MAX / 4,
+                "iteration where the quadratic decay starts (at or after the warmup's end)"),
+        CLI_I64("lr-num-decay-steps", 0, &fl.lr_decay_steps, 0, 0, INT64_MAX / 4,
+                "iterations of the decay to 1e-7 at the least; the last rate holds after it (0: no decay)"),
         CLI_CHOICE("optimizer", 0, &fl.dense_opt, 0, "sgd|adagrad", "dense optimizer"),
         CLI_CHOICE("emb-optimizer", 0, &fl.emb_opt, 0, "sgd|adagrad|rowwise-adagrad", "embedding optimizer (state travels with each row)"),
         CLI_INT("epochs", 0, &fl.epochs, 1, 1, 100000, "passes over the train split"),
@@ -467,6 +522,7 @@ int cmd_train(int argc, char **argv) {
     }
     const char *data_path = pos[0];
     free(pos);
+    if ((rc = check_lr_flags(&fl))) return cmd_exit(rc);
     // A model that cannot be saved is refused before training, not after.
     if (fl.save && (rc = ckpt_dir_check(fl.save))) return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
@@ -514,6 +570,7 @@ int cmd_train(int argc, char **argv) {
     openblas_set_num_threads(fl.threads);
     if ((rc = jsonl_open(&mf, "--metrics", fl.metrics))) goto out;
     if ((rc = trainer_init(&tr, &mc, &lc, &dopt, &eopt, max_batch, 0))) goto out;
+    tr.sched = su.sched, tr.lr = su.lr, tr.emb_lr = su.emb_lr;
     bp_rng rng;
     bp_rng_seed(&rng, (uint64_t)fl.seed, 0);
     model_init_params(&tr.m, &rng);
@@ -527,8 +584,10 @@ int cmd_train(int argc, char **argv) {
     {
         char arch[512];
         model_config_format(&mc, arch, sizeof arch);
-        printf("model: %s (%zu dense parameters, %d-float rows, %s/%s optimizers, lr %g)\n", arch, tr.m.n_weights,
-               mc.E, dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(eopt.kind), fl.lr);
+        char sched[128];
+        printf("model: %s (%zu dense parameters, %d-float rows, %s/%s optimizers, lr %g%s)\n", arch, tr.m.n_weights,
+               mc.E, dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(eopt.kind), fl.lr,
+               train_lr_note(&su, sched, sizeof sched));
         printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), BLAS %s x%d\n", data_path,
                (unsigned long long)(tr1 - tr0), (long long)total_iters, fl.batch,
                (double)total_iters / (double)per_epoch, openblas_get_corename(), fl.threads);
@@ -545,7 +604,7 @@ int cmd_train(int argc, char **argv) {
     ckpt_sched_init(&cks, &su.ck);
     for (int64_t t = t0_iter; t < total_iters; t++) {
         uint64_t r = tr0 + (uint64_t)(t % (int64_t)per_epoch) * (uint64_t)B;
-        double loss = trainer_step(&tr, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
+        double loss = trainer_step(&tr, t, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
         if ((rc = train_loss_check(t, loss))) break;
         win_loss += loss, win_n++;
         if ((t + 1) % fl.print_every == 0 || t + 1 == total_iters) {
@@ -557,6 +616,7 @@ int cmd_train(int argc, char **argv) {
             jsonl_int(&j, "samples", (t + 1) * B);
             jsonl_num(&j, "epoch", (double)(t + 1) / (double)per_epoch);
             jsonl_num(&j, "loss", win_loss / (double)win_n);
+            jsonl_num(&j, "lr", train_lr_at(&su, t));
             jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
             if ((rc = jsonl_end(&j, &mf))) break;
             char note[64];

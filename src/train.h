@@ -17,8 +17,10 @@ typedef struct {
     emb_layout L;     // row layout and key space
     emb_table table;  // every embedding row, with its optimizer state
     emb_grad g;       // coalesced row gradients of the current batch
-    emb_opt eopt;
+    emb_opt eopt;     // eopt.lr, dopt.lr: the rates of a run without a schedule
     dense_opt dopt;
+    lr_schedule sched; // the rate of each iteration from lr / emb_lr (trainer_init: none)
+    double lr, emb_lr; // base rates, as given (trainer_init: dopt.lr, eopt.lr)
     float *dstate;    // (n_dstate) dense optimizer state
     size_t n_dstate;
     float *emb;       // (max_batch, F, E) gathered rows
@@ -34,9 +36,12 @@ typedef struct {
 int trainer_init(trainer *tr, const model_config *mc, const emb_layout_cfg *lc, const dense_opt *dopt,
                  const emb_opt *eopt, int max_batch, int alloc_only);
 void trainer_free(trainer *tr); // safe on a zeroed one
-// One SGD/Adagrad step on B samples; returns the mean loss of the batch (before the update).
-// dense: (B, Nd)  ids: (B, F)  label: (B)
-double trainer_step(trainer *tr, const float *dense, const uint32_t *ids, const uint8_t *label, int B);
+// The optimizers with the rates of iteration t (0-based) under tr->sched.
+emb_opt trainer_eopt_at(const trainer *tr, int64_t t);
+dense_opt trainer_dopt_at(const trainer *tr, int64_t t);
+// One SGD/Adagrad step on B samples, iteration t (0-based: its learning rates); returns the mean
+// loss of the batch (before the update).   dense: (B, Nd)  ids: (B, F)  label: (B)
+double trainer_step(trainer *tr, int64_t t, const float *dense, const uint32_t *ids, const uint8_t *label, int B);
 // Metrics of the model over rows [r0, r1) of ds in batches of B (<= max_batch); bayes (may be
 // NULL) gets the metrics of the dataset's true probabilities when it has them (else NaN).
 void trainer_eval(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1, int B, metric_result *res,
@@ -68,7 +73,8 @@ typedef struct {
     uint64_t per_epoch;         // iterations per epoch
     uint64_t tr0, tr1, ev0, ev1; // train rows and evaluation rows
     uint64_t seed;
-    double lr;
+    double lr, emb_lr;          // base rates (--learning-rate, --emb-learning-rate or --learning-rate)
+    lr_schedule sched;          // --lr-num-warmup-steps, --lr-decay-start-step, --lr-num-decay-steps
     int emb_lr_inherited;       // the embedding rate is --learning-rate's (no --emb-learning-rate)
     const char *save;
     const char *metrics;        // metrics file (JSON lines) or NULL
@@ -93,6 +99,13 @@ void train_print_result(const char *label, const metric_result *r, const metric_
 // its slice of at most bmax samples and, on trainer 0 when the run evaluates (--eval-every or at
 // the end), for an evaluation batch.
 int train_replica_init(trainer *tr, const train_setup *su, int bmax, int i);
+// The embedding optimizer with the rate of iteration t (0-based), for ranks without a trainer
+// (the servers of the baseline modes).
+emb_opt train_eopt_at(const train_setup *su, int64_t t);
+// ", warmup W, decay from S over N" (the parts the schedule has) or "", in buf.
+const char *train_lr_note(const train_setup *su, char *buf, size_t cap);
+// The dense rate of iteration t (the "lr" of the metrics lines).
+double train_lr_at(const train_setup *su, int64_t t);
 // 0, or the error of a loss that is not finite at iteration t (0-based; named 1-based, as the
 // iterations of the metrics lines).
 int train_loss_check(int64_t t, double loss);

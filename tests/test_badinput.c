@@ -675,6 +675,18 @@ TEST(badinput_flags_that_do_not_apply) {
                   "--no-eval --iters 2", test_bin(), d), "trained 2");
 }
 
+// The learning-rate schedule's flags: a decay that starts inside the warmup (the DLRM reference
+// refuses it too) and a decay start without a decay are usage errors, before any rank starts.
+TEST(badinput_lr_schedule_flags) {
+    const char *d = dataset("d.bin", 500);
+    EXPECT(2, cmd("%s train %s --lr-decay-start-step 5", test_bin(), d),
+           "--lr-decay-start-step 5: there is no decay without --lr-num-decay-steps");
+    EXPECT(2, cmd("%s train %s --mode sync --trainers 2 --lr-num-warmup-steps 10 --lr-num-decay-steps 5", test_bin(), d),
+           "--lr-decay-start-step 0: the warmup (--lr-num-warmup-steps 10) must end before the decay starts");
+    EXPECT(0, cmd("%s train %s " TINY " --lr-num-warmup-steps 10 --lr-decay-start-step 10 --lr-num-decay-steps 5 "
+                  "--iters 20", test_bin(), d), "trained 20");
+}
+
 // A cache of one row cannot hold a batch: the planner's error names the minimum; no hang (the
 // timeouts of the multi-rank tests are generous: under ASan on a loaded 2-core machine a job that
 // fails at start-up takes over 30 s, and 124 is what a hang would give).

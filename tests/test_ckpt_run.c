@@ -21,8 +21,12 @@
     "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 "          \
     "--learning-rate 0.05 --emb-optimizer adagrad --optimizer adagrad --print-every 100 --no-eval"
 #define SYNC "--mode sync --trainers 2 --servers 2" // ranks: 0 oracle, 1-2 servers 0-1, 3-4 trainers 0-1
-// The same layout; a cache small enough to evict and refetch all the time.
-#define BAGPIPE "--mode bagpipe --trainers 2 --servers 2 --cache-rows 300 --lookahead 8"
+// The same layout; a cache small enough to evict and refetch all the time; a learning-rate
+// schedule whose rate changes at most iterations of the 1000 (a resumed run must go on at the
+// rate of its iteration).
+#define BAGPIPE                                                                                       \
+    "--mode bagpipe --trainers 2 --servers 2 --cache-rows 300 --lookahead 8 --lr-num-warmup-steps 150 " \
+    "--lr-decay-start-step 250 --lr-num-decay-steps 600"
 
 static char data_path[512];
 
@@ -371,6 +375,11 @@ TEST(ckpt_config_mismatch_is_refused) {
     st = train(&out, "", "--iters 200 --resume %s --emb-learning-rate 0.5", root);
     ASSERT_TRUE(st != 0);
     ASSERT_STR_CONTAINS(out, "this run 0.5 (--emb-learning-rate)");
+    free(out);
+    st = train(&out, "", "--iters 200 --resume %s --lr-num-warmup-steps 10", root);
+    ASSERT_TRUE(st != 0);
+    ASSERT_STR_CONTAINS(out, "lr_schedule = 0,0,0, this run 10,0,0 (--lr-num-warmup-steps, --lr-decay-start-step, "
+                             "--lr-num-decay-steps)");
     free(out);
     st = train(&out, "", "--iters 200 --resume %s", test_tmpdir());
     ASSERT_TRUE(st != 0);

@@ -102,11 +102,14 @@ static void check_t2(const char *opt) {
 TEST(modes_t2_match_sync_sgd) { check_t2("sgd"); }
 TEST(modes_t2_match_sync_adagrad) { check_t2("adagrad"); }
 
-// T = 3 with uneven slices (batch 25) and mid-run evaluations (collections of the model).
+// T = 3 with uneven slices (batch 25), mid-run evaluations (collections of the model) and a
+// learning-rate schedule (warmup, hold, decay, hold: the servers, the shard owners and the hot
+// replicas apply each iteration's gradients at its rate).
 TEST(modes_t3_match_sync) {
     char data[512];
     ASSERT_OK(make_data(data, sizeof data, 13));
-    const char *common = "--batch-size 25 --iters 300 --eval-every 100 --emb-optimizer rowwise-adagrad";
+    const char *common = "--batch-size 25 --iters 300 --eval-every 100 --emb-optimizer rowwise-adagrad "
+                         "--lr-num-warmup-steps 100 --lr-decay-start-step 150 --lr-num-decay-steps 100";
     char a[512];
     snprintf(a, sizeof a, "--mode sync --trainers 3 --servers 2 %s", common);
     TRAIN_OK(data, "sync", a);

@@ -219,3 +219,46 @@ TEST(optim_dense_threads_identical) {
     }
     free(g);
 }
+
+// The DLRM reference's schedule as its scheduler runs it: stepped once per update from step 1,
+// remembering the last rate it computed (the closed form in optim.c derives that rate instead).
+typedef struct {
+    int64_t w, s, n;
+    double base, last;
+} sched_twin;
+
+static double twin_rate(sched_twin *z, int64_t i) {
+    if (i < z->w) return z->last = z->base * (1.0 - (double)(z->w - i) / (double)z->w);
+    if (z->s <= i && i < z->s + z->n) {
+        double f = (double)(z->n - (i - z->s)) / (double)z->n;
+        return z->last = BP_MAX(1e-7, z->base * (f * f));
+    }
+    return z->n > 0 ? z->last : z->base;
+}
+
+TEST(optim_lr_schedule_matches_stepped_twin) {
+    bp_rng r;
+    bp_rng_seed(&r, 11, 0);
+    for (int run = 0; run < 400; run++) {
+        lr_schedule s = {0, 0, 0};
+        s.warmup = (int64_t)bp_rng_below(&r, 12);
+        s.decay_steps = run % 4 == 0 ? 0 : (int64_t)bp_rng_below(&r, 15);
+        s.decay_start = s.decay_steps ? s.warmup + (int64_t)bp_rng_below(&r, 10) : 0;
+        const double lr = run % 7 == 0 ? 1e-9 : 1e-3 + 0.5 * bp_rng_uniform(&r); // some below the decay's 1e-7 floor
+        sched_twin z = {s.warmup, s.decay_start, s.decay_steps, lr, lr};
+        for (int64_t t = 0; t < 60; t++) {
+            float want = (float)twin_rate(&z, t + 1), got = lr_schedule_rate(&s, lr, t);
+            ASSERT_MSG(got == want, "W %lld S %lld N %lld, iteration %lld: %.9g, stepped %.9g", (long long)s.warmup,
+                       (long long)s.decay_start, (long long)s.decay_steps, (long long)t + 1, (double)got, (double)want);
+        }
+    }
+    // By hand: W 4, S 6, N 2, lr 1: 0.25, 0.5, 0.75, then 0.75 held, 1, 0.25, then 0.25 held.
+    lr_schedule s = {4, 6, 2};
+    const float want[] = {0.25f, 0.5f, 0.75f, 0.75f, 0.75f, 1.0f, 0.25f, 0.25f, 0.25f};
+    for (int t = 0; t < 9; t++) ASSERT_EQ(lr_schedule_rate(&s, 1.0, t), want[t]);
+    lr_schedule none = {0, 0, 0}, warm = {3, 0, 0};
+    ASSERT_EQ(lr_schedule_rate(&none, 0.1, 12345), 0.1f);
+    ASSERT_EQ(lr_schedule_rate(&warm, 0.3, 0), (float)(0.3 * (1.0 - 2.0 / 3.0)));
+    ASSERT_EQ(lr_schedule_rate(&warm, 0.3, 2), 0.3f); // warmup alone: the base rate after it
+    ASSERT_TRUE(!lr_schedule_on(&none) && lr_schedule_on(&warm) && lr_schedule_on(&s));
+}

@@ -73,7 +73,8 @@ static double max_rel(const float *a, const float *b, size_t n) {
     return m;
 }
 
-TEST(torch_reference_dlrm) {
+// Runs tools/torch_ref.py with args and repeats its run on the C trainer.
+static void torch_check(const char *args_py) {
     const char *py = python_with_torch();
     if (!py) {
         test_skip("no Python with torch (Debian package python3-torch): PyTorch reference check not run");
@@ -81,7 +82,7 @@ TEST(torch_reference_dlrm) {
     }
     const char *ref = test_path("ref.bin");
     char *out = NULL;
-    int st = test_run(&out, 300, "%s tools/torch_ref.py --out %s --steps 6 --batch 8", py, ref);
+    int st = test_run(&out, 300, "%s tools/torch_ref.py --out %s --steps 6 --batch 8 %s", py, ref, args_py);
     ASSERT_MSG(st == 0, "tools/torch_ref.py failed: %s", out);
     free(out);
     tensor ts[128];
@@ -90,7 +91,9 @@ TEST(torch_reference_dlrm) {
     const tensor *cfgt = get(ts, nt, "config"), *card_t = get(ts, nt, "card");
     const int Nd = (int)cfgt->data[0], F = (int)cfgt->data[1], D = (int)cfgt->data[2], B = (int)cfgt->data[3],
               S = (int)cfgt->data[4];
-    const float lr = cfgt->data[5] / 1e6f;
+    const double lr = cfgt->data[5] / 1e6;
+    const tensor *sch = get(ts, nt, "lr_schedule"), *rate_t = get(ts, nt, "lr");
+    ASSERT_TRUE(sch && sch->n == 3 && rate_t && (int)rate_t->n == S);
     const tensor *bot = get(ts, nt, "bot_dims"), *top = get(ts, nt, "top_dims");
     char args[256];
     size_t len = (size_t)snprintf(args, sizeof args, "--model dlrm --arch-sparse-feature-size %d --arch-mlp-bot ", D);
@@ -101,11 +104,17 @@ TEST(torch_reference_dlrm) {
     ASSERT_OK(model_config_parse(&mc, args, Nd, F));
     uint64_t card[8];
     for (int f = 0; f < F; f++) card[f] = (uint64_t)card_t->data[f];
-    emb_opt eopt = emb_opt_make(EMB_OPT_SGD, lr, mc.E);
-    dense_opt dopt = dense_opt_make(DENSE_OPT_SGD, lr);
+    emb_opt eopt = emb_opt_make(EMB_OPT_SGD, (float)lr, mc.E);
+    dense_opt dopt = dense_opt_make(DENSE_OPT_SGD, (float)lr);
     emb_layout_cfg lc = {.F = F, .card = card, .D = D, .E = mc.E, .S = 0, .seed = 1};
     trainer tr;
     ASSERT_OK(trainer_init(&tr, &mc, &lc, &dopt, &eopt, B, 0));
+    tr.sched = (lr_schedule){(int64_t)sch->data[0], (int64_t)sch->data[1], (int64_t)sch->data[2]};
+    tr.lr = tr.emb_lr = lr;
+    // The rate of every step, bit for bit (the reference's Python doubles rounded to float).
+    for (int s = 0; s < S; s++)
+        ASSERT_MSG(lr_schedule_rate(&tr.sched, lr, s) == rate_t->data[s], "step %d: rate %.9g, torch's %.9g", s + 1,
+                   (double)lr_schedule_rate(&tr.sched, lr, s), (double)rate_t->data[s]);
 
     // Load the initial weights: every model tensor and every table must be in the file.
     int loaded = 0;
@@ -134,7 +143,7 @@ TEST(torch_reference_dlrm) {
     for (int s = 0; s < S; s++) {
         for (int i = 0; i < B * F; i++) ids[i] = (uint32_t)ids_t->data[(size_t)s * B * F + i];
         for (int i = 0; i < B; i++) lab[i] = lab_t->data[(size_t)s * B + i] > 0.5f;
-        double loss = trainer_step(&tr, dense->data + (size_t)s * B * Nd, ids, lab, B);
+        double loss = trainer_step(&tr, s, dense->data + (size_t)s * B * Nd, ids, lab, B);
         ASSERT_NEAR(loss, loss_t->data[s], 2e-6 * (1 + fabs(loss)));
         if (s > 0) continue;
         // Step 0: every gradient against torch's.
@@ -185,4 +194,12 @@ TEST(torch_reference_dlrm) {
     free(ids), free(lab);
     trainer_free(&tr);
     for (int i = 0; i < nt; i++) free(ts[i].data);
+}
+
+TEST(torch_reference_dlrm) { torch_check(""); }
+
+// The DLRM reference's learning-rate schedule: steps 1-2 warm up, step 3 holds the warmup's last
+// rate until the decay starts at 4, steps 4-6 decay, 7-9 hold the decay's last rate.
+TEST(torch_reference_dlrm_lr_schedule) {
+    torch_check("--steps 9 --lr-warmup 3 --lr-decay-start 4 --lr-decay-steps 3");
 }

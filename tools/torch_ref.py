@@ -4,10 +4,13 @@
 Builds the DLRM of the reference implementation (bottom MLP with ReLU, pairwise dot interaction
 without self-interaction concatenated with the bottom output, top MLP with ReLU except the last
 layer, BCE on the logit), draws initial weights and batches from a fixed seed, and runs several
-SGD steps on dense and embedding parameters.  Writes everything the C side needs to repeat the
-run into one tensor file:
+SGD steps on dense and embedding parameters, optionally under the DLRM reference's learning-rate
+schedule (warmup, quadratic decay, then the last rate held).  Writes everything the C side needs
+to repeat the run into one tensor file:
 
   config                 [Nd, F, D, B, steps] and lr*1e6 (float32)
+  lr_schedule            [warmup, decay start, decay steps]
+  lr                     (steps)         the rate each step's update used
   card                   (F)
   bot_dims, top_dims     layer sizes
   init.<param>           initial values of every parameter
@@ -79,6 +82,26 @@ class DLRM(torch.nn.Module):
         return out
 
 
+class DlrmSchedule:
+    """The DLRM reference's learning-rate policy, stepped as its scheduler is: step i (1-based)
+    is the one the i-th update runs at; warmup while i < W, quadratic decay over [S, S + N) (at
+    least 1e-7), and with N > 0 the last rate of those phases held outside them."""
+
+    def __init__(self, base, warmup, decay_start, decay_steps):
+        self.base, self.w, self.s, self.n = base, warmup, decay_start, decay_steps
+        self.last = base
+
+    def rate(self, i):
+        if i < self.w:
+            self.last = self.base * (1.0 - (self.w - i) / self.w)
+            return self.last
+        if self.s <= i < self.s + self.n:
+            scale = ((self.n - (i - self.s)) / self.n) ** 2
+            self.last = max(1e-7, self.base * scale)
+            return self.last
+        return self.last if self.n > 0 else self.base
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -86,6 +109,9 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--lr-warmup", type=int, default=0)
+    ap.add_argument("--lr-decay-start", type=int, default=0)
+    ap.add_argument("--lr-decay-steps", type=int, default=0)
     a = ap.parse_args()
 
     torch.manual_seed(a.seed)
@@ -112,13 +138,18 @@ def main():
     out = [("config", torch.tensor([nd, F, d, B, S, a.lr * 1e6], dtype=torch.float32)),
            ("card", torch.tensor(card, dtype=torch.float32)),
            ("bot_dims", torch.tensor(bot, dtype=torch.float32)),
-           ("top_dims", torch.tensor(top, dtype=torch.float32))]
+           ("top_dims", torch.tensor(top, dtype=torch.float32)),
+           ("lr_schedule", torch.tensor([a.lr_warmup, a.lr_decay_start, a.lr_decay_steps], dtype=torch.float32))]
     out += [("init." + n, p.clone()) for n, p in m.named_params()]
     out += [("batch.dense", dense), ("batch.ids", ids.float()), ("batch.label", label)]
 
     opt = torch.optim.SGD(m.parameters(), lr=a.lr)
-    losses = []
+    sched = DlrmSchedule(a.lr, a.lr_warmup, a.lr_decay_start, a.lr_decay_steps)
+    losses, rates = [], []
     for s in range(S):
+        rates.append(sched.rate(s + 1))
+        for g in opt.param_groups:
+            g["lr"] = rates[-1]
         opt.zero_grad()
         logit = m(dense[s], ids[s])
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, label[s])
@@ -128,6 +159,7 @@ def main():
             out += [("grad0." + n, p.grad.clone()) for n, p in m.named_params()]
         opt.step()
     out.append(("loss", torch.tensor(losses)))
+    out.append(("lr", torch.tensor(rates)))
     out += [("final." + n, p.clone()) for n, p in m.named_params()]
     write_tensors(a.out, out)
     print(f"wrote {a.out}: losses " + " ".join(f"{x:.6f}" for x in losses))
