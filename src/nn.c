@@ -810,6 +810,17 @@ __attribute__((target("avx2"))) static inline void transpose8_avx2(const float *
 
 static const float zeros8[8];
 
+// Hints for the next sample of the interaction: its rows (F x E floats, 6.5 KB at F = 26, E = 64)
+// were written by the gather long before and sit in L3 or memory; the transposes read them
+// through eight interleaved streams, which the hardware prefetchers do not follow, so every line
+// was a stall.  One hint per cache line while the current sample computes; hints change no value.
+static inline void prefetch_read(const float *p, size_t n) {
+    for (size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 3);
+}
+static inline void prefetch_write(float *p, size_t n) {
+    for (size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 1, 3);
+}
+
 // interact_transpose, eight vectors by eight dimensions at a time (the padding columns from zeros).
 __attribute__((target("avx2"))) static void interact_transpose_avx2(float *Tt, const float *z, const float *emb, int F,
                                                                     int D, int E, int Kp) {
@@ -905,6 +916,10 @@ __attribute__((target("avx2"))) static void dot_forward_part_avx2(void *ctx, int
     for (int s = (int)nn_part_begin(j->B, p, n); s < s1; s++) {
         const float *zs = j->z + (size_t)s * D, *es = j->emb + (size_t)s * F * E;
         float *os = j->out + (size_t)s * W;
+        if (s + 1 < s1) {
+            prefetch_read(es + (size_t)F * E, (size_t)F * E);
+            prefetch_write(os + W, (size_t)W);
+        }
         memcpy(os, zs, (size_t)D * sizeof *os);
         interact_transpose_avx2(Tt, zs, es, F, D, E, Kp);
         float *pairs = os + D; // row i holds j = 0..i-1
@@ -989,6 +1004,11 @@ __attribute__((target("avx2"))) static void dot_backward_part_avx2(void *ctx, in
     for (int s = (int)nn_part_begin(j->B, p, n); s < s1; s++) {
         const float *zs = j->z + (size_t)s * D, *es = j->emb + (size_t)s * F * E;
         const float *ds = j->dout + (size_t)s * W, *dpairs = ds + D;
+        if (s + 1 < s1) {
+            prefetch_read(es + (size_t)F * E, (size_t)F * E);
+            prefetch_read(ds + W, (size_t)W);
+            prefetch_write(j->demb + (size_t)(s + 1) * F * E, (size_t)F * E);
+        }
         interact_transpose_avx2(Tt, zs, es, F, D, E, Kp);
         for (int i = 0; i < K; i++) {
             float *gi = Gs + (size_t)i * Kp;
