@@ -203,19 +203,25 @@ rate_Bps=$(echo "$RATE" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, ""
             }
             for (j = 1; j <= no; j++) {
                 k = order[j]
-                tb = k == "local" ? "-" : sprintf("%.3fx", rtot[k] / sbt)
+                # without a sync run (MODES) there is nothing to divide by: "-"
+                tb = k == "local" || !("sync" in c) ? "-" : sprintf("%.3fx", rtot[k] / sbt)
+                tt = "sync" in c ? sprintf("%.3fx", rms[k] / st) : "-"
                 if (k == "local") sub(/\| 0.0 \| 0.0 \| 0.0 \| 0.0 \|/, "| - | - | - | - |", line[k])
-                printf "%s %.3fx | %s |%s\n", line[k], rms[k] / st, tb, tail[k]
+                printf "%s %s | %s |%s\n", line[k], tt, tb, tail[k]
             }
-            db = s["sync", 11] / c["sync"] / n
-            printf "| local +dense | %.1f | (local + %.0f dense B/it at %.0f B/s) | | | | | | | | | | %.3fx | - | | |\n",
-                rms["local"] + 1e3 * db / rate, db, rate, (rms["local"] + 1e3 * db / rate) / st
+            if (("sync" in c) && ("local" in c)) {
+                db = s["sync", 11] / c["sync"] / n
+                printf "| local +dense | %.1f | (local + %.0f dense B/it at %.0f B/s) | | | | | | | | | | %.3fx | - | | |\n",
+                    rms["local"] + 1e3 * db / rate, db, rate, (rms["local"] + 1e3 * db / rate) / st
+            }
         }' "$tmp/rows"
     echo
     echo "Per round, time ratios measured side by side:"
     echo
-    awk '{ t[$2, $1] = $3; r[$2] = 1 } END { for (k in r) { printf "- round %d: bagpipe/sync %.3f, bagpipe/local %.3f", k, t[k, "bagpipe"] / t[k, "sync"], t[k, "bagpipe"] / t[k, "local"]
-        if (t[k, "bagpipe-fg"] > 0) printf ", bagpipe/bagpipe-fg %.3f", t[k, "bagpipe"] / t[k, "bagpipe-fg"]; printf "\n" } }' "$tmp/rows" | sort
+    awk '{ t[$2, $1] = $3; r[$2] = 1 } END { for (k in r) { printf "- round %d:", k; sep = " "
+        if (t[k, "sync"] > 0) { printf "%sbagpipe/sync %.3f", sep, t[k, "bagpipe"] / t[k, "sync"]; sep = ", " }
+        if (t[k, "local"] > 0) { printf "%sbagpipe/local %.3f", sep, t[k, "bagpipe"] / t[k, "local"]; sep = ", " }
+        if (t[k, "bagpipe-fg"] > 0) printf "%sbagpipe/bagpipe-fg %.3f", sep, t[k, "bagpipe"] / t[k, "bagpipe-fg"]; printf "\n" } }' "$tmp/rows" | sort
     echo
     echo "Bytes any bit-identical protocol must move on these batches (\`build/bench/bench_commbound DATA $B $T $ITERS $D $W\`):"
     echo
