@@ -96,8 +96,13 @@ static void *gbuf_fit(gbuf *b, size_t n) {
 
 // ---------------------------------------------------------------------------------------------
 // The row cache: C slots of stride floats (rows with their optimizer state), a free stack and a
-// key -> slot map (linear probing, backward-shift deletion, at most half full; key and slot in
-// one 16-byte entry, so a lookup touches one cache line).
+// key -> slot map.  Where the key space is at most DIRECT_MAX_KEYS the map is an array indexed
+// by key (slot + 1, 0: not resident): a lookup is one load, and the trainer looks keys up in
+// ascending order (emb_grad_sort), which the hardware prefetchers follow through the array.
+// Otherwise (the hashed Terabyte ids, the Kaggle tables) it is a hash map: linear probing,
+// backward-shift deletion, at most half full; key and slot in one 16-byte entry, so a lookup
+// touches one cache line.
+enum { DIRECT_MAX_KEYS = 1 << 24 }; // 64 MB of map at most
 typedef struct {
     uint64_t key;
     uint32_t slot;
@@ -115,12 +120,14 @@ typedef struct {
     uint32_t *mark_t;   // (C) the iteration + 1 whose record marked the slot's key (mark_k), 0: none
     uint8_t *mark_k;    // (C) MARK_* bits: what that record does with the key
     uint32_t *later_t;  // (C) grad_iter + 1 of the background reduction the key awaits, 0: none
+    uint32_t *direct;   // (n_keys) slot + 1 of each key, 0: not resident; NULL: the hash map below
+    uint64_t n_keys;
     centry *h;          // (mask + 1) the key -> slot map (key EMPTY_KEY: free), linear probing
     uint64_t mask;
     size_t rows_bytes;
 } cache;
 
-static int cache_init(cache *c, uint64_t C, int stride) {
+static int cache_init(cache *c, uint64_t C, int stride, uint64_t n_keys) {
     memset(c, 0, sizeof *c);
     if (C > UINT32_MAX) return bp_fail(BP_EINVAL, "--cache-rows %llu: at most %u", (unsigned long long)C, UINT32_MAX);
     c->C = C, c->stride = stride;
@@ -136,6 +143,12 @@ static int cache_init(cache *c, uint64_t C, int stride) {
     c->mark_t = bp_xcalloc(C, sizeof *c->mark_t);
     c->mark_k = bp_xcalloc(C, 1);
     c->later_t = bp_xcalloc(C, sizeof *c->later_t);
+    c->n_keys = n_keys;
+    const char *hook = getenv("BAGPIPE_TEST_HASH_MAP"); // test hook: the hash map at any key space
+    if (n_keys <= DIRECT_MAX_KEYS && !(hook && *hook == '1')) {
+        c->direct = bp_xcalloc(n_keys, sizeof *c->direct);
+        return 0;
+    }
     uint64_t cap = 16;
     while (cap < 2 * C) cap *= 2;
     c->mask = cap - 1;
@@ -147,11 +160,12 @@ static int cache_init(cache *c, uint64_t C, int stride) {
 static void cache_free(cache *c) {
     if (c->rows) bp_free_huge(c->rows, c->rows_bytes);
     free(c->free_s), free(c->slot_for), free(c->ready), free(c->dirty), free(c->mark_t), free(c->mark_k), free(c->later_t),
-        free(c->h);
+        free(c->direct), free(c->h);
     memset(c, 0, sizeof *c);
 }
 
 static int64_t cache_find(const cache *c, uint64_t key) {
+    if (c->direct) return key < c->n_keys ? (int64_t)c->direct[key] - 1 : -1;
     for (uint64_t i = bp_mix64(key) & c->mask;; i = (i + 1) & c->mask) {
         if (c->h[i].key == key) return c->h[i].slot;
         if (c->h[i].key == EMPTY_KEY) return -1;
@@ -164,6 +178,10 @@ static float *cache_row(const cache *c, uint32_t slot) { return c->rows + (size_
 // (the map is larger than the caches; a lookup is a memory access).
 enum { PREFETCH_AHEAD = 16 };
 static void cache_prefetch(const cache *c, uint64_t key) {
+    if (c->direct) {
+        if (key < c->n_keys) __builtin_prefetch(&c->direct[key]);
+        return;
+    }
     const uint64_t i = bp_mix64(key) & c->mask;
     __builtin_prefetch(&c->h[i]);
 }
@@ -188,17 +206,30 @@ static uint8_t cache_marks(const cache *c, uint32_t slot, int64_t t) {
 static int64_t cache_insert(cache *c, uint64_t key) {
     if (!c->n_free) return -1;
     uint32_t slot = c->free_s[--c->n_free];
+    c->ready[slot] = 0, c->dirty[slot] = 0;
+    if (c->direct) {
+        BP_ASSERT(key < c->n_keys && c->direct[key] == 0);
+        c->direct[key] = slot + 1;
+        return slot;
+    }
     uint64_t i = bp_mix64(key) & c->mask;
     while (c->h[i].key != EMPTY_KEY) {
         BP_ASSERT(c->h[i].key != key);
         i = (i + 1) & c->mask;
     }
-    c->h[i] = (centry){key, slot}, c->ready[slot] = 0, c->dirty[slot] = 0;
+    c->h[i] = (centry){key, slot};
     return slot;
 }
 
 // Removes key; returns its slot (now free) or -1 when it was not resident.
 static int64_t cache_remove(cache *c, uint64_t key) {
+    if (c->direct) {
+        if (key >= c->n_keys || c->direct[key] == 0) return -1;
+        const uint32_t slot = c->direct[key] - 1;
+        c->direct[key] = 0;
+        c->free_s[c->n_free++] = slot;
+        return slot;
+    }
     uint64_t i = bp_mix64(key) & c->mask;
     while (c->h[i].key != key) {
         if (c->h[i].key == EMPTY_KEY) return -1;
@@ -215,6 +246,29 @@ static int64_t cache_remove(cache *c, uint64_t key) {
     c->h[i].key = EMPTY_KEY;
     c->free_s[c->n_free++] = slot;
     return slot;
+}
+
+static int cmp_u64(const void *a, const void *b);
+
+// The resident keys whose rows are dirty and whose write-back owner I am (trainer me of T: the
+// key's server rule), ascending, into out (NULL: only counted); returns how many.
+static uint64_t cache_dirty_owned(const cache *c, int T, int me, uint64_t *out) {
+    uint64_t n = 0;
+    if (c->direct) {
+        for (uint64_t k = 0; k < c->n_keys; k++)
+            if (c->direct[k] && c->dirty[c->direct[k] - 1] && msg_server_of(k, T) == (uint32_t)me) {
+                if (out) out[n] = k;
+                n++;
+            }
+        return n;
+    }
+    for (uint64_t h = 0; h <= c->mask; h++)
+        if (c->h[h].key != EMPTY_KEY && c->dirty[c->h[h].slot] && msg_server_of(c->h[h].key, T) == (uint32_t)me) {
+            if (out) out[n] = c->h[h].key;
+            n++;
+        }
+    if (out) qsort(out, n, sizeof *out, cmp_u64);
+    return n;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -326,7 +380,7 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bp_rng_seed(&rng, su->seed, 0);
     model_init_params(&bs->tr.m, &rng); // the same draws on every trainer: identical replicas
     if (su->ck.from[0] && (rc = ckpt_run_load_dense(&bs->tr, su))) return rc; // resuming: every replica
-    if ((rc = cache_init(&bs->c, su->cache_rows, bs->tr.L.stride))) return rc;
+    if ((rc = cache_init(&bs->c, su->cache_rows, bs->tr.L.stride, bs->tr.L.rows))) return rc;
     plan_init(&bs->p);
     bs->cap_keys = bs->bmax * F;
     bs->erow = bp_xmalloc((size_t)bs->cap_keys * sizeof *bs->erow);
@@ -1077,16 +1131,10 @@ static int bs_checkpoint(bstate *bs, int64_t iter) {
     if (bs->wb_held >= 0 && (rc = send_write_backs(bs))) return rc; // (test hook) the shards need WB(iter)
     // my part: the dirty rows I own, by ascending key
     const cache *c = &bs->c;
-    uint64_t n = 0;
-    for (uint64_t h = 0; h <= c->mask; h++)
-        n += c->h[h].key != EMPTY_KEY && c->dirty[c->h[h].slot] && msg_server_of(c->h[h].key, T) == (uint32_t)me;
+    uint64_t n = cache_dirty_owned(c, T, me, NULL);
     uint64_t *keys = bp_xmalloc((n ? n : 1) * sizeof *keys);
     float *rows = bp_xmalloc((n ? n : 1) * (size_t)stride * sizeof *rows); // (n, stride)
-    n = 0;
-    for (uint64_t h = 0; h <= c->mask; h++)
-        if (c->h[h].key != EMPTY_KEY && c->dirty[c->h[h].slot] && msg_server_of(c->h[h].key, T) == (uint32_t)me)
-            keys[n++] = c->h[h].key;
-    qsort(keys, n, sizeof *keys, cmp_u64);
+    n = cache_dirty_owned(c, T, me, keys);
     for (uint64_t k = 0; k < n; k++)
         memcpy(rows + k * (size_t)stride, cache_row(c, (uint32_t)cache_find(c, keys[k])), (size_t)stride * sizeof(float));
     ckpt_file f;
@@ -1132,11 +1180,7 @@ static int bs_eval_rows(bstate *bs, int64_t iter) {
     int rc = 0;
     if ((rc = later_drain(bs))) return rc; // my rows whole: t - 1's background sync applied
     if (bs->wb_held >= 0 && (rc = send_write_backs(bs))) return rc; // (test hook) the dump needs WB(iter)
-    uint64_t n = 0;
-    for (uint64_t h = 0; h <= c->mask; h++)
-        if (c->h[h].key != EMPTY_KEY && c->dirty[c->h[h].slot] && msg_server_of(c->h[h].key, T) == (uint32_t)me)
-            bs->ekeys[n++] = c->h[h].key;
-    qsort(bs->ekeys, n, sizeof *bs->ekeys, cmp_u64);
+    const uint64_t n = cache_dirty_owned(c, T, me, bs->ekeys);
     // rows per DUMP_ROWS message: what a dump buffer holds (dist_dump_cap)
     const uint32_t per = (uint32_t)((bs->dump_cap - MSG_HEADER_BYTES) / (sizeof(uint64_t) + row_bytes));
     BP_ASSERT(per >= 1 && msg_bytes(MSG_DUMP_ROWS, per, (uint32_t)stride) <= bs->dump_cap);
