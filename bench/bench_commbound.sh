@@ -219,6 +219,7 @@ rate_Bps=$(echo "$RATE" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, ""
     echo "Per round, time ratios measured side by side:"
     echo
     awk '{ t[$2, $1] = $3; r[$2] = 1 } END { for (k in r) { printf "- round %d:", k; sep = " "
+        if (t[k, "bagpipe"] <= 0) { printf " (no bagpipe run)\n"; continue }
         if (t[k, "sync"] > 0) { printf "%sbagpipe/sync %.3f", sep, t[k, "bagpipe"] / t[k, "sync"]; sep = ", " }
         if (t[k, "local"] > 0) { printf "%sbagpipe/local %.3f", sep, t[k, "bagpipe"] / t[k, "local"]; sep = ", " }
         if (t[k, "bagpipe-fg"] > 0) printf "%sbagpipe/bagpipe-fg %.3f", sep, t[k, "bagpipe"] / t[k, "bagpipe-fg"]; printf "\n" } }' "$tmp/rows" | sort

@@ -96,10 +96,11 @@ static void *gbuf_fit(gbuf *b, size_t n) {
 
 // ---------------------------------------------------------------------------------------------
 // The row cache: C slots of stride floats (rows with their optimizer state), a free stack and a
-// key -> slot map.  Where the key space is at most DIRECT_MAX_KEYS the map is an array indexed
-// by key (slot + 1, 0: not resident): a lookup is one load, and the trainer looks keys up in
-// ascending order (emb_grad_sort), which the hardware prefetchers follow through the array.
-// Otherwise (the hashed Terabyte ids, the Kaggle tables) it is a hash map: linear probing,
+// key -> slot map.  Where the key space is at most DIRECT_MAX_KEYS and the array takes at most
+// twice the hash map's memory (or 1 MiB) the map is an array indexed by key (slot + 1, 0: not
+// resident): a lookup is one load, and the trainer looks keys up in ascending order
+// (emb_grad_sort), which the hardware prefetchers follow through the array.  Otherwise (the
+// hashed Terabyte ids, the Kaggle tables, a small cache over many keys) it is a hash map: linear probing,
 // backward-shift deletion, at most half full; key and slot in one 16-byte entry, so a lookup
 // touches one cache line.
 enum { DIRECT_MAX_KEYS = 1 << 24 }; // 64 MB of map at most
@@ -144,13 +145,14 @@ static int cache_init(cache *c, uint64_t C, int stride, uint64_t n_keys) {
     c->mark_k = bp_xcalloc(C, 1);
     c->later_t = bp_xcalloc(C, sizeof *c->later_t);
     c->n_keys = n_keys;
+    uint64_t cap = 16;
+    while (cap < 2 * C) cap *= 2;
+    const uint64_t hash_bytes = cap * sizeof *c->h, direct_bytes = n_keys * sizeof *c->direct;
     const char *hook = getenv("BAGPIPE_TEST_HASH_MAP"); // test hook: the hash map at any key space
-    if (n_keys <= DIRECT_MAX_KEYS && !(hook && *hook == '1')) {
+    if (n_keys <= DIRECT_MAX_KEYS && direct_bytes <= BP_MAX(2 * hash_bytes, (uint64_t)1 << 20) && !(hook && *hook == '1')) {
         c->direct = bp_xcalloc(n_keys, sizeof *c->direct);
         return 0;
     }
-    uint64_t cap = 16;
-    while (cap < 2 * C) cap *= 2;
     c->mask = cap - 1;
     c->h = bp_xmalloc(cap * sizeof *c->h);
     for (uint64_t i = 0; i < cap; i++) c->h[i].key = EMPTY_KEY;
@@ -1279,7 +1281,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
                 jsonl_int(&j, "samples", (t + 1) * B);
                 jsonl_num(&j, "epoch", (double)(t + 1) / (double)su->per_epoch);
                 jsonl_num(&j, "loss", win_loss / (double)win_n);
-                jsonl_num(&j, "lr", train_lr_at(su, t));
+                train_json_rates(&j, su, t);
                 jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
                 json_window(&j, &bs, fig, win_n);
                 if ((rc = jsonl_end(&j, &mf))) break;

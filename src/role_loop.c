@@ -362,7 +362,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
                 jsonl_int(&j, "samples", (t + 1) * B);
                 jsonl_num(&j, "epoch", (double)(t + 1) / (double)su->per_epoch);
                 jsonl_num(&j, "loss", win_loss / (double)win_n);
-                jsonl_num(&j, "lr", train_lr_at(su, t));
+                train_json_rates(&j, su, t);
                 jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
                 json_window(&j, rl, st, c, win_n);
                 if (rl->json) rl->json(rl->ctx, &j, 0);

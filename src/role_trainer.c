@@ -383,7 +383,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
                 jsonl_int(&j, "samples", (t + 1) * B);
                 jsonl_num(&j, "epoch", (double)(t + 1) / (double)su->per_epoch);
                 jsonl_num(&j, "loss", win_loss / (double)win_n);
-                jsonl_num(&j, "lr", train_lr_at(su, t));
+                train_json_rates(&j, su, t);
                 jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
                 json_window(&j, &ts, bytes, win_n);
                 if ((rc = jsonl_end(&j, &mf))) break;

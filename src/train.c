@@ -283,7 +283,10 @@ const char *train_lr_note(const train_setup *su, char *buf, size_t cap) {
     return buf;
 }
 
-double train_lr_at(const train_setup *su, int64_t t) { return lr_schedule_rate(&su->sched, su->lr, t); }
+void train_json_rates(jsonl *j, const train_setup *su, int64_t t) {
+    jsonl_num(j, "lr", lr_schedule_rate(&su->sched, su->lr, t));
+    if (!su->emb_lr_inherited) jsonl_num(j, "emb_lr", lr_schedule_rate(&su->sched, su->emb_lr, t));
+}
 
 emb_opt train_eopt_at(const train_setup *su, int64_t t) {
     emb_opt o = su->eopt;
@@ -347,7 +350,8 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->print_every = fl->print_every, su->threads = fl->threads;
     su->seed = (uint64_t)fl->seed, su->lr = fl->lr, su->save = fl->save, su->metrics = fl->metrics;
     su->emb_lr_inherited = fl->emb_lr < 0;
-    su->sched = (lr_schedule){fl->lr_warmup, fl->lr_decay_start, fl->lr_decay_steps};
+    // A warmup of 0 or 1 iteration changes no rate: both are recorded as none (a resume compares them).
+    su->sched = (lr_schedule){fl->lr_warmup > 1 ? fl->lr_warmup : 0, fl->lr_decay_start, fl->lr_decay_steps};
     su->trainers = fl->trainers, su->servers = fl->servers, su->mode = fl->mode;
     su->cache_rows = (uint64_t)fl->cache_rows, su->lookahead = fl->lookahead, su->prefetch = fl->prefetch;
     su->staleness = fl->staleness, su->cache_policy = fl->cache_policy;
@@ -616,7 +620,7 @@ int cmd_train(int argc, char **argv) {
             jsonl_int(&j, "samples", (t + 1) * B);
             jsonl_num(&j, "epoch", (double)(t + 1) / (double)per_epoch);
             jsonl_num(&j, "loss", win_loss / (double)win_n);
-            jsonl_num(&j, "lr", train_lr_at(&su, t));
+            train_json_rates(&j, &su, t);
             jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
             if ((rc = jsonl_end(&j, &mf))) break;
             char note[64];

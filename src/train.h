@@ -104,8 +104,9 @@ int train_replica_init(trainer *tr, const train_setup *su, int bmax, int i);
 emb_opt train_eopt_at(const train_setup *su, int64_t t);
 // ", warmup W, decay from S over N" (the parts the schedule has) or "", in buf.
 const char *train_lr_note(const train_setup *su, char *buf, size_t cap);
-// The dense rate of iteration t (the "lr" of the metrics lines).
-double train_lr_at(const train_setup *su, int64_t t);
+// The rates of iteration t in a metrics line: "lr" (dense, and the embeddings' unless
+// --emb-learning-rate was given) and then "emb_lr".
+void train_json_rates(jsonl *j, const train_setup *su, int64_t t);
 // 0, or the error of a loss that is not finite at iteration t (0-based; named 1-based, as the
 // iterations of the metrics lines).
 int train_loss_check(int64_t t, double loss);

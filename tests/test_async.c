@@ -59,12 +59,15 @@ TEST(async_s0_matches_sync_sgd) {
 }
 
 TEST(async_s0_matches_sync_adagrad) {
+    // under a learning-rate schedule (every phase within the 200 iterations)
     const char *const runs[][3] = {
         {"--mode sync --trainers 2 --servers 2", "--trainers 2 --servers 1 --cache-rows 50",
-         "--batch-size 24 --iters 200 --no-eval"},
+         "--batch-size 24 --iters 200 --no-eval --lr-num-warmup-steps 50 --lr-decay-start-step 80 "
+         "--lr-num-decay-steps 90"},
         // uneven slices and mid-run evaluations (collections of the model from the servers)
         {"--mode sync --trainers 3 --servers 1", "--trainers 3 --servers 2 --cache-rows 30 --cache-policy lfu",
-         "--batch-size 25 --iters 200 --eval-every 100"},
+         "--batch-size 25 --iters 200 --eval-every 100 --lr-num-warmup-steps 50 --lr-decay-start-step 80 "
+         "--lr-num-decay-steps 90"},
     };
     check_s0("adagrad", runs, 2);
 }

@@ -381,6 +381,10 @@ TEST(ckpt_config_mismatch_is_refused) {
     ASSERT_STR_CONTAINS(out, "lr_schedule = 0,0,0, this run 10,0,0 (--lr-num-warmup-steps, --lr-decay-start-step, "
                              "--lr-num-decay-steps)");
     free(out);
+    // A warmup of one iteration changes no rate: the same configuration as none.
+    st = train(&out, "", "--iters 130 --resume %s --lr-num-warmup-steps 1", root);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    free(out);
     st = train(&out, "", "--iters 200 --resume %s", test_tmpdir());
     ASSERT_TRUE(st != 0);
     ASSERT_STR_CONTAINS(out, "no checkpoint here");

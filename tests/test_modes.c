@@ -67,10 +67,10 @@ TEST(modes_t1_match_local_adagrad) { check_t1("adagrad"); }
 
 // T = 2: sharded and static (S = 1 and 2, some rows pinned or every row) match sync; the
 // metrics carry the bytes of each kind and static's hit rate.
-static void check_t2(const char *opt) {
+static void check_t2(const char *opt, const char *more) {
     char data[512], args[256], a[512];
     ASSERT_OK(make_data(data, sizeof data, 12));
-    snprintf(args, sizeof args, "--batch-size 24 --iters 300 --no-eval --emb-optimizer %s", opt);
+    snprintf(args, sizeof args, "--batch-size 24 --iters 300 --no-eval --emb-optimizer %s %s", opt, more);
     snprintf(a, sizeof a, "--mode sync --trainers 2 --servers 1 %s", args);
     TRAIN_OK(data, "sync", a);
     snprintf(a, sizeof a, "--mode sharded --trainers 2 %s --metrics %s", args, test_path("sh.jsonl"));
@@ -99,8 +99,11 @@ static void check_t2(const char *opt) {
     ASSERT_TRUE(summary_num(all, "bytes_row_fetch") == 300.0 * 2 * 2 * 24);
 }
 
-TEST(modes_t2_match_sync_sgd) { check_t2("sgd"); }
-TEST(modes_t2_match_sync_adagrad) { check_t2("adagrad"); }
+TEST(modes_t2_match_sync_sgd) { check_t2("sgd", ""); }
+// Under a learning-rate schedule (warmup, hold, decay, hold within the 300 iterations).
+TEST(modes_t2_match_sync_adagrad) {
+    check_t2("adagrad", "--lr-num-warmup-steps 60 --lr-decay-start-step 100 --lr-num-decay-steps 150");
+}
 
 // T = 3 with uneven slices (batch 25), mid-run evaluations (collections of the model) and a
 // learning-rate schedule (warmup, hold, decay, hold: the servers, the shard owners and the hot
