@@ -185,8 +185,8 @@ TEST(train_metrics_plot) {
     }
     const char *data = test_path("p.bin");
     ASSERT_EQ(synth(data, 30000, ""), 0);
-    ASSERT_EQ(test_run(NULL, 60, "%s train %s " SMALL_ARCH " --batch-size 64 --eval-every 100 --print-every 20 -m %s/p.jsonl",
-                       test_bin(), data, test_tmpdir()), 0);
+    ASSERT_EQ(test_run(NULL, 60, "%s train %s " SMALL_ARCH " --batch-size 64 --eval-every 100 --print-every 20 "
+                       "--lr-num-warmup-steps 100 -m %s/p.jsonl", test_bin(), data, test_tmpdir()), 0);
     char *out = NULL;
     int st = test_run(&out, 60, "python3 tools/plot_metrics.py %s/p.jsonl -o %s/p.png && head -c 8 %s/p.png | od -c | head -1",
                       test_tmpdir(), test_tmpdir(), test_tmpdir());
@@ -224,6 +224,20 @@ TEST(train_metrics_plot) {
     st = test_run(&out, 10, "cd %s && ls -A tmp; ls -A | grep -c bad.png", test_tmpdir());
     ASSERT_MSG(st == 1 && strcmp(out, "0\n") == 0, "left behind:\n%s", out);
     free(out);
+    // The scheduled run's rate is drawn on the right-hand axis; the constant-rate run has none
+    // (a gnuplot that keeps the script it is given).
+    f = fopen(fake, "w");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "#!/bin/sh\ncat > \"$GP_SCRIPT\"\nout=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$GP_SCRIPT\" | head -1)\n"
+               "echo image > \"$out\"\n");
+    fclose(f);
+    for (int k = 0; k < 2; k++) {
+        st = test_run(&out, 60, "GP_SCRIPT=%s/gp%d.txt PATH=%s/fake:$PATH python3 tools/plot_metrics.py %s/%s.jsonl -o %s/s%d.png "
+                      "&& grep -c \"axes x1y2\" %s/gp%d.txt", test_tmpdir(), k, test_tmpdir(), test_tmpdir(), k ? "q0" : "p",
+                      test_tmpdir(), k, test_tmpdir(), k);
+        ASSERT_MSG(k ? st != 0 && strstr(out, "0\n") : st == 0 && strstr(out, "1\n"), "run %d: rate curves: %s", k, out);
+        free(out);
+    }
 }
 
 TEST(train_refuses_a_model_that_does_not_fit) {

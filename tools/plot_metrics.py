@@ -6,7 +6,8 @@
 Each file is one curve (labelled by its file name, or by --label); training loss comes from
 "train" events, evaluation logloss and AUC from "eval" events and from the final evaluation in
 the "summary" line (the last point).  A run without evaluations (no --eval-every, --no-eval) is
-plotted as its loss alone.  Uses gnuplot; the output appears only when it is complete (written
+plotted as its loss alone.  Where a run's learning rate changes (a schedule: "lr" in its train
+lines), the rate is drawn on the loss panel's right-hand axis.  Uses gnuplot; the output appears only when it is complete (written
 under a temporary name, renamed at the end), and nothing else is left behind.
 """
 import argparse
@@ -18,7 +19,7 @@ import tempfile
 
 
 def load(path):
-    """(train [(samples, loss)], evals [(samples, logloss, auc)], split name) of one file."""
+    """(train [(samples, loss, lr or None)], evals [(samples, logloss, auc)], split name) of one file."""
     train, ev, split = [], [], None
     try:
         f = open(path)
@@ -35,7 +36,7 @@ def load(path):
                 sys.exit(f"{path}:{n}: not a JSON line ({e})")
             kind = r.get("event")
             if kind == "train" and r.get("loss") is not None:
-                train.append((r["samples"], r["loss"]))
+                train.append((r["samples"], r["loss"], r.get("lr")))
             elif kind in ("eval", "summary") and r.get("auc") is not None:
                 # the summary carries the final evaluation, after the last train line
                 if not ev or ev[-1][0] != r["samples"]:
@@ -69,15 +70,23 @@ def main():
     if not os.path.isdir(out_dir):
         sys.exit(f"{a.out}: directory '{out_dir}' does not exist")
     with tempfile.TemporaryDirectory(prefix="plot_metrics.") as tmp:
-        plots_loss, plots_auc = [], []
+        plots_loss, plots_auc, scheduled = [], [], False
         for i, ((train, ev, split), lab) in enumerate(zip(runs, labels)):
             tf, ef = os.path.join(tmp, f"t{i}.dat"), os.path.join(tmp, f"e{i}.dat")
             with open(tf, "w") as f:
-                f.writelines(f"{s} {l}\n" for s, l in train)
+                f.writelines(f"{s} {l}\n" for s, l, _ in train)
             with open(ef, "w") as f:
                 f.writelines(f"{s} {l} {u}\n" for s, l, u in ev)
             if train:
                 plots_loss.append(f"{gp_str(tf)} using 1:2 with lines title {gp_str(lab + ' train loss')}")
+            rates = [(s, r) for s, _, r in train if r is not None]
+            if len({r for _, r in rates}) > 1:  # a schedule: the rate on the right-hand axis
+                scheduled = True
+                rf = os.path.join(tmp, f"r{i}.dat")
+                with open(rf, "w") as f:
+                    f.writelines(f"{s} {r}\n" for s, r in rates)
+                plots_loss.append(f"{gp_str(rf)} using 1:2 axes x1y2 with lines dashtype 2 "
+                                  f"title {gp_str(lab + ' learning rate')}")
             if ev:
                 plots_loss.append(f"{gp_str(ef)} using 1:2 with linespoints title {gp_str(f'{lab} {split} logloss')}")
                 plots_auc.append(f"{gp_str(ef)} using 1:3 with linespoints title {gp_str(f'{lab} {split} AUC')}")
@@ -89,9 +98,10 @@ def main():
         os.close(fd)
         try:
             term = f"svg size {width},420" if svg else f"pngcairo size {width},420"
+            rate_axis = "set y2label 'learning rate'\nset y2tics\nset ytics nomirror\n" if scheduled else ""
             panels = f"""set ylabel 'loss'
-plot {", ".join(plots_loss)}
-"""
+{rate_axis}plot {", ".join(plots_loss)}
+{"unset y2label" + chr(10) + "unset y2tics" + chr(10) + "set ytics mirror" + chr(10) if scheduled else ""}"""
             if plots_auc:
                 panels = f"""set multiplot layout 1,2 title {gp_str(a.title)}
 {panels}set ylabel 'AUC'
@@ -104,6 +114,7 @@ unset multiplot
             script = f"""set terminal {term}
 set output {gp_str(part)}
 set xlabel 'samples'
+set format x '%.0s%c'
 set key top right
 set grid
 {panels}set output
