@@ -100,9 +100,9 @@ static void *gbuf_fit(gbuf *b, size_t n) {
 // twice the hash map's memory (or 1 MiB) the map is an array indexed by key (slot + 1, 0: not
 // resident): a lookup is one load, and the trainer looks keys up in ascending order
 // (emb_grad_sort), which the hardware prefetchers follow through the array.  Otherwise (the
-// hashed Terabyte ids, the Kaggle tables, a small cache over many keys) it is a hash map: linear probing,
-// backward-shift deletion, at most half full; key and slot in one 16-byte entry, so a lookup
-// touches one cache line.
+// hashed Terabyte ids, the Kaggle tables, a small cache over many keys) it is a hash map: linear
+// probing, backward-shift deletion, at most half full; key and slot in one 16-byte entry, so a
+// lookup touches one cache line.
 enum { DIRECT_MAX_KEYS = 1 << 24 }; // 64 MB of map at most
 typedef struct {
     uint64_t key;
@@ -149,7 +149,8 @@ static int cache_init(cache *c, uint64_t C, int stride, uint64_t n_keys) {
     while (cap < 2 * C) cap *= 2;
     const uint64_t hash_bytes = cap * sizeof *c->h, direct_bytes = n_keys * sizeof *c->direct;
     const char *hook = getenv("BAGPIPE_TEST_HASH_MAP"); // test hook: the hash map at any key space
-    if (n_keys <= DIRECT_MAX_KEYS && direct_bytes <= BP_MAX(2 * hash_bytes, (uint64_t)1 << 20) && !(hook && *hook == '1')) {
+    const int direct = n_keys <= DIRECT_MAX_KEYS && direct_bytes <= BP_MAX(2 * hash_bytes, (uint64_t)1 << 20);
+    if (direct && !(hook && *hook == '1')) {
         c->direct = bp_xcalloc(n_keys, sizeof *c->direct);
         return 0;
     }

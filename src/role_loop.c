@@ -25,8 +25,8 @@ int role_loss_allreduce(double *loss, int first_trainer, int T) {
     return rc;
 }
 
-int role_dense_step(trainer *tr, int64_t t, const float *const *erow, const float *dense, const uint8_t *label, int Bi, int B,
-                    int first_trainer, int T, float *ar_work, double *lsum, double *t_compute, double *t_ar) {
+int role_dense_step(trainer *tr, int64_t t, const float *const *erow, const float *dense, const uint8_t *label, int Bi,
+                    int B, int first_trainer, int T, float *ar_work, double *lsum, double *t_compute, double *t_ar) {
     model *m = &tr->m;
     double t0 = bp_now();
     emb_gather_rows(erow, Bi * m->cfg.F, m->cfg.E, tr->emb);
@@ -59,8 +59,8 @@ int role_loop_step(const train_setup *su, const role_loop *rl, int64_t t, double
     if (rc) return rc;
     st->t_wait += bp_now() - t0;
     double lsum;
-    rc = role_dense_step(tr, t, rl->erow, ds->dense + r * Nd, ds->label + r, Bi, B, rl->first_trainer, rl->T, rl->ar_work,
-                         &lsum, &st->t_compute, &st->t_ar);
+    rc = role_dense_step(tr, t, rl->erow, ds->dense + r * Nd, ds->label + r, Bi, B, rl->first_trainer, rl->T,
+                         rl->ar_work, &lsum, &st->t_compute, &st->t_ar);
     if (rc) return rc;
     double t1 = bp_now();
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);

@@ -204,8 +204,8 @@ static int ts_step(tstate *ts, int64_t t, double *loss) {
     if (rc) return rc;
     ts->t_wait += bp_now() - t0;
     double lsum;
-    rc = role_dense_step(tr, t, (const float *const *)ts->erow, ds->dense + r * Nd, ds->label + r, Bi, B, ts->first_trainer,
-                         ts->T, ts->ar_work, &lsum, &ts->t_compute, &ts->t_ar);
+    rc = role_dense_step(tr, t, (const float *const *)ts->erow, ds->dense + r * Nd, ds->label + r, Bi, B,
+                         ts->first_trainer, ts->T, ts->ar_work, &lsum, &ts->t_compute, &ts->t_ar);
     if (rc) return rc;
     double t4 = bp_now();
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
