@@ -595,6 +595,7 @@ int cmd_train(int argc, char **argv) {
         printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), BLAS %s x%d\n", data_path,
                (unsigned long long)(tr1 - tr0), (long long)total_iters, fl.batch,
                (double)total_iters / (double)per_epoch, openblas_get_corename(), fl.threads);
+        fflush(stdout); // a log file (stdout not a terminal) shows the run's set-up now, not at its end
     }
 
     bp_progress prog;

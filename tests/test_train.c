@@ -260,3 +260,20 @@ TEST(train_refuses_a_model_that_does_not_fit) {
     ASSERT_STR_CONTAINS(out, "but only");
     free(out);
 }
+
+// Output sent to a file (`bagpipe train ... > log`): the set-up lines (memory plan, model, data)
+// are in the log while the run trains, not only at its end; they used to sit in stdio's buffer,
+// so a long run's log stayed empty and a run killed (or crashed) lost them.
+TEST(train_log_file_shows_the_setup_while_training) {
+    const char *data = test_path("log.bin");
+    ASSERT_EQ(synth(data, 20000, ""), 0);
+    const char *log = test_path("log.txt");
+    char *out = NULL;
+    int st = test_run(&out, 60,
+                      "%s train %s " SMALL_ARCH " --epochs 100000 --no-eval > %s 2>&1 & p=$!; i=0; "
+                      "while [ $i -lt 200 ] && ! grep -q ^data: %s; do sleep 0.05; i=$((i+1)); done; "
+                      "kill -0 $p && echo still-training; kill -9 $p; wait $p; echo lines=$(grep -c -e ^model: -e ^data: %s)",
+                      test_bin(), data, log, log, log);
+    ASSERT_MSG(st == 0 && strstr(out, "still-training") && strstr(out, "lines=2"), "the log of a running job:\n%s", out);
+    free(out);
+}
