@@ -277,3 +277,38 @@ TEST(train_log_file_shows_the_setup_while_training) {
     ASSERT_MSG(st == 0 && strstr(out, "still-training") && strstr(out, "lines=2"), "the log of a running job:\n%s", out);
     free(out);
 }
+
+// The samples axis of a multi-million-sample run: each tick labelled exactly (the SI format
+// '%.0s%c' used to round 1.5M and 2.5M to "2M", giving 0, 500k, 1M, 2M, 2M, 2M, 3M).  A gnuplot
+// stand-in keeps the script it is given.
+TEST(train_metrics_plot_sample_axis_labels) {
+    if (test_run(NULL, 10, "command -v python3") != 0) {
+        test_skip("python3 missing: plot tool not checked");
+        return;
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/big.jsonl", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    for (int i = 1; i <= 40; i++)
+        fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.5,\"lr\":%g}\n", i * 500, i * 64000,
+                0.1 / i);
+    fclose(f);
+    ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s/gpfake", test_tmpdir()), 0);
+    char fake[600];
+    snprintf(fake, sizeof fake, "%s/gpfake/gnuplot", test_tmpdir());
+    f = fopen(fake, "w");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "#!/bin/sh\ncat > \"$GP_SCRIPT\"\nout=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$GP_SCRIPT\" | head -1)\n"
+               "echo image > \"$out\"\n");
+    fclose(f);
+    chmod(fake, 0755);
+    char *out = NULL;
+    int st = test_run(&out, 60, "GP_SCRIPT=%s/gpbig.txt PATH=%s/gpfake:$PATH python3 tools/plot_metrics.py %s -o %s/big.png "
+                      "&& grep ^set.xtics %s/gpbig.txt", test_tmpdir(), test_tmpdir(), path, test_tmpdir(), test_tmpdir());
+    ASSERT_MSG(st == 0, "plot failed: %s", out);
+    const char *const want[] = {"'0' 0,", "'500k' 500000,", "'1M' 1000000,", "'1.5M' 1500000,", "'2M' 2000000,",
+                                "'2.5M' 2500000,", "'3M' 3000000)"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(want); i++) ASSERT_MSG(strstr(out, want[i]), "no tick %s in: %s", want[i], out);
+    free(out);
+}

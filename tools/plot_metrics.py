@@ -12,6 +12,7 @@ under a temporary name, renamed at the end), and nothing else is left behind.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -43,6 +44,30 @@ def load(path):
                     ev.append((r["samples"], r["logloss"], r["auc"]))
                 split = split or r.get("split")
     return train, ev, split or "val"
+
+
+def si(v):
+    """v with an SI prefix, as many digits as it needs: 0, 500k, 1.5M, 2.25M."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:g}{suffix}"
+    return f"{v:g}"
+
+
+def x_axis(runs):
+    """gnuplot lines for the samples axis: about six ticks at a round step over every run's range,
+    each labelled exactly (gnuplot's '%.0s%c' rounded 1.5M and 2.5M to 2M)."""
+    xs = [s for train, ev, _ in runs for s in [t[0] for t in train] + [e[0] for e in ev]]
+    lo, hi = min(xs), max(xs)
+    if hi <= lo:
+        return ""
+    raw = (hi - lo) / 6
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first, last = math.floor(lo / step), math.ceil(hi / step)
+    ticks = [round(i * step, 6) for i in range(first, last + 1)]
+    labels = ", ".join(f"{gp_str(si(t))} {t:.10g}" for t in ticks)
+    return f"set xrange [{ticks[0]:.10g}:{ticks[-1]:.10g}]\nset xtics ({labels})\n"
 
 
 def gp_str(s):
@@ -114,8 +139,7 @@ unset multiplot
             script = f"""set terminal {term}
 set output {gp_str(part)}
 set xlabel 'samples'
-set format x '%.0s%c'
-set key top right
+{x_axis(runs)}set key top right
 set grid
 {panels}set output
 """
