@@ -475,7 +475,7 @@ int cmd_train(int argc, char **argv) {
         CLI_INT("prefetch", 0, &fl.prefetch, 2, 0, 255, "bagpipe: prefetch distance P (iterations)"),
         CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes; at most 64 with --mode bagpipe)"),
         CLI_INT("servers", 0, &fl.servers, 1, 0, 1024,
-                "embedding server ranks (sync, static; sharded runs none: 0, and 1 is read as 0)"),
+                "embedding server ranks (sync, static, bagpipe, async; sharded runs none: 0, and 1 is read as 0)"),
         CLI_I64("static-rows", 0, &fl.static_rows, 0, 0, INT64_MAX / 2,
                 "static: rows to pin on every trainer, the most accessed in the train split (0: 1% of the rows)"),
         CLI_DBL("stall-timeout", 0, &fl.stall_timeout, 3600, 0, 1e9,
