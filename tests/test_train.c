@@ -312,3 +312,35 @@ TEST(train_metrics_plot_sample_axis_labels) {
     for (size_t i = 0; i < BP_ARRAY_LEN(want); i++) ASSERT_MSG(strstr(out, want[i]), "no tick %s in: %s", want[i], out);
     free(out);
 }
+
+// A run killed after iteration 500 and resumed from its checkpoint at 300, appending to the same
+// metrics file: the resumed lines replace the killed run's from 400 on (the curve used to run
+// back from 500 to 400 and forward again), and the tool says so.
+TEST(train_metrics_plot_resumed_run_replaces_lines) {
+    if (test_run(NULL, 10, "command -v python3") != 0) {
+        test_skip("python3 missing: plot tool not checked");
+        return;
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/res.jsonl", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    for (int i = 1; i <= 5; i++) {
+        fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.9}\n", i * 100, i * 1000);
+        if (i % 2 == 0) fprintf(f, "{\"event\":\"eval\",\"iter\":%d,\"samples\":%d,\"logloss\":0.9,\"auc\":0.6}\n", i * 100, i * 1000);
+    }
+    for (int i = 4; i <= 6; i++) {
+        fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.5}\n", i * 100, i * 1000);
+        if (i % 2 == 0) fprintf(f, "{\"event\":\"eval\",\"iter\":%d,\"samples\":%d,\"logloss\":0.5,\"auc\":0.7}\n", i * 100, i * 1000);
+    }
+    fclose(f);
+    char *out = NULL;
+    int st = test_run(&out, 30, "python3 -c \"import sys; sys.path.insert(0, sys.argv[2]); import plot_metrics as p; "
+                      "t, e, s = p.load(sys.argv[1]); print([(x[0], x[1]) for x in t], [(x[0], x[2]) for x in e])\" %s tools",
+                      path);
+    ASSERT_MSG(st == 0, "load failed: %s", out);
+    ASSERT_STR_CONTAINS(out, "[(1000, 0.9), (2000, 0.9), (3000, 0.9), (4000, 0.5), (5000, 0.5), (6000, 0.5)] "
+                             "[(2000, 0.6), (4000, 0.7), (6000, 0.7)]");
+    ASSERT_STR_CONTAINS(out, "res.jsonl:8: a point at 4000 samples, not after the previous one's 5000");
+    free(out);
+}

@@ -5,10 +5,12 @@
 
 Each file is one curve (labelled by its file name, or by --label); training loss comes from
 "train" events, evaluation logloss and AUC from "eval" events and from the final evaluation in
-the "summary" line (the last point).  A run without evaluations (no --eval-every, --no-eval) is
-plotted as its loss alone.  Where a run's learning rate changes (a schedule: "lr" in its train
-lines), the rate is drawn on the loss panel's right-hand axis.  Uses gnuplot; the output appears only when it is complete (written
-under a temporary name, renamed at the end), and nothing else is left behind.
+the "summary" line (the last point); a run resumed from a checkpoint (or run again) that appended
+to the same file replaces the earlier lines from where it went back.  A run without evaluations
+(no --eval-every, --no-eval) is plotted as its loss alone.  Where a run's learning rate changes (a
+schedule: "lr" in its train lines), the rate is drawn on the loss panel's right-hand axis.  Uses
+gnuplot; the output appears only when it is complete (written under a temporary name, renamed at
+the end), and nothing else is left behind.
 """
 import argparse
 import json
@@ -21,7 +23,7 @@ import tempfile
 
 def load(path):
     """(train [(samples, loss, lr or None)], evals [(samples, logloss, auc)], split name) of one file."""
-    train, ev, split = [], [], None
+    train, ev, split, went_back = [], [], None, False
     try:
         f = open(path)
     except OSError as e:
@@ -37,13 +39,30 @@ def load(path):
                 sys.exit(f"{path}:{n}: not a JSON line ({e})")
             kind = r.get("event")
             if kind == "train" and r.get("loss") is not None:
+                went_back |= supersede(train, r["samples"], path, n, went_back)
                 train.append((r["samples"], r["loss"], r.get("lr")))
             elif kind in ("eval", "summary") and r.get("auc") is not None:
                 # the summary carries the final evaluation, after the last train line
-                if not ev or ev[-1][0] != r["samples"]:
+                if kind == "eval" or not ev or ev[-1][0] != r["samples"]:
+                    went_back |= supersede(ev, r["samples"], path, n, went_back)
                     ev.append((r["samples"], r["logloss"], r["auc"]))
                 split = split or r.get("split")
     return train, ev, split or "val"
+
+
+def supersede(points, samples, path, n, said):
+    """A point at or before the last one: a run resumed from a checkpoint (or run again) appending
+    to the same file.  Its lines replace the earlier run's from there on (else the curve would run
+    back and forth); says so once per file.  True when it dropped anything."""
+    if not points or samples > points[-1][0]:
+        return False
+    last = points[-1][0]
+    while points and points[-1][0] >= samples:
+        points.pop()
+    if not said:
+        print(f"{path}:{n}: a point at {samples} samples, not after the previous one's {last} (a resumed or "
+              f"repeated run appended to this file): its lines replace the earlier ones from there on", file=sys.stderr)
+    return True
 
 
 def si(v):
