@@ -79,6 +79,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     setenv("OMPI_MCA_hwloc_base_binding_policy", "none", 0);
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+    setenv(LAUNCH_ENV_SELF, "1", 1);
 
     char npbuf[16];
     snprintf(npbuf, sizeof npbuf, "%d", np);

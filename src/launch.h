@@ -13,6 +13,10 @@
 
 #include <stddef.h>
 
+// Set (to "1") in the environment of the job launch_job starts: its ranks know the launcher has
+// checked the set-up and said what it had to say about it.
+#define LAUNCH_ENV_SELF "BAGPIPE_SELF_LAUNCHED"
+
 // 1 when this process is a rank of a launched job (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK,
 // PMI_RANK or SLURM_PROCID... set), 0 otherwise.
 int launch_under_mpi(void);

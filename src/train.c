@@ -452,7 +452,12 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     comm_set_stall_timeout(fl->stall_timeout);
     int rc = dist_begin(&lay);
     if (rc) return rc == BP_EMISMATCH ? 2 : 1;
+    // Set-up warnings (an empty evaluation split) once per job: the launcher has given them
+    // already when it started the job; under the user's mpirun/srun, rank 0 gives them.
+    const int level = bp_log_level;
+    if (getenv(LAUNCH_ENV_SELF) || comm_rank() != 0) bp_log_level = BP_LOG_ERROR;
     rc = setup_build(&su, fl, &ds, data_path);
+    bp_log_level = level;
     rc = dist_run(&su, &lay, rc);
     bp_ds_close(&ds);
     return rc;

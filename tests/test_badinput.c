@@ -800,3 +800,23 @@ TEST(badinput_peer_sends_garbage) {
         free(out);
     }
 }
+
+// A dataset whose evaluation split is empty: one warning per job, training goes on.  A
+// distributed job used to print it once from the launcher and once more from every rank.
+TEST(badinput_empty_eval_split_warns_once) {
+    const char *d = test_path("noval.bin");
+    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300 --dense 4 --rows 2000 --split none -o %s",
+                       test_bin(), d), 0);
+    static const char *const modes[] = {"", "--mode sync --trainers 2 --servers 1"};
+    for (int m = 0; m < 2; m++) {
+        char *out = NULL;
+        int rc = test_run(&out, 120, "%s %s train %s --arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 "
+                          "--batch-size 24 --iters 5 %s", dist_test_env(), test_bin(), d, modes[m]);
+        int n = 0;
+        for (const char *p = out; p && (p = strstr(p, "the val split of")); p++) n++;
+        ASSERT_MSG(rc == 0 && n == 1 && strstr(out, "bagpipe: warning: the val split of") &&
+                   strstr(out, "noval.bin is empty: no evaluation") && strstr(out, "trained 5 iterations"),
+                   "'%s': exit %d, %d warnings:\n%s", modes[m], rc, n, out);
+        free(out);
+    }
+}
