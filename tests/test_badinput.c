@@ -810,8 +810,9 @@ TEST(badinput_empty_eval_split_warns_once) {
     static const char *const modes[] = {"", "--mode sync --trainers 2 --servers 1"};
     for (int m = 0; m < 2; m++) {
         char *out = NULL;
-        int rc = test_run(&out, 120, "%s %s train %s --arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 "
-                          "--batch-size 24 --iters 5 %s", dist_test_env(), test_bin(), d, modes[m]);
+        int rc = test_run(&out, 120, "%s %s train %s --arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 "
+                          "--arch-sparse-feature-size 4 --batch-size 24 --iters 5 %s", dist_test_env(), test_bin(), d,
+                          modes[m]);
         int n = 0;
         for (const char *p = out; p && (p = strstr(p, "the val split of")); p++) n++;
         ASSERT_MSG(rc == 0 && n == 1 && strstr(out, "bagpipe: warning: the val split of") &&
