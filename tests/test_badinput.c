@@ -821,3 +821,21 @@ TEST(badinput_empty_eval_split_warns_once) {
         free(out);
     }
 }
+
+// --resume given one checkpoint (ck/ckpt-000000000010, the form eval --load also takes) or a saved
+// model: the message says what it is and what to give instead (it used to say only "no checkpoint
+// here (no ckpt-* directory)", about a directory that is a checkpoint).
+TEST(badinput_resume_from_one_checkpoint_or_a_saved_model) {
+    const char *d = dataset("d.bin", 2000);
+    char ck[512], m[512];
+    snprintf(ck, sizeof ck, "%s", test_path("ck"));
+    snprintf(m, sizeof m, "%s", test_path("m"));
+    EXPECT(0, cmd("%s train %s " TINY " --iters 25 --checkpoint-every 10 --checkpoint-dir %s --save %s", test_bin(), d, ck,
+                  m), "saved model");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s/ckpt-000000000010/", test_bin(), d, ck),
+           "ckpt-000000000010/: no checkpoint here (no ckpt-* directory): this is one checkpoint; give the directory "
+           "that holds them (", "/ck): the newest valid one there is taken");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, m),
+           "/m: no checkpoint here (no ckpt-* directory): this is a saved model (--save)");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, ck), "at iteration 20");
+}
