@@ -830,8 +830,8 @@ TEST(badinput_resume_from_one_checkpoint_or_a_saved_model) {
     char ck[512], m[512];
     snprintf(ck, sizeof ck, "%s", test_path("ck"));
     snprintf(m, sizeof m, "%s", test_path("m"));
-    EXPECT(0, cmd("%s train %s " TINY " --iters 25 --checkpoint-every 10 --checkpoint-dir %s --save %s", test_bin(), d, ck,
-                  m), "saved model");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 25 --checkpoint-every 10 --checkpoint-dir %s --save %s", test_bin(), d,
+                  ck, m), "saved model");
     EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s/ckpt-000000000010/", test_bin(), d, ck),
            "ckpt-000000000010/: no checkpoint here (no ckpt-* directory): this is one checkpoint; give the directory "
            "that holds them (", "/ck): the newest valid one there is taken");
