@@ -376,6 +376,31 @@ static int list_ckpts(const char *root, int64_t **out, int *n) {
     return 0;
 }
 
+// ROOT holds no ckpt-* directory.  It may be one checkpoint (ck/ckpt-000000000500, the form eval
+// --load also takes) or a saved model (--save): both have a MANIFEST, and the message says what
+// to give instead.
+static int no_ckpt_here(const char *root) {
+    char path[4200], parent[4096];
+    snprintf(path, sizeof path, "%s/MANIFEST", root);
+    if (access(path, F_OK) != 0)
+        return bp_fail(BP_EIO, "%s: no checkpoint here (no " CKPT_DIR_PREFIX "* directory)", root);
+    snprintf(parent, sizeof parent, "%s", root);
+    size_t len = strlen(parent);
+    while (len > 1 && parent[len - 1] == '/') parent[--len] = 0;
+    char *slash = strrchr(parent, '/');
+    const char *base = slash ? slash + 1 : parent;
+    if (strncmp(base, CKPT_DIR_PREFIX, strlen(CKPT_DIR_PREFIX)) == 0) {
+        if (slash == parent) parent[1] = 0;
+        else if (slash) *slash = 0;
+        else snprintf(parent, sizeof parent, ".");
+        return bp_fail(BP_EIO, "%s: no checkpoint here (no " CKPT_DIR_PREFIX "* directory): this is one checkpoint; "
+                       "give the directory that holds them (%s): the newest valid one there is taken", root, parent);
+    }
+    return bp_fail(BP_EIO, "%s: no checkpoint here (no " CKPT_DIR_PREFIX "* directory): this is a saved model "
+                   "(--save); a run resumes from the checkpoints that --checkpoint-every or --checkpoint-minutes "
+                   "write under --checkpoint-dir", root);
+}
+
 int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m) {
     int64_t *its;
     int n, rc = list_ckpts(root, &its, &n);
@@ -396,7 +421,7 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
         if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", bp_errmsg(rc));
     }
     free(its);
-    if (n == 0) return bp_fail(BP_EIO, "%s: no checkpoint here (no " CKPT_DIR_PREFIX "* directory)", root);
+    if (n == 0) return no_ckpt_here(root);
     return bp_fail(BP_EIO, "%s: no valid checkpoint among %d (newest: %s)", root, n, first_bad);
 }
 

@@ -170,11 +170,13 @@ int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, 
 }
 
 void ckpt_sched_json(jsonl *j, const ckpt_sched *s) {
-    if (!s->ck->dir) return;
-    jsonl_int(j, "ckpt_count", s->n);
-    jsonl_int(j, "ckpt_failed", s->failed);
-    jsonl_num(j, "ckpt_pause_s", s->pause_sum);
-    jsonl_num(j, "ckpt_pause_max_s", s->pause_max);
+    if (s->ck->dir) {
+        jsonl_int(j, "ckpt_count", s->n);
+        jsonl_int(j, "ckpt_failed", s->failed);
+        jsonl_num(j, "ckpt_pause_s", s->pause_sum);
+        jsonl_num(j, "ckpt_pause_max_s", s->pause_max);
+    }
+    // A resumed run that writes no checkpoints of its own (--resume alone) is resumed all the same.
     if (s->ck->start_iter) jsonl_int(j, "resumed_at", s->ck->start_iter);
 }
 

@@ -65,7 +65,8 @@ int ckpt_sched_due(const ckpt_sched *s, int64_t done, int64_t total);
 // ("event":"checkpoint", "ckpt_pause_s") and applies --on-checkpoint-error: returns 0 to train on,
 // or rc (with the message extended) to stop.
 int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, double pause, jsonl_file *mf);
-// The summary's fields (ckpt_count, ckpt_failed, ckpt_pause_s, ckpt_pause_max_s) and a printed line.
+// The summary's fields (ckpt_count, ckpt_failed, ckpt_pause_s, ckpt_pause_max_s when checkpointing;
+// resumed_at after any --resume) and a printed line.
 void ckpt_sched_json(jsonl *j, const ckpt_sched *s);
 void ckpt_sched_print(const ckpt_sched *s, double train_s);
 

@@ -103,11 +103,13 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
         if (all[r]) first_bad = r, code = all[r];
     free(all);
     if (first_bad >= 0) {
-        // The lowest failing rank reports; every rank leaves cleanly.
+        // The lowest failing rank reports and alone exits non-zero, so that mpirun (and the
+        // launcher's "job failed: rank R (ROLE)" line) names it, not whichever rank left first;
+        // every rank leaves cleanly.
         if (me == first_bad) fprintf(stderr, "bagpipe: %s\n", bp_errmsg(setup_rc));
         role_oracle_free(ro);
         comm_finalize();
-        return code == BP_EUSAGE ? 2 : 1;
+        return me != first_bad ? 0 : code == BP_EUSAGE ? 2 : 1;
     }
     if (me == 0) print_layout(su, l);
     const dist_role r = role_kind;

@@ -25,9 +25,10 @@ int launch_under_mpi(void) {
     return 0;
 }
 
-static volatile sig_atomic_t child_pid;
+static volatile sig_atomic_t child_pid, got_signal;
 
 static void forward_signal(int sig) {
+    got_signal = sig;
     if (child_pid > 0) kill((pid_t)child_pid, sig);
 }
 
@@ -78,6 +79,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     setenv("OMPI_MCA_hwloc_base_binding_policy", "none", 0);
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+    setenv(LAUNCH_ENV_SELF, "1", 1);
 
     char npbuf[16];
     snprintf(npbuf, sizeof npbuf, "%d", np);
@@ -133,6 +135,16 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     child_pid = 0;
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (code == 0) return 0;
+    if (got_signal) {
+        // The user stopped the job (Ctrl-C, kill -INT/-TERM of the launcher): no rank failed, and
+        // mpirun's own exit code (1) would say "job failed".  Die by the signal, as one process does.
+        const int sig = got_signal;
+        fprintf(stderr, "bagpipe: interrupted by signal %d (%s): the job is stopped\n", sig, strsignal(sig));
+        fflush(stderr);
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return 128 + sig;
+    }
     char what[96] = "a rank";
     const int reported = f.rank < 0 && f.signal <= 0 && !f.aborted && f.exit_code < 0 && f.said >= 0;
     if (reported) f.rank = f.said;

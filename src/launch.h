@@ -13,6 +13,10 @@
 
 #include <stddef.h>
 
+// Set (to "1") in the environment of the job launch_job starts: its ranks know the launcher has
+// checked the set-up and said what it had to say about it.
+#define LAUNCH_ENV_SELF "BAGPIPE_SELF_LAUNCHED"
+
 // 1 when this process is a rank of a launched job (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK,
 // PMI_RANK or SLURM_PROCID... set), 0 otherwise.
 int launch_under_mpi(void);
@@ -23,6 +27,7 @@ typedef void (*launch_role_fn)(int rank, const void *ctx, char *buf, size_t cap)
 // Runs `mpirun -np np --oversubscribe SELF argv[0..argc)` (argv as the subcommand got it) and
 // waits.  Returns the process exit code for the whole job: 0 when every rank succeeded,
 // otherwise mpirun's non-zero code (or 1), after printing "bagpipe: job failed: rank R (ROLE) ...".
+// Stopped by a SIGINT/SIGTERM it forwarded (Ctrl-C), it says so and dies by that signal instead.
 int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *ctx);
 
 #endif

@@ -452,7 +452,12 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     comm_set_stall_timeout(fl->stall_timeout);
     int rc = dist_begin(&lay);
     if (rc) return rc == BP_EMISMATCH ? 2 : 1;
+    // Set-up warnings (an empty evaluation split) once per job: the launcher has given them
+    // already when it started the job; under the user's mpirun/srun, rank 0 gives them.
+    const int level = bp_log_level;
+    if (getenv(LAUNCH_ENV_SELF) || comm_rank() != 0) bp_log_level = BP_LOG_ERROR;
     rc = setup_build(&su, fl, &ds, data_path);
+    bp_log_level = level;
     rc = dist_run(&su, &lay, rc);
     bp_ds_close(&ds);
     return rc;
@@ -475,7 +480,7 @@ int cmd_train(int argc, char **argv) {
         CLI_INT("prefetch", 0, &fl.prefetch, 2, 0, 255, "bagpipe: prefetch distance P (iterations)"),
         CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes; at most 64 with --mode bagpipe)"),
         CLI_INT("servers", 0, &fl.servers, 1, 0, 1024,
-                "embedding server ranks (sync, static; sharded runs none: 0, and 1 is read as 0)"),
+                "embedding server ranks (sync, static, bagpipe, async; sharded runs none: 0, and 1 is read as 0)"),
         CLI_I64("static-rows", 0, &fl.static_rows, 0, 0, INT64_MAX / 2,
                 "static: rows to pin on every trainer, the most accessed in the train split (0: 1% of the rows)"),
         CLI_DBL("stall-timeout", 0, &fl.stall_timeout, 3600, 0, 1e9,
@@ -595,6 +600,7 @@ int cmd_train(int argc, char **argv) {
         printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), BLAS %s x%d\n", data_path,
                (unsigned long long)(tr1 - tr0), (long long)total_iters, fl.batch,
                (double)total_iters / (double)per_epoch, openblas_get_corename(), fl.threads);
+        fflush(stdout); // a log file (stdout not a terminal) shows the run's set-up now, not at its end
     }
 
     bp_progress prog;

@@ -699,6 +699,8 @@ TEST(badinput_cache_of_one_row) {
     ASSERT_STR_CONTAINS(out, "cache too small");
     ASSERT_STR_CONTAINS(out, "but the cache holds 1");
     ASSERT_STR_CONTAINS(out, "the minimum cache size for this batch is");
+    // the launcher names the oracle, whose error it is (it used to name whichever rank left first)
+    ASSERT_STR_CONTAINS(out, "job failed: rank 0 (oracle)");
     free(out);
 }
 
@@ -797,4 +799,43 @@ TEST(badinput_peer_sends_garbage) {
         ASSERT_STR_CONTAINS(out, cases[i].msg);
         free(out);
     }
+}
+
+// A dataset whose evaluation split is empty: one warning per job, training goes on.  A
+// distributed job used to print it once from the launcher and once more from every rank.
+TEST(badinput_empty_eval_split_warns_once) {
+    const char *d = test_path("noval.bin");
+    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300 --dense 4 --rows 2000 --split none -o %s",
+                       test_bin(), d), 0);
+    static const char *const modes[] = {"", "--mode sync --trainers 2 --servers 1"};
+    for (int m = 0; m < 2; m++) {
+        char *out = NULL;
+        int rc = test_run(&out, 120, "%s %s train %s --arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 "
+                          "--arch-sparse-feature-size 4 --batch-size 24 --iters 5 %s", dist_test_env(), test_bin(), d,
+                          modes[m]);
+        int n = 0;
+        for (const char *p = out; p && (p = strstr(p, "the val split of")); p++) n++;
+        ASSERT_MSG(rc == 0 && n == 1 && strstr(out, "bagpipe: warning: the val split of") &&
+                   strstr(out, "noval.bin is empty: no evaluation") && strstr(out, "trained 5 iterations"),
+                   "'%s': exit %d, %d warnings:\n%s", modes[m], rc, n, out);
+        free(out);
+    }
+}
+
+// --resume given one checkpoint (ck/ckpt-000000000010, the form eval --load also takes) or a saved
+// model: the message says what it is and what to give instead (it used to say only "no checkpoint
+// here (no ckpt-* directory)", about a directory that is a checkpoint).
+TEST(badinput_resume_from_one_checkpoint_or_a_saved_model) {
+    const char *d = dataset("d.bin", 2000);
+    char ck[512], m[512];
+    snprintf(ck, sizeof ck, "%s", test_path("ck"));
+    snprintf(m, sizeof m, "%s", test_path("m"));
+    EXPECT(0, cmd("%s train %s " TINY " --iters 25 --checkpoint-every 10 --checkpoint-dir %s --save %s", test_bin(), d,
+                  ck, m), "saved model");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s/ckpt-000000000010/", test_bin(), d, ck),
+           "ckpt-000000000010/: no checkpoint here (no ckpt-* directory): this is one checkpoint; give the directory "
+           "that holds them (", "/ck): the newest valid one there is taken");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, m),
+           "/m: no checkpoint here (no ckpt-* directory): this is a saved model (--save)");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, ck), "at iteration 20");
 }

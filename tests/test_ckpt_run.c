@@ -582,3 +582,23 @@ TEST(ckpt_sharded_static_resume) {
         ASSERT_MSG(same_model(a[m], b[m]), "%s: the resumed model differs", modes[m]);
     }
 }
+
+// A run resumed without checkpointing of its own (--resume alone) still says in its summary where
+// it resumed (docs/checkpoints.md: "the summary has resumed_at"); it used to leave the field out
+// unless --checkpoint-every/--checkpoint-minutes was given too.  Local, and a distributed mode
+// of each summary writer (sync: role_trainer, sharded: role_loop, bagpipe: role_bagpipe).
+TEST(ckpt_resume_alone_reports_resumed_at) {
+    ASSERT_OK(make_data());
+    static const char *const modes[] = {"", SYNC, "--mode sharded --trainers 2 --servers 0", BAGPIPE};
+    for (int m = 0; m < 4; m++) {
+        char root[512], mf[512];
+        snprintf(root, sizeof root, "%s/ck%d", test_path("r"), m);
+        snprintf(mf, sizeof mf, "%s/m%d.jsonl", test_path("r"), m);
+        mkdir(test_path("r"), 0755);
+        TRAIN_OK("", "%s --iters 120 --checkpoint-every 50 --checkpoint-dir %s", modes[m], root);
+        TRAIN_OK("", "%s --iters 150 --resume %s -m %s", modes[m], root, mf);
+        const double at = dist_test_summary_num(mf, "resumed_at");
+        ASSERT_MSG(at == 100, "mode '%s': resumed_at %g, expected 100", modes[m], at);
+        ASSERT_MSG(dist_test_summary_num(mf, "iters") == 150, "mode '%s': iters", modes[m]);
+    }
+}

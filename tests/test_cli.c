@@ -216,3 +216,17 @@ TEST(error_message_may_quote_the_previous_one) {
     bp_fail(BP_EIO, "%s, then second", bp_errmsg(BP_EIO));
     ASSERT_TRUE(strcmp(bp_errmsg(BP_EIO), "first: 1, then second") == 0);
 }
+
+// train --help says which modes run embedding servers: bagpipe and async do too (it used to list
+// only sync and static, while README runs --mode bagpipe --servers 2).
+TEST(cli_train_help_servers_names_every_server_mode) {
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s train --help", test_bin()), 0);
+    const char *p = strstr(out, "--servers N");
+    ASSERT_MSG(p, "no --servers in:\n%s", out);
+    const char *eol = strchr(p, '\n');
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)(eol ? eol - p : (long)strlen(p)), p);
+    ASSERT_MSG(strstr(line, "sync, static, bagpipe, async"), "--servers help: %s", line);
+    free(out);
+}

@@ -277,6 +277,54 @@ TEST(dist_stop_bagpipe_trainer_stall_timeout) {
     check_signal(4, "trainer 1", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2");
 }
 
+// Ctrl-C (SIGINT) or kill -TERM of the launcher: it forwards the signal to mpirun, which stops
+// every rank; the launcher then says the job was interrupted and dies by that signal, as a
+// single process does (it used to print "job failed: mpirun exited with code 1" and exit 1, as if
+// a rank had failed).
+static void check_interrupt(int sig) {
+    char data[512], outp[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "exec env " OMPI_ENV " %s train %s " TINY_MODEL " --iters 1000000 --no-eval " SYNC_T2S2
+             " > %s 2>&1", dist_test_env(), test_bin(), data, outp);
+    pid_t job = fork();
+    ASSERT_TRUE(job >= 0);
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    pid_t rank0 = -1;
+    double t0 = bp_now();
+    while (rank0 < 0 && bp_now() - t0 < 30) {
+        usleep(100000);
+        rank0 = find_rank(4, data);
+    }
+    if (rank0 < 0) kill(job, SIGKILL), waitpid(job, NULL, 0);
+    ASSERT_MSG(rank0 > 0, "the job never started");
+    usleep(1000000); // let it train
+    ASSERT_EQ(kill(job, sig), 0);
+    int st = 0;
+    t0 = bp_now();
+    while (waitpid(job, &st, WNOHANG) == 0 && bp_now() - t0 < 20) usleep(50000);
+    const int ended = bp_now() - t0 < 20;
+    if (!ended) kill(job, SIGKILL), waitpid(job, &st, 0);
+    size_t len;
+    char *out = dist_test_slurp(outp, &len);
+    ASSERT_MSG(ended, "the job went on for 20 s after signal %d:\n%s", sig, out);
+    ASSERT_MSG(WIFSIGNALED(st) && WTERMSIG(st) == sig, "status %d (expected death by signal %d):\n%s", st, sig, out);
+    char want[64];
+    snprintf(want, sizeof want, "bagpipe: interrupted by signal %d", sig);
+    ASSERT_STR_CONTAINS(out, want);
+    ASSERT_MSG(!strstr(out, "job failed"), "an interrupted job reported as failed:\n%s", out);
+    free(out);
+    usleep(500000);
+    ASSERT_MSG(find_rank(4, data) < 0, "a rank outlived the interrupted job");
+}
+TEST(dist_interrupt_launcher_sigint) { check_interrupt(SIGINT); }
+TEST(dist_interrupt_launcher_sigterm) { check_interrupt(SIGTERM); }
+
 // mpirun sometimes loses an aborting rank's report and prints an ORTE_ERROR_LOG line about its help
 // message instead.  A fake mpirun, first on PATH, prints what such a run printed and fails: the
 // launcher drops that line and names the rank that reported an error of its own.

@@ -260,3 +260,97 @@ TEST(train_refuses_a_model_that_does_not_fit) {
     ASSERT_STR_CONTAINS(out, "but only");
     free(out);
 }
+
+// Output sent to a file (`bagpipe train ... > log`): the set-up lines (memory plan, model, data)
+// are in the log while the run trains, not only at its end; they used to sit in stdio's buffer,
+// so a long run's log stayed empty and a run killed (or crashed) lost them.
+TEST(train_log_file_shows_the_setup_while_training) {
+    const char *data = test_path("log.bin");
+    ASSERT_EQ(synth(data, 20000, ""), 0);
+    const char *log = test_path("log.txt");
+    char *out = NULL;
+    int st = test_run(&out, 60,
+                      "%s train %s " SMALL_ARCH " --epochs 100000 --no-eval > %s 2>&1 & p=$!; i=0; "
+                      "while [ $i -lt 200 ] && ! grep -q ^data: %s; do sleep 0.05; i=$((i+1)); done; "
+                      "kill -0 $p && echo still-training; kill -9 $p; wait $p; "
+                      "echo lines=$(grep -c -e ^model: -e ^data: %s)",
+                      test_bin(), data, log, log, log);
+    ASSERT_MSG(st == 0 && strstr(out, "still-training") && strstr(out, "lines=2"), "the log of a running job:\n%s",
+               out);
+    free(out);
+}
+
+// The samples axis of a multi-million-sample run: each tick labelled exactly (the SI format
+// '%.0s%c' used to round 1.5M and 2.5M to "2M", giving 0, 500k, 1M, 2M, 2M, 2M, 3M).  A gnuplot
+// stand-in keeps the script it is given.
+TEST(train_metrics_plot_sample_axis_labels) {
+    if (test_run(NULL, 10, "command -v python3") != 0) {
+        test_skip("python3 missing: plot tool not checked");
+        return;
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/big.jsonl", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    for (int i = 1; i <= 40; i++)
+        fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.5,\"lr\":%g}\n", i * 500, i * 64000,
+                0.1 / i);
+    fclose(f);
+    ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s/gpfake", test_tmpdir()), 0);
+    char fake[600];
+    snprintf(fake, sizeof fake, "%s/gpfake/gnuplot", test_tmpdir());
+    f = fopen(fake, "w");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "#!/bin/sh\ncat > \"$GP_SCRIPT\"\n"
+               "out=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$GP_SCRIPT\" | head -1)\n"
+               "echo image > \"$out\"\n");
+    fclose(f);
+    chmod(fake, 0755);
+    char *out = NULL;
+    int st = test_run(&out, 60, "GP_SCRIPT=%s/gpbig.txt PATH=%s/gpfake:$PATH python3 tools/plot_metrics.py %s "
+                      "-o %s/big.png && grep ^set.xtics %s/gpbig.txt", test_tmpdir(), test_tmpdir(), path, test_tmpdir(),
+                      test_tmpdir());
+    ASSERT_MSG(st == 0, "plot failed: %s", out);
+    const char *const want[] = {"'0' 0,", "'500k' 500000,", "'1M' 1000000,", "'1.5M' 1500000,", "'2M' 2000000,",
+                                "'2.5M' 2500000,", "'3M' 3000000)"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(want); i++)
+        ASSERT_MSG(strstr(out, want[i]), "no tick %s in: %s", want[i], out);
+    free(out);
+}
+
+// A run killed after iteration 500 and resumed from its checkpoint at 300, appending to the same
+// metrics file: the resumed lines replace the killed run's from 400 on (the curve used to run
+// back from 500 to 400 and forward again), and the tool says so.
+TEST(train_metrics_plot_resumed_run_replaces_lines) {
+    if (test_run(NULL, 10, "command -v python3") != 0) {
+        test_skip("python3 missing: plot tool not checked");
+        return;
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/res.jsonl", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    for (int i = 1; i <= 5; i++) {
+        fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.9}\n", i * 100, i * 1000);
+        if (i % 2 == 0)
+            fprintf(f, "{\"event\":\"eval\",\"iter\":%d,\"samples\":%d,\"logloss\":0.9,\"auc\":0.6}\n", i * 100,
+                    i * 1000);
+    }
+    for (int i = 4; i <= 6; i++) {
+        fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.5}\n", i * 100, i * 1000);
+        if (i % 2 == 0)
+            fprintf(f, "{\"event\":\"eval\",\"iter\":%d,\"samples\":%d,\"logloss\":0.5,\"auc\":0.7}\n", i * 100,
+                    i * 1000);
+    }
+    fclose(f);
+    char *out = NULL;
+    int st = test_run(&out, 30, "python3 -c \"import sys; sys.path.insert(0, sys.argv[2]); "
+                      "import plot_metrics as p; t, e, s = p.load(sys.argv[1]); "
+                      "print([(x[0], x[1]) for x in t], [(x[0], x[2]) for x in e])\" %s tools",
+                      path);
+    ASSERT_MSG(st == 0, "load failed: %s", out);
+    ASSERT_STR_CONTAINS(out, "[(1000, 0.9), (2000, 0.9), (3000, 0.9), (4000, 0.5), (5000, 0.5), (6000, 0.5)] "
+                             "[(2000, 0.6), (4000, 0.7), (6000, 0.7)]");
+    ASSERT_STR_CONTAINS(out, "res.jsonl:8: a point at 4000 samples, not after the previous one's 5000");
+    free(out);
+}

@@ -5,13 +5,16 @@
 
 Each file is one curve (labelled by its file name, or by --label); training loss comes from
 "train" events, evaluation logloss and AUC from "eval" events and from the final evaluation in
-the "summary" line (the last point).  A run without evaluations (no --eval-every, --no-eval) is
-plotted as its loss alone.  Where a run's learning rate changes (a schedule: "lr" in its train
-lines), the rate is drawn on the loss panel's right-hand axis.  Uses gnuplot; the output appears only when it is complete (written
-under a temporary name, renamed at the end), and nothing else is left behind.
+the "summary" line (the last point); a run resumed from a checkpoint (or run again) that appended
+to the same file replaces the earlier lines from where it went back.  A run without evaluations
+(no --eval-every, --no-eval) is plotted as its loss alone.  Where a run's learning rate changes (a
+schedule: "lr" in its train lines), the rate is drawn on the loss panel's right-hand axis.  Uses
+gnuplot; the output appears only when it is complete (written under a temporary name, renamed at
+the end), and nothing else is left behind.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -20,7 +23,7 @@ import tempfile
 
 def load(path):
     """(train [(samples, loss, lr or None)], evals [(samples, logloss, auc)], split name) of one file."""
-    train, ev, split = [], [], None
+    train, ev, split, went_back = [], [], None, False
     try:
         f = open(path)
     except OSError as e:
@@ -36,13 +39,54 @@ def load(path):
                 sys.exit(f"{path}:{n}: not a JSON line ({e})")
             kind = r.get("event")
             if kind == "train" and r.get("loss") is not None:
+                went_back |= supersede(train, r["samples"], path, n, went_back)
                 train.append((r["samples"], r["loss"], r.get("lr")))
             elif kind in ("eval", "summary") and r.get("auc") is not None:
                 # the summary carries the final evaluation, after the last train line
-                if not ev or ev[-1][0] != r["samples"]:
+                if kind == "eval" or not ev or ev[-1][0] != r["samples"]:
+                    went_back |= supersede(ev, r["samples"], path, n, went_back)
                     ev.append((r["samples"], r["logloss"], r["auc"]))
                 split = split or r.get("split")
     return train, ev, split or "val"
+
+
+def supersede(points, samples, path, n, said):
+    """A point at or before the last one: a run resumed from a checkpoint (or run again) appending
+    to the same file.  Its lines replace the earlier run's from there on (else the curve would run
+    back and forth); says so once per file.  True when it dropped anything."""
+    if not points or samples > points[-1][0]:
+        return False
+    last = points[-1][0]
+    while points and points[-1][0] >= samples:
+        points.pop()
+    if not said:
+        print(f"{path}:{n}: a point at {samples} samples, not after the previous one's {last} (a resumed or "
+              f"repeated run appended to this file): its lines replace the earlier ones from there on", file=sys.stderr)
+    return True
+
+
+def si(v):
+    """v with an SI prefix, as many digits as it needs: 0, 500k, 1.5M, 2.25M."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:g}{suffix}"
+    return f"{v:g}"
+
+
+def x_axis(runs):
+    """gnuplot lines for the samples axis: about six ticks at a round step over every run's range,
+    each labelled exactly (gnuplot's '%.0s%c' rounded 1.5M and 2.5M to 2M)."""
+    xs = [s for train, ev, _ in runs for s in [t[0] for t in train] + [e[0] for e in ev]]
+    lo, hi = min(xs), max(xs)
+    if hi <= lo:
+        return ""
+    raw = (hi - lo) / 6
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first, last = math.floor(lo / step), math.ceil(hi / step)
+    ticks = [round(i * step, 6) for i in range(first, last + 1)]
+    labels = ", ".join(f"{gp_str(si(t))} {t:.10g}" for t in ticks)
+    return f"set xrange [{ticks[0]:.10g}:{ticks[-1]:.10g}]\nset xtics ({labels})\n"
 
 
 def gp_str(s):
@@ -114,8 +158,7 @@ unset multiplot
             script = f"""set terminal {term}
 set output {gp_str(part)}
 set xlabel 'samples'
-set format x '%.0s%c'
-set key top right
+{x_axis(runs)}set key top right
 set grid
 {panels}set output
 """
