@@ -178,6 +178,18 @@ TEST(train_nan_names_the_metrics_iteration) {
     }
 }
 
+// Writes at path a gnuplot stand-in that keeps the script it is given in $GP_SCRIPT and writes a
+// one-line "image" where the script says.
+static int write_gnuplot_keeper(const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "#!/bin/sh\ncat > \"$GP_SCRIPT\"\n"
+               "out=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$GP_SCRIPT\" | head -1)\n"
+               "echo image > \"$out\"\n");
+    fclose(f);
+    return chmod(path, 0755);
+}
+
 TEST(train_metrics_plot) {
     if (test_run(NULL, 10, "command -v gnuplot && command -v python3") != 0) {
         test_skip("gnuplot or python3 missing: plot tool not checked");
@@ -226,11 +238,7 @@ TEST(train_metrics_plot) {
     free(out);
     // The scheduled run's rate is drawn on the right-hand axis; the constant-rate run has none
     // (a gnuplot that keeps the script it is given).
-    f = fopen(fake, "w");
-    ASSERT_TRUE(f != NULL);
-    fprintf(f, "#!/bin/sh\ncat > \"$GP_SCRIPT\"\nout=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$GP_SCRIPT\" | head -1)\n"
-               "echo image > \"$out\"\n");
-    fclose(f);
+    ASSERT_EQ(write_gnuplot_keeper(fake), 0);
     for (int k = 0; k < 2; k++) {
         st = test_run(&out, 60, "GP_SCRIPT=%s/gp%d.txt PATH=%s/fake:$PATH python3 tools/plot_metrics.py %s/%s.jsonl -o %s/s%d.png "
                       "&& grep -c \"axes x1y2\" %s/gp%d.txt", test_tmpdir(), k, test_tmpdir(), test_tmpdir(), k ? "q0" : "p",
@@ -299,13 +307,7 @@ TEST(train_metrics_plot_sample_axis_labels) {
     ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s/gpfake", test_tmpdir()), 0);
     char fake[600];
     snprintf(fake, sizeof fake, "%s/gpfake/gnuplot", test_tmpdir());
-    f = fopen(fake, "w");
-    ASSERT_TRUE(f != NULL);
-    fprintf(f, "#!/bin/sh\ncat > \"$GP_SCRIPT\"\n"
-               "out=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$GP_SCRIPT\" | head -1)\n"
-               "echo image > \"$out\"\n");
-    fclose(f);
-    chmod(fake, 0755);
+    ASSERT_EQ(write_gnuplot_keeper(fake), 0);
     char *out = NULL;
     int st = test_run(&out, 60, "GP_SCRIPT=%s/gpbig.txt PATH=%s/gpfake:$PATH python3 tools/plot_metrics.py %s "
                       "-o %s/big.png && grep ^set.xtics %s/gpbig.txt", test_tmpdir(), test_tmpdir(), path, test_tmpdir(),
