@@ -115,11 +115,15 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     free(av);
     close(pfd[1]);
     child_pid = pid;
-    struct sigaction sa;
+    // SIGINT and SIGTERM are forwarded to mpirun, except one the launcher was started with
+    // ignored (a background job of a script: the shell ignores SIGINT for it), which stays ignored
+    // as it would for any other program.
+    struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = forward_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    const int fwd[] = {SIGINT, SIGTERM};
+    for (size_t i = 0; i < BP_ARRAY_LEN(fwd); i++)
+        if (sigaction(fwd[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(fwd[i], &sa, NULL);
 
     failure f = {-1, 0, -1, 0, -1};
     FILE *in = fdopen(pfd[0], "r");

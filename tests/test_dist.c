@@ -280,8 +280,9 @@ TEST(dist_stop_bagpipe_trainer_stall_timeout) {
 // Ctrl-C (SIGINT) or kill -TERM of the launcher: it forwards the signal to mpirun, which stops
 // every rank; the launcher then says the job was interrupted and dies by that signal, as a
 // single process does (it used to print "job failed: mpirun exited with code 1" and exit 1, as if
-// a rank had failed).
-static void check_interrupt(int sig) {
+// a rank had failed).  With SIGINT ignored when the launcher starts (a background job of a
+// script), a SIGINT changes nothing and the job trains on until the SIGTERM.
+static void check_interrupt(int sig, int int_ignored) {
     char data[512], outp[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
@@ -292,6 +293,7 @@ static void check_interrupt(int sig) {
     pid_t job = fork();
     ASSERT_TRUE(job >= 0);
     if (job == 0) {
+        if (int_ignored) signal(SIGINT, SIG_IGN);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
@@ -304,6 +306,14 @@ static void check_interrupt(int sig) {
     if (rank0 < 0) kill(job, SIGKILL), waitpid(job, NULL, 0);
     ASSERT_MSG(rank0 > 0, "the job never started");
     usleep(1000000); // let it train
+    if (int_ignored) {
+        ASSERT_EQ(kill(job, SIGINT), 0);
+        usleep(1500000);
+        const int gone = waitpid(job, NULL, WNOHANG) != 0;
+        if (gone || find_rank(4, data) < 0) kill(job, SIGKILL), waitpid(job, NULL, 0);
+        ASSERT_MSG(!gone, "a SIGINT the launcher was started with ignored stopped the job");
+        ASSERT_MSG(find_rank(4, data) > 0, "a rank stopped after an ignored SIGINT");
+    }
     ASSERT_EQ(kill(job, sig), 0);
     int st = 0;
     t0 = bp_now();
@@ -322,8 +332,9 @@ static void check_interrupt(int sig) {
     usleep(500000);
     ASSERT_MSG(find_rank(4, data) < 0, "a rank outlived the interrupted job");
 }
-TEST(dist_interrupt_launcher_sigint) { check_interrupt(SIGINT); }
-TEST(dist_interrupt_launcher_sigterm) { check_interrupt(SIGTERM); }
+TEST(dist_interrupt_launcher_sigint) { check_interrupt(SIGINT, 0); }
+TEST(dist_interrupt_launcher_sigterm) { check_interrupt(SIGTERM, 0); }
+TEST(dist_interrupt_launcher_sigint_ignored) { check_interrupt(SIGTERM, 1); }
 
 // mpirun sometimes loses an aborting rank's report and prints an ORTE_ERROR_LOG line about its help
 // message instead.  A fake mpirun, first on PATH, prints what such a run printed and fails: the
