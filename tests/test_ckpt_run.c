@@ -358,29 +358,24 @@ TEST(ckpt_config_mismatch_is_refused) {
     char root[512];
     snprintf(root, sizeof root, "%s", test_path("ck"));
     TRAIN_OK("", "--iters 120 --checkpoint-every 100 --checkpoint-dir %s", root);
+    // Each flag with the message its refusal gives.  The embedding rate inherits --learning-rate:
+    // the message names where the value came from.
+    static const char *const refused[][2] = {
+        {"--batch-size 32", "ckpt-000000000100/MANIFEST: the checkpoint has batch_size = 24, this run 32 (--batch-size)"},
+        {"--emb-optimizer sgd", "emb_optimizer = adagrad, this run sgd"},
+        {"--learning-rate 0.5", "this run 0.5 (--emb-learning-rate, from --learning-rate)"},
+        {"--emb-learning-rate 0.5", "this run 0.5 (--emb-learning-rate)"},
+        {"--lr-num-warmup-steps 10", "lr_schedule = 0,0,0, this run 10,0,0 (--lr-num-warmup-steps, "
+                                     "--lr-decay-start-step, --lr-num-decay-steps)"},
+    };
     char *out = NULL;
-    int st = train(&out, "", "--iters 200 --resume %s --batch-size 32", root);
-    ASSERT_TRUE(st != 0);
-    ASSERT_STR_CONTAINS(out, "ckpt-000000000100/MANIFEST: the checkpoint has batch_size = 24, this run 32 (--batch-size)");
-    free(out);
-    st = train(&out, "", "--iters 200 --resume %s --emb-optimizer sgd", root);
-    ASSERT_TRUE(st != 0);
-    ASSERT_STR_CONTAINS(out, "emb_optimizer = adagrad, this run sgd");
-    free(out);
-    // The embedding rate inherits --learning-rate: the message names where the value came from.
-    st = train(&out, "", "--iters 200 --resume %s --learning-rate 0.5", root);
-    ASSERT_TRUE(st != 0);
-    ASSERT_STR_CONTAINS(out, "this run 0.5 (--emb-learning-rate, from --learning-rate)");
-    free(out);
-    st = train(&out, "", "--iters 200 --resume %s --emb-learning-rate 0.5", root);
-    ASSERT_TRUE(st != 0);
-    ASSERT_STR_CONTAINS(out, "this run 0.5 (--emb-learning-rate)");
-    free(out);
-    st = train(&out, "", "--iters 200 --resume %s --lr-num-warmup-steps 10", root);
-    ASSERT_TRUE(st != 0);
-    ASSERT_STR_CONTAINS(out, "lr_schedule = 0,0,0, this run 10,0,0 (--lr-num-warmup-steps, --lr-decay-start-step, "
-                             "--lr-num-decay-steps)");
-    free(out);
+    int st;
+    for (size_t i = 0; i < BP_ARRAY_LEN(refused); i++) {
+        st = train(&out, "", "--iters 200 --resume %s %s", root, refused[i][0]);
+        ASSERT_MSG(st != 0, "%s: resumed:\n%s", refused[i][0], out);
+        ASSERT_STR_CONTAINS(out, refused[i][1]);
+        free(out);
+    }
     // A warmup of one iteration changes no rate: the same configuration as none.
     st = train(&out, "", "--iters 130 --resume %s --lr-num-warmup-steps 1", root);
     ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
