@@ -846,9 +846,9 @@ static int sync_grads(bstate *bs, int64_t t) {
     const plan *p = &bs->p;
     const emb_grad *g = &bs->tr.g;
     const int me = bs->me, E = g->E;
+    if (bs->T == 1) return sync_grads_alone(bs, t);
     const emb_opt eopt = trainer_eopt_at(&bs->tr, t), *eo = &eopt;
     cache *c = &bs->c;
-    if (bs->T == 1) return sync_grads_alone(bs, t);
     // record t's evicted keys and my private keys, marked on their slots
     for (uint32_t k = 0; k < p->n_evict; k++) {
         if (k + PREFETCH_AHEAD < p->n_evict) cache_prefetch(c, p->evict[k + PREFETCH_AHEAD].key);
