@@ -1,7 +1,7 @@
 // bench_oracle: planning throughput and memory of the oracle on a synthetic Criteo-like trace.
 //
 //   build/bench/bench_oracle [--batches N] [--quick] [--window W] [--zipf S] [--no-ref] [--reps N]
-//                            [--threads 1|2] [--trace FILE]
+//                            [--threads 1|2] [--trace FILE] [--keymap flat|hash]
 //
 // The trace: the 26 Criteo Kaggle tables (33.7M rows), ids drawn per table from a power law
 // (rank^-s, hot ids first as after frequency mapping) with s tuned so that ~1% of the rows take
@@ -13,7 +13,8 @@
 // the oracle back to back at 1 and 2 threads and prints oracle / reference; --reps N keeps the
 // fastest (CPU) of N runs of each configuration, --no-ref skips the reference, --threads runs the
 // headline at one thread count only, --trace FILE reuses a trace saved by an earlier run (same
-// --batches and --zipf) instead of generating it.
+// --batches and --zipf) instead of generating it, --keymap hash runs the headline with the hash
+// keymap that key spaces beyond 2^28 use (hashed Terabyte ids; the flat array otherwise).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,7 @@ typedef struct {
     uint32_t T, B, W, P, threads;
     uint64_t C;
     int ref; // 1: the reference planner (oracle_ref.h, the planner before its fast path)
+    int keymap; // ORACLE_KEYMAP_*
 } bcfg;
 
 // The two planners behind one interface (h points at an oracle or an oracle_ref).
@@ -95,7 +97,7 @@ typedef struct {
 
 static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     oracle_config cfg = {.T = c.T, .B = c.B, .F = NF, .card = kaggle_card, .W = c.W, .P = c.P, .C = c.C,
-                         .threads = (int)c.threads, .borrow_input = 1};
+                         .threads = (int)c.threads, .borrow_input = 1, .keymap = c.keymap};
     uint64_t rss0 = rss_bytes();
     const planner_api *api = c.ref ? &ref_api : &fast_api;
     union {
@@ -219,7 +221,7 @@ static void report(const char *label, bcfg c, const bres *r) {
 
 int main(int argc, char **argv) {
     uint32_t batches = 700; // of 16384 samples: the W=400 run needs ~400 to fill the window
-    int quick = 0, with_ref = 1, reps = 1, only_threads = 0;
+    int quick = 0, with_ref = 1, reps = 1, only_threads = 0, keymap = ORACLE_KEYMAP_AUTO;
     uint32_t W0 = 200;
     const char *trace_path = NULL; // cache of the generated trace (read if present, else written)
     for (int i = 1; i < argc; i++) {
@@ -231,9 +233,13 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc) W0 = (uint32_t)atoi(argv[++i]);
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) only_threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace_path = argv[++i];
+        else if (strcmp(argv[i], "--keymap") == 0 && i + 1 < argc && strcmp(argv[i + 1], "flat") == 0)
+            keymap = ORACLE_KEYMAP_FLAT, i++;
+        else if (strcmp(argv[i], "--keymap") == 0 && i + 1 < argc && strcmp(argv[i + 1], "hash") == 0)
+            keymap = ORACLE_KEYMAP_HASH, i++;
         else {
             fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W] [--no-ref] [--reps N] "
-                            "[--threads 1|2] [--trace FILE]\n");
+                            "[--threads 1|2] [--trace FILE] [--keymap flat|hash]\n");
             return 2;
         }
     }
@@ -290,7 +296,7 @@ int main(int argc, char **argv) {
     free(byc), free(cnt);
 
     const uint64_t C = 2000000; // rows per trainer (128 MB at D = 16)
-    bcfg base = {8, BIG, W0, 2, 1, C, 0};
+    bcfg base = {8, BIG, W0, 2, 1, C, 0, keymap};
     bres res;
     int rc = -1;
 #define RUN(label, cfgv)                                                                          \
@@ -313,8 +319,9 @@ int main(int argc, char **argv) {
     double ref_ms = reference_pass_ms(ids, BP_MIN(batches, 60u), BIG, 8);
     printf("reference: one bare dedupe pass over a batch of 16384 (T=8) takes %.2f ms of CPU on this machine now\n\n",
            ref_ms);
-    printf("-- headline: B=16384, T=8, W=%u, P=2, C=%llu rows per trainer, 1 vs 2 threads, reference planner "
-           "(before the fast path) vs oracle, run back to back\n", W0, (unsigned long long)C);
+    printf("-- headline: B=16384, T=8, W=%u, P=2, C=%llu rows per trainer, %s keymap, 1 vs 2 threads, reference "
+           "planner (before the fast path) vs oracle, run back to back\n", W0, (unsigned long long)C,
+           keymap == ORACLE_KEYMAP_HASH ? "hash" : "flat");
     for (uint32_t th = 1; th <= 2; th++) {
         if (only_threads && th != (uint32_t)only_threads) continue;
         bcfg c = base;
@@ -349,6 +356,15 @@ int main(int argc, char **argv) {
             bcfg c = base;
             c.T = Ts[i];
             RUN("trainers", c);
+        }
+        printf("-- keymap (1 and 2 threads): the flat array (key spaces up to 2^28) vs the hash map (beyond)\n");
+        for (int th = 1; th <= 2; th++) {
+            bcfg c = base;
+            c.threads = (uint32_t)th;
+            c.keymap = ORACLE_KEYMAP_FLAT;
+            RUN("keymap flat", c);
+            c.keymap = ORACLE_KEYMAP_HASH;
+            RUN("keymap hash", c);
         }
         printf("-- batch size B (1 and 2 threads)\n");
         for (int th = 1; th <= 2; th++) {

@@ -67,10 +67,16 @@ typedef struct {
     uint32_t samples;
 } slot;
 
+// The hash keymap: open addressing with linear probing, key and value side by side so that a
+// probe that finds its key reads one cache line (four entries a line), at load <= 1/2.
 typedef struct {
-    uint64_t *keys; // (cap) key + 1, 0 = empty
-    uint64_t *vals; // (cap)
-    uint64_t cap, n;
+    uint64_t key; // key + 1, 0 = empty
+    uint64_t val;
+} hent;
+
+typedef struct {
+    hent *e;            // (cap)
+    uint64_t cap, mask, n;
 } hmap;
 
 typedef struct {
@@ -158,43 +164,58 @@ static void big_free(void *p, size_t n) {
 // ---------------------------------------------------------------------------------------------
 // Keymap
 
+// Large tables are mapped (huge pages from 32 MiB on: the probes are random); out of memory aborts,
+// like the other allocations of the steady state.
 static void hmap_init(hmap *h, uint64_t cap) {
-    h->cap = cap, h->n = 0;
-    h->keys = bp_xcalloc(cap, sizeof *h->keys);
-    h->vals = bp_xcalloc(cap, sizeof *h->vals);
+    h->cap = cap, h->mask = cap - 1, h->n = 0;
+    h->e = big_alloc((size_t)cap * sizeof *h->e);
+    if (!h->e) bp_panic(__FILE__, __LINE__, "oracle: out of memory for a keymap of %llu entries", (unsigned long long)cap);
 }
 
 static void hmap_free(hmap *h) {
-    free(h->keys);
-    free(h->vals);
+    if (h->e) big_free(h->e, (size_t)h->cap * sizeof *h->e);
     memset(h, 0, sizeof *h);
 }
 
+static inline uint64_t hmap_home(const hmap *h, uint64_t key) { return bp_mix64(key) & h->mask; }
+
+// Starts loading, for writing, the line where key's probe begins (its entry, nearly always).
+static inline void hmap_prefetch(const hmap *h, uint64_t key) { __builtin_prefetch(&h->e[hmap_home(h, key)], 1); }
+
 static uint64_t *hmap_slot(hmap *h, uint64_t key, int insert);
 
+// hmap_slot(h, key, 1), with the common case (the key at its home) inline.
+static inline uint64_t *hmap_upsert(hmap *h, uint64_t key) {
+    hent *e = &h->e[hmap_home(h, key)];
+    return e->key == key + 1 ? &e->val : hmap_slot(h, key, 1);
+}
+
+// Doubles the table.  The old entries are reinserted in table order: each lands at its old home or
+// that plus the old capacity, so the writes go to two nearly sequential streams.
 static void hmap_grow(hmap *h) {
     hmap old = *h;
     hmap_init(h, old.cap * 2);
     for (uint64_t i = 0; i < old.cap; i++)
-        if (old.keys[i]) *hmap_slot(h, old.keys[i] - 1, 1) = old.vals[i];
+        if (old.e[i].key) *hmap_slot(h, old.e[i].key - 1, 1) = old.e[i].val;
     hmap_free(&old);
 }
 
 // The value slot of key; with insert, creates it (value 0) if absent, else returns NULL if absent.
 static uint64_t *hmap_slot(hmap *h, uint64_t key, int insert) {
-    uint64_t mask = h->cap - 1, i = bp_mix64(key) & mask;
+    uint64_t i = hmap_home(h, key);
     for (;;) {
-        if (h->keys[i] == key + 1) return &h->vals[i];
-        if (h->keys[i] == 0) {
+        hent *e = &h->e[i];
+        if (e->key == key + 1) return &e->val;
+        if (e->key == 0) {
             if (!insert) return NULL;
             if (2 * (h->n + 1) > h->cap) {
                 hmap_grow(h);
                 return hmap_slot(h, key, 1);
             }
-            h->keys[i] = key + 1, h->vals[i] = 0, h->n++;
-            return &h->vals[i];
+            e->key = key + 1, e->val = 0, h->n++;
+            return &e->val;
         }
-        i = (i + 1) & mask;
+        i = (i + 1) & h->mask;
     }
 }
 
@@ -279,8 +300,11 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
             const uint64_t base = off[f];
             for (uint32_t s = 0; s < len; s++) {
                 uint32_t id = col[s];
-                if (flat && s + IDX_AHEAD_KM < len) __builtin_prefetch(&km[base + col[s + IDX_AHEAD_KM]]);
-                uint64_t *w = flat ? &km[base + id] : hmap_slot(&o->hm, base + id, 1);
+                if (s + IDX_AHEAD_KM < len) {
+                    if (flat) __builtin_prefetch(&km[base + col[s + IDX_AHEAD_KM]]);
+                    else hmap_prefetch(&o->hm, base + col[s + IDX_AHEAD_KM]);
+                }
+                uint64_t *w = flat ? &km[base + id] : hmap_upsert(&o->hm, base + id);
                 uint64_t v = *w;
                 if ((v & KM_ACTIVE) && ((uint32_t)v & ~pos_mask) == tag) {
                     if (u8) susers8[(uint32_t)v & pos_mask] |= (uint8_t)bit; // seen earlier in this batch
@@ -354,6 +378,7 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
         if (k + RETIRE_AHEAD < m) {
             uint32_t oc2 = last[k + RETIRE_AHEAD], a2 = sl->act[oc2];
             if (o->km_flat) __builtin_prefetch(&o->km[slot_key(o, sl, oc2)], 1);
+            else hmap_prefetch(&o->hm, slot_key(o, sl, oc2));
             __builtin_prefetch(&o->act_gate[a2]), __builtin_prefetch(&o->act_state[a2]);
         }
         uint32_t oc = last[k], a = sl->act[oc];
