@@ -68,15 +68,23 @@ typedef struct {
 } slot;
 
 // The hash keymap: open addressing with linear probing, key and value side by side so that a
-// probe that finds its key reads one cache line (four entries a line), at load <= 1/2.
+// probe that finds its key reads one cache line (four entries a line), at load <= 1/2.  It grows
+// without a pause: a doubling allocates the new table and then moves the old one into it a few
+// entries per insert (hmap_grow below), so the indexer never stops for a whole rehash.
 typedef struct {
     uint64_t key; // key + 1, 0 = empty
     uint64_t val;
 } hent;
 
 typedef struct {
-    hent *e;            // (cap)
-    uint64_t cap, mask, n;
+    hent *e;          // (cap) the table new keys go to
+    uint64_t cap, mask;
+    uint64_t live;    // keys in both tables
+    hent *old;        // (old_cap) the table being moved into e, NULL when none
+    uint64_t old_cap, old_mask;
+    uint64_t moved;   // old[0, moved) has been copied to e (and is stale there)
+    hent *next;       // (2 cap) the next doubling's table, being faulted in ahead of use, or NULL
+    size_t next_touched; // its bytes [0, next_touched) are faulted in
 } hmap;
 
 typedef struct {
@@ -166,57 +174,116 @@ static void big_free(void *p, size_t n) {
 
 // Large tables are mapped (huge pages from 32 MiB on: the probes are random); out of memory aborts,
 // like the other allocations of the steady state.
+static hent *hent_alloc(uint64_t cap) {
+    hent *e = big_alloc((size_t)cap * sizeof *e);
+    if (!e) bp_panic(__FILE__, __LINE__, "oracle: out of memory for a keymap of %llu entries", (unsigned long long)cap);
+    return e;
+}
+
 static void hmap_init(hmap *h, uint64_t cap) {
-    h->cap = cap, h->mask = cap - 1, h->n = 0;
-    h->e = big_alloc((size_t)cap * sizeof *h->e);
-    if (!h->e) bp_panic(__FILE__, __LINE__, "oracle: out of memory for a keymap of %llu entries", (unsigned long long)cap);
+    memset(h, 0, sizeof *h);
+    h->cap = cap, h->mask = cap - 1;
+    h->e = hent_alloc(cap);
 }
 
 static void hmap_free(hmap *h) {
     if (h->e) big_free(h->e, (size_t)h->cap * sizeof *h->e);
+    if (h->old) big_free(h->old, (size_t)h->old_cap * sizeof *h->old);
+    if (h->next) big_free(h->next, (size_t)h->cap * 2 * sizeof *h->next);
     memset(h, 0, sizeof *h);
 }
 
-static inline uint64_t hmap_home(const hmap *h, uint64_t key) { return bp_mix64(key) & h->mask; }
+// Entries moved from the old table per insert while a doubling is under way.  The old table has at
+// most cap/4 keys (the new one's cap/2 load bound, halved) and is cap/2 entries long, so it is
+// empty after cap/(2 HMAP_MOVE) inserts, when the new table holds at most cap/4 + cap/(2 HMAP_MOVE)
+// keys: below its own doubling point (cap/2) for HMAP_MOVE >= 2.
+#define HMAP_MOVE 16
 
-// Starts loading, for writing, the line where key's probe begins (its entry, nearly always).
-static inline void hmap_prefetch(const hmap *h, uint64_t key) { __builtin_prefetch(&h->e[hmap_home(h, key)], 1); }
-
-static uint64_t *hmap_slot(hmap *h, uint64_t key, int insert);
-
-// hmap_slot(h, key, 1), with the common case (the key at its home) inline.
-static inline uint64_t *hmap_upsert(hmap *h, uint64_t key) {
-    hent *e = &h->e[hmap_home(h, key)];
-    return e->key == key + 1 ? &e->val : hmap_slot(h, key, 1);
+// The entry of key in table e (mask), or the empty entry where its probe ends.
+static inline hent *hent_probe(hent *e, uint64_t mask, uint64_t key, uint64_t *at) {
+    uint64_t i = bp_mix64(key) & mask;
+    while (e[i].key != key + 1 && e[i].key != 0) i = (i + 1) & mask;
+    *at = i;
+    return &e[i];
 }
 
-// Doubles the table.  The old entries are reinserted in table order: each lands at its old home or
-// that plus the old capacity, so the writes go to two nearly sequential streams.
-static void hmap_grow(hmap *h) {
-    hmap old = *h;
-    hmap_init(h, old.cap * 2);
-    for (uint64_t i = 0; i < old.cap; i++)
-        if (old.e[i].key) *hmap_slot(h, old.e[i].key - 1, 1) = old.e[i].val;
-    hmap_free(&old);
+// Starts loading, for writing, the lines where key's probes begin (its entry, nearly always).
+static inline void hmap_prefetch(const hmap *h, uint64_t key) {
+    uint64_t x = bp_mix64(key);
+    __builtin_prefetch(&h->e[x & h->mask], 1);
+    if (h->old) __builtin_prefetch(&h->old[x & h->old_mask], 1);
 }
 
-// The value slot of key; with insert, creates it (value 0) if absent, else returns NULL if absent.
-static uint64_t *hmap_slot(hmap *h, uint64_t key, int insert) {
-    uint64_t i = hmap_home(h, key);
-    for (;;) {
-        hent *e = &h->e[i];
-        if (e->key == key + 1) return &e->val;
-        if (e->key == 0) {
-            if (!insert) return NULL;
-            if (2 * (h->n + 1) > h->cap) {
-                hmap_grow(h);
-                return hmap_slot(h, key, 1);
-            }
-            e->key = key + 1, e->val = 0, h->n++;
-            return &e->val;
-        }
-        i = (i + 1) & h->mask;
+// The value of key where it lives now, or NULL.  A key found in the old table below `moved` has
+// been copied to the new one, which holds its current value.
+static uint64_t *hmap_find(hmap *h, uint64_t key) {
+    uint64_t at;
+    if (h->old) {
+        hent *o = hent_probe(h->old, h->old_mask, key, &at);
+        if (o->key && at >= h->moved) return &o->val;
     }
+    hent *e = hent_probe(h->e, h->mask, key, &at);
+    return e->key ? &e->val : NULL;
+}
+
+// Copies up to n entries of the old table into the new one; frees the old table when done.
+static void hmap_move(hmap *h, uint64_t n) {
+    uint64_t end = BP_MIN(h->old_cap, h->moved + n), at;
+    for (; h->moved < end; h->moved++) {
+        const hent *o = &h->old[h->moved];
+        if (!o->key) continue;
+        hent *e = hent_probe(h->e, h->mask, o->key - 1, &at);
+        BP_ASSERT(e->key == 0);
+        *e = *o;
+    }
+    if (h->moved == h->old_cap) {
+        big_free(h->old, (size_t)h->old_cap * sizeof *h->old);
+        h->old = NULL, h->old_cap = h->old_mask = h->moved = 0;
+    }
+}
+
+// Starts a doubling: the full table becomes the old one, moved over by later inserts.
+static void hmap_grow(hmap *h) {
+    BP_ASSERT(!h->old);
+    h->old = h->e, h->old_cap = h->cap, h->old_mask = h->mask, h->moved = 0;
+    h->e = h->next ? h->next : hent_alloc(h->cap * 2);
+    h->next = NULL, h->next_touched = 0;
+    h->cap *= 2, h->mask = h->cap - 1;
+}
+
+// Faults in the next doubling's table a page at a time, from load 1/4 on, so that the new
+// table's pages are mapped before inserts land on them at random: a first touch costs a page
+// fault (on this VM 5-13 ms per 2 MiB huge page, more than a batch's planning), and a fresh table
+// would take them all in the first batch after the doubling.  The 32 cap bytes of the next table
+// are spread over the inserts from load 1/4 on, 256 bytes each, so they are all mapped at about
+// load 3/8 (or somewhat later when the previous doubling was still moving entries at load 1/4).
+static void hmap_prefault(hmap *h) {
+    if (h->old || 4 * h->live < h->cap) return;
+    size_t bytes = (size_t)h->cap * 2 * sizeof *h->next;
+    if (!h->next) h->next = hent_alloc(h->cap * 2), h->next_touched = 0;
+    size_t end = BP_MIN(bytes, h->next_touched + 256);
+    for (size_t b = (h->next_touched + 4095) / 4096 * 4096; b < end; b += 4096) ((volatile char *)h->next)[b] = 0;
+    h->next_touched = end;
+}
+
+// The value slot of key, created (value 0) if absent.
+static uint64_t *hmap_upsert_slow(hmap *h, uint64_t key) {
+    uint64_t *v = hmap_find(h, key);
+    if (v) return v;
+    if (h->old) hmap_move(h, HMAP_MOVE);
+    else if (2 * (h->live + 1) > h->cap) hmap_grow(h), hmap_move(h, HMAP_MOVE);
+    else hmap_prefault(h);
+    BP_ASSERT(2 * (h->live + 1) <= h->cap);
+    uint64_t at;
+    hent *e = hent_probe(h->e, h->mask, key, &at);
+    e->key = key + 1, e->val = 0, h->live++;
+    return &e->val;
+}
+
+// hmap_upsert_slow with the common case (no doubling under way, the key at its home) inline.
+static inline uint64_t *hmap_upsert(hmap *h, uint64_t key) {
+    hent *e = &h->e[bp_mix64(key) & h->mask];
+    return e->key == key + 1 && !h->old ? &e->val : hmap_upsert_slow(h, key);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -385,7 +452,7 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
         uint64_t key = slot_key(o, sl, oc);
         BP_ASSERTF(o->act_state[a] == RES_NONE, "oracle: key %llu resident with no use in the window",
                    (unsigned long long)key);
-        uint64_t *w = o->km_flat ? &o->km[key] : hmap_slot(&o->hm, key, 0);
+        uint64_t *w = o->km_flat ? &o->km[key] : hmap_find(&o->hm, key);
         BP_ASSERTF(w && *w == (KM_ACTIVE | (uint64_t)a << 32 | (tag | oc)), "oracle: keymap of key %llu",
                    (unsigned long long)key);
         *w = o->act_gate[a];
@@ -408,7 +475,7 @@ static double thread_cpu(void) {
 }
 
 static void publish_mem(oracle_impl *o) {
-    o->pub_acts = o->act_hw, o->pub_occ = o->occ_hw, o->pub_hm_cap = o->hm.cap;
+    o->pub_acts = o->act_hw, o->pub_occ = o->occ_hw, o->pub_hm_cap = o->hm.cap + o->hm.old_cap + o->hm.next_touched / sizeof(hent);
 }
 
 static void *indexer_thread(void *arg) {
@@ -772,7 +839,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
         o->km = big_alloc(o->km_bytes);
         oom = oom || !o->km;
     } else {
-        hmap_init(&o->hm, 1024);
+        hmap_init(&o->hm, 16);
     }
     out->impl = o;
     if (oom) {

@@ -44,7 +44,9 @@
 // the index of its active record and its latest occurrence).  The key space fits a flat array
 // when K <= 2^28 (2 GiB; Criteo Kaggle: 33.8M keys -> 270 MB, mapped lazily so untouched keys
 // cost nothing); beyond that (hashed id spaces) an open-addressing hash map of touched keys,
-// 16 bytes per entry at load <= 1/2.  Active records (keys occurring in a held batch, which
+// 16 bytes per entry at load <= 1/2, which doubles without a pause (the next table is faulted in
+// ahead and the old one moved into it a few entries per insert: up to three tables' worth, 48
+// bytes per entry of the current one, while that happens).  Active records (keys occurring in a held batch, which
 // includes every resident key): 13 bytes (state, gate, free-list entry).  Occurrences (one per
 // unique key per held batch): 13 bytes when K <= 2^32 and T <= 8 (4-byte key, 1-byte users mask),
 // up to 24 otherwise.  Belady bucket entries (resident keys not needed soon): 8 bytes.  Indexer
