@@ -134,10 +134,29 @@ void role_keymap_del(role_keymap *m, uint64_t key) {
 // ---------------------------------------------------------------------------------------------
 // Row sets
 
-int role_rows_init(role_rows *r, const emb_layout *L, uint64_t *keys, uint64_t n) {
+void role_keydir_init(role_keydir *d, const uint64_t *keys, uint64_t n, uint64_t K, int parts) {
+    int shift = 3;
+    while (((uint64_t)1 << shift) < 8 * (uint64_t)(parts > 0 ? parts : 1)) shift++;
+    d->shift = shift, d->n_dir = (K >> shift) + 1;
+    BP_ASSERT(n == 0 || keys[n - 1] < K);
+    d->first = bp_xmalloc((d->n_dir + 1) * sizeof *d->first);
+    uint64_t j = 0;
+    for (uint64_t i = 0; i <= d->n_dir; i++) {
+        while (j < n && (keys[j] >> shift) < i) j++;
+        d->first[i] = j;
+    }
+}
+
+void role_keydir_free(role_keydir *d) {
+    free(d->first);
+    memset(d, 0, sizeof *d);
+}
+
+int role_rows_init(role_rows *r, const emb_layout *L, uint64_t *keys, uint64_t n, int parts) {
     memset(r, 0, sizeof *r);
     r->keys = keys, r->n = n, r->stride = L->stride;
     r->bytes = (size_t)(n ? n : 1) * (size_t)L->stride * sizeof(float);
+    role_keydir_init(&r->dir, keys, n, L->rows, parts);
     r->rows = bp_alloc_huge(r->bytes);
     if (!r->rows) return bp_fail(BP_ENOMEM, "cannot map %zu bytes for %llu rows", r->bytes, (unsigned long long)n);
     for (uint64_t j = 0; j < n; j++) emb_row_init(L, keys[j], role_rows_at(r, (int64_t)j));
@@ -147,17 +166,8 @@ int role_rows_init(role_rows *r, const emb_layout *L, uint64_t *keys, uint64_t n
 void role_rows_free(role_rows *r) {
     free(r->keys);
     if (r->rows) bp_free_huge(r->rows, r->bytes);
+    role_keydir_free(&r->dir);
     memset(r, 0, sizeof *r);
-}
-
-int64_t role_rows_slot(const role_rows *r, uint64_t key) {
-    uint64_t lo = 0, hi = r->n;
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (r->keys[mid] < key) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < r->n && r->keys[lo] == key ? (int64_t)lo : -1;
 }
 
 void role_merge_apply(const emb_opt *o, role_rows *dst, int T, const uint64_t *const *keys,

@@ -2,8 +2,9 @@
 //
 // The shard: the keys k with msg_server_of(k, S) == s, ascending (keys[slot]), and their rows
 // (slot, stride) with the optimizer state inside each row, initialised with emb_row_init so that
-// every value equals the local table's.  key -> slot is a binary search over keys: 8 bytes per
-// row, no other index.
+// every value equals the local table's.  key -> slot is a directory over keys (role_keydir: one
+// bucket read and a scan of about 8 keys): 8 bytes per row plus one byte per key of the whole
+// space divided by S.
 //
 // Loop (modes sync, static and async): probe any message, receive it into the sender's buffer,
 // handle it:
@@ -53,6 +54,7 @@
 #include "msg.h"
 #include "optim.h"
 #include "plan.h"
+#include "role_loop.h"
 
 typedef struct {
     const train_setup *su;
@@ -60,6 +62,7 @@ typedef struct {
     int s, S, T, first_trainer;
     uint64_t n;      // rows in the shard
     uint64_t *keys;  // (n) ascending
+    role_keydir dir; // over keys
     float *rows;     // (n, stride)
     size_t rows_bytes;
     uint32_t cap;    // most keys in one request or push
@@ -81,15 +84,7 @@ typedef struct {
 
 #define SERVER_PUSH_AHEAD 64 // most pushes of one trainer queued ahead of the others'
 
-static int64_t slot_of(const server *sv, uint64_t key) {
-    uint64_t lo = 0, hi = sv->n;
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (sv->keys[mid] < key) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < sv->n && sv->keys[lo] == key ? (int64_t)lo : -1;
-}
+static int64_t slot_of(const server *sv, uint64_t key) { return role_keydir_find(&sv->dir, sv->keys, key); }
 
 static int server_init(server *sv, const train_setup *su, const dist_layout *l, int s) {
     memset(sv, 0, sizeof *sv);
@@ -112,6 +107,7 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
             emb_row_init(L, k, sv->rows + j * (size_t)L->stride);
             j++;
         }
+    role_keydir_init(&sv->dir, sv->keys, n, L->rows, sv->S);
     if (su->ck.from[0]) { // resuming: the shard of the checkpoint, and its iteration
         if ((rc = ckpt_run_load_shard(su, L, s, sv->S, sv->keys, sv->rows, n))) return rc;
         sv->applied = su->ck.start_iter;
@@ -149,6 +145,7 @@ static void server_free(server *sv) {
     free(sv->push_next), free(sv->req_iter);
     free(sv->reply_req), free(sv->reply_busy), free(sv->sum), free(sv->cur), free(sv->keys);
     if (sv->rows) bp_free_huge(sv->rows, sv->rows_bytes);
+    role_keydir_free(&sv->dir);
     memset(sv, 0, sizeof *sv);
 }
 

@@ -84,7 +84,7 @@ static int ss_init(sstate *ss, const train_setup *su, const dist_layout *l, int 
     uint64_t *keys = bp_xmalloc((n ? n : 1) * sizeof *keys), j = 0;
     for (uint64_t k = 0; k < L->rows; k++)
         if (msg_server_of(k, T) == (uint32_t)i) keys[j++] = k;
-    if ((rc = role_rows_init(&ss->shard, L, keys, n)))
+    if ((rc = role_rows_init(&ss->shard, L, keys, n, T)))
         return bp_fail(rc, "trainer %d: shard of %llu rows: %s", i, (unsigned long long)n, bp_errmsg(rc));
     if (su->ck.from[0]) { // resuming: the shard and the dense replica of the checkpoint
         char name[CKPT_NAME_MAX];

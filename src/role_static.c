@@ -145,7 +145,7 @@ static int st_init(ststate *ss, const train_setup *su, const dist_layout *l, int
         free(keys);
         return bp_fail(BP_EUSAGE, "--static-rows %lld: at most %d rows can be pinned", (long long)want, MSG_MAX_N);
     }
-    if ((rc = role_rows_init(&ss->hot, L, keys, n)))
+    if ((rc = role_rows_init(&ss->hot, L, keys, n, 1))) // the hottest rows: clustered
         return bp_fail(rc, "trainer %d: %llu pinned rows: %s", i, (unsigned long long)n, bp_errmsg(rc));
     if (su->ck.from[0] && // resuming: the pinned replica (trainer 0's part) and the dense replica
         ((rc = ckpt_run_load_rows(su, "trainer-0.bin", ss->hot.keys, ss->hot.rows, n, L->stride)) ||

@@ -12,6 +12,7 @@
 #include "data_bin.h"
 #include "msg.h"
 #include "dist_util.h"
+#include "role_loop.h"
 #include "test.h"
 
 #define OMPI_ENV "%s"
@@ -81,6 +82,56 @@ TEST(dist_msg_decode_validates) {
 }
 
 // (a) T = 1, S = 1 gives the local trainer's model bit for bit.
+// The key directory of the servers' and trainers' row sets (role_loop.h) against a binary search,
+// for every key of small key spaces and beyond them: hashed shards (as servers and sharded
+// trainers hold), clustered sets (static's hottest rows), empty, full and one-key sets.
+static int64_t bsearch_key(const uint64_t *keys, uint64_t n, uint64_t key) {
+    uint64_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && keys[lo] == key ? (int64_t)lo : -1;
+}
+
+TEST(role_keydir_matches_binary_search) {
+    const uint64_t Ks[] = {1, 7, 64, 1000, 100003};
+    const int parts[] = {1, 2, 3, 8, 64};
+    uint64_t *keys = malloc(100003 * sizeof *keys);
+    for (size_t a = 0; a < sizeof Ks / sizeof *Ks; a++)
+        for (size_t b = 0; b < sizeof parts / sizeof *parts; b++)
+            for (int kind = 0; kind < 5; kind++) {
+                const uint64_t K = Ks[a];
+                const int P = parts[b];
+                uint64_t n = 0;
+                for (uint64_t k = 0; k < K; k++) {
+                    int in = kind == 0   ? msg_server_of(k, P) == (uint32_t)(P - 1) // a hashed shard
+                             : kind == 1 ? k % (K / 3 + 1) < (K / 3 + 1) / 10 + 1   // three clustered runs
+                             : kind == 2 ? 0                                         // empty
+                             : kind == 3 ? 1                                         // every key
+                                         : k == K - 1;                               // the last key only
+                    if (in) keys[n++] = k;
+                }
+                role_keydir d;
+                role_keydir_init(&d, keys, n, K, P);
+                uint64_t bad = 0;
+                for (uint64_t k = 0; k < K + 100; k++) bad += role_keydir_find(&d, keys, k) != bsearch_key(keys, n, k);
+                bad += role_keydir_find(&d, keys, UINT64_MAX >> 1) != -1;
+                if (kind == 1 || kind == 3) { // a bucket holds at most 2^shift keys
+                    for (uint64_t i = 0; i < d.n_dir; i++) bad += d.first[i + 1] - d.first[i] > ((uint64_t)1 << d.shift);
+                }
+                role_keydir_free(&d);
+                if (bad) {
+                    free(keys);
+                    test_fail(__FILE__, __LINE__, "K %llu, parts %d, kind %d: %llu keys found wrong", (unsigned long long)K,
+                              P, kind, (unsigned long long)bad);
+                    return;
+                }
+            }
+    free(keys);
+}
+
 TEST(dist_sync_t1_matches_local) {
     char data[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
