@@ -82,6 +82,7 @@ typedef struct {
     int mode;                   // TRAIN_MODE_*
     uint64_t cache_rows;        // bagpipe: cache capacity per trainer (rows)
     int lookahead, prefetch;    // bagpipe: window W and prefetch distance P (iterations)
+    int oracle_threads;         // bagpipe: 1, or 2 (the planner's indexer on its own thread)
     int staleness;              // async: a cached row may be read up to this many iterations old
     int cache_policy;           // async: TRAIN_CACHE_LRU or TRAIN_CACHE_LFU
     ckpt_opts ck;               // checkpoints and --resume (ckpt_run.h); training starts at ck.start_iter

@@ -1,6 +1,7 @@
 // Multi-rank tests of mode bagpipe (oracle + lookahead cache + prefetch + LRPP sync): the saved
 // model is bit-identical to mode sync at the same T (and to local at T = 1) with a cache small
-// enough to force evictions, refetches and capacity pressure; a cache too small is a clear error.
+// enough to force evictions, refetches and capacity pressure, also with the oracle on two threads
+// (--oracle-threads 2); a cache too small is a clear error.
 // Every job goes through the binary (it launches mpirun itself) under a timeout.
 #include <stdlib.h>
 
@@ -83,7 +84,9 @@ static void check_optimizer(const char *opt, const char *more) {
     ASSERT_PRESSURE(out);
     free(out), out = NULL;
     ASSERT_SAME_MODEL(s3, b);
-    JOB_OK(&out, data, b, "--mode bagpipe --trainers 3 --servers 1 --prefetch 1 --lookahead 16 --cache-rows 80", extra);
+    // The oracle's indexer on its own thread: the same plans, so the same model.
+    JOB_OK(&out, data, b, "--mode bagpipe --trainers 3 --servers 1 --prefetch 1 --lookahead 16 --cache-rows 80 --oracle-threads 2",
+           extra);
     free(out), out = NULL;
     ASSERT_SAME_MODEL(s3, b);
 }
@@ -103,19 +106,21 @@ TEST(bagpipe_rowwise_adagrad_matches_local_and_sync) {
 }
 
 // A cache smaller than the first batches need: the planner's error, with the minimum, and every
-// rank stops (no hang: the timeout would give 124).
+// rank stops (no hang: the timeout would give 124).  The same with the oracle on two threads.
 TEST(bagpipe_cache_too_small) {
     char data[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     ASSERT_OK(bagpipe_dataset(data, 4000, 6));
-    char *out = NULL;
-    int rc = test_run(&out, 30, "%s %s train --mode bagpipe --trainers 2 --servers 1 --cache-rows 5 " BP_MODEL " %s",
-                      dist_test_env(), test_bin(), data);
-    ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
-    ASSERT_STR_CONTAINS(out, "cache too small");
-    ASSERT_STR_CONTAINS(out, "the minimum cache size for this batch is");
-    ASSERT_STR_CONTAINS(out, "holds 5");
-    free(out);
+    for (int threads = 1; threads <= 2; threads++) {
+        char *out = NULL;
+        int rc = test_run(&out, 30, "%s %s train --mode bagpipe --trainers 2 --servers 1 --cache-rows 5 --oracle-threads %d "
+                          BP_MODEL " %s", dist_test_env(), test_bin(), threads, data);
+        ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
+        ASSERT_STR_CONTAINS(out, "cache too small");
+        ASSERT_STR_CONTAINS(out, "the minimum cache size for this batch is");
+        ASSERT_STR_CONTAINS(out, "holds 5");
+        free(out);
+    }
 }
 
 // A plan record that does not list a key the trainer has a gradient for (the test hook
