@@ -37,7 +37,7 @@ done
 # Exact names ("=NAME") for the single-process files' tests; substrings for the single-process
 # tests inside the multi-rank files (they call the decoder or the cache directly) and for the
 # multi-rank filters.  One runner invocation, whose last line is its summary.
-args=($(names_in "${single[@]}" | sed 's/^/=/') dist_msg_decode_validates =async_cache_lru =async_cache_lfu =async_cache_staleness async_bad_flags
+args=($(names_in "${single[@]}" | sed 's/^/=/') dist_msg_decode_validates =role_keydir_matches_binary_search =async_cache_lru =async_cache_lfu =async_cache_staleness async_bad_flags
       suite_table_check $SAN_MPI_FILTERS)
 echo "sanitizers: address,undefined (build-san/)"
 exec build-san/test_bagpipe "${args[@]}"
