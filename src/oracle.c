@@ -69,8 +69,9 @@ typedef struct {
 
 // The hash keymap: open addressing with linear probing, key and value side by side so that a
 // probe that finds its key reads one cache line (four entries a line), at load <= 1/2.  It grows
-// without a pause: a doubling allocates the new table and then moves the old one into it a few
-// entries per insert (hmap_grow below), so the indexer never stops for a whole rehash.
+// without a pause: the next table is faulted in a page at a time from load 1/4 (hmap_prefault),
+// and at load 1/2 the old table is moved into it a few entries per insert (hmap_grow, hmap_move),
+// so the indexer never stops for a whole rehash or for the page faults of a fresh table.
 typedef struct {
     uint64_t key; // key + 1, 0 = empty
     uint64_t val;
