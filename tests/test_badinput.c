@@ -333,6 +333,33 @@ TEST(badinput_metrics_write_error) {
     EXPECT(0, cmd("cat %s", old), "{}");
 }
 
+// A metrics file that is something else (the dataset itself, a model part, a raw log) is refused
+// before training and left as it was: the lines used to be appended to it, which damaged the
+// dataset (`info` then said it was truncated or damaged).  An empty file, a metrics file and a
+// character device are appended to as before.
+TEST(badinput_metrics_file_is_not_metrics) {
+    const char *d = dataset("d.bin", 500);
+    struct stat before, after;
+    ASSERT_EQ(stat(d, &before), 0);
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 -m %s", test_bin(), d, d), 2);
+    ASSERT_STR_CONTAINS(out, "--metrics");
+    ASSERT_STR_CONTAINS(out, "d.bin: exists and is not a JSON-lines metrics file");
+    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
+    free(out);
+    ASSERT_EQ(stat(d, &after), 0);
+    ASSERT_EQ(after.st_size, before.st_size);
+    EXPECT(0, cmd("%s info %s", test_bin(), d), "checksums verified");
+    const char *m = test_path("model");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 --save %s", test_bin(), d, m), "saved model");
+    EXPECT(2, cmd("%s train %s " TINY " --iters 2 -m %s/dense.bin", test_bin(), d, m), "model/dense.bin: exists and is not");
+    EXPECT(0, cmd("%s eval --load %s %s", test_bin(), m, d), "AUC");
+    const char *empty = write_file("empty.jsonl", "", 0), *old = write_file("old.jsonl", "{}\n", 3);
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 -m %s && %s train %s " TINY " --iters 2 -m %s && "
+                  "grep -c summary %s %s", test_bin(), d, empty, test_bin(), d, old, empty, old), "empty.jsonl:1", "old.jsonl:1");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 -m /dev/stdout", test_bin(), d), "\"event\":\"summary\"");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unreadable paths
 
