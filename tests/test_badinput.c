@@ -276,6 +276,24 @@ TEST(badinput_empty_dataset_file) {
         EXPECT(1, cmd("%s %s %s", test_bin(), cmds[i], e), "empty.bin: empty or truncated dataset (0 bytes)");
 }
 
+// A dataset that is not a regular file: a FIFO without a writer used to hang every command in
+// open(), and a pipe (`info <(cat D)`) or /dev/null was reported as an empty dataset.
+TEST(badinput_dataset_not_a_regular_file) {
+    const char *fifo = test_path("fifo");
+    ASSERT_EQ(mkfifo(fifo, 0644), 0);
+    static const char *const cmds[] = {"train", "info", "analyze", "eval --load nowhere"}; // dataset first
+    for (size_t i = 0; i < BP_ARRAY_LEN(cmds); i++) {
+        char *out = NULL;
+        int st = test_run(&out, 10, "%s %s %s", test_bin(), cmds[i], fifo);
+        ASSERT_MSG(st == 1 && strstr(out, "fifo: not a regular file (a FIFO); a dataset is mapped in place"),
+                   "%s FIFO: exit %d: %s", cmds[i], st, out ? out : "");
+        free(out);
+    }
+    const char *d = dataset("d.bin", 500);
+    EXPECT(1, cmd("%s info /dev/null", test_bin()), "/dev/null: not a regular file (a character device)");
+    EXPECT(1, cmd("cat %s | %s info /dev/stdin", d, test_bin()), "/dev/stdin: not a regular file (a FIFO)");
+}
+
 TEST(badinput_empty_model_manifest) {
     const char *d = dataset("d.bin", 500);
     const char *m = test_path("model");
