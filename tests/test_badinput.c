@@ -715,6 +715,11 @@ TEST(badinput_flags_that_do_not_apply) {
            "--arch-interaction-op: only --model dlrm has a feature interaction (this is --model wdl)");
     EXPECT(2, cmd("%s train %s --model dcn --arch-mlp-bot 4-16", test_bin(), d),
            "--arch-mlp-bot: only --model dlrm has a bottom MLP (this is --model dcn)");
+    // --iters replaces the epochs: an --epochs beside it used to be ignored (--epochs 3 --iters 50
+    // ran 50 iterations, 1.5 epochs here; --epochs 1 --iters 50 ran past the one epoch).
+    EXPECT(2, cmd("%s train %s " TINY " --epochs 3 --iters 50", test_bin(), d),
+           "--epochs 3: --iters 50 sets the run's length instead", "give one of them");
+    EXPECT(0, cmd("%s train %s " TINY " --epochs 2", test_bin(), d), "(2.00 epochs)");
     // What a mode does read is still accepted, at its default value too.
     EXPECT(0, cmd("%s train %s --model dcn --dcn-rank 0 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 "
                   "--no-eval --iters 2", test_bin(), d), "trained 2");
