@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cachesim.h"
+#include "ckpt.h"
 #include "cli.h"
 #include "cmds.h"
 #include "common.h"
@@ -473,6 +474,11 @@ int cmd_analyze(int argc, char **argv) {
         threads = nc < 1 ? 1 : nc > 64 ? 64 : (int)nc;
     }
     if (simulate) {
+        // The chart directory is checked now, not after a simulation that may take minutes.
+        if (plot_dir && (rc = ckpt_dir_check(plot_dir))) {
+            free(pos);
+            return cmd_exit(bp_fail(rc, "--plot-dir %s", bp_errmsg(rc)));
+        }
         cachesim_cmd_opts so = {.path = pos[0], .split = splits[split], .batch = batch, .json = json,
                                 .threads = threads, .cache = (uint64_t)cache, .rows = (uint64_t)max_rows,
                                 .window = window, .trainers = trainers, .prefetch = prefetch, .dim = dim,

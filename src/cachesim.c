@@ -306,7 +306,11 @@ static int run_none_static(cachesim *cs, int is_static, const cachesim_config *c
 static int run_lru(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
     lru *L = bp_xcalloc(c->T, sizeof *L);
     int rc = 0;
-    for (uint32_t i = 0; i < c->T && !rc; i++) rc = lru_init(&L[i], c->C);
+    // A trainer never holds more rows than there are keys, or lookups in the rows simulated: a
+    // larger cache behaves as one of that size, whose tables are sized by it (sized by C, a cache
+    // far above the dataset's rows took minutes and gigabytes, or failed, for the same result).
+    const uint64_t cap = BP_MAX(1, BP_MIN(c->C, BP_MIN(cs->K, cs->rows * cs->F)));
+    for (uint32_t i = 0; i < c->T && !rc; i++) rc = lru_init(&L[i], cap);
     for (uint64_t r0 = 0; r0 < cs->rows && !rc; r0 += c->B) {
         uint32_t n = (uint32_t)BP_MIN((uint64_t)c->B, cs->rows - r0), nu = 0;
         batch_begin(cs);

@@ -457,6 +457,22 @@ static int looks_valid(const char *dir) {
     return ok;
 }
 
+int64_t ckpt_newest_valid(const char *root) {
+    int64_t *its, newest = -1;
+    int n;
+    if (list_ckpts(root, &its, &n)) {
+        bp_clear_error();
+        return -1;
+    }
+    char dir[4096];
+    for (int i = n - 1; i >= 0 && newest < 0; i--) {
+        ckpt_dir_path(dir, sizeof dir, root, its[i]);
+        if (looks_valid(dir)) newest = its[i];
+    }
+    free(its);
+    return newest;
+}
+
 int ckpt_prune(const char *root, int keep) {
     BP_ASSERT(keep >= 1);
     int64_t *its;

@@ -102,6 +102,9 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
 int ckpt_prune(const char *root, int keep);
 // 1 when dir holds no MANIFEST but ckpt-<iteration> directories (a --checkpoint-dir root).
 int ckpt_is_root(const char *dir);
+// The iteration of the newest checkpoint under root that looks valid (its manifest loads and its
+// parts have their sizes), or -1: none, or no such directory.
+int64_t ckpt_newest_valid(const char *root);
 // Removes a checkpoint directory (its files, then itself).
 int ckpt_remove_dir(const char *dir);
 

@@ -108,6 +108,14 @@ int ckpt_run_setup(train_setup *su) {
     // be created, is refused before any training.
     int rc = want ? ckpt_dir_check(ck->dir) : 0;
     if (rc) return bp_fail(rc, "%s %s", ck->dir == ck->resume ? "--resume" : "--checkpoint-dir", bp_errmsg(rc));
+    // A new run into another run's checkpoints would mix the two: pruning keeps the newest, which
+    // may be the other run's (this run's own were removed as soon as written), and a --resume
+    // after a failure would take them.
+    int64_t old = want && !ck->resume ? ckpt_newest_valid(ck->dir) : -1;
+    if (old >= 0)
+        return bp_fail(BP_EUSAGE, "--checkpoint-dir %s: holds the checkpoints of an earlier run (the newest at iteration "
+                       "%lld); continue that run with --resume %s, or give an empty or new directory", ck->dir,
+                       (long long)old, ck->dir);
     if (!ck->resume) return 0;
     ckpt_manifest *m = bp_xmalloc(sizeof *m);
     int64_t it = 0;

@@ -265,7 +265,7 @@ int bp_fsync_dir(const char *path) {
     return rc;
 }
 
-static const char *file_kind(mode_t m) {
+const char *bp_file_kind(unsigned m) {
     return S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
          : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "an unknown kind";
 }
@@ -275,7 +275,7 @@ int bp_afile_target(const char *path, char **target) {
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         if (S_ISDIR(st.st_mode)) return bp_fail(BP_EINVAL, "%s: is a directory, expected a file name", path);
-        return bp_fail(BP_EINVAL, "%s: not a regular file (%s); refusing to replace it", path, file_kind(st.st_mode));
+        return bp_fail(BP_EINVAL, "%s: not a regular file (%s); refusing to replace it", path, bp_file_kind(st.st_mode));
     }
     // Follow the links one by one rather than with realpath: a dangling link names the file to
     // create.

@@ -125,6 +125,8 @@ typedef struct {
 // The file an atomic write of path replaces (*target, malloc'd), or an error naming path when
 // it exists and is not a regular file.  Nothing is created.
 int bp_afile_target(const char *path, char **target);
+// What a file that is not regular nor a directory is, for messages: "a FIFO", "a character device"...
+const char *bp_file_kind(unsigned m); // m: st_mode
 int bp_afile_open(bp_afile *af, const char *path);
 int bp_afile_write(bp_afile *af, const void *buf, size_t n);
 int bp_afile_pwrite(bp_afile *af, const void *buf, size_t n, uint64_t off);

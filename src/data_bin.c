@@ -407,7 +407,8 @@ void bp_ds_writer_abort(bp_ds_writer *w) {
 
 int bp_ds_open(bp_dataset *ds, const char *path, unsigned flags) {
     memset(ds, 0, sizeof *ds);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO without a writer is refused below instead of waiting forever in open.
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return bp_fail(BP_EIO, "%s: cannot open dataset: %s", path, strerror(errno));
     struct stat st;
     int rc = 0;
@@ -417,6 +418,11 @@ int bp_ds_open(bp_dataset *ds, const char *path, unsigned flags) {
     }
     if (S_ISDIR(st.st_mode)) {
         rc = bp_fail(BP_EINVAL, "%s: is a directory, expected a dataset file", path);
+        goto out_close;
+    }
+    if (!S_ISREG(st.st_mode)) { // a pipe (<(...)) read as "empty", a FIFO hung
+        rc = bp_fail(BP_EINVAL, "%s: not a regular file (%s); a dataset is mapped in place: give the dataset file "
+                     "itself", path, bp_file_kind(st.st_mode));
         goto out_close;
     }
     uint8_t hdr[BP_DS_HEADER_SIZE];

@@ -235,6 +235,17 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
     return rc;
 }
 
+// --split days halves the last input reached: a --max-rows that ends inside the first input
+// leaves no day for train (the dataset used to be written with an empty train split).  Checked
+// after the first pass, before the second.
+static int days_check(const prep_ctx *c) {
+    const prep_opts *o = c->o;
+    if (o->split != PREP_SPLIT_DAYS || c->files_read >= 2) return 0;
+    return bp_fail(BP_EUSAGE, "--split days: --max-rows %llu ends inside the first input (%s), the day that would "
+                   "be halved into val and test: no day is left for train; raise --max-rows or use --split ratio:A,B,C",
+                   (unsigned long long)o->max_rows, o->inputs[0]);
+}
+
 static int prep_pass(prep_ctx *c, int pass) {
     const prep_opts *o = c->o;
     c->pass = pass;
@@ -247,6 +258,7 @@ static int prep_pass(prep_ctx *c, int pass) {
         c->prog.enabled = 0;
     int rc = 0, stop = 0;
     for (int fi = 0; fi < o->n_inputs && !rc && !stop; fi++) rc = prep_file(c, fi, &stop);
+    if (!rc) rc = days_check(c);
     if (!rc) rc = prep_flush(c);
     bp_progress_finish(&c->prog);
     return rc;

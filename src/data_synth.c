@@ -520,6 +520,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
         rep->mean_label /= (double)o.rows;
         rep->mean_prob /= (double)o.rows;
         rep->skew = synth_model_skew(m);
+        rep->hot_share = synth_model_expected_top_share(m, 0.01);
         rep->bias = synth_model_bias(m);
         if (o.format == SYNTH_FMT_BIN) {
             t.rows = o.rows;
@@ -657,8 +658,13 @@ int cmd_synth(int argc, char **argv) {
     for (uint32_t f = 0; f < o.n_tables; f++) total += o.card[f];
     printf("  shape   %u dense, %u tables, %llu rows in all; seed %llu\n", o.n_dense, o.n_tables,
            (unsigned long long)total, (unsigned long long)o.seed);
-    printf("  skew    Zipf exponent %.4f%s\n", rep.skew,
-           o.skew < 0 ? " (calibrated to --hot-share)" : "");
+    // An auto skew can fall short: small tables cap the share the hottest 1% can take (at the
+    // largest exponent, 6, each table's top row takes almost all of its lookups).
+    if (o.skew < 0 && rep.hot_share < o.hot_share - 0.005)
+        printf("  skew    Zipf exponent %.4f (the largest: --hot-share %g is out of reach for these tables, whose "
+               "hottest 1%% of rows take %.1f%% of the lookups at most)\n", rep.skew, o.hot_share, 100 * rep.hot_share);
+    else
+        printf("  skew    Zipf exponent %.4f%s\n", rep.skew, o.skew < 0 ? " (calibrated to --hot-share)" : "");
     printf("  labels  base rate %.2f%%, mean true probability %.2f%%, logit bias %.4f\n", 100 * rep.mean_label,
            100 * rep.mean_prob, rep.bias);
     return 0;

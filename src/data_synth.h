@@ -156,6 +156,7 @@ typedef struct {
     double mean_label;   // fraction of positive labels
     double mean_prob;    // mean true click probability
     uint64_t bytes;      // size of the file written
+    double hot_share;    // expected share of lookups the hottest 1% of rows take at `skew`
 } synth_report;
 
 int synth_run(const synth_opts *o, synth_report *rep);

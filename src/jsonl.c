@@ -58,10 +58,28 @@ void jsonl_num(jsonl *j, const char *key, double val) {
     else put(j, b, (size_t)snprintf(b, sizeof b, "%.9g", val));
 }
 
+int jsonl_check(const char *flag, const char *path) {
+    if (!path) return 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0; // missing (created later) or unreadable: jsonl_open says why
+    struct stat st;
+    unsigned char c = '{';
+    // Only regular files are read: a FIFO or a terminal (-m /dev/stdout) is appended to as it is.
+    int bad = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && read(fd, &c, 1) == 1 && c != '{' &&
+              c != '\n';
+    close(fd);
+    if (bad)
+        return bp_fail(BP_EUSAGE, "%s %s: exists and is not a JSON-lines metrics file (it does not start with '{'); "
+                       "metrics are appended only to such a file: choose another name", flag, path);
+    return 0;
+}
+
 int jsonl_open(jsonl_file *jf, const char *flag, const char *path) {
     memset(jf, 0, sizeof *jf);
     jf->flag = flag;
     if (!path) return 0;
+    int chk = jsonl_check(flag, path);
+    if (chk) return chk;
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     jf->created = fd >= 0;
     // EEXIST: an existing file is appended to; so is a symbolic link, whose target is created if

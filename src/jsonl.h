@@ -32,6 +32,10 @@ typedef struct {
 } jsonl_file;
 
 int jsonl_open(jsonl_file *jf, const char *flag, const char *path);
+// Refuses to append to an existing regular file that is not JSON lines (its first byte is not
+// '{'): a dataset, a model part or a raw log named by mistake would be damaged by the lines.
+// jsonl_open checks it too; commands call it before any work.  path NULL is fine.
+int jsonl_check(const char *flag, const char *path);
 // Flushes and closes; returns rc, the caller's own error, if set (a failure of the close then
 // does not replace its message), else the first write error (0 if none).  Safe on a zeroed or
 // closed file.

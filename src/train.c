@@ -415,6 +415,10 @@ static int check_mode_flags(const train_flags *fl, const cli_opt *opts, const cl
                                         train_mode_names[m]);
         return bp_fail(BP_EUSAGE, "--%s: only %s reads it (this is --mode %s)", mode_flags[i].flag, names, mode);
     }
+    // --iters replaces the epochs (it may run past them): an --epochs beside it would be ignored.
+    if (fl->iters && cli_was_given(g, opts, "epochs"))
+        return bp_fail(BP_EUSAGE, "--epochs %d: --iters %lld sets the run's length instead (it may run past the epochs "
+                       "or stop inside one); give one of them", fl->epochs, (long long)fl->iters);
     // Limits of one mode, checked here so that no job starts only to fail in its ranks.
     if (fl->mode == TRAIN_MODE_BAGPIPE && fl->trainers > ORACLE_MAX_TRAINERS)
         return bp_fail(BP_EUSAGE, "--trainers: at most %d with --mode bagpipe (the oracle tracks a key's users in a "
@@ -505,7 +509,7 @@ int cmd_train(int argc, char **argv) {
         CLI_CHOICE("optimizer", 0, &fl.dense_opt, 0, "sgd|adagrad", "dense optimizer"),
         CLI_CHOICE("emb-optimizer", 0, &fl.emb_opt, 0, "sgd|adagrad|rowwise-adagrad", "embedding optimizer (state travels with each row)"),
         CLI_INT("epochs", 0, &fl.epochs, 1, 1, 100000, "passes over the train split"),
-        CLI_I64("iters", 'n', &fl.iters, 0, 0, INT64_MAX / 2, "stop after this many iterations (0: run the epochs)"),
+        CLI_I64("iters", 'n', &fl.iters, 0, 0, INT64_MAX / 2, "run this many iterations instead of --epochs, past them or inside one (0: run the epochs)"),
         CLI_I64("seed", 0, &fl.seed, 1, 0, INT64_MAX, "seed for parameter initialisation"),
         CLI_INT("threads", 0, &fl.threads, 1, 1, 256, "BLAS threads (results are bit-reproducible for a fixed count)"),
         CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations (0: only at the end; --no-eval leaves these)"),
@@ -539,6 +543,8 @@ int cmd_train(int argc, char **argv) {
     if ((rc = check_lr_flags(&fl))) return cmd_exit(rc);
     // A model that cannot be saved is refused before training, not after.
     if (fl.save && (rc = ckpt_dir_check(fl.save))) return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
+    // Nor is a metrics file that is something else (the dataset itself, a model part).
+    if ((rc = jsonl_check("--metrics", fl.metrics))) return cmd_exit(rc);
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
 
     bp_dataset ds;

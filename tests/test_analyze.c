@@ -254,3 +254,28 @@ TEST(analyze_cli_errors_and_cachesim_hook) {
     ASSERT_STR_CONTAINS(out, "--threads: 65 is out of range [0, 64]");
     free(out);
 }
+
+// --plot-dir is checked before the simulation, as train checks --save before training: a file in
+// the way, or a parent that does not exist, used to fail only after every policy had run (on a
+// real dataset, minutes), and the message of a file did not name the flag.
+TEST(analyze_plot_dir_checked_before_simulating) {
+    char *out = NULL;
+    const char *path = test_path("t.bin");
+    ASSERT_OK(write_tiny(path, 100));
+    static const char *const bad[][2] = {
+        {"t.bin", "--plot-dir %s: exists and is not a directory"},
+        {"no/such/dir", "--plot-dir %s: cannot create: directory"},
+    };
+    for (size_t k = 0; k < BP_ARRAY_LEN(bad); k++) {
+        char dir[600], want[700];
+        snprintf(dir, sizeof dir, "%s", test_path(bad[k][0]));
+        snprintf(want, sizeof want, bad[k][1], dir);
+        ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 50 -b 10 --plot-dir %s %s", test_bin(), dir, path), 1);
+        ASSERT_STR_CONTAINS(out, want);
+        ASSERT_MSG(!strstr(out, "cache simulation of"), "it simulated before refusing: %s", out);
+        free(out);
+    }
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 50 -b 10 --plot-dir %s %s", test_bin(), test_path("plots"), path), 0);
+    ASSERT_STR_CONTAINS(out, "cachesim.json");
+    free(out);
+}

@@ -276,6 +276,24 @@ TEST(badinput_empty_dataset_file) {
         EXPECT(1, cmd("%s %s %s", test_bin(), cmds[i], e), "empty.bin: empty or truncated dataset (0 bytes)");
 }
 
+// A dataset that is not a regular file: a FIFO without a writer used to hang every command in
+// open(), and a pipe (`info <(cat D)`) or /dev/null was reported as an empty dataset.
+TEST(badinput_dataset_not_a_regular_file) {
+    const char *fifo = test_path("fifo");
+    ASSERT_EQ(mkfifo(fifo, 0644), 0);
+    static const char *const cmds[] = {"train", "info", "analyze", "eval --load nowhere"}; // dataset first
+    for (size_t i = 0; i < BP_ARRAY_LEN(cmds); i++) {
+        char *out = NULL;
+        int st = test_run(&out, 10, "%s %s %s", test_bin(), cmds[i], fifo);
+        ASSERT_MSG(st == 1 && strstr(out, "fifo: not a regular file (a FIFO); a dataset is mapped in place"),
+                   "%s FIFO: exit %d: %s", cmds[i], st, out ? out : "");
+        free(out);
+    }
+    const char *d = dataset("d.bin", 500);
+    EXPECT(1, cmd("%s info /dev/null", test_bin()), "/dev/null: not a regular file (a character device)");
+    EXPECT(1, cmd("cat %s | %s info /dev/stdin", d, test_bin()), "/dev/stdin: not a regular file (a FIFO)");
+}
+
 TEST(badinput_empty_model_manifest) {
     const char *d = dataset("d.bin", 500);
     const char *m = test_path("model");
@@ -331,6 +349,33 @@ TEST(badinput_metrics_write_error) {
     ASSERT_MSG(access(fresh, F_OK) != 0, "the empty metrics file of a failed run was left behind");
     EXPECT(1, cmd("%s train %s " TINY " --iters 50 --learning-rate 1e6 -m %s", test_bin(), d, old), "the loss is");
     EXPECT(0, cmd("cat %s", old), "{}");
+}
+
+// A metrics file that is something else (the dataset itself, a model part, a raw log) is refused
+// before training and left as it was: the lines used to be appended to it, which damaged the
+// dataset (`info` then said it was truncated or damaged).  An empty file, a metrics file and a
+// character device are appended to as before.
+TEST(badinput_metrics_file_is_not_metrics) {
+    const char *d = dataset("d.bin", 500);
+    struct stat before, after;
+    ASSERT_EQ(stat(d, &before), 0);
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 -m %s", test_bin(), d, d), 2);
+    ASSERT_STR_CONTAINS(out, "--metrics");
+    ASSERT_STR_CONTAINS(out, "d.bin: exists and is not a JSON-lines metrics file");
+    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
+    free(out);
+    ASSERT_EQ(stat(d, &after), 0);
+    ASSERT_EQ(after.st_size, before.st_size);
+    EXPECT(0, cmd("%s info %s", test_bin(), d), "checksums verified");
+    const char *m = test_path("model");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 --save %s", test_bin(), d, m), "saved model");
+    EXPECT(2, cmd("%s train %s " TINY " --iters 2 -m %s/dense.bin", test_bin(), d, m), "model/dense.bin: exists and is not");
+    EXPECT(0, cmd("%s eval --load %s %s", test_bin(), m, d), "AUC");
+    const char *empty = write_file("empty.jsonl", "", 0), *old = write_file("old.jsonl", "{}\n", 3);
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 -m %s && %s train %s " TINY " --iters 2 -m %s && "
+                  "grep -c summary %s %s", test_bin(), d, empty, test_bin(), d, old, empty, old), "empty.jsonl:1", "old.jsonl:1");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 -m /dev/stdout", test_bin(), d), "\"event\":\"summary\"");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -673,6 +718,11 @@ TEST(badinput_flags_that_do_not_apply) {
            "--arch-interaction-op: only --model dlrm has a feature interaction (this is --model wdl)");
     EXPECT(2, cmd("%s train %s --model dcn --arch-mlp-bot 4-16", test_bin(), d),
            "--arch-mlp-bot: only --model dlrm has a bottom MLP (this is --model dcn)");
+    // --iters replaces the epochs: an --epochs beside it used to be ignored (--epochs 3 --iters 50
+    // ran 50 iterations, 1.5 epochs here; --epochs 1 --iters 50 ran past the one epoch).
+    EXPECT(2, cmd("%s train %s " TINY " --epochs 3 --iters 50", test_bin(), d),
+           "--epochs 3: --iters 50 sets the run's length instead", "give one of them");
+    EXPECT(0, cmd("%s train %s " TINY " --epochs 2", test_bin(), d), "(2.00 epochs)");
     // What a mode does read is still accepted, at its default value too.
     EXPECT(0, cmd("%s train %s --model dcn --dcn-rank 0 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 "
                   "--no-eval --iters 2", test_bin(), d), "trained 2");

@@ -390,6 +390,36 @@ TEST(ckpt_config_mismatch_is_refused) {
     free(out);
 }
 
+// A new run (no --resume) whose --checkpoint-dir holds another run's checkpoints is refused before
+// training: it used to train, and its pruning kept the newest checkpoints, the other run's, so
+// its own were removed as soon as written and a --resume after a failure took the other run's.
+// A leftover without a manifest (a run killed inside its first checkpoint) is no checkpoint and
+// does not stop a new run.
+TEST(ckpt_new_run_into_another_runs_checkpoints_is_refused) {
+    ASSERT_OK(make_data());
+    char root[512];
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    TRAIN_OK("", "--iters 120 --checkpoint-every 50 --checkpoint-dir %s", root);
+    ASSERT_TRUE(ckpt_valid(root, 50) && ckpt_valid(root, 100));
+    char *out = NULL;
+    int st = train(&out, "", "--iters 60 --checkpoint-every 25 --learning-rate 0.5 --checkpoint-dir %s", root);
+    ASSERT_MSG(st == 2, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "--checkpoint-dir");
+    ASSERT_STR_CONTAINS(out, "holds the checkpoints of an earlier run (the newest at iteration 100); continue "
+                             "that run with --resume");
+    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
+    free(out);
+    ASSERT_TRUE(ckpt_valid(root, 50) && ckpt_valid(root, 100) && !ckpt_exists(root, 25));
+    // --resume continues into the same directory as before
+    TRAIN_OK("", "--iters 160 --checkpoint-every 50 --resume %s", root);
+    ASSERT_TRUE(ckpt_valid(root, 150));
+    char left[512];
+    snprintf(left, sizeof left, "%s", test_path("left"));
+    ASSERT_OK(fake_ckpt(left, 25, 0));
+    TRAIN_OK("", "--iters 60 --checkpoint-every 25 --checkpoint-dir %s", left);
+    ASSERT_TRUE(ckpt_valid(left, 50));
+}
+
 // Disk full while checkpointing: a 128 KiB tmpfs holds one checkpoint (about 84 KiB in pages) but
 // not two at once.  Default: the run stops with the reason, non-zero; --on-checkpoint-error
 // continue trains on; the previous checkpoint stays valid and resumable either way.  A run whose

@@ -949,6 +949,30 @@ TEST(prep_splits_in_the_dataset) {
     bp_ds_close(&ds);
 }
 
+// days with a --max-rows that ends inside the first file: that file would be the one halved, and
+// no day is left for train.  Refused (with either id mapping, after the first pass), nothing
+// written; it used to write a dataset of train 0 rows that `train` then refused.
+TEST(prep_days_max_rows_inside_the_first_file) {
+    const char *d[2] = {criteo_file("s0.tsv", 0, 40), criteo_file("s1.tsv", 40, 30)};
+    const char *out = tpath("s.bin");
+    static const char *const ids[] = {"", "--max-ind-range 1000"};
+    char *msg = NULL;
+    for (size_t i = 0; i < BP_ARRAY_LEN(ids); i++) {
+        ASSERT_EQ(test_run(&msg, 20, "%s prep -q %s --max-rows 40 --split days -o %s %s %s", test_bin(), ids[i], out,
+                           d[0], d[1]), 2);
+        ASSERT_STR_CONTAINS(msg, "--split days: --max-rows 40 ends inside the first input");
+        ASSERT_STR_CONTAINS(msg, "s0.tsv");
+        free(msg);
+        ASSERT_TRUE(!file_exists(out));
+    }
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q --max-rows 41 --split days -o %s %s %s", test_bin(), out, d[0], d[1]), 0);
+    free(msg);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    ASSERT_TRUE(ds.info.split[0] == 40 && ds.info.split[1] == 1 && ds.info.split[2] == 0);
+    bp_ds_close(&ds);
+}
+
 // A chunk boundary (PREP_CHUNK rows) and a read-block boundary inside one run, with frequency
 // ids: the result must equal a brute-force mapping of a file that spans both.
 TEST(prep_large_input_spans_chunks_and_blocks) {

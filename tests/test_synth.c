@@ -185,6 +185,22 @@ TEST(synth_skew_calibrated_on_a_medium_custom_config) {
     bp_ds_close(&ds);
 }
 
+// An auto skew that cannot reach --hot-share (small tables: each table's hottest row takes almost
+// all of its lookups at the largest exponent, 6) says so with the share it reaches; it used to
+// print "Zipf exponent 6.0000 (calibrated to --hot-share)".  A reachable one still says calibrated.
+TEST(synth_unreachable_hot_share_is_reported) {
+    const char *p = test_path("s.bin");
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 30, "%s synth --tables 10,10 --rows 100 -o %s", test_bin(), p), 0);
+    ASSERT_STR_CONTAINS(out, "Zipf exponent 6.0000 (the largest: --hot-share 0.9 is out of reach for these tables, "
+                             "whose hottest 1% of rows take 49.");
+    ASSERT_MSG(!strstr(out, "calibrated"), "%s", out);
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s synth --tables 1000,50,20000 --rows 100 -o %s", test_bin(), p), 0);
+    ASSERT_STR_CONTAINS(out, "(calibrated to --hot-share)");
+    free(out);
+}
+
 TEST(synth_sampler_follows_zipf) {
     // One table of 1000 rows, exponent 1: rank k has probability (k+1)^-1 / H(1000).
     synth_opts o;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "test.h"
@@ -317,6 +318,46 @@ TEST(train_metrics_plot_sample_axis_labels) {
                                 "'2.5M' 2500000,", "'3M' 3000000)"};
     for (size_t i = 0; i < BP_ARRAY_LEN(want); i++)
         ASSERT_MSG(strstr(out, want[i]), "no tick %s in: %s", want[i], out);
+    free(out);
+}
+
+// The image's format follows -o: a name that is neither .png nor .svg is refused before drawing
+// (it used to get PNG bytes: curves.jpg, curves.SVG), and a directory is named as such (it used
+// to end in a Python traceback after the image was drawn).
+TEST(train_metrics_plot_output_names) {
+    if (test_run(NULL, 10, "command -v python3") != 0) {
+        test_skip("python3 missing: plot tool not checked");
+        return;
+    }
+    char path[600], fake[600];
+    snprintf(path, sizeof path, "%s/m.jsonl", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    for (int i = 1; i <= 3; i++) fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.5}\n", i, 64 * i);
+    fclose(f);
+    ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s/gpfake %s/adir", test_tmpdir(), test_tmpdir()), 0);
+    snprintf(fake, sizeof fake, "%s/gpfake/gnuplot", test_tmpdir());
+    ASSERT_EQ(write_gnuplot_keeper(fake), 0);
+    char *out = NULL;
+    int st = test_run(&out, 60, "PATH=%s/gpfake:$PATH python3 tools/plot_metrics.py %s -o %s/adir", test_tmpdir(), path,
+                      test_tmpdir());
+    ASSERT_MSG(st == 1 && strstr(out, "adir: is a directory, expected an image file name") && !strstr(out, "Traceback"),
+               "exit %d: %s", st, out);
+    free(out);
+    static const char *const bad[] = {"c.jpg", "curves"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(bad); i++) {
+        char img[700];
+        snprintf(img, sizeof img, "%s/%s", test_tmpdir(), bad[i]);
+        st = test_run(&out, 60, "PATH=%s/gpfake:$PATH python3 tools/plot_metrics.py %s -o %s", test_tmpdir(), path, img);
+        ASSERT_MSG(st == 2, "exit %d: %s", st, out);
+        ASSERT_STR_CONTAINS(out, "expected a .png or .svg file name");
+        ASSERT_MSG(access(img, F_OK) != 0, "%s was written", img);
+        free(out);
+    }
+    st = test_run(&out, 60, "GP_SCRIPT=%s/gp.txt PATH=%s/gpfake:$PATH python3 tools/plot_metrics.py %s -o %s/C.SVG && "
+                  "grep ^set.terminal %s/gp.txt", test_tmpdir(), test_tmpdir(), path, test_tmpdir(), test_tmpdir());
+    ASSERT_MSG(st == 0, "exit %d: %s", st, out);
+    ASSERT_STR_CONTAINS(out, "set terminal svg");
     free(out);
 }
 

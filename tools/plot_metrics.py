@@ -101,6 +101,13 @@ def main():
     ap.add_argument("--label", action="append", help="curve label per file")
     ap.add_argument("--title", default="bagpipe training")
     a = ap.parse_args()
+    # The format follows the name; any other name used to get PNG bytes (-o curves.jpg, .SVG), and
+    # a directory a traceback once the image was drawn.
+    ext = os.path.splitext(a.out)[1].lower()
+    if os.path.isdir(a.out):
+        sys.exit(f"{a.out}: is a directory, expected an image file name (.png or .svg)")
+    if ext not in (".png", ".svg"):
+        ap.error(f"-o {a.out}: expected a .png or .svg file name")
     labels = a.label or [os.path.basename(p) for p in a.files]
     if len(labels) != len(a.files):
         sys.exit("--label must be given once per file")
@@ -134,7 +141,7 @@ def main():
             if ev:
                 plots_loss.append(f"{gp_str(ef)} using 1:2 with linespoints title {gp_str(f'{lab} {split} logloss')}")
                 plots_auc.append(f"{gp_str(ef)} using 1:3 with linespoints title {gp_str(f'{lab} {split} AUC')}")
-        svg = a.out.endswith(".svg")
+        svg = ext == ".svg"
         width = 1000 if plots_auc else 560
         # The image goes to a temporary name next to the output and is renamed once complete.
         fd, part = tempfile.mkstemp(dir=out_dir, prefix="." + os.path.basename(a.out) + ".",
