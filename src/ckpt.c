@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -439,6 +440,89 @@ int ckpt_remove_dir(const char *dir) {
     closedir(d);
     if (!rc && rmdir(dir) != 0) rc = bp_fail(BP_EIO, "%s: cannot remove: %s", dir, strerror(errno));
     return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Staged replacement of a saved model (ckpt.h)
+
+int ckpt_stage_begin(const char *dir, char *stage, size_t cap) {
+    stage[0] = 0;
+    char path[4200];
+    join(path, sizeof path, dir, "MANIFEST");
+    struct stat st;
+    if (lstat(path, &st) != 0) return 0; // nothing to keep
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    const char *base = dir + n;
+    while (base > dir && base[-1] != '/') base--;
+    size_t blen = (size_t)(dir + n - base);
+    if ((blen == 1 && base[0] == '.') || (blen == 2 && base[0] == '.' && base[1] == '.')) return 0;
+    char trimmed[4096];
+    if (n >= sizeof trimmed) return 0;
+    memcpy(trimmed, dir, n), trimmed[n] = 0;
+    if (lstat(trimmed, &st) != 0 || !S_ISDIR(st.st_mode)) return 0; // a symbolic link: written in place
+    if ((size_t)snprintf(stage, cap, "%s.saving-%ld", trimmed, (long)getpid()) >= cap) return stage[0] = 0, 0;
+    if (lstat(stage, &st) == 0 && ckpt_remove_dir(stage) != 0) bp_clear_error(); // a leftover of this pid
+    if (mkdir(stage, 0755) != 0) return stage[0] = 0, 0;
+    return 1;
+}
+
+void ckpt_stage_abort(const char *stage) {
+    if (stage[0] && ckpt_remove_dir(stage) != 0) bp_clear_error();
+}
+
+// Renames dir/name into to/name, unless to/name exists.
+static int move_entry(const char *from, const char *to, const char *name) {
+    char a[4200], b[4200];
+    join(a, sizeof a, from, name), join(b, sizeof b, to, name);
+    struct stat st;
+    if (lstat(b, &st) == 0) return -1;
+    return rename(a, b);
+}
+
+int ckpt_stage_commit(const char *dir, const char *stage) {
+    DIR *d;
+    struct dirent *e;
+    char path[4200];
+    if (renameat2(AT_FDCWD, stage, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
+        // No exchange here: the new files one by one, the MANIFEST last (the old model is invalid
+        // from the first rename until that last one).
+        if (!(d = opendir(stage))) return bp_fail(BP_EIO, "%s: cannot open: %s", stage, strerror(errno));
+        int rc = 0;
+        while (!rc && (e = readdir(d))) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || strcmp(e->d_name, "MANIFEST") == 0)
+                continue;
+            char b[4200];
+            join(path, sizeof path, stage, e->d_name), join(b, sizeof b, dir, e->d_name);
+            if (rename(path, b) != 0) rc = bp_fail(BP_EIO, "%s: cannot move into %s: %s", path, dir, strerror(errno));
+        }
+        closedir(d);
+        char b[4200];
+        join(path, sizeof path, stage, "MANIFEST"), join(b, sizeof b, dir, "MANIFEST");
+        if (!rc && rename(path, b) != 0) rc = bp_fail(BP_EIO, "%s: cannot move into %s: %s", path, dir, strerror(errno));
+        if (!rc) ckpt_stage_abort(stage);
+        return rc;
+    }
+    // stage now holds the old directory: its model goes, anything else goes back.
+    ckpt_manifest *old = bp_xmalloc(sizeof *old);
+    int have = ckpt_manifest_load(stage, old) == 0;
+    bp_clear_error();
+    int kept = 0;
+    if ((d = opendir(stage))) {
+        while ((e = readdir(d))) {
+            const char *name = e->d_name;
+            if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) continue;
+            int model = strcmp(name, "MANIFEST") == 0 || strstr(name, ".tmp.") || (have && ckpt_find(old, name));
+            join(path, sizeof path, stage, name);
+            if (model ? unlink(path) != 0 : move_entry(stage, dir, name) != 0) kept++;
+        }
+        closedir(d);
+    }
+    free(old);
+    if (kept || rmdir(stage) != 0)
+        fprintf(stderr, "bagpipe: warning: the model in %s replaced the one before; %s keeps %d file%s that could "
+                "not be moved back or removed\n", dir, stage, kept, kept == 1 ? "" : "s");
+    return 0;
 }
 
 // A checkpoint whose manifest loads and whose parts all have the sizes it lists (the cheap test:

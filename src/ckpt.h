@@ -53,6 +53,22 @@ int ckpt_get_i64(const ckpt_manifest *m, const char *dir, const char *key, int64
 const ckpt_file *ckpt_find(const ckpt_manifest *m, const char *name);
 
 int ckpt_manifest_commit(const char *dir, const ckpt_manifest *m);
+
+// Replacing a saved model as a whole.  Writing new parts over the old ones would leave, until the
+// new MANIFEST is committed, a directory that holds neither model (a crash, Ctrl-C or full disk
+// there loses the old one).  So where dir already holds a MANIFEST:
+//   ckpt_stage_begin makes the sibling directory <dir>.saving-<pid>, to write the new model into
+//   (its path in stage), and returns 1; it returns 0, stage empty, where the model is to be
+//   written into dir itself (no MANIFEST there; or dir is a symbolic link, "." or "..", or the
+//   sibling cannot be made), or an error;
+//   ckpt_stage_commit puts it in dir's place: the two directories are exchanged at once
+//   (renameat2 RENAME_EXCHANGE), then the old model's files (its MANIFEST, the parts it names,
+//   temporary files) are removed and anything else that was in dir is moved back.  Where the
+//   file system cannot exchange, the new files are renamed into dir one by one, the MANIFEST last;
+//   ckpt_stage_abort removes the staged directory after a failed write.
+int ckpt_stage_begin(const char *dir, char *stage, size_t cap);
+int ckpt_stage_commit(const char *dir, const char *stage);
+void ckpt_stage_abort(const char *stage);
 // Parses and validates DIR/MANIFEST (format, checksum line, field syntax).
 int ckpt_manifest_load(const char *dir, ckpt_manifest *m);
 // Reads part `name` whole into n buffers of the given lengths (which must add up to its size)

@@ -158,25 +158,45 @@ void trainer_manifest_fill(const trainer *tr, ckpt_manifest *m, const bp_dataset
     for (int i = 0; i < man.n_kv; i++) ckpt_set(m, man.key[i], "%s", man.val[i]);
 }
 
-int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
-                 uint64_t seed) {
-    int rc = ckpt_mkdir(dir);
-    if (rc) return rc;
+static int trainer_save_into(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
+                             uint64_t seed) {
     ckpt_manifest man;
     ckpt_manifest_init(&man);
     trainer_manifest_fill(tr, &man, ds, iter, samples, seed);
     ckpt_file f;
     const void *dbufs[2] = {tr->m.params, tr->dstate};
     size_t dlens[2] = {tr->m.n_params * sizeof(float), tr->n_dstate * sizeof(float)};
-    rc = ckpt_write_part(dir, "dense.bin", dbufs, dlens, tr->n_dstate ? 2 : 1, &f);
+    int rc = ckpt_write_part(dir, "dense.bin", dbufs, dlens, tr->n_dstate ? 2 : 1, &f);
     if (rc) return rc;
     ckpt_add_file(&man, &f);
+    // BAGPIPE_TEST_SAVE_FAIL=1 (tests): a save that fails between its parts, as a full disk would.
+    const char *fail = getenv("BAGPIPE_TEST_SAVE_FAIL");
+    if (fail && *fail == '1') return bp_fail(BP_EIO, "%s/emb.bin: cannot write: test failure", dir);
     const void *ebuf[1] = {tr->table.data};
     size_t elen[1] = {(size_t)emb_layout_bytes(&tr->L)};
     rc = ckpt_write_part(dir, "emb.bin", ebuf, elen, 1, &f);
     if (rc) return rc;
     ckpt_add_file(&man, &f);
     return ckpt_manifest_commit(dir, &man);
+}
+
+// Over a saved model, the new one is written beside it and then takes its place as a whole
+// (ckpt_stage_begin): the old model stays valid until the new one is complete.
+int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
+                 uint64_t seed) {
+    int rc = ckpt_mkdir(dir);
+    if (rc) return rc;
+    char stage[4200];
+    int staged = ckpt_stage_begin(dir, stage, sizeof stage);
+    if (staged < 0) return staged;
+    rc = trainer_save_into(tr, staged ? stage : dir, ds, iter, samples, seed);
+    if (staged && rc) {
+        char msg[1536];
+        snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
+        ckpt_stage_abort(stage);
+        return bp_fail(rc, "%s (the model saved before in %s is kept)", msg, dir);
+    }
+    return staged ? ckpt_stage_commit(dir, stage) : rc;
 }
 
 // Reads a saved model's configuration, checks it against the dataset, builds the trainer and
