@@ -30,6 +30,7 @@ typedef enum {
 typedef struct {
     lines_bad_kind kind;
     char msg[224]; // what was wrong and what was expected, without file:line
+    int whole_file; // the file is of another kind (every line would be bad): no --skip-bad hint
 } lines_bad;
 
 const char *lines_bad_name(lines_bad_kind kind); // "wrong field count", ...

@@ -120,8 +120,8 @@ static int prep_check_out(const char *out) {
 
 static int prep_bad_line(prep_ctx *c, const lines_reader *r, const lines_bad *bad) {
     if (!c->o->skip_bad)
-        return bp_fail(BP_EFORMAT, "%s:%llu: %s (or --skip-bad to skip bad lines)", r->path,
-                       (unsigned long long)r->line_no, bad->msg);
+        return bp_fail(BP_EFORMAT, "%s:%llu: %s%s", r->path, (unsigned long long)r->line_no, bad->msg,
+                       bad->whole_file ? "" : " (or --skip-bad to skip bad lines)");
     if (c->count_bad) {
         c->st.bad[bad->kind]++;
         c->st.bad_total++;

@@ -659,6 +659,24 @@ TEST(prep_bad_lines_fail_with_file_line_or_are_skipped) {
     }
 }
 
+// Criteo Kaggle's test.txt (the same columns without the label): the message says so, and does not
+// suggest --skip-bad, which would skip every line.
+TEST(prep_kaggle_test_file_is_explained) {
+    const char *in = tpath("test.txt");
+    FILE *f = fopen(in, "w");
+    ASSERT_TRUE(f != NULL);
+    for (int r = 0; r < 3; r++) {
+        for (int k = 0; k < 39; k++) fprintf(f, "%s%s", k ? "\t" : "", k < 13 ? "1" : "68fd1e64");
+        fprintf(f, "\n");
+    }
+    fclose(f);
+    char *msg = NULL;
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), tpath("t.bin"), in), 1);
+    ASSERT_STR_CONTAINS(msg, "test.txt:1: 39 fields, expected 40: no label column (Kaggle's test.txt has no labels");
+    ASSERT_MSG(!strstr(msg, "--skip-bad"), "%s", msg);
+    free(msg);
+}
+
 TEST(prep_skip_bad_counts_every_kind) {
     text t = {0};
     for (size_t i = 0; i < BP_ARRAY_LEN(criteo_bad_cases); i++) {
