@@ -22,24 +22,33 @@
 #define TINY "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 --no-eval"
 
 // Runs the command line and checks its exit code and that every needle (a NULL-terminated list)
-// is in its output; on a miss, fails the test at `line`.  Returns 1 when all held.
-static int expect(int line, int code, const char *const *needles, const char *command) {
+// is in its output, and that `absent` (when not NULL) is not; on a miss, fails the test at `line`.
+// Returns 1 when all held.
+static int expect(int line, int code, const char *absent, const char *const *needles, const char *command) {
     char *out = NULL;
     int rc = test_run(&out, 120, "%s", command);
     const char *o = out ? out : "", *missing = NULL;
     for (const char *const *n = needles; !missing && *n; n++)
         if (!strstr(o, *n)) missing = *n;
-    int ok = rc == code && !missing;
+    int there = absent && strstr(o, absent);
+    int ok = rc == code && !missing && !there;
     if (!ok)
-        test_fail(__FILE__, line, "`%s`: exit %d (expected %d)%s%s%s, output:\n%s", command, rc, code,
-                  missing ? ", missing '" : "", missing ? missing : "", missing ? "'" : "", o);
+        test_fail(__FILE__, line, "`%s`: exit %d (expected %d)%s%s%s%s%s%s, output:\n%s", command, rc, code,
+                  missing ? ", missing '" : "", missing ? missing : "", missing ? "'" : "", there ? ", has '" : "",
+                  there ? absent : "", there ? "'" : "", o);
     free(out);
     return ok;
 }
 #define EXPECT(code, command, ...)                                                                   \
     do {                                                                                             \
         const char *const needles_[] = {__VA_ARGS__, NULL};                                          \
-        if (!expect(__LINE__, code, needles_, command)) return;                                      \
+        if (!expect(__LINE__, code, NULL, needles_, command)) return;                                \
+    } while (0)
+// EXPECT for a run refused before it trains (its output has no "trained" line).
+#define EXPECT_BEFORE_TRAINING(code, command, ...)                                                   \
+    do {                                                                                             \
+        const char *const needles_[] = {__VA_ARGS__, NULL};                                          \
+        if (!expect(__LINE__, code, "trained", needles_, command)) return;                           \
     } while (0)
 
 // A command line in a static rotation of buffers.
@@ -318,18 +327,10 @@ TEST(badinput_directory_as_file) {
     EXPECT(1, cmd("%s eval --load %s %s", test_bin(), dir, d), "adir/MANIFEST: no saved model or checkpoint here");
     // A file where the model directory should be: refused before training.
     const char *file = write_file("afile", "x", 1);
-    char *out = NULL;
-    ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 --save %s", test_bin(), d, file), 1);
-    ASSERT_STR_CONTAINS(out, "--save");
-    ASSERT_STR_CONTAINS(out, "afile: exists and is not a directory");
-    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
-    free(out);
-    ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 --checkpoint-every 1 --checkpoint-dir %s", test_bin(), d,
-                       file), 1);
-    ASSERT_STR_CONTAINS(out, "--checkpoint-dir");
-    ASSERT_STR_CONTAINS(out, "afile: exists and is not a directory");
-    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
-    free(out);
+    EXPECT_BEFORE_TRAINING(1, cmd("%s train %s " TINY " --iters 2 --save %s", test_bin(), d, file), "--save",
+                           "afile: exists and is not a directory");
+    EXPECT_BEFORE_TRAINING(1, cmd("%s train %s " TINY " --iters 2 --checkpoint-every 1 --checkpoint-dir %s", test_bin(), d,
+                                  file), "--checkpoint-dir", "afile: exists and is not a directory");
 }
 
 // Every metrics line is checked: a full disk stops the run, naming the file and the flag.  A
@@ -359,12 +360,8 @@ TEST(badinput_metrics_file_is_not_metrics) {
     const char *d = dataset("d.bin", 500);
     struct stat before, after;
     ASSERT_EQ(stat(d, &before), 0);
-    char *out = NULL;
-    ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 -m %s", test_bin(), d, d), 2);
-    ASSERT_STR_CONTAINS(out, "--metrics");
-    ASSERT_STR_CONTAINS(out, "d.bin: exists and is not a JSON-lines metrics file");
-    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
-    free(out);
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s " TINY " --iters 2 -m %s", test_bin(), d, d), "--metrics",
+                           "d.bin: exists and is not a JSON-lines metrics file");
     ASSERT_EQ(stat(d, &after), 0);
     ASSERT_EQ(after.st_size, before.st_size);
     EXPECT(0, cmd("%s info %s", test_bin(), d), "checksums verified");
@@ -420,26 +417,16 @@ TEST(badinput_readonly_output) {
     EXPECT(1, cmd("%s%s train %s " TINY " --iters 2 -m %s/m.jsonl", u, test_bin(), d, ro), "--metrics", "ro/m.jsonl",
            "Permission denied");
     // The model directory is checked before training, not after.
-    char *out = NULL;
-    ASSERT_EQ(test_run(&out, 60, "%s%s train %s " TINY " --iters 2 --save %s/model", u, test_bin(), d, ro), 1);
-    ASSERT_STR_CONTAINS(out, "--save");
-    ASSERT_STR_CONTAINS(out, "ro/model: cannot create: directory");
-    ASSERT_STR_CONTAINS(out, "is not writable");
-    ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
-    free(out);
-    ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 --save %s/no/such/model", test_bin(), d, test_tmpdir()), 1);
-    ASSERT_STR_CONTAINS(out, "no/such/model: cannot create: directory");
-    ASSERT_STR_CONTAINS(out, "does not exist");
-    free(out);
+    EXPECT_BEFORE_TRAINING(1, cmd("%s%s train %s " TINY " --iters 2 --save %s/model", u, test_bin(), d, ro), "--save",
+                           "ro/model: cannot create: directory", "is not writable");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 2 --save %s/no/such/model", test_bin(), d, test_tmpdir()),
+           "no/such/model: cannot create: directory", "does not exist");
     // A directory where access() says yes (to root) but nothing can be made: tried, not asked;
     // nothing is created there either way.
     static const char *const flags[] = {"--save", "--checkpoint-every 1 --checkpoint-dir"};
-    for (size_t i = 0; i < BP_ARRAY_LEN(flags); i++) {
-        ASSERT_EQ(test_run(&out, 60, "%s train %s " TINY " --iters 2 %s /proc/bagpipe-model", test_bin(), d, flags[i]), 1);
-        ASSERT_STR_CONTAINS(out, "/proc/bagpipe-model: cannot create");
-        ASSERT_MSG(!strstr(out, "trained"), "it trained before refusing: %s", out);
-        free(out);
-    }
+    for (size_t i = 0; i < BP_ARRAY_LEN(flags); i++)
+        EXPECT_BEFORE_TRAINING(1, cmd("%s train %s " TINY " --iters 2 %s /proc/bagpipe-model", test_bin(), d, flags[i]),
+                               "/proc/bagpipe-model: cannot create");
 }
 
 // ---------------------------------------------------------------------------------------------
