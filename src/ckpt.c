@@ -461,9 +461,14 @@ int ckpt_stage_begin(const char *dir, char *stage, size_t cap) {
     if (n >= sizeof trimmed) return 0;
     memcpy(trimmed, dir, n), trimmed[n] = 0;
     if (lstat(trimmed, &st) != 0 || !S_ISDIR(st.st_mode)) return 0; // a symbolic link: written in place
+    const mode_t mode = st.st_mode & 07777;
     if ((size_t)snprintf(stage, cap, "%s.saving-%ld", trimmed, (long)getpid()) >= cap) return stage[0] = 0, 0;
     if (lstat(stage, &st) == 0 && ckpt_remove_dir(stage) != 0) bp_clear_error(); // a leftover of this pid
-    if (mkdir(stage, 0755) != 0) return stage[0] = 0, 0;
+    if (mkdir(stage, 0700) != 0) return stage[0] = 0, 0;
+    if (chmod(stage, mode) != 0) { // it takes dir's place: with dir's permissions
+        ckpt_stage_abort(stage);
+        return stage[0] = 0, 0;
+    }
     return 1;
 }
 
