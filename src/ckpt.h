@@ -60,7 +60,7 @@ int ckpt_manifest_commit(const char *dir, const ckpt_manifest *m);
 //   ckpt_stage_begin makes the sibling directory <dir>.saving-<pid>, to write the new model into
 //   (its path in stage), and returns 1; it returns 0, stage empty, where the model is to be
 //   written into dir itself (no MANIFEST there; or dir is a symbolic link, "." or "..", or the
-//   sibling cannot be made), or an error;
+//   sibling cannot be made: the old way, which is all a new directory needs);
 //   ckpt_stage_commit puts it in dir's place: the two directories are exchanged at once
 //   (renameat2 RENAME_EXCHANGE), then the old model's files (its MANIFEST, the parts it names,
 //   temporary files) are removed and anything else that was in dir is moved back.  Where the

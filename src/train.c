@@ -188,7 +188,6 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     if (rc) return rc;
     char stage[4200];
     int staged = ckpt_stage_begin(dir, stage, sizeof stage);
-    if (staged < 0) return staged;
     rc = trainer_save_into(tr, staged ? stage : dir, ds, iter, samples, seed);
     if (staged && rc) {
         char msg[1536];
