@@ -26,6 +26,9 @@ set output dir."/hit_vs_capacity".ext
 set title "Hit rate vs cache size"
 set xlabel "cache rows per trainer"
 set logscale x
+# One capacity (no --sweep-cache): a range around it, instead of gnuplot's "empty x range" warning.
+stats dir."/cachesim_capacity.csv" using 1 skip 2 nooutput
+if (STATS_min == STATS_max) { set xrange [STATS_min / 2.0 : STATS_max * 2.0] } else { set autoscale x }
 plot dir."/cachesim_capacity.csv" using 1:2 skip 2 with linespoints lw 2 lc rgb c_none title "none", \
      ''                           using 1:3 skip 2 with linespoints lw 2 lc rgb c_static title "static top-N", \
      ''                           using 1:4 skip 2 with linespoints lw 2 lc rgb c_lru title "LRU", \
@@ -36,6 +39,8 @@ unset logscale x
 set output dir."/hit_vs_lookahead".ext
 set title "Hit rate vs lookahead window (same cache size)"
 set xlabel "lookahead window W (batches)"
+stats dir."/cachesim_lookahead.csv" using 1 skip 2 nooutput
+if (STATS_min == STATS_max) { set xrange [STATS_min - 1 : STATS_max + 1] } else { set autoscale x }
 plot dir."/cachesim_lookahead.csv" using 1:2 skip 2 with linespoints lw 2 lc rgb c_look title "lookahead", \
      ''                            using 1:3 skip 2 with lines dt 2 lw 2 lc rgb c_lru title "LRU", \
      ''                            using 1:4 skip 2 with lines dt 3 lw 2 lc rgb c_static title "static top-N", \
