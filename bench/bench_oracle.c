@@ -1,7 +1,7 @@
 // bench_oracle: planning throughput and memory of the oracle on a synthetic Criteo-like trace.
 //
 //   build/bench/bench_oracle [--batches N] [--quick] [--window W] [--zipf S] [--no-ref] [--reps N]
-//                            [--threads 1|2] [--trace FILE] [--keymap flat|hash]
+//                            [--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter]
 //
 // The trace: the 26 Criteo Kaggle tables (33.7M rows), ids drawn per table from a power law
 // (rank^-s, hot ids first as after frequency mapping) with s tuned so that ~1% of the rows take
@@ -14,7 +14,9 @@
 // fastest (CPU) of N runs of each configuration, --no-ref skips the reference, --threads runs the
 // headline at one thread count only, --trace FILE reuses a trace saved by an earlier run (same
 // --batches and --zipf) instead of generating it, --keymap hash runs the headline with the hash
-// keymap that key spaces beyond 2^28 use (hashed Terabyte ids; the flat array otherwise).
+// keymap that key spaces beyond 2^28 use (hashed Terabyte ids; the flat array otherwise), and
+// --scatter spreads each table's hot ids over the table, as hashed ids are (the trace file keeps
+// the ranked ids; the scatter is applied after loading).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,7 +227,7 @@ static void report(const char *label, bcfg c, const bres *r) {
 
 int main(int argc, char **argv) {
     uint32_t batches = 700; // of 16384 samples: the W=400 run needs ~400 to fill the window
-    int quick = 0, with_ref = 1, reps = 1, only_threads = 0, keymap = ORACLE_KEYMAP_AUTO;
+    int quick = 0, with_ref = 1, reps = 1, only_threads = 0, keymap = ORACLE_KEYMAP_AUTO, scatter = 0;
     uint32_t W0 = 200;
     const char *trace_path = NULL; // cache of the generated trace (read if present, else written)
     for (int i = 1; i < argc; i++) {
@@ -237,13 +239,14 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc) W0 = (uint32_t)atoi(argv[++i]);
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) only_threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace_path = argv[++i];
+        else if (strcmp(argv[i], "--scatter") == 0) scatter = 1;
         else if (strcmp(argv[i], "--keymap") == 0 && i + 1 < argc && strcmp(argv[i + 1], "flat") == 0)
             keymap = ORACLE_KEYMAP_FLAT, i++;
         else if (strcmp(argv[i], "--keymap") == 0 && i + 1 < argc && strcmp(argv[i + 1], "hash") == 0)
             keymap = ORACLE_KEYMAP_HASH, i++;
         else {
             fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W] [--no-ref] [--reps N] "
-                            "[--threads 1|2] [--trace FILE] [--keymap flat|hash]\n");
+                            "[--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter]\n");
             return 2;
         }
     }
@@ -271,6 +274,13 @@ int main(int argc, char **argv) {
             fclose(tf);
         }
     }
+    // --scatter: ids as a hashed id space has them (--max-ind-range, Terabyte): the same
+    // popularity, but the hot rows spread over each table instead of first (id -> id * p mod
+    // card, a bijection for a prime p above every card).
+    if (scatter)
+        for (uint64_t i = 0; i < total; i++)
+            for (int f = 0; f < NF; f++)
+                ids[i * NF + f] = (uint32_t)((uint64_t)ids[i * NF + f] * 1000000007u % kaggle_card[f]);
     // Skew: share of accesses taken by the hottest 1% of all rows, over the whole trace.
     uint64_t K = 0, off[NF];
     for (int f = 0; f < NF; f++) off[f] = K, K += kaggle_card[f];
