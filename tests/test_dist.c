@@ -267,6 +267,16 @@ static pid_t find_rank(int rank, const char *tag) {
     return found;
 }
 
+// find_rank, polled every 0.1 s for up to 30 s while the job starts: the pid, or -1.
+static pid_t await_rank(int rank, const char *tag) {
+    pid_t pid = -1;
+    for (double t0 = bp_now(); pid < 0 && bp_now() - t0 < 30;) {
+        usleep(100000);
+        pid = find_rank(rank, tag);
+    }
+    return pid;
+}
+
 // (e) kill -9 of one rank mid-run: the job ends within seconds, non-zero, naming rank and role.
 // With SIGSTOP the rank stays alive but silent: the others' stall timeout (3 s here) ends the job,
 // naming what they waited for.
@@ -286,12 +296,7 @@ static void check_signal(int rank, const char *role, int sig, const char *layout
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    pid_t victim = -1;
-    double t0 = bp_now();
-    while (victim < 0 && bp_now() - t0 < 30) {
-        usleep(100000);
-        victim = find_rank(rank, data);
-    }
+    pid_t victim = await_rank(rank, data);
     if (victim < 0) kill(job, SIGKILL);
     ASSERT_MSG(victim > 0, "rank %d never appeared", rank);
     usleep(1500000); // let it train
@@ -350,12 +355,7 @@ static void check_interrupt(int sig, int int_ignored) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    pid_t rank0 = -1;
-    double t0 = bp_now();
-    while (rank0 < 0 && bp_now() - t0 < 30) {
-        usleep(100000);
-        rank0 = find_rank(4, data);
-    }
+    pid_t rank0 = await_rank(4, data);
     if (rank0 < 0) kill(job, SIGKILL), waitpid(job, NULL, 0);
     ASSERT_MSG(rank0 > 0, "the job never started");
     usleep(1000000); // let it train
@@ -369,7 +369,7 @@ static void check_interrupt(int sig, int int_ignored) {
     }
     ASSERT_EQ(kill(job, sig), 0);
     int st = 0;
-    t0 = bp_now();
+    double t0 = bp_now();
     while (waitpid(job, &st, WNOHANG) == 0 && bp_now() - t0 < 20) usleep(50000);
     const int ended = bp_now() - t0 < 20;
     if (!ended) kill(job, SIGKILL), waitpid(job, &st, 0);

@@ -236,6 +236,22 @@ static int write_gnuplot_keeper(const char *path) {
     return chmod(path, 0755);
 }
 
+// The plot tests that need no real gnuplot: python3 (else the test is skipped: returns 0) and the
+// stand-in above as <tmp>/gpfake/gnuplot, to put first on PATH.
+static int plot_tool_setup(void) {
+    if (test_run(NULL, 10, "command -v python3") != 0) {
+        test_skip("python3 missing: plot tool not checked");
+        return 0;
+    }
+    char fake[600];
+    snprintf(fake, sizeof fake, "%s/gpfake", test_tmpdir());
+    int ok = mkdir(fake, 0755) == 0;
+    snprintf(fake + strlen(fake), sizeof fake - strlen(fake), "/gnuplot");
+    ok = ok && write_gnuplot_keeper(fake) == 0;
+    if (!ok) test_fail(__FILE__, __LINE__, "cannot write the gnuplot stand-in %s", fake);
+    return ok;
+}
+
 TEST(train_metrics_plot) {
     if (test_run(NULL, 10, "command -v gnuplot && command -v python3") != 0) {
         test_skip("gnuplot or python3 missing: plot tool not checked");
@@ -338,10 +354,7 @@ TEST(train_log_file_shows_the_setup_while_training) {
 // '%.0s%c' used to round 1.5M and 2.5M to "2M", giving 0, 500k, 1M, 2M, 2M, 2M, 3M).  A gnuplot
 // stand-in keeps the script it is given.
 TEST(train_metrics_plot_sample_axis_labels) {
-    if (test_run(NULL, 10, "command -v python3") != 0) {
-        test_skip("python3 missing: plot tool not checked");
-        return;
-    }
+    if (!plot_tool_setup()) return;
     char path[600];
     snprintf(path, sizeof path, "%s/big.jsonl", test_tmpdir());
     FILE *f = fopen(path, "w");
@@ -350,10 +363,6 @@ TEST(train_metrics_plot_sample_axis_labels) {
         fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.5,\"lr\":%g}\n", i * 500, i * 64000,
                 0.1 / i);
     fclose(f);
-    ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s/gpfake", test_tmpdir()), 0);
-    char fake[600];
-    snprintf(fake, sizeof fake, "%s/gpfake/gnuplot", test_tmpdir());
-    ASSERT_EQ(write_gnuplot_keeper(fake), 0);
     char *out = NULL;
     int st = test_run(&out, 60, "GP_SCRIPT=%s/gpbig.txt PATH=%s/gpfake:$PATH python3 tools/plot_metrics.py %s "
                       "-o %s/big.png && grep ^set.xtics %s/gpbig.txt", test_tmpdir(), test_tmpdir(), path, test_tmpdir(),
@@ -370,19 +379,14 @@ TEST(train_metrics_plot_sample_axis_labels) {
 // (it used to get PNG bytes: curves.jpg, curves.SVG), and a directory is named as such (it used
 // to end in a Python traceback after the image was drawn).
 TEST(train_metrics_plot_output_names) {
-    if (test_run(NULL, 10, "command -v python3") != 0) {
-        test_skip("python3 missing: plot tool not checked");
-        return;
-    }
-    char path[600], fake[600];
+    if (!plot_tool_setup()) return;
+    char path[600];
     snprintf(path, sizeof path, "%s/m.jsonl", test_tmpdir());
     FILE *f = fopen(path, "w");
     ASSERT_TRUE(f != NULL);
     for (int i = 1; i <= 3; i++) fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.5}\n", i, 64 * i);
     fclose(f);
-    ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s/gpfake %s/adir", test_tmpdir(), test_tmpdir()), 0);
-    snprintf(fake, sizeof fake, "%s/gpfake/gnuplot", test_tmpdir());
-    ASSERT_EQ(write_gnuplot_keeper(fake), 0);
+    ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s/adir", test_tmpdir()), 0);
     char *out = NULL;
     int st = test_run(&out, 60, "PATH=%s/gpfake:$PATH python3 tools/plot_metrics.py %s -o %s/adir", test_tmpdir(), path,
                       test_tmpdir());
