@@ -152,6 +152,22 @@ TEST(train_four_models_learn) {
     }
 }
 
+// `train --model dcn` with every rate left at its default trains: its cross layers diverge at the
+// DLRM default 0.1 within ten iterations of 128 samples, so DCN's dense part defaults to 0.02
+// (src/train.c).  The explicit 0.1 shows that the data would still diverge.
+TEST(train_dcn_defaults_do_not_diverge) {
+    const char *data = test_path("dcn.bin");
+    ASSERT_EQ(synth(data, 20000, ""), 0);
+    char *out = NULL;
+    int st = test_run(&out, 120, "%s train %s --model dcn --iters 60", test_bin(), data);
+    ASSERT_MSG(st == 0 && number_after(out, "val   AUC ") > 0.6, "%s", out);
+    ASSERT_STR_CONTAINS(out, "lr 0.02, embeddings 0.1)");
+    free(out);
+    st = test_run(&out, 120, "%s train %s --model dcn --iters 60 --learning-rate 0.1", test_bin(), data);
+    ASSERT_MSG(st == 1 && strstr(out, "lower --learning-rate"), "%s", out);
+    free(out);
+}
+
 // Runs a command into out and asserts its exit status, showing the output when it differs.
 #define RUN_EXPECT(rc, timeout, ...)                                                \
     do {                                                                            \
