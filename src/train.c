@@ -8,9 +8,11 @@
 // drop_last, so every iteration has exactly B samples.
 #include <cblas.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -108,16 +110,23 @@ double trainer_step(trainer *tr, int64_t t, const float *dense, const uint32_t *
 
 void trainer_eval(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1, int B, metric_result *res,
                   metric_result *bayes) {
+    trainer_eval_to(tr, ds, r0, r1, B, res, bayes, NULL, NULL);
+}
+
+int trainer_eval_to(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1, int B, metric_result *res,
+                    metric_result *bayes, trainer_eval_sink sink, void *ctx) {
     const int Nd = (int)ds->info.n_dense, F = (int)ds->info.n_sparse;
     metric_acc acc, truth;
     metric_acc_init(&acc, 1, r1 - r0);
     metric_acc_init(&truth, 0, ds->prob && bayes ? r1 - r0 : 1);
-    for (uint64_t r = r0; r < r1; r += (uint64_t)B) {
+    int rc = 0;
+    for (uint64_t r = r0; r < r1 && !rc; r += (uint64_t)B) {
         int n = (int)BP_MIN((uint64_t)B, r1 - r);
         emb_gather(&tr->table, ds->sparse + r * F, n, tr->emb);
         model_forward(&tr->m, ds->dense + r * Nd, tr->emb, n, tr->logit);
         metric_acc_add(&acc, tr->logit, ds->label + r, (size_t)n);
         if (ds->prob && bayes) metric_acc_add(&truth, ds->prob + r, ds->label + r, (size_t)n);
+        if (sink) rc = sink(ctx, r, tr->logit, n);
     }
     metric_acc_compute(&acc, res);
     if (bayes) {
@@ -127,6 +136,7 @@ void trainer_eval(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1, i
     }
     metric_acc_free(&acc);
     metric_acc_free(&truth);
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -733,8 +743,60 @@ out:
     return cmd_exit(rc);
 }
 
+// eval --predictions FILE: a CSV of the evaluated rows, "row,label,probability" (the row's index
+// in the dataset, its label, the model's click probability), written atomically: until the
+// evaluation ends well nothing exists under FILE, and a previous FILE stays as it was.  Only a
+// file that starts with that header is replaced, never the dataset or anything else given by
+// mistake.
+#define PRED_HEADER "row,label,probability\n"
+
+static int pred_check(const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0; // missing (created at the end) or unreadable: bp_afile_open says why
+    struct stat st;
+    char head[sizeof PRED_HEADER - 1];
+    int bad = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+              !(read(fd, head, sizeof head) == (ssize_t)sizeof head && memcmp(head, PRED_HEADER, sizeof head) == 0);
+    close(fd);
+    if (bad)
+        return bp_fail(BP_EUSAGE, "--predictions %s: exists and is not a predictions file (it does not start with "
+                       "\"row,label,probability\"); only such a file is replaced: choose another name", path);
+    return 0;
+}
+
+typedef struct {
+    bp_afile af;
+    const uint8_t *label;
+    char *buf;
+    size_t len;
+    uint64_t rows;
+} pred_out;
+
+enum { PRED_BUF = 1 << 20 };
+
+static int pred_flush(pred_out *p) {
+    int rc = bp_afile_write(&p->af, p->buf, p->len);
+    p->len = 0;
+    return rc;
+}
+
+static int pred_sink(void *ctx, uint64_t row0, const float *logit, int n) {
+    pred_out *p = ctx;
+    for (int i = 0; i < n; i++) {
+        if (p->len > PRED_BUF - 64) {
+            int rc = pred_flush(p);
+            if (rc) return rc;
+        }
+        double z = logit[i], prob = z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
+        p->len += (size_t)snprintf(p->buf + p->len, PRED_BUF - p->len, "%llu,%d,%.9g\n",
+                                   (unsigned long long)(row0 + (uint64_t)i), p->label[row0 + (uint64_t)i], prob);
+    }
+    p->rows += (uint64_t)n;
+    return 0;
+}
+
 int cmd_eval(int argc, char **argv) {
-    const char *load = NULL;
+    const char *load = NULL, *pred = NULL;
     int split, batch, threads;
     int64_t rows;
     const cli_opt opts[] = {
@@ -743,6 +805,9 @@ int cmd_eval(int argc, char **argv) {
         CLI_I64("rows", 0, &rows, 0, 0, INT64_MAX, "evaluate at most this many rows (0: all)"),
         CLI_INT("batch-size", 'b', &batch, 4096, 1, 1 << 20, "evaluation batch size"),
         CLI_INT("threads", 0, &threads, 1, 1, 256, "BLAS threads"),
+        CLI_STR("predictions", 'p', &pred, NULL,
+                "write a CSV of the evaluated rows, \"row,label,probability\" (row: index in the dataset), "
+                "replacing it whole at the end"),
         CLI_END,
     };
     char **pos = NULL;
@@ -753,6 +818,10 @@ int cmd_eval(int argc, char **argv) {
     if (npos != 1 || !load) {
         free(pos);
         return cmd_exit(bp_fail(BP_EUSAGE, "eval: expected --load DIR and one dataset file (see 'bagpipe eval --help')"));
+    }
+    if (pred && (rc = pred_check(pred))) {
+        free(pos);
+        return cmd_exit(rc);
     }
     bp_dataset ds;
     rc = cmd_open_dataset(&ds, pos[0]);
@@ -770,9 +839,23 @@ int cmd_eval(int argc, char **argv) {
         } else {
             metric_result res, bayes;
             double t0 = bp_now();
-            trainer_eval(&tr, &ds, r0, r1, batch, &res, &bayes);
-            train_print_result(bp_split_name((bp_split)split), &res, &bayes);
-            printf("evaluated in %.2f s (%.0f samples/s)\n", bp_now() - t0, (double)(r1 - r0) / (bp_now() - t0));
+            pred_out po = {.label = ds.label};
+            if (pred && !(rc = bp_afile_open(&po.af, pred))) {
+                po.buf = bp_xmalloc(PRED_BUF);
+                rc = bp_afile_write(&po.af, PRED_HEADER, sizeof PRED_HEADER - 1);
+            }
+            if (!rc) rc = trainer_eval_to(&tr, &ds, r0, r1, batch, &res, &bayes, pred ? pred_sink : NULL, &po);
+            if (pred && !rc && !(rc = pred_flush(&po))) rc = bp_afile_commit(&po.af);
+            if (pred && rc) {
+                bp_afile_abort(&po.af);
+                rc = bp_fail(rc, "--predictions: %s", bp_errmsg(rc));
+            }
+            free(po.buf);
+            if (!rc) {
+                train_print_result(bp_split_name((bp_split)split), &res, &bayes);
+                printf("evaluated in %.2f s (%.0f samples/s)\n", bp_now() - t0, (double)(r1 - r0) / (bp_now() - t0));
+                if (pred) printf("wrote %llu predictions to %s\n", (unsigned long long)po.rows, pred);
+            }
         }
         trainer_free(&tr);
     }

@@ -46,6 +46,11 @@ double trainer_step(trainer *tr, int64_t t, const float *dense, const uint32_t *
 // NULL) gets the metrics of the dataset's true probabilities when it has them (else NaN).
 void trainer_eval(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1, int B, metric_result *res,
                   metric_result *bayes);
+// trainer_eval that also hands each batch's logits (rows [row0, row0 + n)) to sink, which returns
+// 0 or an error that stops the evaluation and is returned.
+typedef int (*trainer_eval_sink)(void *ctx, uint64_t row0, const float *logit, int n);
+int trainer_eval_to(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1, int B, metric_result *res,
+                    metric_result *bayes, trainer_eval_sink sink, void *ctx);
 int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
                  uint64_t seed);
 // dir: a saved model, a checkpoint (ckpt-<iteration>/), or a --checkpoint-dir root (its newest

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "metric.h"
 #include "test.h"
 
 #define SMALL_ARCH "--arch-mlp-bot 13-64-16 --arch-mlp-top 64-1"
@@ -174,6 +175,71 @@ TEST(train_dcn_defaults_do_not_diverge) {
         int st_ = test_run(&out, timeout, __VA_ARGS__);                             \
         ASSERT_MSG(st_ == (rc), "exit %d, expected %d:\n%s", st_, rc, out ? out : ""); \
     } while (0)
+
+// eval --predictions writes one CSV line per evaluated row, from which the printed AUC, logloss
+// and accuracy are recomputed; it replaces a previous predictions file whole, and refuses to
+// replace anything else (the dataset given by mistake stays as it was).
+TEST(eval_writes_predictions) {
+    const char *data = test_path("p.bin");
+    ASSERT_EQ(synth(data, 20000, ""), 0);
+    char *out = NULL;
+    RUN_EXPECT(0, 120, "%s train %s " SMALL_ARCH " --iters 100 --no-eval --save %s/pm", test_bin(), data, test_tmpdir());
+    free(out);
+    const char *csv = test_path("pred.csv");
+    RUN_EXPECT(0, 60, "%s eval --load %s/pm --split val %s --predictions %s", test_bin(), test_tmpdir(), data, csv);
+    double auc = number_after(out, "val   AUC "), ll = number_after(out, "logloss "), acc = number_after(out, "accuracy ");
+    const char *paren = strstr(out, "  (");
+    ASSERT_TRUE(paren != NULL);
+    long n_printed = atol(paren + 3);
+    ASSERT_STR_CONTAINS(out, "wrote 2000 predictions to");
+    free(out);
+
+    FILE *f = fopen(csv, "r");
+    ASSERT_TRUE(f != NULL);
+    char line[256];
+    ASSERT_TRUE(fgets(line, sizeof line, f) && strcmp(line, "row,label,probability\n") == 0);
+    float *p = bp_xmalloc(2000 * sizeof *p);
+    uint8_t *y = bp_xmalloc(2000);
+    long n = 0;
+    unsigned long long row, row0 = 0;
+    int label;
+    double prob;
+    while (n < 2000 && fscanf(f, "%llu,%d,%lf\n", &row, &label, &prob) == 3) {
+        if (n == 0) row0 = row;
+        ASSERT_MSG(row == row0 + (unsigned long long)n && (label == 0 || label == 1) && prob > 0 && prob < 1,
+                   "line %ld: %llu,%d,%g", n + 2, row, label, prob);
+        p[n] = (float)prob, y[n] = (uint8_t)label, n++;
+    }
+    ASSERT_TRUE(feof(f) || fgetc(f) == EOF);
+    fclose(f);
+    ASSERT_EQ(n, n_printed);
+    ASSERT_EQ(row0, 18000); // the val split follows the train split's 18000 rows
+    ASSERT_NEAR(metric_auc(p, y, (size_t)n, NULL), auc, 5e-5);
+    ASSERT_NEAR(metric_logloss_prob(p, y, (size_t)n), ll, 5e-5);
+    ASSERT_NEAR(metric_accuracy_prob(p, y, (size_t)n), acc, 5e-5);
+    free(p), free(y);
+
+    // A second run replaces the file whole (10 rows now).
+    RUN_EXPECT(0, 60, "%s eval --load %s/pm --split val --rows 10 %s -p %s", test_bin(), test_tmpdir(), data, csv);
+    free(out);
+    RUN_EXPECT(0, 10, "wc -l < %s", csv);
+    ASSERT_EQ(atoi(out), 11);
+    free(out);
+    // The dataset given as the predictions file is refused before anything runs, and unchanged.
+    RUN_EXPECT(0, 10, "cksum < %s", data);
+    char *sum = out;
+    RUN_EXPECT(2, 60, "%s eval --load %s/pm --split val %s -p %s", test_bin(), test_tmpdir(), data, data);
+    ASSERT_STR_CONTAINS(out, "--predictions");
+    ASSERT_STR_CONTAINS(out, "is not a predictions file");
+    free(out);
+    RUN_EXPECT(0, 10, "cksum < %s", data);
+    ASSERT_TRUE(strcmp(out, sum) == 0);
+    free(out), free(sum);
+    // A place where it cannot be written: the error names the flag, and nothing is left.
+    RUN_EXPECT(1, 60, "%s eval --load %s/pm --split val %s -p %s/no/such/dir/p.csv", test_bin(), test_tmpdir(), data, test_tmpdir());
+    ASSERT_STR_CONTAINS(out, "--predictions: ");
+    free(out);
+}
 
 TEST(train_bad_input_is_explained) {
     const char *data = test_path("b.bin");
