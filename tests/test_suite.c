@@ -225,6 +225,14 @@ TEST(suite_quick_writes_every_table_and_plot) {
     int same = strstr(conv, "| every logged loss and AUC equal | 1 |") && strstr(conv, "| saved models byte-identical | 1 |");
     free(conv);
     ASSERT_MSG(same, "06-convergence.md: sync and bagpipe differ");
+    // --quick emulates no network, the async experiment's runs included (as root they used to go
+    // through bench/netem.sh).
+    snprintf(path, sizeof path, "%s/async.md", out);
+    char *async_md = dist_test_slurp(path, &len);
+    ASSERT_MSG(async_md, "%s missing", path);
+    int unemulated = strstr(async_md, "| shared memory | sync |") != NULL;
+    free(async_md);
+    ASSERT_MSG(unemulated, "async.md: --quick timed the async experiment over an emulated network");
     // Raw data next to each table.
     const char *raw[] = {"01-skew.tsv", "02-hitrate-cache.tsv", "03-modes.jsonl", "04-bytes.tsv", "05-scaling.tsv",
                          "06-convergence.tsv", "07-oracle.tsv"};
