@@ -246,6 +246,27 @@ TEST(suite_quick_writes_every_table_and_plot) {
     }
 }
 
+// A soak run too short to judge says so with a sample count that is not negative (with no sample
+// after the first minute it used to print "only -1 samples").
+TEST(suite_soak_short_run_gives_a_verdict) {
+    const char *out = test_path("soak");
+    char *log = NULL;
+    int rc = test_run(&log, 300, "%s BAGPIPE_BIN=%s bench/soak.sh --iters 60000 --every 1 --out %s", dist_test_env(),
+                      test_bin(), out);
+    ASSERT_MSG(rc == 0, "bench/soak.sh exited %d:\n%s", rc, log ? log : "");
+    free(log);
+    char path[1024];
+    size_t len;
+    snprintf(path, sizeof path, "%s/verdict.txt", out);
+    char *verdict = dist_test_slurp(path, &len);
+    ASSERT_MSG(verdict, "%s missing", path);
+    int negative = strstr(verdict, "only -") != NULL, judged = strstr(verdict, "verdict:") != NULL;
+    char first[200];
+    snprintf(first, sizeof first, "%.150s", verdict);
+    free(verdict);
+    ASSERT_MSG(judged && !negative, "verdict.txt: %s", first);
+}
+
 // The table checker itself: it must reject what the suite must never write.
 TEST(suite_table_check_rejects_malformed_tables) {
     int n;
