@@ -858,6 +858,11 @@ def main():
     ap.add_argument("--only", help="comma-separated experiment numbers or names (default: all)")
     ap.add_argument("--no-netem", action="store_true", help="never emulate the network")
     a = ap.parse_args()
+    want = set((a.only or "").split(",")) - {""}
+    unknown = sorted(want - {str(num) for num, _, _ in EXPERIMENTS} - {name for _, name, _ in EXPERIMENTS})
+    if unknown:
+        ap.error(f"--only {a.only}: no experiment {', '.join(unknown)} (numbers 1-{len(EXPERIMENTS)} or names: "
+                 + ", ".join(name for _, name, _ in EXPERIMENTS) + ")")
     if not a.out:
         a.out = os.path.join(ROOT, "results", "bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     os.makedirs(a.out, exist_ok=True)
@@ -868,7 +873,6 @@ def main():
         print(f"suite: {e}", file=sys.stderr)
         return 1
     s.load0 = " ".join(load0)
-    want = set((a.only or "").split(",")) - {""}
     failures = []
     s.progress(f"results in {a.out}; {s.netem_note}")
     for num, name, fn in EXPERIMENTS:

@@ -246,6 +246,21 @@ TEST(suite_quick_writes_every_table_and_plot) {
     }
 }
 
+// An experiment name or number the suite does not have is refused before anything runs (a typo
+// in --only used to run nothing and write an empty index with exit code 0).
+TEST(suite_only_refuses_an_unknown_experiment) {
+    const char *out = test_path("results");
+    char *log = NULL;
+    int rc = test_run(&log, 60, "%s BAGPIPE_BIN=%s bench/suite.sh --quick --only skew,hitrates --out %s",
+                      dist_test_env(), test_bin(), out);
+    int named = log && strstr(log, "--only skew,hitrates: no experiment hitrates") != NULL;
+    char shown[300];
+    snprintf(shown, sizeof shown, "%.250s", log ? log : "");
+    free(log);
+    ASSERT_MSG(rc == 2 && named, "exit %d:\n%s", rc, shown);
+    ASSERT_MSG(access(out, F_OK) != 0, "%s was made", out);
+}
+
 // A soak run too short to judge says so with a sample count that is not negative (with no sample
 // after the first minute it used to print "only -1 samples").
 TEST(suite_soak_short_run_gives_a_verdict) {
