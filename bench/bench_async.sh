@@ -15,7 +15,8 @@
 # tools/plot_async.gp) and OUTDIR/async_*.jsonl (every run's metrics).  --quick: a small data set
 # and short runs (about a minute on an idle 2-core machine).  Environment: BAGPIPE_BIN
 # (build/bagpipe), T (trainers, 2), S (servers, 1), CACHE (rows per trainer for async and
-# bagpipe, 100000), RATES (emulated rates, default "1gbit" with --quick, "1gbit 10gbit" without).
+# bagpipe, 100000), RATES (emulated rates, default "1gbit" with --quick, "1gbit 10gbit" without;
+# "none": no emulation, as bench/suite.sh asks when it emulates none).
 # Timings are lower bounds on a shared machine (every rank shares its cores, oversubscribed);
 # the ratios measured side by side in one run are the figures to quote.
 set -eu
@@ -64,9 +65,11 @@ mode_args() {
 num() { grep '"summary"' "$1" | tail -1 | sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p"; }
 z() { v=$(num "$1" "$2"); echo "${v:-0}"; }
 
-# Is an emulated network possible here?  (root, and a network namespace can be made)
-net=none
-if [ "$(id -u)" = 0 ] && ip netns add "bpchk$$" 2> /dev/null; then
+# Is an emulated network possible here?  (root, and a network namespace can be made; RATES=none: not asked for)
+net=none unemulated="no root or no network namespaces"
+if [ "$RATES" = none ]; then
+    unemulated="RATES=none"
+elif [ "$(id -u)" = 0 ] && ip netns add "bpchk$$" 2> /dev/null; then
     ip netns del "bpchk$$"
     net=emulated
 fi
@@ -125,7 +128,7 @@ load1=$(cut -d' ' -f1-3 /proc/loadavg)
     if [ "$net" = emulated ]; then
         echo "## Time and bytes per iteration ($ITERS iterations; emulated network: MPI over TCP through a rate-limited loopback, bench/netem.sh, no added latency)"
     else
-        echo "## Time and bytes per iteration ($ITERS iterations; **unemulated**: shared memory on one machine, no root or no network namespaces)"
+        echo "## Time and bytes per iteration ($ITERS iterations; **unemulated**: shared memory on one machine, $unemulated)"
     fi
     echo
     echo "| network | mode | ms/iter | vs sync | wait rows ms | emb sync ms | all-reduce ms | compute ms | fetch B/it | push B/it | all-reduce B/it | total B/it | bytes vs sync | hit rate | staleness max / mean |"

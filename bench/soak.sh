@@ -154,7 +154,7 @@ awk -F'\t' -v iters="$ITERS" '
   NR == 1 { for (i = 1; i <= NF; i++) name[i] = $i; nf = NF; next }
   $1 >= 60 && $2 > 0 { n++; for (i = 1; i <= nf; i++) v[n, i] = $i }
   END {
-    n--  # the last sample may be taken while the ranks exit
+    if (n > 0) n--  # the last sample may be taken while the ranks exit
     if (n < 8) { printf "verdict: only %d samples after the first minute: too short to judge\n", n; exit }
     q = int(n / 4)
     printf "soak: %d samples over %.0f s, iterations %d..%d of %d\n", n, v[n, 1], v[1, 2], v[n, 2], iters

@@ -740,7 +740,9 @@ unset multiplot
             return
         self.exp = "async"
         self.progress("async (bench/bench_async.sh)")
-        self.sh(["sh", script, self.out] + (["--quick"] if self.quick else []))
+        # Where the suite emulates no network (--quick, --no-netem, no root), neither does this script.
+        no_netem = ["env", "RATES=none"] if self.rates == [None] else []
+        self.sh(no_netem + ["sh", script, self.out] + (["--quick"] if self.quick else []))
         md = "async.md"
         plots = [p for p in ("async_convergence.png", "async_convergence.svg") if os.path.exists(os.path.join(self.out, p))]
         if os.path.exists(os.path.join(self.out, md)):
@@ -856,6 +858,11 @@ def main():
     ap.add_argument("--only", help="comma-separated experiment numbers or names (default: all)")
     ap.add_argument("--no-netem", action="store_true", help="never emulate the network")
     a = ap.parse_args()
+    want = set((a.only or "").split(",")) - {""}
+    unknown = sorted(want - {str(num) for num, _, _ in EXPERIMENTS} - {name for _, name, _ in EXPERIMENTS})
+    if unknown:
+        ap.error(f"--only {a.only}: no experiment {', '.join(unknown)} (numbers 1-{len(EXPERIMENTS)} or names: "
+                 + ", ".join(name for _, name, _ in EXPERIMENTS) + ")")
     if not a.out:
         a.out = os.path.join(ROOT, "results", "bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     os.makedirs(a.out, exist_ok=True)
@@ -866,7 +873,6 @@ def main():
         print(f"suite: {e}", file=sys.stderr)
         return 1
     s.load0 = " ".join(load0)
-    want = set((a.only or "").split(",")) - {""}
     failures = []
     s.progress(f"results in {a.out}; {s.netem_note}")
     for num, name, fn in EXPERIMENTS:

@@ -101,10 +101,14 @@ int bp_ds_header_decode(bp_ds_info *out, const uint8_t *b, size_t n, const char 
     if (memcmp(b + H_MAGIC, BP_DS_MAGIC, 8) != 0)
         return bp_fail(BP_EFORMAT, "%s: not a bagpipe binary dataset (bad magic; raw files go through 'bagpipe prep')", what);
     in.version = bp_get_u32(b + H_VERSION);
+    int crc_ok = bp_get_u32(b + H_CRC) == bp_crc32(0, b, H_CRC);
+    // A damaged version field must not pass for a dataset of another version.
+    if (in.version != BP_DS_VERSION && !crc_ok)
+        return bp_fail(BP_ECORRUPT, "%s: header checksum mismatch (file damaged, or a dataset version %u that this build, "
+                       "which reads version %u, cannot check)", what, in.version, BP_DS_VERSION);
     if (in.version != BP_DS_VERSION)
         return bp_fail(BP_EVERSION, "%s: dataset version %u, this build reads version %u", what, in.version, BP_DS_VERSION);
-    if (bp_get_u32(b + H_CRC) != bp_crc32(0, b, H_CRC))
-        return bp_fail(BP_ECORRUPT, "%s: header checksum mismatch (file damaged)", what);
+    if (!crc_ok) return bp_fail(BP_ECORRUPT, "%s: header checksum mismatch (file damaged)", what);
     if (bp_get_u32(b + H_HEADER_SIZE) != BP_DS_HEADER_SIZE)
         return bp_fail(BP_ECORRUPT, "%s: bad header size", what);
     in.rows = bp_get_u64(b + H_ROWS);

@@ -81,6 +81,26 @@ TEST(data_bin_id_outside_card_refused) {
     ASSERT_TRUE(access(test_path("b.bin"), F_OK) != 0); // nothing under the final name
 }
 
+// A header whose version field is damaged is called damaged, not a dataset of another version;
+// one of another version with an intact checksum is named by its version.
+TEST(data_bin_damaged_version_is_not_another_version) {
+    bp_ds_info info;
+    memset(&info, 0, sizeof info);
+    info.rows = 10, info.n_dense = 1, info.n_sparse = 1, info.card[0] = 5, info.split[0] = 10;
+    bp_ds_layout(&info);
+    uint8_t b[BP_DS_HEADER_SIZE];
+    bp_ds_header_encode(&info, b);
+    bp_ds_info out;
+    ASSERT_OK(bp_ds_header_decode(&out, b, sizeof b, "d.bin"));
+    b[9] ^= 0x40; // the version field, as a flipped bit or a stray write leaves it
+    ASSERT_EQ(bp_ds_header_decode(&out, b, sizeof b, "d.bin"), BP_ECORRUPT);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), "d.bin: header checksum mismatch (file damaged");
+    bp_put_u32(b + 8, 2);
+    bp_put_u32(b + BP_DS_HEADER_SIZE - 4, bp_crc32(0, b, BP_DS_HEADER_SIZE - 4));
+    ASSERT_EQ(bp_ds_header_decode(&out, b, sizeof b, "d.bin"), BP_EVERSION);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EVERSION), "d.bin: dataset version 2, this build reads version 1");
+}
+
 TEST(data_bin_truncated_and_corrupted_detected) {
     const char *path = test_path("c.bin");
     ASSERT_OK(write_small(path, 5000, 0));

@@ -225,6 +225,14 @@ TEST(suite_quick_writes_every_table_and_plot) {
     int same = strstr(conv, "| every logged loss and AUC equal | 1 |") && strstr(conv, "| saved models byte-identical | 1 |");
     free(conv);
     ASSERT_MSG(same, "06-convergence.md: sync and bagpipe differ");
+    // --quick emulates no network, the async experiment's runs included (as root they used to go
+    // through bench/netem.sh).
+    snprintf(path, sizeof path, "%s/async.md", out);
+    char *async_md = dist_test_slurp(path, &len);
+    ASSERT_MSG(async_md, "%s missing", path);
+    int unemulated = strstr(async_md, "| shared memory | sync |") != NULL;
+    free(async_md);
+    ASSERT_MSG(unemulated, "async.md: --quick timed the async experiment over an emulated network");
     // Raw data next to each table.
     const char *raw[] = {"01-skew.tsv", "02-hitrate-cache.tsv", "03-modes.jsonl", "04-bytes.tsv", "05-scaling.tsv",
                          "06-convergence.tsv", "07-oracle.tsv"};
@@ -236,6 +244,42 @@ TEST(suite_quick_writes_every_table_and_plot) {
         free(r);
         ASSERT_MSG(lines >= 2, "%s: missing or without data (%d lines)", raw[i], lines);
     }
+}
+
+// An experiment name or number the suite does not have is refused before anything runs (a typo
+// in --only used to run nothing and write an empty index with exit code 0).
+TEST(suite_only_refuses_an_unknown_experiment) {
+    const char *out = test_path("results");
+    char *log = NULL;
+    int rc = test_run(&log, 60, "%s BAGPIPE_BIN=%s bench/suite.sh --quick --only skew,hitrates --out %s",
+                      dist_test_env(), test_bin(), out);
+    int named = log && strstr(log, "--only skew,hitrates: no experiment hitrates") != NULL;
+    char shown[300];
+    snprintf(shown, sizeof shown, "%.250s", log ? log : "");
+    free(log);
+    ASSERT_MSG(rc == 2 && named, "exit %d:\n%s", rc, shown);
+    ASSERT_MSG(access(out, F_OK) != 0, "%s was made", out);
+}
+
+// A soak run too short to judge says so with a sample count that is not negative (with no sample
+// after the first minute it used to print "only -1 samples").
+TEST(suite_soak_short_run_gives_a_verdict) {
+    const char *out = test_path("soak");
+    char *log = NULL;
+    int rc = test_run(&log, 300, "%s BAGPIPE_BIN=%s bench/soak.sh --iters 60000 --every 1 --out %s", dist_test_env(),
+                      test_bin(), out);
+    ASSERT_MSG(rc == 0, "bench/soak.sh exited %d:\n%s", rc, log ? log : "");
+    free(log);
+    char path[1024];
+    size_t len;
+    snprintf(path, sizeof path, "%s/verdict.txt", out);
+    char *verdict = dist_test_slurp(path, &len);
+    ASSERT_MSG(verdict, "%s missing", path);
+    int negative = strstr(verdict, "only -") != NULL, judged = strstr(verdict, "verdict:") != NULL;
+    char first[200];
+    snprintf(first, sizeof first, "%.150s", verdict);
+    free(verdict);
+    ASSERT_MSG(judged && !negative, "verdict.txt: %s", first);
 }
 
 // The table checker itself: it must reject what the suite must never write.
