@@ -13,8 +13,16 @@
 
 #define MANIFEST_MAGIC "bagpipe-manifest 1"
 
+// The length of dir without trailing slashes ("ck/" and "ck" name one directory; "/" stays "/"
+// as the empty prefix of "/name"), so that joined paths read "ck/name", not "ck//name".
+static int dir_len(const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 0 && dir[n - 1] == '/') n--;
+    return (int)n;
+}
+
 static void join(char *buf, size_t cap, const char *dir, const char *name) {
-    snprintf(buf, cap, "%s/%s", dir, name);
+    snprintf(buf, cap, "%.*s/%s", dir_len(dir), dir, name);
 }
 
 static int name_ok(const char *s) {
@@ -295,7 +303,7 @@ int ckpt_read_part(const char *dir, const ckpt_manifest *m, const char *name, vo
 #include <dirent.h>
 
 void ckpt_dir_path(char *buf, size_t cap, const char *root, int64_t iter) {
-    snprintf(buf, cap, "%s/" CKPT_DIR_PREFIX "%012lld", root, (long long)iter);
+    snprintf(buf, cap, "%.*s/" CKPT_DIR_PREFIX "%012lld", dir_len(root), root, (long long)iter);
 }
 
 static int mkdir_shared(const char *dir) {

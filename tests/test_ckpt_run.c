@@ -274,10 +274,12 @@ TEST(ckpt_local_kill_resume_identical) {
     free(out);
     int64_t last = newest_committed(root);
     ASSERT_TRUE(last >= 500);
-    st = train(&out, "", "--iters 12000 --resume %s --save %s", root, res);
+    // (given with a trailing slash, which the paths it prints do not double)
+    st = train(&out, "", "--iters 12000 --resume %s/ --save %s", root, res);
     ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
-    char want[128];
-    snprintf(want, sizeof want, "at iteration %lld", (long long)last);
+    char want[640];
+    snprintf(want, sizeof want, "resumed from %s/" CKPT_DIR_PREFIX "%012lld at iteration %lld", root, (long long)last,
+             (long long)last);
     ASSERT_STR_CONTAINS(out, want);
     free(out);
     ASSERT_MSG(same_model(ref, res), "the resumed model differs from the uninterrupted run's");
