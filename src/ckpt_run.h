@@ -35,8 +35,8 @@
             "write checkpoints under this directory (ckpt-<iteration>/; default: the --resume directory)"),    \
     CLI_I64("checkpoint-every", 0, &(ck)->every, 0, 0, INT64_MAX / 2, "checkpoint every N iterations (0: off)"), \
     CLI_DBL("checkpoint-minutes", 0, &(ck)->minutes, 0, 0, 1e9,                                                 \
-            "checkpoint once M minutes have passed since the last one (0: off)"),                               \
-    CLI_INT("keep", 0, &(ck)->keep, 2, 1, 1 << 20, "keep the K newest valid checkpoints (older ones are pruned " \
+            "checkpoint once X minutes have passed since the last one (0: off)"),                               \
+    CLI_INT("keep", 0, &(ck)->keep, 2, 1, 1 << 20, "keep the N newest valid checkpoints (older ones are pruned " \
             "after each commit)"),                                                                              \
     CLI_CHOICE("on-checkpoint-error", 0, &(ck)->on_error, 0, "stop|continue",                                   \
                "when a checkpoint cannot be written (disk full...): stop with an error, or warn and train on; "  \
