@@ -1358,7 +1358,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             jsonl_num(&j, "samples_per_s", sps);
             ckpt_sched_json(&j, &cks);
             bs.t_wait = tot_wait, bs.t_sync = tot_sync, bs.t_ar = tot_ar, bs.t_compute = tot_compute;
-            json_window(&j, &bs, tot, iters);
+            json_window(&j, &bs, tot, run_iters);
             if (su->do_eval) {
                 jsonl_str(&j, "split", bp_split_name(su->eval_split));
                 train_json_result(&j, "", &res);

@@ -434,7 +434,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             jsonl_num(&j, "samples_per_s", sps);
             ckpt_sched_json(&j, &cks);
             ts.t_wait = tot_wait, ts.t_sync = tot_sync, ts.t_ar = tot_ar, ts.t_compute = tot_compute;
-            json_window(&j, &ts, tot_bytes, iters);
+            json_window(&j, &ts, tot_bytes, run_iters);
             if (have_res) {
                 jsonl_str(&j, "split", bp_split_name(su->eval_split));
                 train_json_result(&j, "", &res);

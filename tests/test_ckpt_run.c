@@ -4,9 +4,11 @@
 // configuration mismatch; pruning; a full disk (a small tmpfs, mounted when the test runs as
 // root; skipped otherwise).
 #include <dirent.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -625,5 +627,47 @@ TEST(ckpt_resume_alone_reports_resumed_at) {
         const double at = dist_test_summary_num(mf, "resumed_at");
         ASSERT_MSG(at == 100, "mode '%s': resumed_at %g, expected 100", modes[m], at);
         ASSERT_MSG(dist_test_summary_num(mf, "iters") == 150, "mode '%s': iters", modes[m]);
+    }
+}
+
+// The number after "key": in the first line of a metrics file that holds `event` (NaN if none).
+static double event_num(const char *path, const char *event, const char *key) {
+    size_t len;
+    char *m = dist_test_slurp(path, &len), pat[96];
+    double v = NAN;
+    for (char *line = m; line && *line && isnan(v);) {
+        char *end = strchr(line, '\n');
+        if (end) *end = 0;
+        snprintf(pat, sizeof pat, "\"event\":\"%s\"", event);
+        if (strstr(line, pat)) {
+            snprintf(pat, sizeof pat, "\"%s\":", key);
+            const char *p = strstr(line, pat);
+            if (p) v = strtod(p + strlen(pat), NULL);
+        }
+        line = end ? end + 1 : NULL;
+    }
+    free(m);
+    return v;
+}
+
+// A resumed run's summary gives its per-iteration figures over the iterations it ran, as its
+// train lines do: here one train line covers the whole resumed run (iterations 100..149), so the
+// two agree.  Sync and bagpipe used to divide by the run's last iteration (150), not the 50 run.
+TEST(ckpt_resumed_summary_figures_per_iteration_run) {
+    ASSERT_OK(make_data());
+    static const char *const modes[] = {SYNC, "--mode sharded --trainers 2 --servers 0", BAGPIPE};
+    mkdir(test_path("r"), 0755);
+    for (int m = 0; m < 3; m++) {
+        char root[512], mf[512];
+        snprintf(root, sizeof root, "%s/ck%d", test_path("r"), m);
+        snprintf(mf, sizeof mf, "%s/m%d.jsonl", test_path("r"), m);
+        TRAIN_OK("", "%s --iters 120 --checkpoint-every 100 --checkpoint-dir %s", modes[m], root);
+        TRAIN_OK("", "%s --iters 150 --resume %s -m %s", modes[m], root, mf);
+        static const char *const keys[] = {"bytes_per_iter", "resident_mean"};
+        for (int k = 0; k < (m == 2 ? 2 : 1); k++) {
+            const double line = event_num(mf, "train", keys[k]), sum = dist_test_summary_num(mf, keys[k]);
+            ASSERT_MSG(line > 0 && fabs(sum - line) <= 1e-6 * line, "mode '%s': %s %g in the summary, %g in the "
+                       "train line of iterations 100..149", modes[m], keys[k], sum, line);
+        }
     }
 }
