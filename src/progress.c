@@ -8,11 +8,13 @@
 
 void bp_progress_init(bp_progress *p, const char *what, const char *unit, uint64_t total) {
     const char *env = getenv("BAGPIPE_PROGRESS"); // "0" disables, "1" forces
-    p->what = what, p->unit = unit, p->total = total, p->done = 0;
+    p->what = what, p->unit = unit, p->total = total, p->done = 0, p->base = 0;
     p->t_start = p->t_last = bp_now();
     p->enabled = env && *env ? env[0] == '1' : isatty(STDERR_FILENO);
     p->drawn = 0;
 }
+
+void bp_progress_start_at(bp_progress *p, uint64_t done) { p->base = p->done = done; }
 
 static const char *si(char *buf, size_t cap, double x) {
     if (x >= 1e9) snprintf(buf, cap, "%.2fG", x / 1e9);
@@ -28,7 +30,7 @@ void bp_progress_update(bp_progress *p, uint64_t done, const char *note) {
     double now = bp_now();
     if (p->drawn && now - p->t_last < 0.1 && (p->total == 0 || done < p->total)) return;
     p->t_last = now;
-    double el = now - p->t_start, rate = el > 0 ? (double)done / el : 0;
+    double el = now - p->t_start, rate = el > 0 && done > p->base ? (double)(done - p->base) / el : 0;
     char a[16], b[16], r[16];
     if (p->total) {
         double frac = (double)done / (double)p->total;

@@ -10,12 +10,16 @@ typedef struct {
     const char *unit;  // "rows", "samples", ...
     uint64_t total;    // 0 when unknown
     uint64_t done;
+    uint64_t base;     // done at the start (a resumed run): the rate and ETA count from it
     double t_start, t_last;
     int enabled;
     int drawn;
 } bp_progress;
 
 void bp_progress_init(bp_progress *p, const char *what, const char *unit, uint64_t total);
+// The count the work starts from (a resumed run's first iteration): the rate and the ETA are
+// those of the work done since, not of the whole count over this run's time.
+void bp_progress_start_at(bp_progress *p, uint64_t done);
 // Sets done and redraws if due; note (may be NULL) is appended, e.g. "loss 0.4512".
 void bp_progress_update(bp_progress *p, uint64_t done, const char *note);
 // Clears the line (the caller prints its own summary).

@@ -340,6 +340,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     bp_progress prog;
     bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);
     if (!writer) prog.enabled = 0;
+    bp_progress_start_at(&prog, (uint64_t)su->ck.start_iter);
     double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
     role_stats tot = {0};
     double tot_c[W_N] = {0};

@@ -635,6 +635,7 @@ int cmd_train(int argc, char **argv) {
 
     bp_progress prog;
     bp_progress_init(&prog, "train", "it", (uint64_t)total_iters);
+    bp_progress_start_at(&prog, (uint64_t)t0_iter);
     const int Nd = (int)in->n_dense, F = (int)in->n_sparse, B = fl.batch;
     double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
     int64_t win_n = 0;

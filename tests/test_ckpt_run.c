@@ -671,3 +671,43 @@ TEST(ckpt_resumed_summary_figures_per_iteration_run) {
         }
     }
 }
+
+// The rate of the last progress line in out ("... 1.2k/s eta ..."; the units of progress.c), -1 if none.
+static double progress_rate(const char *out) {
+    const char *p = NULL;
+    for (const char *q = out; (q = strstr(q, "/s eta ")); q++) p = q;
+    if (!p) return -1;
+    const char *b = p;
+    while (b > out && b[-1] != ' ') b--;
+    char *end;
+    double v = strtod(b, &end);
+    return v * (*end == 'k' ? 1e3 : *end == 'M' ? 1e6 : *end == 'G' ? 1e9 : 1);
+}
+
+// A resumed run's progress line gives the rate of the iterations it ran (and an ETA from it), as
+// its "trained ... samples/s" line does; it used to count the iterations before the checkpoint
+// too (a run resumed at 90% of the way showed ten times its rate and an ETA of 0).  Local and
+// sync (the progress line is drawn by trainer 0).
+TEST(ckpt_resumed_progress_rate) {
+    ASSERT_OK(make_data());
+    static const char *const modes[] = {"", SYNC};
+    static const int64_t at[] = {18000, 1800}; // resumed at 90% of the way; a few tens of ms to go
+    mkdir(test_path("p"), 0755);
+    for (int m = 0; m < 2; m++) {
+        char root[512], trained[64];
+        snprintf(root, sizeof root, "%s/ck%d", test_path("p"), m);
+        TRAIN_OK("", "%s --iters %lld --checkpoint-every %lld --checkpoint-dir %s", modes[m], (long long)at[m] + 1,
+                 (long long)at[m], root);
+        char *out = NULL;
+        int rc = train(&out, "BAGPIPE_PROGRESS=1", "%s --iters %lld --print-every 10 --resume %s", modes[m],
+                       (long long)at[m] * 10 / 9, root);
+        ASSERT_MSG(rc == 0, "resume exited %d:\n%s", rc, out ? out : "");
+        snprintf(trained, sizeof trained, "trained %lld iterations", (long long)at[m] / 9);
+        const char *t = strstr(out, trained);
+        const double shown = progress_rate(out), sps = t ? dist_test_num_before(t, "trained", " samples/s") : -1;
+        const double rate = sps / 24; // iterations per second (MODEL's batch of 24)
+        ASSERT_MSG(shown > 0 && rate > 0 && shown < 2 * rate && shown > rate / 2,
+                   "mode '%s': progress %g it/s, trained at %g it/s:\n%s", modes[m], shown, rate, out);
+        free(out);
+    }
+}
