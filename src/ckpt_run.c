@@ -37,7 +37,12 @@ static const struct {
     {"lr_schedule", "--lr-num-warmup-steps, --lr-decay-start-step, --lr-num-decay-steps"},
     {"emb_seed", "--seed"},
     {"threads", "--threads (BLAS results differ across thread counts)"},
+    {"static_rows", "--static-rows (0: 1% of the rows)"},
 };
+
+// Keys that only some modes record (static_rows: mode static): absent from both, or from a
+// checkpoint written before the key existed, they are not compared.
+static int mode_key(const char *key) { return strcmp(key, "static_rows") == 0; }
 
 // The configuration keys of su (those in compat).
 static void config_keys(ckpt_manifest *m, const train_setup *su) {
@@ -62,6 +67,7 @@ static void config_keys(ckpt_manifest *m, const train_setup *su) {
              (long long)su->sched.decay_steps);
     ckpt_set(m, "emb_seed", "%llu", (unsigned long long)su->lc.seed);
     ckpt_set(m, "threads", "%d", su->threads);
+    if (su->mode == TRAIN_MODE_STATIC) ckpt_set(m, "static_rows", "%lld", (long long)su->static_rows);
 }
 
 static int config_check(const ckpt_manifest *have, const char *dir, const train_setup *su) {
@@ -80,6 +86,7 @@ static int config_check(const ckpt_manifest *have, const char *dir, const train_
         const char *flag = compat[i].flag;
         if (strcmp(compat[i].key, "learning_rate") == 0 && su->emb_lr_inherited)
             flag = "--emb-learning-rate, from --learning-rate";
+        if (mode_key(compat[i].key) && (!h || !w)) continue;
         if (!h) rc = bp_fail(BP_ECORRUPT, "%s/MANIFEST: missing '%s'", dir, compat[i].key);
         else if (strcmp(h, w) != 0)
             rc = bp_fail(BP_EMISMATCH, "%s/MANIFEST: the checkpoint has %s = %s, this run %s (%s)", dir, compat[i].key,

@@ -380,6 +380,7 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
         if (BP_MIN(want, rows) > MSG_MAX_N)
             return bp_fail(BP_EUSAGE, "--static-rows %llu: at most %d rows can be pinned", (unsigned long long)want,
                            MSG_MAX_N);
+        su->static_rows = (int64_t)want;
     }
     su->ck = fl->ck;
     return ckpt_run_setup(su);

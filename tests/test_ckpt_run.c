@@ -711,3 +711,28 @@ TEST(ckpt_resumed_progress_rate) {
         free(out);
     }
 }
+
+// Mode static checkpoints the pinned rows it chose (trainer 0's replica): a resume that would pin
+// another number of rows (another --static-rows, or none given: 1% of the rows) is refused before
+// any rank starts, naming the flag, as other configuration changes are.  It used to start the job
+// and fail on a trainer with "trainer-0.bin: holds 2000 bytes, this configuration needs 2400".
+TEST(ckpt_static_resume_with_other_static_rows_is_refused) {
+    ASSERT_OK(make_data());
+    char root[512];
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    const char *mode = "--mode static --trainers 2 --servers 1";
+    TRAIN_OK("", "%s --static-rows 50 --iters 120 --checkpoint-every 100 --checkpoint-dir %s", mode, root);
+    static const char *const refused[][2] = {
+        {"--static-rows 60", "ckpt-000000000100/MANIFEST: the checkpoint has static_rows = 50, this run 60 (--static-rows"},
+        {"", "the checkpoint has static_rows = 50, this run 23 (--static-rows (0: 1% of the rows))"}, // 2340 rows
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(refused); i++) {
+        char *out = NULL;
+        int st = train(&out, "", "%s %s --iters 150 --resume %s", mode, refused[i][0], root);
+        ASSERT_MSG(st == 1, "'%s': status %d:\n%s", refused[i][0], st, out);
+        ASSERT_STR_CONTAINS(out, refused[i][1]);
+        ASSERT_MSG(!strstr(out, "job failed"), "'%s': refused by a rank, not before the job:\n%s", refused[i][0], out);
+        free(out);
+    }
+    TRAIN_OK("", "%s --static-rows 50 --iters 150 --resume %s", mode, root);
+}
