@@ -736,3 +736,23 @@ TEST(ckpt_static_resume_with_other_static_rows_is_refused) {
     }
     TRAIN_OK("", "%s --static-rows 50 --iters 150 --resume %s", mode, root);
 }
+
+// A checkpoint that trainer 0 and another rank both fail to write (a file where its directory
+// goes) is reported with both reasons apart; the other rank's used to be glued onto trainer 0's
+// ("... is not a directoryrank 2 could not write ...").
+TEST(ckpt_failed_by_two_ranks_names_both) {
+    ASSERT_OK(make_data());
+    char root[512], blocker[600];
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    ASSERT_EQ(mkdir(root, 0755), 0);
+    snprintf(blocker, sizeof blocker, "%s/ckpt-000000000100", root);
+    FILE *f = fopen(blocker, "w");
+    ASSERT_TRUE(f != NULL);
+    fclose(f);
+    char *out = NULL;
+    int st = train(&out, "", "--mode sharded --trainers 2 --servers 0 --iters 150 --checkpoint-every 100 "
+                   "--checkpoint-dir %s", root);
+    ASSERT_MSG(st == 1, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000100: exists and is not a directory; rank 2 could not write ");
+    free(out);
+}
