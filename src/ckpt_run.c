@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -96,6 +97,12 @@ static int config_check(const ckpt_manifest *have, const char *dir, const train_
     return rc;
 }
 
+// 1 when the paths name the same existing directory.
+static int same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int ckpt_run_setup(train_setup *su) {
     ckpt_opts *ck = &su->ck;
     ck->start_iter = 0, ck->from[0] = 0;
@@ -117,12 +124,18 @@ int ckpt_run_setup(train_setup *su) {
     if (rc) return bp_fail(rc, "%s %s", ck->dir == ck->resume ? "--resume" : "--checkpoint-dir", bp_errmsg(rc));
     // A new run into another run's checkpoints would mix the two: pruning keeps the newest, which
     // may be the other run's (this run's own were removed as soon as written), and a --resume
-    // after a failure would take them.
-    int64_t old = want && !ck->resume ? ckpt_newest_valid(ck->dir) : -1;
-    if (old >= 0)
+    // after a failure would take them.  So would a resumed run writing into a directory other than
+    // the one it resumes from.
+    const int other_dir = want && (!ck->resume || !same_dir(ck->dir, ck->resume));
+    int64_t old = other_dir ? ckpt_newest_valid(ck->dir) : -1;
+    if (old >= 0 && !ck->resume)
         return bp_fail(BP_EUSAGE, "--checkpoint-dir %s: holds the checkpoints of an earlier run (the newest at iteration "
                        "%lld); continue that run with --resume %s, or give an empty or new directory", ck->dir,
                        (long long)old, ck->dir);
+    if (old >= 0)
+        return bp_fail(BP_EUSAGE, "--checkpoint-dir %s: holds the checkpoints of another run (the newest at iteration "
+                       "%lld), and this run resumes from %s; give an empty or new directory, or leave "
+                       "--checkpoint-dir out to write into %s", ck->dir, (long long)old, ck->resume, ck->resume);
     if (!ck->resume) return 0;
     ckpt_manifest *m = bp_xmalloc(sizeof *m);
     int64_t it = 0;

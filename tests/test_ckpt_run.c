@@ -756,3 +756,29 @@ TEST(ckpt_failed_by_two_ranks_names_both) {
     ASSERT_STR_CONTAINS(out, "ckpt-000000000100: exists and is not a directory; rank 2 could not write ");
     free(out);
 }
+
+// A resumed run that writes its checkpoints into another directory than the one it resumes from
+// is refused when that directory holds another run's checkpoints: pruning kept the newest (the
+// other run's) and removed each of this run's as soon as it was written, while the summary said
+// they were written.  The resume directory itself, under another spelling, and a new directory
+// are accepted.
+TEST(ckpt_resumed_run_into_another_runs_checkpoints_is_refused) {
+    ASSERT_OK(make_data());
+    char a[512], b[512], c[512];
+    snprintf(a, sizeof a, "%s", test_path("a"));
+    snprintf(b, sizeof b, "%s", test_path("b"));
+    snprintf(c, sizeof c, "%s", test_path("c"));
+    TRAIN_OK("", "--iters 60 --checkpoint-every 50 --checkpoint-dir %s", a);
+    TRAIN_OK("", "--iters 310 --seed 7 --checkpoint-every 300 --checkpoint-dir %s", b);
+    char *out = NULL;
+    int st = train(&out, "", "--iters 200 --checkpoint-every 50 --keep 2 --resume %s --checkpoint-dir %s", a, b);
+    ASSERT_MSG(st == 2, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "holds the checkpoints of another run (the newest at iteration 300), and this run "
+                             "resumes from ");
+    free(out);
+    ASSERT_TRUE(ckpt_valid(b, 300) && !ckpt_exists(b, 100));
+    TRAIN_OK("", "--iters 200 --checkpoint-every 50 --keep 2 --resume %s --checkpoint-dir %s/.", a, a);
+    ASSERT_TRUE(ckpt_valid(a, 100) && ckpt_valid(a, 150));
+    TRAIN_OK("", "--iters 260 --checkpoint-every 50 --keep 2 --resume %s --checkpoint-dir %s", a, c);
+    ASSERT_TRUE(ckpt_valid(c, 200) && ckpt_valid(c, 250)); // resumed at 150
+}
