@@ -628,6 +628,28 @@ static int group_progress(bstate *bs, fgroup *g) {
 
 static int group_complete(const fgroup *g) { return !g->replies_left && !g->fwd_left && g->forwarded; }
 
+// What wait_groups waits for: the first reply or forward still open for a record at or before
+// upto, by the rank that owes it.
+static void awaited(const bstate *bs, int64_t upto, int64_t issued, char *what, size_t cap) {
+    snprintf(what, cap, "the rows of iteration %lld (fetches and forwards)", (long long)upto);
+    for (int64_t r = BP_MAX((int64_t)0, issued - bs->G + 1); r <= BP_MIN(upto, issued); r++) {
+        const fgroup *g = &bs->g[r % bs->G];
+        if (g->iter != r || group_complete(g)) continue;
+        for (int s = 0; s < bs->S; s++)
+            if (g->rep_live[s]) {
+                snprintf(what, cap, "the rows of iteration %lld: FETCH_REPLY from rank %d (server %d)", (long long)r,
+                         bs->first_server + s, s);
+                return;
+            }
+        for (int q = 0; q < bs->T; q++)
+            if (g->fin_live[q]) {
+                snprintf(what, cap, "the rows of iteration %lld: FWD from rank %d (trainer %d)", (long long)r,
+                         bs->first_trainer + q, q);
+                return;
+            }
+    }
+}
+
 // Step 3: every group issued at or before `upto` complete; the others progress meanwhile.
 // upto < 0 makes one pass without waiting (replies installed, forwards sent as far as possible).
 static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
@@ -651,9 +673,11 @@ static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
             sleep_ns = sleep_ns ? BP_MIN(2 * sleep_ns, 100000L) : 2000;
             struct timespec ts = {0, sleep_ns};
             nanosleep(&ts, NULL);
-            char what[96];
-            snprintf(what, sizeof what, "the rows of iteration %lld (fetches and forwards)", (long long)upto);
-            if ((polls & 63) == 0 && (rc = comm_stall_check(&since, what))) return rc;
+            if ((polls & 63) == 0) {
+                char what[128];
+                awaited(bs, upto, issued, what, sizeof what);
+                if ((rc = comm_stall_check(&since, what))) return rc;
+            }
         }
     }
 }

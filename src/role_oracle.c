@@ -196,7 +196,7 @@ int role_oracle_run(role_oracle *ro) {
             char what[128];
             snprintf(what, sizeof what, "CREDIT from rank %d (trainer %d, %lld iterations done)", ro->first_trainer + slow,
                      slow, (long long)ro->done[slow]);
-            rc = comm_stall_check(&since, what);
+            rc = comm_stall_check_indirect(&since, what);
         }
     }
     for (int j = 0; !rc && j < A; j++)

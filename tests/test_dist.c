@@ -281,8 +281,10 @@ static pid_t await_rank(int rank, const char *tag) {
 
 // (e) kill -9 of one rank mid-run: the job ends within seconds, non-zero, naming rank and role.
 // With SIGSTOP the rank stays alive but silent: the others' stall timeout (3 s here) ends the job,
-// naming what they waited for.
-static void check_signal(int rank, const char *role, int sig, const char *layout) {
+// naming what they waited for: the silent rank itself where another rank waits for it by name
+// (it used to be the oracle, waiting for the credits of a trainer that waited for the silent
+// rank, that named that trainer).
+static void check_signal_named(int rank, const char *role, int sig, const char *layout, int named) {
     char data[512], outp[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
@@ -317,22 +319,34 @@ static void check_signal(int rank, const char *role, int sig, const char *layout
     if (sig == SIGSTOP) snprintf(want, sizeof want, "with no progress (--stall-timeout 3): a peer is stopped");
     else snprintf(want, sizeof want, "rank %d (%s) was killed by signal 9", rank, role);
     ASSERT_STR_CONTAINS(out, want);
+    if (named) {
+        char from[32], take[32];
+        snprintf(from, sizeof from, "from rank %d ", rank);
+        snprintf(take, sizeof take, "for rank %d to take ", rank);
+        ASSERT_MSG(strstr(out, from) || strstr(out, take), "rank %d (%s) not named:\n%s", rank, role, out);
+    }
     free(out);
+}
+static void check_signal(int rank, const char *role, int sig, const char *layout) {
+    check_signal_named(rank, role, sig, layout, 0);
 }
 
 #define SYNC_T2S2 "--mode sync --trainers 2 --servers 2"
 TEST(dist_kill_oracle) { check_signal(0, "oracle", SIGKILL, SYNC_T2S2); }
 TEST(dist_kill_server) { check_signal(2, "server 1", SIGKILL, SYNC_T2S2); }
 TEST(dist_kill_trainer) { check_signal(3, "trainer 0", SIGKILL, SYNC_T2S2); }
-TEST(dist_stop_trainer_stall_timeout) { check_signal(3, "trainer 0", SIGSTOP, SYNC_T2S2); }
-TEST(dist_stop_server_stall_timeout) { check_signal(2, "server 1", SIGSTOP, SYNC_T2S2); }
+TEST(dist_stop_trainer_stall_timeout) { check_signal_named(3, "trainer 0", SIGSTOP, SYNC_T2S2, 1); }
+TEST(dist_stop_server_stall_timeout) { check_signal_named(2, "server 1", SIGSTOP, SYNC_T2S2, 1); }
 // The only trainer: the servers, waiting for any message, are the ones to notice.
 TEST(dist_stop_only_trainer_stall_timeout) { check_signal(3, "trainer 0", SIGSTOP, "--mode sync --trainers 1 --servers 2"); }
 TEST(dist_stop_bagpipe_oracle_stall_timeout) {
-    check_signal(0, "oracle", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2");
+    check_signal_named(0, "oracle", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2", 1);
+}
+TEST(dist_stop_bagpipe_server_stall_timeout) {
+    check_signal_named(1, "server 0", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2", 1);
 }
 TEST(dist_stop_bagpipe_trainer_stall_timeout) {
-    check_signal(4, "trainer 1", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2");
+    check_signal_named(4, "trainer 1", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2", 1);
 }
 
 // Ctrl-C (SIGINT) or kill -TERM of the launcher: it forwards the signal to mpirun, which stops
