@@ -148,9 +148,12 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
     setenv(LAUNCH_ENV_SELF, "1", 1);
     // The ranks' output comes through pipes to this process: trainer 0 draws its progress line
-    // when our stderr is a terminal, as one process does, on its stdout, so that it comes in order
-    // with the lines trainer 0 prints (progress.h); forward_output draws it on our stderr.
-    if (isatty(STDERR_FILENO)) setenv("BAGPIPE_PROGRESS", "stdout", 0);
+    // when our stderr is a terminal (or BAGPIPE_PROGRESS=1 says so), as one process does, on its
+    // stdout, so that it comes in order with the lines trainer 0 prints (progress.h);
+    // forward_output draws it on our stderr.
+    const char *progress = getenv("BAGPIPE_PROGRESS");
+    if (progress && *progress ? strcmp(progress, "1") == 0 : isatty(STDERR_FILENO))
+        setenv("BAGPIPE_PROGRESS", "stdout", 1);
 
     char npbuf[16];
     snprintf(npbuf, sizeof npbuf, "%d", np);
