@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -37,7 +38,12 @@ static const struct {
     {"lr_schedule", "--lr-num-warmup-steps, --lr-decay-start-step, --lr-num-decay-steps"},
     {"emb_seed", "--seed"},
     {"threads", "--threads (BLAS results differ across thread counts)"},
+    {"static_rows", "--static-rows (0: 1% of the rows)"},
 };
+
+// Keys that only some modes record (static_rows: mode static): absent from both, or from a
+// checkpoint written before the key existed, they are not compared.
+static int mode_key(const char *key) { return strcmp(key, "static_rows") == 0; }
 
 // The configuration keys of su (those in compat).
 static void config_keys(ckpt_manifest *m, const train_setup *su) {
@@ -62,6 +68,7 @@ static void config_keys(ckpt_manifest *m, const train_setup *su) {
              (long long)su->sched.decay_steps);
     ckpt_set(m, "emb_seed", "%llu", (unsigned long long)su->lc.seed);
     ckpt_set(m, "threads", "%d", su->threads);
+    if (su->mode == TRAIN_MODE_STATIC) ckpt_set(m, "static_rows", "%lld", (long long)su->static_rows);
 }
 
 static int config_check(const ckpt_manifest *have, const char *dir, const train_setup *su) {
@@ -80,6 +87,7 @@ static int config_check(const ckpt_manifest *have, const char *dir, const train_
         const char *flag = compat[i].flag;
         if (strcmp(compat[i].key, "learning_rate") == 0 && su->emb_lr_inherited)
             flag = "--emb-learning-rate, from --learning-rate";
+        if (mode_key(compat[i].key) && (!h || !w)) continue;
         if (!h) rc = bp_fail(BP_ECORRUPT, "%s/MANIFEST: missing '%s'", dir, compat[i].key);
         else if (strcmp(h, w) != 0)
             rc = bp_fail(BP_EMISMATCH, "%s/MANIFEST: the checkpoint has %s = %s, this run %s (%s)", dir, compat[i].key,
@@ -87,6 +95,12 @@ static int config_check(const ckpt_manifest *have, const char *dir, const train_
     }
     free(want);
     return rc;
+}
+
+// 1 when the paths name the same existing directory.
+static int same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 int ckpt_run_setup(train_setup *su) {
@@ -110,12 +124,18 @@ int ckpt_run_setup(train_setup *su) {
     if (rc) return bp_fail(rc, "%s %s", ck->dir == ck->resume ? "--resume" : "--checkpoint-dir", bp_errmsg(rc));
     // A new run into another run's checkpoints would mix the two: pruning keeps the newest, which
     // may be the other run's (this run's own were removed as soon as written), and a --resume
-    // after a failure would take them.
-    int64_t old = want && !ck->resume ? ckpt_newest_valid(ck->dir) : -1;
-    if (old >= 0)
+    // after a failure would take them.  So would a resumed run writing into a directory other than
+    // the one it resumes from.
+    const int other_dir = want && (!ck->resume || !same_dir(ck->dir, ck->resume));
+    int64_t old = other_dir ? ckpt_newest_valid(ck->dir) : -1;
+    if (old >= 0 && !ck->resume)
         return bp_fail(BP_EUSAGE, "--checkpoint-dir %s: holds the checkpoints of an earlier run (the newest at iteration "
                        "%lld); continue that run with --resume %s, or give an empty or new directory", ck->dir,
                        (long long)old, ck->dir);
+    if (old >= 0)
+        return bp_fail(BP_EUSAGE, "--checkpoint-dir %s: holds the checkpoints of another run (the newest at iteration "
+                       "%lld), and this run resumes from %s; give an empty or new directory, or leave "
+                       "--checkpoint-dir out to write into %s", ck->dir, (long long)old, ck->resume, ck->resume);
     if (!ck->resume) return 0;
     ckpt_manifest *m = bp_xmalloc(sizeof *m);
     int64_t it = 0;

@@ -44,6 +44,11 @@ _Noreturn void comm_abort(int code);
 // since = 0 at the start of the wait and after any progress.
 void comm_set_stall_timeout(double seconds);
 int comm_stall_check(double *since, const char *what);
+// A wait that no single peer can end (a receive from any rank, the oracle's credits, which the
+// slowest trainer sends only when its own peers let it go on) is allowed COMM_STALL_INDIRECT
+// times the timeout: a stalled rank is then reported by a rank that waits for it by name.
+#define COMM_STALL_INDIRECT 2
+int comm_stall_check_indirect(double *since, const char *what);
 
 // Non-blocking point to point.  The buffer must stay valid until the request completes.
 int comm_isend(const void *buf, size_t bytes, int dst, int tag, comm_req *r);

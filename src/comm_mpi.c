@@ -37,16 +37,16 @@ static void wait_what(char *b, size_t n, int recv, int peer, int tag) {
     else snprintf(b, n, "rank %d to take %s", peer, kind);
 }
 
-// Seconds waited once the stall timeout has passed since *since, else 0 (the first call starts
+// Seconds waited once `limit` seconds have passed since *since, else 0 (the first call starts
 // the clock).
-static double stalled_for(double *since) {
-    if (stall_s <= 0) return 0;
+static double stalled_for(double *since, double limit) {
+    if (limit <= 0) return 0;
     const double now = bp_now();
     if (*since <= 0) {
         *since = now;
         return 0;
     }
-    return now - *since >= stall_s ? now - *since : 0;
+    return now - *since >= limit ? now - *since : 0;
 }
 
 static int stall_fail(double waited, const char *what) {
@@ -55,7 +55,12 @@ static int stall_fail(double waited, const char *what) {
 }
 
 int comm_stall_check(double *since, const char *what) {
-    const double w = stalled_for(since);
+    const double w = stalled_for(since, stall_s);
+    return w > 0 ? stall_fail(w, what) : 0;
+}
+
+int comm_stall_check_indirect(double *since, const char *what) {
+    const double w = stalled_for(since, COMM_STALL_INDIRECT * stall_s);
     return w > 0 ? stall_fail(w, what) : 0;
 }
 
@@ -77,7 +82,7 @@ static int pacer_pause(pacer *p, int recv, int peer, int tag) {
     struct timespec ts = {0, p->sleep_ns};
     nanosleep(&ts, NULL);
     if (stall_s <= 0 || (p->polls & 63) != 0 || (!recv && peer < 0 && tag < 0)) return 0;
-    const double w = stalled_for(&p->since);
+    const double w = stalled_for(&p->since, peer < 0 ? COMM_STALL_INDIRECT * stall_s : stall_s);
     if (w <= 0) return 0;
     char what[128];
     wait_what(what, sizeof what, recv, peer, tag);

@@ -120,7 +120,6 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     else if (r == DIST_TRAINER && l->mode == DIST_MODE_ASYNC) rc = role_async_run(su, l, idx);
     else if (r == DIST_TRAINER) rc = role_trainer_run(su, l, idx);
     else if (ro) rc = role_oracle_run(ro);
-    role_oracle_free(ro);
     if (rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);
@@ -130,6 +129,8 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);
     }
+    if (ro) role_oracle_report(ro);
+    role_oracle_free(ro);
     fflush(stdout);
     comm_finalize();
     return 0;

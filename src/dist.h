@@ -71,6 +71,9 @@ typedef struct role_oracle role_oracle;
 #define ROLE_CREDIT_EVERY 4 // a trainer reports its progress every this many iterations (and at the end)
 int role_oracle_prepare(role_oracle **out, const train_setup *su, const dist_layout *l);
 int role_oracle_run(role_oracle *ro);
+// Prints the planner's figures; called after the final barrier, once every trainer is done (a
+// line printed while trainer 0 draws its progress line would land on it).
+void role_oracle_report(const role_oracle *ro);
 void role_oracle_free(role_oracle *ro); // safe on NULL
 
 // Writer: every row of every server after `iter` iterations into tr->table (allocated if

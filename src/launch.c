@@ -7,6 +7,7 @@
 // instead an ORTE_ERROR_LOG line about its help message, which is dropped here), the first
 // rank that reported an error of its own ("bagpipe: rank R (role): ...").
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,72 @@ static void scan_line(const char *line, failure *f) {
     }
 }
 
+// One of mpirun's output streams, passed on by segments: a line when its newline comes (or the
+// buffer fills), a redraw of trainer 0's progress line (progress.c: "\r...\033[K", no newline)
+// at once.
+typedef struct {
+    int fd;
+    FILE *to;     // where its lines go
+    int scan;     // stderr: lines are scanned for the failure and mpirun's noise dropped
+    char buf[1024];
+    size_t n;
+} out_stream;
+
+// Passes on the segment in s->buf.  Progress redraws go to our stderr, whichever stream they
+// came on; any other line clears a progress line on show first, rather than being appended to it.
+static void pass_segment(out_stream *s, int redraw, int *shown, failure *f) {
+    s->buf[s->n] = 0, s->n = 0;
+    if (redraw) {
+        fputs(s->buf, stderr);
+        *shown = strcmp(s->buf, "\r\033[K") != 0;
+        return;
+    }
+    if (s->scan) scan_line(s->buf, f);
+    if (s->scan && noise_line(s->buf)) return;
+    if (*shown) fputs("\r\033[K", stderr), *shown = 0;
+    fputs(s->buf, s->to);
+    fflush(s->to);
+}
+
+static void feed(out_stream *s, const char *p, size_t len, int *shown, failure *f) {
+    for (size_t k = 0; k < len; k++) {
+        s->buf[s->n++] = p[k];
+        const int redraw = s->n >= 3 && memcmp(s->buf + s->n - 3, "\033[K", 3) == 0;
+        if (p[k] == '\n' || redraw || s->n == sizeof s->buf - 1) pass_segment(s, redraw, shown, f);
+    }
+}
+
+// Copies mpirun's stderr and stdout to ours until both end; its stderr first when both have
+// something (a progress line's last redraw before the line that follows it).
+static void forward_output(int err_fd, int out_fd, failure *f) {
+    out_stream st[2] = {{.fd = err_fd, .to = stderr, .scan = 1}, {.fd = out_fd, .to = stdout}};
+    int shown = 0, open_n = 2;
+    while (open_n > 0) {
+        struct pollfd pf[2];
+        for (int k = 0; k < 2; k++) pf[k] = (struct pollfd){.fd = st[k].fd, .events = POLLIN};
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        for (int k = 0; k < 2; k++) {
+            if (st[k].fd < 0 || !(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            char chunk[4096];
+            ssize_t got = read(st[k].fd, chunk, sizeof chunk);
+            if (got < 0 && errno == EINTR) continue;
+            if (got > 0) {
+                feed(&st[k], chunk, (size_t)got, &shown, f);
+                continue;
+            }
+            if (st[k].n) pass_segment(&st[k], 0, &shown, f);
+            close(st[k].fd);
+            st[k].fd = -1, open_n--;
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        if (st[k].fd >= 0) close(st[k].fd);
+    if (shown) fputs("\r\033[K", stderr);
+}
+
 int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *ctx) {
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -80,6 +147,13 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
     setenv(LAUNCH_ENV_SELF, "1", 1);
+    // The ranks' output comes through pipes to this process: trainer 0 draws its progress line
+    // when our stderr is a terminal (or BAGPIPE_PROGRESS=1 says so), as one process does, on its
+    // stdout, so that it comes in order with the lines trainer 0 prints (progress.h);
+    // forward_output draws it on our stderr.
+    const char *progress = getenv("BAGPIPE_PROGRESS");
+    if (progress && *progress ? strcmp(progress, "1") == 0 : isatty(STDERR_FILENO))
+        setenv("BAGPIPE_PROGRESS", "stdout", 1);
 
     char npbuf[16];
     snprintf(npbuf, sizeof npbuf, "%d", np);
@@ -89,8 +163,8 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     for (int i = 0; i < argc; i++) av[k++] = argv[i];
     av[k] = NULL;
 
-    int pfd[2];
-    if (pipe(pfd) != 0) {
+    int pfd[2], ofd[2];
+    if (pipe(pfd) != 0 || pipe(ofd) != 0) {
         fprintf(stderr, "bagpipe: pipe: %s\n", strerror(errno));
         free(av);
         return 1;
@@ -105,15 +179,15 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     }
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM); // the job goes when the launcher goes
-        close(pfd[0]);
-        dup2(pfd[1], 2);
-        close(pfd[1]);
+        close(pfd[0]), close(ofd[0]);
+        dup2(pfd[1], 2), dup2(ofd[1], 1);
+        close(pfd[1]), close(ofd[1]);
         execvp("mpirun", av);
         fprintf(stderr, "bagpipe: cannot run mpirun (is Open MPI installed and on PATH?): %s\n", strerror(errno));
         _exit(127);
     }
     free(av);
-    close(pfd[1]);
+    close(pfd[1]), close(ofd[1]);
     child_pid = pid;
     // SIGINT and SIGTERM are forwarded to mpirun, except one the launcher was started with
     // ignored (a background job of a script: the shell ignores SIGINT for it), which stays ignored
@@ -126,13 +200,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
         if (sigaction(fwd[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(fwd[i], &sa, NULL);
 
     failure f = {-1, 0, -1, 0, -1};
-    FILE *in = fdopen(pfd[0], "r");
-    char line[1024];
-    while (in && fgets(line, sizeof line, in)) {
-        if (!noise_line(line)) fputs(line, stderr);
-        scan_line(line, &f);
-    }
-    if (in) fclose(in);
+    forward_output(pfd[0], ofd[0], &f);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }

@@ -2,17 +2,21 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common.h"
 
 void bp_progress_init(bp_progress *p, const char *what, const char *unit, uint64_t total) {
-    const char *env = getenv("BAGPIPE_PROGRESS"); // "0" disables, "1" forces
-    p->what = what, p->unit = unit, p->total = total, p->done = 0;
+    const char *env = getenv("BAGPIPE_PROGRESS"); // "0" disables, "1" forces, "stdout" forces it there
+    p->what = what, p->unit = unit, p->total = total, p->done = 0, p->base = 0;
     p->t_start = p->t_last = bp_now();
-    p->enabled = env && *env ? env[0] == '1' : isatty(STDERR_FILENO);
+    p->out = env && strcmp(env, "stdout") == 0 ? stdout : stderr;
+    p->enabled = env && *env ? env[0] == '1' || p->out == stdout : isatty(STDERR_FILENO);
     p->drawn = 0;
 }
+
+void bp_progress_start_at(bp_progress *p, uint64_t done) { p->base = p->done = done; }
 
 static const char *si(char *buf, size_t cap, double x) {
     if (x >= 1e9) snprintf(buf, cap, "%.2fG", x / 1e9);
@@ -28,7 +32,7 @@ void bp_progress_update(bp_progress *p, uint64_t done, const char *note) {
     double now = bp_now();
     if (p->drawn && now - p->t_last < 0.1 && (p->total == 0 || done < p->total)) return;
     p->t_last = now;
-    double el = now - p->t_start, rate = el > 0 ? (double)done / el : 0;
+    double el = now - p->t_start, rate = el > 0 && done > p->base ? (double)(done - p->base) / el : 0;
     char a[16], b[16], r[16];
     if (p->total) {
         double frac = (double)done / (double)p->total;
@@ -37,18 +41,19 @@ void bp_progress_update(bp_progress *p, uint64_t done, const char *note) {
         for (int i = 0; i < 24; i++) bar[i] = i < filled ? '#' : '.';
         bar[24] = 0;
         double eta = rate > 0 ? (double)(p->total - BP_MIN(done, p->total)) / rate : 0;
-        fprintf(stderr, "\r%s [%s] %5.1f%% %s/%s %s %s/s eta %02d:%02d%s%s\033[K", p->what, bar, 100 * frac,
+        fprintf(p->out, "\r%s [%s] %5.1f%% %s/%s %s %s/s eta %02d:%02d%s%s\033[K", p->what, bar, 100 * frac,
                 si(a, sizeof a, (double)done), si(b, sizeof b, (double)p->total), p->unit, si(r, sizeof r, rate),
                 (int)(eta / 60), (int)eta % 60, note ? "  " : "", note ? note : "");
     } else {
-        fprintf(stderr, "\r%s %s %s %s/s%s%s\033[K", p->what, si(a, sizeof a, (double)done), p->unit,
+        fprintf(p->out, "\r%s %s %s %s/s%s%s\033[K", p->what, si(a, sizeof a, (double)done), p->unit,
                 si(r, sizeof r, rate), note ? "  " : "", note ? note : "");
     }
+    fflush(p->out);
     p->drawn = 1;
 }
 
 void bp_progress_finish(bp_progress *p) {
-    if (p->enabled && p->drawn) fprintf(stderr, "\r\033[K");
+    if (p->enabled && p->drawn) fprintf(p->out, "\r\033[K"), fflush(p->out);
     p->drawn = 0;
 }
 

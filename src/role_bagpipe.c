@@ -628,6 +628,28 @@ static int group_progress(bstate *bs, fgroup *g) {
 
 static int group_complete(const fgroup *g) { return !g->replies_left && !g->fwd_left && g->forwarded; }
 
+// What wait_groups waits for: the first reply or forward still open for a record at or before
+// upto, by the rank that owes it.
+static void awaited(const bstate *bs, int64_t upto, int64_t issued, char *what, size_t cap) {
+    snprintf(what, cap, "the rows of iteration %lld (fetches and forwards)", (long long)upto);
+    for (int64_t r = BP_MAX((int64_t)0, issued - bs->G + 1); r <= BP_MIN(upto, issued); r++) {
+        const fgroup *g = &bs->g[r % bs->G];
+        if (g->iter != r || group_complete(g)) continue;
+        for (int s = 0; s < bs->S; s++)
+            if (g->rep_live[s]) {
+                snprintf(what, cap, "the rows of iteration %lld: FETCH_REPLY from rank %d (server %d)", (long long)r,
+                         bs->first_server + s, s);
+                return;
+            }
+        for (int q = 0; q < bs->T; q++)
+            if (g->fin_live[q]) {
+                snprintf(what, cap, "the rows of iteration %lld: FWD from rank %d (trainer %d)", (long long)r,
+                         bs->first_trainer + q, q);
+                return;
+            }
+    }
+}
+
 // Step 3: every group issued at or before `upto` complete; the others progress meanwhile.
 // upto < 0 makes one pass without waiting (replies installed, forwards sent as far as possible).
 static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
@@ -651,9 +673,11 @@ static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
             sleep_ns = sleep_ns ? BP_MIN(2 * sleep_ns, 100000L) : 2000;
             struct timespec ts = {0, sleep_ns};
             nanosleep(&ts, NULL);
-            char what[96];
-            snprintf(what, sizeof what, "the rows of iteration %lld (fetches and forwards)", (long long)upto);
-            if ((polls & 63) == 0 && (rc = comm_stall_check(&since, what))) return rc;
+            if ((polls & 63) == 0) {
+                char what[128];
+                awaited(bs, upto, issued, what, sizeof what);
+                if ((rc = comm_stall_check(&since, what))) return rc;
+            }
         }
     }
 }
@@ -1254,6 +1278,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     bp_progress prog;
     bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);
     if (!writer) prog.enabled = 0;
+    bp_progress_start_at(&prog, (uint64_t)su->ck.start_iter);
     double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
     double tot_wait = 0, tot_sync = 0, tot_ar = 0, tot_compute = 0, tot[NFIG] = {0};
     int64_t win_n = 0;
@@ -1358,7 +1383,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             jsonl_num(&j, "samples_per_s", sps);
             ckpt_sched_json(&j, &cks);
             bs.t_wait = tot_wait, bs.t_sync = tot_sync, bs.t_ar = tot_ar, bs.t_compute = tot_compute;
-            json_window(&j, &bs, tot, iters);
+            json_window(&j, &bs, tot, run_iters);
             if (su->do_eval) {
                 jsonl_str(&j, "split", bp_split_name(su->eval_split));
                 train_json_result(&j, "", &res);

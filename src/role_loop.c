@@ -273,11 +273,13 @@ int role_ckpt_commit(const train_setup *su, const trainer *tr, int64_t iter, con
         if (p < S) snprintf(files[nown + p].name, CKPT_NAME_MAX, "server-%d.bin", p);
         else snprintf(files[nown + p].name, CKPT_NAME_MAX, "trainer-%d.bin", p - S + 1);
     }
-    char why[1536] = "";
+    char why[1536] = "", others[768] = ""; // this rank's reason, then the first other rank's
     if (own_rc) snprintf(why, sizeof why, "%s", bp_errmsg(own_rc));
-    int rc = ckpt_run_gather(iter, n, ranks, files + nown, dir, why + strlen(why), sizeof why - strlen(why));
+    int rc = ckpt_run_gather(iter, n, ranks, files + nown, dir, others, sizeof others);
     free(ranks);
     if (rc) return rc; // a message failure ends the run whatever --on-checkpoint-error says
+    if (why[0] && others[0]) snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", others);
+    else if (others[0]) snprintf(why, sizeof why, "%s", others);
     if (why[0]) return ckpt_run_abandon(dir, bp_fail(own_rc ? own_rc : BP_EIO, "%s", why));
     ckpt_test_kill_point(comm_rank(), iter);
     rc = ckpt_run_commit(tr, su, iter, dir, files, nown + n);
@@ -340,6 +342,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     bp_progress prog;
     bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);
     if (!writer) prog.enabled = 0;
+    bp_progress_start_at(&prog, (uint64_t)su->ck.start_iter);
     double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
     role_stats tot = {0};
     double tot_c[W_N] = {0};

@@ -196,23 +196,24 @@ int role_oracle_run(role_oracle *ro) {
             char what[128];
             snprintf(what, sizeof what, "CREDIT from rank %d (trainer %d, %lld iterations done)", ro->first_trainer + slow,
                      slow, (long long)ro->done[slow]);
-            rc = comm_stall_check(&since, what);
+            rc = comm_stall_check_indirect(&since, what);
         }
     }
     for (int j = 0; !rc && j < A; j++)
         for (int p = 0; !rc && ro->ring_busy[j] && p < T; p++)
             if (ro->ring_rq[(size_t)j * T + p].peer >= 0) rc = comm_wait(&ro->ring_rq[(size_t)j * T + p], NULL);
-    if (!rc) {
-        oracle_stats st;
-        oracle_get_stats(&ro->o, &st);
-        printf("oracle: %llu records, %llu fetches (%llu private, %llu refetches), %llu evictions (%llu under "
-               "pressure), sync %llu now / %llu later (%llu restated), peak %llu of %llu rows\n",
-               (unsigned long long)st.batches, (unsigned long long)st.fetches, (unsigned long long)st.fetches_private,
-               (unsigned long long)ro->refetches, (unsigned long long)st.evictions,
-               (unsigned long long)st.evictions_pressure, (unsigned long long)st.sync_now,
-               (unsigned long long)st.sync_later, (unsigned long long)st.sync_restated,
-               (unsigned long long)st.peak_resident, (unsigned long long)ro->su->cache_rows);
-        fflush(stdout);
-    }
     return rc;
+}
+
+void role_oracle_report(const role_oracle *ro) {
+    oracle_stats st;
+    oracle_get_stats(&ro->o, &st);
+    printf("oracle: %llu records, %llu fetches (%llu private, %llu refetches), %llu evictions (%llu under "
+           "pressure), sync %llu now / %llu later (%llu restated), peak %llu of %llu rows\n",
+           (unsigned long long)st.batches, (unsigned long long)st.fetches, (unsigned long long)st.fetches_private,
+           (unsigned long long)ro->refetches, (unsigned long long)st.evictions,
+           (unsigned long long)st.evictions_pressure, (unsigned long long)st.sync_now,
+           (unsigned long long)st.sync_later, (unsigned long long)st.sync_restated,
+           (unsigned long long)st.peak_resident, (unsigned long long)ro->su->cache_rows);
+    fflush(stdout);
 }

@@ -352,6 +352,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     bp_progress prog;
     bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);
     if (!writer) prog.enabled = 0;
+    bp_progress_start_at(&prog, (uint64_t)su->ck.start_iter);
     double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
     double tot_wait = 0, tot_sync = 0, tot_ar = 0, tot_compute = 0, tot_bytes[4] = {0};
     int64_t win_n = 0;
@@ -434,7 +435,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             jsonl_num(&j, "samples_per_s", sps);
             ckpt_sched_json(&j, &cks);
             ts.t_wait = tot_wait, ts.t_sync = tot_sync, ts.t_ar = tot_ar, ts.t_compute = tot_compute;
-            json_window(&j, &ts, tot_bytes, iters);
+            json_window(&j, &ts, tot_bytes, run_iters);
             if (have_res) {
                 jsonl_str(&j, "split", bp_split_name(su->eval_split));
                 train_json_result(&j, "", &res);

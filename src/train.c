@@ -394,6 +394,7 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
         if (BP_MIN(want, rows) > MSG_MAX_N)
             return bp_fail(BP_EUSAGE, "--static-rows %llu: at most %d rows can be pinned", (unsigned long long)want,
                            MSG_MAX_N);
+        su->static_rows = (int64_t)want;
     }
     su->ck = fl->ck;
     return ckpt_run_setup(su);
@@ -452,6 +453,13 @@ static int check_mode_flags(const train_flags *fl, const cli_opt *opts, const cl
     if (fl->iters && cli_was_given(g, opts, "epochs"))
         return bp_fail(BP_EUSAGE, "--epochs %d: --iters %lld sets the run's length instead (it may run past the epochs "
                        "or stop inside one); give one of them", fl->epochs, (long long)fl->iters);
+    // How to keep and write checkpoints: a run that writes none (no --checkpoint-every or
+    // --checkpoint-minutes; a --resume alone writes none) would ignore these.
+    static const char *const ckpt_write_flags[] = {"keep", "on-checkpoint-error", "checkpoint-naive"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(ckpt_write_flags) && !fl->ck.every && !(fl->ck.minutes > 0); i++)
+        if (cli_was_given(g, opts, ckpt_write_flags[i]))
+            return bp_fail(BP_EUSAGE, "--%s: only a run that writes checkpoints reads it (--checkpoint-every N or "
+                           "--checkpoint-minutes M; --resume alone writes none)", ckpt_write_flags[i]);
     // Limits of one mode, checked here so that no job starts only to fail in its ranks.
     if (fl->mode == TRAIN_MODE_BAGPIPE && fl->trainers > ORACLE_MAX_TRAINERS)
         return bp_fail(BP_EUSAGE, "--trainers: at most %d with --mode bagpipe (the oracle tracks a key's users in a "
@@ -658,6 +666,7 @@ int cmd_train(int argc, char **argv) {
 
     bp_progress prog;
     bp_progress_init(&prog, "train", "it", (uint64_t)total_iters);
+    bp_progress_start_at(&prog, (uint64_t)t0_iter);
     const int Nd = (int)in->n_dense, F = (int)in->n_sparse, B = fl.batch;
     double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
     int64_t win_n = 0;

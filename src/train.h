@@ -90,6 +90,7 @@ typedef struct {
     int oracle_threads;         // bagpipe: 1, or 2 (the planner's indexer on its own thread)
     int staleness;              // async: a cached row may be read up to this many iterations old
     int cache_policy;           // async: TRAIN_CACHE_LRU or TRAIN_CACHE_LFU
+    int64_t static_rows;        // static: rows asked to pin (--static-rows, its 0 resolved to 1% of the rows)
     ckpt_opts ck;               // checkpoints and --resume (ckpt_run.h); training starts at ck.start_iter
 } train_setup;
 

@@ -710,6 +710,15 @@ TEST(badinput_flags_that_do_not_apply) {
     EXPECT(2, cmd("%s train %s " TINY " --epochs 3 --iters 50", test_bin(), d),
            "--epochs 3: --iters 50 sets the run's length instead", "give one of them");
     EXPECT(0, cmd("%s train %s " TINY " --epochs 2", test_bin(), d), "(2.00 epochs)");
+    // The checkpoints' own flags without checkpoints used to be ignored: a resumed run given
+    // --keep 5 wrote no checkpoint at all.
+    EXPECT(2, cmd("%s train %s " TINY " --mode sync --trainers 2 --keep 5", test_bin(), d),
+           "--keep: only a run that writes checkpoints reads it (--checkpoint-every N or --checkpoint-minutes M; "
+           "--resume alone writes none)");
+    EXPECT(2, cmd("%s train %s " TINY " --on-checkpoint-error continue", test_bin(), d),
+           "--on-checkpoint-error: only a run that writes checkpoints reads it");
+    EXPECT(2, cmd("%s train %s " TINY " --mode sync --trainers 2 --checkpoint-naive", test_bin(), d),
+           "--checkpoint-naive: only a run that writes checkpoints reads it");
     // What a mode does read is still accepted, at its default value too.
     EXPECT(0, cmd("%s train %s --model dcn --dcn-rank 0 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 "
                   "--no-eval --iters 2", test_bin(), d), "trained 2");

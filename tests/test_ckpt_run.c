@@ -4,9 +4,11 @@
 // configuration mismatch; pruning; a full disk (a small tmpfs, mounted when the test runs as
 // root; skipped otherwise).
 #include <dirent.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -628,4 +630,157 @@ TEST(ckpt_resume_alone_reports_resumed_at) {
         ASSERT_MSG(at == 100, "mode '%s': resumed_at %g, expected 100", modes[m], at);
         ASSERT_MSG(dist_test_summary_num(mf, "iters") == 150, "mode '%s': iters", modes[m]);
     }
+}
+
+// The number after "key": in the first line of a metrics file that holds `event` (NaN if none).
+static double event_num(const char *path, const char *event, const char *key) {
+    size_t len;
+    char *m = dist_test_slurp(path, &len), pat[96];
+    double v = NAN;
+    for (char *line = m; line && *line && isnan(v);) {
+        char *end = strchr(line, '\n');
+        if (end) *end = 0;
+        snprintf(pat, sizeof pat, "\"event\":\"%s\"", event);
+        if (strstr(line, pat)) {
+            snprintf(pat, sizeof pat, "\"%s\":", key);
+            const char *p = strstr(line, pat);
+            if (p) v = strtod(p + strlen(pat), NULL);
+        }
+        line = end ? end + 1 : NULL;
+    }
+    free(m);
+    return v;
+}
+
+// A resumed run's summary gives its per-iteration figures over the iterations it ran, as its
+// train lines do: here one train line covers the whole resumed run (iterations 100..149), so the
+// two agree.  Sync and bagpipe used to divide by the run's last iteration (150), not the 50 run.
+TEST(ckpt_resumed_summary_figures_per_iteration_run) {
+    ASSERT_OK(make_data());
+    static const char *const modes[] = {SYNC, "--mode sharded --trainers 2 --servers 0", BAGPIPE};
+    mkdir(test_path("r"), 0755);
+    for (int m = 0; m < 3; m++) {
+        char root[512], mf[512];
+        snprintf(root, sizeof root, "%s/ck%d", test_path("r"), m);
+        snprintf(mf, sizeof mf, "%s/m%d.jsonl", test_path("r"), m);
+        TRAIN_OK("", "%s --iters 120 --checkpoint-every 100 --checkpoint-dir %s", modes[m], root);
+        TRAIN_OK("", "%s --iters 150 --resume %s -m %s", modes[m], root, mf);
+        static const char *const keys[] = {"bytes_per_iter", "resident_mean"};
+        for (int k = 0; k < (m == 2 ? 2 : 1); k++) {
+            const double line = event_num(mf, "train", keys[k]), sum = dist_test_summary_num(mf, keys[k]);
+            ASSERT_MSG(line > 0 && fabs(sum - line) <= 1e-6 * line, "mode '%s': %s %g in the summary, %g in the "
+                       "train line of iterations 100..149", modes[m], keys[k], sum, line);
+        }
+    }
+}
+
+// The rate of the last progress line in out ("... 1.2k/s eta ..."; the units of progress.c), -1 if none.
+static double progress_rate(const char *out) {
+    const char *p = NULL;
+    for (const char *q = out; (q = strstr(q, "/s eta ")); q++) p = q;
+    if (!p) return -1;
+    const char *b = p;
+    while (b > out && b[-1] != ' ') b--;
+    char *end;
+    double v = strtod(b, &end);
+    return v * (*end == 'k' ? 1e3 : *end == 'M' ? 1e6 : *end == 'G' ? 1e9 : 1);
+}
+
+// A resumed run's progress line gives the rate of the iterations it ran (and an ETA from it), as
+// its "trained ... samples/s" line does; it used to count the iterations before the checkpoint
+// too (a run resumed at 90% of the way showed ten times its rate and an ETA of 0).  Local and
+// sync (the progress line is drawn by trainer 0).
+TEST(ckpt_resumed_progress_rate) {
+    ASSERT_OK(make_data());
+    static const char *const modes[] = {"", SYNC};
+    static const int64_t at[] = {18000, 1800}; // resumed at 90% of the way; a few tens of ms to go
+    mkdir(test_path("p"), 0755);
+    for (int m = 0; m < 2; m++) {
+        char root[512], trained[64];
+        snprintf(root, sizeof root, "%s/ck%d", test_path("p"), m);
+        TRAIN_OK("", "%s --iters %lld --checkpoint-every %lld --checkpoint-dir %s", modes[m], (long long)at[m] + 1,
+                 (long long)at[m], root);
+        char *out = NULL;
+        int rc = train(&out, "BAGPIPE_PROGRESS=1", "%s --iters %lld --print-every 10 --resume %s", modes[m],
+                       (long long)at[m] * 10 / 9, root);
+        ASSERT_MSG(rc == 0, "resume exited %d:\n%s", rc, out ? out : "");
+        snprintf(trained, sizeof trained, "trained %lld iterations", (long long)at[m] / 9);
+        const char *t = strstr(out, trained);
+        const double shown = progress_rate(out), sps = t ? dist_test_num_before(t, "trained", " samples/s") : -1;
+        const double rate = sps / 24; // iterations per second (MODEL's batch of 24)
+        ASSERT_MSG(shown > 0 && rate > 0 && shown < 2 * rate && shown > rate / 2,
+                   "mode '%s': progress %g it/s, trained at %g it/s:\n%s", modes[m], shown, rate, out);
+        free(out);
+    }
+}
+
+// Mode static checkpoints the pinned rows it chose (trainer 0's replica): a resume that would pin
+// another number of rows (another --static-rows, or none given: 1% of the rows) is refused before
+// any rank starts, naming the flag, as other configuration changes are.  It used to start the job
+// and fail on a trainer with "trainer-0.bin: holds 2000 bytes, this configuration needs 2400".
+TEST(ckpt_static_resume_with_other_static_rows_is_refused) {
+    ASSERT_OK(make_data());
+    char root[512];
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    const char *mode = "--mode static --trainers 2 --servers 1";
+    TRAIN_OK("", "%s --static-rows 50 --iters 120 --checkpoint-every 100 --checkpoint-dir %s", mode, root);
+    static const char *const refused[][2] = {
+        {"--static-rows 60", "ckpt-000000000100/MANIFEST: the checkpoint has static_rows = 50, this run 60 (--static-rows"},
+        {"", "the checkpoint has static_rows = 50, this run 23 (--static-rows (0: 1% of the rows))"}, // 2340 rows
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(refused); i++) {
+        char *out = NULL;
+        int st = train(&out, "", "%s %s --iters 150 --resume %s", mode, refused[i][0], root);
+        ASSERT_MSG(st == 1, "'%s': status %d:\n%s", refused[i][0], st, out);
+        ASSERT_STR_CONTAINS(out, refused[i][1]);
+        ASSERT_MSG(!strstr(out, "job failed"), "'%s': refused by a rank, not before the job:\n%s", refused[i][0], out);
+        free(out);
+    }
+    TRAIN_OK("", "%s --static-rows 50 --iters 150 --resume %s", mode, root);
+}
+
+// A checkpoint that trainer 0 and another rank both fail to write (a file where its directory
+// goes) is reported with both reasons apart; the other rank's used to be glued onto trainer 0's
+// ("... is not a directoryrank 2 could not write ...").
+TEST(ckpt_failed_by_two_ranks_names_both) {
+    ASSERT_OK(make_data());
+    char root[512], blocker[600];
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    ASSERT_EQ(mkdir(root, 0755), 0);
+    snprintf(blocker, sizeof blocker, "%s/ckpt-000000000100", root);
+    FILE *f = fopen(blocker, "w");
+    ASSERT_TRUE(f != NULL);
+    fclose(f);
+    char *out = NULL;
+    int st = train(&out, "", "--mode sharded --trainers 2 --servers 0 --iters 150 --checkpoint-every 100 "
+                   "--checkpoint-dir %s", root);
+    ASSERT_MSG(st == 1, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000100: exists and is not a directory; rank 2 could not write ");
+    free(out);
+}
+
+// A resumed run that writes its checkpoints into another directory than the one it resumes from
+// is refused when that directory holds another run's checkpoints: pruning kept the newest (the
+// other run's) and removed each of this run's as soon as it was written, while the summary said
+// they were written.  The resume directory itself, under another spelling, and a new directory
+// are accepted.
+TEST(ckpt_resumed_run_into_another_runs_checkpoints_is_refused) {
+    ASSERT_OK(make_data());
+    char a[512], b[512], c[512];
+    snprintf(a, sizeof a, "%s", test_path("a"));
+    snprintf(b, sizeof b, "%s", test_path("b"));
+    snprintf(c, sizeof c, "%s", test_path("c"));
+    TRAIN_OK("", "--iters 60 --checkpoint-every 50 --checkpoint-dir %s", a);
+    TRAIN_OK("", "--iters 310 --seed 7 --checkpoint-every 300 --checkpoint-dir %s", b);
+    char *out = NULL;
+    int st = train(&out, "", "--iters 200 --checkpoint-every 50 --keep 2 --resume %s --checkpoint-dir %s", a, b);
+    ASSERT_MSG(st == 2, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "holds the checkpoints of another run (the newest at iteration 300), and this run "
+                             "resumes from ");
+    free(out);
+    ASSERT_TRUE(ckpt_valid(b, 300) && !ckpt_exists(b, 100));
+    TRAIN_OK("", "--iters 200 --checkpoint-every 50 --keep 2 --resume %s --checkpoint-dir %s/.", a, a);
+    ASSERT_TRUE(ckpt_valid(a, 100) && ckpt_valid(a, 150));
+    TRAIN_OK("", "--iters 260 --checkpoint-every 50 --keep 2 --resume %s --checkpoint-dir %s", a, c);
+    ASSERT_TRUE(ckpt_valid(c, 200) && ckpt_valid(c, 250)); // resumed at 150
 }

@@ -2,6 +2,8 @@
 // reproducibility, optimizer state on the servers, wrong rank counts, dead ranks, bad input.
 // Every job is started through the binary (it launches mpirun itself) under a timeout.
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -279,8 +281,10 @@ static pid_t await_rank(int rank, const char *tag) {
 
 // (e) kill -9 of one rank mid-run: the job ends within seconds, non-zero, naming rank and role.
 // With SIGSTOP the rank stays alive but silent: the others' stall timeout (3 s here) ends the job,
-// naming what they waited for.
-static void check_signal(int rank, const char *role, int sig, const char *layout) {
+// naming what they waited for: the silent rank itself where another rank waits for it by name
+// (it used to be the oracle, waiting for the credits of a trainer that waited for the silent
+// rank, that named that trainer).
+static void check_signal_named(int rank, const char *role, int sig, const char *layout, int named) {
     char data[512], outp[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
@@ -315,22 +319,34 @@ static void check_signal(int rank, const char *role, int sig, const char *layout
     if (sig == SIGSTOP) snprintf(want, sizeof want, "with no progress (--stall-timeout 3): a peer is stopped");
     else snprintf(want, sizeof want, "rank %d (%s) was killed by signal 9", rank, role);
     ASSERT_STR_CONTAINS(out, want);
+    if (named) {
+        char from[32], take[32];
+        snprintf(from, sizeof from, "from rank %d ", rank);
+        snprintf(take, sizeof take, "for rank %d to take ", rank);
+        ASSERT_MSG(strstr(out, from) || strstr(out, take), "rank %d (%s) not named:\n%s", rank, role, out);
+    }
     free(out);
+}
+static void check_signal(int rank, const char *role, int sig, const char *layout) {
+    check_signal_named(rank, role, sig, layout, 0);
 }
 
 #define SYNC_T2S2 "--mode sync --trainers 2 --servers 2"
 TEST(dist_kill_oracle) { check_signal(0, "oracle", SIGKILL, SYNC_T2S2); }
 TEST(dist_kill_server) { check_signal(2, "server 1", SIGKILL, SYNC_T2S2); }
 TEST(dist_kill_trainer) { check_signal(3, "trainer 0", SIGKILL, SYNC_T2S2); }
-TEST(dist_stop_trainer_stall_timeout) { check_signal(3, "trainer 0", SIGSTOP, SYNC_T2S2); }
-TEST(dist_stop_server_stall_timeout) { check_signal(2, "server 1", SIGSTOP, SYNC_T2S2); }
+TEST(dist_stop_trainer_stall_timeout) { check_signal_named(3, "trainer 0", SIGSTOP, SYNC_T2S2, 1); }
+TEST(dist_stop_server_stall_timeout) { check_signal_named(2, "server 1", SIGSTOP, SYNC_T2S2, 1); }
 // The only trainer: the servers, waiting for any message, are the ones to notice.
 TEST(dist_stop_only_trainer_stall_timeout) { check_signal(3, "trainer 0", SIGSTOP, "--mode sync --trainers 1 --servers 2"); }
 TEST(dist_stop_bagpipe_oracle_stall_timeout) {
-    check_signal(0, "oracle", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2");
+    check_signal_named(0, "oracle", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2", 1);
+}
+TEST(dist_stop_bagpipe_server_stall_timeout) {
+    check_signal_named(1, "server 0", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2", 1);
 }
 TEST(dist_stop_bagpipe_trainer_stall_timeout) {
-    check_signal(4, "trainer 1", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2");
+    check_signal_named(4, "trainer 1", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2", 1);
 }
 
 // Ctrl-C (SIGINT) or kill -TERM of the launcher: it forwards the signal to mpirun, which stops
@@ -416,5 +432,61 @@ TEST(dist_launcher_names_the_reporting_rank_when_mpirun_loses_its_report) {
     ASSERT_STR_CONTAINS(out, "bagpipe: rank 2 (trainer 0): trainer 0: a planted error");
     ASSERT_STR_CONTAINS(out, "bagpipe: job failed: rank 2 (trainer 0) stopped the job after an error (message above)");
     ASSERT_MSG(strstr(out, "ORTE_ERROR_LOG") == NULL, "mpirun's noise was passed on:\n%s", out);
+    free(out);
+}
+
+// Runs cmd with its stdout and stderr on a new terminal (a pseudo-terminal, as in an interactive
+// shell); *out gets what the terminal received.  Returns the exit status.
+static int run_on_terminal(char **out, const char *cmd) {
+    *out = NULL;
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    if (m < 0 || grantpt(m) != 0 || unlockpt(m) != 0) return -1;
+    const char *slave = ptsname(m);
+    pid_t job = fork();
+    if (job == 0) {
+        setsid();
+        int s = open(slave, O_RDWR);
+        if (s < 0) _exit(127);
+        dup2(s, 1), dup2(s, 2), close(s), close(m);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    size_t len = 0, cap = 1 << 16;
+    char *buf = bp_xmalloc(cap);
+    ssize_t got;
+    while ((got = read(m, buf + len, cap - len - 1)) > 0 || (got < 0 && errno == EINTR)) {
+        if (got > 0) len += (size_t)got;
+        if (cap - len < 4096) buf = bp_xrealloc(buf, cap *= 2);
+    }
+    buf[len] = 0, *out = buf;
+    close(m);
+    int st = 0;
+    waitpid(job, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// On a terminal a distributed job shows trainer 0's progress line, as a local run does (the
+// ranks' stderr is a pipe to the launcher, so none was drawn), and nothing lands on that line:
+// each redraw is followed by the next one or by the clearing of the line, never by a line of
+// trainer 0's or another rank's (the oracle's figures used to come while the line was drawn).
+TEST(dist_progress_line_on_a_terminal) {
+    char data[512], cmd[4096];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    // (BAGPIPE_PROGRESS empty, as scripts/run.sh exports it, is unset: the terminal decides)
+    snprintf(cmd, sizeof cmd, "exec timeout -k 5 60 env BAGPIPE_PROGRESS= " OMPI_ENV " %s train %s " TINY_MODEL
+             " --print-every 5 --iters 600 --mode bagpipe --trainers 2 --servers 1 --cache-rows 300", dist_test_env(),
+             test_bin(), data);
+    char *out = NULL;
+    int rc = run_on_terminal(&out, cmd);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out ? out : "");
+    ASSERT_MSG(strstr(out, "\rtrain [") && strstr(out, "/s eta "),
+               "no progress line:\n%s", out);
+    ASSERT_STR_CONTAINS(out, "oracle: 600 records");
+    for (const char *p = out; (p = strstr(p, "\033[K")); p++) {
+        const char next = p[3];
+        ASSERT_MSG(p == out || p[-1] == '\r' || next == '\r' || next == 0,
+                   "output follows a drawn progress line: '%.60s'", p + 3);
+    }
     free(out);
 }
