@@ -467,6 +467,14 @@ static int check_mode_flags(const train_flags *fl, const cli_opt *opts, const cl
     return 0;
 }
 
+// Opens the metrics file as trainer 0 will, and closes it (removing it if this made it): a path
+// where it cannot be made is one message before the job starts, not a trainer's abort.
+static int metrics_probe(const char *path) {
+    jsonl_file jf;
+    int rc = jsonl_open(&jf, "--metrics", path);
+    return rc ? rc : jsonl_close(&jf, 0);
+}
+
 // --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
 // become a rank.  sharded runs no server ranks (the rows live on the trainers): it takes
 // --servers 0, and the default --servers 1 is read as 0; more servers are an error.
@@ -493,6 +501,7 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
         // and no job starts; the ranks check them again (under a launcher this is where they are).
         int rc = setup_build(&su, fl, &ds, data_path);
         bp_ds_close(&ds);
+        if (!rc) rc = metrics_probe(fl->metrics);
         if (rc) return cmd_exit(rc);
         return launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
     }

@@ -416,6 +416,12 @@ TEST(badinput_readonly_output) {
     EXPECT(1, cmd("%s%s synth -n 10 -o %s/s.bin", u, test_bin(), ro), "ro/s.bin", "Permission denied");
     EXPECT(1, cmd("%s%s train %s " TINY " --iters 2 -m %s/m.jsonl", u, test_bin(), d, ro), "--metrics", "ro/m.jsonl",
            "Permission denied");
+    // A distributed run checks it before its ranks start, so one of them does not abort the job.
+    const char *const no_dir[] = {"--metrics", "no/such/m.jsonl: cannot open: No such file or directory", NULL};
+    if (!expect(__LINE__, 1, "(trainer 0)", no_dir,
+                cmd("%s %s train %s " TINY " --iters 2 --mode sync -m %s/no/such/m.jsonl", dist_test_env(), test_bin(), d,
+                    test_tmpdir())))
+        return;
     // The model directory is checked before training, not after.
     EXPECT_BEFORE_TRAINING(1, cmd("%s%s train %s " TINY " --iters 2 --save %s/model", u, test_bin(), d, ro), "--save",
                            "ro/model: cannot create: directory", "is not writable");
