@@ -706,6 +706,10 @@ static int recv_plan(bstate *bs, int64_t t) {
         p->capacity != bs->c.C || p->n_keys != bs->tr.L.rows)
         return bp_fail(BP_EFORMAT, "trainer %d: plan record %u (T %u, B %u, P %u, C %llu) does not fit iteration %lld", bs->me,
                        p->iter, p->T, p->B, p->P, (unsigned long long)p->capacity, (long long)t);
+    if (p->row0 != role_batch_row(bs->su, t, 0))
+        return bp_fail(BP_EFORMAT, "trainer %d: plan record %u is for the batch at dataset row %llu, iteration %lld "
+                       "trains the one at row %llu", bs->me, p->iter, (unsigned long long)p->row0, (long long)t,
+                       (unsigned long long)role_batch_row(bs->su, t, 0));
     if (((p->flags & PLAN_LAST) != 0) != (t + 1 == bs->su->total_iters))
         return bp_fail(BP_EFORMAT, "trainer %d: plan record %u: last-record flag wrong", bs->me, p->iter);
     for (int q = 0; q <= bs->T; q++)

@@ -12,7 +12,8 @@
 // Resuming at iteration K (ckpt_run.h): the planner starts afresh at batch K with empty caches
 // (its state is the data cursor K: every row is home on the servers).  Its records are numbered
 // from 0 (record 0 is the one that may fetch for several iterations) and the trainers shift every
-// iteration field by K on receipt; the oracle's own counters (made, sent, credits) are absolute.
+// iteration field by K on receipt; the oracle's own counters (made, sent, credits) and each record's
+// row0 (the dataset row of its batch, which trainers check) are absolute.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,9 @@ static int produce(role_oracle *ro) {
         }
     }
     BP_ASSERT(ro->p.iter + ro->K == ro->made);
+    // The planner numbers batches from its first one and knows no epochs: the dataset row of batch
+    // `made` in training order is set here (it wraps at each epoch and starts at K when resumed).
+    ro->p.row0 = su->tr0 + (uint64_t)(ro->made % (int64_t)su->per_epoch) * (uint64_t)su->B;
     for (uint32_t k = 0; k < ro->p.n_fetch; k++) ro->refetches += ro->p.fetch[k].evict_iter != PLAN_NEVER;
     const int j = (int)(ro->made % ro->A);
     BP_ASSERT(!ro->ring_busy[j]);

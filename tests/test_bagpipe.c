@@ -168,3 +168,29 @@ TEST(bagpipe_watermark_waits_keep_the_model) {
     free(out);
     ASSERT_SAME_MODEL(s2, b);
 }
+
+// A run longer than an epoch (200 batches here), checkpointed, and resumed from its checkpoint in
+// the second epoch: batch t is the one at row t mod 200 of the train split, which every plan
+// record names (trainers check it against the batch they read), and the model stays sync's.
+TEST(bagpipe_second_epoch_and_resume_keep_the_model) {
+    char data[512], s2[512], b[512], ck[512], extra[1200];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(bagpipe_dataset(data, 4000, 8));
+    snprintf(s2, sizeof s2, "%s", test_path("sync2"));
+    snprintf(b, sizeof b, "%s", test_path("bp"));
+    snprintf(ck, sizeof ck, "%s", test_path("ck"));
+    char *out = NULL;
+    JOB_OK(&out, data, s2, "--mode sync --trainers 2 --servers 1", "--iters 450");
+    free(out), out = NULL;
+    const char *bp = "--mode bagpipe --trainers 2 --servers 2 --prefetch 2 --lookahead 16 --cache-rows 100";
+    snprintf(extra, sizeof extra, "--iters 450 --checkpoint-every 150 --checkpoint-dir %s", ck);
+    JOB_OK(&out, data, b, bp, extra);
+    ASSERT_PRESSURE(out);
+    free(out), out = NULL;
+    ASSERT_SAME_MODEL(s2, b);
+    snprintf(extra, sizeof extra, "--iters 450 --checkpoint-every 150 --checkpoint-dir %s --resume %s", ck, ck);
+    JOB_OK(&out, data, b, bp, extra);
+    ASSERT_STR_CONTAINS(out, "at iteration 300");
+    free(out), out = NULL;
+    ASSERT_SAME_MODEL(s2, b);
+}
