@@ -34,9 +34,11 @@
 // more, and for T > 1 which keys are private depends on earlier decisions, so a rerun with the
 // named size can stop later with a new, larger figure.
 // Sync of the gradient of a shared key used at t: next use t+1 -> sync-now; next use v >= t+2
-// -> sync-later, deadline v-1; evicted after t -> sync-later, deadline t+1, and the owner writes
-// it back at the end of t+1 (PLAN_WB_NEXT).  If a key is evicted under pressure while an earlier
-// reduction is still pending, that reduction is restated with deadline = eviction + 1.
+// -> sync-later, deadline v-1; evicted after t -> sync-later, deadline t+1 (PLAN_WB_NEXT: the
+// owner applies that reduction before the write-back).  If a key is evicted under pressure while
+// an earlier reduction is still pending, that reduction is restated with deadline = eviction + 1.
+// Every eviction of t is gated for later fetches at t (the writer's write-backs through t), so
+// the owner must write it back at the end of t, its reductions applied at t (plan.h).
 // Fetchers of shared keys and write-back owners of shared evictions are assigned round-robin
 // over the trainers (balanced to within one over the run).
 //

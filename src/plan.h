@@ -39,11 +39,13 @@
 //     on every replica that still holds key by the end of iteration deadline (background work).
 //     An entry with grad_iter < t restates an earlier one with a tighter deadline (key evicted).
 //     In memory the entries are a flat list in group order (the encoder requires that order).
-//  4. End of t: each evicted key leaves the caches.  Its owner writes it back: at the end of t,
-//     or with PLAN_WB_NEXT at the end of t + 1 once its pending reduction (deadline t + 1) is
-//     applied; until then the owner keeps the row outside the cache (write-back staging).
-//     PLAN_PRIVATE evictions are written back by their only holder.  In the PLAN_LAST record
-//     "end of t + 1" means: after the last iteration, before the job reports completion.
+//  4. End of t: each evicted key leaves the caches and its owner writes it back at the end of t.
+//     PLAN_WB_NEXT marks a key whose gradient still has a sync-later entry (deadline t + 1): the
+//     owner applies that reduction first, at t (the partial gradients of t are exchanged at t).
+//     It must not wait for the deadline: a later fetch of the key is gated at t (evict_iter t:
+//     the writer's write-backs through t), so a write-back at the end of t + 1 could arrive after
+//     another trainer's refetch and the server would answer with the old row.
+//     PLAN_PRIVATE evictions are written back by their only holder.
 #ifndef BP_PLAN_H
 #define BP_PLAN_H
 

@@ -22,7 +22,7 @@
 //   6. evictions of record t leave the cache; r writes back the ones it owns (one WB per server
 //      per iteration, empty or not, whose iter t + 1 advances r's watermark on the servers).
 //      With every reduction of an evicted key done at t, a PLAN_WB_NEXT row is final at the end
-//      of t and is written back then (earlier than the plan's latest time, which is allowed).
+//      of t and is written back then, as the gate of its next fetch (at t) requires (plan.h).
 //   7. every ROLE_CREDIT_EVERY iterations, a CREDIT to the oracle.
 // After the last iteration every cache is empty (the last record evicts everything) and the
 // servers hold the whole model; trainer 0 collects it (DUMP_REQ after all write-backs) for the
