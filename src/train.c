@@ -365,6 +365,12 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
         return bp_fail(BP_EUSAGE, "--batch-size %d: the train split of %s has only %llu rows", fl->batch, data_path,
                        (unsigned long long)(su->tr1 - su->tr0));
     su->total_iters = fl->iters ? fl->iters : (int64_t)su->per_epoch * fl->epochs;
+    // The oracle numbers batches, and plan records iterations, in 32 bits (oracle.c, plan.h).
+    const int64_t max_planned = (int64_t)UINT32_MAX - fl->prefetch - fl->lookahead - 8;
+    if (fl->mode == TRAIN_MODE_BAGPIPE && su->total_iters > max_planned)
+        return bp_fail(BP_EUSAGE, "%s: %lld iterations; --mode bagpipe plans at most %lld (its plan records count "
+                       "iterations in 32 bits)", fl->iters ? "--iters" : "--epochs", (long long)su->total_iters,
+                       (long long)max_planned);
     su->eval_split = (bp_split)fl->eval_split;
     bp_ds_split_range(ds, su->eval_split, &su->ev0, &su->ev1);
     if (fl->eval_rows && su->ev1 - su->ev0 > (uint64_t)fl->eval_rows) su->ev1 = su->ev0 + (uint64_t)fl->eval_rows;

@@ -703,6 +703,8 @@ TEST(badinput_flags_that_do_not_apply) {
     EXPECT(2, cmd("%s train %s --oracle-threads 2", test_bin(), d),
            "--oracle-threads: only --mode bagpipe reads it (this is --mode local)");
     EXPECT(2, cmd("%s train %s --mode bagpipe --oracle-threads 3", test_bin(), d), "--oracle-threads: 3 is out of range [1, 2]");
+    EXPECT(2, cmd("%s train %s " TINY " --mode bagpipe --iters 4294967290", test_bin(), d),
+           "--iters: 4294967290 iterations; --mode bagpipe plans at most 4294967253");
     EXPECT(2, cmd("%s train %s --staleness 2", test_bin(), d), "--staleness: only --mode async reads it (this is --mode local)");
     EXPECT(2, cmd("%s train %s --trainers 2", test_bin(), d), "--trainers: only the distributed modes");
     EXPECT(2, cmd("%s train %s --model wdl --dcn-rank 4", test_bin(), d),
