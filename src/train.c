@@ -824,7 +824,9 @@ int cmd_eval(int argc, char **argv) {
     int split, batch, threads;
     int64_t rows;
     const cli_opt opts[] = {
-        CLI_STR("load", 'l', &load, NULL, "directory of a saved model (train --save), a checkpoint, or a --checkpoint-dir (its newest valid checkpoint)"),
+        CLI_STR("load", 'l', &load, NULL,
+                "directory of a saved model (train --save), a checkpoint, or a --checkpoint-dir (its newest valid "
+                "checkpoint)"),
         CLI_CHOICE("split", 0, &split, 2, "train|val|test|all", "rows to evaluate"),
         CLI_I64("rows", 0, &rows, 0, 0, INT64_MAX, "evaluate at most this many rows (0: all)"),
         CLI_INT("batch-size", 'b', &batch, 4096, 1, 1 << 20, "evaluation batch size"),
