@@ -50,7 +50,8 @@ int comm_stall_check(double *since, const char *what);
 #define COMM_STALL_INDIRECT 2
 int comm_stall_check_indirect(double *since, const char *what);
 
-// Non-blocking point to point.  The buffer must stay valid until the request completes.
+// Non-blocking point to point.  The buffer must stay valid until the request completes.  One
+// message carries at most INT32_MAX bytes; a larger one fails with BP_ECAPACITY (nothing is sent).
 int comm_isend(const void *buf, size_t bytes, int dst, int tag, comm_req *r);
 int comm_irecv(void *buf, size_t cap, int src, int tag, comm_req *r);
 // *done = 1 when complete; for a receive, *bytes (may be NULL) gets the received length.

@@ -112,8 +112,18 @@ _Noreturn void comm_abort(int code) {
 
 static int tag_index(int tag) { return tag >= 0 && tag < COMM_MAX_TAGS ? tag : 0; }
 
+// MPI counts are ints: one message carries at most INT32_MAX bytes.  A larger one (a fetch reply
+// or plan of an enormous batch) is a configuration this job cannot run, reported as such.
+static int too_big(size_t bytes, int recv, int peer, int tag) {
+    char what[128];
+    wait_what(what, sizeof what, recv, peer, tag);
+    return bp_fail(BP_ECAPACITY, "comm: rank %d: a message of %zu bytes (%s) exceeds the %d bytes one message can "
+                   "carry; a smaller --batch-size, or more servers for row messages, makes smaller messages",
+                   my_rank, bytes, what, INT32_MAX);
+}
+
 int comm_isend(const void *buf, size_t bytes, int dst, int tag, comm_req *r) {
-    BP_ASSERT(bytes <= (size_t)INT32_MAX);
+    if (bytes > (size_t)INT32_MAX) return too_big(bytes, 0, dst, tag);
     r->peer = dst, r->tag = tag, r->cap = 0;
     int err = MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, MPI_COMM_WORLD, req_of(r));
     if (err != MPI_SUCCESS) return mpi_fail(err, "send", dst);
@@ -122,7 +132,7 @@ int comm_isend(const void *buf, size_t bytes, int dst, int tag, comm_req *r) {
 }
 
 int comm_irecv(void *buf, size_t cap, int src, int tag, comm_req *r) {
-    BP_ASSERT(cap <= (size_t)INT32_MAX);
+    if (cap > (size_t)INT32_MAX) return too_big(cap, 1, src, tag);
     r->peer = src, r->tag = tag, r->cap = cap ? cap : 1;
     int err = MPI_Irecv(buf, (int)cap, MPI_BYTE, src == COMM_ANY ? MPI_ANY_SOURCE : src,
                         tag == COMM_ANY ? MPI_ANY_TAG : tag, MPI_COMM_WORLD, req_of(r));

@@ -97,6 +97,18 @@ static int64_t bsearch_key(const uint64_t *keys, uint64_t n, uint64_t key) {
     return lo < n && keys[lo] == key ? (int64_t)lo : -1;
 }
 
+// A message beyond what one MPI message carries (INT32_MAX bytes) is an error naming its size
+// and kind, not an assertion; the check comes before MPI is touched.
+TEST(comm_oversized_message_is_an_error) {
+    comm_req r;
+    size_t big = (size_t)INT32_MAX + 1;
+    ASSERT_EQ(comm_isend(NULL, big, 1, MSG_FETCH_REPLY, &r), BP_ECAPACITY);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECAPACITY), "2147483648 bytes (rank 1 to take FETCH_REPLY)");
+    ASSERT_EQ(comm_irecv(NULL, big, 2, MSG_PLAN, &r), BP_ECAPACITY);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECAPACITY), "(PLAN from rank 2)");
+    ASSERT_EQ(comm_isend(NULL, (size_t)3 << 31, 0, MSG_GSYNC, &r), BP_ECAPACITY);
+}
+
 TEST(role_keydir_matches_binary_search) {
     const uint64_t Ks[] = {1, 7, 64, 1000, 100003};
     const int parts[] = {1, 2, 3, 8, 64};
