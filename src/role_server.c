@@ -317,7 +317,10 @@ typedef struct {
     int Q;            // queue slots per trainer
     gbuf *q;          // (T, Q) queued FETCH messages
     int *qhead, *qn;  // (T)
-    gbuf *rep;        // (T) reply buffers
+    gbuf *rep;        // (T, Q) reply buffers: trainer p's k-th reply goes out of rep[p Q + k % Q]
+    comm_req *rep_rq; // (T, Q) their sends
+    uint8_t *rep_busy; // (T, Q) a send is in flight
+    int *rep_next;    // (T) k % Q of trainer p's next reply
     int64_t *wb_done; // (T) per-writer watermark: evictions of iterations < wb_done[w] are applied
     gbuf wb;          // WB receive buffer
     int64_t *dump_iter; // (T) held DUMP_REQ iteration, -1: none
@@ -344,12 +347,17 @@ static int bp_answer(server *sv, bpserver *bs, int p) {
         const uint8_t *b = m->p;
         uint32_t n = bp_get_u32(b + 16);
         const uint64_t *keys = (const uint64_t *)(b + MSG_HEADER_BYTES);
-        if (sv->reply_busy[p]) {
-            int rc = comm_wait(&sv->reply_req[p], NULL);
+        // A ring of Q reply buffers per trainer, so that a reply still in flight (the trainer has
+        // not yet taken it: it is computing and not in MPI) does not hold up the next one, nor
+        // the other trainers' fetches behind it.  The buffer reused is Q replies old: the trainer
+        // has at most P + 1 fetches outstanding and has taken that reply long ago.
+        const size_t r = (size_t)p * bs->Q + (size_t)bs->rep_next[p];
+        if (bs->rep_busy[r]) {
+            int rc = comm_wait(&bs->rep_rq[r], NULL);
             if (rc) return rc;
-            sv->reply_busy[p] = 0;
+            bs->rep_busy[r] = 0;
         }
-        void *out = gbuf_fit(&bs->rep[p], msg_bytes(MSG_FETCH_REPLY, n, (uint32_t)stride));
+        void *out = gbuf_fit(&bs->rep[r], msg_bytes(MSG_FETCH_REPLY, n, (uint32_t)stride));
         msg_header h = {MSG_FETCH_REPLY, 0, bp_get_u64(b + 8), n, (uint32_t)stride};
         float *rows;
         msg_encode(out, &h, NULL, &rows);
@@ -359,9 +367,9 @@ static int bp_answer(server *sv, bpserver *bs, int p) {
             memcpy(rows + (size_t)i * stride, sv->rows + (size_t)slot * stride, (size_t)stride * sizeof(float));
         }
         int rc = comm_isend(out, msg_bytes(MSG_FETCH_REPLY, n, (uint32_t)stride), from, MSG_FETCH_REPLY,
-                            &sv->reply_req[p]);
+                            &bs->rep_rq[r]);
         if (rc) return rc;
-        sv->reply_busy[p] = 1;
+        bs->rep_busy[r] = 1, bs->rep_next[p] = (bs->rep_next[p] + 1) % bs->Q;
         bs->qhead[p] = (bs->qhead[p] + 1) % bs->Q, bs->qn[p]--;
     }
     return 0;
@@ -388,7 +396,10 @@ static int server_run_bagpipe(server *sv, int P) {
     bs.q = bp_xcalloc((size_t)T * bs.Q, sizeof *bs.q);
     bs.qhead = bp_xcalloc((size_t)T, sizeof *bs.qhead);
     bs.qn = bp_xcalloc((size_t)T, sizeof *bs.qn);
-    bs.rep = bp_xcalloc((size_t)T, sizeof *bs.rep);
+    bs.rep = bp_xcalloc((size_t)T * bs.Q, sizeof *bs.rep);
+    bs.rep_rq = bp_xcalloc((size_t)T * bs.Q, sizeof *bs.rep_rq);
+    bs.rep_busy = bp_xcalloc((size_t)T * bs.Q, 1);
+    bs.rep_next = bp_xcalloc((size_t)T, sizeof *bs.rep_next);
     bs.wb_done = bp_xcalloc((size_t)T, sizeof *bs.wb_done);
     // resumed at K: every row is home (the checkpoint's trainer rows merged into the shard), and
     // the first write-back of each writer will be WB(K + 1)
@@ -486,15 +497,16 @@ static int server_run_bagpipe(server *sv, int P) {
         }
         if (rc) break;
     }
-    for (int p = 0; !rc && p < T; p++)
-        if (sv->reply_busy[p]) rc = comm_wait(&sv->reply_req[p], NULL), sv->reply_busy[p] = 0;
+    for (size_t r = 0; !rc && r < (size_t)T * bs.Q; r++)
+        if (bs.rep_busy[r]) rc = comm_wait(&bs.rep_rq[r], NULL), bs.rep_busy[r] = 0;
     if (!rc) {
         printf("server %d: %llu fetch requests, %llu waited for a write-back watermark\n", s,
                (unsigned long long)bs.fetches, (unsigned long long)bs.gated);
         fflush(stdout);
     }
     for (size_t j = 0; j < (size_t)T * bs.Q; j++) free(bs.q[j].p);
-    for (int p = 0; p < T; p++) free(bs.rep[p].p);
+    for (size_t r = 0; r < (size_t)T * bs.Q; r++) free(bs.rep[r].p);
+    free(bs.rep_rq), free(bs.rep_busy), free(bs.rep_next);
     free(bs.q), free(bs.qhead), free(bs.qn), free(bs.rep), free(bs.wb_done), free(bs.dump_iter), free(bs.dump_flags), free(bs.wb.p);
     free(done);
     return rc;
