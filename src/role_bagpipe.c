@@ -1305,19 +1305,10 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             if (writer) {
                 double now = bp_now();
                 jsonl j;
-                jsonl_begin(&j);
-                jsonl_str(&j, "event", "train");
-                jsonl_int(&j, "iter", t + 1);
-                jsonl_int(&j, "samples", (t + 1) * B);
-                jsonl_num(&j, "epoch", (double)(t + 1) / (double)su->per_epoch);
-                jsonl_num(&j, "loss", win_loss / (double)win_n);
-                train_json_rates(&j, su, t);
-                jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
+                train_json_window(&j, su, t, win_loss / (double)win_n, (double)win_n * B / (now - t_window));
                 json_window(&j, &bs, fig, win_n);
                 if ((rc = jsonl_end(&j, &mf))) break;
-                char note[64];
-                snprintf(note, sizeof note, "loss %.4f", win_loss / (double)win_n);
-                bp_progress_update(&prog, (uint64_t)(t + 1), note);
+                train_progress_window(&prog, t, win_loss / (double)win_n);
             }
             bs.t_wait = bs.t_sync = bs.t_ar = bs.t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();

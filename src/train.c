@@ -316,9 +316,22 @@ const char *train_lr_note(const train_setup *su, char *buf, size_t cap) {
     return buf;
 }
 
-void train_json_rates(jsonl *j, const train_setup *su, int64_t t) {
+void train_json_window(jsonl *j, const train_setup *su, int64_t t, double loss, double samples_per_s) {
+    jsonl_begin(j);
+    jsonl_str(j, "event", "train");
+    jsonl_int(j, "iter", t + 1);
+    jsonl_int(j, "samples", (t + 1) * su->B);
+    jsonl_num(j, "epoch", (double)(t + 1) / (double)su->per_epoch);
+    jsonl_num(j, "loss", loss);
     jsonl_num(j, "lr", lr_schedule_rate(&su->sched, su->lr, t));
     if (!su->emb_lr_inherited) jsonl_num(j, "emb_lr", lr_schedule_rate(&su->sched, su->emb_lr, t));
+    jsonl_num(j, "samples_per_s", samples_per_s);
+}
+
+void train_progress_window(bp_progress *p, int64_t t, double loss) {
+    char note[64];
+    snprintf(note, sizeof note, "loss %.4f", loss);
+    bp_progress_update(p, (uint64_t)(t + 1), note);
 }
 
 emb_opt train_eopt_at(const train_setup *su, int64_t t) {
@@ -697,18 +710,9 @@ int cmd_train(int argc, char **argv) {
         if ((t + 1) % fl.print_every == 0 || t + 1 == total_iters) {
             double now = bp_now();
             jsonl j;
-            jsonl_begin(&j);
-            jsonl_str(&j, "event", "train");
-            jsonl_int(&j, "iter", t + 1);
-            jsonl_int(&j, "samples", (t + 1) * B);
-            jsonl_num(&j, "epoch", (double)(t + 1) / (double)per_epoch);
-            jsonl_num(&j, "loss", win_loss / (double)win_n);
-            train_json_rates(&j, &su, t);
-            jsonl_num(&j, "samples_per_s", (double)win_n * B / (now - t_window));
+            train_json_window(&j, &su, t, win_loss / (double)win_n, (double)win_n * B / (now - t_window));
             if ((rc = jsonl_end(&j, &mf))) break;
-            char note[64];
-            snprintf(note, sizeof note, "loss %.4f", win_loss / (double)win_n);
-            bp_progress_update(&prog, (uint64_t)(t + 1), note);
+            train_progress_window(&prog, t, win_loss / (double)win_n);
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
         if (eval_every && (t + 1) % eval_every == 0 && t + 1 < total_iters) {

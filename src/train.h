@@ -11,6 +11,7 @@
 #include "metric.h"
 #include "model.h"
 #include "optim.h"
+#include "progress.h"
 
 typedef struct {
     model m;          // dense part, params/grads slabs
@@ -111,9 +112,13 @@ int train_replica_init(trainer *tr, const train_setup *su, int bmax, int i);
 emb_opt train_eopt_at(const train_setup *su, int64_t t);
 // ", warmup W, decay from S over N" (the parts the schedule has) or "", in buf.
 const char *train_lr_note(const train_setup *su, char *buf, size_t cap);
-// The rates of iteration t in a metrics line: "lr" (dense, and the embeddings' unless
-// --emb-learning-rate was given) and then "emb_lr".
-void train_json_rates(jsonl *j, const train_setup *su, int64_t t);
+// Begins the "train" metrics line of the window that ends with iteration t (0-based; named
+// t + 1): iter, samples, epoch, the window's mean loss, the rates of iteration t ("lr", dense, and
+// the embeddings' unless --emb-learning-rate was given, then "emb_lr") and samples_per_s.  Every
+// mode writes its own fields after these.
+void train_json_window(jsonl *j, const train_setup *su, int64_t t, double loss, double samples_per_s);
+// The progress line's update for that window: iterations done and "loss X".
+void train_progress_window(bp_progress *p, int64_t t, double loss);
 // 0, or the error of a loss that is not finite at iteration t (0-based; named 1-based, as the
 // iterations of the metrics lines).
 int train_loss_check(int64_t t, double loss);
