@@ -1,6 +1,7 @@
 // msg: encode/decode of the wire protocol (layout in msg.h).
 #include "msg.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -22,6 +23,15 @@ const char *msg_kind_name(uint32_t kind) {
                                                  "FETCH",     "FETCH_REPLY", "WB",    "FWD",       "GSYNC",
                                                  "PLAN",      "CREDIT",  "HOT_GRAD", "CKPT_PART"};
     return kind < MSG_KINDS ? names[kind] : "?";
+}
+
+void *msg_buf_fit(msg_buf *b, size_t n) {
+    if (n > b->cap) {
+        free(b->p);
+        b->cap = n + n / 4 + 64;
+        b->p = bp_xmalloc(b->cap);
+    }
+    return b->p;
 }
 
 size_t msg_bytes(uint32_t kind, uint32_t n, uint32_t width) {

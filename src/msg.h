@@ -131,6 +131,14 @@ typedef struct {
 int msg_has_keys(uint32_t kind);
 int msg_has_rows(uint32_t kind);
 const char *msg_kind_name(uint32_t kind);
+
+// A growable message buffer (malloc-aligned): msg_buf_fit gives room for n bytes, reallocating
+// (without keeping the contents) when it has less.  Zero-initialised is empty; free(b.p) frees it.
+typedef struct {
+    void *p;
+    size_t cap;
+} msg_buf;
+void *msg_buf_fit(msg_buf *b, size_t n);
 // Bytes of a message of this kind with n entries of width floats.
 size_t msg_bytes(uint32_t kind, uint32_t n, uint32_t width);
 

@@ -80,19 +80,6 @@
 
 #define EMPTY_KEY UINT64_MAX
 
-typedef struct {
-    void *p;
-    size_t cap;
-} gbuf;
-
-static void *gbuf_fit(gbuf *b, size_t n) {
-    if (n > b->cap) {
-        free(b->p);
-        b->cap = n + n / 4 + 64;
-        b->p = bp_xmalloc(b->cap);
-    }
-    return b->p;
-}
 
 // ---------------------------------------------------------------------------------------------
 // The row cache: C slots of stride floats (rows with their optimizer state), a free stack and a
@@ -288,15 +275,15 @@ typedef struct {
     int forwarded;      // my shared rows sent on (or nothing to send)
     myfetch *mf;        // (mcap) my fetches, sorted by (server, key)
     uint32_t mn, mcap;
-    gbuf *req, *rep;    // (S) FETCH messages and their replies
+    msg_buf *req, *rep;    // (S) FETCH messages and their replies
     uint32_t *req_n;    // (S)
     uint32_t *req_off;  // (S) first entry of server s in mf
     comm_req *req_rq, *rep_rq; // (S)
     uint8_t *req_live, *rep_live; // (S)
-    gbuf fwd;           // my forward
+    msg_buf fwd;           // my forward
     comm_req *fwd_rq;   // (T)
     uint8_t *fwd_live;  // (T)
-    gbuf *fin;          // (T) forwards received
+    msg_buf *fin;          // (T) forwards received
     comm_req *fin_rq;   // (T)
     uint32_t *fin_n;    // (T) rows expected from each fetcher
     uint8_t *fin_live;  // (T)
@@ -309,14 +296,14 @@ typedef struct {
     int S, T, me, rank, first_server, first_trainer, P, G;
     int bmax, cap_keys;
     plan p;
-    gbuf planbuf;
+    msg_buf planbuf;
     fgroup *g;          // (G) ring by record
     int64_t fwd_next;   // the record whose forward goes out next (forwards leave in record order)
     const float **erow; // (cap_keys) per (b, f) entry: its cache row
     uint32_t *gslot;    // (cap_keys) the cache slot of each key of my gradients tr.g
     float **urow;       // (cap_keys) their rows (T = 1: the in-place update)
-    gbuf gout;          // my GSYNC message
-    gbuf *gin;          // (T) the others' GSYNC messages
+    msg_buf gout;          // my GSYNC message
+    msg_buf *gin;          // (T) the others' GSYNC messages
     comm_req *grq;      // (2 T)
     uint32_t *gcur;     // (T) merge cursors
     // the background reduction (sync-later keys of later_iter, sync_grads)
@@ -324,14 +311,14 @@ typedef struct {
                         // BAGPIPE_SYNC_LATER_NOW=1, for comparisons)
     int64_t later_iter; // its iteration, -1: none in flight
     uint32_t lmine;     // keys in my message lout (its keys: the slots with later_t = later_iter + 1)
-    gbuf lout;          // my GSYNC message of later_iter
-    gbuf *lin;          // (T) the others'
+    msg_buf lout;          // my GSYNC message of later_iter
+    msg_buf *lin;          // (T) the others'
     comm_req *lrq;      // (2 T)
     int lnr;            // requests posted in lrq
     float *gsum;        // (E)
     myfetch *wbl;       // (wbl_cap) my write-backs of t (key, slot in evict_iter), sorted
     uint32_t wbl_cap;
-    gbuf *wb;           // (2, S) WB messages, by iteration parity
+    msg_buf *wb;           // (2, S) WB messages, by iteration parity
     size_t *wb_len;     // (2, S)
     comm_req *wb_rq;    // (2, S)
     uint8_t *wb_live;   // (2, S)
@@ -401,16 +388,16 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
         g->fin = bp_xcalloc((size_t)T, sizeof *g->fin), g->fin_rq = bp_xcalloc((size_t)T, sizeof *g->fin_rq);
         g->fin_n = bp_xcalloc((size_t)T, sizeof *g->fin_n), g->fin_live = bp_xcalloc((size_t)T, 1);
     }
-    gbuf_fit(&bs->gout, msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
+    msg_buf_fit(&bs->gout, msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
     bs->gin = bp_xcalloc((size_t)T, sizeof *bs->gin);
     for (int p = 0; p < T; p++)
-        if (p != i) gbuf_fit(&bs->gin[p], msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
+        if (p != i) msg_buf_fit(&bs->gin[p], msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
     bs->grq = bp_xcalloc((size_t)2 * T, sizeof *bs->grq);
     bs->gcur = bp_xcalloc((size_t)T, sizeof *bs->gcur);
-    gbuf_fit(&bs->lout, msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
+    msg_buf_fit(&bs->lout, msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
     bs->lin = bp_xcalloc((size_t)T, sizeof *bs->lin);
     for (int p = 0; p < T; p++)
-        if (p != i) gbuf_fit(&bs->lin[p], msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
+        if (p != i) msg_buf_fit(&bs->lin[p], msg_bytes(MSG_GSYNC, (uint32_t)bs->cap_keys, (uint32_t)E));
     bs->lrq = bp_xcalloc((size_t)2 * T, sizeof *bs->lrq);
     const char *ln = getenv("BAGPIPE_SYNC_LATER_NOW");
     bs->background = !(ln && atoi(ln)), bs->later_iter = -1;
@@ -506,7 +493,7 @@ static int issue_fetches(bstate *bs) {
     // receives first, then the requests
     for (int s = 0; s < S && !rc; s++) {
         if (!g->req_n[s]) continue;
-        void *rb = gbuf_fit(&g->rep[s], msg_bytes(MSG_FETCH_REPLY, g->req_n[s], (uint32_t)stride));
+        void *rb = msg_buf_fit(&g->rep[s], msg_bytes(MSG_FETCH_REPLY, g->req_n[s], (uint32_t)stride));
         rc = comm_irecv(rb, msg_bytes(MSG_FETCH_REPLY, g->req_n[s], (uint32_t)stride), bs->first_server + s,
                         MSG_FETCH_REPLY, &g->rep_rq[s]);
         g->rep_live[s] = 1, g->replies_left++;
@@ -514,13 +501,13 @@ static int issue_fetches(bstate *bs) {
     for (int q = 0; q < T && !rc; q++) {
         if (!g->fin_n[q]) continue;
         size_t len = msg_bytes(MSG_FWD, g->fin_n[q], (uint32_t)stride);
-        rc = comm_irecv(gbuf_fit(&g->fin[q], len), len, bs->first_trainer + q, MSG_FWD, &g->fin_rq[q]);
+        rc = comm_irecv(msg_buf_fit(&g->fin[q], len), len, bs->first_trainer + q, MSG_FWD, &g->fin_rq[q]);
         g->fin_live[q] = 1, g->fwd_left++;
     }
     for (int s = 0; s < S && !rc; s++) {
         if (!g->req_n[s]) continue;
         size_t len = msg_bytes(MSG_FETCH, g->req_n[s], 2);
-        void *b = gbuf_fit(&g->req[s], len);
+        void *b = msg_buf_fit(&g->req[s], len);
         msg_header h = {MSG_FETCH, 0, p->iter, g->req_n[s], 2};
         uint64_t *keys;
         float *gf;
@@ -581,7 +568,7 @@ static int group_progress(bstate *bs, fgroup *g) {
         for (uint32_t k = 0; k < g->mn; k++) n += !(g->mf[k].flags & PLAN_PRIVATE);
         if (n && T > 1) {
             size_t len = msg_bytes(MSG_FWD, n, (uint32_t)stride);
-            void *b = gbuf_fit(&g->fwd, len);
+            void *b = msg_buf_fit(&g->fwd, len);
             msg_header h = {MSG_FWD, 0, (uint64_t)g->iter, n, (uint32_t)stride};
             uint64_t *keys;
             float *rows;
@@ -688,7 +675,7 @@ static int recv_plan(bstate *bs, int64_t t) {
     size_t len;
     int rc = comm_probe(0, MSG_PLAN, &from, &tag, &len);
     if (rc) return rc;
-    void *b = gbuf_fit(&bs->planbuf, len ? len : 1);
+    void *b = msg_buf_fit(&bs->planbuf, len ? len : 1);
     if ((rc = comm_recv(b, bs->planbuf.cap, 0, MSG_PLAN, &len))) return rc;
     if ((rc = plan_decode(&bs->p, b, len))) return rc;
     if (bs->su->ck.start_iter) { // resumed at K: the oracle numbers its records from 0 (role_oracle.c)
@@ -725,7 +712,7 @@ static int recv_plan(bstate *bs, int64_t t) {
 
 // One GSYNC exchange with every other trainer: receives into in[q], sends out (len bytes);
 // rq: (2 T) the receives first, then the sends; *nr gets how many are posted.
-static int gsync_post(bstate *bs, const void *out, size_t len, gbuf *in, comm_req *rq, int *nr) {
+static int gsync_post(bstate *bs, const void *out, size_t len, msg_buf *in, comm_req *rq, int *nr) {
     const int T = bs->T, me = bs->me;
     int rc = 0, n = 0;
     for (int q = 0; q < T && !rc && T > 1; q++) {
@@ -744,7 +731,7 @@ static int gsync_post(bstate *bs, const void *out, size_t len, gbuf *in, comm_re
 // its keys marked MARK_NOW for t) or the background one (later 1, its keys' later_t = t + 1);
 // mine: my message (n keys).  Each key's partials in trainer-rank order, the first copied, the
 // rest added; then the update on my replica.
-static int gsync_finish(bstate *bs, int64_t t, int later, void *mine, uint32_t n, gbuf *in, comm_req *rq, int nr) {
+static int gsync_finish(bstate *bs, int64_t t, int later, void *mine, uint32_t n, msg_buf *in, comm_req *rq, int nr) {
     const int T = bs->T, me = bs->me, E = bs->tr.g.E;
     const emb_opt eopt = trainer_eopt_at(&bs->tr, t), *eo = &eopt; // t's rate, also in the background
     const uint64_t *keys[1024];
@@ -1001,7 +988,7 @@ static int evict_and_write_back(bstate *bs, int64_t t) {
         while (k1 < n && bs->wbl[k1].server == s) k1++;
         if ((rc = wait_live(&bs->wb_rq[set + s], &bs->wb_live[set + s]))) break;
         const size_t len = msg_bytes(MSG_WB, k1 - k0, (uint32_t)stride);
-        void *b = gbuf_fit(&bs->wb[set + s], len);
+        void *b = msg_buf_fit(&bs->wb[set + s], len);
         bs->wb_len[set + s] = len;
         msg_header h = {MSG_WB, 0, (uint64_t)t + 1, k1 - k0, (uint32_t)stride};
         uint64_t *keys;

@@ -277,20 +277,6 @@ static int server_advance(server *sv, int *held) {
     }
 }
 
-// A growable message buffer (8-byte aligned).
-typedef struct {
-    void *p;
-    size_t cap;
-} gbuf;
-
-static void *gbuf_fit(gbuf *b, size_t n) {
-    if (n > b->cap) {
-        free(b->p);
-        b->cap = n + n / 4 + 64;
-        b->p = bp_xmalloc(b->cap);
-    }
-    return b->p;
-}
 
 // DONE(n) from trainer rank `from`, which has sent `sent` iterations' messages (pushes in sync,
 // write-backs in bagpipe): every trainer must end at the same n, after all of its messages.
@@ -315,14 +301,14 @@ static int server_check_after_done(int s, int from, int64_t it, int64_t done_at)
 
 typedef struct {
     int Q;            // queue slots per trainer
-    gbuf *q;          // (T, Q) queued FETCH messages
+    msg_buf *q;          // (T, Q) queued FETCH messages
     int *qhead, *qn;  // (T)
-    gbuf *rep;        // (T, Q) reply buffers: trainer p's k-th reply goes out of rep[p Q + k % Q]
+    msg_buf *rep;        // (T, Q) reply buffers: trainer p's k-th reply goes out of rep[p Q + k % Q]
     comm_req *rep_rq; // (T, Q) their sends
     uint8_t *rep_busy; // (T, Q) a send is in flight
     int *rep_next;    // (T) k % Q of trainer p's next reply
     int64_t *wb_done; // (T) per-writer watermark: evictions of iterations < wb_done[w] are applied
-    gbuf wb;          // WB receive buffer
+    msg_buf wb;          // WB receive buffer
     int64_t *dump_iter; // (T) held DUMP_REQ iteration, -1: none
     uint32_t *dump_flags; // (T) its flags (MSG_F_CKPT: a checkpoint)
     uint64_t fetches, gated; // requests answered; of those, held for a watermark first
@@ -342,7 +328,7 @@ static int gate_open(const server *sv, const bpserver *bs, const void *msg) {
 static int bp_answer(server *sv, bpserver *bs, int p) {
     const int stride = sv->L.stride, from = sv->first_trainer + p;
     while (bs->qn[p] > 0) {
-        gbuf *m = &bs->q[(size_t)p * bs->Q + bs->qhead[p]];
+        msg_buf *m = &bs->q[(size_t)p * bs->Q + bs->qhead[p]];
         if (!gate_open(sv, bs, m->p)) return 0;
         const uint8_t *b = m->p;
         uint32_t n = bp_get_u32(b + 16);
@@ -357,7 +343,7 @@ static int bp_answer(server *sv, bpserver *bs, int p) {
             if (rc) return rc;
             bs->rep_busy[r] = 0;
         }
-        void *out = gbuf_fit(&bs->rep[r], msg_bytes(MSG_FETCH_REPLY, n, (uint32_t)stride));
+        void *out = msg_buf_fit(&bs->rep[r], msg_bytes(MSG_FETCH_REPLY, n, (uint32_t)stride));
         msg_header h = {MSG_FETCH_REPLY, 0, bp_get_u64(b + 8), n, (uint32_t)stride};
         float *rows;
         msg_encode(out, &h, NULL, &rows);
@@ -434,8 +420,8 @@ static int server_run_bagpipe(server *sv, int P) {
                 rc = bp_fail(BP_EFORMAT, "server %d: rank %d has more than %d fetches outstanding", s, from, bs.Q);
                 break;
             }
-            gbuf *m = &bs.q[(size_t)p * bs.Q + (bs.qhead[p] + bs.qn[p]) % bs.Q];
-            void *buf = gbuf_fit(m, len ? len : 1);
+            msg_buf *m = &bs.q[(size_t)p * bs.Q + (bs.qhead[p] + bs.qn[p]) % bs.Q];
+            void *buf = msg_buf_fit(m, len ? len : 1);
             if ((rc = comm_recv(buf, m->cap, from, tag, &len))) break;
             msg_expect ex = {.kind = MSG_FETCH, .width = 2, .max_n = MSG_MAX_N, .iter = -1, .rows = sv->L.rows,
                              .server = s, .S = sv->S};
@@ -451,7 +437,7 @@ static int server_run_bagpipe(server *sv, int P) {
             rc = bp_answer(sv, &bs, p);
             bs.gated += bs.qn[p] > 0; // still queued: its gate (or an older request's) is closed
         } else if (tag == MSG_WB) {
-            void *buf = gbuf_fit(&bs.wb, len ? len : 1);
+            void *buf = msg_buf_fit(&bs.wb, len ? len : 1);
             if ((rc = comm_recv(buf, bs.wb.cap, from, tag, &len))) break;
             msg_expect ex = {.kind = MSG_WB, .width = (uint32_t)sv->L.stride, .max_n = MSG_MAX_N,
                              .iter = bs.wb_done[p] + 1, .rows = sv->L.rows, .server = s, .S = sv->S};
