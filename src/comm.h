@@ -43,12 +43,20 @@ _Noreturn void comm_abort(int code);
 // it; a role's own polling loop calls comm_stall_check(&since, what) on each idle pass, with
 // since = 0 at the start of the wait and after any progress.
 void comm_set_stall_timeout(double seconds);
-int comm_stall_check(double *since, const char *what);
+// A wait on rank `peer` (a role's own polling loop; comm_wait and comm_probe apply the same).
+int comm_stall_check(double *since, int peer, const char *what);
 // A wait that no single peer can end (a receive from any rank, the oracle's credits, which the
 // slowest trainer sends only when its own peers let it go on) is allowed COMM_STALL_INDIRECT
 // times the timeout: a stalled rank is then reported by a rank that waits for it by name.
 #define COMM_STALL_INDIRECT 2
 int comm_stall_check_indirect(double *since, const char *what);
+// Waits on one peer time out after factor x the timeout (1 unless set, after comm_init).  A
+// trainer waits COMM_STALL_TRAINER x on the other trainers: a trainer it waits for (a forward, a
+// gradient exchange) may itself be waiting for a stopped server, which the ranks waiting on that
+// server directly (1x) must name first; a stopped trainer is still named by its peers before any
+// wait that names no one fires (COMM_STALL_INDIRECT).
+#define COMM_STALL_TRAINER 1.5
+void comm_set_patience(int peer, double factor);
 
 // Non-blocking point to point.  The buffer must stay valid until the request completes.  One
 // message carries at most INT32_MAX bytes; a larger one fails with BP_ECAPACITY (nothing is sent).

@@ -1,5 +1,6 @@
 // comm over MPI: the only file that includes mpi.h.  Contracts in comm.h.
 #include <mpi.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@ _Static_assert(sizeof(MPI_Request) <= sizeof(((comm_req *)0)->opaque), "comm_req
 
 static uint64_t bytes_sent[COMM_MAX_TAGS], bytes_recv[COMM_MAX_TAGS];
 static int my_rank = -1, n_ranks = 0;
+static double *patience; // (n_ranks) comm_set_patience's factors, NULL before comm_init
 
 static MPI_Request *req_of(comm_req *r) { return (MPI_Request *)(void *)r->opaque; }
 
@@ -54,8 +56,18 @@ static int stall_fail(double waited, const char *what) {
                    "is stopped, deadlocked or cut off", my_rank, waited, what, stall_s);
 }
 
-int comm_stall_check(double *since, const char *what) {
-    const double w = stalled_for(since, stall_s);
+void comm_set_patience(int peer, double factor) {
+    if (patience && peer >= 0 && peer < n_ranks) patience[peer] = factor;
+}
+
+// The stall limit of a wait on `peer` (COMM_ANY or negative: any rank).
+static double limit_for(int peer) {
+    if (peer < 0) return COMM_STALL_INDIRECT * stall_s;
+    return (patience && peer < n_ranks ? patience[peer] : 1.0) * stall_s;
+}
+
+int comm_stall_check(double *since, int peer, const char *what) {
+    const double w = stalled_for(since, limit_for(peer));
     return w > 0 ? stall_fail(w, what) : 0;
 }
 
@@ -82,7 +94,7 @@ static int pacer_pause(pacer *p, int recv, int peer, int tag) {
     struct timespec ts = {0, p->sleep_ns};
     nanosleep(&ts, NULL);
     if (stall_s <= 0 || (p->polls & 63) != 0 || (!recv && peer < 0 && tag < 0)) return 0;
-    const double w = stalled_for(&p->since, peer < 0 ? COMM_STALL_INDIRECT * stall_s : stall_s);
+    const double w = stalled_for(&p->since, limit_for(peer));
     if (w <= 0) return 0;
     char what[128];
     wait_what(what, sizeof what, recv, peer, tag);
@@ -96,10 +108,15 @@ int comm_init(int *argc, char ***argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n_ranks);
+    patience = bp_xmalloc((size_t)n_ranks * sizeof *patience);
+    for (int r = 0; r < n_ranks; r++) patience[r] = 1.0;
     return 0;
 }
 
-void comm_finalize(void) { MPI_Finalize(); }
+void comm_finalize(void) {
+    MPI_Finalize();
+    free(patience), patience = NULL;
+}
 int comm_rank(void) { return my_rank; }
 int comm_size(void) { return n_ranks; }
 

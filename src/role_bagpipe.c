@@ -616,8 +616,8 @@ static int group_progress(bstate *bs, fgroup *g) {
 static int group_complete(const fgroup *g) { return !g->replies_left && !g->fwd_left && g->forwarded; }
 
 // What wait_groups waits for: the first reply or forward still open for a record at or before
-// upto, by the rank that owes it.
-static void awaited(const bstate *bs, int64_t upto, int64_t issued, char *what, size_t cap) {
+// upto, by the rank that owes it (returned; -1 when none is open).
+static int awaited(const bstate *bs, int64_t upto, int64_t issued, char *what, size_t cap) {
     snprintf(what, cap, "the rows of iteration %lld (fetches and forwards)", (long long)upto);
     for (int64_t r = BP_MAX((int64_t)0, issued - bs->G + 1); r <= BP_MIN(upto, issued); r++) {
         const fgroup *g = &bs->g[r % bs->G];
@@ -626,15 +626,16 @@ static void awaited(const bstate *bs, int64_t upto, int64_t issued, char *what, 
             if (g->rep_live[s]) {
                 snprintf(what, cap, "the rows of iteration %lld: FETCH_REPLY from rank %d (server %d)", (long long)r,
                          bs->first_server + s, s);
-                return;
+                return bs->first_server + s;
             }
         for (int q = 0; q < bs->T; q++)
             if (g->fin_live[q]) {
                 snprintf(what, cap, "the rows of iteration %lld: FWD from rank %d (trainer %d)", (long long)r,
                          bs->first_trainer + q, q);
-                return;
+                return bs->first_trainer + q;
             }
     }
+    return -1;
 }
 
 // Step 3: every group issued at or before `upto` complete; the others progress meanwhile.
@@ -662,8 +663,8 @@ static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
             nanosleep(&ts, NULL);
             if ((polls & 63) == 0) {
                 char what[128];
-                awaited(bs, upto, issued, what, sizeof what);
-                if ((rc = comm_stall_check(&since, what))) return rc;
+                int owner = awaited(bs, upto, issued, what, sizeof what);
+                if ((rc = comm_stall_check(&since, owner, what))) return rc;
             }
         }
     }
