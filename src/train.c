@@ -607,7 +607,8 @@ int cmd_train(int argc, char **argv) {
         if (!cli_was_given(&given, opts, "emb-learning-rate")) fl.emb_lr = DEFAULT_LR;
     }
     // A model that cannot be saved is refused before training, not after.
-    if (fl.save && (rc = ckpt_dir_check(fl.save))) return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
+    if (fl.save && ((rc = ckpt_dir_check(fl.save)) || (rc = ckpt_save_dir_check(fl.save))))
+        return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
     // Nor is a metrics file that is something else (the dataset itself, a model part).
     if ((rc = jsonl_check("--metrics", fl.metrics))) return cmd_exit(rc);
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
