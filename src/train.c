@@ -834,7 +834,9 @@ int cmd_eval(int argc, char **argv) {
                 "checkpoint)"),
         CLI_CHOICE("split", 0, &split, 2, "train|val|test|all", "rows to evaluate"),
         CLI_I64("rows", 0, &rows, 0, 0, INT64_MAX, "evaluate at most this many rows (0: all)"),
-        CLI_INT("batch-size", 'b', &batch, 4096, 1, 1 << 20, "evaluation batch size"),
+        CLI_INT("batch-size", 'b', &batch, 4096, 1, 1 << 20,
+                "evaluation batch size (the scores' last bits depend on it and on --threads: a training run's "
+                "figures come back with its --eval-batch-size and --threads)"),
         CLI_INT("threads", 0, &threads, 1, 1, 256, "BLAS threads"),
         CLI_STR("predictions", 'p', &pred, NULL,
                 "write a CSV of the evaluated rows, \"row,label,probability,logit\" (row: index in the dataset; logit: "
