@@ -85,6 +85,21 @@ int ckpt_dir_check(const char *dir) {
     return 0;
 }
 
+int ckpt_save_dir_check(const char *dir) {
+    static const char magic[] = "bagpipe-manifest"; // any version's first line
+    char path[4200];
+    join(path, sizeof path, dir, "MANIFEST");
+    struct stat st;
+    if (lstat(path, &st) != 0 || (S_ISREG(st.st_mode) && st.st_size == 0)) return 0;
+    char head[sizeof magic - 1];
+    int fd = S_ISREG(st.st_mode) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    int ours = fd >= 0 && read(fd, head, sizeof head) == (ssize_t)sizeof head && memcmp(head, magic, sizeof head) == 0;
+    if (fd >= 0) close(fd);
+    if (ours) return 0;
+    return bp_fail(BP_EUSAGE, "%s: exists and is not a bagpipe manifest (it does not start with '%s'); the saved "
+                   "model's MANIFEST would take its place: choose another directory", path, magic);
+}
+
 int ckpt_write_part(const char *dir, const char *name, const void *const *bufs, const size_t *lens, int n,
                     ckpt_file *out) {
     BP_ASSERT(name_ok(name));

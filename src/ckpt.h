@@ -39,6 +39,10 @@ int ckpt_mkdir(const char *dir);
 // made and removed), not asked of access().  Leaves nothing behind.  Returns 0 or BP_EINVAL /
 // BP_EIO with a message naming dir.
 int ckpt_dir_check(const char *dir);
+// For --save dir, before any work: a dir/MANIFEST that is not empty and not a bagpipe manifest
+// (another tool's file of that name) would be replaced by the saved model's, or removed with the
+// model it seems to be: refused (BP_EUSAGE, naming it).  0 when there is none or it is bagpipe's.
+int ckpt_save_dir_check(const char *dir);
 
 // Writes one part from n buffers laid end to end; fills *out (name, size, crc).
 int ckpt_write_part(const char *dir, const char *name, const void *const *bufs, const size_t *lens, int n,

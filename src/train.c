@@ -620,7 +620,8 @@ int cmd_train(int argc, char **argv) {
         if (!cli_was_given(&given, opts, "emb-learning-rate")) fl.emb_lr = DEFAULT_LR;
     }
     // A model that cannot be saved is refused before training, not after.
-    if (fl.save && (rc = ckpt_dir_check(fl.save))) return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
+    if (fl.save && ((rc = ckpt_dir_check(fl.save)) || (rc = ckpt_save_dir_check(fl.save))))
+        return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
     // Nor is a metrics file that is something else (the dataset itself, a model part).
     if ((rc = jsonl_check("--metrics", fl.metrics))) return cmd_exit(rc);
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
@@ -771,20 +772,24 @@ out:
     return cmd_exit(rc);
 }
 
-// eval --predictions FILE: a CSV of the evaluated rows, "row,label,probability" (the row's index
-// in the dataset, its label, the model's click probability), written atomically: until the
-// evaluation ends well nothing exists under FILE, and a previous FILE stays as it was.  Only a
-// file that starts with that header is replaced, never the dataset or anything else given by
+// eval --predictions FILE: a CSV of the evaluated rows, "row,label,probability,logit" (the row's
+// index in the dataset, its label, the model's click probability to 9 digits, and the score it
+// comes from, the float the metrics are computed from, exactly: a probability rounds to 1 from
+// logit ~21 on, so ranks and losses recomputed from it alone can differ from the printed ones),
+// written atomically: until the evaluation ends well nothing exists under FILE, and a previous
+// FILE stays as it was.  Only a file that starts with "row,label,probability" (this header, or
+// the one before the logit column) is replaced, never the dataset or anything else given by
 // mistake.
-#define PRED_HEADER "row,label,probability\n"
+#define PRED_HEADER "row,label,probability,logit\n"
+#define PRED_HEADER_PREFIX "row,label,probability"
 
 static int pred_check(const char *path) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return 0; // missing (created at the end) or unreadable: bp_afile_open says why
     struct stat st;
-    char head[sizeof PRED_HEADER - 1];
+    char head[sizeof PRED_HEADER_PREFIX - 1];
     int bad = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
-              !(read(fd, head, sizeof head) == (ssize_t)sizeof head && memcmp(head, PRED_HEADER, sizeof head) == 0);
+              !(read(fd, head, sizeof head) == (ssize_t)sizeof head && memcmp(head, PRED_HEADER_PREFIX, sizeof head) == 0);
     close(fd);
     if (bad)
         return bp_fail(BP_EUSAGE, "--predictions %s: exists and is not a predictions file (it does not start with "
@@ -816,8 +821,8 @@ static int pred_sink(void *ctx, uint64_t row0, const float *logit, int n) {
             if (rc) return rc;
         }
         double z = logit[i], prob = z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
-        p->len += (size_t)snprintf(p->buf + p->len, PRED_BUF - p->len, "%llu,%d,%.9g\n",
-                                   (unsigned long long)(row0 + (uint64_t)i), p->label[row0 + (uint64_t)i], prob);
+        p->len += (size_t)snprintf(p->buf + p->len, PRED_BUF - p->len, "%llu,%d,%.9g,%.9g\n",
+                                   (unsigned long long)(row0 + (uint64_t)i), p->label[row0 + (uint64_t)i], prob, z);
     }
     p->rows += (uint64_t)n;
     return 0;
@@ -833,10 +838,13 @@ int cmd_eval(int argc, char **argv) {
                 "checkpoint)"),
         CLI_CHOICE("split", 0, &split, 2, "train|val|test|all", "rows to evaluate"),
         CLI_I64("rows", 0, &rows, 0, 0, INT64_MAX, "evaluate at most this many rows (0: all)"),
-        CLI_INT("batch-size", 'b', &batch, 4096, 1, 1 << 20, "evaluation batch size"),
+        CLI_INT("batch-size", 'b', &batch, 4096, 1, 1 << 20,
+                "evaluation batch size (the scores' last bits depend on it and on --threads: a training run's "
+                "figures come back with its --eval-batch-size and --threads)"),
         CLI_INT("threads", 0, &threads, 1, 1, 256, "BLAS threads"),
         CLI_STR("predictions", 'p', &pred, NULL,
-                "write a CSV of the evaluated rows, \"row,label,probability\" (row: index in the dataset), "
+                "write a CSV of the evaluated rows, \"row,label,probability,logit\" (row: index in the dataset; logit: "
+                "the model's score exactly, which the metrics are computed from), "
                 "replacing it whole at the end"),
         CLI_END,
     };

@@ -333,6 +333,32 @@ TEST(badinput_directory_as_file) {
                                   file), "--checkpoint-dir", "afile: exists and is not a directory");
 }
 
+// --save into a directory whose MANIFEST is another tool's file: the save would write the model's
+// MANIFEST over it (or, as the old "model" of a staged save, delete it), so it is refused before
+// training, and the file stays; the same with --save DIR/. (saved in place) and in a distributed mode.  An
+// empty MANIFEST is no one's: saved over.
+TEST(badinput_save_over_another_manifest) {
+    const char *d = dataset("d.bin", 500);
+    const char *dir = test_path("proj");
+    ASSERT_EQ(mkdir(dir, 0755), 0);
+    static const char theirs[] = "include README.md\n";
+    const char *man = write_file("proj/MANIFEST", theirs, sizeof theirs - 1);
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s " TINY " --iters 2 --save %s", test_bin(), d, dir), "--save",
+                           "proj/MANIFEST: exists and is not a bagpipe manifest");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s " TINY " --iters 2 --save %s/.", test_bin(), d, dir),
+                           "proj/./MANIFEST: exists and is not a bagpipe manifest");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s " TINY " --iters 2 --mode sync --trainers 2 --save %s", test_bin(), d, dir),
+                           "proj/MANIFEST: exists and is not a bagpipe manifest");
+    char buf[64] = {0};
+    FILE *f = fopen(man, "r");
+    ASSERT_TRUE(f && fread(buf, 1, sizeof buf - 1, f) == sizeof theirs - 1);
+    fclose(f);
+    ASSERT_TRUE(strcmp(buf, theirs) == 0);
+    write_file("proj/MANIFEST", "", 0);
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 --save %s && %s eval --load %s %s", test_bin(), d, dir, test_bin(),
+                  dir, d), "saved model", "AUC");
+}
+
 // Every metrics line is checked: a full disk stops the run, naming the file and the flag.  A
 // run that fails before its first line removes the file it created, and only that.
 TEST(badinput_metrics_write_error) {
