@@ -538,6 +538,35 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     return rc;
 }
 
+// The DLRM reference's (dlrm_s_pytorch.py) flags: those that mean what a flag here means are
+// aliases in the table (DLRM_NAME); those that mean something else, or are done elsewhere, are
+// refused with what to use instead.
+#define DLRM_NAME "the DLRM reference's name"
+#define DLRM_DATA_HINT                                                                                     \
+    "the dataset is the DATA argument, a binary dataset made once from raw Criteo/Avazu files by "       \
+    "'bagpipe prep' (or a synthetic one by 'bagpipe synth'): 'bagpipe train [options] DATA'"
+#define DLRM_TRAIN_HINTS                                                                                   \
+    CLI_HINT("num-batches", "the DLRM reference's batches per epoch; here --iters N (-n) runs N "          \
+             "iterations in all, across epochs (the reference's --nepochs 1 --num-batches N is --iters N alone), or --epochs E "  \
+             "runs E whole passes"),                                                                        \
+    CLI_HINT("print-freq", "use --print-every N: the train loss every N iterations, on the progress line " \
+             "of a terminal and as a line of the -m metrics file"),                                         \
+    CLI_HINT("loss-function", "training minimises binary cross-entropy (the reference's bce), the only "   \
+             "loss; leave the flag out"),                                                                   \
+    CLI_HINT("data-set", DLRM_DATA_HINT), CLI_HINT("raw-data-file", DLRM_DATA_HINT),                        \
+    CLI_HINT("processed-data-file", DLRM_DATA_HINT), CLI_HINT("data-generation", DLRM_DATA_HINT),          \
+    CLI_HINT("max-ind-range", "ids are hashed modulo a range once, when the dataset is made: "             \
+             "'bagpipe prep --max-ind-range N'"),                                                           \
+    CLI_HINT("arch-embedding-size", "the table sizes are the dataset's ('bagpipe info DATA' lists them); " \
+             "synthetic tables of chosen sizes: 'bagpipe synth --tables 1000,50,...'"),                     \
+    CLI_HINT("numpy-rand-seed", "use --seed N (parameter initialisation; the data order is the dataset's)"), \
+    CLI_HINT("save-model", "use --save DIR (-o): a directory that 'bagpipe eval --load DIR' reads"),      \
+    CLI_HINT("load-model", "to evaluate a saved model: 'bagpipe eval --load DIR DATA'; to continue a run: " \
+             "--resume DIR (its --checkpoint-dir)"),                                                         \
+    CLI_HINT("inference-only", "use 'bagpipe eval --load DIR DATA'"),                                      \
+    CLI_HINT("use-gpu", "training runs on CPUs: --threads N sets the BLAS threads, --mode and --trainers " \
+             "the ranks")
+
 int cmd_train(int argc, char **argv) {
     train_flags fl;
     const cli_opt opts[] = {
@@ -567,6 +596,7 @@ int cmd_train(int argc, char **argv) {
                 "the longest evaluation plus checkpoint at one boundary and the servers' start-up (0: wait forever)"),
         MODEL_CLI_OPTS(&fl.mf),
         CLI_INT("batch-size", 'b', &fl.batch, 128, 1, 1 << 20, "global mini-batch size (samples)"),
+        CLI_ALIAS("mini-batch-size", "batch-size", DLRM_NAME),
         CLI_DBL("learning-rate", 0, &fl.lr, DEFAULT_LR, 0, 1e6,
                 "learning rate (--model dcn: 0.02 for the dense part when not given, and 0.1 for the embeddings)"),
         CLI_DBL("emb-learning-rate", 0, &fl.emb_lr, -1, -1, 1e6, "embedding learning rate (-1: --learning-rate)"),
@@ -579,18 +609,22 @@ int cmd_train(int argc, char **argv) {
         CLI_CHOICE("optimizer", 0, &fl.dense_opt, 0, "sgd|adagrad", "dense optimizer"),
         CLI_CHOICE("emb-optimizer", 0, &fl.emb_opt, 0, "sgd|adagrad|rowwise-adagrad", "embedding optimizer (state travels with each row)"),
         CLI_INT("epochs", 0, &fl.epochs, 1, 1, 100000, "passes over the train split"),
+        CLI_ALIAS("nepochs", "epochs", DLRM_NAME),
         CLI_I64("iters", 'n', &fl.iters, 0, 0, INT64_MAX / 2, "run this many iterations instead of --epochs, past them or inside one (0: run the epochs)"),
         CLI_I64("seed", 0, &fl.seed, 1, 0, INT64_MAX, "seed for parameter initialisation"),
         CLI_INT("threads", 0, &fl.threads, 1, 1, 256, "BLAS threads (results are bit-reproducible for a fixed count)"),
         CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations (0: only at the end; --no-eval leaves these)"),
+        CLI_ALIAS("test-freq", "eval-every", DLRM_NAME),
         CLI_CHOICE("eval-split", 0, &fl.eval_split, 1, "train|val|test", "split to evaluate on"),
         CLI_I64("eval-rows", 0, &fl.eval_rows, 0, 0, INT64_MAX, "evaluate on at most this many rows (0: all)"),
         CLI_INT("eval-batch-size", 0, &fl.eval_batch, 4096, 1, 1 << 20, "batch size for evaluation"),
+        CLI_ALIAS("test-mini-batch-size", "eval-batch-size", DLRM_NAME),
         CLI_FLAG("no-eval", 0, &fl.no_eval, "skip the final evaluation (--eval-every ones still run)"),
         CLI_INT("print-every", 0, &fl.print_every, 100, 1, INT32_MAX, "write a train metrics line every N iterations"),
         CLI_STR("metrics", 'm', &fl.metrics, NULL, "append JSON-lines metrics to this file"),
         CLI_STR("save", 'o', &fl.save, NULL, "save the trained model to this directory"),
         CKPT_CLI_OPTS(&fl.ck),
+        DLRM_TRAIN_HINTS,
         CLI_END,
     };
     char **pos = NULL;
@@ -834,10 +868,13 @@ int cmd_eval(int argc, char **argv) {
         CLI_CHOICE("split", 0, &split, 2, "train|val|test|all", "rows to evaluate"),
         CLI_I64("rows", 0, &rows, 0, 0, INT64_MAX, "evaluate at most this many rows (0: all)"),
         CLI_INT("batch-size", 'b', &batch, 4096, 1, 1 << 20, "evaluation batch size"),
+        CLI_ALIAS("test-mini-batch-size", "batch-size", DLRM_NAME),
         CLI_INT("threads", 0, &threads, 1, 1, 256, "BLAS threads"),
         CLI_STR("predictions", 'p', &pred, NULL,
                 "write a CSV of the evaluated rows, \"row,label,probability\" (row: index in the dataset), "
                 "replacing it whole at the end"),
+        CLI_HINT("load-model", "use --load DIR (-l)"),
+        CLI_HINT("data-set", "the dataset is the DATA argument: 'bagpipe eval --load DIR DATA'"),
         CLI_END,
     };
     char **pos = NULL;

@@ -127,6 +127,69 @@ TEST(cli_given_and_groups) {
     ASSERT_STR_CONTAINS(text, "batch (default 128)");
 }
 
+// Another tool's spelling: an alias sets its target (reported given under the target's name,
+// messages name the flag as typed, --help lists it); a hint refuses the flag with what to use
+// instead and is not listed; an unknown flag names the nearest known one.
+TEST(cli_aliases_hints_and_suggestions) {
+    int batch, flag;
+    double lr;
+    const cli_opt opts[] = {
+        CLI_INT("batch-size", 'b', &batch, 128, 1, 1 << 20, "batch"),
+        CLI_ALIAS("mini-batch-size", "batch-size", "other name"),
+        CLI_DBL("learning-rate", 0, &lr, 0.1, 0, 10, "lr"),
+        CLI_FLAG("verbose", 'v', &flag, "verbose"),
+        CLI_ALIAS("chatty", "verbose", "other name"),
+        CLI_HINT("num-batches", "use --iters"),
+        CLI_INT("a-flag-with-a-very-long-name", 0, &batch, 1, 0, 9, "long"),
+        CLI_END,
+    };
+    char **pos;
+    int npos;
+    cli_given g;
+    char *argv[] = {"p", "--mini-batch-size=64", "--chatty", NULL};
+    ASSERT_OK(cli_parse_given("p", "", opts, 3, argv, &pos, &npos, &g));
+    free(pos);
+    ASSERT_TRUE(batch == 64 && flag == 1 && cli_was_given(&g, opts, "batch-size"));
+    char *neg[] = {"p", "--chatty", "--no-chatty", NULL};
+    ASSERT_OK(cli_parse("p", "", opts, 3, neg, &pos, &npos));
+    free(pos);
+    ASSERT_EQ(flag, 0);
+    static const struct {
+        const char *arg, *msg;
+    } bad[] = {
+        {"--mini-batch-size=0", "--mini-batch-size: 0 is out of range [1, 1048576]"},
+        {"--mini-batch-size", "--mini-batch-size needs a value"},
+        {"--chatty=1", "--chatty takes no value"},
+        {"--num-batches=5", "--num-batches: use --iters"},
+        {"--lerning-rate", "unknown flag '--lerning-rate'; did you mean '--learning-rate'?"},
+        {"--batchsize=3", "unknown flag '--batchsize'; did you mean '--batch-size'?"},
+        {"--learning_rate", "did you mean '--learning-rate'?"},
+        {"-batch-size", "unknown flag '-batch-size'; did you mean '--batch-size'?"},
+        {"--num-batch", "did you mean '--num-batches'?"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(bad); i++) {
+        char *av[] = {"p", (char *)bad[i].arg, NULL};
+        ASSERT_MSG(cli_parse("p", "", opts, 2, av, &pos, &npos) == BP_EUSAGE, "%s was accepted", bad[i].arg);
+        ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), bad[i].msg);
+    }
+    char *far[] = {"p", "--qqq", NULL}; // nothing near: no suggestion
+    ASSERT_EQ(cli_parse("p", "", opts, 2, far, &pos, &npos), BP_EUSAGE);
+    ASSERT_TRUE(strstr(bp_errmsg(BP_EUSAGE), "did you mean") == NULL);
+    FILE *f = fopen(test_path("help.txt"), "w+");
+    ASSERT_TRUE(f != NULL);
+    cli_usage("p", "[options]", opts, f);
+    rewind(f);
+    char text[2048] = "";
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    ASSERT_STR_CONTAINS(text, "      --mini-batch-size N        same as --batch-size (other name)\n");
+    ASSERT_STR_CONTAINS(text, "      --chatty                   same as --verbose (other name)\n");
+    ASSERT_TRUE(strstr(text, "num-batches") == NULL);
+    // A name too long for the column: its help starts on the next line, aligned with the others.
+    ASSERT_STR_CONTAINS(text, "      --a-flag-with-a-very-long-name N\n                                 long (default 1)\n");
+}
+
 TEST(cli_dims_and_lists) {
     int d[8];
     ASSERT_EQ(cli_parse_dims("arch-mlp-bot", "13-512-256-64-16", d, 8), 5);
