@@ -406,8 +406,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     double train_s = bp_now() - t_start - t_eval;
     double sps = (double)run_iters * B / train_s;
     if (!rc && writer) {
-        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
-               (long long)run_iters * B, train_s, sps);
+        train_print_trained(run_iters, B, train_s);
         ckpt_sched_print(&cks, train_s);
     }
     if (!rc && (su->do_eval || su->save)) rc = rl->collect(rl->ctx, iters);

@@ -405,8 +405,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     double train_s = bp_now() - t_start - t_eval;
     if (!rc && writer) {
         double sps = (double)run_iters * B / train_s;
-        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
-               (long long)run_iters * B, train_s, sps);
+        train_print_trained(run_iters, B, train_s);
         ckpt_sched_print(&cks, train_s);
         if (su->do_eval || su->save) rc = ts_collect(&ts, iters);
         if (!rc && su->do_eval) {

@@ -292,10 +292,21 @@ typedef struct {
 } train_flags;
 
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes) {
-    printf("%-5s AUC %.4f  logloss %.4f  accuracy %.4f  (%llu samples, %.1f%% clicks)", label, r->auc, r->logloss,
-           r->accuracy, (unsigned long long)r->n, r->n ? 100.0 * (double)r->pos / (double)r->n : 0.0);
+    char auc[32];
+    if (!r->auc_defined && (r->pos == 0 || r->pos == r->n)) snprintf(auc, sizeof auc, "n/a (one class)");
+    else snprintf(auc, sizeof auc, "%.4f", r->auc);
+    printf("%-5s AUC %s  logloss %.4f  accuracy %.4f  (%llu sample%s, %.1f%% clicks)", label, auc, r->logloss,
+           r->accuracy, (unsigned long long)r->n, r->n == 1 ? "" : "s",
+           r->n ? 100.0 * (double)r->pos / (double)r->n : 0.0);
     if (bayes && bayes->auc_defined) printf("\n      Bayes-optimal AUC %.4f  logloss %.4f (planted model)", bayes->auc, bayes->logloss);
     printf("\n");
+}
+
+void train_print_trained(int64_t iters, int B, double seconds) {
+    const int prec = seconds < 1 ? 3 : seconds < 10 ? 2 : 1;
+    printf("trained %lld iteration%s (%lld sample%s) in %.*f s: %.0f samples/s\n", (long long)iters,
+           iters == 1 ? "" : "s", (long long)iters * B, iters * B == 1 ? "" : "s", prec, seconds,
+           (double)iters * B / seconds);
 }
 
 int train_replica_init(trainer *tr, const train_setup *su, int bmax, int i) {
@@ -720,8 +731,8 @@ int cmd_train(int argc, char **argv) {
         printf("model: %s (%zu dense parameters, %d-float rows, %s/%s optimizers, lr %g%s)\n", arch, tr.m.n_weights,
                mc.E, dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(eopt.kind), fl.lr,
                train_lr_note(&su, sched, sizeof sched));
-        printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), BLAS %s x%d\n", data_path,
-               (unsigned long long)(tr1 - tr0), (long long)total_iters, fl.batch,
+        printf("data: %s, train %llu rows, %lld iteration%s of %d (%.2f epochs), BLAS %s x%d\n", data_path,
+               (unsigned long long)(tr1 - tr0), (long long)total_iters, total_iters == 1 ? "" : "s", fl.batch,
                (double)total_iters / (double)per_epoch, openblas_get_corename(), fl.threads);
         fflush(stdout); // a log file (stdout not a terminal) shows the run's set-up now, not at its end
     }
@@ -768,8 +779,7 @@ int cmd_train(int argc, char **argv) {
     double train_s = bp_now() - t_start - t_eval;
     const int64_t run_iters = total_iters - t0_iter;
     double sps = (double)run_iters * B / train_s;
-    printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
-           (long long)run_iters * B, train_s, sps);
+    train_print_trained(run_iters, B, train_s);
     ckpt_sched_print(&cks, train_s);
     if (do_eval) {
         trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);

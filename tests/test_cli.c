@@ -293,3 +293,26 @@ TEST(cli_train_help_servers_names_every_server_mode) {
     ASSERT_MSG(strstr(line, "sync, static, bagpipe, async"), "--servers help: %s", line);
     free(out);
 }
+
+// train's report of a tiny run: one iteration and one sample are singular, a run of a few ms is
+// not "0.0 s", an evaluation set of one class has no AUC (not "nan"), and one server or trainer
+// is "rank 1 server 0" (not "ranks 1-1 servers 0-0").
+TEST(cli_train_report_plurals_and_rounding) {
+    const char *d = test_path("d.bin");
+    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300 --dense 4 -n 400 -o %s", test_bin(), d), 0);
+    char *out = NULL;
+    const char *arch = "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4";
+    ASSERT_EQ(test_run(&out, 60, "%s train %s %s -b 1 -n 1 --eval-split test --eval-rows 1", test_bin(), d, arch), 0);
+    ASSERT_STR_CONTAINS(out, " 1 iteration of 1 (");
+    ASSERT_STR_CONTAINS(out, "trained 1 iteration (1 sample) in 0.");
+    ASSERT_TRUE(strstr(out, " in 0.0 s") == NULL);
+    ASSERT_STR_CONTAINS(out, "AUC n/a (one class)");
+    ASSERT_STR_CONTAINS(out, "(1 sample, ");
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 120, "%s train %s %s --mode sync --trainers 1 --servers 1 -b 4 -n 3 --no-eval", test_bin(),
+                       d, arch), 0);
+    ASSERT_STR_CONTAINS(out, "rank 0 oracle (coordinator), rank 1 server 0, rank 2 trainer 0\n");
+    ASSERT_STR_CONTAINS(out, "trained 3 iterations (12 samples) in ");
+    free(out);
+}
