@@ -316,3 +316,13 @@ TEST(cli_train_report_plurals_and_rounding) {
     ASSERT_STR_CONTAINS(out, "trained 3 iterations (12 samples) in ");
     free(out);
 }
+
+// synth's summary of a small run: "1 row", and a rate in rows where millions would read 0.00M.
+TEST(cli_synth_report_small_run) {
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s synth --preset custom --tables 40,300 --dense 4 -n 1 -o %s", test_bin(),
+                       test_path("one.bin")), 0);
+    ASSERT_STR_CONTAINS(out, "synth: 1 row (train ");
+    ASSERT_TRUE(strstr(out, "0.00M rows/s") == NULL);
+    free(out);
+}
