@@ -303,10 +303,11 @@ void train_print_result(const char *label, const metric_result *r, const metric_
 }
 
 void train_print_trained(int64_t iters, int B, double seconds) {
-    const int prec = seconds < 1 ? 3 : seconds < 10 ? 2 : 1;
-    printf("trained %lld iteration%s (%lld sample%s) in %.*f s: %.0f samples/s\n", (long long)iters,
-           iters == 1 ? "" : "s", (long long)iters * B, iters * B == 1 ? "" : "s", prec, seconds,
-           (double)iters * B / seconds);
+    char t[32];
+    if (seconds < 1) snprintf(t, sizeof t, "%.3g ms", seconds * 1e3); // 18.3 ms, 0.0699 ms
+    else snprintf(t, sizeof t, "%.*f s", seconds < 10 ? 2 : 1, seconds);
+    printf("trained %lld iteration%s (%lld sample%s) in %s: %.0f samples/s\n", (long long)iters,
+           iters == 1 ? "" : "s", (long long)iters * B, iters * B == 1 ? "" : "s", t, (double)iters * B / seconds);
 }
 
 int train_replica_init(trainer *tr, const train_setup *su, int bmax, int i) {
