@@ -174,6 +174,11 @@ static const char *nearest_long(const cli_opt *opts, const char *name, size_t le
 
 // The message for an unknown flag: the nearest known one, if any, then where to look.
 static int unknown_flag(const cli_opt *opts, const char *prog, const char *typed, const char *name, size_t len) {
+    for (const cli_opt *o = opts; o->type != CLI_T_END; o++) // "--verify" beside a flag "--no-verify"
+        if (o->type == CLI_T_FLAG && strncmp(o->name, "no-", 3) == 0 && strlen(o->name + 3) == len &&
+            strncmp(o->name + 3, name, len) == 0)
+            return bp_fail(BP_EUSAGE, "unknown flag '%.*s': it is the default ('--%s' turns it off)",
+                           (int)(name - typed + len), typed, o->name);
     const char *near = nearest_long(opts, name, len);
     if (near)
         return bp_fail(BP_EUSAGE, "unknown flag '%.*s'; did you mean '--%s'? (see '%s --help')",

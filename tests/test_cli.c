@@ -141,6 +141,7 @@ TEST(cli_aliases_hints_and_suggestions) {
         CLI_ALIAS("chatty", "verbose", "other name"),
         CLI_HINT("num-batches", "use --iters"),
         CLI_INT("a-flag-with-a-very-long-name", 0, &batch, 1, 0, 9, "long"),
+        CLI_FLAG("no-verify", 0, &flag, "skip checks"),
         CLI_END,
     };
     char **pos;
@@ -168,6 +169,7 @@ TEST(cli_aliases_hints_and_suggestions) {
         {"--num-batch", "did you mean '--num-batches'?"},
         {"-b64", "unknown flag '-b64'; did you mean '-b 64'?"},
         {"-b=64", "unknown flag '-b=64'; did you mean '-b 64'?"},
+        {"--verify", "unknown flag '--verify': it is the default ('--no-verify' turns it off)"},
     };
     for (size_t i = 0; i < BP_ARRAY_LEN(bad); i++) {
         char *av[] = {"p", (char *)bad[i].arg, NULL};
@@ -304,13 +306,19 @@ TEST(cli_train_report_plurals_and_rounding) {
     ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300 --dense 4 -n 400 -o %s", test_bin(), d), 0);
     char *out = NULL;
     const char *arch = "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4";
-    ASSERT_EQ(test_run(&out, 60, "%s train %s %s -b 1 -n 1 --eval-split test --eval-rows 1", test_bin(), d, arch), 0);
+    ASSERT_EQ(test_run(&out, 60, "%s train %s %s -b 1 -n 1 --eval-split test --eval-rows 1 -o %s", test_bin(), d,
+                       arch, test_path("m")), 0);
     ASSERT_STR_CONTAINS(out, " 1 iteration of 1 (");
     ASSERT_STR_CONTAINS(out, "trained 1 iteration (1 sample) in ");
     ASSERT_STR_CONTAINS(out, " ms: ");
     ASSERT_TRUE(strstr(out, " in 0.0 s") == NULL && strstr(out, "e-0") == NULL);
     ASSERT_STR_CONTAINS(out, "AUC n/a (one class)");
     ASSERT_STR_CONTAINS(out, "(1 sample, ");
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s eval --load %s --rows 20 %s", test_bin(), test_path("m"), d), 0);
+    ASSERT_STR_CONTAINS(out, "evaluated in ");
+    ASSERT_TRUE(strstr(out, " in 0.00 s") == NULL);
     free(out);
     out = NULL;
     ASSERT_EQ(test_run(&out, 120, "%s train %s %s --mode sync --trainers 1 --servers 1 -b 4 -n 3 --no-eval", test_bin(),
