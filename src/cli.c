@@ -114,7 +114,12 @@ static int set_value(const cli_opt *o, const char *name, const char *val) {
         *(double *)o->ptr = v;
         return 0;
     }
-    case CLI_T_STR: *(const char **)o->ptr = val; return 0;
+    case CLI_T_STR:
+        // Every text flag is a path, a list or a name: empty is a slip (--save "" used to train,
+        // then fail to save to ''), refused before anything runs.
+        if (!*val) return bp_fail(BP_EUSAGE, "--%s: expected a value, got ''", name);
+        *(const char **)o->ptr = val;
+        return 0;
     case CLI_T_CHOICE: {
         int idx = choice_index(o->choices, val);
         if (idx < 0) return bp_fail(BP_EUSAGE, "--%s: expected one of %s, got '%s'", name, o->choices, val);
@@ -209,6 +214,12 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (only_pos || a[0] != '-' || a[1] == 0) {
+            if (!a[0]) { // every command's arguments are files: '' is a slip (an unset shell variable)
+                free(out);
+                const char *sp = strrchr(prog, ' '); // "bagpipe train" -> "train"
+                return bp_fail(BP_EUSAGE, "%s: an empty argument ('') where a file name was expected",
+                               sp ? sp + 1 : prog);
+            }
             out[n++] = argv[i];
             continue;
         }

@@ -61,7 +61,8 @@ typedef struct {
     unsigned char given[CLI_MAX_OPTS]; // by index in the table
 } cli_given;
 
-// Sets every option to its default, then parses argv[1..argc-1].  Positional arguments are
+// Sets every option to its default, then parses argv[1..argc-1].  An empty text value or
+// positional argument is an error (they all name files, lists or names).  Positional arguments are
 // returned in *pos (a malloc'd array of pointers into argv; free it) and *npos.  "-h"/"--help"
 // prints the usage to stdout and returns 1.  Returns 0 on success, BP_EUSAGE on a bad flag
 // (the message is in bp_errmsg).

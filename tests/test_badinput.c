@@ -703,6 +703,30 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
     EXPECT(2, cmd("%s synth --row 100 -o x.bin", test_bin()), "did you mean '--rows'?");
 }
 
+// An empty value or argument (an unset shell variable) is refused before anything runs; "--save ''"
+// used to train, then fail to save to '' (exit 1), "eval --load ''" looked for /MANIFEST.
+TEST(badinput_empty_values_and_arguments) {
+    const char *d = dataset("d.bin", 500);
+    static const char *const cases[][2] = {
+        {"train D " TINY " --save \"\"", "--save: expected a value, got ''"},
+        {"train D " TINY " --checkpoint-every 1 --checkpoint-dir=", "--checkpoint-dir: expected a value, got ''"},
+        {"train D " TINY " -m \"\"", "--metrics: expected a value, got ''"},
+        {"train D " TINY " --resume \"\"", "--resume: expected a value, got ''"},
+        {"train \"\" " TINY, "train: an empty argument ('') where a file name was expected"},
+        {"eval --load \"\" D", "--load: expected a value, got ''"},
+        {"info \"\"", "info: an empty argument ('') where a file name was expected"},
+        {"analyze --cache 10 --plot-dir \"\" D", "--plot-dir: expected a value, got ''"},
+        {"synth -n 10 -o \"\"", "--out: expected a value, got ''"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        char line[512];
+        const char *at = strstr(cases[i][0], " D");
+        snprintf(line, sizeof line, "%s %.*s%s%s", test_bin(), at ? (int)(at - cases[i][0] + 1) : (int)strlen(cases[i][0]),
+                 cases[i][0], at ? d : "", at ? at + 2 : "");
+        EXPECT_BEFORE_TRAINING(2, line, cases[i][1]);
+    }
+}
+
 TEST(badinput_zero_trainers_or_servers) {
     const char *d = dataset("d.bin", 500);
     EXPECT(2, cmd("%s train %s --mode sync --trainers 0", test_bin(), d), "--trainers: 0 is out of range [1, 1024]");
