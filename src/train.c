@@ -638,7 +638,9 @@ int cmd_train(int argc, char **argv) {
         CLI_INT("eval-batch-size", 0, &fl.eval_batch, 4096, 1, 1 << 20, "batch size for evaluation"),
         CLI_ALIAS("test-mini-batch-size", "eval-batch-size", DLRM_NAME),
         CLI_FLAG("no-eval", 0, &fl.no_eval, "skip the final evaluation (--eval-every ones still run)"),
-        CLI_INT("print-every", 0, &fl.print_every, 100, 1, INT32_MAX, "write a train metrics line every N iterations"),
+        CLI_INT("print-every", 0, &fl.print_every, 100, 1, INT32_MAX,
+                "every N iterations, the mean train loss since the last: a line of the -m metrics file and the "
+                "progress line's loss on a terminal (nothing is printed into a log)"),
         CLI_STR("metrics", 'm', &fl.metrics, NULL, "append JSON-lines metrics to this file"),
         CLI_STR("save", 'o', &fl.save, NULL, "save the trained model to this directory"),
         CKPT_CLI_OPTS(&fl.ck),

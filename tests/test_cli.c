@@ -284,6 +284,21 @@ TEST(error_message_may_quote_the_previous_one) {
     ASSERT_TRUE(strcmp(bp_errmsg(BP_EIO), "first: 1, then second") == 0);
 }
 
+// train --help says where --print-every's lines go: the metrics file (it said "write a train metrics
+// line", and a run without -m into a log file wrote none, while a DLRM user expects printed lines).
+TEST(cli_train_help_print_every_names_the_metrics_file) {
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s train --help", test_bin()), 0);
+    const char *p = strstr(out, "--print-every N");
+    ASSERT_MSG(p, "no --print-every in:\n%s", out);
+    const char *eol = strchr(p, '\n');
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)(eol ? eol - p : (long)strlen(p)), p);
+    ASSERT_MSG(strstr(line, "-m metrics file") && strstr(line, "nothing is printed into a log"), "--print-every help: %s",
+               line);
+    free(out);
+}
+
 // train --help says which modes run embedding servers: bagpipe and async do too (it used to list
 // only sync and static, while README runs --mode bagpipe --servers 2).
 TEST(cli_train_help_servers_names_every_server_mode) {
