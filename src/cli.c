@@ -149,6 +149,7 @@ static const cli_opt *resolve(const cli_opt *opts, const cli_opt *o) {
 // Edit distance (insertions, deletions, substitutions, swaps of neighbours) between a[0..la) and
 // b[0..lb), both at most 63 characters.
 static int edit_distance(const char *a, size_t la, const char *b, size_t lb) {
+    BP_ASSERT(la < 64 && lb < 64);
     int d[64][64];
     for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
     for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
@@ -161,6 +162,11 @@ static int edit_distance(const char *a, size_t la, const char *b, size_t lb) {
             d[i][j] = v;
         }
     return d[la][lb];
+}
+
+int cli_edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    return la < 64 && lb < 64 ? edit_distance(a, la, b, lb) : INT32_MAX;
 }
 
 // The long name nearest to name[0..len) (a typo: at most a third of its letters off), or NULL.

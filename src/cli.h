@@ -75,6 +75,10 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
 int cli_was_given(const cli_given *g, const cli_opt *opts, const char *name);
 void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE *out);
 
+// Edit distance between two names (letters inserted, deleted, replaced or swapped with a neighbour;
+// INT32_MAX when either is 64 characters or longer): for "did you mean" suggestions.
+int cli_edit_distance(const char *a, const char *b);
+
 // strtod for flag values, decimal notation only ([+-]digits[.digits][e[+-]digits]): no hex, inf,
 // nan or leading blanks.  *end is set past the number, or to s when there is none.
 double cli_strtod(const char *s, char **end);

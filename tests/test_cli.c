@@ -352,3 +352,20 @@ TEST(cli_synth_report_small_run) {
     ASSERT_TRUE(strstr(out, "0.00M rows/s") == NULL);
     free(out);
 }
+
+// A misspelt command names the nearest one; a flag where the command belongs (the DLRM
+// reference's script takes flags alone) says that the flags follow a command.
+TEST(cli_unknown_command_suggests) {
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s trian x.bin", test_bin()), 2);
+    ASSERT_STR_CONTAINS(out, "unknown command 'trian'; did you mean 'train'?");
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s --arch-mlp-bot 13-64-16 x.bin", test_bin()), 2);
+    ASSERT_STR_CONTAINS(out, "'--arch-mlp-bot' before a command: the flags follow it ('bagpipe train [options] DATA')");
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s frobnicate", test_bin()), 2);
+    ASSERT_TRUE(strstr(out, "did you mean") == NULL);
+    free(out);
+}
