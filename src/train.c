@@ -302,16 +302,9 @@ void train_print_result(const char *label, const metric_result *r, const metric_
     printf("\n");
 }
 
-// A duration for people: "37.8 ms", "0.0699 ms", "2.41 s", "58.0 s".
-static const char *fmt_seconds(char *buf, size_t cap, double seconds) {
-    if (seconds < 1) snprintf(buf, cap, "%.3g ms", seconds * 1e3);
-    else snprintf(buf, cap, "%.*f s", seconds < 10 ? 2 : 1, seconds);
-    return buf;
-}
-
 void train_print_trained(int64_t iters, int B, double seconds) {
     char t[32];
-    fmt_seconds(t, sizeof t, seconds);
+    bp_fmt_seconds(t, sizeof t, seconds);
     printf("trained %lld iteration%s (%lld sample%s) in %s: %.0f samples/s\n", (long long)iters,
            iters == 1 ? "" : "s", (long long)iters * B, iters * B == 1 ? "" : "s", t, (double)iters * B / seconds);
 }
@@ -941,7 +934,7 @@ int cmd_eval(int argc, char **argv) {
                 train_print_result(bp_split_name((bp_split)split), &res, &bayes);
                 const double s = bp_now() - t0;
                 char t[32];
-                printf("evaluated in %s (%.0f samples/s)\n", fmt_seconds(t, sizeof t, s), (double)(r1 - r0) / s);
+                printf("evaluated in %s (%.0f samples/s)\n", bp_fmt_seconds(t, sizeof t, s), (double)(r1 - r0) / s);
                 if (pred) printf("wrote %llu predictions to %s\n", (unsigned long long)po.rows, pred);
             }
         }

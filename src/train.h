@@ -103,8 +103,7 @@ enum { TRAIN_CACHE_LRU = 0, TRAIN_CACHE_LFU = 1 };
 
 // The printed / JSON forms of evaluation results, shared with the distributed modes.
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes);
-// "trained N iterations (M samples) in S s: R samples/s", singular for one; under a second the
-// time is in ms to three significant digits (a short run is not "0.0 s").
+// "trained N iterations (M samples) in T: R samples/s", singular for one, T by bp_fmt_seconds.
 void train_print_trained(int64_t iters, int B, double seconds);
 // A distributed mode's replica of trainer i (no table: the rows live elsewhere), with room for
 // its slice of at most bmax samples and, on trainer 0 when the run evaluates (--eval-every or at

@@ -314,7 +314,7 @@ TEST(cli_train_help_servers_names_every_server_mode) {
 }
 
 // train's report of a tiny run: one iteration and one sample are singular, a run of a few ms is
-// not "0.0 s", an evaluation set of one class has no AUC (not "nan"), and one server or trainer
+// not "0.0 s" (nor is the checkpoint line's share of it, nor eval's time), an evaluation set of one class has no AUC (not "nan"), and one server or trainer
 // is "rank 1 server 0" (not "ranks 1-1 servers 0-0").
 TEST(cli_train_report_plurals_and_rounding) {
     const char *d = test_path("d.bin");
@@ -329,6 +329,12 @@ TEST(cli_train_report_plurals_and_rounding) {
     ASSERT_TRUE(strstr(out, " in 0.0 s") == NULL && strstr(out, "e-0") == NULL);
     ASSERT_STR_CONTAINS(out, "AUC n/a (one class)");
     ASSERT_STR_CONTAINS(out, "(1 sample, ");
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s train %s %s -b 4 -n 3 --no-eval --checkpoint-every 2 --checkpoint-dir %s",
+                       test_bin(), d, arch, test_path("ck")), 0);
+    ASSERT_STR_CONTAINS(out, "checkpoints: 1 written to ");
+    ASSERT_TRUE(strstr(out, " of 0.0 s)") == NULL);
     free(out);
     out = NULL;
     ASSERT_EQ(test_run(&out, 60, "%s eval --load %s --rows 20 %s", test_bin(), test_path("m"), d), 0);
