@@ -98,6 +98,9 @@ static int set_value(const cli_opt *o, const char *name, const char *val) {
         long long v = len ? strtoll(val, &end, 10) : 0;
         if (!len || errno || end != val + len || *end)
             return bp_fail(BP_EUSAGE, "--%s: expected a decimal integer, got '%s'", name, val);
+        // A bound of 2^60 or so only guards arithmetic: "[0, 4611686018427387903]" says nothing.
+        if (v < o->min_i && o->max_i >= INT64_MAX / 8)
+            return bp_fail(BP_EUSAGE, "--%s: %lld is out of range (at least %lld)", name, v, (long long)o->min_i);
         if (v < o->min_i || v > o->max_i)
             return bp_fail(BP_EUSAGE, "--%s: %lld is out of range [%lld, %lld]", name, v,
                            (long long)o->min_i, (long long)o->max_i);

@@ -40,6 +40,12 @@ TEST(cli_parses_table) {
     ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "--nope");
     char *bad4[] = {"p", "--learning-rate"};
     ASSERT_EQ(cli_parse("p", "", opts, 2, bad4, &pos, &npos), BP_EUSAGE);
+    // A bound that only guards arithmetic is not printed (it was "[0, 4611686018427387903]").
+    int64_t iters;
+    const cli_opt big[] = {CLI_I64("iters", 'n', &iters, 0, 0, INT64_MAX / 2, "iters"), CLI_END};
+    char *bad5[] = {"p", "-n", "-5"};
+    ASSERT_EQ(cli_parse("p", "", big, 3, bad5, &pos, &npos), BP_EUSAGE);
+    ASSERT_TRUE(strcmp(bp_errmsg(BP_EUSAGE), "--iters: -5 is out of range (at least 0)") == 0);
 }
 
 // Numbers are decimal: a leading zero is not octal, 0x is not hex (strtol with base 0 read
