@@ -617,7 +617,9 @@ int cmd_train(int argc, char **argv) {
                 "iteration where the quadratic decay starts (at or after the warmup's end)"),
         CLI_I64("lr-num-decay-steps", 0, &fl.lr_decay_steps, 0, 0, INT64_MAX / 4,
                 "iterations of the decay to 1e-7 at the least; the last rate holds after it (0: no decay)"),
-        CLI_CHOICE("optimizer", 0, &fl.dense_opt, 0, "sgd|adagrad", "dense optimizer"),
+        CLI_CHOICE("optimizer", 0, &fl.dense_opt, 0, "sgd|adagrad",
+                   "dense optimizer only (the embeddings': --emb-optimizer; the DLRM reference's --optimizer "
+                   "adagrad is --optimizer adagrad --emb-optimizer adagrad here)"),
         CLI_CHOICE("emb-optimizer", 0, &fl.emb_opt, 0, "sgd|adagrad|rowwise-adagrad", "embedding optimizer (state travels with each row)"),
         CLI_INT("epochs", 0, &fl.epochs, 1, 1, 100000, "passes over the train split"),
         CLI_ALIAS("nepochs", "epochs", DLRM_NAME),

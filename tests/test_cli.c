@@ -291,7 +291,8 @@ TEST(error_message_may_quote_the_previous_one) {
 }
 
 // train --help says where --print-every's lines go: the metrics file (it said "write a train metrics
-// line", and a run without -m into a log file wrote none, while a DLRM user expects printed lines).
+// line", and a run without -m into a log file wrote none, while a DLRM user expects printed lines);
+// and that --optimizer is the dense part's only, unlike the DLRM reference's.
 TEST(cli_train_help_print_every_names_the_metrics_file) {
     char *out = NULL;
     ASSERT_EQ(test_run(&out, 10, "%s train --help", test_bin()), 0);
@@ -301,6 +302,12 @@ TEST(cli_train_help_print_every_names_the_metrics_file) {
     char line[512];
     snprintf(line, sizeof line, "%.*s", (int)(eol ? eol - p : (long)strlen(p)), p);
     ASSERT_MSG(strstr(line, "-m metrics file") && strstr(line, "nothing is printed into a log"), "--print-every help: %s",
+               line);
+    // --optimizer is the dense one: the DLRM reference's sets the embeddings' too.
+    p = strstr(out, "--optimizer C");
+    ASSERT_MSG(p && (eol = strchr(p, '\n')), "no --optimizer in:\n%s", out);
+    snprintf(line, sizeof line, "%.*s", (int)(eol - p), p);
+    ASSERT_MSG(strstr(line, "dense optimizer only") && strstr(line, "--emb-optimizer adagrad"), "--optimizer help: %s",
                line);
     free(out);
 }
