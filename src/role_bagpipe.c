@@ -1307,6 +1307,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
                 metric_result res = {0};
                 trainer_eval(&bs.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, NULL);
                 if ((rc = train_json_eval(&mf, su->eval_split, t + 1, B, &res))) break;
+                train_print_eval(&prog, su->eval_split, t + 1, &res);
             }
             t_eval += bp_now() - e0;
             t_window += bp_now() - e0;

@@ -384,6 +384,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             if (writer) {
                 trainer_eval(tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
                 if ((rc = train_json_eval(&mf, su->eval_split, t + 1, B, &res))) break;
+                train_print_eval(&prog, su->eval_split, t + 1, &res);
             }
             t_eval += bp_now() - e0;
             t_window += bp_now() - e0;

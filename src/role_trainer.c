@@ -392,6 +392,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             trainer_eval(&ts.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
             t_eval += bp_now() - e0;
             if ((rc = train_json_eval(&mf, su->eval_split, t + 1, B, &res))) break;
+            train_print_eval(&prog, su->eval_split, t + 1, &res);
             t_window += bp_now() - e0;
         }
         if (writer && ckpt_sched_due(&cks, t + 1, su->total_iters)) {

@@ -291,10 +291,25 @@ typedef struct {
     ckpt_opts ck;
 } train_flags;
 
+// The AUC as printed: undefined for a set of one class.
+static const char *fmt_auc(char *buf, size_t cap, const metric_result *r) {
+    if (!r->auc_defined && (r->pos == 0 || r->pos == r->n)) snprintf(buf, cap, "n/a (one class)");
+    else snprintf(buf, cap, "%.4f", r->auc);
+    return buf;
+}
+
+void train_print_eval(bp_progress *prog, bp_split split, int64_t iter, const metric_result *r) {
+    char auc[32];
+    bp_progress_finish(prog);
+    printf("iteration %lld: %s AUC %s  logloss %.4f  accuracy %.4f  (%llu sample%s)\n", (long long)iter,
+           bp_split_name(split), fmt_auc(auc, sizeof auc, r), r->logloss, r->accuracy, (unsigned long long)r->n,
+           r->n == 1 ? "" : "s");
+    fflush(stdout);
+}
+
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes) {
     char auc[32];
-    if (!r->auc_defined && (r->pos == 0 || r->pos == r->n)) snprintf(auc, sizeof auc, "n/a (one class)");
-    else snprintf(auc, sizeof auc, "%.4f", r->auc);
+    fmt_auc(auc, sizeof auc, r);
     printf("%-5s AUC %s  logloss %.4f  accuracy %.4f  (%llu sample%s, %.1f%% clicks)", label, auc, r->logloss,
            r->accuracy, (unsigned long long)r->n, r->n == 1 ? "" : "s",
            r->n ? 100.0 * (double)r->pos / (double)r->n : 0.0);
@@ -626,7 +641,8 @@ int cmd_train(int argc, char **argv) {
         CLI_I64("iters", 'n', &fl.iters, 0, 0, INT64_MAX / 2, "run this many iterations instead of --epochs, past them or inside one (0: run the epochs)"),
         CLI_I64("seed", 0, &fl.seed, 1, 0, INT64_MAX, "seed for parameter initialisation"),
         CLI_INT("threads", 0, &fl.threads, 1, 1, 256, "BLAS threads (results are bit-reproducible for a fixed count)"),
-        CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations (0: only at the end; --no-eval leaves these)"),
+        CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations, printed and in the -m metrics file (0: only at the end; --no-eval "
+                "leaves these)"),
         CLI_ALIAS("test-freq", "eval-every", DLRM_NAME),
         CLI_CHOICE("eval-split", 0, &fl.eval_split, 1, "train|val|test", "split to evaluate on"),
         CLI_I64("eval-rows", 0, &fl.eval_rows, 0, 0, INT64_MAX, "evaluate on at most this many rows (0: all)"),
@@ -769,6 +785,7 @@ int cmd_train(int argc, char **argv) {
             trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
             t_eval += bp_now() - t0;
             if ((rc = train_json_eval(&mf, (bp_split)fl.eval_split, t + 1, B, &res))) break;
+            train_print_eval(&prog, (bp_split)fl.eval_split, t + 1, &res);
             t_window += bp_now() - t0; // keep evaluation out of the throughput figure
         }
         if (ckpt_sched_due(&cks, t + 1, total_iters)) {

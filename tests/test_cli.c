@@ -388,3 +388,21 @@ TEST(cli_unknown_command_suggests) {
     ASSERT_TRUE(strstr(out, "did you mean") == NULL);
     free(out);
 }
+
+// --eval-every's evaluations are printed, in every mode (they went only to the -m metrics file:
+// without one they were computed and shown nowhere, where the DLRM reference's --test-freq prints).
+TEST(cli_train_eval_every_prints) {
+    const char *d = test_path("d.bin");
+    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300 --dense 4 -n 400 -o %s", test_bin(), d), 0);
+    const char *arch = "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 -b 8 -n 30";
+    static const char *const modes[] = {"--mode local", "--mode sync --trainers 2"};
+    for (size_t m = 0; m < BP_ARRAY_LEN(modes); m++) {
+        char *out = NULL;
+        ASSERT_EQ(test_run(&out, 120, "%s train %s %s %s --eval-every 10", test_bin(), d, arch, modes[m]), 0);
+        ASSERT_STR_CONTAINS(out, "iteration 10: val AUC ");
+        ASSERT_STR_CONTAINS(out, "iteration 20: val AUC ");
+        ASSERT_TRUE(strstr(out, "iteration 30:") == NULL); // the last is the final evaluation's line
+        ASSERT_STR_CONTAINS(out, "\nval   AUC ");
+        free(out);
+    }
+}
