@@ -210,9 +210,10 @@ void ckpt_sched_json(jsonl *j, const ckpt_sched *s) {
 
 void ckpt_sched_print(const ckpt_sched *s, double train_s) {
     if (!s->ck->dir || (!s->n && !s->failed)) return;
-    printf("checkpoints: %d written to %s%s, paused training %.3f s in all (%.2f%% of %.1f s), at most %.3f s",
+    char t[32];
+    printf("checkpoints: %d written to %s%s, paused training %.3f s in all (%.2f%% of %s), at most %.3f s",
            s->n, s->ck->dir, s->ck->naive ? " (naive: every row through trainer 0)" : "", s->pause_sum,
-           train_s > 0 ? 100.0 * s->pause_sum / train_s : 0.0, train_s, s->pause_max);
+           train_s > 0 ? 100.0 * s->pause_sum / train_s : 0.0, bp_fmt_seconds(t, sizeof t, train_s), s->pause_max);
     if (s->failed) printf("; %d failed", s->failed);
     printf("\n");
 }

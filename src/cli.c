@@ -17,6 +17,8 @@ static void set_defaults(const cli_opt *opts) {
         case CLI_T_FLAG: *(int *)o->ptr = 0; break;
         case CLI_T_CHOICE: *(int *)o->ptr = (int)o->def_i; break;
         case CLI_T_GROUP:
+        case CLI_T_ALIAS:
+        case CLI_T_HINT:
         case CLI_T_END: break;
         }
     }
@@ -84,7 +86,8 @@ double cli_strtod(const char *s, char **end) {
     return v;
 }
 
-static int set_value(const cli_opt *o, const char *val) {
+// `name`: the flag as typed (an alias's own name), for the messages.
+static int set_value(const cli_opt *o, const char *name, const char *val) {
     char *end = NULL;
     errno = 0;
     switch (o->type) {
@@ -94,9 +97,12 @@ static int set_value(const cli_opt *o, const char *val) {
         size_t len = dec_int_len(val);
         long long v = len ? strtoll(val, &end, 10) : 0;
         if (!len || errno || end != val + len || *end)
-            return bp_fail(BP_EUSAGE, "--%s: expected a decimal integer, got '%s'", o->name, val);
+            return bp_fail(BP_EUSAGE, "--%s: expected a decimal integer, got '%s'", name, val);
+        // A bound of 2^60 or so only guards arithmetic: "[0, 4611686018427387903]" says nothing.
+        if (v < o->min_i && o->max_i >= INT64_MAX / 8)
+            return bp_fail(BP_EUSAGE, "--%s: %lld is out of range (at least %lld)", name, v, (long long)o->min_i);
         if (v < o->min_i || v > o->max_i)
-            return bp_fail(BP_EUSAGE, "--%s: %lld is out of range [%lld, %lld]", o->name, v,
+            return bp_fail(BP_EUSAGE, "--%s: %lld is out of range [%lld, %lld]", name, v,
                            (long long)o->min_i, (long long)o->max_i);
         if (o->type == CLI_T_INT) *(int *)o->ptr = (int)v;
         else *(int64_t *)o->ptr = v;
@@ -105,16 +111,21 @@ static int set_value(const cli_opt *o, const char *val) {
     case CLI_T_DBL: {
         double v = cli_strtod(val, &end);
         if (errno || end == val || *end || !isfinite(v))
-            return bp_fail(BP_EUSAGE, "--%s: expected a decimal number, got '%s'", o->name, val);
+            return bp_fail(BP_EUSAGE, "--%s: expected a decimal number, got '%s'", name, val);
         if (v < o->min_d || v > o->max_d)
-            return bp_fail(BP_EUSAGE, "--%s: %g is out of range [%g, %g]", o->name, v, o->min_d, o->max_d);
+            return bp_fail(BP_EUSAGE, "--%s: %g is out of range [%g, %g]", name, v, o->min_d, o->max_d);
         *(double *)o->ptr = v;
         return 0;
     }
-    case CLI_T_STR: *(const char **)o->ptr = val; return 0;
+    case CLI_T_STR:
+        // Every text flag is a path, a list or a name: empty is a slip (--save "" used to train,
+        // then fail to save to ''), refused before anything runs.
+        if (!*val) return bp_fail(BP_EUSAGE, "--%s: expected a value, got ''", name);
+        *(const char **)o->ptr = val;
+        return 0;
     case CLI_T_CHOICE: {
         int idx = choice_index(o->choices, val);
-        if (idx < 0) return bp_fail(BP_EUSAGE, "--%s: expected one of %s, got '%s'", o->name, o->choices, val);
+        if (idx < 0) return bp_fail(BP_EUSAGE, "--%s: expected one of %s, got '%s'", name, o->choices, val);
         *(int *)o->ptr = idx;
         return 0;
     }
@@ -127,6 +138,66 @@ static const cli_opt *find_long(const cli_opt *opts, const char *name, size_t le
     for (const cli_opt *o = opts; o->type != CLI_T_END; o++)
         if (o->type != CLI_T_GROUP && strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
     return NULL;
+}
+
+// The flag an alias stands for (o itself when it is none).
+static const cli_opt *resolve(const cli_opt *opts, const cli_opt *o) {
+    if (o->type != CLI_T_ALIAS) return o;
+    const cli_opt *t = find_long(opts, o->def_s, strlen(o->def_s));
+    BP_ASSERTF(t && t->type != CLI_T_ALIAS && t->type != CLI_T_HINT, "--%s: alias of no flag '--%s'", o->name,
+               o->def_s);
+    return t;
+}
+
+// Edit distance (insertions, deletions, substitutions, swaps of neighbours) between a[0..la) and
+// b[0..lb), both at most 63 characters.
+static int edit_distance(const char *a, size_t la, const char *b, size_t lb) {
+    BP_ASSERT(la < 64 && lb < 64);
+    int d[64][64];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            v = BP_MIN(v, d[i - 1][j] + 1);
+            v = BP_MIN(v, d[i][j - 1] + 1);
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) v = BP_MIN(v, d[i - 2][j - 2] + 1);
+            d[i][j] = v;
+        }
+    return d[la][lb];
+}
+
+int cli_edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    return la < 64 && lb < 64 ? edit_distance(a, la, b, lb) : INT32_MAX;
+}
+
+// The long name nearest to name[0..len) (a typo: at most a third of its letters off), or NULL.
+static const char *nearest_long(const cli_opt *opts, const char *name, size_t len) {
+    const char *best = NULL;
+    int best_d = INT32_MAX;
+    if (len == 0 || len > 63) return NULL;
+    for (const cli_opt *o = opts; o->type != CLI_T_END; o++) {
+        size_t ol = o->type == CLI_T_GROUP ? 0 : strlen(o->name);
+        if (ol == 0 || ol > 63) continue;
+        int d = edit_distance(name, len, o->name, ol);
+        if (d < best_d && (size_t)d * 3 <= BP_MAX(len, ol)) best = o->name, best_d = d;
+    }
+    return best;
+}
+
+// The message for an unknown flag: the nearest known one, if any, then where to look.
+static int unknown_flag(const cli_opt *opts, const char *prog, const char *typed, const char *name, size_t len) {
+    for (const cli_opt *o = opts; o->type != CLI_T_END; o++) // "--verify" beside a flag "--no-verify"
+        if (o->type == CLI_T_FLAG && strncmp(o->name, "no-", 3) == 0 && strlen(o->name + 3) == len &&
+            strncmp(o->name + 3, name, len) == 0)
+            return bp_fail(BP_EUSAGE, "unknown flag '%.*s': it is the default ('--%s' turns it off)",
+                           (int)(name - typed + len), typed, o->name);
+    const char *near = nearest_long(opts, name, len);
+    if (near)
+        return bp_fail(BP_EUSAGE, "unknown flag '%.*s'; did you mean '--%s'? (see '%s --help')",
+                       (int)(name - typed + len), typed, near, prog);
+    return bp_fail(BP_EUSAGE, "unknown flag '%.*s' (see '%s --help')", (int)(name - typed + len), typed, prog);
 }
 
 int cli_was_given(const cli_given *g, const cli_opt *opts, const char *name) {
@@ -152,6 +223,12 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (only_pos || a[0] != '-' || a[1] == 0) {
+            if (!a[0]) { // every command's arguments are files: '' is a slip (an unset shell variable)
+                free(out);
+                const char *sp = strrchr(prog, ' '); // "bagpipe train" -> "train"
+                return bp_fail(BP_EUSAGE, "%s: an empty argument ('') where a file name was expected",
+                               sp ? sp + 1 : prog);
+            }
             out[n++] = argv[i];
             continue;
         }
@@ -165,36 +242,48 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
             return 1;
         }
         const cli_opt *o = NULL;
-        const char *val = NULL;
+        const char *val = NULL, *name = NULL;
+        size_t len = 0;
         int negated = 0;
         if (a[1] == '-') {
-            const char *name = a + 2;
+            name = a + 2;
             const char *eq = strchr(name, '=');
-            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            len = eq ? (size_t)(eq - name) : strlen(name);
             o = find_long(opts, name, len);
             if (!o && len > 3 && strncmp(name, "no-", 3) == 0) {
                 o = find_long(opts, name + 3, len - 3);
-                if (o && o->type == CLI_T_FLAG) negated = 1;
+                if (o && o->type != CLI_T_HINT && resolve(opts, o)->type == CLI_T_FLAG) negated = 1;
                 else o = NULL;
             }
             if (!o) {
                 free(out);
-                return bp_fail(BP_EUSAGE, "unknown flag '--%.*s' (see '%s --help')", (int)len, name, prog);
+                return unknown_flag(opts, prog, a, name, len);
             }
+            if (o->type == CLI_T_HINT) {
+                free(out);
+                return bp_fail(BP_EUSAGE, "--%.*s: %s", (int)len, name, o->help);
+            }
+            o = resolve(opts, o);
             if (eq) val = eq + 1;
         } else {
             for (const cli_opt *p = opts; p->type != CLI_T_END; p++)
                 if (p->type != CLI_T_GROUP && p->short_name && p->short_name == a[1] && a[2] == 0) o = p;
             if (!o) {
                 free(out);
-                return bp_fail(BP_EUSAGE, "unknown flag '%s' (see '%s --help')", a, prog);
+                // "-n5", "-b=64": no value attached (but "-batch-size" is a long name after one dash)
+                for (const cli_opt *p = opts; !find_long(opts, a + 1, strlen(a + 1)) && p->type != CLI_T_END; p++)
+                    if (p->type != CLI_T_GROUP && p->short_name && p->short_name == a[1] && p->type != CLI_T_FLAG)
+                        return bp_fail(BP_EUSAGE, "unknown flag '%s'; did you mean '-%c %s'? (see '%s --help')", a,
+                                       a[1], a + 2 + (a[2] == '='), prog);
+                return unknown_flag(opts, prog, a, a + 1, strlen(a + 1));
             }
+            name = o->name, len = strlen(o->name); // messages name the long flag
         }
         if (g) g->given[o - opts] = 1;
         if (o->type == CLI_T_FLAG) {
             if (val) {
                 free(out);
-                return bp_fail(BP_EUSAGE, "--%s takes no value", o->name);
+                return bp_fail(BP_EUSAGE, "--%.*s takes no value", (int)len, name);
             }
             *(int *)o->ptr = !negated;
             continue;
@@ -202,11 +291,13 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
         if (!val) {
             if (i + 1 >= argc) {
                 free(out);
-                return bp_fail(BP_EUSAGE, "--%s needs a value", o->name);
+                return bp_fail(BP_EUSAGE, "--%.*s needs a value", (int)len, name);
             }
             val = argv[++i];
         }
-        int rc = set_value(o, val);
+        char shown[72];
+        snprintf(shown, sizeof shown, "%.*s", (int)BP_MIN(len, 64), name);
+        int rc = set_value(o, shown, val);
         if (rc) {
             free(out);
             return rc;
@@ -226,9 +317,11 @@ void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE
             fprintf(f, "\n%s:\n", o->help);
             continue;
         }
-        char lhs[96], def[128] = "";
+        if (o->type == CLI_T_HINT) continue;
+        const cli_opt *t = resolve(opts, o); // an alias takes its target's value
+        char lhs[96], def[128] = "", help[256];
         const char *arg = "";
-        switch (o->type) {
+        switch (t->type) {
         case CLI_T_INT:
         case CLI_T_I64:
             arg = " N"; // a default outside the range stands for "not given" and is not shown
@@ -251,7 +344,10 @@ void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE
         }
         if (o->short_name) snprintf(lhs, sizeof lhs, "-%c, --%s%s", o->short_name, o->name, arg);
         else snprintf(lhs, sizeof lhs, "    --%s%s", o->name, arg);
-        fprintf(f, "  %-30s %s%s\n", lhs, o->help, def);
+        const char *h = o->help; // long texts: not copied
+        if (t != o) snprintf(help, sizeof help, "same as --%s (%s)", t->name, o->help), h = help, def[0] = 0;
+        if (strlen(lhs) > 30) fprintf(f, "  %s\n  %-30s %s%s\n", lhs, "", h, def); // too long to align
+        else fprintf(f, "  %-30s %s%s\n", lhs, h, def);
     }
     if (!help_shown) fprintf(f, "  %-30s %s\n", "-h, --help", "show this help");
 }

@@ -8,15 +8,18 @@
 //   int rc = cli_parse("bagpipe prep", "[options] INPUT...", opts, argc, argv, &pos, &npos);
 //
 // Flags accept "--name value" and "--name=value"; numbers are decimal ("010" is ten, "0x10" an
-// error).  CLI_FLAG takes no value ("--no-name" clears it).  Errors name the flag and the
-// expected form, and return BP_EUSAGE; argv is not modified.
+// error).  CLI_FLAG takes no value ("--no-name" clears it).  Errors name the flag as typed and
+// the expected form, and return BP_EUSAGE; an unknown flag names the nearest known one ("did you
+// mean '--learning-rate'?").  argv is not modified.
 #ifndef BP_CLI_H
 #define BP_CLI_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-typedef enum { CLI_T_END, CLI_T_INT, CLI_T_I64, CLI_T_DBL, CLI_T_STR, CLI_T_FLAG, CLI_T_CHOICE, CLI_T_GROUP } cli_type;
+typedef enum {
+    CLI_T_END, CLI_T_INT, CLI_T_I64, CLI_T_DBL, CLI_T_STR, CLI_T_FLAG, CLI_T_CHOICE, CLI_T_GROUP, CLI_T_ALIAS, CLI_T_HINT
+} cli_type;
 
 typedef struct {
     const char *name;     // long name without "--"
@@ -25,7 +28,7 @@ typedef struct {
     void *ptr;            // int*, int64_t*, double*, const char**, int* (flag), int* (choice index)
     int64_t def_i, min_i, max_i;
     double def_d, min_d, max_d;
-    const char *def_s;
+    const char *def_s;    // CLI_T_ALIAS: the long name of the flag it stands for
     const char *choices;  // CLI_T_CHOICE: "a|b|c"; the value stored is the index
     const char *help;
 } cli_opt;
@@ -43,6 +46,12 @@ typedef struct {
     {n, s, CLI_T_CHOICE, p, def, 0, 0, 0, 0, 0, NULL, choices, h}
 // Not a flag: --help prints the title as a heading above the flags that follow it.
 #define CLI_GROUP(title) {"", 0, CLI_T_GROUP, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, title}
+// Another name of flag `target` (an earlier entry), listed by --help as "same as --target (h)":
+// "--nepochs 3" is "--epochs 3", and cli_was_given reports it under the target's name.
+#define CLI_ALIAS(n, target, h) {n, 0, CLI_T_ALIAS, NULL, 0, 0, 0, 0, 0, 0, target, NULL, h}
+// A name the command does not take but a user may type (another tool's flag): not in --help;
+// given, it is refused with "--n: h", which says what to use instead.
+#define CLI_HINT(n, h) {n, 0, CLI_T_HINT, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, h}
 #define CLI_END {NULL, 0, CLI_T_END, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL}
 
 // Which flags of a table the command line gave (a default and the same value given differ
@@ -52,7 +61,8 @@ typedef struct {
     unsigned char given[CLI_MAX_OPTS]; // by index in the table
 } cli_given;
 
-// Sets every option to its default, then parses argv[1..argc-1].  Positional arguments are
+// Sets every option to its default, then parses argv[1..argc-1].  An empty text value or
+// positional argument is an error (they all name files, lists or names).  Positional arguments are
 // returned in *pos (a malloc'd array of pointers into argv; free it) and *npos.  "-h"/"--help"
 // prints the usage to stdout and returns 1.  Returns 0 on success, BP_EUSAGE on a bad flag
 // (the message is in bp_errmsg).
@@ -64,6 +74,10 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
 // 1 when flag `name` (a long name in opts; a bug if absent) was given.
 int cli_was_given(const cli_given *g, const cli_opt *opts, const char *name);
 void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE *out);
+
+// Edit distance between two names (letters inserted, deleted, replaced or swapped with a neighbour;
+// INT32_MAX when either is 64 characters or longer): for "did you mean" suggestions.
+int cli_edit_distance(const char *a, const char *b);
 
 // strtod for flag values, decimal notation only ([+-]digits[.digits][e[+-]digits]): no hex, inf,
 // nan or leading blanks.  *end is set past the number, or to s when there is none.

@@ -197,6 +197,12 @@ const char *bp_fmt_bytes(char *buf, size_t cap, double bytes) {
     return buf;
 }
 
+const char *bp_fmt_seconds(char *buf, size_t cap, double seconds) {
+    if (seconds < 1) snprintf(buf, cap, "%.3g ms", seconds * 1e3);
+    else snprintf(buf, cap, "%.*f s", seconds < 10 ? 2 : 1, seconds);
+    return buf;
+}
+
 // ---------------------------------------------------------------------------------------------
 // I/O
 

@@ -102,6 +102,9 @@ uint64_t bp_mem_total(void);
 uint64_t bp_mem_available(void);
 // Human-readable byte count into buf ("1.5 GiB").
 const char *bp_fmt_bytes(char *buf, size_t cap, double bytes);
+// Human-readable duration into buf: under a second in ms to three significant digits ("37.8 ms",
+// "0.0699 ms"), then "2.41 s", "58.0 s" (a short run is not "0.0 s").
+const char *bp_fmt_seconds(char *buf, size_t cap, double seconds);
 
 // ---------------------------------------------------------------------------------------------
 // Atomic files: write to a temporary file next to the target, then fsync + rename + fsync of

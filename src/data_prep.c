@@ -426,6 +426,11 @@ int cmd_prep(int argc, char **argv) {
         CLI_FLAG("skip-bad", 0, &skip_bad, "skip malformed lines (counted per kind) instead of failing"),
         CLI_I64("max-rows", 0, &max_rows, 0, 0, INT64_MAX, "stop after N rows (0 = all)"),
         CLI_FLAG("quiet", 'q', &quiet, "no progress line and no summary"),
+        // The DLRM reference's names for what the arguments and --format say here.
+        CLI_HINT("raw-data-file", "the raw files are the INPUT arguments, in order: 'bagpipe prep -o OUT INPUT...'"),
+        CLI_HINT("processed-data-file", "use -o OUT (--out): the binary dataset to write"),
+        CLI_HINT("data-set", "use --format criteo (Kaggle or Terabyte days) or --format avazu, and --split kaggle "
+                 "for the Kaggle split"),
         CLI_END,
     };
     char **pos = NULL;

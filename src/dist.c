@@ -57,21 +57,30 @@ int dist_begin(const dist_layout *l) {
     return 0;
 }
 
+// n ranks from `first` in one role: "rank 1 server 0", "ranks 1-2 servers 0-1".
+static const char *rank_span(char *buf, size_t cap, int first, int n, const char *role) {
+    if (n == 1) snprintf(buf, cap, "rank %d %s 0", first, role);
+    else snprintf(buf, cap, "ranks %d-%d %ss 0-%d", first, first + n - 1, role, n - 1);
+    return buf;
+}
+
 static void print_layout(const train_setup *su, const dist_layout *l) {
+    char sv[64], tr[64];
+    rank_span(tr, sizeof tr, l->S + 1, l->T, "trainer");
     if (l->S > 0)
-        printf("layout: %d ranks: rank 0 oracle (coordinator), ranks 1-%d servers 0-%d, ranks %d-%d trainers 0-%d\n",
-               dist_ranks(l), l->S, l->S - 1, l->S + 1, l->S + l->T, l->T - 1);
+        printf("layout: %d ranks: rank 0 oracle (coordinator), %s, %s\n", dist_ranks(l),
+               rank_span(sv, sizeof sv, 1, l->S, "server"), tr);
     else
-        printf("layout: %d ranks: rank 0 oracle (coordinator), ranks 1-%d trainers 0-%d (rows sharded over "
-               "the trainers)\n", dist_ranks(l), l->T, l->T - 1);
+        printf("layout: %d ranks: rank 0 oracle (coordinator), %s (rows sharded over the trainers)\n", dist_ranks(l),
+               tr);
     char arch[512];
     model_config_format(&su->mc, arch, sizeof arch);
     char sched[128];
     printf("model: %s (%d-float rows, %s/%s optimizers, lr %g%s)\n", arch, su->mc.E,
            su->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(su->eopt.kind), su->lr,
            train_lr_note(su, sched, sizeof sched));
-    printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), mode %s\n", su->data_path,
-           (unsigned long long)(su->tr1 - su->tr0), (long long)su->total_iters, su->B,
+    printf("data: %s, train %llu rows, %lld iteration%s of %d (%.2f epochs), mode %s\n", su->data_path,
+           (unsigned long long)(su->tr1 - su->tr0), (long long)su->total_iters, su->total_iters == 1 ? "" : "s", su->B,
            (double)su->total_iters / (double)su->per_epoch, dist_mode_name(l->mode));
     if (su->mode == TRAIN_MODE_BAGPIPE)
         printf("cache: %llu rows per trainer, lookahead %d, prefetch %d%s\n", (unsigned long long)su->cache_rows,

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "cmds.h"
 #include "common.h"
 
@@ -39,7 +40,15 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < BP_ARRAY_LEN(commands); i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "bagpipe: unknown command '%s'\n\n", argv[1]);
+    size_t near = 0;
+    for (size_t i = 1; i < BP_ARRAY_LEN(commands); i++)
+        if (cli_edit_distance(argv[1], commands[i].name) < cli_edit_distance(argv[1], commands[near].name)) near = i;
+    if (argv[1][0] == '-') // "bagpipe --arch-mlp-bot ...", as the DLRM reference's script takes its flags
+        fprintf(stderr, "bagpipe: '%s' before a command: the flags follow it ('bagpipe train [options] DATA')\n\n",
+                argv[1]);
+    else if (cli_edit_distance(argv[1], commands[near].name) <= 2)
+        fprintf(stderr, "bagpipe: unknown command '%s'; did you mean '%s'?\n\n", argv[1], commands[near].name);
+    else fprintf(stderr, "bagpipe: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
 }

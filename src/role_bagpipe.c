@@ -1308,6 +1308,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
                 metric_result res = {0};
                 trainer_eval(&bs.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, NULL);
                 if ((rc = train_json_eval(&mf, su->eval_split, t + 1, B, &res))) break;
+                train_print_eval(&prog, su->eval_split, t + 1, &res);
             }
             t_eval += bp_now() - e0;
             t_window += bp_now() - e0;
@@ -1343,8 +1344,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     if (!rc && writer) {
         metric_result res = {0}, bayes = {0};
         double sps = (double)run_iters * B / train_s;
-        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
-               (long long)run_iters * B, train_s, sps);
+        train_print_trained(run_iters, B, train_s);
         ckpt_sched_print(&cks, train_s);
         printf("cache: hit rate %.1f%% (%.0f of %.0f row accesses fetched for their batch), mean residency %.0f of "
                "%llu rows\n", tot[6] > 0 ? 100.0 * (1.0 - tot[7] / tot[6]) : 0.0, tot[7], tot[6],

@@ -384,6 +384,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             if (writer) {
                 trainer_eval(tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
                 if ((rc = train_json_eval(&mf, su->eval_split, t + 1, B, &res))) break;
+                train_print_eval(&prog, su->eval_split, t + 1, &res);
             }
             t_eval += bp_now() - e0;
             t_window += bp_now() - e0;
@@ -406,8 +407,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     double train_s = bp_now() - t_start - t_eval;
     double sps = (double)run_iters * B / train_s;
     if (!rc && writer) {
-        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
-               (long long)run_iters * B, train_s, sps);
+        train_print_trained(run_iters, B, train_s);
         ckpt_sched_print(&cks, train_s);
     }
     if (!rc && (su->do_eval || su->save)) rc = rl->collect(rl->ctx, iters);

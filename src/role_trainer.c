@@ -392,6 +392,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             trainer_eval(&ts.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
             t_eval += bp_now() - e0;
             if ((rc = train_json_eval(&mf, su->eval_split, t + 1, B, &res))) break;
+            train_print_eval(&prog, su->eval_split, t + 1, &res);
             t_window += bp_now() - e0;
         }
         if (writer && ckpt_sched_due(&cks, t + 1, su->total_iters)) {
@@ -405,8 +406,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     double train_s = bp_now() - t_start - t_eval;
     if (!rc && writer) {
         double sps = (double)run_iters * B / train_s;
-        printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
-               (long long)run_iters * B, train_s, sps);
+        train_print_trained(run_iters, B, train_s);
         ckpt_sched_print(&cks, train_s);
         if (su->do_eval || su->save) rc = ts_collect(&ts, iters);
         if (!rc && su->do_eval) {

@@ -291,11 +291,37 @@ typedef struct {
     ckpt_opts ck;
 } train_flags;
 
+// The AUC as printed: undefined for a set of one class.
+static const char *fmt_auc(char *buf, size_t cap, const metric_result *r) {
+    if (!r->auc_defined && (r->pos == 0 || r->pos == r->n)) snprintf(buf, cap, "n/a (one class)");
+    else snprintf(buf, cap, "%.4f", r->auc);
+    return buf;
+}
+
+void train_print_eval(bp_progress *prog, bp_split split, int64_t iter, const metric_result *r) {
+    char auc[32];
+    bp_progress_finish(prog);
+    printf("iteration %lld: %s AUC %s  logloss %.4f  accuracy %.4f  (%llu sample%s)\n", (long long)iter,
+           bp_split_name(split), fmt_auc(auc, sizeof auc, r), r->logloss, r->accuracy, (unsigned long long)r->n,
+           r->n == 1 ? "" : "s");
+    fflush(stdout);
+}
+
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes) {
-    printf("%-5s AUC %.4f  logloss %.4f  accuracy %.4f  (%llu samples, %.1f%% clicks)", label, r->auc, r->logloss,
-           r->accuracy, (unsigned long long)r->n, r->n ? 100.0 * (double)r->pos / (double)r->n : 0.0);
+    char auc[32];
+    fmt_auc(auc, sizeof auc, r);
+    printf("%-5s AUC %s  logloss %.4f  accuracy %.4f  (%llu sample%s, %.1f%% clicks)", label, auc, r->logloss,
+           r->accuracy, (unsigned long long)r->n, r->n == 1 ? "" : "s",
+           r->n ? 100.0 * (double)r->pos / (double)r->n : 0.0);
     if (bayes && bayes->auc_defined) printf("\n      Bayes-optimal AUC %.4f  logloss %.4f (planted model)", bayes->auc, bayes->logloss);
     printf("\n");
+}
+
+void train_print_trained(int64_t iters, int B, double seconds) {
+    char t[32];
+    bp_fmt_seconds(t, sizeof t, seconds);
+    printf("trained %lld iteration%s (%lld sample%s) in %s: %.0f samples/s\n", (long long)iters,
+           iters == 1 ? "" : "s", (long long)iters * B, iters * B == 1 ? "" : "s", t, (double)iters * B / seconds);
 }
 
 int train_replica_init(trainer *tr, const train_setup *su, int bmax, int i) {
@@ -538,6 +564,35 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     return rc;
 }
 
+// The DLRM reference's (dlrm_s_pytorch.py) flags: those that mean what a flag here means are
+// aliases in the table (DLRM_NAME); those that mean something else, or are done elsewhere, are
+// refused with what to use instead.
+#define DLRM_NAME "the DLRM reference's name"
+#define DLRM_DATA_HINT                                                                                     \
+    "the dataset is the DATA argument, a binary dataset made once from raw Criteo/Avazu files by "       \
+    "'bagpipe prep' (or a synthetic one by 'bagpipe synth'): 'bagpipe train [options] DATA'"
+#define DLRM_TRAIN_HINTS                                                                                   \
+    CLI_HINT("num-batches", "the DLRM reference's batches per epoch; here --iters N (-n) runs N "          \
+             "iterations in all, across epochs (the reference's --nepochs 1 --num-batches N is --iters N alone), or --epochs E "  \
+             "runs E whole passes"),                                                                        \
+    CLI_HINT("print-freq", "use --print-every N: the train loss every N iterations, on the progress line " \
+             "of a terminal and as a line of the -m metrics file"),                                         \
+    CLI_HINT("loss-function", "training minimises binary cross-entropy (the reference's bce), the only "   \
+             "loss; leave the flag out"),                                                                   \
+    CLI_HINT("data-set", DLRM_DATA_HINT), CLI_HINT("raw-data-file", DLRM_DATA_HINT),                        \
+    CLI_HINT("processed-data-file", DLRM_DATA_HINT), CLI_HINT("data-generation", DLRM_DATA_HINT),          \
+    CLI_HINT("max-ind-range", "ids are hashed modulo a range once, when the dataset is made: "             \
+             "'bagpipe prep --max-ind-range N'"),                                                           \
+    CLI_HINT("arch-embedding-size", "the table sizes are the dataset's ('bagpipe info DATA' lists them); " \
+             "synthetic tables of chosen sizes: 'bagpipe synth --tables 1000,50,...'"),                     \
+    CLI_HINT("numpy-rand-seed", "use --seed N (parameter initialisation; the data order is the dataset's)"), \
+    CLI_HINT("save-model", "use --save DIR (-o): a directory that 'bagpipe eval --load DIR' reads"),      \
+    CLI_HINT("load-model", "to evaluate a saved model: 'bagpipe eval --load DIR DATA'; to continue a run: " \
+             "--resume DIR (its --checkpoint-dir)"),                                                         \
+    CLI_HINT("inference-only", "use 'bagpipe eval --load DIR DATA'"),                                      \
+    CLI_HINT("use-gpu", "training runs on CPUs: --threads N sets the BLAS threads, --mode and --trainers " \
+             "the ranks")
+
 int cmd_train(int argc, char **argv) {
     train_flags fl;
     const cli_opt opts[] = {
@@ -567,6 +622,7 @@ int cmd_train(int argc, char **argv) {
                 "the longest evaluation plus checkpoint at one boundary and the servers' start-up (0: wait forever)"),
         MODEL_CLI_OPTS(&fl.mf),
         CLI_INT("batch-size", 'b', &fl.batch, 128, 1, 1 << 20, "global mini-batch size (samples)"),
+        CLI_ALIAS("mini-batch-size", "batch-size", DLRM_NAME),
         CLI_DBL("learning-rate", 0, &fl.lr, DEFAULT_LR, 0, 1e6,
                 "learning rate (--model dcn: 0.02 for the dense part when not given, and 0.1 for the embeddings)"),
         CLI_DBL("emb-learning-rate", 0, &fl.emb_lr, -1, -1, 1e6, "embedding learning rate (-1: --learning-rate)"),
@@ -576,21 +632,30 @@ int cmd_train(int argc, char **argv) {
                 "iteration where the quadratic decay starts (at or after the warmup's end)"),
         CLI_I64("lr-num-decay-steps", 0, &fl.lr_decay_steps, 0, 0, INT64_MAX / 4,
                 "iterations of the decay to 1e-7 at the least; the last rate holds after it (0: no decay)"),
-        CLI_CHOICE("optimizer", 0, &fl.dense_opt, 0, "sgd|adagrad", "dense optimizer"),
+        CLI_CHOICE("optimizer", 0, &fl.dense_opt, 0, "sgd|adagrad",
+                   "dense optimizer only (the embeddings': --emb-optimizer; the DLRM reference's --optimizer "
+                   "adagrad is --optimizer adagrad --emb-optimizer adagrad here)"),
         CLI_CHOICE("emb-optimizer", 0, &fl.emb_opt, 0, "sgd|adagrad|rowwise-adagrad", "embedding optimizer (state travels with each row)"),
         CLI_INT("epochs", 0, &fl.epochs, 1, 1, 100000, "passes over the train split"),
+        CLI_ALIAS("nepochs", "epochs", DLRM_NAME),
         CLI_I64("iters", 'n', &fl.iters, 0, 0, INT64_MAX / 2, "run this many iterations instead of --epochs, past them or inside one (0: run the epochs)"),
         CLI_I64("seed", 0, &fl.seed, 1, 0, INT64_MAX, "seed for parameter initialisation"),
         CLI_INT("threads", 0, &fl.threads, 1, 1, 256, "BLAS threads (results are bit-reproducible for a fixed count)"),
-        CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations (0: only at the end; --no-eval leaves these)"),
+        CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations, printed and in the -m metrics file (0: only at the end; --no-eval "
+                "leaves these)"),
+        CLI_ALIAS("test-freq", "eval-every", DLRM_NAME),
         CLI_CHOICE("eval-split", 0, &fl.eval_split, 1, "train|val|test", "split to evaluate on"),
         CLI_I64("eval-rows", 0, &fl.eval_rows, 0, 0, INT64_MAX, "evaluate on at most this many rows (0: all)"),
         CLI_INT("eval-batch-size", 0, &fl.eval_batch, 4096, 1, 1 << 20, "batch size for evaluation"),
+        CLI_ALIAS("test-mini-batch-size", "eval-batch-size", DLRM_NAME),
         CLI_FLAG("no-eval", 0, &fl.no_eval, "skip the final evaluation (--eval-every ones still run)"),
-        CLI_INT("print-every", 0, &fl.print_every, 100, 1, INT32_MAX, "write a train metrics line every N iterations"),
+        CLI_INT("print-every", 0, &fl.print_every, 100, 1, INT32_MAX,
+                "every N iterations, the mean train loss since the last: a line of the -m metrics file and the "
+                "progress line's loss on a terminal (nothing is printed into a log)"),
         CLI_STR("metrics", 'm', &fl.metrics, NULL, "append JSON-lines metrics to this file"),
         CLI_STR("save", 'o', &fl.save, NULL, "save the trained model to this directory"),
         CKPT_CLI_OPTS(&fl.ck),
+        DLRM_TRAIN_HINTS,
         CLI_END,
     };
     char **pos = NULL;
@@ -687,8 +752,8 @@ int cmd_train(int argc, char **argv) {
         printf("model: %s (%zu dense parameters, %d-float rows, %s/%s optimizers, lr %g%s)\n", arch, tr.m.n_weights,
                mc.E, dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(eopt.kind), fl.lr,
                train_lr_note(&su, sched, sizeof sched));
-        printf("data: %s, train %llu rows, %lld iterations of %d (%.2f epochs), BLAS %s x%d\n", data_path,
-               (unsigned long long)(tr1 - tr0), (long long)total_iters, fl.batch,
+        printf("data: %s, train %llu rows, %lld iteration%s of %d (%.2f epochs), BLAS %s x%d\n", data_path,
+               (unsigned long long)(tr1 - tr0), (long long)total_iters, total_iters == 1 ? "" : "s", fl.batch,
                (double)total_iters / (double)per_epoch, openblas_get_corename(), fl.threads);
         fflush(stdout); // a log file (stdout not a terminal) shows the run's set-up now, not at its end
     }
@@ -721,6 +786,7 @@ int cmd_train(int argc, char **argv) {
             trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
             t_eval += bp_now() - t0;
             if ((rc = train_json_eval(&mf, (bp_split)fl.eval_split, t + 1, B, &res))) break;
+            train_print_eval(&prog, (bp_split)fl.eval_split, t + 1, &res);
             t_window += bp_now() - t0; // keep evaluation out of the throughput figure
         }
         if (ckpt_sched_due(&cks, t + 1, total_iters)) {
@@ -735,8 +801,7 @@ int cmd_train(int argc, char **argv) {
     double train_s = bp_now() - t_start - t_eval;
     const int64_t run_iters = total_iters - t0_iter;
     double sps = (double)run_iters * B / train_s;
-    printf("trained %lld iterations (%lld samples) in %.1f s: %.0f samples/s\n", (long long)run_iters,
-           (long long)run_iters * B, train_s, sps);
+    train_print_trained(run_iters, B, train_s);
     ckpt_sched_print(&cks, train_s);
     if (do_eval) {
         trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
@@ -841,11 +906,14 @@ int cmd_eval(int argc, char **argv) {
         CLI_INT("batch-size", 'b', &batch, 4096, 1, 1 << 20,
                 "evaluation batch size (the scores' last bits depend on it and on --threads: a training run's "
                 "figures come back with its --eval-batch-size and --threads)"),
+        CLI_ALIAS("test-mini-batch-size", "batch-size", DLRM_NAME),
         CLI_INT("threads", 0, &threads, 1, 1, 256, "BLAS threads"),
         CLI_STR("predictions", 'p', &pred, NULL,
                 "write a CSV of the evaluated rows, \"row,label,probability,logit\" (row: index in the dataset; logit: "
                 "the model's score exactly, which the metrics are computed from), "
                 "replacing it whole at the end"),
+        CLI_HINT("load-model", "use --load DIR (-l)"),
+        CLI_HINT("data-set", "the dataset is the DATA argument: 'bagpipe eval --load DIR DATA'"),
         CLI_END,
     };
     char **pos = NULL;
@@ -891,7 +959,9 @@ int cmd_eval(int argc, char **argv) {
             free(po.buf);
             if (!rc) {
                 train_print_result(bp_split_name((bp_split)split), &res, &bayes);
-                printf("evaluated in %.2f s (%.0f samples/s)\n", bp_now() - t0, (double)(r1 - r0) / (bp_now() - t0));
+                const double s = bp_now() - t0;
+                char t[32];
+                printf("evaluated in %s (%.0f samples/s)\n", bp_fmt_seconds(t, sizeof t, s), (double)(r1 - r0) / s);
                 if (pred) printf("wrote %llu predictions to %s\n", (unsigned long long)po.rows, pred);
             }
         }

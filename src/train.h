@@ -103,6 +103,11 @@ enum { TRAIN_CACHE_LRU = 0, TRAIN_CACHE_LFU = 1 };
 
 // The printed / JSON forms of evaluation results, shared with the distributed modes.
 void train_print_result(const char *label, const metric_result *r, const metric_result *bayes);
+// An --eval-every evaluation on stdout, "iteration 500: val AUC ...", in place of a progress line
+// on show (its next update draws it again below).
+void train_print_eval(bp_progress *prog, bp_split split, int64_t iter, const metric_result *r);
+// "trained N iterations (M samples) in T: R samples/s", singular for one, T by bp_fmt_seconds.
+void train_print_trained(int64_t iters, int B, double seconds);
 // A distributed mode's replica of trainer i (no table: the rows live elsewhere), with room for
 // its slice of at most bmax samples and, on trainer 0 when the run evaluates (--eval-every or at
 // the end), for an evaluation batch.

@@ -702,6 +702,57 @@ TEST(badinput_negative_and_zero_sizes) {
     EXPECT(2, cmd("%s prep --max-ind-range -1 -o %s x.tsv", test_bin(), test_path("o.bin")), "--max-ind-range");
 }
 
+// The DLRM reference's flag names: those that mean what a bagpipe flag means train as it does
+// (the same model bits); the others are refused with what to use instead; a typo names the
+// nearest flag.  They all used to be "unknown flag" alone.
+TEST(badinput_dlrm_reference_flag_names_and_typos) {
+    const char *d = dataset("d.bin", 500);
+    const char *m1 = test_path("m1.jsonl"), *m2 = test_path("m2.jsonl");
+    EXPECT(0, cmd("%s train %s " TINY " --mini-batch-size 16 --nepochs 2 --test-freq 10 --test-mini-batch-size 50 "
+                  "--save %s -m %s", test_bin(), d, test_path("a"), m1), "iterations of 16 (2.00 epochs)");
+    EXPECT(0, cmd("%s train %s " TINY " --batch-size 16 --epochs 2 --eval-every 10 --eval-batch-size 50 --save %s "
+                  "-m %s", test_bin(), d, test_path("b"), m2), "iterations of 16 (2.00 epochs)");
+    EXPECT(0, cmd("cmp %s/dense.bin %s/dense.bin && grep -c event.:.eval %s %s", test_path("a"),
+                  test_path("b"), m1, m2), "m1.jsonl:4", "m2.jsonl:4");
+    EXPECT(2, cmd("%s train %s --mini-batch-size 0", test_bin(), d), "--mini-batch-size: 0 is out of range [1, 1048576]");
+    EXPECT(0, cmd("%s train --help", test_bin()), "--nepochs N                same as --epochs (the DLRM reference's name)");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --num-batches 100", test_bin(), d),
+                           "--num-batches: the DLRM reference's batches per epoch; here --iters N");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --print-freq 10", test_bin(), d), "--print-freq: use --print-every N");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train --raw-data-file=train.txt", test_bin()), "--raw-data-file: the dataset is the DATA argument");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --max-ind-range 1000", test_bin(), d), "'bagpipe prep --max-ind-range N'");
+    EXPECT(2, cmd("%s prep --processed-data-file o.bin x.txt", test_bin()), "--processed-data-file: use -o OUT");
+    EXPECT(2, cmd("%s eval --load-model m %s", test_bin(), d), "--load-model: use --load DIR");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --lerning-rate 0.1", test_bin(), d),
+                           "unknown flag '--lerning-rate'; did you mean '--learning-rate'? (see 'bagpipe train --help')");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s -batch-size 64", test_bin(), d), "did you mean '--batch-size'?");
+    EXPECT(2, cmd("%s synth --row 100 -o x.bin", test_bin()), "did you mean '--rows'?");
+}
+
+// An empty value or argument (an unset shell variable) is refused before anything runs; "--save ''"
+// used to train, then fail to save to '' (exit 1), "eval --load ''" looked for /MANIFEST.
+TEST(badinput_empty_values_and_arguments) {
+    const char *d = dataset("d.bin", 500);
+    static const char *const cases[][2] = {
+        {"train D " TINY " --save \"\"", "--save: expected a value, got ''"},
+        {"train D " TINY " --checkpoint-every 1 --checkpoint-dir=", "--checkpoint-dir: expected a value, got ''"},
+        {"train D " TINY " -m \"\"", "--metrics: expected a value, got ''"},
+        {"train D " TINY " --resume \"\"", "--resume: expected a value, got ''"},
+        {"train \"\" " TINY, "train: an empty argument ('') where a file name was expected"},
+        {"eval --load \"\" D", "--load: expected a value, got ''"},
+        {"info \"\"", "info: an empty argument ('') where a file name was expected"},
+        {"analyze --cache 10 --plot-dir \"\" D", "--plot-dir: expected a value, got ''"},
+        {"synth -n 10 -o \"\"", "--out: expected a value, got ''"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        char line[512];
+        const char *at = strstr(cases[i][0], " D");
+        snprintf(line, sizeof line, "%s %.*s%s%s", test_bin(), at ? (int)(at - cases[i][0] + 1) : (int)strlen(cases[i][0]),
+                 cases[i][0], at ? d : "", at ? at + 2 : "");
+        EXPECT_BEFORE_TRAINING(2, line, cases[i][1]);
+    }
+}
+
 TEST(badinput_zero_trainers_or_servers) {
     const char *d = dataset("d.bin", 500);
     EXPECT(2, cmd("%s train %s --mode sync --trainers 0", test_bin(), d), "--trainers: 0 is out of range [1, 1024]");

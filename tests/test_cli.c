@@ -40,6 +40,12 @@ TEST(cli_parses_table) {
     ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "--nope");
     char *bad4[] = {"p", "--learning-rate"};
     ASSERT_EQ(cli_parse("p", "", opts, 2, bad4, &pos, &npos), BP_EUSAGE);
+    // A bound that only guards arithmetic is not printed (it was "[0, 4611686018427387903]").
+    int64_t iters;
+    const cli_opt big[] = {CLI_I64("iters", 'n', &iters, 0, 0, INT64_MAX / 2, "iters"), CLI_END};
+    char *bad5[] = {"p", "-n", "-5"};
+    ASSERT_EQ(cli_parse("p", "", big, 3, bad5, &pos, &npos), BP_EUSAGE);
+    ASSERT_TRUE(strcmp(bp_errmsg(BP_EUSAGE), "--iters: -5 is out of range (at least 0)") == 0);
 }
 
 // Numbers are decimal: a leading zero is not octal, 0x is not hex (strtol with base 0 read
@@ -125,6 +131,73 @@ TEST(cli_given_and_groups) {
     ASSERT_STR_CONTAINS(text, "-h, --help                     show this help\n\nmore flags:\n");
     ASSERT_STR_CONTAINS(text, "cache (not given: 0)\n"); // no "(default 0)": 0 is outside [1, 100]
     ASSERT_STR_CONTAINS(text, "batch (default 128)");
+}
+
+// Another tool's spelling: an alias sets its target (reported given under the target's name,
+// messages name the flag as typed, --help lists it); a hint refuses the flag with what to use
+// instead and is not listed; an unknown flag names the nearest known one.
+TEST(cli_aliases_hints_and_suggestions) {
+    int batch, flag;
+    double lr;
+    const cli_opt opts[] = {
+        CLI_INT("batch-size", 'b', &batch, 128, 1, 1 << 20, "batch"),
+        CLI_ALIAS("mini-batch-size", "batch-size", "other name"),
+        CLI_DBL("learning-rate", 0, &lr, 0.1, 0, 10, "lr"),
+        CLI_FLAG("verbose", 'v', &flag, "verbose"),
+        CLI_ALIAS("chatty", "verbose", "other name"),
+        CLI_HINT("num-batches", "use --iters"),
+        CLI_INT("a-flag-with-a-very-long-name", 0, &batch, 1, 0, 9, "long"),
+        CLI_FLAG("no-verify", 0, &flag, "skip checks"),
+        CLI_END,
+    };
+    char **pos;
+    int npos;
+    cli_given g;
+    char *argv[] = {"p", "--mini-batch-size=64", "--chatty", NULL};
+    ASSERT_OK(cli_parse_given("p", "", opts, 3, argv, &pos, &npos, &g));
+    free(pos);
+    ASSERT_TRUE(batch == 64 && flag == 1 && cli_was_given(&g, opts, "batch-size"));
+    char *neg[] = {"p", "--chatty", "--no-chatty", NULL};
+    ASSERT_OK(cli_parse("p", "", opts, 3, neg, &pos, &npos));
+    free(pos);
+    ASSERT_EQ(flag, 0);
+    static const struct {
+        const char *arg, *msg;
+    } bad[] = {
+        {"--mini-batch-size=0", "--mini-batch-size: 0 is out of range [1, 1048576]"},
+        {"--mini-batch-size", "--mini-batch-size needs a value"},
+        {"--chatty=1", "--chatty takes no value"},
+        {"--num-batches=5", "--num-batches: use --iters"},
+        {"--lerning-rate", "unknown flag '--lerning-rate'; did you mean '--learning-rate'?"},
+        {"--batchsize=3", "unknown flag '--batchsize'; did you mean '--batch-size'?"},
+        {"--learning_rate", "did you mean '--learning-rate'?"},
+        {"-batch-size", "unknown flag '-batch-size'; did you mean '--batch-size'?"},
+        {"--num-batch", "did you mean '--num-batches'?"},
+        {"-b64", "unknown flag '-b64'; did you mean '-b 64'?"},
+        {"-b=64", "unknown flag '-b=64'; did you mean '-b 64'?"},
+        {"--verify", "unknown flag '--verify': it is the default ('--no-verify' turns it off)"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(bad); i++) {
+        char *av[] = {"p", (char *)bad[i].arg, NULL};
+        ASSERT_MSG(cli_parse("p", "", opts, 2, av, &pos, &npos) == BP_EUSAGE, "%s was accepted", bad[i].arg);
+        ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), bad[i].msg);
+    }
+    char *far[] = {"p", "--qqq", NULL}; // nothing near: no suggestion
+    ASSERT_EQ(cli_parse("p", "", opts, 2, far, &pos, &npos), BP_EUSAGE);
+    ASSERT_TRUE(strstr(bp_errmsg(BP_EUSAGE), "did you mean") == NULL);
+    FILE *f = fopen(test_path("help.txt"), "w+");
+    ASSERT_TRUE(f != NULL);
+    cli_usage("p", "[options]", opts, f);
+    rewind(f);
+    char text[2048] = "";
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    ASSERT_STR_CONTAINS(text, "      --mini-batch-size N        same as --batch-size (other name)\n");
+    ASSERT_STR_CONTAINS(text, "      --chatty                   same as --verbose (other name)\n");
+    ASSERT_TRUE(strstr(text, "num-batches") == NULL);
+    // A name too long for the column: its help starts on the next line, aligned with the others.
+    ASSERT_STR_CONTAINS(text, "      --a-flag-with-a-very-long-name N\n                                 long (default 1)\n");
 }
 
 TEST(cli_dims_and_lists) {
@@ -217,6 +290,28 @@ TEST(error_message_may_quote_the_previous_one) {
     ASSERT_TRUE(strcmp(bp_errmsg(BP_EIO), "first: 1, then second") == 0);
 }
 
+// train --help says where --print-every's lines go: the metrics file (it said "write a train metrics
+// line", and a run without -m into a log file wrote none, while a DLRM user expects printed lines);
+// and that --optimizer is the dense part's only, unlike the DLRM reference's.
+TEST(cli_train_help_print_every_names_the_metrics_file) {
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s train --help", test_bin()), 0);
+    const char *p = strstr(out, "--print-every N");
+    ASSERT_MSG(p, "no --print-every in:\n%s", out);
+    const char *eol = strchr(p, '\n');
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)(eol ? eol - p : (long)strlen(p)), p);
+    ASSERT_MSG(strstr(line, "-m metrics file") && strstr(line, "nothing is printed into a log"), "--print-every help: %s",
+               line);
+    // --optimizer is the dense one: the DLRM reference's sets the embeddings' too.
+    p = strstr(out, "--optimizer C");
+    ASSERT_MSG(p && (eol = strchr(p, '\n')), "no --optimizer in:\n%s", out);
+    snprintf(line, sizeof line, "%.*s", (int)(eol - p), p);
+    ASSERT_MSG(strstr(line, "dense optimizer only") && strstr(line, "--emb-optimizer adagrad"), "--optimizer help: %s",
+               line);
+    free(out);
+}
+
 // train --help says which modes run embedding servers: bagpipe and async do too (it used to list
 // only sync and static, while README runs --mode bagpipe --servers 2).
 TEST(cli_train_help_servers_names_every_server_mode) {
@@ -229,4 +324,85 @@ TEST(cli_train_help_servers_names_every_server_mode) {
     snprintf(line, sizeof line, "%.*s", (int)(eol ? eol - p : (long)strlen(p)), p);
     ASSERT_MSG(strstr(line, "sync, static, bagpipe, async"), "--servers help: %s", line);
     free(out);
+}
+
+// train's report of a tiny run: one iteration and one sample are singular, a run of a few ms is
+// not "0.0 s" (nor is the checkpoint line's share of it, nor eval's time), an evaluation set of one class has no AUC (not "nan"), and one server or trainer
+// is "rank 1 server 0" (not "ranks 1-1 servers 0-0").
+TEST(cli_train_report_plurals_and_rounding) {
+    const char *d = test_path("d.bin");
+    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300 --dense 4 -n 400 -o %s", test_bin(), d), 0);
+    char *out = NULL;
+    const char *arch = "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4";
+    ASSERT_EQ(test_run(&out, 60, "%s train %s %s -b 1 -n 1 --eval-split test --eval-rows 1 -o %s", test_bin(), d,
+                       arch, test_path("m")), 0);
+    ASSERT_STR_CONTAINS(out, " 1 iteration of 1 (");
+    ASSERT_STR_CONTAINS(out, "trained 1 iteration (1 sample) in ");
+    ASSERT_STR_CONTAINS(out, " ms: ");
+    ASSERT_TRUE(strstr(out, " in 0.0 s") == NULL && strstr(out, "e-0") == NULL);
+    ASSERT_STR_CONTAINS(out, "AUC n/a (one class)");
+    ASSERT_STR_CONTAINS(out, "(1 sample, ");
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s train %s %s -b 4 -n 3 --no-eval --checkpoint-every 2 --checkpoint-dir %s",
+                       test_bin(), d, arch, test_path("ck")), 0);
+    ASSERT_STR_CONTAINS(out, "checkpoints: 1 written to ");
+    ASSERT_TRUE(strstr(out, " of 0.0 s)") == NULL);
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s eval --load %s --rows 20 %s", test_bin(), test_path("m"), d), 0);
+    ASSERT_STR_CONTAINS(out, "evaluated in ");
+    ASSERT_TRUE(strstr(out, " in 0.00 s") == NULL);
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 120, "%s train %s %s --mode sync --trainers 1 --servers 1 -b 4 -n 3 --no-eval", test_bin(),
+                       d, arch), 0);
+    ASSERT_STR_CONTAINS(out, "rank 0 oracle (coordinator), rank 1 server 0, rank 2 trainer 0\n");
+    ASSERT_STR_CONTAINS(out, "trained 3 iterations (12 samples) in ");
+    free(out);
+}
+
+// synth's summary of a small run: "1 row", and a rate in rows where millions would read 0.00M.
+TEST(cli_synth_report_small_run) {
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s synth --preset custom --tables 40,300 --dense 4 -n 1 -o %s", test_bin(),
+                       test_path("one.bin")), 0);
+    ASSERT_STR_CONTAINS(out, "synth: 1 row (train ");
+    ASSERT_TRUE(strstr(out, "0.00M rows/s") == NULL);
+    free(out);
+}
+
+// A misspelt command names the nearest one; a flag where the command belongs (the DLRM
+// reference's script takes flags alone) says that the flags follow a command.
+TEST(cli_unknown_command_suggests) {
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s trian x.bin", test_bin()), 2);
+    ASSERT_STR_CONTAINS(out, "unknown command 'trian'; did you mean 'train'?");
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s --arch-mlp-bot 13-64-16 x.bin", test_bin()), 2);
+    ASSERT_STR_CONTAINS(out, "'--arch-mlp-bot' before a command: the flags follow it ('bagpipe train [options] DATA')");
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s frobnicate", test_bin()), 2);
+    ASSERT_TRUE(strstr(out, "did you mean") == NULL);
+    free(out);
+}
+
+// --eval-every's evaluations are printed, in every mode (they went only to the -m metrics file:
+// without one they were computed and shown nowhere, where the DLRM reference's --test-freq prints).
+TEST(cli_train_eval_every_prints) {
+    const char *d = test_path("d.bin");
+    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300 --dense 4 -n 400 -o %s", test_bin(), d), 0);
+    const char *arch = "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 -b 8 -n 30";
+    static const char *const modes[] = {"--mode local", "--mode sync --trainers 2"};
+    for (size_t m = 0; m < BP_ARRAY_LEN(modes); m++) {
+        char *out = NULL;
+        ASSERT_EQ(test_run(&out, 120, "%s train %s %s %s --eval-every 10", test_bin(), d, arch, modes[m]), 0);
+        ASSERT_STR_CONTAINS(out, "iteration 10: val AUC ");
+        ASSERT_STR_CONTAINS(out, "iteration 20: val AUC ");
+        ASSERT_TRUE(strstr(out, "iteration 30:") == NULL); // the last is the final evaluation's line
+        ASSERT_STR_CONTAINS(out, "\nval   AUC ");
+        free(out);
+    }
 }
