@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "cmds.h"
 #include "common.h"
+#include "jsonl.h"
 #include "oracle.h"
 #include "progress.h"
 
@@ -378,20 +379,9 @@ static void json_skew(FILE *f, const analyze_skew *s) {
     fprintf(f, "]}");
 }
 
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 void analyze_print_json(FILE *f, const analyze_result *r, const char *path, bp_split split) {
     fprintf(f, "{\"dataset\": ");
-    json_string(f, path);
+    jsonl_fput_string(f, path);
     fprintf(f, ", \"split\": \"%s\", \"samples\": %llu, \"batch_size\": %u, \"batches\": %llu, \"tables\": %u, "
                "\"seconds\": %.3f, \"state_bytes\": %llu,\n \"overall\": ",
             bp_split_name(split), (unsigned long long)r->samples, r->batch, (unsigned long long)r->batches,

@@ -16,6 +16,7 @@
 #include "cmds.h"
 #include "common.h"
 #include "data_bin.h"
+#include "jsonl.h"
 #include "oracle.h"
 #include "plan.h"
 
@@ -435,9 +436,9 @@ static void json_run(FILE *f, const sim_run *s, uint32_t D, int last) {
     if (s->pol == CS_LOOKAHEAD) fprintf(f, "%u", s->W);
     else fprintf(f, "null");
     if (s->rc) {
-        fprintf(f, ", \"error\": \"");
-        for (const char *c = s->err; *c; c++) fputc(*c == '"' || *c == '\\' ? '\'' : *c, f);
-        fprintf(f, "\"}%s\n", last ? "" : ",");
+        fprintf(f, ", \"error\": ");
+        jsonl_fput_string(f, s->err);
+        fprintf(f, "}%s\n", last ? "" : ",");
         return;
     }
     const cachesim_result *r = &s->r;
@@ -460,10 +461,10 @@ typedef struct {
 } sim_meta;
 
 static void json_write(FILE *f, const sim_meta *m, const sim_run *runs, int n) {
-    fprintf(f, "{\n  \"dataset\": \"");
-    for (const char *c = m->data; *c; c++) fputc(*c == '"' || *c == '\\' ? '_' : *c, f);
+    fprintf(f, "{\n  \"dataset\": ");
+    jsonl_fput_string(f, m->data);
     fprintf(f,
-            "\",\n  \"split\": \"%s\", \"rows\": %llu, \"batches\": %llu, \"batch_size\": %u, \"trainers\": %u, "
+            ",\n  \"split\": \"%s\", \"rows\": %llu, \"batches\": %llu, \"batch_size\": %u, \"trainers\": %u, "
             "\"prefetch\": %u, \"dim\": %u, \"row_bytes\": %u, \"cache\": %llu, \"lookahead\": %u,\n  \"hit_definition\": "
             "\"(trainer, key, batch) accesses served from the trainer's cache without a fetch for that batch\",\n"
             "  \"runs\": [\n",

@@ -299,3 +299,19 @@ TEST(cachesim_charts_of_caches_and_windows_above_100) {
         ASSERT_MSG((stat(png, &sb) == 0 || stat(svg, &sb) == 0) && sb.st_size > 1000, "%s: no chart", charts[k]);
     }
 }
+
+// --json names the dataset as a JSON string: a quote or a backslash in the path used to become '_'
+// (another file's name) and a tab or newline went out raw (not JSON), where plain analyze --json
+// escapes them.
+TEST(cachesim_json_escapes_the_dataset_path) {
+    const char *data = test_path("a\"b\\c\td.bin");
+    ASSERT_OK(write_powerlaw_dataset(data));
+    const char *out = test_path("out.json");
+    char *argv[] = {"analyze", "--cache", "5", "--trainers", "2", "--batch-size", "32", "--json", (char *)data, NULL};
+    ASSERT_EQ(run_cmd(out, 9, argv), 0);
+    char *j = slurp(out);
+    ASSERT_TRUE(j != NULL);
+    ASSERT_STR_CONTAINS(j, "a\\\"b\\\\c\\u0009d.bin\",\n");
+    ASSERT_STR_CONTAINS(j, "\"error\": \"cache too small: a batch needs ");
+    free(j);
+}
