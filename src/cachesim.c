@@ -294,7 +294,7 @@ static int run_none_static(cachesim *cs, int is_static, const cachesim_config *c
             r->accesses += m, r->fetched_rows += miss, r->written_rows += miss;
             max_transient = BP_MAX(max_transient, miss);
         }
-        if (is_static)
+        if (is_static && c->T > 1) // one trainer has nobody to reduce with
             for (uint32_t j = 0; j < nu; j++) r->synced_rows += cs->rank[cs->ukeys[j]] < C;
         r->batches++;
     }
@@ -372,7 +372,8 @@ static int run_lookahead(cachesim *cs, const cachesim_config *c, cachesim_result
         oracle_get_stats(&o, &st);
         r->batches = st.batches, r->accesses = st.accesses, r->hits = st.hits;
         r->fetched_rows = st.fetches, r->written_rows = st.evictions;
-        r->synced_rows = st.sync_now + st.sync_later, r->peak_rows = st.peak_resident;
+        // The plan lists syncs for T = 1 too, but a lone trainer applies them without an exchange.
+        r->synced_rows = c->T > 1 ? st.sync_now + st.sync_later : 0, r->peak_rows = st.peak_resident;
     }
     plan_free(&p);
     oracle_free(&o);

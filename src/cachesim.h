@@ -20,7 +20,8 @@
 //                 or at the end; the oracle writes every evicted row once (the end flushes)
 //   synced_rows   row gradients reduced among trainers: static, every pinned row used in a
 //                 batch; lru, every row used in a batch that two or more trainers use or hold
-//                 afterwards; the oracle, its sync-now plus sync-later entries
+//                 afterwards; the oracle, its sync-now plus sync-later entries; 0 when T = 1
+//                 (a lone trainer applies its gradients without an exchange)
 //   peak_rows     most rows one trainer holds at any point (in-flight prefetches included)
 #ifndef BP_CACHESIM_H
 #define BP_CACHESIM_H

@@ -119,6 +119,30 @@ TEST(cachesim_lru_cache_above_the_keys) {
     free(ids);
 }
 
+// Synced rows are row gradients reduced among trainers: one trainer reduces with nobody (mode
+// static sends its pinned gradients to no one, mode bagpipe applies its plan's syncs alone).  The
+// static and lookahead policies used to count a sync per pinned / reused row at T = 1 while LRU
+// counted none, so they looked to cost traffic that no run of one trainer sends.
+TEST(cachesim_one_trainer_syncs_nothing) {
+    uint64_t card[2] = {300, 40};
+    uint64_t rows = 1000;
+    uint32_t *ids = powerlaw_trace(rows, 2, card, 2.0, 2);
+    cachesim *cs;
+    ASSERT_OK(cachesim_open(&cs, ids, rows, 2, card));
+    for (uint32_t T = 1; T <= 2; T++) {
+        cachesim_config c = {.T = T, .B = 48, .C = 200, .W = 20, .P = 1, .threads = 1};
+        for (int p = 0; p < CS_NPOLICY; p++) {
+            cachesim_result r;
+            ASSERT_OK(cachesim_run(cs, (cachesim_policy)p, &c, &r));
+            if (T == 1) ASSERT_MSG(r.synced_rows == 0, "%s: %llu synced rows with one trainer",
+                                   cachesim_policy_name((cachesim_policy)p), (unsigned long long)r.synced_rows);
+            else if (p != CS_NONE) ASSERT_TRUE(r.synced_rows > 0);
+        }
+    }
+    cachesim_close(cs);
+    free(ids);
+}
+
 // Naive LRU per trainer (arrays scanned linearly) to check the hashed one.
 TEST(cachesim_lru_matches_naive_reference) {
     uint64_t card[2] = {60, 25};
