@@ -425,7 +425,7 @@ int cmd_analyze(int argc, char **argv) {
         CLI_INT("threads", 't', &threads, 0, 0, 64,
                 "worker threads (0: one per core); the simulation's lookahead planner uses at most 2"),
         CLI_GROUP("cache simulation (--cache ROWS turns it on; the flags below need it)"),
-        CLI_I64("cache", 0, &cache, 0, 1, (int64_t)1 << 40,
+        CLI_I64("cache", 0, &cache, 0, 1, (int64_t)CACHESIM_MAX_CACHE,
                 "simulate caches of this many rows per trainer: none, static, LRU and lookahead compared"),
         CLI_INT("lookahead", 0, &window, 100, 0, ORACLE_MAX_WINDOW, "lookahead window W in batches"),
         CLI_INT("trainers", 0, &trainers, 4, 1, ORACLE_MAX_TRAINERS, "trainers T sharing each global batch"),

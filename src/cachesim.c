@@ -620,8 +620,9 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         goto out;
     }
     for (int i = 0; i < nc; i++)
-        if (caches[i] == 0) {
-            rc = bp_fail(BP_EUSAGE, "--sweep-cache: cache sizes must be >= 1");
+        if (caches[i] == 0 || caches[i] > CACHESIM_MAX_CACHE) {
+            rc = bp_fail(BP_EUSAGE, "--sweep-cache: %llu is out of range [1, %llu] (as --cache)",
+                         (unsigned long long)caches[i], (unsigned long long)CACHESIM_MAX_CACHE);
             goto out;
         }
     for (int i = 0; i < nw; i++)

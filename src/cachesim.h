@@ -55,6 +55,9 @@ void cachesim_close(cachesim *cs); // NULL is fine
 int cachesim_run(cachesim *cs, cachesim_policy pol, const cachesim_config *cfg, cachesim_result *res);
 const char *cachesim_policy_name(cachesim_policy pol);
 
+// The largest cache size --cache and --sweep-cache take (rows per trainer).
+#define CACHESIM_MAX_CACHE ((uint64_t)1 << 40)
+
 // `bagpipe analyze --cache ROWS ...` once cmd_analyze has read the flags: simulates every policy
 // and prints the table (or JSON, and the --plot-dir files).  Returns 0 or an error code (the
 // message in bp_errmsg).

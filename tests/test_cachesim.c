@@ -325,6 +325,24 @@ TEST(cachesim_analyze_command_outputs) {
     ASSERT_EQ(run_cmd(out, 6, argv4), 2);
     char *argv5[] = {"analyze", "--cache", "10", "--bogus", (char *)data, NULL};
     ASSERT_EQ(run_cmd(out, 5, argv5), 2);
+    // --sweep-cache takes the sizes --cache takes (it used to take any 64-bit number).
+    const char *err = test_path("err.txt");
+    static const char *const sizes[] = {"5,0", "1099511627777", "18446744073709551615"};
+    for (size_t k = 0; k < BP_ARRAY_LEN(sizes); k++) {
+        char *argv6[] = {"analyze", "--cache", "10", "--sweep-cache", (char *)sizes[k], (char *)data, NULL};
+        fflush(stderr);
+        int saved = dup(2), fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ASSERT_TRUE(saved >= 0 && fd >= 0);
+        dup2(fd, 2), close(fd);
+        int rc = run_cmd(out, 6, argv6);
+        fflush(stderr);
+        dup2(saved, 2), close(saved);
+        ASSERT_EQ(rc, 2);
+        char *msg = slurp(err);
+        ASSERT_STR_CONTAINS(msg, "--sweep-cache: ");
+        ASSERT_STR_CONTAINS(msg, " is out of range [1, 1099511627776] (as --cache)");
+        free(msg);
+    }
 }
 
 // The charts of caches and windows above 100: the chart script took the x ranges with stats after
