@@ -352,8 +352,21 @@ static int run_lru(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
     return rc;
 }
 
+// The batch size the oracle is given: a trace shorter than B is one batch of its rows, planned
+// the same (slices are cut from the samples a batch has), and the oracle's limit on B x F for a
+// window applies to the batches there are.
+static uint32_t lookahead_batch(uint64_t rows, uint32_t B) { return (uint32_t)BP_MIN((uint64_t)B, rows); }
+
+int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, uint32_t P, int threads, const char *flag) {
+    const uint64_t n = lookahead_batch(rows, B), ids = n * F, most = oracle_max_batch_ids(W, P, threads);
+    if (ids <= most) return 0;
+    return bp_fail(BP_EUSAGE, "--%s %u: a window this long takes batches of at most %llu ids (samples x tables), and "
+                   "batches of %llu samples x %u tables have %llu; use a shorter window or a smaller --batch-size",
+                   flag, W, (unsigned long long)most, (unsigned long long)n, F, (unsigned long long)ids);
+}
+
 static int run_lookahead(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
-    oracle_config oc = {.T = c->T, .B = c->B, .F = cs->F, .card = cs->card, .W = c->W, .P = c->P, .C = c->C,
+    oracle_config oc = {.T = c->T, .B = lookahead_batch(cs->rows, c->B), .F = cs->F, .card = cs->card, .W = c->W, .P = c->P, .C = c->C,
                         .threads = c->threads ? c->threads : 1, .borrow_input = 1};
     oracle o;
     int rc = oracle_init(&o, &oc);
@@ -639,6 +652,13 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         goto out;
     }
     if ((rc = cachesim_open(&cs, ds.sparse + b * ds.info.n_sparse, e - b, ds.info.n_sparse, ds.info.card))) goto out;
+    // The oracle takes batches of fewer ids the longer its window: refused now, naming the flags,
+    // rather than after the other policies have run.
+    for (int i = 0; i < nw; i++)
+        if ((rc = cachesim_lookahead_fits(e - b, (uint32_t)batch, ds.info.n_sparse, (uint32_t)windows[i],
+                                          (uint32_t)prefetch, threads,
+                                          windows[i] == (uint64_t)window ? "lookahead" : "sweep-lookahead")))
+            goto out;
 
     runs = bp_xcalloc((size_t)(1 + 3 * nc + nw), sizeof *runs);
     runs[n++] = (sim_run){.pol = CS_NONE};

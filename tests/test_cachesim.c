@@ -256,10 +256,9 @@ static char *slurp(const char *path) {
     return buf;
 }
 
-// A dataset of 3000 rows of the power-law trace over tables of 500, 2000 and 50 rows.
-static int write_powerlaw_dataset(const char *path) {
+// A dataset of rows of the power-law trace over tables of 500, 2000 and 50 rows.
+static int write_powerlaw_rows(const char *path, uint64_t rows) {
     uint64_t card[3] = {500, 2000, 50};
-    uint64_t rows = 3000;
     uint32_t *ids = powerlaw_trace(rows, 3, card, 3.0, 9);
     bp_ds_info t = {0};
     t.n_dense = 1, t.n_sparse = 3, t.kind = BP_KIND_CUSTOM;
@@ -274,6 +273,8 @@ static int write_powerlaw_dataset(const char *path) {
     free(ids);
     return rc;
 }
+
+static int write_powerlaw_dataset(const char *path) { return write_powerlaw_rows(path, 3000); }
 
 TEST(cachesim_analyze_command_outputs) {
     const char *data = test_path("d.bin");
@@ -390,4 +391,40 @@ TEST(cachesim_json_escapes_the_dataset_path) {
     ASSERT_STR_CONTAINS(j, "a\\\"b\\\\c\\u0009d.bin\",\n");
     ASSERT_STR_CONTAINS(j, "\"error\": \"cache too small: a batch needs ");
     free(j);
+}
+
+// The oracle packs a batch's slot in its window and the position in the batch into 32 bits, so
+// the longer the window the fewer ids (samples x tables) a batch may have: --lookahead 65536 (in
+// the flag's range) at the default batch of 2048 on Criteo's 26 tables was refused only after the
+// other policies had run, exit 1, with "oracle: batch of 2048 samples x 26 features is too large
+// for a window of 65540 batches", naming no flag.  Now a usage error before simulating; and a
+// batch larger than the trace is the one batch there is (it was refused for its nominal size).
+TEST(cachesim_window_too_long_for_the_batch) {
+    ASSERT_EQ(cachesim_lookahead_fits(45000000, 2048, 26, 65536, 1, 1, "lookahead"), BP_EUSAGE);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "--lookahead 65536: a window this long takes batches of at most 32767 "
+                                             "ids (samples x tables), and batches of 2048 samples x 26 tables have 53248");
+    ASSERT_OK(cachesim_lookahead_fits(45000000, 1260, 26, 65536, 1, 1, "lookahead"));
+    ASSERT_OK(cachesim_lookahead_fits(45000000, 2048, 26, 5000, 1, 2, "lookahead"));
+    ASSERT_OK(cachesim_lookahead_fits(1000, 2048, 26, 65536, 1, 1, "lookahead")); // one batch of 1000
+
+    const char *data = test_path("d.bin");
+    ASSERT_OK(write_powerlaw_rows(data, 12000)); // 3 tables: 12000 x 3 ids, above 32767
+    char *out = NULL;
+    static const char *const flags[][2] = {{"--lookahead 65536", "--lookahead 65536: "},
+                                           {"--sweep-lookahead 10,65536", "--sweep-lookahead 65536: "}};
+    for (size_t k = 0; k < BP_ARRAY_LEN(flags); k++) {
+        ASSERT_EQ(test_run(&out, 60, "%s analyze --cache 500 %s -b 20000 -t 1 %s", test_bin(), flags[k][0], data), 2);
+        ASSERT_STR_CONTAINS(out, flags[k][1]);
+        ASSERT_STR_CONTAINS(out, "batches of at most 32767 ids (samples x tables), and batches of 12000 samples x 3 "
+                                 "tables have 36000");
+        ASSERT_MSG(!strstr(out, "cache simulation of"), "it simulated before refusing: %s", out);
+        free(out);
+    }
+    // 300 rows in a batch of 400000: one batch of 900 ids, which a window of 4000 takes (400000 x 3
+    // would not).
+    ASSERT_EQ(test_run(&out, 60, "%s analyze --cache 5000 --lookahead 4000 -b 400000 -t 1 --rows 300 %s", test_bin(),
+                       data),
+              0);
+    ASSERT_STR_CONTAINS(out, "lookahead       5000   4000  ");
+    free(out);
 }
