@@ -357,8 +357,17 @@ static int run_lru(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
 // window applies to the batches there are.
 static uint32_t lookahead_batch(uint64_t rows, uint32_t B) { return (uint32_t)BP_MIN((uint64_t)B, rows); }
 
+// The window the oracle is given: one beyond the trace's N batches sees nothing more (every step's
+// horizon is the last batch either way, so the plan is the same), and the oracle keeps a slot per
+// batch of its window (W = 65536 on a 40-batch trace took 30 s of page mapping for W = 40's plan).
+static uint32_t lookahead_window(uint64_t rows, uint32_t B, uint32_t W) {
+    uint64_t n = lookahead_batch(rows, B), N = (rows + n - 1) / n;
+    return (uint32_t)BP_MIN((uint64_t)W, N);
+}
+
 int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, uint32_t P, int threads, const char *flag) {
-    const uint64_t n = lookahead_batch(rows, B), ids = n * F, most = oracle_max_batch_ids(W, P, threads);
+    const uint64_t n = lookahead_batch(rows, B), ids = n * F;
+    const uint64_t most = oracle_max_batch_ids(lookahead_window(rows, B, W), P, threads);
     if (ids <= most) return 0;
     return bp_fail(BP_EUSAGE, "--%s %u: a window this long takes batches of at most %llu ids (samples x tables), and "
                    "batches of %llu samples x %u tables have %llu; use a shorter window or a smaller --batch-size",
@@ -366,7 +375,8 @@ int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, u
 }
 
 static int run_lookahead(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
-    oracle_config oc = {.T = c->T, .B = lookahead_batch(cs->rows, c->B), .F = cs->F, .card = cs->card, .W = c->W, .P = c->P, .C = c->C,
+    oracle_config oc = {.T = c->T, .B = lookahead_batch(cs->rows, c->B), .F = cs->F, .card = cs->card,
+                        .W = lookahead_window(cs->rows, c->B, c->W), .P = c->P, .C = c->C,
                         .threads = c->threads ? c->threads : 1, .borrow_input = 1};
     oracle o;
     int rc = oracle_init(&o, &oc);

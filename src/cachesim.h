@@ -56,7 +56,8 @@ int cachesim_run(cachesim *cs, cachesim_policy pol, const cachesim_config *cfg, 
 const char *cachesim_policy_name(cachesim_policy pol);
 // Whether the lookahead policy can plan a trace of `rows` rows in batches of B samples x F tables
 // with window W, prefetch P and `threads`: the oracle takes fewer ids per batch the longer its
-// window (oracle_max_batch_ids); a trace shorter than B is one batch of its rows.  Returns 0 or
+// window (oracle_max_batch_ids); a trace shorter than B is one batch of its rows, and a window
+// longer than the trace's batches is planned as one of that many (the same plan).  Returns 0 or
 // BP_EUSAGE naming --flag ("lookahead", "sweep-lookahead"), so a command refuses before simulating.
 int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, uint32_t P, int threads, const char *flag);
 
