@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "cmds.h"
 #include "common.h"
+#include "jsonl.h"
 #include "oracle.h"
 #include "progress.h"
 
@@ -378,20 +379,9 @@ static void json_skew(FILE *f, const analyze_skew *s) {
     fprintf(f, "]}");
 }
 
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 void analyze_print_json(FILE *f, const analyze_result *r, const char *path, bp_split split) {
     fprintf(f, "{\"dataset\": ");
-    json_string(f, path);
+    jsonl_fput_string(f, path);
     fprintf(f, ", \"split\": \"%s\", \"samples\": %llu, \"batch_size\": %u, \"batches\": %llu, \"tables\": %u, "
                "\"seconds\": %.3f, \"state_bytes\": %llu,\n \"overall\": ",
             bp_split_name(split), (unsigned long long)r->samples, r->batch, (unsigned long long)r->batches,
@@ -435,7 +425,7 @@ int cmd_analyze(int argc, char **argv) {
         CLI_INT("threads", 't', &threads, 0, 0, 64,
                 "worker threads (0: one per core); the simulation's lookahead planner uses at most 2"),
         CLI_GROUP("cache simulation (--cache ROWS turns it on; the flags below need it)"),
-        CLI_I64("cache", 0, &cache, 0, 1, (int64_t)1 << 40,
+        CLI_I64("cache", 0, &cache, 0, 1, (int64_t)CACHESIM_MAX_CACHE,
                 "simulate caches of this many rows per trainer: none, static, LRU and lookahead compared"),
         CLI_INT("lookahead", 0, &window, 100, 0, ORACLE_MAX_WINDOW, "lookahead window W in batches"),
         CLI_INT("trainers", 0, &trainers, 4, 1, ORACLE_MAX_TRAINERS, "trainers T sharing each global batch"),

@@ -16,6 +16,7 @@
 #include "cmds.h"
 #include "common.h"
 #include "data_bin.h"
+#include "jsonl.h"
 #include "oracle.h"
 #include "plan.h"
 
@@ -293,7 +294,7 @@ static int run_none_static(cachesim *cs, int is_static, const cachesim_config *c
             r->accesses += m, r->fetched_rows += miss, r->written_rows += miss;
             max_transient = BP_MAX(max_transient, miss);
         }
-        if (is_static)
+        if (is_static && c->T > 1) // one trainer has nobody to reduce with
             for (uint32_t j = 0; j < nu; j++) r->synced_rows += cs->rank[cs->ukeys[j]] < C;
         r->batches++;
     }
@@ -351,8 +352,31 @@ static int run_lru(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
     return rc;
 }
 
+// The batch size the oracle is given: a trace shorter than B is one batch of its rows, planned
+// the same (slices are cut from the samples a batch has), and the oracle's limit on B x F for a
+// window applies to the batches there are.
+static uint32_t lookahead_batch(uint64_t rows, uint32_t B) { return (uint32_t)BP_MIN((uint64_t)B, rows); }
+
+// The window the oracle is given: one beyond the trace's N batches sees nothing more (every step's
+// horizon is the last batch either way, so the plan is the same), and the oracle keeps a slot per
+// batch of its window (W = 65536 on a 40-batch trace took 30 s of page mapping for W = 40's plan).
+static uint32_t lookahead_window(uint64_t rows, uint32_t B, uint32_t W) {
+    uint64_t n = lookahead_batch(rows, B), N = (rows + n - 1) / n;
+    return (uint32_t)BP_MIN((uint64_t)W, N);
+}
+
+int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, uint32_t P, int threads, const char *flag) {
+    const uint64_t n = lookahead_batch(rows, B), ids = n * F;
+    const uint64_t most = oracle_max_batch_ids(lookahead_window(rows, B, W), P, threads);
+    if (ids <= most) return 0;
+    return bp_fail(BP_EUSAGE, "--%s %u: a window this long takes batches of at most %llu ids (samples x tables), and "
+                   "batches of %llu samples x %u tables have %llu; use a shorter window or a smaller --batch-size",
+                   flag, W, (unsigned long long)most, (unsigned long long)n, F, (unsigned long long)ids);
+}
+
 static int run_lookahead(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
-    oracle_config oc = {.T = c->T, .B = c->B, .F = cs->F, .card = cs->card, .W = c->W, .P = c->P, .C = c->C,
+    oracle_config oc = {.T = c->T, .B = lookahead_batch(cs->rows, c->B), .F = cs->F, .card = cs->card,
+                        .W = lookahead_window(cs->rows, c->B, c->W), .P = c->P, .C = c->C,
                         .threads = c->threads ? c->threads : 1, .borrow_input = 1};
     oracle o;
     int rc = oracle_init(&o, &oc);
@@ -371,7 +395,8 @@ static int run_lookahead(cachesim *cs, const cachesim_config *c, cachesim_result
         oracle_get_stats(&o, &st);
         r->batches = st.batches, r->accesses = st.accesses, r->hits = st.hits;
         r->fetched_rows = st.fetches, r->written_rows = st.evictions;
-        r->synced_rows = st.sync_now + st.sync_later, r->peak_rows = st.peak_resident;
+        // The plan lists syncs for T = 1 too, but a lone trainer applies them without an exchange.
+        r->synced_rows = c->T > 1 ? st.sync_now + st.sync_later : 0, r->peak_rows = st.peak_resident;
     }
     plan_free(&p);
     oracle_free(&o);
@@ -435,9 +460,9 @@ static void json_run(FILE *f, const sim_run *s, uint32_t D, int last) {
     if (s->pol == CS_LOOKAHEAD) fprintf(f, "%u", s->W);
     else fprintf(f, "null");
     if (s->rc) {
-        fprintf(f, ", \"error\": \"");
-        for (const char *c = s->err; *c; c++) fputc(*c == '"' || *c == '\\' ? '\'' : *c, f);
-        fprintf(f, "\"}%s\n", last ? "" : ",");
+        fprintf(f, ", \"error\": ");
+        jsonl_fput_string(f, s->err);
+        fprintf(f, "}%s\n", last ? "" : ",");
         return;
     }
     const cachesim_result *r = &s->r;
@@ -460,10 +485,10 @@ typedef struct {
 } sim_meta;
 
 static void json_write(FILE *f, const sim_meta *m, const sim_run *runs, int n) {
-    fprintf(f, "{\n  \"dataset\": \"");
-    for (const char *c = m->data; *c; c++) fputc(*c == '"' || *c == '\\' ? '_' : *c, f);
+    fprintf(f, "{\n  \"dataset\": ");
+    jsonl_fput_string(f, m->data);
     fprintf(f,
-            "\",\n  \"split\": \"%s\", \"rows\": %llu, \"batches\": %llu, \"batch_size\": %u, \"trainers\": %u, "
+            ",\n  \"split\": \"%s\", \"rows\": %llu, \"batches\": %llu, \"batch_size\": %u, \"trainers\": %u, "
             "\"prefetch\": %u, \"dim\": %u, \"row_bytes\": %u, \"cache\": %llu, \"lookahead\": %u,\n  \"hit_definition\": "
             "\"(trainer, key, batch) accesses served from the trainer's cache without a fetch for that batch\",\n"
             "  \"runs\": [\n",
@@ -618,8 +643,9 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         goto out;
     }
     for (int i = 0; i < nc; i++)
-        if (caches[i] == 0) {
-            rc = bp_fail(BP_EUSAGE, "--sweep-cache: cache sizes must be >= 1");
+        if (caches[i] == 0 || caches[i] > CACHESIM_MAX_CACHE) {
+            rc = bp_fail(BP_EUSAGE, "--sweep-cache: %llu is out of range [1, %llu] (as --cache)",
+                         (unsigned long long)caches[i], (unsigned long long)CACHESIM_MAX_CACHE);
             goto out;
         }
     for (int i = 0; i < nw; i++)
@@ -636,6 +662,13 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         goto out;
     }
     if ((rc = cachesim_open(&cs, ds.sparse + b * ds.info.n_sparse, e - b, ds.info.n_sparse, ds.info.card))) goto out;
+    // The oracle takes batches of fewer ids the longer its window: refused now, naming the flags,
+    // rather than after the other policies have run.
+    for (int i = 0; i < nw; i++)
+        if ((rc = cachesim_lookahead_fits(e - b, (uint32_t)batch, ds.info.n_sparse, (uint32_t)windows[i],
+                                          (uint32_t)prefetch, threads,
+                                          windows[i] == (uint64_t)window ? "lookahead" : "sweep-lookahead")))
+            goto out;
 
     runs = bp_xcalloc((size_t)(1 + 3 * nc + nw), sizeof *runs);
     runs[n++] = (sim_run){.pol = CS_NONE};

@@ -20,7 +20,8 @@
 //                 or at the end; the oracle writes every evicted row once (the end flushes)
 //   synced_rows   row gradients reduced among trainers: static, every pinned row used in a
 //                 batch; lru, every row used in a batch that two or more trainers use or hold
-//                 afterwards; the oracle, its sync-now plus sync-later entries
+//                 afterwards; the oracle, its sync-now plus sync-later entries; 0 when T = 1
+//                 (a lone trainer applies its gradients without an exchange)
 //   peak_rows     most rows one trainer holds at any point (in-flight prefetches included)
 #ifndef BP_CACHESIM_H
 #define BP_CACHESIM_H
@@ -53,6 +54,15 @@ void cachesim_close(cachesim *cs); // NULL is fine
 // lookahead returns the oracle's BP_ECAPACITY when C is below what a batch needs.
 int cachesim_run(cachesim *cs, cachesim_policy pol, const cachesim_config *cfg, cachesim_result *res);
 const char *cachesim_policy_name(cachesim_policy pol);
+// Whether the lookahead policy can plan a trace of `rows` rows in batches of B samples x F tables
+// with window W, prefetch P and `threads`: the oracle takes fewer ids per batch the longer its
+// window (oracle_max_batch_ids); a trace shorter than B is one batch of its rows, and a window
+// longer than the trace's batches is planned as one of that many (the same plan).  Returns 0 or
+// BP_EUSAGE naming --flag ("lookahead", "sweep-lookahead"), so a command refuses before simulating.
+int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, uint32_t P, int threads, const char *flag);
+
+// The largest cache size --cache and --sweep-cache take (rows per trainer).
+#define CACHESIM_MAX_CACHE ((uint64_t)1 << 40)
 
 // `bagpipe analyze --cache ROWS ...` once cmd_analyze has read the flags: simulates every policy
 // and prints the table (or JSON, and the --plot-dir files).  Returns 0 or an error code (the

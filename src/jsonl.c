@@ -34,6 +34,17 @@ static void put_string(jsonl *j, const char *s) {
     put(j, "\"", 1);
 }
 
+void jsonl_fput_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
 static void put_key(jsonl *j, const char *key) {
     if (j->n++) put(j, ",", 1);
     put_string(j, key);

@@ -22,6 +22,8 @@ void jsonl_begin(jsonl *j);
 void jsonl_str(jsonl *j, const char *key, const char *val);
 void jsonl_int(jsonl *j, const char *key, int64_t val);
 void jsonl_num(jsonl *j, const char *key, double val);
+// Writes s to f as a JSON string literal: quoted, with '"', backslash and control characters escaped.
+void jsonl_fput_string(FILE *f, const char *s);
 // A JSON-lines file, opened for appending.  Zeroed (or opened with path NULL) it discards.
 typedef struct {
     FILE *f;

@@ -777,6 +777,13 @@ static void unlock(oracle_impl *o) {
     if (o->threads == 2) pthread_mutex_unlock(&o->mu);
 }
 
+uint64_t oracle_max_batch_ids(uint32_t W, uint32_t P, int threads) {
+    uint32_t R = P + W + 3 + (threads == 2);
+    uint32_t slot_bits = 1;
+    while ((1u << slot_bits) <= R) slot_bits++; // as oracle_init
+    return (1ull << (32 - slot_bits)) - 1;
+}
+
 int oracle_init(oracle *out, const oracle_config *cfg) {
     out->impl = NULL;
     if (cfg->T < 1 || cfg->T > ORACLE_MAX_TRAINERS)
@@ -799,6 +806,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     while ((1u << slot_bits) <= R) slot_bits++; // R < 2^slot_bits, so no occurrence id is NIL
     uint32_t pos_bits = 32 - slot_bits;
     uint64_t per_batch = (uint64_t)cfg->B * cfg->F;
+    BP_ASSERT(oracle_max_batch_ids(cfg->W, cfg->P, cfg->threads) == (1ull << pos_bits) - 1);
     if (per_batch >= (1ull << pos_bits))
         return bp_fail(BP_EINVAL, "oracle: batch of %u samples x %u features is too large for a window of %u batches",
                        cfg->B, cfg->F, R);

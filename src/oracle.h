@@ -105,6 +105,10 @@ typedef struct {
 
 // Validates cfg (messages name the field) and allocates.  Returns 0 or BP_EINVAL/BP_ENOMEM.
 int oracle_init(oracle *o, const oracle_config *cfg);
+// The most ids (B x F) one batch may hold for window W, prefetch P and `threads` (1 or 2): an
+// occurrence id packs the batch's slot (W + P + 3 slots, one more with two threads) and the
+// position in it into 32 bits, so a longer window takes smaller batches.  oracle_init refuses more.
+uint64_t oracle_max_batch_ids(uint32_t W, uint32_t P, int threads);
 // Feeds the next global batch: ids (B, F), row-major.  After each push, call oracle_next_plan
 // until it returns 0 (the oracle holds a bounded window; pushing more without draining returns
 // BP_EINVAL).  An id >= card[f] returns BP_ERANGE naming batch, sample and feature.

@@ -18,6 +18,13 @@ set key top left box opaque
 # One colour per policy in both charts.
 c_none = "#888888"; c_static = "#1b9e77"; c_lru = "#7570b3"; c_look = "#d95f02"
 set grid
+# The x ranges of the data, taken before the y range is set: stats of one column keeps only the
+# values inside the y range, so caches and windows above 100 were dropped (the chart showed only
+# the points below 100, or gnuplot failed when there were none).
+stats dir."/cachesim_capacity.csv" using 1 skip 2 nooutput
+cap_min = STATS_min; cap_max = STATS_max
+stats dir."/cachesim_lookahead.csv" using 1 skip 2 nooutput
+w_min = STATS_min; w_max = STATS_max
 set ylabel "hit rate (%)"
 set yrange [0:100]
 
@@ -27,8 +34,7 @@ set title "Hit rate vs cache size"
 set xlabel "cache rows per trainer"
 set logscale x
 # One capacity (no --sweep-cache): a range around it, instead of gnuplot's "empty x range" warning.
-stats dir."/cachesim_capacity.csv" using 1 skip 2 nooutput
-if (STATS_min == STATS_max) { set xrange [STATS_min / 2.0 : STATS_max * 2.0] } else { set autoscale x }
+if (cap_min == cap_max) { set xrange [cap_min / 2.0 : cap_max * 2.0] } else { set autoscale x }
 plot dir."/cachesim_capacity.csv" using 1:2 skip 2 with linespoints lw 2 lc rgb c_none title "none", \
      ''                           using 1:3 skip 2 with linespoints lw 2 lc rgb c_static title "static top-N", \
      ''                           using 1:4 skip 2 with linespoints lw 2 lc rgb c_lru title "LRU", \
@@ -39,8 +45,7 @@ unset logscale x
 set output dir."/hit_vs_lookahead".ext
 set title "Hit rate vs lookahead window (same cache size)"
 set xlabel "lookahead window W (batches)"
-stats dir."/cachesim_lookahead.csv" using 1 skip 2 nooutput
-if (STATS_min == STATS_max) { set xrange [STATS_min - 1 : STATS_max + 1] } else { set autoscale x }
+if (w_min == w_max) { set xrange [w_min - 1 : w_max + 1] } else { set autoscale x }
 plot dir."/cachesim_lookahead.csv" using 1:2 skip 2 with linespoints lw 2 lc rgb c_look title "lookahead", \
      ''                            using 1:3 skip 2 with lines dt 2 lw 2 lc rgb c_lru title "LRU", \
      ''                            using 1:4 skip 2 with lines dt 3 lw 2 lc rgb c_static title "static top-N", \
