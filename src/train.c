@@ -410,6 +410,12 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
         return bp_fail(BP_EUSAGE, "%s: %lld iterations; --mode bagpipe plans at most %lld (its plan records count "
                        "iterations in 32 bits)", fl->iters ? "--iters" : "--epochs", (long long)su->total_iters,
                        (long long)max_planned);
+    // ... and a batch's occurrences in 32 bits shared with the window's slots (oracle.h).
+    const uint64_t max_ids = oracle_max_batch_ids((uint32_t)fl->lookahead, (uint32_t)fl->prefetch, fl->oracle_threads);
+    if (fl->mode == TRAIN_MODE_BAGPIPE && (uint64_t)fl->batch * in->n_sparse > max_ids)
+        return bp_fail(BP_EUSAGE, "--lookahead %d with --batch-size %d: the oracle holds at most %llu ids (samples x "
+                       "%u tables) per batch with this window; a shorter --lookahead or a smaller --batch-size fits",
+                       fl->lookahead, fl->batch, (unsigned long long)max_ids, (unsigned)in->n_sparse);
     su->eval_split = (bp_split)fl->eval_split;
     bp_ds_split_range(ds, su->eval_split, &su->ev0, &su->ev1);
     if (fl->eval_rows && su->ev1 - su->ev0 > (uint64_t)fl->eval_rows) su->ev1 = su->ev0 + (uint64_t)fl->eval_rows;

@@ -771,6 +771,16 @@ TEST(badinput_zero_trainers_or_servers) {
 
 // A flag that the chosen mode or model does not read is refused, naming the flag and what reads
 // it (several used to be ignored silently).
+// The oracle packs a batch's occurrences and the window's slots into 32 bits: a window too long
+// for the batch is a flag error before any rank starts, not the oracle's message from inside the job.
+TEST(badinput_bagpipe_window_too_long_for_the_batch) {
+    const char *d = dataset("big.bin", 20000); // 3 tables
+    EXPECT(2, cmd("%s train %s --arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --mode bagpipe "
+                  "--lookahead 65536 --batch-size 11000 --iters 5", test_bin(), d),
+           "--lookahead 65536 with --batch-size 11000: the oracle holds at most 32767 ids (samples x 3 tables) per "
+           "batch with this window");
+}
+
 TEST(badinput_flags_that_do_not_apply) {
     const char *d = dataset("d.bin", 500);
     EXPECT(2, cmd("%s train %s --mode sync --cache-rows 100 --lookahead 3", test_bin(), d),
