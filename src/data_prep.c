@@ -375,13 +375,15 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
 static void prep_print_summary(const prep_opts *o, const prep_stats *st) {
     char a[32], b[32];
     double mb = (double)st->bytes_text / 1e6, secs = st->seconds > 0 ? st->seconds : 1e-9;
-    printf("prep: %llu rows (train %llu, val %llu, test %llu) from %d input file%s\n", (unsigned long long)st->rows,
-           (unsigned long long)st->split[0], (unsigned long long)st->split[1], (unsigned long long)st->split[2],
+    printf("prep: %llu row%s (train %llu, val %llu, test %llu) from %d input file%s\n", (unsigned long long)st->rows,
+           st->rows == 1 ? "" : "s", (unsigned long long)st->split[0], (unsigned long long)st->split[1], (unsigned long long)st->split[2],
            o->n_inputs, o->n_inputs == 1 ? "" : "s");
     printf("input: %s text", bp_fmt_bytes(a, sizeof a, (double)st->bytes_text));
     if (st->bytes_file != st->bytes_text) printf(" (%s compressed)", bp_fmt_bytes(b, sizeof b, (double)st->bytes_file));
-    printf(" in %.2f s: %.1f MB/s, %.0f rows/s", st->seconds, mb / secs, (double)st->rows / secs);
-    if (!o->max_ind_range) printf(" (two passes; counting took %.2f s)", st->seconds_count);
+    char t1[32], t2[32];
+    printf(" in %s: %.1f MB/s, %.0f rows/s", bp_fmt_seconds(t1, sizeof t1, st->seconds), mb / secs,
+           (double)st->rows / secs);
+    if (!o->max_ind_range) printf(" (two passes; counting took %s)", bp_fmt_seconds(t2, sizeof t2, st->seconds_count));
     printf("\n");
     uint64_t total = 0;
     for (uint32_t f = 0; f < st->n_sparse; f++) total += st->card[f];
