@@ -594,8 +594,9 @@ static int find_plot_script(char *out, size_t cap) {
     return access(out, R_OK) == 0;
 }
 
-// Runs gnuplot on the CSV files in dir.  Returns 1 if the charts were made.
-static int run_gnuplot(const char *dir) {
+// Runs gnuplot on the CSV files in dir (the window chart's cache size C named in its title).
+// Returns 1 if the charts were made.
+static int run_gnuplot(const char *dir, uint64_t C) {
     char script[4096], arg[4200];
     if (!find_plot_script(script, sizeof script)) {
         bp_log(BP_LOG_WARN, "analyze: tools/plot_cachesim.gp not found (set BAGPIPE_TOOLS); the CSV files are in %s", dir);
@@ -605,7 +606,7 @@ static int run_gnuplot(const char *dir) {
         bp_log(BP_LOG_WARN, "analyze: --plot-dir contains a quote; skipping gnuplot");
         return 0;
     }
-    snprintf(arg, sizeof arg, "dir='%s'", dir);
+    snprintf(arg, sizeof arg, "dir='%s'; cache=%llu", dir, (unsigned long long)C);
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) return 0;
@@ -620,6 +621,15 @@ static int run_gnuplot(const char *dir) {
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         bp_log(BP_LOG_WARN, "analyze: gnuplot %s (try: gnuplot -e \"%s\" %s)",
                WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "is not installed" : "failed", arg, script);
+        // A chart gnuplot opened and then failed to draw is empty: no chart rather than a blank one.
+        static const char *const charts[] = {"hit_vs_capacity.png", "hit_vs_capacity.svg", "hit_vs_lookahead.png",
+                                              "hit_vs_lookahead.svg"};
+        char path[4200];
+        for (size_t i = 0; i < sizeof charts / sizeof *charts; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, charts[i]);
+            struct stat cs;
+            if (stat(path, &cs) == 0 && S_ISREG(cs.st_mode) && cs.st_size == 0) unlink(path);
+        }
         return 0;
     }
     return 1;
@@ -731,7 +741,7 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
             (rc = write_file(plot_dir, "cachesim_capacity.csv", emit_capacity_csv, &d)) ||
             (rc = write_file(plot_dir, "cachesim_lookahead.csv", emit_lookahead_csv, &d)))
             goto out;
-        int plotted = run_gnuplot(plot_dir);
+        int plotted = run_gnuplot(plot_dir, meta.C);
         fprintf(json ? stderr : stdout, "\nwrote %s/cachesim.json, cachesim_capacity.csv, cachesim_lookahead.csv%s\n",
                 plot_dir, plotted ? ", hit_vs_capacity and hit_vs_lookahead charts" : "");
     }

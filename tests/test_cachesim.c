@@ -377,6 +377,39 @@ TEST(cachesim_charts_of_caches_and_windows_above_100) {
     }
 }
 
+// A chart script that fails after opening its output (here: an undefined variable) leaves no
+// empty chart behind; the CSV files stay.  The window chart's script gets the cache size.
+TEST(cachesim_failed_chart_leaves_no_empty_file) {
+    if (test_run(NULL, 10, "command -v gnuplot") != 0) {
+        test_skip("gnuplot is not installed");
+        return;
+    }
+    const char *data = test_path("d.bin");
+    ASSERT_OK(write_powerlaw_dataset(data));
+    char tools[600], script[700];
+    snprintf(tools, sizeof tools, "%s", test_path("tools"));
+    ASSERT_EQ(mkdir(tools, 0755), 0);
+    snprintf(script, sizeof script, "%s/plot_cachesim.gp", tools);
+    FILE *f = fopen(script, "w");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "set terminal svg\nset output dir.\"/hit_vs_capacity.svg\"\nplot cache + no_such_variable\n");
+    fclose(f);
+    const char *dir = test_path("plots");
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "BAGPIPE_TOOLS=%s %s analyze --cache 400 --trainers 2 -b 32 -t 1 --plot-dir %s %s",
+                       tools, test_bin(), dir, data),
+              0);
+    ASSERT_STR_CONTAINS(out, "gnuplot failed");
+    ASSERT_STR_CONTAINS(out, "cache=400");
+    free(out);
+    char path[700];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/hit_vs_capacity.svg", dir);
+    ASSERT_MSG(stat(path, &sb) != 0, "an empty chart was left: %s", path);
+    snprintf(path, sizeof path, "%s/cachesim_capacity.csv", dir);
+    ASSERT_MSG(stat(path, &sb) == 0 && sb.st_size > 0, "no CSV: %s", path);
+}
+
 // --json names the dataset as a JSON string: a quote or a backslash in the path used to become '_'
 // (another file's name) and a tab or newline went out raw (not JSON), where plain analyze --json
 // escapes them.

@@ -1,5 +1,5 @@
 # Charts for `bagpipe analyze --cache ... --plot-dir DIR`:
-#   gnuplot -e "dir='DIR'" tools/plot_cachesim.gp
+#   gnuplot -e "dir='DIR'; cache=ROWS" tools/plot_cachesim.gp     (cache: --cache, for a title)
 # reads DIR/cachesim_capacity.csv and DIR/cachesim_lookahead.csv, writes DIR/hit_vs_capacity and
 # DIR/hit_vs_lookahead as PNG (pngcairo, else png) or, without either, SVG.
 if (!exists("dir")) dir = "."
@@ -43,7 +43,11 @@ unset logscale x
 
 # Hit rate of the lookahead policy against its window, with the others at the same cache size.
 set output dir."/hit_vs_lookahead".ext
-set title "Hit rate vs lookahead window (same cache size)"
+if (exists("cache")) {
+    set title sprintf("Hit rate vs lookahead window (cache of %.0f rows per trainer)", cache * 1.0)
+} else {
+    set title "Hit rate vs lookahead window (same cache size)"
+}
 set xlabel "lookahead window W (batches)"
 if (w_min == w_max) { set xrange [w_min - 1 : w_max + 1] } else { set autoscale x }
 plot dir."/cachesim_lookahead.csv" using 1:2 skip 2 with linespoints lw 2 lc rgb c_look title "lookahead", \
