@@ -52,8 +52,11 @@ int cmd_info(int argc, char **argv) {
     printf("source      %s\n", in->source);
     printf("rows        %llu (train %llu, val %llu, test %llu)\n", (unsigned long long)in->rows,
            (unsigned long long)in->split[0], (unsigned long long)in->split[1], (unsigned long long)in->split[2]);
-    printf("features    %u dense (%s), %u sparse\n", in->n_dense,
-           in->transform == BP_TRANSFORM_LOG1P ? "log(1+max(x,0))" : "raw", in->n_sparse);
+    if (in->n_dense) // the transform says nothing without dense features (Avazu)
+        printf("features    %u dense (%s), %u sparse\n", in->n_dense,
+               in->transform == BP_TRANSFORM_LOG1P ? "log(1+max(x,0))" : "raw", in->n_sparse);
+    else
+        printf("features    0 dense, %u sparse\n", in->n_sparse);
     printf("id mapping  %s", idmaps[in->idmap]);
     if (in->idmap == BP_IDMAP_FREQ) printf(" (min count %u)", in->min_count);
     if (in->idmap == BP_IDMAP_HASH) printf(" (modulo %llu)", (unsigned long long)in->max_ind_range);

@@ -393,6 +393,11 @@ TEST(synth_avazu_csv_parses_back_to_the_binary) {
     fclose(f);
     ASSERT_EQ(row, ds.info.rows);
     bp_ds_close(&ds);
+    // info names no dense transform where there are no dense features
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 30, "%s info %s", test_bin(), bin), 0);
+    ASSERT_STR_CONTAINS(out, "features    0 dense, 23 sparse\n");
+    free(out);
 }
 
 TEST(synth_split_sizes) {
