@@ -66,4 +66,4 @@ sanitize:
 	scripts/sanitize.sh
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan

@@ -226,6 +226,15 @@ static int fast_sum_supported(void) {
            __builtin_cpu_supports("avx512vl");
 }
 
+// The probe runs once for the process: synth's workers summarise their blocks at the same time.
+static int fast_sum;
+static pthread_once_t fast_sum_once = PTHREAD_ONCE_INIT;
+static void fast_sum_probe(void) { fast_sum = fast_sum_supported(); }
+static int fast_sum_on(void) {
+    pthread_once(&fast_sum_once, fast_sum_probe);
+    return fast_sum;
+}
+
 // Per table, the largest id + 1 over n rows of F ids (F <= 64: four 16-lane registers a row).
 static AVX512_FN void max_ids(const uint32_t *sp, size_t n, uint32_t F, uint32_t *max_id1) {
     __m512i mx[4];
@@ -248,9 +257,7 @@ static AVX512_FN void max_ids(const uint32_t *sp, size_t n, uint32_t F, uint32_t
 
 uint32_t synth_crc32(uint32_t crc, const void *buf, size_t n) {
 #if SYNTH_FAST_SUM
-    static int fast = -1; // racy but idempotent
-    if (fast < 0) fast = fast_sum_supported();
-    if (fast && n >= 64) {
+    if (fast_sum_on() && n >= 64) {
         size_t head = n & ~(size_t)15;
         crc = ~crc32_fold(~crc, buf, head);
         buf = (const uint8_t *)buf + head, n -= head;
@@ -262,9 +269,7 @@ uint32_t synth_crc32(uint32_t crc, const void *buf, size_t n) {
 void synth_rows_summarize(const bp_ds_info *shape, size_t n, const uint8_t *labels, const float *dense,
                           const uint32_t *sparse, const float *prob, bp_ds_rows_sum *sum) {
 #if SYNTH_FAST_SUM
-    static int fast = -1;
-    if (fast < 0) fast = fast_sum_supported();
-    if (fast) {
+    if (fast_sum_on()) {
         const uint32_t F = shape->n_sparse, Nd = shape->n_dense;
         BP_ASSERT(F >= 1 && F <= BP_DS_MAX_SPARSE);
         memset(sum, 0, sizeof *sum);
