@@ -1040,6 +1040,24 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     st->mem_bytes = mem;
 }
 
+uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t distinct) {
+    uint64_t K = 0;
+    for (uint32_t f = 0; f < cfg->F; f++) K += cfg->card[f];
+    const uint64_t R = cfg->P + cfg->W + 3 + (cfg->threads == 2), per_batch = (uint64_t)cfg->B * cfg->F;
+    const uint64_t act_cap = BP_MIN(BP_MIN(K, R * per_batch), (uint64_t)0x7FFFFFFF);
+    const uint64_t resident = BP_MIN((uint64_t)cfg->T * cfg->C, K);
+    const uint64_t acts = BP_MIN(act_cap, BP_MIN(K, distinct + resident));
+    const int km = cfg->keymap == ORACLE_KEYMAP_AUTO ? (K <= (1ull << 28) ? ORACLE_KEYMAP_FLAT : ORACLE_KEYMAP_HASH)
+                                                     : cfg->keymap;
+    // the same terms as oracle_get_stats, at these high-water marks
+    uint64_t mem = acts * (sizeof(uint32_t) + sizeof(uint64_t) + 1);
+    mem += R * unique * (2 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8));
+    mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
+    mem += unique * sizeof(uint64_t) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
+    mem += resident * sizeof(bentry);
+    return mem;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Trace driver
 

@@ -124,6 +124,12 @@ int oracle_next_plan(oracle *o, plan *p);
 int oracle_done(const oracle *o);
 void oracle_get_stats(const oracle *o, oracle_stats *st);
 void oracle_free(oracle *o); // safe on a zeroed or freed oracle
+// What oracle_get_stats's mem_bytes will be, from cfg and two figures of the trace, without
+// allocating: unique = the most distinct keys in one batch, distinct = the distinct keys of a
+// window of W + P + 3 batches.  Resident keys are taken at T x C (a full cache); with a hash
+// keymap the map is taken at its largest (three tables' worth while it grows) over the window's
+// keys, though it grows with the run's.
+uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t distinct);
 
 // Trace driver: plans a split of a dataset in row order, batch t = rows [t*B, (t+1)*B) of the
 // split, the final partial batch kept (it becomes the PLAN_LAST record).  cfg supplies T, B, W,
