@@ -113,7 +113,7 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     // test hook (tests/test_dist_mem.c): each rank reports its peak resident memory above what it
     // held when it got here, for comparison with the memory plan
     const char *mem_hook = getenv("BAGPIPE_TEST_MEM_REPORT");
-    const uint64_t rss0 = mem_hook && *mem_hook == '1' ? status_bytes("VmRSS") : 0;
+    const uint64_t rss0 = mem_hook && *mem_hook == '1' ? status_bytes("VmRSS") : 0, file0 = status_bytes("RssFile");
     ckpt_test_pidfile(me);
     char role[64];
     dist_role_name(me, l, role, sizeof role);
@@ -163,7 +163,9 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
         comm_abort(1);
     }
     if (rss0) {
-        printf("memory used: rank %d (%s): %llu bytes\n", me, role, (unsigned long long)(status_bytes("VmHWM") - rss0));
+        // less the dataset's pages read meanwhile (file-backed, still mapped: RssFile only grows)
+        const uint64_t file = status_bytes("RssFile") - file0;
+        printf("memory used: rank %d (%s): %lld bytes\n", me, role, (long long)(status_bytes("VmHWM") - rss0 - file));
         fflush(stdout);
     }
     if (ro) role_oracle_report(ro);

@@ -51,40 +51,6 @@ static int replica_bytes(const train_setup *su, int max_batch, uint64_t *out, si
     return 0;
 }
 
-// The most distinct keys of one batch and of the first W + P + 3 batches (the oracle's window),
-// in training order, counted with two bitmaps over the key space.  Key spaces above 2^30 keys
-// get the bounds (every id distinct) and *exact = 0.
-static void trace_figures(const train_setup *su, const emb_layout *L, uint64_t R, uint64_t *unique, uint64_t *distinct,
-                          int *exact) {
-    const uint64_t B = (uint64_t)su->B, F = (uint64_t)su->mc.F, K = L->rows;
-    const uint64_t nb = BP_MIN(R, (uint64_t)BP_MAX(su->total_iters, 1));
-    *unique = B * F, *distinct = BP_MIN(K, nb * B * F), *exact = 0;
-    if (K > (1ull << 30) || !su->ds || !su->ds->sparse || su->per_epoch == 0) return;
-    uint64_t *win = calloc(K / 64 + 1, sizeof *win), *one = calloc(K / 64 + 1, sizeof *one);
-    if (!win || !one) {
-        free(win), free(one);
-        return;
-    }
-    uint64_t U = 0, D = 0;
-    for (uint64_t t = 0; t < nb; t++) {
-        const uint64_t r = su->tr0 + (t % su->per_epoch) * B;
-        const uint32_t *ids = su->ds->sparse + r * F;
-        uint64_t u = 0;
-        for (uint64_t j = 0; j < B * F; j++) {
-            const uint64_t k = L->offset[j % F] + ids[j], bit = (uint64_t)1 << (k & 63);
-            if (!(one[k >> 6] & bit)) one[k >> 6] |= bit, u++;
-            if (!(win[k >> 6] & bit)) win[k >> 6] |= bit, D++;
-        }
-        for (uint64_t j = 0; j < B * F; j++) {
-            const uint64_t k = L->offset[j % F] + ids[j];
-            one[k >> 6] &= ~((uint64_t)1 << (k & 63));
-        }
-        U = BP_MAX(U, u);
-    }
-    free(win), free(one);
-    *unique = U, *distinct = D, *exact = 1;
-}
-
 int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_layout *l) {
     memset(p, 0, sizeof *p);
     emb_layout L;
@@ -172,7 +138,8 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
                              .threads = su->oracle_threads == 2 ? 2 : 1, .keymap = ORACLE_KEYMAP_AUTO};
         const uint64_t R = (uint64_t)su->lookahead + su->prefetch + 3 + (su->oracle_threads == 2);
         uint64_t U, D;
-        trace_figures(su, &L, R, &U, &D, &p->oracle_exact);
+        p->oracle_exact = oracle_window_figures(su->ds, su->tr0, su->per_epoch, (uint32_t)su->B,
+                                                BP_MIN(R, (uint64_t)BP_MAX(su->total_iters, 1)), &U, &D);
         p->oracle = oracle_mem_estimate(&cfg, U, D);
     }
     p->dataset = su->ds ? su->ds->map_size : 0;
