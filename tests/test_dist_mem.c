@@ -143,6 +143,11 @@ TEST(dist_refuses_a_job_that_does_not_fit) {
     ASSERT_STR_CONTAINS(out, "the largest part is the trainers' caches: a smaller --cache-rows");
     ASSERT_MSG(!strstr(out, "layout:") && !strstr(out, "memory used:"), "a rank started:\n%s", out);
     free(out);
+    out = NULL; // local mode's plan compares with the same figure
+    rc = test_run(&out, 60, "BAGPIPE_MEM_AVAILABLE=1000000 %s train --batch-size 256 --iters 5 %s", test_bin(), data);
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "but only 976.6 KiB is available");
+    free(out);
 }
 
 // Under the user's own mpirun (ranks possibly on several hosts) rank 0 prints the plan of the
