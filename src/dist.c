@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ckpt_run.h"
 #include "comm.h"
@@ -91,8 +92,28 @@ static void print_layout(const train_setup *su, const dist_layout *l) {
     fflush(stdout);
 }
 
+// A field of /proc/self/status in bytes (VmRSS, VmHWM), 0 when missing.
+static uint64_t status_bytes(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t kb = 0;
+    const size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
+            kb = strtoull(line + klen + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb * 1024;
+}
+
 int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     const int me = comm_rank(), n = comm_size();
+    // test hook (tests/test_dist_mem.c): each rank reports its peak resident memory above what it
+    // held when it got here, for comparison with the memory plan
+    const char *mem_hook = getenv("BAGPIPE_TEST_MEM_REPORT");
+    const uint64_t rss0 = mem_hook && *mem_hook == '1' ? status_bytes("VmRSS") : 0, file0 = status_bytes("RssFile");
     ckpt_test_pidfile(me);
     char role[64];
     dist_role_name(me, l, role, sizeof role);
@@ -140,6 +161,12 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     if (rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);
+    }
+    if (rss0) {
+        // less the dataset's pages read meanwhile (file-backed, still mapped: RssFile only grows)
+        const uint64_t file = status_bytes("RssFile") - file0;
+        printf("memory used: rank %d (%s): %lld bytes\n", me, role, (long long)(status_bytes("VmHWM") - rss0 - file));
+        fflush(stdout);
     }
     if (ro) role_oracle_report(ro);
     role_oracle_free(ro);

@@ -88,6 +88,31 @@ int role_async_check(const train_setup *su, const dist_layout *l, int i);
 int role_async_run(const train_setup *su, const dist_layout *l, int i);
 const char *dist_mode_name(dist_mode m);
 
+// The memory plan: the bytes each rank will hold, from the configuration and the dataset (read,
+// not allocated), before any rank starts.  Per role kind: a server (the largest shard of rows
+// with optimizer state, keys, directory, message buffers), a trainer (dense replica, batch and
+// message buffers, the rows its mode keeps: sharded's shard, static's pinned rows, bagpipe's and
+// async's caches), trainer 0 (the writer: its larger evaluation batch, and writer_table, every
+// row gathered for evaluation or saving), the oracle of mode bagpipe (oracle_mem_estimate over the
+// first window of the train split).  The dataset is mapped read-only by every rank: page cache,
+// shared and reclaimable, so it is shown and not added.  Each rank's runtime (MPI, BLAS buffers,
+// code: some tens of MiB) is not counted either.
+typedef struct {
+    int S, T;
+    uint64_t server, trainer, trainer0, writer_table, oracle;
+    uint64_t trainer_rows; // of trainer: the rows of its mode (shard, pinned rows, cache)
+    int oracle_exact;      // 0: the oracle figure is a bound (key space too large to count)
+    uint64_t dataset;      // bytes of the dataset's mapping (not in total)
+    uint64_t total;        // every rank of the job
+} dist_mem_plan;
+int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_layout *l);
+// "memory plan: 2 servers x 1.1 GiB, 4 trainers x ...: 3.7 GiB of 20 GiB available" on stdout.
+void dist_mem_plan_print(const dist_mem_plan *p, uint64_t avail);
+// The memory the plans compare with: bp_mem_available(), or the bytes in the environment
+// variable BAGPIPE_MEM_AVAILABLE (for tests of the refusals).
+#define DIST_MEM_AVAILABLE_ENV "BAGPIPE_MEM_AVAILABLE"
+uint64_t dist_mem_available(void);
+
 // Samples of trainer i in a global batch of B: [dist_slice_begin(B, T, i), ..(B, T, i + 1)).
 static inline int dist_slice_begin(int B, int T, int i) { return (int)((long long)i * B / T); }
 

@@ -1040,6 +1040,56 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     st->mem_bytes = mem;
 }
 
+int oracle_window_figures(const bp_dataset *ds, uint64_t row0, uint64_t per_epoch, uint32_t B, uint64_t nb,
+                          uint64_t *unique, uint64_t *distinct) {
+    const uint64_t F = ds->info.n_sparse, K = bp_ds_total_card(&ds->info);
+    *unique = (uint64_t)B * F, *distinct = BP_MIN(K, nb * B * F);
+    if (K > (1ull << 30) || per_epoch == 0 || nb == 0) return 0;
+    uint64_t *off = bp_xmalloc((F ? F : 1) * sizeof *off), acc = 0;
+    for (uint64_t f = 0; f < F; f++) off[f] = acc, acc += ds->info.card[f];
+    uint64_t *win = calloc(K / 64 + 1, sizeof *win), *one = calloc(K / 64 + 1, sizeof *one);
+    if (!win || !one) {
+        free(win), free(one), free(off);
+        return 0;
+    }
+    uint64_t U = 0, D = 0;
+    for (uint64_t t = 0; t < nb; t++) {
+        const uint32_t *ids = ds->sparse + (row0 + (t % per_epoch) * B) * F;
+        uint64_t u = 0;
+        for (uint64_t j = 0; j < (uint64_t)B * F; j++) {
+            const uint64_t k = off[j % F] + ids[j], bit = (uint64_t)1 << (k & 63);
+            if (!(one[k >> 6] & bit)) one[k >> 6] |= bit, u++;
+            if (!(win[k >> 6] & bit)) win[k >> 6] |= bit, D++;
+        }
+        for (uint64_t j = 0; j < (uint64_t)B * F; j++) {
+            const uint64_t k = off[j % F] + ids[j];
+            one[k >> 6] &= ~((uint64_t)1 << (k & 63));
+        }
+        U = BP_MAX(U, u);
+    }
+    free(win), free(one), free(off);
+    *unique = U, *distinct = D;
+    return 1;
+}
+
+uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t distinct) {
+    uint64_t K = 0;
+    for (uint32_t f = 0; f < cfg->F; f++) K += cfg->card[f];
+    const uint64_t R = cfg->P + cfg->W + 3 + (cfg->threads == 2), per_batch = (uint64_t)cfg->B * cfg->F;
+    const uint64_t act_cap = BP_MIN(BP_MIN(K, R * per_batch), (uint64_t)0x7FFFFFFF);
+    const uint64_t resident = BP_MIN((uint64_t)cfg->T * cfg->C, K);
+    const uint64_t acts = BP_MIN(act_cap, BP_MIN(K, distinct + resident));
+    const int km = cfg->keymap == ORACLE_KEYMAP_AUTO ? (K <= (1ull << 28) ? ORACLE_KEYMAP_FLAT : ORACLE_KEYMAP_HASH)
+                                                     : cfg->keymap;
+    // the same terms as oracle_get_stats, at these high-water marks
+    uint64_t mem = acts * (sizeof(uint32_t) + sizeof(uint64_t) + 1);
+    mem += R * unique * (2 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8));
+    mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
+    mem += unique * sizeof(uint64_t) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
+    mem += resident * sizeof(bentry);
+    return mem;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Trace driver
 

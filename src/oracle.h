@@ -124,6 +124,18 @@ int oracle_next_plan(oracle *o, plan *p);
 int oracle_done(const oracle *o);
 void oracle_get_stats(const oracle *o, oracle_stats *st);
 void oracle_free(oracle *o); // safe on a zeroed or freed oracle
+// What oracle_get_stats's mem_bytes will be, from cfg and two figures of the trace, without
+// allocating: unique = the most distinct keys in one batch, distinct = the distinct keys of a
+// window of W + P + 3 batches.  Resident keys are taken at T x C (a full cache); with a hash
+// keymap the map is taken at its largest (three tables' worth while it grows) over the window's
+// keys, though it grows with the run's.
+uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t distinct);
+// The two figures of the trace for oracle_mem_estimate: batch t of B samples = rows row0 +
+// (t % per_epoch) B of ds (training order), t < nb (nb = W + P + 3, or the run's batches when fewer).
+// Counted with two bitmaps over the key space (K / 4 bytes); above 2^30 keys it gives the bounds
+// (every id distinct) and returns 0, else 1.
+int oracle_window_figures(const bp_dataset *ds, uint64_t row0, uint64_t per_epoch, uint32_t B, uint64_t nb,
+                          uint64_t *unique, uint64_t *distinct);
 
 // Trace driver: plans a split of a dataset in row order, batch t = rows [t*B, (t+1)*B) of the
 // split, the final partial batch kept (it becomes the PLAN_LAST record).  cfg supplies T, B, W,

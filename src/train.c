@@ -529,6 +529,42 @@ static int metrics_probe(const char *path) {
 // --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
 // become a rank.  sharded runs no server ranks (the rows live on the trainers): it takes
 // --servers 0, and the default --servers 1 is read as 0; more servers are an error.
+// The distributed modes' memory plan (dist_mem_plan), printed; with `refuse` (every rank on this
+// host: the launcher's own mpirun) a plan beyond the available memory is an error naming its
+// largest part and what reduces it.
+static int dist_mem_check(const train_setup *su, const dist_layout *lay, int refuse) {
+    dist_mem_plan p;
+    int rc = dist_mem_plan_compute(&p, su, lay);
+    if (rc) return rc;
+    const uint64_t avail = dist_mem_available();
+    dist_mem_plan_print(&p, avail);
+    if (!refuse || avail == 0 || p.total <= avail) return 0;
+    const int rows_mode = lay->mode == DIST_MODE_SHARDED ? 0 : lay->mode == DIST_MODE_STATIC ? 1 : 2;
+    struct {
+        uint64_t bytes;
+        const char *what;
+    } part[] = {
+        {(uint64_t)lay->S * p.server, "the servers' shards of the tables: smaller tables (prep --max-ind-range) or "
+                                      "--arch-sparse-feature-size; more --servers split them but not on one host"},
+        {(uint64_t)lay->T * p.trainer_rows,
+         rows_mode == 0 ? "the trainers' shards of the tables: smaller tables (prep --max-ind-range) or --arch-sparse-feature-size"
+         : rows_mode == 1 ? "the rows pinned on every trainer: a smaller --static-rows"
+                          : "the trainers' caches: a smaller --cache-rows"},
+        {p.writer_table, "trainer 0's copy of every row for evaluation and saving: --no-eval and no --save"},
+        {p.oracle, "the oracle's window: a smaller --lookahead or --batch-size"},
+        {p.total - (uint64_t)lay->S * p.server - (uint64_t)lay->T * p.trainer_rows - p.writer_table - p.oracle,
+         "the trainers' models and batch buffers: a smaller --batch-size or fewer --trainers"},
+    };
+    size_t big = 0;
+    for (size_t k = 1; k < BP_ARRAY_LEN(part); k++)
+        if (part[k].bytes > part[big].bytes) big = k;
+    char b1[32], b2[32], b3[32];
+    return bp_fail(BP_ENOMEM, "the job needs %s but only %s is available on this host; the largest part is %s (%s); "
+                   "no rank was started", bp_fmt_bytes(b1, sizeof b1, (double)p.total),
+                   bp_fmt_bytes(b2, sizeof b2, (double)avail), part[big].what,
+                   bp_fmt_bytes(b3, sizeof b3, (double)part[big].bytes));
+}
+
 static int train_distributed(const train_flags *fl, const char *data_path, int argc, char **argv) {
     static const dist_mode modes[] = {[TRAIN_MODE_SYNC] = DIST_MODE_SYNC, [TRAIN_MODE_SHARDED] = DIST_MODE_SHARDED,
                                       [TRAIN_MODE_STATIC] = DIST_MODE_STATIC, [TRAIN_MODE_BAGPIPE] = DIST_MODE_BAGPIPE,
@@ -551,6 +587,7 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
         // Flags, dataset and checkpoint are checked here first, so that a mistake is one message
         // and no job starts; the ranks check them again (under a launcher this is where they are).
         int rc = setup_build(&su, fl, &ds, data_path);
+        if (!rc) rc = dist_mem_check(&su, &lay, 1);
         bp_ds_close(&ds);
         if (!rc) rc = metrics_probe(fl->metrics);
         if (rc) return cmd_exit(rc);
@@ -565,6 +602,9 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     if (getenv(LAUNCH_ENV_SELF) || comm_rank() != 0) bp_log_level = BP_LOG_ERROR;
     rc = setup_build(&su, fl, &ds, data_path);
     bp_log_level = level;
+    // under the user's launcher the ranks may be on several hosts: rank 0 prints the plan of the
+    // whole job and refuses nothing
+    if (!rc && comm_rank() == 0 && !getenv(LAUNCH_ENV_SELF)) rc = dist_mem_check(&su, &lay, 0);
     rc = dist_run(&su, &lay, rc);
     bp_ds_close(&ds);
     return rc;
@@ -607,7 +647,9 @@ int cmd_train(int argc, char **argv) {
                    "no cache; sharded: rows partitioned over the trainers, all-to-all per iteration; "
                    "static: the hottest rows pinned on every trainer, the rest on servers; "
                    "bagpipe: oracle-planned lookahead cache, prefetch and LRPP sync; "
-                   "async: per-trainer LRU/LFU caches read rows up to --staleness iterations old)"),
+                   "async: per-trainer LRU/LFU caches read rows up to --staleness iterations old). Every mode prints its "
+                   "memory plan first and refuses one beyond this host's memory (distributed: when it starts the "
+                   "ranks itself; under your mpirun rank 0 prints the plan only)"),
         CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, UINT32_MAX - 1, "bagpipe, async: cache capacity per trainer (rows)"),
         CLI_INT("staleness", 0, &fl.staleness, 0, 0, 1000000,
                 "async: read a cached row up to this many iterations after its fetch (0: as sync)"),
@@ -725,7 +767,7 @@ int cmd_train(int argc, char **argv) {
         if ((rc = model_init(&probe, &mc, max_batch))) goto out;
         double mbytes = (double)(probe.n_params * 2 + probe.n_acts) * 4 + (double)dense_opt_state_floats(&dopt, probe.n_params) * 4;
         model_free(&probe);
-        double need = tbytes + gbytes + mbytes, avail = (double)bp_mem_available();
+        double need = tbytes + gbytes + mbytes, avail = (double)dist_mem_available();
         printf("memory plan: embedding tables %s (%llu rows x %d floats), model %s, buffers %s; %s available\n",
                bp_fmt_bytes(b1, sizeof b1, tbytes), (unsigned long long)L.rows, L.stride,
                bp_fmt_bytes(b2, sizeof b2, mbytes), bp_fmt_bytes(b3, sizeof b3, gbytes),
