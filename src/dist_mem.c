@@ -92,8 +92,7 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
         p->trainer_rows = n * row;
         extra = n * sizeof(uint64_t) + keydir_bytes(K, T) + (uint64_t)cap * E * sizeof(float) +
                 (uint64_t)(T - 1) * (msg_bytes(MSG_ROW_REQ, cap, 0) + msg_bytes(MSG_ROW_REPLY, cap, (uint32_t)stride) +
-                                     msg_bytes(MSG_GRAD_PUSH, cap, (uint32_t)E)) +
-0;
+                                     msg_bytes(MSG_GRAD_PUSH, cap, (uint32_t)E));
         send_dump = gather ? dump_bytes(n, stride) : 0; // trainers 1.. send their shards to trainer 0
         break;
     }
@@ -111,8 +110,7 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
         const uint64_t hash = hcap * 16, direct = K * sizeof(uint32_t);
         p->trainer_rows = C * row;
         extra = C * 19 + (K <= (1u << 24) && direct <= BP_MAX(2 * hash, (uint64_t)1 << 20) ? direct : hash) +
-                (uint64_t)2 * T * msg_bytes(MSG_GSYNC, cap, (uint32_t)E) + (uint64_t)cap * 24 +
-0;
+                (uint64_t)2 * T * msg_bytes(MSG_GSYNC, cap, (uint32_t)E) + (uint64_t)cap * 24;
         send_dump = su->eval_every ? dist_dump_cap(&L) : 0; // trainers 1..: dirty rows for trainer 0
         break;
     }

@@ -526,9 +526,6 @@ static int metrics_probe(const char *path) {
     return rc ? rc : jsonl_close(&jf, 0);
 }
 
-// --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
-// become a rank.  sharded runs no server ranks (the rows live on the trainers): it takes
-// --servers 0, and the default --servers 1 is read as 0; more servers are an error.
 // The distributed modes' memory plan (dist_mem_plan), printed; with `refuse` (every rank on this
 // host: the launcher's own mpirun) a plan beyond the available memory is an error naming its
 // largest part and what reduces it.
@@ -565,6 +562,9 @@ static int dist_mem_check(const train_setup *su, const dist_layout *lay, int ref
                    bp_fmt_bytes(b3, sizeof b3, (double)part[big].bytes));
 }
 
+// --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
+// become a rank.  sharded runs no server ranks (the rows live on the trainers): it takes
+// --servers 0, and the default --servers 1 is read as 0; more servers are an error.
 static int train_distributed(const train_flags *fl, const char *data_path, int argc, char **argv) {
     static const dist_mode modes[] = {[TRAIN_MODE_SYNC] = DIST_MODE_SYNC, [TRAIN_MODE_SHARDED] = DIST_MODE_SHARDED,
                                       [TRAIN_MODE_STATIC] = DIST_MODE_STATIC, [TRAIN_MODE_BAGPIPE] = DIST_MODE_BAGPIPE,
