@@ -9,7 +9,7 @@
 #   SAN_MPI_FILTERS="dist_sync_t1 bagpipe_sgd" scripts/sanitize.sh
 #
 # Tests whose file starts mpirun jobs (tests/test_dist.c, test_bagpipe.c, test_modes.c,
-# test_async.c, test_bpeval.c, test_bpspeed.c, and test_suite.c whose quick suite runs some 14
+# test_async.c, test_bpeval.c, test_bpspeed.c, test_dist_mem.c (the plan against what ranks hold: ASan changes that), and test_suite.c whose quick suite runs some 14
 # jobs) are the multi-rank ones;
 # all others run in the same runner invocation.  tests/test_ckpt_run.c runs whole (its jobs are
 # small: local, sync, sharded, static and bagpipe runs killed and resumed under ASan).  tests/test_badinput.c runs
@@ -18,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MPI_FILES="tests/test_dist.c tests/test_bagpipe.c tests/test_modes.c tests/test_async.c tests/test_suite.c"
-MPI_FILES+=" tests/test_bpeval.c tests/test_bpspeed.c"
+MPI_FILES+=" tests/test_bpeval.c tests/test_bpspeed.c tests/test_dist_mem.c"
 SAN_MPI_FILTERS="${SAN_MPI_FILTERS:-dist_sync_t1}"
 
 scripts/deps.sh
@@ -38,6 +38,7 @@ done
 # tests inside the multi-rank files (they call the decoder or the cache directly) and for the
 # multi-rank filters.  One runner invocation, whose last line is its summary.
 args=($(names_in "${single[@]}" | sed 's/^/=/') dist_msg_decode_validates =role_keydir_matches_binary_search =async_cache_lru =async_cache_lfu =async_cache_staleness async_bad_flags
+      =oracle_mem_estimate_matches_its_accounting =dist_refuses_a_job_that_does_not_fit
       suite_table_check $SAN_MPI_FILTERS)
 echo "sanitizers: address,undefined (build-san/)"
 exec build-san/test_bagpipe "${args[@]}"
