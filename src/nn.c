@@ -870,6 +870,10 @@ typedef struct {
 enum { DOT_MIN_SAMPLES = 16 }; // per part
 
 static int dot_parts(int B) { return BP_MAX(1, BP_MIN(nn_threads(), B / DOT_MIN_SAMPLES)); }
+// The middle stage of the two-chain backward pass calls the dot interaction on chunks of
+// STAGE_CHUNK samples from both pool parts at once, each with the scratch of its part p: a chunk
+// must stay one part (dot_parts of it 1), or the two parts would write the same scratch.
+_Static_assert(STAGE_CHUNK < 2 * DOT_MIN_SAMPLES, "a middle-stage chunk would split the dot interaction in parts");
 
 #define DOT_FORWARD_PART(NAME, ATTR, BLOCK) \
 ATTR static void NAME(void *ctx, int p, int n) {                                     \
