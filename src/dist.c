@@ -113,7 +113,8 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     // test hook (tests/test_dist_mem.c): each rank reports its peak resident memory above what it
     // held when it got here, for comparison with the memory plan
     const char *mem_hook = getenv("BAGPIPE_TEST_MEM_REPORT");
-    const uint64_t rss0 = mem_hook && *mem_hook == '1' ? status_bytes("VmRSS") : 0, file0 = status_bytes("RssFile");
+    const int mem_report = mem_hook && *mem_hook == '1';
+    const uint64_t rss0 = mem_report ? status_bytes("VmRSS") : 0, file0 = mem_report ? status_bytes("RssFile") : 0;
     ckpt_test_pidfile(me);
     char role[64];
     dist_role_name(me, l, role, sizeof role);
@@ -162,7 +163,7 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);
     }
-    if (rss0) {
+    if (mem_report) {
         // less the dataset's pages read meanwhile (file-backed, still mapped: RssFile only grows)
         const uint64_t file = status_bytes("RssFile") - file0;
         printf("memory used: rank %d (%s): %lld bytes\n", me, role, (long long)(status_bytes("VmHWM") - rss0 - file));
