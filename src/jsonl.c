@@ -22,26 +22,24 @@ static void put(jsonl *j, const char *s, size_t n) {
     j->len += n;
 }
 
+// One character of a JSON string literal into out: '"', backslash and control characters escaped.
+static size_t escape_char(unsigned char c, char out[8]) {
+    if (c == '"' || c == '\\') return out[0] = '\\', out[1] = (char)c, 2;
+    if (c < 0x20) return (size_t)snprintf(out, 8, "\\u%04x", c);
+    return out[0] = (char)c, 1;
+}
+
 static void put_string(jsonl *j, const char *s) {
+    char esc[8];
     put(j, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') esc[0] = '\\', esc[1] = (char)c, put(j, esc, 2);
-        else if (c < 0x20) put(j, esc, (size_t)snprintf(esc, sizeof esc, "\\u%04x", c));
-        else put(j, (const char *)&c, 1);
-    }
+    for (; *s; s++) put(j, esc, escape_char((unsigned char)*s, esc));
     put(j, "\"", 1);
 }
 
 void jsonl_fput_string(FILE *f, const char *s) {
+    char esc[8];
     fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
+    for (; *s; s++) fwrite(esc, 1, escape_char((unsigned char)*s, esc), f);
     fputc('"', f);
 }
 
