@@ -271,10 +271,11 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
             if (!o) {
                 free(out);
                 // "-n5", "-b=64": no value attached (but "-batch-size" is a long name after one dash)
-                for (const cli_opt *p = opts; !find_long(opts, a + 1, strlen(a + 1)) && p->type != CLI_T_END; p++)
-                    if (p->type != CLI_T_GROUP && p->short_name && p->short_name == a[1] && p->type != CLI_T_FLAG)
-                        return bp_fail(BP_EUSAGE, "unknown flag '%s'; did you mean '-%c %s'? (see '%s --help')", a,
-                                       a[1], a + 2 + (a[2] == '='), prog);
+                if (!find_long(opts, a + 1, strlen(a + 1)))
+                    for (const cli_opt *p = opts; p->type != CLI_T_END; p++)
+                        if (p->type != CLI_T_GROUP && p->short_name && p->short_name == a[1] && p->type != CLI_T_FLAG)
+                            return bp_fail(BP_EUSAGE, "unknown flag '%s'; did you mean '-%c %s'? (see '%s --help')",
+                                           a, a[1], a + 2 + (a[2] == '='), prog);
                 return unknown_flag(opts, prog, a, a + 1, strlen(a + 1));
             }
             name = o->name, len = strlen(o->name); // messages name the long flag

@@ -275,15 +275,15 @@ typedef struct {
     int forwarded;      // my shared rows sent on (or nothing to send)
     myfetch *mf;        // (mcap) my fetches, sorted by (server, key)
     uint32_t mn, mcap;
-    msg_buf *req, *rep;    // (S) FETCH messages and their replies
+    msg_buf *req, *rep; // (S) FETCH messages and their replies
     uint32_t *req_n;    // (S)
     uint32_t *req_off;  // (S) first entry of server s in mf
     comm_req *req_rq, *rep_rq; // (S)
     uint8_t *req_live, *rep_live; // (S)
-    msg_buf fwd;           // my forward
+    msg_buf fwd;        // my forward
     comm_req *fwd_rq;   // (T)
     uint8_t *fwd_live;  // (T)
-    msg_buf *fin;          // (T) forwards received
+    msg_buf *fin;       // (T) forwards received
     comm_req *fin_rq;   // (T)
     uint32_t *fin_n;    // (T) rows expected from each fetcher
     uint8_t *fin_live;  // (T)
@@ -302,8 +302,8 @@ typedef struct {
     const float **erow; // (cap_keys) per (b, f) entry: its cache row
     uint32_t *gslot;    // (cap_keys) the cache slot of each key of my gradients tr.g
     float **urow;       // (cap_keys) their rows (T = 1: the in-place update)
-    msg_buf gout;          // my GSYNC message
-    msg_buf *gin;          // (T) the others' GSYNC messages
+    msg_buf gout;       // my GSYNC message
+    msg_buf *gin;       // (T) the others' GSYNC messages
     comm_req *grq;      // (2 T)
     uint32_t *gcur;     // (T) merge cursors
     // the background reduction (sync-later keys of later_iter, sync_grads)
@@ -311,14 +311,14 @@ typedef struct {
                         // BAGPIPE_SYNC_LATER_NOW=1, for comparisons)
     int64_t later_iter; // its iteration, -1: none in flight
     uint32_t lmine;     // keys in my message lout (its keys: the slots with later_t = later_iter + 1)
-    msg_buf lout;          // my GSYNC message of later_iter
-    msg_buf *lin;          // (T) the others'
+    msg_buf lout;       // my GSYNC message of later_iter
+    msg_buf *lin;       // (T) the others'
     comm_req *lrq;      // (2 T)
     int lnr;            // requests posted in lrq
     float *gsum;        // (E)
     myfetch *wbl;       // (wbl_cap) my write-backs of t (key, slot in evict_iter), sorted
     uint32_t wbl_cap;
-    msg_buf *wb;           // (2, S) WB messages, by iteration parity
+    msg_buf *wb;        // (2, S) WB messages, by iteration parity
     size_t *wb_len;     // (2, S)
     comm_req *wb_rq;    // (2, S)
     uint8_t *wb_live;   // (2, S)
