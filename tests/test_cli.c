@@ -7,6 +7,18 @@
 #include "common.h"
 #include "test.h"
 
+// cli_usage's text of opts (through a file, as --help prints it) into text; 0 on an I/O error.
+static int usage_text(const cli_opt *opts, char *text, size_t cap) {
+    FILE *f = fopen(test_path("help.txt"), "w+");
+    if (!f) return 0;
+    cli_usage("p", "[options]", opts, f);
+    rewind(f);
+    size_t n = fread(text, 1, cap - 1, f);
+    text[n] = 0;
+    fclose(f);
+    return 1;
+}
+
 TEST(cli_parses_table) {
     int batch, flag, choice;
     double lr;
@@ -119,15 +131,8 @@ TEST(cli_given_and_groups) {
     ASSERT_TRUE(!cli_was_given(&g, opts, "learning-rate") && !cli_was_given(&g, opts, "cache"));
     char *bad[] = {"p", "--=x", NULL}; // a group's empty name is no flag
     ASSERT_EQ(cli_parse_given("p", "", opts, 2, bad, &pos, &npos, &g), BP_EUSAGE);
-    const char *help_path = test_path("help.txt");
-    FILE *f = fopen(help_path, "w+");
-    ASSERT_TRUE(f != NULL);
-    cli_usage("p", "[options]", opts, f);
-    rewind(f);
-    char text[2048] = "";
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    text[n] = 0;
-    fclose(f);
+    char text[2048];
+    ASSERT_TRUE(usage_text(opts, text, sizeof text));
     ASSERT_STR_CONTAINS(text, "-h, --help                     show this help\n\nmore flags:\n");
     ASSERT_STR_CONTAINS(text, "cache (not given: 0)\n"); // no "(default 0)": 0 is outside [1, 100]
     ASSERT_STR_CONTAINS(text, "batch (default 128)");
@@ -185,14 +190,8 @@ TEST(cli_aliases_hints_and_suggestions) {
     char *far[] = {"p", "--qqq", NULL}; // nothing near: no suggestion
     ASSERT_EQ(cli_parse("p", "", opts, 2, far, &pos, &npos), BP_EUSAGE);
     ASSERT_TRUE(strstr(bp_errmsg(BP_EUSAGE), "did you mean") == NULL);
-    FILE *f = fopen(test_path("help.txt"), "w+");
-    ASSERT_TRUE(f != NULL);
-    cli_usage("p", "[options]", opts, f);
-    rewind(f);
-    char text[2048] = "";
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    text[n] = 0;
-    fclose(f);
+    char text[2048];
+    ASSERT_TRUE(usage_text(opts, text, sizeof text));
     ASSERT_STR_CONTAINS(text, "      --mini-batch-size N        same as --batch-size (other name)\n");
     ASSERT_STR_CONTAINS(text, "      --chatty                   same as --verbose (other name)\n");
     ASSERT_TRUE(strstr(text, "num-batches") == NULL);
