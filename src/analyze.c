@@ -317,12 +317,13 @@ static int reuse_last_bucket(const analyze_result *r) {
 }
 
 void analyze_print_text(FILE *f, const analyze_result *r, const char *path, bp_split split) {
-    char b[32];
+    char b[32], secs[32], rate[32];
     const uint64_t lookups = r->samples * r->n_tables;
     fprintf(f, "analyze %s: %s split, %llu samples, %u tables, %llu rows in all\n", path, bp_split_name(split),
             (unsigned long long)r->samples, r->n_tables, (unsigned long long)r->overall.rows);
-    fprintf(f, "  %.2f s (%.1fM samples/s); per-row state 8 B x %llu rows = %s\n\n", r->seconds,
-            r->seconds > 0 ? r->samples / r->seconds / 1e6 : 0, (unsigned long long)r->overall.rows,
+    fprintf(f, "  %s (%s samples/s); per-row state 8 B x %llu rows = %s\n\n",
+            bp_fmt_seconds(secs, sizeof secs, r->seconds),
+            bp_fmt_rate(rate, sizeof rate, r->seconds > 0 ? r->samples / r->seconds : 0), (unsigned long long)r->overall.rows,
             bp_fmt_bytes(b, sizeof b, (double)r->state_bytes));
 
     fprintf(f, "skew: share of lookups taken by the hottest rows, of all rows | of the rows touched\n");

@@ -203,6 +203,12 @@ const char *bp_fmt_seconds(char *buf, size_t cap, double seconds) {
     return buf;
 }
 
+const char *bp_fmt_rate(char *buf, size_t cap, double per_s) {
+    if (per_s >= 1e5) snprintf(buf, cap, "%.2fM", per_s / 1e6);
+    else snprintf(buf, cap, "%.0f", per_s);
+    return buf;
+}
+
 // ---------------------------------------------------------------------------------------------
 // I/O
 

@@ -105,6 +105,8 @@ const char *bp_fmt_bytes(char *buf, size_t cap, double bytes);
 // Human-readable duration into buf: under a second in ms to three significant digits ("37.8 ms",
 // "0.0699 ms"), then "2.41 s", "58.0 s" (a short run is not "0.0 s").
 const char *bp_fmt_seconds(char *buf, size_t cap, double seconds);
+// A rate into buf: "2.41M" from 10^5 up, else whole units ("8178"; a small run is not "0.00M").
+const char *bp_fmt_rate(char *buf, size_t cap, double per_s);
 
 // ---------------------------------------------------------------------------------------------
 // Atomic files: write to a temporary file next to the target, then fsync + rename + fsync of

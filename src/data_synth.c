@@ -654,14 +654,12 @@ int cmd_synth(int argc, char **argv) {
     synth_report rep;
     rc = synth_run(&o, &rep);
     if (rc) return cmd_exit(rc);
-    char b[32], rate[32];
-    const double rps = rep.rows / rep.seconds; // a small run's rate in rows, not "0.00M"
-    if (rps >= 1e5) snprintf(rate, sizeof rate, "%.2fM", rps / 1e6);
-    else snprintf(rate, sizeof rate, "%.0f", rps);
-    printf("synth: %llu row%s (train %llu, val %llu, test %llu) -> %s (%s) in %.2f s, %s rows/s\n",
+    char b[32], rate[32], secs[32];
+    printf("synth: %llu row%s (train %llu, val %llu, test %llu) -> %s (%s) in %s, %s rows/s\n",
            (unsigned long long)rep.rows, rep.rows == 1 ? "" : "s", (unsigned long long)rep.split[0],
            (unsigned long long)rep.split[1], (unsigned long long)rep.split[2], o.out,
-           bp_fmt_bytes(b, sizeof b, (double)rep.bytes), rep.seconds, rate);
+           bp_fmt_bytes(b, sizeof b, (double)rep.bytes), bp_fmt_seconds(secs, sizeof secs, rep.seconds),
+           bp_fmt_rate(rate, sizeof rate, rep.rows / rep.seconds));
     uint64_t total = 0;
     for (uint32_t f = 0; f < o.n_tables; f++) total += o.card[f];
     printf("  shape   %u dense, %u tables, %llu rows in all; seed %llu\n", o.n_dense, o.n_tables,

@@ -60,6 +60,14 @@ void test_skip(const char *why); // marks the current test skipped (call, then r
             return;                                                                 \
         }                                                                           \
     } while (0)
+#define ASSERT_STR_EQ(got, want)                                                    \
+    do {                                                                            \
+        const char *g_ = (got), *w_ = (want);                                       \
+        if (!g_ || strcmp(g_, w_) != 0) {                                           \
+            test_fail(__FILE__, __LINE__, "%s: '%s', expected '%s'", #got, g_ ? g_ : "(null)", w_); \
+            return;                                                                 \
+        }                                                                           \
+    } while (0)
 // Fail-fast on a bagpipe return code, printing its message.
 #define ASSERT_OK(expr)                                                             \
     do {                                                                            \

@@ -371,6 +371,26 @@ TEST(cli_synth_report_small_run) {
     free(out);
 }
 
+// Durations and rates in reports: a short run is not "0.00 s" nor "0.0M samples/s".
+TEST(cli_report_formats_short_times_and_small_rates) {
+    char b[32];
+    ASSERT_STR_EQ(bp_fmt_seconds(b, sizeof b, 0.0362), "36.2 ms");
+    ASSERT_STR_EQ(bp_fmt_seconds(b, sizeof b, 2.414), "2.41 s");
+    ASSERT_STR_EQ(bp_fmt_seconds(b, sizeof b, 58.04), "58.0 s");
+    ASSERT_STR_EQ(bp_fmt_rate(b, sizeof b, 1534.4), "1534");
+    ASSERT_STR_EQ(bp_fmt_rate(b, sizeof b, 99999), "99999");
+    ASSERT_STR_EQ(bp_fmt_rate(b, sizeof b, 2.4149e6), "2.41M");
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s synth --preset custom --tables 40,300 --dense 4 -n 200 -o %s", test_bin(),
+                       test_path("small.bin")), 0);
+    free(out);
+    out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s analyze %s", test_bin(), test_path("small.bin")), 0);
+    ASSERT_TRUE(strstr(out, "0.0M samples/s") == NULL);
+    ASSERT_STR_CONTAINS(out, " samples/s); per-row state");
+    free(out);
+}
+
 // A misspelt command names the nearest one; a flag where the command belongs (the DLRM
 // reference's script takes flags alone) says that the flags follow a command.
 TEST(cli_unknown_command_suggests) {
