@@ -203,7 +203,13 @@ static int unknown_flag(const cli_opt *opts, const char *prog, const char *typed
 int cli_was_given(const cli_given *g, const cli_opt *opts, const char *name) {
     const cli_opt *o = find_long(opts, name, strlen(name));
     BP_ASSERTF(o != NULL, "cli_was_given: no flag '--%s' in the table", name);
-    return g->given[o - opts];
+    return g->given[o - opts] != 0;
+}
+
+const char *cli_given_name(const cli_given *g, const cli_opt *opts, const char *name) {
+    const cli_opt *o = find_long(opts, name, strlen(name));
+    BP_ASSERTF(o != NULL, "cli_given_name: no flag '--%s' in the table", name);
+    return g->given[o - opts] ? opts[g->given[o - opts] - 1].name : o->name;
 }
 
 int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
@@ -242,6 +248,7 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
             return 1;
         }
         const cli_opt *o = NULL;
+        const cli_opt *typed = NULL; // the entry as typed: an alias, or o itself
         const char *val = NULL, *name = NULL;
         size_t len = 0;
         int negated = 0;
@@ -263,6 +270,7 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
                 free(out);
                 return bp_fail(BP_EUSAGE, "--%.*s: %s", (int)len, name, o->help);
             }
+            typed = o;
             o = resolve(opts, o);
             if (eq) val = eq + 1;
         } else {
@@ -280,7 +288,7 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
             }
             name = o->name, len = strlen(o->name); // messages name the long flag
         }
-        if (g) g->given[o - opts] = 1;
+        if (g) g->given[o - opts] = (unsigned char)((typed ? typed : o) - opts + 1);
         if (o->type == CLI_T_FLAG) {
             if (val) {
                 free(out);

@@ -57,8 +57,9 @@ typedef struct {
 // Which flags of a table the command line gave (a default and the same value given differ
 // here): filled by cli_parse_given, read by cli_was_given.
 #define CLI_MAX_OPTS 128
+_Static_assert(CLI_MAX_OPTS < 256, "cli_given stores 1 + an index in a byte");
 typedef struct {
-    unsigned char given[CLI_MAX_OPTS]; // by index in the table
+    unsigned char given[CLI_MAX_OPTS]; // by index in the table: 0, or 1 + the index of the name typed
 } cli_given;
 
 // Sets every option to its default, then parses argv[1..argc-1].  An empty text value or
@@ -73,6 +74,8 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
                     char ***pos, int *npos, cli_given *g);
 // 1 when flag `name` (a long name in opts; a bug if absent) was given.
 int cli_was_given(const cli_given *g, const cli_opt *opts, const char *name);
+// The name flag `name` was last given under (an alias's own name, for messages), else `name`.
+const char *cli_given_name(const cli_given *g, const cli_opt *opts, const char *name);
 void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE *out);
 
 // Edit distance between two names (letters inserted, deleted, replaced or swapped with a neighbour;

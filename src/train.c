@@ -288,6 +288,7 @@ typedef struct {
     int64_t seed;
     const char *save, *metrics;
     int no_eval;
+    const char *unread_eval; // an evaluation flag this run does not read (unread_eval_flag), or NULL
     ckpt_opts ck;
 } train_flags;
 
@@ -424,6 +425,9 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->do_eval = !fl->no_eval && have_rows;
     if ((!fl->no_eval || fl->eval_every) && !have_rows)
         bp_log(BP_LOG_WARN, "the %s split of %s is empty: no evaluation", bp_split_name(su->eval_split), data_path);
+    if (fl->unread_eval)
+        bp_log(BP_LOG_WARN, "--%s has no effect: this run evaluates nothing (--no-eval, and no --eval-every N)",
+               fl->unread_eval);
     su->emb_lr = fl->emb_lr >= 0 ? fl->emb_lr : fl->lr;
     static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
     su->eopt = emb_opt_make(ekinds[fl->emb_opt], (float)su->emb_lr, su->mc.E);
@@ -485,6 +489,16 @@ static const struct {
 _Static_assert(ORACLE_MAX_TRAINERS == 64, "the --trainers help states the limit of --mode bagpipe");
 static const char *const train_mode_names[] = {"local", "sync", "sharded", "static", "bagpipe", "async"};
 
+// How to evaluate, in a run that evaluates nothing (--no-eval, no --eval-every): the first such
+// flag given (as typed), for a warning (not an error: a script's fixed flags plus --no-eval are
+// a common way to turn evaluation off), or NULL.
+static const char *unread_eval_flag(const train_flags *fl, const cli_opt *opts, const cli_given *g) {
+    static const char *const eval_flags[] = {"eval-split", "eval-rows", "eval-batch-size"};
+    for (size_t i = 0; i < BP_ARRAY_LEN(eval_flags) && fl->no_eval && !fl->eval_every; i++)
+        if (cli_was_given(g, opts, eval_flags[i])) return cli_given_name(g, opts, eval_flags[i]);
+    return NULL;
+}
+
 static int check_mode_flags(const train_flags *fl, const cli_opt *opts, const cli_given *g) {
     const char *mode = train_mode_names[fl->mode];
     for (size_t i = 0; i < BP_ARRAY_LEN(mode_flags); i++) {
@@ -502,8 +516,9 @@ static int check_mode_flags(const train_flags *fl, const cli_opt *opts, const cl
     }
     // --iters replaces the epochs (it may run past them): an --epochs beside it would be ignored.
     if (fl->iters && cli_was_given(g, opts, "epochs"))
-        return bp_fail(BP_EUSAGE, "--epochs %d: --iters %lld sets the run's length instead (it may run past the epochs "
-                       "or stop inside one); give one of them", fl->epochs, (long long)fl->iters);
+        return bp_fail(BP_EUSAGE, "--%s %d: --iters %lld sets the run's length instead (it may run past the epochs "
+                       "or stop inside one); give one of them", cli_given_name(g, opts, "epochs"), fl->epochs,
+                       (long long)fl->iters);
     // How to keep and write checkpoints: a run that writes none (no --checkpoint-every or
     // --checkpoint-minutes; a --resume alone writes none) would ignore these.
     static const char *const ckpt_write_flags[] = {"keep", "on-checkpoint-error", "checkpoint-naive"};
@@ -723,6 +738,7 @@ int cmd_train(int argc, char **argv) {
     }
     const char *data_path = pos[0];
     free(pos);
+    fl.unread_eval = unread_eval_flag(&fl, opts, &given);
     if ((rc = check_lr_flags(&fl))) return cmd_exit(rc);
     // DCN's cross layers multiply the raw dense features (log counts, up to ~14) into each other:
     // plain SGD at the DLRM default 0.1 diverges within ten iterations of 128 samples on

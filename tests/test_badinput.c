@@ -805,6 +805,21 @@ TEST(badinput_flags_that_do_not_apply) {
     EXPECT(2, cmd("%s train %s " TINY " --epochs 3 --iters 50", test_bin(), d),
            "--epochs 3: --iters 50 sets the run's length instead", "give one of them");
     EXPECT(0, cmd("%s train %s " TINY " --epochs 2", test_bin(), d), "(2.00 epochs)");
+    // An alias is named as typed (it used to be reported as "--epochs 3").
+    EXPECT(2, cmd("%s train %s " TINY " --nepochs 3 -n 50", test_bin(), d), "--nepochs 3: --iters 50 sets the run's");
+    // How to evaluate, in a run that evaluates nothing, used to be ignored without a word.
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 --no-eval --eval-rows 100", test_bin(), d),
+           "--eval-rows has no effect: this run evaluates nothing (--no-eval, and no --eval-every N)");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 --no-eval --eval-split test", test_bin(), d),
+           "--eval-split has no effect");
+    // A distributed job says it once (the ranks parse the same flags), naming an alias as typed.
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 120, "%s train %s " TINY " --iters 2 --mode sync --trainers 2 --no-eval "
+                       "--test-mini-batch-size 64", test_bin(), d), 0);
+    const char *warn = "--test-mini-batch-size has no effect: this run evaluates nothing";
+    const char *w = strstr(out, warn);
+    ASSERT_MSG(w && !strstr(w + strlen(warn), "has no effect"), "expected the warning once in:\n%s", out);
+    free(out);
     // The checkpoints' own flags without checkpoints used to be ignored: a resumed run given
     // --keep 5 wrote no checkpoint at all.
     EXPECT(2, cmd("%s train %s " TINY " --mode sync --trainers 2 --keep 5", test_bin(), d),
