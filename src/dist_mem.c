@@ -63,7 +63,9 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
     p->S = S, p->T = T;
 
     // servers (server_init): the largest shard with its keys and directory, one request, reply
-    // and push buffer per trainer
+    // and push buffer per trainer (bagpipe's servers hold instead a ring of P + 4 FETCH messages
+    // and replies per trainer, grown to the fetches of one iteration: mostly far fewer keys than
+    // a slice has, so the same three buffers stand for them)
     const int gather = su->do_eval || su->eval_every || su->save != NULL;
     if (S > 0) {
         const uint64_t n = shard_rows(K, S);

@@ -114,6 +114,9 @@ static int server_init(server *sv, const train_setup *su, const dist_layout *l, 
     }
     const int T = sv->T;
     sv->cap = (uint32_t)(((su->B + T - 1) / T) * L->F);
+    // The request, push and reply buffers below serve the modes that pull rows every iteration;
+    // bagpipe's servers keep their own queues (server_run_bagpipe).
+    if (su->mode == TRAIN_MODE_BAGPIPE) return 0;
     sv->req_cap = msg_bytes(MSG_ROW_REQ, sv->cap, 0);
     sv->push_cap = msg_bytes(MSG_GRAD_PUSH, sv->cap, (uint32_t)L->E);
     sv->reply_cap = msg_bytes(MSG_ROW_REPLY, sv->cap, (uint32_t)L->stride);
