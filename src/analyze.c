@@ -323,8 +323,8 @@ void analyze_print_text(FILE *f, const analyze_result *r, const char *path, bp_s
             (unsigned long long)r->samples, r->n_tables, (unsigned long long)r->overall.rows);
     fprintf(f, "  %s (%s samples/s); per-row state 8 B x %llu rows = %s\n\n",
             bp_fmt_seconds(secs, sizeof secs, r->seconds),
-            bp_fmt_rate(rate, sizeof rate, r->seconds > 0 ? r->samples / r->seconds : 0), (unsigned long long)r->overall.rows,
-            bp_fmt_bytes(b, sizeof b, (double)r->state_bytes));
+            bp_fmt_rate(rate, sizeof rate, r->seconds > 0 ? r->samples / r->seconds : 0),
+            (unsigned long long)r->overall.rows, bp_fmt_bytes(b, sizeof b, (double)r->state_bytes));
 
     fprintf(f, "skew: share of lookups taken by the hottest rows, of all rows | of the rows touched\n");
     fprintf(f, "  %-12s %11s %12s %10s  %7s %7s %7s    %7s %7s %7s\n", "", "rows", "lookups", "touched", "0.1%", "1%",

@@ -76,6 +76,8 @@ int comm_recv(void *buf, size_t cap, int src, int tag, size_t *bytes);
 int comm_barrier(void);
 // Every rank contributes one int; all[i] gets rank i's (size ints).
 int comm_allgather_int(int mine, int *all);
+// Every rank contributes `bytes` bytes; all gets rank i's at offset i * bytes.
+int comm_allgather_bytes(const void *mine, size_t bytes, void *all);
 
 // Deterministic sum of buf (n elements of float or double) over the `np` consecutive ranks
 // [first, first + np), this rank among them; every participant ends with the same bits.

@@ -106,12 +106,30 @@ typedef struct {
     uint64_t total;        // every rank of the job
 } dist_mem_plan;
 int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_layout *l);
-// "memory plan: 2 servers x 1.1 GiB, 4 trainers x ...: 3.7 GiB of 20 GiB available" on stdout.
+// "memory plan: 2 servers x 1.1 GiB, 4 trainers x ...: 3.7 GiB of 20 GiB available" on stdout
+// ("3.7 GiB in all" when avail is 0: unknown, or given host by host).
 void dist_mem_plan_print(const dist_mem_plan *p, uint64_t avail);
 // The memory the plans compare with: bp_mem_available(), or the bytes in the environment
 // variable BAGPIPE_MEM_AVAILABLE (for tests of the refusals).
 #define DIST_MEM_AVAILABLE_ENV "BAGPIPE_MEM_AVAILABLE"
 uint64_t dist_mem_available(void);
+
+// One rank's host and the memory available there, gathered from every rank under the user's
+// mpirun/srun so that rank 0 can hold the plan against each host.
+typedef struct {
+    char name[64];
+    uint64_t avail;
+} dist_host;
+// This rank's entry: gethostname() and dist_mem_available(); under the test hook
+// BAGPIPE_TEST_HOSTS="a,a,b,..." (one name per rank) the rank-th name of the list.
+#define DIST_TEST_HOSTS_ENV "BAGPIPE_TEST_HOSTS"
+void dist_host_self(dist_host *h, int rank);
+// Prints the plan and holds it against the memory of each host: hosts[r] is rank r's (every
+// rank of the layout), or NULL when every rank runs on this host, which has `avail` (the
+// launcher's check, before it starts the job).  With several hosts, a line per host follows the
+// plan.  Returns 0, or BP_ENOMEM naming the first host short of memory, its ranks, and its
+// largest part with the flag that reduces it.
+int dist_mem_check_hosts(const dist_mem_plan *p, const dist_layout *l, const dist_host *hosts, uint64_t avail);
 
 // Samples of trainer i in a global batch of B: [dist_slice_begin(B, T, i), ..(B, T, i + 1)).
 static inline int dist_slice_begin(int B, int T, int i) { return (int)((long long)i * B / T); }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "dist.h"
@@ -167,8 +168,125 @@ void dist_mem_plan_print(const dist_mem_plan *p, uint64_t avail) {
     else printf("1 trainer x %s", bp_fmt_bytes(b, sizeof b, (double)p->trainer0));
     if (p->writer_table) printf(", trainer 0's copy of the tables %s", bp_fmt_bytes(d, sizeof d, (double)p->writer_table));
     if (p->oracle) printf(", oracle %s%s", bp_fmt_bytes(e, sizeof e, (double)p->oracle), p->oracle_exact ? "" : " (bound)");
-    printf(": %s of %s available", bp_fmt_bytes(f, sizeof f, (double)p->total), bp_fmt_bytes(a, sizeof a, (double)avail));
+    if (avail) printf(": %s of %s available", bp_fmt_bytes(f, sizeof f, (double)p->total), bp_fmt_bytes(a, sizeof a, (double)avail));
+    else printf(": %s in all", bp_fmt_bytes(f, sizeof f, (double)p->total));
     if (p->dataset) printf("; dataset %s mapped (page cache, shared)", bp_fmt_bytes(b, sizeof b, (double)p->dataset));
     printf("\n");
     fflush(stdout);
+}
+
+void dist_host_self(dist_host *h, int rank) {
+    memset(h, 0, sizeof *h);
+    h->avail = dist_mem_available();
+    const char *list = getenv(DIST_TEST_HOSTS_ENV);
+    if (list && *list) { // the rank-th comma-separated name
+        for (int r = 0; r < rank && list; r++) {
+            list = strchr(list, ',');
+            if (list) list++;
+        }
+        if (list) {
+            size_t len = strcspn(list, ",");
+            snprintf(h->name, sizeof h->name, "%.*s", (int)BP_MIN(len, sizeof h->name - 1), list);
+            return;
+        }
+    }
+    if (gethostname(h->name, sizeof h->name - 1) != 0) snprintf(h->name, sizeof h->name, "unknown");
+}
+
+// The plan's parts held by a set of ranks, each with what reduces it.
+enum { PART_SERVERS, PART_ROWS, PART_WRITER, PART_ORACLE, PART_REST, N_PARTS };
+
+static void rank_parts(const dist_mem_plan *p, const dist_layout *l, int rank, uint64_t part[N_PARTS]) {
+    int idx;
+    const dist_role r = dist_role_of(l, rank, &idx);
+    if (r == DIST_ORACLE) part[PART_ORACLE] += p->oracle;
+    else if (r == DIST_SERVER) part[PART_SERVERS] += p->server;
+    else {
+        part[PART_ROWS] += p->trainer_rows;
+        part[PART_REST] += (idx == 0 ? p->trainer0 : p->trainer) - p->trainer_rows;
+        if (idx == 0) part[PART_WRITER] += p->writer_table;
+    }
+}
+
+static const char *part_hint(const dist_layout *l, int k) {
+    switch (k) {
+    case PART_SERVERS:
+        return "the servers' shards of the tables: smaller tables (prep --max-ind-range) or "
+               "--arch-sparse-feature-size; more --servers split them but not on one host";
+    case PART_ROWS:
+        return l->mode == DIST_MODE_SHARDED
+                   ? "the trainers' shards of the tables: smaller tables (prep --max-ind-range) or --arch-sparse-feature-size"
+               : l->mode == DIST_MODE_STATIC ? "the rows pinned on every trainer: a smaller --static-rows"
+                                             : "the trainers' caches: a smaller --cache-rows";
+    case PART_WRITER: return "trainer 0's copy of every row for evaluation and saving: --no-eval and no --save";
+    case PART_ORACLE: return "the oracle's window: a smaller --lookahead or --batch-size";
+    default: return "the trainers' models and batch buffers: a smaller --batch-size or fewer --trainers";
+    }
+}
+
+// "ranks 0-1, 4" (or "rank 3") from a mask of ranks.
+static void rank_list(const unsigned char *on, int n, char *buf, size_t cap) {
+    char list[160] = "";
+    size_t len = 0;
+    int count = 0;
+    for (int r = 0; r < n; r++) {
+        if (!on[r] || (r > 0 && on[r - 1])) continue;
+        int e = r;
+        while (e + 1 < n && on[e + 1]) e++;
+        count += e - r + 1;
+        if (len >= sizeof list) continue;
+        const char *sep = len ? ", " : "";
+        len += (size_t)(e > r ? snprintf(list + len, sizeof list - len, "%s%d-%d", sep, r, e)
+                              : snprintf(list + len, sizeof list - len, "%s%d", sep, r));
+    }
+    snprintf(buf, cap, "rank%s %s", count == 1 ? "" : "s", list);
+}
+
+int dist_mem_check_hosts(const dist_mem_plan *p, const dist_layout *l, const dist_host *hosts, uint64_t avail) {
+    const int n = dist_ranks(l);
+    int *group = bp_xmalloc((size_t)n * sizeof *group); // the first rank on each rank's host
+    int n_hosts = 0;
+    for (int r = 0; r < n; r++) {
+        group[r] = r;
+        for (int q = 0; hosts && q < r; q++)
+            if (strcmp(hosts[q].name, hosts[r].name) == 0) {
+                group[r] = group[q];
+                break;
+            }
+        if (!hosts && r > 0) group[r] = 0;
+        n_hosts += group[r] == r;
+    }
+    dist_mem_plan_print(p, n_hosts > 1 ? 0 : hosts ? hosts[0].avail : avail); // several: a line per host
+    unsigned char *on = bp_xcalloc((size_t)n, 1);
+    int rc = 0;
+    for (int h = 0; h < n; h++) { // every host's line, then the first host short of memory
+        if (group[h] != h) continue;
+        uint64_t part[N_PARTS] = {0}, need = 0;
+        for (int r = 0; r < n; r++) {
+            on[r] = group[r] == h;
+            if (on[r]) rank_parts(p, l, r, part);
+        }
+        for (int k = 0; k < N_PARTS; k++) need += part[k];
+        const uint64_t there = hosts ? hosts[h].avail : avail;
+        char ranks[192], b1[32], b2[32], b3[32];
+        rank_list(on, n, ranks, sizeof ranks);
+        if (n_hosts > 1)
+            printf("  host %s (%s): %s of %s available\n", hosts[h].name, ranks, bp_fmt_bytes(b1, sizeof b1, (double)need),
+                   bp_fmt_bytes(b2, sizeof b2, (double)there));
+        if (rc || there == 0 || need <= there) continue;
+        int big = 0;
+        for (int k = 1; k < N_PARTS; k++)
+            if (part[k] > part[big]) big = k;
+        bp_fmt_bytes(b1, sizeof b1, (double)need), bp_fmt_bytes(b2, sizeof b2, (double)there);
+        bp_fmt_bytes(b3, sizeof b3, (double)part[big]);
+        if (!hosts)
+            rc = bp_fail(BP_ENOMEM, "the job needs %s but only %s is available on this host; the largest part is %s (%s); "
+                         "no rank was started", b1, b2, part_hint(l, big), b3);
+        else
+            rc = bp_fail(BP_ENOMEM, "host %s (%s) needs %s but only %s is available there; the largest part is %s (%s)",
+                         hosts[h].name, ranks, b1, b2, part_hint(l, big), b3);
+    }
+    fflush(stdout);
+    free(on), free(group);
+    return rc;
 }

@@ -541,40 +541,13 @@ static int metrics_probe(const char *path) {
     return rc ? rc : jsonl_close(&jf, 0);
 }
 
-// The distributed modes' memory plan (dist_mem_plan), printed; with `refuse` (every rank on this
-// host: the launcher's own mpirun) a plan beyond the available memory is an error naming its
-// largest part and what reduces it.
-static int dist_mem_check(const train_setup *su, const dist_layout *lay, int refuse) {
+// The distributed modes' memory plan (dist_mem_plan), printed and held against the memory of each
+// host (dist_mem_check_hosts): hosts NULL when every rank runs on this host (the launcher's own
+// mpirun, checked before it starts the job).
+static int dist_mem_check(const train_setup *su, const dist_layout *lay, const dist_host *hosts) {
     dist_mem_plan p;
     int rc = dist_mem_plan_compute(&p, su, lay);
-    if (rc) return rc;
-    const uint64_t avail = dist_mem_available();
-    dist_mem_plan_print(&p, avail);
-    if (!refuse || avail == 0 || p.total <= avail) return 0;
-    const int rows_mode = lay->mode == DIST_MODE_SHARDED ? 0 : lay->mode == DIST_MODE_STATIC ? 1 : 2;
-    struct {
-        uint64_t bytes;
-        const char *what;
-    } part[] = {
-        {(uint64_t)lay->S * p.server, "the servers' shards of the tables: smaller tables (prep --max-ind-range) or "
-                                      "--arch-sparse-feature-size; more --servers split them but not on one host"},
-        {(uint64_t)lay->T * p.trainer_rows,
-         rows_mode == 0 ? "the trainers' shards of the tables: smaller tables (prep --max-ind-range) or --arch-sparse-feature-size"
-         : rows_mode == 1 ? "the rows pinned on every trainer: a smaller --static-rows"
-                          : "the trainers' caches: a smaller --cache-rows"},
-        {p.writer_table, "trainer 0's copy of every row for evaluation and saving: --no-eval and no --save"},
-        {p.oracle, "the oracle's window: a smaller --lookahead or --batch-size"},
-        {p.total - (uint64_t)lay->S * p.server - (uint64_t)lay->T * p.trainer_rows - p.writer_table - p.oracle,
-         "the trainers' models and batch buffers: a smaller --batch-size or fewer --trainers"},
-    };
-    size_t big = 0;
-    for (size_t k = 1; k < BP_ARRAY_LEN(part); k++)
-        if (part[k].bytes > part[big].bytes) big = k;
-    char b1[32], b2[32], b3[32];
-    return bp_fail(BP_ENOMEM, "the job needs %s but only %s is available on this host; the largest part is %s (%s); "
-                   "no rank was started", bp_fmt_bytes(b1, sizeof b1, (double)p.total),
-                   bp_fmt_bytes(b2, sizeof b2, (double)avail), part[big].what,
-                   bp_fmt_bytes(b3, sizeof b3, (double)part[big].bytes));
+    return rc ? rc : dist_mem_check_hosts(&p, lay, hosts, dist_mem_available());
 }
 
 // --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
@@ -602,7 +575,7 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
         // Flags, dataset and checkpoint are checked here first, so that a mistake is one message
         // and no job starts; the ranks check them again (under a launcher this is where they are).
         int rc = setup_build(&su, fl, &ds, data_path);
-        if (!rc) rc = dist_mem_check(&su, &lay, 1);
+        if (!rc) rc = dist_mem_check(&su, &lay, NULL);
         bp_ds_close(&ds);
         if (!rc) rc = metrics_probe(fl->metrics);
         if (rc) return cmd_exit(rc);
@@ -617,9 +590,20 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     if (getenv(LAUNCH_ENV_SELF) || comm_rank() != 0) bp_log_level = BP_LOG_ERROR;
     rc = setup_build(&su, fl, &ds, data_path);
     bp_log_level = level;
-    // under the user's launcher the ranks may be on several hosts: rank 0 prints the plan of the
-    // whole job and refuses nothing
-    if (!rc && comm_rank() == 0 && !getenv(LAUNCH_ENV_SELF)) rc = dist_mem_check(&su, &lay, 0);
+    // Under the user's launcher the ranks may be on several hosts: every rank says where it runs
+    // and how much memory is available there, and rank 0 holds the plan against each host (a
+    // refusal is its start-up failure, agreed on in dist_run).
+    if (!getenv(LAUNCH_ENV_SELF)) {
+        dist_host me, *hosts = bp_xcalloc((size_t)comm_size(), sizeof *hosts);
+        dist_host_self(&me, comm_rank());
+        int grc = comm_allgather_bytes(&me, sizeof me, hosts);
+        if (grc) {
+            fprintf(stderr, "bagpipe: rank %d: %s\n", comm_rank(), bp_errmsg(grc));
+            comm_abort(1);
+        }
+        if (!rc && comm_rank() == 0) rc = dist_mem_check(&su, &lay, hosts);
+        free(hosts);
+    }
     rc = dist_run(&su, &lay, rc);
     bp_ds_close(&ds);
     return rc;

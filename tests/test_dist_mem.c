@@ -1,6 +1,6 @@
 // The distributed modes' memory plan (dist.h dist_mem_plan): its figures against what the ranks
 // hold, the oracle's estimate against its own accounting, the refusal before any rank starts, and
-// the plan under the user's own mpirun (printed, not refused).
+// the plan under the user's own mpirun (held against each host the ranks run on).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,17 +150,49 @@ TEST(dist_refuses_a_job_that_does_not_fit) {
     free(out);
 }
 
-// Under the user's own mpirun (ranks possibly on several hosts) rank 0 prints the plan of the
-// whole job once and refuses nothing.
-TEST(dist_mem_plan_under_an_external_launcher) {
+// Under the user's own mpirun (ranks possibly on several hosts) every rank reports its host, and
+// rank 0 prints the plan once and holds it against each host (BAGPIPE_TEST_HOSTS names a host
+// per rank).  Layout: rank 0 oracle, ranks 1-2 servers 0-1, ranks 3-4 trainers 0-1; host a runs
+// ranks 0, 1 and 4, host b ranks 2 and 3, so each holds about half of the job (a shard each).
+TEST(dist_mem_plan_per_host_under_an_external_launcher) {
     const char *data = big_tables();
     ASSERT_TRUE(data != NULL);
+    char base[2048];
+    snprintf(base, sizeof base, "%s mpirun -np 5 --oversubscribe %s train --mode sync --trainers 2 --servers 2 "
+             "--batch-size 256 --iters 5 --no-eval %s", dist_test_env(), test_bin(), data);
     char *out = NULL;
-    int rc = test_run(&out, 90, "%s BAGPIPE_MEM_AVAILABLE=1000 mpirun -np 4 --oversubscribe %s train --mode sync --trainers 2 "
-                      "--servers 1 --batch-size 256 --iters 5 --no-eval %s", dist_test_env(), test_bin(), data);
+    int rc = test_run(&out, 90, "BAGPIPE_TEST_HOSTS=a,a,b,b,a BAGPIPE_MEM_AVAILABLE=100000000000 %s", base);
     ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
-    const char *first = strstr(out, "memory plan: 1 server x ");
+    const char *first = strstr(out, "memory plan: 2 servers x ");
     ASSERT_MSG(first && !strstr(first + 1, "memory plan:"), "one plan line expected:\n%s", out);
     ASSERT_MSG(!strstr(out, "trainer 0's copy"), "--no-eval: no gathered tables expected:\n%s", out);
+    ASSERT_STR_CONTAINS(out, " in all; dataset "); // the hosts' memory is on their own lines
+    ASSERT_STR_CONTAINS(out, "\n  host a (ranks 0-1, 4): ");
+    ASSERT_STR_CONTAINS(out, "\n  host b (ranks 2-3): ");
+    const double total = plan_figure(out, "): ");
+    ASSERT_MSG(total > 60e6, "plan total %.0f:\n%s", total, out);
+    free(out);
+    out = NULL;
+    // More than either host needs, less than the whole job: it runs (all on one host, the
+    // launcher would have refused it).
+    rc = test_run(&out, 90, "BAGPIPE_TEST_HOSTS=a,a,b,b,a BAGPIPE_MEM_AVAILABLE=%.0f %s", 0.7 * total, base);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "trained 5 iterations");
+    free(out);
+    out = NULL;
+    // Less than either host needs: refused by rank 0 before training, naming the first host short.
+    rc = test_run(&out, 90, "BAGPIPE_TEST_HOSTS=a,a,b,b,a BAGPIPE_MEM_AVAILABLE=%.0f %s", 0.3 * total, base);
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "\n  host b (ranks 2-3): "); // every host's line, then the refusal
+    ASSERT_STR_CONTAINS(out, "host a (ranks 0-1, 4) needs ");
+    ASSERT_STR_CONTAINS(out, "is available there; the largest part is the servers' shards of the tables");
+    ASSERT_MSG(!strstr(out, "trained "), "it trained:\n%s", out);
+    free(out);
+    out = NULL;
+    // Every rank on one host (no hook): the whole job against that host.
+    rc = test_run(&out, 90, "BAGPIPE_MEM_AVAILABLE=%.0f %s", 0.7 * total, base);
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, " (ranks 0-4) needs ");
+    ASSERT_MSG(!strstr(out, "\n  host "), "one host: no line per host expected:\n%s", out);
     free(out);
 }
