@@ -175,6 +175,16 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
     uint32_t *pend_grad = bp_xcalloc(K, 4), *pend_dl = bp_xcalloc(K, 4);
     uint32_t *sync_mark = bp_xcalloc(K, 4), *priv_mark = bp_xcalloc(K, 4), *restate_mark = bp_xcalloc(K, 4);
     uint32_t *evict_mark = bp_xcalloc(K, 4);
+    // nxt[t][k]: the first batch after t that touches k, or NONE.  The horizon of the step that
+    // completes record t (evictions after t) is H1(t) = min(t + 1 + P + W, N - 1).
+    const uint32_t NONE = 0xFFFFFFFFu;
+    uint32_t *nxt = bp_xmalloc((size_t)(N + 1) * K * sizeof *nxt);
+    for (uint64_t k = 0; k < K; k++) nxt[(size_t)N * K + k] = NONE;
+    for (uint32_t u = N; u-- > 0;)
+        for (uint64_t k = 0; k < K; k++)
+            nxt[(size_t)u * K + k] = M(u + 1, k) ? u + 1 : nxt[(size_t)(u + 1) * K + k]; // row N of mask is empty
+#define NX(t, k) nxt[(size_t)(t) * K + (k)]
+    uint32_t pressure_at = NONE; // record whose fetches fill some trainer's cache exactly (after pressure)
     uint64_t fetch_cnt[64] = {0}, owner_cnt[64] = {0};
     for (uint64_t k = 0; k < K; k++) ev_it[k] = PLAN_NEVER, ev_wr[k] = PLAN_NO_WRITER;
     plan p;
@@ -220,13 +230,20 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             res->fetches++;
         }
         // Residency after the fetches: the peak of iteration t.
+        uint64_t occ_max = 0;
         for (uint32_t i = 0; i < T; i++) {
             uint64_t occ = 0;
             for (uint64_t k = 0; k < K; k++) occ += (res_on[k] >> i) & 1;
             CHECK(occ <= c.C, "t=%u: trainer %u holds %llu rows > capacity %llu", t, i, (unsigned long long)occ,
                   (unsigned long long)c.C);
             if (occ > res->peak) res->peak = occ;
+            occ_max = BP_MAX(occ_max, occ);
         }
+        // Evictions under pressure free no more than needed: some trainer is then exactly full.
+        CHECK(pressure_at != t || occ_max == c.C, "t=%u: keys kept in view evicted after %u, but no cache is full (%llu of %llu)",
+              t, t - 1, (unsigned long long)occ_max, (unsigned long long)c.C);
+        const uint32_t H1 = (uint32_t)BP_MIN((uint64_t)t + 1 + c.P + c.W, (uint64_t)N - 1);
+        for (uint32_t j = 0; j < p.n_evict; j++) evict_mark[p.evict[j].key] = t + 1; // evicted after t
         // Iteration t reads its rows.
         for (uint64_t k = 0; k < K; k++) {
             uint64_t m = M(t, k);
@@ -254,6 +271,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             uint64_t k = p.sync_now[j];
             CHECK(M(t, k) && kind[k] == 1 && sync_mark[k] != t + 1, "t=%u: bad sync-now key %llu", t, (unsigned long long)k);
             CHECK(t + 1 < N && M(t + 1, k), "t=%u: sync-now key %llu not used at t+1", t, (unsigned long long)k);
+            CHECK(evict_mark[k] != t + 1, "t=%u: sync-now key %llu evicted after t", t, (unsigned long long)k);
             sync_mark[k] = t + 1;
             pend[k] = 1, pend_grad[k] = t, pend_dl[k] = t;
         }
@@ -264,10 +282,15 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
                 CHECK(M(t, k) && kind[k] == 1 && sync_mark[k] != t + 1, "t=%u: bad sync-later key %llu", t,
                       (unsigned long long)k);
                 CHECK(q->deadline > t, "t=%u: sync-later deadline %u", t, q->deadline);
+                // The deadline is the iteration before the next use, or t + 1 when evicted after t.
+                uint32_t want = evict_mark[k] == t + 1 ? t + 1 : NX(t, k) - 1;
+                CHECK(q->deadline == want, "t=%u: sync-later of key %llu due %u, expected %u", t, (unsigned long long)k,
+                      q->deadline, want);
                 sync_mark[k] = t + 1;
                 pend[k] = 1, pend_grad[k] = t, pend_dl[k] = q->deadline;
             } else {
-                CHECK(pend[k] && pend_grad[k] == q->grad_iter && q->deadline < pend_dl[k] && restate_mark[k] != t + 1,
+                CHECK(pend[k] && pend_grad[k] == q->grad_iter && q->deadline == t + 1 && q->deadline < pend_dl[k] &&
+                          restate_mark[k] != t + 1,
                       "t=%u: restatement of key %llu (gradient %u, deadline %u) matches nothing pending", t,
                       (unsigned long long)k, q->grad_iter, q->deadline);
                 pend_dl[k] = q->deadline, restate_mark[k] = t + 1;
@@ -279,6 +302,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             else CHECK(sync_mark[k] == t + 1, "t=%u: gradient of shared key %llu never synchronised", t, (unsigned long long)k);
         }
         // Evictions after t.
+        uint32_t v_evicted = NONE; // the nearest next use among keys evicted under pressure
         for (uint32_t j = 0; j < p.n_evict; j++) {
             const plan_evict *e = &p.evict[j];
             uint64_t k = e->key;
@@ -289,6 +313,14 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             } else {
                 CHECK(kind[k] == 1 && res_on[k] == ALL, "t=%u: shared eviction of key %llu", t, (unsigned long long)k);
                 owner_cnt[e->owner]++;
+                // Keep: a key next used within the window is evicted only under pressure, never
+                // while pinned (next use <= t + 1 + P), farthest next use first (checked below).
+                uint32_t v = NX(t, k);
+                if (v != NONE && v <= H1) {
+                    CHECK(v > t + 1 + c.P, "t=%u: key %llu evicted though needed at %u", t, (unsigned long long)k, v);
+                    pressure_at = t + 1;
+                    v_evicted = BP_MIN(v_evicted, v);
+                }
             }
             uint32_t w = t + ((e->flags & PLAN_WB_NEXT) ? 1 : 0); // write-back at the end of w
             int late = pend[k] && pend_dl[k] > t;
@@ -299,8 +331,16 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             res_on[k] = 0, kind[k] = 0, pend[k] = 0;
             ev_it[k] = t, ev_wr[k] = e->owner, evict_mark[k] = t + 1;
         }
-        for (uint64_t k = 0; k < K; k++)
+        for (uint64_t k = 0; k < K; k++) {
             if (restate_mark[k] == t + 1) CHECK(evict_mark[k] == t + 1, "t=%u: key %llu restated but not evicted", t, (unsigned long long)k);
+            if (!res_on[k]) continue;
+            // Evict: a key stays only while its next use is in view; Belady: none that stays is
+            // needed later than one evicted under pressure.
+            CHECK(NX(t, k) != NONE && NX(t, k) <= H1, "t=%u: key %llu kept, next use %u beyond the horizon %u", t,
+                  (unsigned long long)k, NX(t, k), H1);
+            CHECK(NX(t, k) <= v_evicted, "t=%u: key %llu (next use %u) kept while one needed at %u was evicted", t,
+                  (unsigned long long)k, NX(t, k), v_evicted);
+        }
     }
     CHECK(t == N, "%u records for %u batches", t, N);
     for (uint64_t k = 0; k < K; k++) CHECK(res_on[k] == 0, "key %llu still resident at the end", (unsigned long long)k);
@@ -319,8 +359,10 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
     plan_free(&p);
     free(mask), free(res_on), free(kind), free(holder), free(for_it), free(ev_it), free(ev_wr);
     free(pend), free(pend_grad), free(pend_dl), free(sync_mark), free(priv_mark), free(restate_mark), free(evict_mark);
+    free(nxt);
     return ok;
 #undef M
+#undef NX
 }
 
 // Runs and checks; returns 0, the oracle's error code, or -100 for a checker failure.
