@@ -1121,3 +1121,147 @@ TEST(oracle_tail_keys_private_no_extra_capacity) {
                 trace_free(&tr);
             }
 }
+
+// The hash keymap (forced) starts at 16 entries and doubles without a pause, moving the old table
+// a few entries per insert: with ~12K distinct keys that are evicted and come back, it grows ten
+// times and keys are read and rewritten (gates, retirement) in every phase of a doubling.  The
+// plans must be those of the flat keymap and pass the checker.
+TEST(oracle_hash_keymap_grows_many_times) {
+    uint64_t card[2] = {20000, 3000};
+    trace tr;
+    trace_make(&tr, 91, 1, 150, 64, 2, card, 9);
+    uint8_t *seen = bp_xcalloc(tr_keys(&tr), 1);
+    uint64_t distinct = 0;
+    for (uint64_t j = 0; j < (uint64_t)149 * 64 * 2 + 9 * 2; j++) {
+        uint64_t k = (j % 2 ? card[0] : 0) + tr.ids[j];
+        distinct += !seen[k], seen[k] = 1;
+    }
+    free(seen);
+    for (int th = 1; th <= 2; th++) {
+        run_cfg c = {3, 4, 1, 400, th, ORACLE_KEYMAP_FLAT};
+        stream a, b;
+        oracle_stats sa, sb;
+        ASSERT_OK(run_oracle(&tr, c, &a, &sa));
+        c.keymap = ORACLE_KEYMAP_HASH;
+        ASSERT_OK(run_oracle(&tr, c, &b, &sb));
+        ASSERT_MSG(a.n == b.n && memcmp(a.buf, b.buf, a.n) == 0, "threads %d: hash and flat keymaps plan differently", th);
+        ASSERT_MSG(distinct > 8000 && sb.fetches > distinct + 1000, "%llu distinct keys, %llu fetches",
+                   (unsigned long long)distinct, (unsigned long long)sb.fetches); // many come back
+        check_result cr;
+        ASSERT_MSG(check_plans(&tr, c, &b, &cr) == 0, "threads %d: %s", th, cr.msg);
+        free(a.buf), free(b.buf);
+    }
+    trace_free(&tr);
+}
+
+// Keys at the top of the key space: the same trace with every table stretched to 2^32 rows and its
+// ids moved to the table's last rows (keys up to 2^32 - 1, or beyond 2^32 with 8-byte entries and
+// record keys) must give the same plans key for key: no decision may depend on a key's value.
+static uint64_t key_to_top(const trace *small, const trace *big, uint64_t k) {
+    uint64_t off_s = 0, off_b = 0;
+    uint32_t f = 0;
+    while (k >= off_s + small->card[f]) off_s += small->card[f], off_b += big->card[f], f++;
+    return off_b + (k - off_s) + (big->card[f] - small->card[f]);
+}
+
+TEST(oracle_keys_at_top_of_key_space) {
+    static const struct {
+        uint32_t F, T, W, P;
+        uint64_t big[2]; // the stretched cardinalities
+    } cases[] = {
+        {1, 3, 4, 2, {1ull << 32, 0}},          // K = 2^32: 4-byte keys, the last key 2^32 - 1
+        {2, 5, 3, 1, {1ull << 32, 1ull << 32}}, // K = 2^33: 8-byte keys
+        {2, 12, 2, 3, {7, 1ull << 32}},         // a small table first, T > 8
+    };
+    for (size_t ci = 0; ci < BP_ARRAY_LEN(cases); ci++) {
+        const uint32_t F = cases[ci].F, N = 40, B = 10;
+        uint64_t card[2] = {7, 30};
+        trace small, big;
+        trace_make(&small, 60 + ci, 0, N, B, F, card, 3);
+        big = small;
+        big.ids = bp_xmalloc((size_t)N * B * F * sizeof *big.ids);
+        for (uint32_t f = 0; f < F; f++) big.card[f] = cases[ci].big[f];
+        for (size_t j = 0; j < (size_t)N * B * F; j++)
+            big.ids[j] = (uint32_t)(small.ids[j] + (big.card[j % F] - card[j % F]));
+        run_cfg c = {cases[ci].T, cases[ci].W, cases[ci].P, 0, 1, ORACLE_KEYMAP_AUTO};
+        c.C = min_capacity(&small, c, capacity_lower_bound(&small, c.T, c.P), tr_keys(&small) + 1);
+        ASSERT_TRUE(c.C > 0);
+        for (int th = 1; th <= 2; th++) {
+            c.threads = th;
+            stream a, b;
+            ASSERT_OK(run_oracle(&small, c, &a, NULL));
+            ASSERT_OK(run_oracle(&big, c, &b, NULL));
+            ASSERT_EQ(a.records, b.records);
+            ASSERT_EQ(a.records, N);
+            plan p;
+            plan_init(&p);
+            size_t ia = 0, ib = 0;
+            uint8_t *buf = bp_xmalloc(b.n);
+            for (uint32_t t = 0; t < N; t++) {
+                uint32_t na, nb;
+                ASSERT_OK(plan_peek_size(a.buf + ia, a.n - ia, &na));
+                ASSERT_OK(plan_peek_size(b.buf + ib, b.n - ib, &nb));
+                ASSERT_OK(plan_decode(&p, a.buf + ia, na));
+                for (uint32_t j = 0; j < p.n_fetch; j++) p.fetch[j].key = key_to_top(&small, &big, p.fetch[j].key);
+                for (uint32_t j = 0; j < p.n_evict; j++) p.evict[j].key = key_to_top(&small, &big, p.evict[j].key);
+                for (uint32_t j = 0; j < p.n_private; j++) p.priv_key[j] = key_to_top(&small, &big, p.priv_key[j]);
+                for (uint32_t j = 0; j < p.n_sync_now; j++) p.sync_now[j] = key_to_top(&small, &big, p.sync_now[j]);
+                for (uint32_t j = 0; j < p.n_sync_later; j++)
+                    p.sync_later[j].key = key_to_top(&small, &big, p.sync_later[j].key);
+                p.n_keys = tr_keys(&big);
+                int64_t len = plan_encode(&p, buf, b.n);
+                ASSERT_MSG(len == (int64_t)nb && memcmp(buf, b.buf + ib, nb) == 0, "case %zu threads %d: record %u differs", ci,
+                           th, t);
+                ia += na, ib += nb;
+            }
+            free(buf);
+            plan_free(&p);
+            free(a.buf), free(b.buf);
+        }
+        free(big.ids);
+        trace_free(&small);
+    }
+}
+
+// Settings at their edges, each trace checked at the smallest capacity that works and one above,
+// with one and two threads and both keymaps, and refused one below naming a size that works (for
+// T = 1 exactly the minimum): prefetch distance 0, 1 and 255 (its maximum), W = 0, 1 and P + 1,
+// T = 1 and 64 (most trainers with empty slices: batches of 6 samples), last batches of 1 sample.
+TEST(oracle_checker_edge_settings) {
+    static const struct {
+        uint32_t T, P, W;
+    } cfgs[] = {
+        {1, 0, 0}, {1, 0, 1}, {1, 1, 2}, {1, 255, 1}, {1, 255, 256}, {3, 255, 0}, {64, 0, 1}, {64, 2, 3},
+        {64, 255, 256}, {5, 1, 1}, {5, 1, 2}, {2, 3, 4}, {7, 0, 0}, {2, 255, 3},
+    };
+    uint64_t card[2] = {37, 200};
+    for (size_t ci = 0; ci < BP_ARRAY_LEN(cfgs); ci++)
+        for (int kind = 0; kind < 5; kind++)
+            for (uint32_t n_last = 1; n_last <= 6; n_last += 5) {
+                trace tr;
+                trace_make(&tr, 31 * ci + (uint64_t)kind, kind, 40, 6, 2, card, n_last);
+                run_cfg c = {cfgs[ci].T, cfgs[ci].W, cfgs[ci].P, 0, 1, ORACLE_KEYMAP_AUTO};
+                uint64_t cmin = min_capacity(&tr, c, capacity_lower_bound(&tr, c.T, c.P), tr_keys(&tr) + 1);
+                ASSERT_MSG(cmin > 0, "T=%u P=%u W=%u kind %d: no capacity works", c.T, c.P, c.W, kind);
+                for (int v = 0; v < 4; v++) {
+                    c.threads = 1 + (v & 1), c.keymap = v & 2 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_FLAT;
+                    for (c.C = cmin; c.C <= cmin + 1; c.C++) {
+                        check_result cr;
+                        ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "T=%u P=%u W=%u kind %d last %u threads %d keymap %d C=%llu: %s",
+                                   c.T, c.P, c.W, kind, n_last, c.threads, c.keymap, (unsigned long long)c.C, cr.msg);
+                    }
+                }
+                if (cmin > 1) {
+                    c.C = cmin - 1;
+                    stream s;
+                    ASSERT_EQ(run_oracle(&tr, c, &s, NULL), BP_ECAPACITY);
+                    free(s.buf);
+                    const char *m = strstr(bp_errmsg(BP_ECAPACITY), "minimum cache size for this batch is ");
+                    ASSERT_TRUE(m != NULL);
+                    uint64_t named = strtoull(m + strlen("minimum cache size for this batch is "), NULL, 10);
+                    ASSERT_MSG(c.T == 1 ? named == cmin : named >= cmin, "T=%u P=%u W=%u: named %llu, smallest working %llu",
+                               c.T, c.P, c.W, (unsigned long long)named, (unsigned long long)cmin);
+                }
+                trace_free(&tr);
+            }
+}
