@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cachesim.h"
 #include "common.h"
 #include "data_bin.h"
 #include "oracle.h"
@@ -1264,4 +1265,63 @@ TEST(oracle_checker_edge_settings) {
                 }
                 trace_free(&tr);
             }
+}
+
+// The cache simulator's lookahead policy (bagpipe analyze --cache) and the dataset driver (which
+// bench_plan times) plan the same split and must report the oracle's own counts: the same hits,
+// fetches, write-backs, syncs and peak, at the smallest capacity, under pressure and generous,
+// with a short last batch, a window beyond the trace, and one and two threads.
+TEST(oracle_cachesim_and_dataset_driver_agree) {
+    const char *path = test_path("d.bin");
+    bp_ds_info info = {0};
+    info.n_dense = 1, info.n_sparse = 3, info.kind = BP_KIND_CUSTOM;
+    bp_ds_writer *w;
+    ASSERT_OK(bp_ds_writer_open(&w, path, &info));
+    uint64_t card[3] = {400, 30, 2000};
+    trace tr;
+    trace_make(&tr, 17, 0, 40, 25, 3, card, 0); // 1000 rows; the train split takes 990
+    for (uint32_t r = 0; r < 1000; r++) {
+        uint8_t lab = r % 3 == 0;
+        float d = 0;
+        ASSERT_OK(bp_ds_writer_append(w, 1, &lab, &d, tr.ids + (size_t)r * 3, NULL));
+    }
+    uint64_t split[3] = {990, 5, 5};
+    ASSERT_OK(bp_ds_writer_finish(w, card, split));
+    trace_free(&tr);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, path, 0));
+    cachesim *cs;
+    ASSERT_OK(cachesim_open(&cs, ds.sparse, 990, 3, card));
+    static const struct {
+        uint32_t T, W, P, B;
+    } cases[] = {{3, 5, 2, 25}, {1, 8, 0, 40}, {4, 60, 1, 30}, {2, 2, 3, 64}};
+    for (size_t k = 0; k < BP_ARRAY_LEN(cases); k++) {
+        oracle_config oc = {.T = cases[k].T, .B = cases[k].B, .W = cases[k].W, .P = cases[k].P, .C = 1, .threads = 1};
+        uint64_t lo = 1, hi = 7000; // the smallest capacity that plans, by bisection
+        while (lo < hi) {
+            oc.C = lo + (hi - lo) / 2;
+            int rc = oracle_run_dataset(&ds, BP_SPLIT_TRAIN, 0, &oc, NULL, NULL, NULL);
+            ASSERT_TRUE(rc == 0 || rc == BP_ECAPACITY);
+            if (rc == 0) hi = oc.C;
+            else lo = oc.C + 1;
+        }
+        const uint64_t caps[3] = {lo, lo + lo / 3, 2430};
+        for (int j = 0; j < 3; j++)
+            for (int th = 1; th <= 2; th++) {
+                oc.C = caps[j], oc.threads = th;
+                oracle_stats st;
+                ASSERT_OK(oracle_run_dataset(&ds, BP_SPLIT_TRAIN, 0, &oc, NULL, NULL, &st));
+                cachesim_config cc = {oc.T, oc.B, oc.C, oc.W, oc.P, th};
+                cachesim_result r;
+                ASSERT_OK(cachesim_run(cs, CS_LOOKAHEAD, &cc, &r));
+                ASSERT_MSG(r.batches == st.batches && r.accesses == st.accesses && r.hits == st.hits &&
+                               r.fetched_rows == st.fetches && r.written_rows == st.evictions &&
+                               r.synced_rows == (oc.T > 1 ? st.sync_now + st.sync_later : 0) && r.peak_rows == st.peak_resident,
+                           "case %zu C=%llu threads %d: simulator and driver disagree", k, (unsigned long long)oc.C, th);
+                ASSERT_EQ(st.samples, 990);
+                ASSERT_TRUE(j > 0 || st.evictions_pressure > 0 || oc.T == 1);
+            }
+    }
+    cachesim_close(cs);
+    bp_ds_close(&ds);
 }
