@@ -19,7 +19,9 @@
 //                 only), updates it locally and writes it back after u.  Decided at fetch time
 //                 and binding (a use that comes into view later is served by a new fetch).
 //                 Needs W >= P: the window must show that batches u+1..u+P, whose fetches are
-//                 decided while the key is in flight, do not use it; with W < P nothing is private.
+//                 decided while the key is in flight, do not use it; with W < P nothing is private
+//                 except near the end of the input, where the window is cut at the last batch and
+//                 shows all there is (so the last batches need no more cache than the others).
 // Why this model: a shared row's gradient is applied identically on every replica, so every
 // trainer's copy is valid and any trainer can serve, sync or write it back; charging it to every
 // trainer's capacity keeps the accounting exact without tracking which replicas are "real".  A

@@ -498,8 +498,11 @@ static int plan_step(oref_impl *o) {
             plan_fetch f = {su->key[oc], u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
             uint32_t v = next_use(o, su, oc);
             // Private needs the window to show that no fetch decision for u+1..u+P can see the
-            // key resident: no use in (u, H] with H >= u + P.
-            if (nu == 1 && (v == NIL || v > H) && H >= u + P) {
+            // key resident: no use in (u, H] with H >= u + P, or with H the last batch (the
+            // input has ended and the horizon was cut there: nothing comes after it).  The test
+            // is on the cut, not on H = N - 1 alone: the step whose horizon is exactly the last
+            // batch may run before oracle_finish, and plans must not depend on when it is called.
+            if (nu == 1 && (v == NIL || v > H) && (H >= u + P || s + P + o->W >= N)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(users);
                 state[a] = RES_PRIVATE;
                 o->priv_count[tr]++;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cachesim.h"
 #include "common.h"
 #include "data_bin.h"
 #include "oracle.h"
@@ -175,6 +176,16 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
     uint32_t *pend_grad = bp_xcalloc(K, 4), *pend_dl = bp_xcalloc(K, 4);
     uint32_t *sync_mark = bp_xcalloc(K, 4), *priv_mark = bp_xcalloc(K, 4), *restate_mark = bp_xcalloc(K, 4);
     uint32_t *evict_mark = bp_xcalloc(K, 4);
+    // nxt[t][k]: the first batch after t that touches k, or NONE.  The horizon of the step that
+    // completes record t (evictions after t) is H1(t) = min(t + 1 + P + W, N - 1).
+    const uint32_t NONE = 0xFFFFFFFFu;
+    uint32_t *nxt = bp_xmalloc((size_t)(N + 1) * K * sizeof *nxt);
+    for (uint64_t k = 0; k < K; k++) nxt[(size_t)N * K + k] = NONE;
+    for (uint32_t u = N; u-- > 0;)
+        for (uint64_t k = 0; k < K; k++)
+            nxt[(size_t)u * K + k] = M(u + 1, k) ? u + 1 : nxt[(size_t)(u + 1) * K + k]; // row N of mask is empty
+#define NX(t, k) nxt[(size_t)(t) * K + (k)]
+    uint32_t pressure_at = NONE; // record whose fetches fill some trainer's cache exactly (after pressure)
     uint64_t fetch_cnt[64] = {0}, owner_cnt[64] = {0};
     for (uint64_t k = 0; k < K; k++) ev_it[k] = PLAN_NEVER, ev_wr[k] = PLAN_NO_WRITER;
     plan p;
@@ -220,13 +231,20 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             res->fetches++;
         }
         // Residency after the fetches: the peak of iteration t.
+        uint64_t occ_max = 0;
         for (uint32_t i = 0; i < T; i++) {
             uint64_t occ = 0;
             for (uint64_t k = 0; k < K; k++) occ += (res_on[k] >> i) & 1;
             CHECK(occ <= c.C, "t=%u: trainer %u holds %llu rows > capacity %llu", t, i, (unsigned long long)occ,
                   (unsigned long long)c.C);
             if (occ > res->peak) res->peak = occ;
+            occ_max = BP_MAX(occ_max, occ);
         }
+        // Evictions under pressure free no more than needed: some trainer is then exactly full.
+        CHECK(pressure_at != t || occ_max == c.C, "t=%u: keys kept in view evicted after %u, but no cache is full (%llu of %llu)",
+              t, t - 1, (unsigned long long)occ_max, (unsigned long long)c.C);
+        const uint32_t H1 = (uint32_t)BP_MIN((uint64_t)t + 1 + c.P + c.W, (uint64_t)N - 1);
+        for (uint32_t j = 0; j < p.n_evict; j++) evict_mark[p.evict[j].key] = t + 1; // evicted after t
         // Iteration t reads its rows.
         for (uint64_t k = 0; k < K; k++) {
             uint64_t m = M(t, k);
@@ -254,6 +272,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             uint64_t k = p.sync_now[j];
             CHECK(M(t, k) && kind[k] == 1 && sync_mark[k] != t + 1, "t=%u: bad sync-now key %llu", t, (unsigned long long)k);
             CHECK(t + 1 < N && M(t + 1, k), "t=%u: sync-now key %llu not used at t+1", t, (unsigned long long)k);
+            CHECK(evict_mark[k] != t + 1, "t=%u: sync-now key %llu evicted after t", t, (unsigned long long)k);
             sync_mark[k] = t + 1;
             pend[k] = 1, pend_grad[k] = t, pend_dl[k] = t;
         }
@@ -264,10 +283,15 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
                 CHECK(M(t, k) && kind[k] == 1 && sync_mark[k] != t + 1, "t=%u: bad sync-later key %llu", t,
                       (unsigned long long)k);
                 CHECK(q->deadline > t, "t=%u: sync-later deadline %u", t, q->deadline);
+                // The deadline is the iteration before the next use, or t + 1 when evicted after t.
+                uint32_t want = evict_mark[k] == t + 1 ? t + 1 : NX(t, k) - 1;
+                CHECK(q->deadline == want, "t=%u: sync-later of key %llu due %u, expected %u", t, (unsigned long long)k,
+                      q->deadline, want);
                 sync_mark[k] = t + 1;
                 pend[k] = 1, pend_grad[k] = t, pend_dl[k] = q->deadline;
             } else {
-                CHECK(pend[k] && pend_grad[k] == q->grad_iter && q->deadline < pend_dl[k] && restate_mark[k] != t + 1,
+                CHECK(pend[k] && pend_grad[k] == q->grad_iter && q->deadline == t + 1 && q->deadline < pend_dl[k] &&
+                          restate_mark[k] != t + 1,
                       "t=%u: restatement of key %llu (gradient %u, deadline %u) matches nothing pending", t,
                       (unsigned long long)k, q->grad_iter, q->deadline);
                 pend_dl[k] = q->deadline, restate_mark[k] = t + 1;
@@ -279,6 +303,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             else CHECK(sync_mark[k] == t + 1, "t=%u: gradient of shared key %llu never synchronised", t, (unsigned long long)k);
         }
         // Evictions after t.
+        uint32_t v_evicted = NONE; // the nearest next use among keys evicted under pressure
         for (uint32_t j = 0; j < p.n_evict; j++) {
             const plan_evict *e = &p.evict[j];
             uint64_t k = e->key;
@@ -289,6 +314,14 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             } else {
                 CHECK(kind[k] == 1 && res_on[k] == ALL, "t=%u: shared eviction of key %llu", t, (unsigned long long)k);
                 owner_cnt[e->owner]++;
+                // Keep: a key next used within the window is evicted only under pressure, never
+                // while pinned (next use <= t + 1 + P), farthest next use first (checked below).
+                uint32_t v = NX(t, k);
+                if (v != NONE && v <= H1) {
+                    CHECK(v > t + 1 + c.P, "t=%u: key %llu evicted though needed at %u", t, (unsigned long long)k, v);
+                    pressure_at = t + 1;
+                    v_evicted = BP_MIN(v_evicted, v);
+                }
             }
             uint32_t w = t + ((e->flags & PLAN_WB_NEXT) ? 1 : 0); // write-back at the end of w
             int late = pend[k] && pend_dl[k] > t;
@@ -299,8 +332,16 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             res_on[k] = 0, kind[k] = 0, pend[k] = 0;
             ev_it[k] = t, ev_wr[k] = e->owner, evict_mark[k] = t + 1;
         }
-        for (uint64_t k = 0; k < K; k++)
+        for (uint64_t k = 0; k < K; k++) {
             if (restate_mark[k] == t + 1) CHECK(evict_mark[k] == t + 1, "t=%u: key %llu restated but not evicted", t, (unsigned long long)k);
+            if (!res_on[k]) continue;
+            // Evict: a key stays only while its next use is in view; Belady: none that stays is
+            // needed later than one evicted under pressure.
+            CHECK(NX(t, k) != NONE && NX(t, k) <= H1, "t=%u: key %llu kept, next use %u beyond the horizon %u", t,
+                  (unsigned long long)k, NX(t, k), H1);
+            CHECK(NX(t, k) <= v_evicted, "t=%u: key %llu (next use %u) kept while one needed at %u was evicted", t,
+                  (unsigned long long)k, NX(t, k), v_evicted);
+        }
     }
     CHECK(t == N, "%u records for %u batches", t, N);
     for (uint64_t k = 0; k < K; k++) CHECK(res_on[k] == 0, "key %llu still resident at the end", (unsigned long long)k);
@@ -319,8 +360,10 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
     plan_free(&p);
     free(mask), free(res_on), free(kind), free(holder), free(for_it), free(ev_it), free(ev_wr);
     free(pend), free(pend_grad), free(pend_dl), free(sync_mark), free(priv_mark), free(restate_mark), free(evict_mark);
+    free(nxt);
     return ok;
 #undef M
+#undef NX
 }
 
 // Runs and checks; returns 0, the oracle's error code, or -100 for a checker failure.
@@ -1016,8 +1059,9 @@ TEST(oracle_fast_matches_reference_wide_entries) {
     }
 }
 
-// Checksums of the plan streams of fixed traces, recorded from the planner before its fast path:
-// they pin the bytes even if the reference planner is ever changed or removed.
+// Checksums of the plan streams of fixed traces, recorded from the planner before its fast path
+// (cases 0 and 2 re-recorded when single-user keys of the last P batches became private): they
+// pin the bytes even if the reference planner is ever changed or removed.
 TEST(oracle_plan_bytes_pinned) {
     static const struct {
         int kind;
@@ -1025,9 +1069,9 @@ TEST(oracle_plan_bytes_pinned) {
         uint64_t card[4];
         uint32_t crc, bytes;
     } cases[] = {
-        {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}, 0x36b4dfac, 1124132},
+        {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}, 0xdabd4092, 1124132},
         {4, 60, 300, 4, 5, 12, 2, {900, 90, 9, 20000}, 0xdb386776, 20448},
-        {1, 50, 256, 2, 4, 10, 1, {3000, 40000, 0, 0}, 0x4020f4ae, 553546},
+        {1, 50, 256, 2, 4, 10, 1, {3000, 40000, 0, 0}, 0xb15ac8f6, 553546},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         trace tr;
@@ -1043,4 +1087,241 @@ TEST(oracle_plan_bytes_pinned) {
         free(s.buf);
         trace_free(&tr);
     }
+}
+
+// The last batches: a key used once by one trainer near the end of the input is private (the
+// window shows nothing after the last batch), so the tail needs no more cache than the steady
+// state.  It used to be shared there (the window did not reach u + P), charged to every trainer:
+// with cold keys, T = 4, P = 2, a run sized for the steady state failed at its last batch asking
+// for 3x the cache.  W < P too, where the step whose horizon is exactly the last batch may run
+// before oracle_finish: plans must still not depend on the thread count.
+TEST(oracle_tail_keys_private_no_extra_capacity) {
+    uint64_t card[1] = {100000};
+    for (uint32_t T = 2; T <= 4; T++)
+        for (uint32_t P = 1; P <= 3; P++)
+            for (uint32_t W = 0; W <= 6; W += 3) {
+                trace tr;
+                trace_make(&tr, 5 + T, 3, 20, 8, 1, card, T + P); // all cold, the last batch short
+                run_cfg c = {T, W, P, 0, 1, 0};
+                c.C = capacity_lower_bound(&tr, T, P);
+                if (W >= P) { // with W < P nothing is private in the steady state
+                    check_result cr;
+                    ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "T=%u P=%u W=%u C=%llu: %s", T, P, W,
+                               (unsigned long long)c.C, cr.msg);
+                } else {
+                    c.C = tr_keys(&tr);
+                }
+                stream a, b;
+                ASSERT_OK(run_oracle(&tr, c, &a, NULL));
+                c.threads = 2;
+                ASSERT_OK(run_oracle(&tr, c, &b, NULL));
+                ASSERT_MSG(a.n == b.n && memcmp(a.buf, b.buf, a.n) == 0, "T=%u P=%u W=%u: 1 and 2 threads differ", T, P, W);
+                check_result cr;
+                ASSERT_MSG(check_plans(&tr, c, &b, &cr) == 0, "T=%u P=%u W=%u: %s", T, P, W, cr.msg);
+                free(a.buf), free(b.buf);
+                trace_free(&tr);
+            }
+}
+
+// The hash keymap (forced) starts at 16 entries and doubles without a pause, moving the old table
+// a few entries per insert: with ~12K distinct keys that are evicted and come back, it grows ten
+// times and keys are read and rewritten (gates, retirement) in every phase of a doubling.  The
+// plans must be those of the flat keymap and pass the checker.
+TEST(oracle_hash_keymap_grows_many_times) {
+    uint64_t card[2] = {20000, 3000};
+    trace tr;
+    trace_make(&tr, 91, 1, 150, 64, 2, card, 9);
+    uint8_t *seen = bp_xcalloc(tr_keys(&tr), 1);
+    uint64_t distinct = 0;
+    for (uint64_t j = 0; j < (uint64_t)149 * 64 * 2 + 9 * 2; j++) {
+        uint64_t k = (j % 2 ? card[0] : 0) + tr.ids[j];
+        distinct += !seen[k], seen[k] = 1;
+    }
+    free(seen);
+    for (int th = 1; th <= 2; th++) {
+        run_cfg c = {3, 4, 1, 400, th, ORACLE_KEYMAP_FLAT};
+        stream a, b;
+        oracle_stats sa, sb;
+        ASSERT_OK(run_oracle(&tr, c, &a, &sa));
+        c.keymap = ORACLE_KEYMAP_HASH;
+        ASSERT_OK(run_oracle(&tr, c, &b, &sb));
+        ASSERT_MSG(a.n == b.n && memcmp(a.buf, b.buf, a.n) == 0, "threads %d: hash and flat keymaps plan differently", th);
+        ASSERT_MSG(distinct > 8000 && sb.fetches > distinct + 1000, "%llu distinct keys, %llu fetches",
+                   (unsigned long long)distinct, (unsigned long long)sb.fetches); // many come back
+        check_result cr;
+        ASSERT_MSG(check_plans(&tr, c, &b, &cr) == 0, "threads %d: %s", th, cr.msg);
+        free(a.buf), free(b.buf);
+    }
+    trace_free(&tr);
+}
+
+// Keys at the top of the key space: the same trace with every table stretched to 2^32 rows and its
+// ids moved to the table's last rows (keys up to 2^32 - 1, or beyond 2^32 with 8-byte entries and
+// record keys) must give the same plans key for key: no decision may depend on a key's value.
+static uint64_t key_to_top(const trace *small, const trace *big, uint64_t k) {
+    uint64_t off_s = 0, off_b = 0;
+    uint32_t f = 0;
+    while (k >= off_s + small->card[f]) off_s += small->card[f], off_b += big->card[f], f++;
+    return off_b + (k - off_s) + (big->card[f] - small->card[f]);
+}
+
+TEST(oracle_keys_at_top_of_key_space) {
+    static const struct {
+        uint32_t F, T, W, P;
+        uint64_t big[2]; // the stretched cardinalities
+    } cases[] = {
+        {1, 3, 4, 2, {1ull << 32, 0}},          // K = 2^32: 4-byte keys, the last key 2^32 - 1
+        {2, 5, 3, 1, {1ull << 32, 1ull << 32}}, // K = 2^33: 8-byte keys
+        {2, 12, 2, 3, {7, 1ull << 32}},         // a small table first, T > 8
+    };
+    for (size_t ci = 0; ci < BP_ARRAY_LEN(cases); ci++) {
+        const uint32_t F = cases[ci].F, N = 40, B = 10;
+        uint64_t card[2] = {7, 30};
+        trace small, big;
+        trace_make(&small, 60 + ci, 0, N, B, F, card, 3);
+        big = small;
+        big.ids = bp_xmalloc((size_t)N * B * F * sizeof *big.ids);
+        for (uint32_t f = 0; f < F; f++) big.card[f] = cases[ci].big[f];
+        for (size_t j = 0; j < (size_t)N * B * F; j++)
+            big.ids[j] = (uint32_t)(small.ids[j] + (big.card[j % F] - card[j % F]));
+        run_cfg c = {cases[ci].T, cases[ci].W, cases[ci].P, 0, 1, ORACLE_KEYMAP_AUTO};
+        c.C = min_capacity(&small, c, capacity_lower_bound(&small, c.T, c.P), tr_keys(&small) + 1);
+        ASSERT_TRUE(c.C > 0);
+        for (int th = 1; th <= 2; th++) {
+            c.threads = th;
+            stream a, b;
+            ASSERT_OK(run_oracle(&small, c, &a, NULL));
+            ASSERT_OK(run_oracle(&big, c, &b, NULL));
+            ASSERT_EQ(a.records, b.records);
+            ASSERT_EQ(a.records, N);
+            plan p;
+            plan_init(&p);
+            size_t ia = 0, ib = 0;
+            uint8_t *buf = bp_xmalloc(b.n);
+            for (uint32_t t = 0; t < N; t++) {
+                uint32_t na, nb;
+                ASSERT_OK(plan_peek_size(a.buf + ia, a.n - ia, &na));
+                ASSERT_OK(plan_peek_size(b.buf + ib, b.n - ib, &nb));
+                ASSERT_OK(plan_decode(&p, a.buf + ia, na));
+                for (uint32_t j = 0; j < p.n_fetch; j++) p.fetch[j].key = key_to_top(&small, &big, p.fetch[j].key);
+                for (uint32_t j = 0; j < p.n_evict; j++) p.evict[j].key = key_to_top(&small, &big, p.evict[j].key);
+                for (uint32_t j = 0; j < p.n_private; j++) p.priv_key[j] = key_to_top(&small, &big, p.priv_key[j]);
+                for (uint32_t j = 0; j < p.n_sync_now; j++) p.sync_now[j] = key_to_top(&small, &big, p.sync_now[j]);
+                for (uint32_t j = 0; j < p.n_sync_later; j++)
+                    p.sync_later[j].key = key_to_top(&small, &big, p.sync_later[j].key);
+                p.n_keys = tr_keys(&big);
+                int64_t len = plan_encode(&p, buf, b.n);
+                ASSERT_MSG(len == (int64_t)nb && memcmp(buf, b.buf + ib, nb) == 0, "case %zu threads %d: record %u differs", ci,
+                           th, t);
+                ia += na, ib += nb;
+            }
+            free(buf);
+            plan_free(&p);
+            free(a.buf), free(b.buf);
+        }
+        free(big.ids);
+        trace_free(&small);
+    }
+}
+
+// Settings at their edges, each trace checked at the smallest capacity that works and one above,
+// with one and two threads and both keymaps, and refused one below naming a size that works (for
+// T = 1 exactly the minimum): prefetch distance 0, 1 and 255 (its maximum), W = 0, 1 and P + 1,
+// T = 1 and 64 (most trainers with empty slices: batches of 6 samples), last batches of 1 sample.
+TEST(oracle_checker_edge_settings) {
+    static const struct {
+        uint32_t T, P, W;
+    } cfgs[] = {
+        {1, 0, 0}, {1, 0, 1}, {1, 1, 2}, {1, 255, 1}, {1, 255, 256}, {3, 255, 0}, {64, 0, 1}, {64, 2, 3},
+        {64, 255, 256}, {5, 1, 1}, {5, 1, 2}, {2, 3, 4}, {7, 0, 0}, {2, 255, 3},
+    };
+    uint64_t card[2] = {37, 200};
+    for (size_t ci = 0; ci < BP_ARRAY_LEN(cfgs); ci++)
+        for (int kind = 0; kind < 5; kind++)
+            for (uint32_t n_last = 1; n_last <= 6; n_last += 5) {
+                trace tr;
+                trace_make(&tr, 31 * ci + (uint64_t)kind, kind, 40, 6, 2, card, n_last);
+                run_cfg c = {cfgs[ci].T, cfgs[ci].W, cfgs[ci].P, 0, 1, ORACLE_KEYMAP_AUTO};
+                uint64_t cmin = min_capacity(&tr, c, capacity_lower_bound(&tr, c.T, c.P), tr_keys(&tr) + 1);
+                ASSERT_MSG(cmin > 0, "T=%u P=%u W=%u kind %d: no capacity works", c.T, c.P, c.W, kind);
+                for (int v = 0; v < 4; v++) {
+                    c.threads = 1 + (v & 1), c.keymap = v & 2 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_FLAT;
+                    for (c.C = cmin; c.C <= cmin + 1; c.C++) {
+                        check_result cr;
+                        ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "T=%u P=%u W=%u kind %d last %u threads %d keymap %d C=%llu: %s",
+                                   c.T, c.P, c.W, kind, n_last, c.threads, c.keymap, (unsigned long long)c.C, cr.msg);
+                    }
+                }
+                if (cmin > 1) {
+                    c.C = cmin - 1;
+                    stream s;
+                    ASSERT_EQ(run_oracle(&tr, c, &s, NULL), BP_ECAPACITY);
+                    free(s.buf);
+                    const char *m = strstr(bp_errmsg(BP_ECAPACITY), "minimum cache size for this batch is ");
+                    ASSERT_TRUE(m != NULL);
+                    uint64_t named = strtoull(m + strlen("minimum cache size for this batch is "), NULL, 10);
+                    ASSERT_MSG(c.T == 1 ? named == cmin : named >= cmin, "T=%u P=%u W=%u: named %llu, smallest working %llu",
+                               c.T, c.P, c.W, (unsigned long long)named, (unsigned long long)cmin);
+                }
+                trace_free(&tr);
+            }
+}
+
+// The cache simulator's lookahead policy (bagpipe analyze --cache) and the dataset driver (which
+// bench_plan times) plan the same split and must report the oracle's own counts: the same hits,
+// fetches, write-backs, syncs and peak, at the smallest capacity, under pressure and generous,
+// with a short last batch, a window beyond the trace, and one and two threads.
+TEST(oracle_cachesim_and_dataset_driver_agree) {
+    const char *path = test_path("d.bin");
+    bp_ds_info info = {0};
+    info.n_dense = 1, info.n_sparse = 3, info.kind = BP_KIND_CUSTOM;
+    bp_ds_writer *w;
+    ASSERT_OK(bp_ds_writer_open(&w, path, &info));
+    uint64_t card[3] = {400, 30, 2000};
+    trace tr;
+    trace_make(&tr, 17, 0, 40, 25, 3, card, 0); // 1000 rows; the train split takes 990
+    for (uint32_t r = 0; r < 1000; r++) {
+        uint8_t lab = r % 3 == 0;
+        float d = 0;
+        ASSERT_OK(bp_ds_writer_append(w, 1, &lab, &d, tr.ids + (size_t)r * 3, NULL));
+    }
+    uint64_t split[3] = {990, 5, 5};
+    ASSERT_OK(bp_ds_writer_finish(w, card, split));
+    trace_free(&tr);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, path, 0));
+    cachesim *cs;
+    ASSERT_OK(cachesim_open(&cs, ds.sparse, 990, 3, card));
+    static const struct {
+        uint32_t T, W, P, B;
+    } cases[] = {{3, 5, 2, 25}, {1, 8, 0, 40}, {4, 60, 1, 30}, {2, 2, 3, 64}};
+    for (size_t k = 0; k < BP_ARRAY_LEN(cases); k++) {
+        oracle_config oc = {.T = cases[k].T, .B = cases[k].B, .W = cases[k].W, .P = cases[k].P, .C = 1, .threads = 1};
+        uint64_t lo = 1, hi = 7000; // the smallest capacity that plans, by bisection
+        while (lo < hi) {
+            oc.C = lo + (hi - lo) / 2;
+            int rc = oracle_run_dataset(&ds, BP_SPLIT_TRAIN, 0, &oc, NULL, NULL, NULL);
+            ASSERT_TRUE(rc == 0 || rc == BP_ECAPACITY);
+            if (rc == 0) hi = oc.C;
+            else lo = oc.C + 1;
+        }
+        const uint64_t caps[3] = {lo, lo + lo / 3, 2430};
+        for (int j = 0; j < 3; j++)
+            for (int th = 1; th <= 2; th++) {
+                oc.C = caps[j], oc.threads = th;
+                oracle_stats st;
+                ASSERT_OK(oracle_run_dataset(&ds, BP_SPLIT_TRAIN, 0, &oc, NULL, NULL, &st));
+                cachesim_config cc = {oc.T, oc.B, oc.C, oc.W, oc.P, th};
+                cachesim_result r;
+                ASSERT_OK(cachesim_run(cs, CS_LOOKAHEAD, &cc, &r));
+                ASSERT_MSG(r.batches == st.batches && r.accesses == st.accesses && r.hits == st.hits &&
+                               r.fetched_rows == st.fetches && r.written_rows == st.evictions &&
+                               r.synced_rows == (oc.T > 1 ? st.sync_now + st.sync_later : 0) && r.peak_rows == st.peak_resident,
+                           "case %zu C=%llu threads %d: simulator and driver disagree", k, (unsigned long long)oc.C, th);
+                ASSERT_EQ(st.samples, 990);
+                ASSERT_TRUE(j > 0 || st.evictions_pressure > 0 || oc.T == 1);
+            }
+    }
+    cachesim_close(cs);
+    bp_ds_close(&ds);
 }
