@@ -120,6 +120,7 @@ typedef struct {
     char name[64];
     uint64_t avail;
 } dist_host;
+_Static_assert(sizeof(dist_host) == 72, "tests/test_badinput.c's stand-in peer sends a 72-byte host");
 // This rank's entry: gethostname() and dist_mem_available(); under the test hook
 // BAGPIPE_TEST_HOSTS="a,a,b,..." (one name per rank) the rank-th name of the list.
 #define DIST_TEST_HOSTS_ENV "BAGPIPE_TEST_HOSTS"

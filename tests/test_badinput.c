@@ -904,7 +904,8 @@ TEST(badinput_model_for_another_dataset) {
 // ---------------------------------------------------------------------------------------------
 // A peer that sends garbage
 
-// A stand-in for trainer 0: takes part in the start-up agreement, then sends one malformed
+// A stand-in for trainer 0: takes part in the start-up exchanges (its host, a dist_host of 72
+// bytes, then the agreement), then sends one malformed
 // message (kind, tag, n, width, byte count and optionally the iteration from argv) to the server
 // (rank 1) and waits to be stopped.  Compiled with mpicc at test time (it is not part of the test binary).
 static const char peer_src[] =
@@ -913,6 +914,9 @@ static const char peer_src[] =
     "    int provided, all[64], zero = 0;\n"
     "    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);\n"
     "    MPI_Request rq;\n"
+    "    static char host[72], hosts[64 * 72];\n"
+    "    MPI_Iallgather(host, 72, MPI_BYTE, hosts, 72, MPI_BYTE, MPI_COMM_WORLD, &rq);\n"
+    "    MPI_Wait(&rq, MPI_STATUS_IGNORE);\n"
     "    MPI_Iallgather(&zero, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD, &rq);\n"
     "    MPI_Wait(&rq, MPI_STATUS_IGNORE);\n"
     "    uint64_t buf[64] = {0};\n"
