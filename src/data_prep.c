@@ -418,7 +418,7 @@ int cmd_prep(int argc, char **argv) {
                    "input format: Criteo TSV (Kaggle or Terabyte days) or Avazu CSV with its header"),
         CLI_STR("out", 'o', &out, NULL, "output dataset file (required; written atomically)"),
         CLI_I64("min-count", 0, &min_count, 1, 1, UINT32_MAX,
-                "frequency ids (two passes): most frequent value = id 0; values seen fewer than K times "
+                "frequency ids (two passes): most frequent value = id 0; values seen fewer than N times "
                 "share the last id"),
         CLI_I64("max-ind-range", 0, &max_ind_range, 0, 0, (int64_t)1 << 32,
                 "hashed ids instead (one pass): id = value mod N, 0 = off"),
