@@ -437,8 +437,9 @@ int cmd_prep(int argc, char **argv) {
     };
     char **pos = NULL;
     int npos = 0;
-    int rc = cli_parse("bagpipe prep", "[options] -o OUT INPUT...  (inputs in order: plain or gzip)", opts, argc,
-                       argv, &pos, &npos);
+    cli_given given;
+    int rc = cli_parse_given("bagpipe prep", "[options] -o OUT INPUT...  (inputs in order: plain or gzip)", opts,
+                             argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
     if (rc) return cmd_exit(rc);
     prep_opts o;
@@ -452,7 +453,7 @@ int cmd_prep(int argc, char **argv) {
     o.skip_bad = skip_bad;
     o.max_rows = (uint64_t)max_rows;
     o.progress = !quiet;
-    if (max_ind_range && min_count != 1)
+    if (max_ind_range && cli_was_given(&given, opts, "min-count"))
         rc = bp_fail(BP_EUSAGE, "--min-count and --max-ind-range choose two different id mappings; give one");
     if (!rc) rc = prep_split_parse(&o, split);
     if (!rc && !out) rc = bp_fail(BP_EUSAGE, "prep: --out FILE is required (see 'bagpipe prep --help')");

@@ -844,6 +844,14 @@ TEST(prep_cli_flags) {
     ASSERT_EQ(test_run(&msg, 10, "%s prep --min-count 3 --max-ind-range 10 -o %s %s", test_bin(), out, good), 2);
     ASSERT_STR_CONTAINS(msg, "give one");
     free(msg);
+    // --min-count given at all, even at its default, names the frequency mapping (it used to be
+    // ignored at 1 beside --max-ind-range, which docs/data.md says cannot be combined with it).
+    ASSERT_EQ(test_run(&msg, 10, "%s prep --min-count 1 --max-ind-range 10 -o %s %s", test_bin(), out, good), 2);
+    ASSERT_STR_CONTAINS(msg, "give one");
+    free(msg);
+    ASSERT_EQ(test_run(&msg, 10, "%s prep -q --min-count 3 --max-ind-range 0 -o %s %s", test_bin(), out, good), 0);
+    free(msg);
+    ASSERT_EQ(unlink(out), 0);
     ASSERT_EQ(test_run(&msg, 10, "%s prep --split ratio:0.5,0.2,0.2 -o %s %s", test_bin(), out, good), 2);
     ASSERT_STR_CONTAINS(msg, "add up to 0.9");
     free(msg);
