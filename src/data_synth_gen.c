@@ -721,7 +721,7 @@ static void gen_block(const synth_model *m, uint64_t s[4], uint64_t row0, uint32
 #define AVX512_FN __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"), noinline))
 #define AVX512_INL __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"), always_inline)) static inline
 #define SIMD_MAX_CARD ((uint64_t)1 << 26) // (a x + b) < 2^52: exact in a double for the reduction
-#define SIMD_LUT_MAX 32768 // tables up to this many rows get per-rank tables (12 bytes a row)
+#define SIMD_LUT_MAX 32768 // tables up to this many rows get per-rank tables (8 bytes a row, 12 in a pair)
 
 // Scratch of one block, carved from the caller's pair_fac buffer (see synth_rows).
 typedef struct {
