@@ -76,21 +76,12 @@ int prep_split_parse(prep_opts *o, const char *s) {
     return 0;
 }
 
-static uint64_t frac_rows(double f, uint64_t rows) {
-    double x = f * (double)rows + 1e-6; // absorbs the rounding of f (0.29 * 100 = 28.999...)
-    return x >= (double)rows ? rows : (uint64_t)x;
-}
-
 void prep_split_sizes(const prep_opts *o, uint64_t rows, const uint64_t *rows_per_file, int n_files,
                       uint64_t split[3]) {
     split[0] = rows, split[1] = split[2] = 0;
     switch (o->split) {
     case PREP_SPLIT_NONE: return;
-    case PREP_SPLIT_RATIO:
-        split[0] = frac_rows(o->ratio[0], rows);
-        split[1] = BP_MIN(frac_rows(o->ratio[1], rows), rows - split[0]);
-        split[2] = rows - split[0] - split[1];
-        return;
+    case PREP_SPLIT_RATIO: bp_ds_split_ratio(rows, o->ratio, split); return;
     case PREP_SPLIT_KAGGLE: bp_ds_split_kaggle(rows, split); return;
     case PREP_SPLIT_DAYS: bp_ds_split_last(rows, n_files > 0 ? rows_per_file[n_files - 1] : 0, split); return;
     }

@@ -111,11 +111,7 @@ void synth_split_sizes(const synth_opts *o, uint64_t split[3]) {
     } else if (o->split == SYNTH_SPLIT_KAGGLE) {
         bp_ds_split_kaggle(n, split); // the rule prep uses, so both cut the same rows alike
     } else {
-        split[0] = (uint64_t)floor((double)n * o->ratio[0]);
-        split[1] = (uint64_t)floor((double)n * o->ratio[1]);
-        if (split[0] > n) split[0] = n;
-        if (split[1] > n - split[0]) split[1] = n - split[0];
-        split[2] = n - split[0] - split[1];
+        bp_ds_split_ratio(n, o->ratio, split); // prep's rule too
     }
 }
 
