@@ -517,6 +517,17 @@ void bp_ds_split_kaggle(uint64_t rows, uint64_t split[3]) {
     bp_ds_split_last(rows, rows / 7, split); // the rows % 7 < 7 extra rows went to days 0-5
 }
 
+static uint64_t frac_rows(double f, uint64_t rows) {
+    double x = f * (double)rows + 1e-6; // absorbs the rounding of f (0.29 * 100 = 28.999...)
+    return x >= (double)rows ? rows : (uint64_t)x;
+}
+
+void bp_ds_split_ratio(uint64_t rows, const double ratio[3], uint64_t split[3]) {
+    split[0] = frac_rows(ratio[0], rows);
+    split[1] = BP_MIN(frac_rows(ratio[1], rows), rows - split[0]);
+    split[2] = rows - split[0] - split[1];
+}
+
 uint64_t bp_ds_total_card(const bp_ds_info *info) {
     uint64_t t = 0;
     for (uint32_t f = 0; f < info->n_sparse; f++) t += info->card[f];

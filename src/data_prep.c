@@ -76,21 +76,12 @@ int prep_split_parse(prep_opts *o, const char *s) {
     return 0;
 }
 
-static uint64_t frac_rows(double f, uint64_t rows) {
-    double x = f * (double)rows + 1e-6; // absorbs the rounding of f (0.29 * 100 = 28.999...)
-    return x >= (double)rows ? rows : (uint64_t)x;
-}
-
 void prep_split_sizes(const prep_opts *o, uint64_t rows, const uint64_t *rows_per_file, int n_files,
                       uint64_t split[3]) {
     split[0] = rows, split[1] = split[2] = 0;
     switch (o->split) {
     case PREP_SPLIT_NONE: return;
-    case PREP_SPLIT_RATIO:
-        split[0] = frac_rows(o->ratio[0], rows);
-        split[1] = BP_MIN(frac_rows(o->ratio[1], rows), rows - split[0]);
-        split[2] = rows - split[0] - split[1];
-        return;
+    case PREP_SPLIT_RATIO: bp_ds_split_ratio(rows, o->ratio, split); return;
     case PREP_SPLIT_KAGGLE: bp_ds_split_kaggle(rows, split); return;
     case PREP_SPLIT_DAYS: bp_ds_split_last(rows, n_files > 0 ? rows_per_file[n_files - 1] : 0, split); return;
     }
@@ -418,7 +409,7 @@ int cmd_prep(int argc, char **argv) {
                    "input format: Criteo TSV (Kaggle or Terabyte days) or Avazu CSV with its header"),
         CLI_STR("out", 'o', &out, NULL, "output dataset file (required; written atomically)"),
         CLI_I64("min-count", 0, &min_count, 1, 1, UINT32_MAX,
-                "frequency ids (two passes): most frequent value = id 0; values seen fewer than K times "
+                "frequency ids (two passes): most frequent value = id 0; values seen fewer than N times "
                 "share the last id"),
         CLI_I64("max-ind-range", 0, &max_ind_range, 0, 0, (int64_t)1 << 32,
                 "hashed ids instead (one pass): id = value mod N, 0 = off"),
@@ -437,8 +428,9 @@ int cmd_prep(int argc, char **argv) {
     };
     char **pos = NULL;
     int npos = 0;
-    int rc = cli_parse("bagpipe prep", "[options] -o OUT INPUT...  (inputs in order: plain or gzip)", opts, argc,
-                       argv, &pos, &npos);
+    cli_given given;
+    int rc = cli_parse_given("bagpipe prep", "[options] -o OUT INPUT...  (inputs in order: plain or gzip)", opts,
+                             argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
     if (rc) return cmd_exit(rc);
     prep_opts o;
@@ -452,7 +444,7 @@ int cmd_prep(int argc, char **argv) {
     o.skip_bad = skip_bad;
     o.max_rows = (uint64_t)max_rows;
     o.progress = !quiet;
-    if (max_ind_range && min_count != 1)
+    if (max_ind_range && cli_was_given(&given, opts, "min-count"))
         rc = bp_fail(BP_EUSAGE, "--min-count and --max-ind-range choose two different id mappings; give one");
     if (!rc) rc = prep_split_parse(&o, split);
     if (!rc && !out) rc = bp_fail(BP_EUSAGE, "prep: --out FILE is required (see 'bagpipe prep --help')");

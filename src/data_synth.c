@@ -587,7 +587,8 @@ int cmd_synth(int argc, char **argv) {
     };
     char **pos;
     int npos;
-    int rc = cli_parse("bagpipe synth", "[options] -o FILE", opts, argc, argv, &pos, &npos);
+    cli_given given;
+    int rc = cli_parse_given("bagpipe synth", "[options] -o FILE", opts, argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
     if (rc) return cmd_exit(rc);
     if (npos) {
@@ -613,15 +614,16 @@ int cmd_synth(int argc, char **argv) {
         o.n_dense = (uint32_t)dense;
     } else {
         if (tables) return cmd_exit(bp_fail(BP_EUSAGE, "--tables: only with --preset custom (the %s preset has its own)", preset));
-        for (int i = 1; i < argc; i++)
-            if (strcmp(argv[i], "--dense") == 0 || strncmp(argv[i], "--dense=", 8) == 0)
-                return cmd_exit(bp_fail(BP_EUSAGE, "--dense: only with --preset custom"));
+        if (cli_was_given(&given, opts, "dense")) return cmd_exit(bp_fail(BP_EUSAGE, "--dense: only with --preset custom"));
     }
     if (rows < 1) return cmd_exit(bp_fail(BP_EUSAGE, "--rows: expected at least 1 sample, got %lld", (long long)rows));
     o.rows = (uint64_t)rows;
     o.seed = (uint64_t)seed;
     if (strcmp(skew, "auto") == 0) {
         o.skew = -1;
+    } else if (cli_was_given(&given, opts, "hot-share")) {
+        return cmd_exit(bp_fail(BP_EUSAGE, "--hot-share: only with --skew auto (it calibrates the exponent; --skew %s sets "
+                                           "it)", skew));
     } else {
         char *end;
         o.skew = cli_strtod(skew, &end);

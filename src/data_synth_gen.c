@@ -111,11 +111,7 @@ void synth_split_sizes(const synth_opts *o, uint64_t split[3]) {
     } else if (o->split == SYNTH_SPLIT_KAGGLE) {
         bp_ds_split_kaggle(n, split); // the rule prep uses, so both cut the same rows alike
     } else {
-        split[0] = (uint64_t)floor((double)n * o->ratio[0]);
-        split[1] = (uint64_t)floor((double)n * o->ratio[1]);
-        if (split[0] > n) split[0] = n;
-        if (split[1] > n - split[0]) split[1] = n - split[0];
-        split[2] = n - split[0] - split[1];
+        bp_ds_split_ratio(n, o->ratio, split); // prep's rule too
     }
 }
 
@@ -721,7 +717,7 @@ static void gen_block(const synth_model *m, uint64_t s[4], uint64_t row0, uint32
 #define AVX512_FN __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"), noinline))
 #define AVX512_INL __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"), always_inline)) static inline
 #define SIMD_MAX_CARD ((uint64_t)1 << 26) // (a x + b) < 2^52: exact in a double for the reduction
-#define SIMD_LUT_MAX 32768 // tables up to this many rows get per-rank tables (12 bytes a row)
+#define SIMD_LUT_MAX 32768 // tables up to this many rows get per-rank tables (8 bytes a row, 12 in a pair)
 
 // Scratch of one block, carved from the caller's pair_fac buffer (see synth_rows).
 typedef struct {

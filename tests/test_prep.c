@@ -844,6 +844,14 @@ TEST(prep_cli_flags) {
     ASSERT_EQ(test_run(&msg, 10, "%s prep --min-count 3 --max-ind-range 10 -o %s %s", test_bin(), out, good), 2);
     ASSERT_STR_CONTAINS(msg, "give one");
     free(msg);
+    // --min-count given at all, even at its default, names the frequency mapping (it used to be
+    // ignored at 1 beside --max-ind-range, which docs/data.md says cannot be combined with it).
+    ASSERT_EQ(test_run(&msg, 10, "%s prep --min-count 1 --max-ind-range 10 -o %s %s", test_bin(), out, good), 2);
+    ASSERT_STR_CONTAINS(msg, "give one");
+    free(msg);
+    ASSERT_EQ(test_run(&msg, 10, "%s prep -q --min-count 3 --max-ind-range 0 -o %s %s", test_bin(), out, good), 0);
+    free(msg);
+    ASSERT_EQ(unlink(out), 0);
     ASSERT_EQ(test_run(&msg, 10, "%s prep --split ratio:0.5,0.2,0.2 -o %s %s", test_bin(), out, good), 2);
     ASSERT_STR_CONTAINS(msg, "add up to 0.9");
     free(msg);
@@ -927,6 +935,43 @@ TEST(prep_and_synth_kaggle_splits_agree) {
     so.rows = 20000; // synth once cut 17142 / 1429 / 1429 here
     synth_split_sizes(&so, t);
     ASSERT_TRUE(t[0] == 17143 && t[1] == 1429 && t[2] == 1428);
+}
+
+// synth --split ratio:A,B,C and prep --split ratio:A,B,C cut n rows alike (docs/data.md, docs/synth.md:
+// train floor(n A), val floor(n B), test the rest), also where n A falls just below an integer in
+// floating point (0.29 x 100 = 28.999...): synth used to cut 28 / 71 / 1 there, a test split of one
+// row from a ratio that asks for none.
+TEST(prep_and_synth_ratio_splits_agree) {
+    static const char *const ratios[] = {"0.29,0.71,0", "0.57,0.43,0", "0.8,0.1,0.1", "0.7,0.2,0.1", "0.1,0.1,0.8",
+                                         "0.33,0.33,0.34", "1,0,0", "0,1,0", "0.9,0.1,0"};
+    for (size_t r = 0; r < BP_ARRAY_LEN(ratios); r++) {
+        char spec[64];
+        snprintf(spec, sizeof spec, "ratio:%s", ratios[r]);
+        prep_opts po;
+        prep_opts_default(&po);
+        ASSERT_OK(prep_split_parse(&po, spec));
+        synth_opts so;
+        synth_opts_default(&so, SYNTH_PRESET_CUSTOM);
+        so.split = SYNTH_SPLIT_RATIO;
+        memcpy(so.ratio, po.ratio, sizeof so.ratio);
+        for (uint64_t n = 1; n <= 1000; n++) {
+            uint64_t p[3], s[3];
+            prep_split_sizes(&po, n, NULL, 0, p);
+            so.rows = n;
+            synth_split_sizes(&so, s);
+            for (int i = 0; i < 3; i++)
+                ASSERT_MSG(s[i] == p[i], "%s, n %llu: synth split %d is %llu, prep's %llu", spec, (unsigned long long)n,
+                           i, (unsigned long long)s[i], (unsigned long long)p[i]);
+        }
+    }
+    synth_opts so;
+    synth_opts_default(&so, SYNTH_PRESET_CUSTOM);
+    so.split = SYNTH_SPLIT_RATIO;
+    so.ratio[0] = 0.29, so.ratio[1] = 0.71, so.ratio[2] = 0;
+    so.rows = 100;
+    uint64_t t[3];
+    synth_split_sizes(&so, t);
+    ASSERT_TRUE(t[0] == 29 && t[1] == 71 && t[2] == 0);
 }
 
 TEST(prep_splits_in_the_dataset) {

@@ -489,6 +489,10 @@ TEST(synth_cli_bad_flags_are_clear) {
     ASSERT_EQ(test_run(&out, 20, "%s synth --preset avazu --tables 10 -o %s", test_bin(), p), 2);
     ASSERT_STR_CONTAINS(out, "--tables");
     free(out);
+    // --hot-share only calibrates an auto exponent; beside --skew S it used to be ignored silently.
+    ASSERT_EQ(test_run(&out, 20, "%s synth --skew 1.1 --hot-share 0.5 -o %s", test_bin(), p), 2);
+    ASSERT_STR_CONTAINS(out, "--hot-share: only with --skew auto");
+    free(out);
     ASSERT_EQ(test_run(&out, 20, "%s synth --format csv -o %s", test_bin(), p), 2);
     ASSERT_STR_CONTAINS(out, "avazu");
     free(out);
