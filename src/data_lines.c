@@ -68,20 +68,22 @@ int lines_check(const char *path, int need_regular, uint64_t *size) {
         *size = 0; // a pipe or device: opening it now could block or lose data; lines_open checks it
         return 0;
     }
-    int fd;
-    int rc = lines_open_fd(path, need_regular, &fd, &st);
+    lines_reader r; // reads the first bytes only, to refuse an archive before any work
+    int rc = lines_open(&r, path, need_regular);
     if (rc) return rc;
-    *size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
-    close(fd);
+    *size = r.file_size;
+    lines_close(&r);
     return 0;
 }
+
+static int lines_sniff(lines_reader *r);
 
 int lines_open(lines_reader *r, const char *path, int need_regular) {
     memset(r, 0, sizeof *r);
     r->fd = -1;
     r->path = path;
     struct stat st;
-    int fd;
+    int fd = -1;
     int rc = lines_open_fd(path, need_regular, &fd, &st);
     if (rc) return rc;
     r->fd = fd;
@@ -115,13 +117,13 @@ int lines_open(lines_reader *r, const char *path, int need_regular) {
         r->len = (size_t)k;
         r->bytes_text = r->bytes_file = (uint64_t)k;
     }
-    return 0;
+    if ((rc = lines_sniff(r)) != 0) lines_close(r);
+    return rc;
 }
 
-// Reads more text after buf[len); sets eof at the end of the input.
-static int lines_fill(lines_reader *r) {
-    size_t want = r->cap - r->len;
-    BP_ASSERT(want > 0);
+// Reads up to `want` more bytes of text after buf[len); sets eof at the end of the input.
+static int lines_fill(lines_reader *r, size_t want) {
+    BP_ASSERT(want > 0 && want <= r->cap - r->len);
     if (r->gz) {
         gzFile gz = r->gz;
         int k = gzread(gz, r->buf + r->len, (unsigned)want);
@@ -153,12 +155,47 @@ static int lines_fill(lines_reader *r) {
     return 0;
 }
 
+// Refuses an input whose first bytes (after gzip decompression) are an archive or another
+// compressor's stream: read as text, its bytes would be bad lines, and with --skip-bad the lines
+// of the text files inside an archive (Criteo's Kaggle download, dac.tar.gz, holds train.txt,
+// test.txt and a readme) would quietly become rows.
+static int lines_sniff(lines_reader *r) {
+    enum { SNIFF = 512 }; // a tar header block
+    while (r->len < SNIFF && !r->eof) {
+        int rc = lines_fill(r, SNIFF - r->len);
+        if (rc) return rc;
+    }
+    static const struct {
+        const char *magic;
+        size_t off, n;
+        const char *what, *how;
+    } kinds[] = {
+        {"ustar", 257, 5, "a tar archive", "extract it (tar xf) and give the text files inside, e.g. train.txt"},
+        {"PK\x03\x04", 0, 4, "a zip archive", "extract it (unzip) and give the files inside (a .gz is read as it is)"},
+        {"BZh", 0, 3, "bzip2 data", "decompress it first (bzip2 -d) or re-compress it with gzip"},
+        {"\xfd" "7zXZ", 0, 5, "xz data", "decompress it first (xz -d) or re-compress it with gzip"},
+        {"\x28\xb5\x2f\xfd", 0, 4, "zstd data", "decompress it first (zstd -d) or re-compress it with gzip"},
+        {"7z\xbc\xaf\x27\x1c", 0, 6, "a 7-zip archive", "extract it (7z x) and give the files inside"},
+    };
+    // Text that happens to start like one of these has no control bytes; the real ones do.
+    int binary = 0;
+    for (size_t i = 0; i < r->len && !binary; i++) {
+        unsigned char c = (unsigned char)r->buf[i];
+        binary = (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f;
+    }
+    for (size_t i = 0; i < BP_ARRAY_LEN(kinds) && binary; i++)
+        if (r->len >= kinds[i].off + kinds[i].n && !memcmp(r->buf + kinds[i].off, kinds[i].magic, kinds[i].n))
+            return bp_fail(BP_EFORMAT, "%s: %s%s, not text lines; prep reads plain or gzip text: %s", r->path,
+                           kinds[i].what, r->gz ? " inside the gzip stream" : "", kinds[i].how);
+    return 0;
+}
+
 // Moves the unread tail to the front of the buffer and refills after it.
 static int lines_refill(lines_reader *r) {
     size_t avail = r->len - r->pos;
     if (r->pos) memmove(r->buf, r->buf + r->pos, avail);
     r->pos = 0, r->len = avail;
-    return lines_fill(r);
+    return lines_fill(r, r->cap - r->len);
 }
 
 int lines_next(lines_reader *r, const char **s, size_t *n) {

@@ -826,6 +826,65 @@ TEST(prep_bad_inputs_and_outputs) {
     free(msg);
 }
 
+// An archive (Criteo's Kaggle download is dac.tar.gz; Avazu's comes zipped) or another
+// compressor's data is refused by name, even with --skip-bad: read as text, the tar headers used
+// to be skipped as bad lines and the lines of the files inside became rows.
+TEST(prep_archives_and_other_compressors_are_refused) {
+    text t = {0};
+    for (int r = 0; r < 20; r++) crow(&t, r);
+    // A tar archive of one member, train.txt: a 512-byte header, then the text.
+    char *tar = bp_xcalloc(1, 512 + t.n + 1024);
+    snprintf(tar, 100, "train.txt");
+    snprintf(tar + 100, 8, "0000644");
+    snprintf(tar + 124, 12, "%011o", (unsigned)t.n);
+    memcpy(tar + 257, "ustar", 6);
+    memcpy(tar + 512, t.s, t.n);
+    size_t tar_n = 512 + (t.n + 511) / 512 * 512 + 1024;
+    struct {
+        const char *name, *message;
+        const char *data;
+        size_t n;
+        int gz;
+    } cases[] = {
+        {"dac.tar", "dac.tar: a tar archive, not text lines", tar, tar_n, 0},
+        {"dac.tar.gz", "dac.tar.gz: a tar archive inside the gzip stream", tar, tar_n, 1},
+        {"a.zip", "a.zip: a zip archive", "PK\x03\x04\x14\x00\x00\x00\x08\x00", 10, 0},
+        {"a.bz2", "a.bz2: bzip2 data", "BZh91AY&SY\x61\x04\x30\x6c\x00\x00", 16, 0},
+        {"a.xz", "a.xz: xz data", "\xfd" "7zXZ\x00\x00\x04\xe6\xd6\xb4\x46", 12, 0},
+        {"a.zst", "a.zst: zstd data", "\x28\xb5\x2f\xfd\x24\x05\x29\x00", 8, 0},
+    };
+    const char *good = criteo_file("good.tsv", 0, 10);
+    const char *out = tpath("o.bin");
+    char *msg = NULL;
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        const char *in = cases[i].gz ? write_gz(cases[i].name, cases[i].data, cases[i].n)
+                                     : write_bytes(cases[i].name, cases[i].data, cases[i].n);
+        for (int skip = 0; skip <= 1; skip++)
+            for (int hashed = 0; hashed <= 1; hashed++) {
+                // The archive second: every input is checked before any work starts.
+                ASSERT_EQ(test_run(&msg, 20, "%s prep -q %s %s -o %s %s %s", test_bin(), skip ? "--skip-bad" : "",
+                                   hashed ? "--max-ind-range 99" : "", out, good, in), 1);
+                ASSERT_STR_CONTAINS(msg, cases[i].message);
+                ASSERT_STR_CONTAINS(msg, "prep reads plain or gzip text");
+                free(msg);
+                ASSERT_TRUE(!file_exists(out));
+            }
+        // Through a pipe (hashed ids read it once) it is caught as well.
+        ASSERT_EQ(test_run(&msg, 20, "cat %s | %s prep -q --max-ind-range 99 -o %s /dev/stdin", in, test_bin(), out),
+                  1);
+        ASSERT_STR_CONTAINS(msg, cases[i].gz ? "gzip input must be seekable" : "not text lines");
+        free(msg);
+        ASSERT_TRUE(!file_exists(out));
+    }
+    // Text that merely starts like one of them (no control bytes) is read as text.
+    const char *bz_text = write_text("bz.tsv", "BZh91AY&SY\n");
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), out, bz_text), 1);
+    ASSERT_STR_CONTAINS(msg, "bz.tsv:1: 1 fields, expected 40");
+    free(msg);
+    free(tar);
+    free(t.s);
+}
+
 TEST(prep_cli_flags) {
     char *msg = NULL;
     ASSERT_EQ(test_run(&msg, 10, "%s prep --help", test_bin()), 0);
