@@ -121,6 +121,12 @@ int lines_open(lines_reader *r, const char *path, int need_regular) {
     return rc;
 }
 
+// zlib names a stream opened with gzdopen "<fd:N>" in its messages: drop that, the path is given.
+static const char *gz_why(const char *why) {
+    const char *c = why && why[0] == '<' ? strstr(why, ">: ") : NULL;
+    return c ? c + 3 : why ? why : "zlib error";
+}
+
 // Reads up to `want` more bytes of text after buf[len); sets eof at the end of the input.
 static int lines_fill(lines_reader *r, size_t want) {
     BP_ASSERT(want > 0 && want <= r->cap - r->len);
@@ -131,7 +137,7 @@ static int lines_fill(lines_reader *r, size_t want) {
         const char *why = gzerror(gz, &err);
         if (k < 0 || (err != Z_OK && err != Z_BUF_ERROR))
             return bp_fail(BP_ECORRUPT, "%s:%llu: damaged gzip data (%s)", r->path,
-                           (unsigned long long)r->line_no + 1, why ? why : "zlib error");
+                           (unsigned long long)r->line_no + 1, gz_why(why));
         if (k == 0) {
             if (err == Z_BUF_ERROR)
                 return bp_fail(BP_ECORRUPT, "%s:%llu: truncated gzip stream (the file ends inside compressed data; "
