@@ -299,6 +299,15 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
         if ((rc = lines_check(o->inputs[i], o->max_ind_range == 0, &size)) != 0) return rc;
         c.total_bytes += size;
     }
+    // One file given twice (by one name or two) would repeat its rows, with --split days in
+    // train and in val/test both.
+    for (int i = 1; i < o->n_inputs; i++) {
+        struct stat a, b;
+        for (int j = 0; j < i && stat(o->inputs[i], &a) == 0; j++)
+            if (stat(o->inputs[j], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+                return bp_fail(BP_EUSAGE, "%s: the same file as input %d (%s); give each input once (its rows "
+                               "would be there twice)", o->inputs[i], j + 1, o->inputs[j]);
+    }
     if ((rc = prep_check_out(o->out)) != 0) return rc;
     struct stat so, si;
     for (int i = 0; i < o->n_inputs && stat(o->out, &so) == 0; i++)

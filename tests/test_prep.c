@@ -803,6 +803,20 @@ TEST(prep_bad_inputs_and_outputs) {
     ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s/o.bin %s", test_bin(), good, good), 1);
     ASSERT_STR_CONTAINS(msg, "is not a directory");
     free(msg);
+    // One input given twice, by its name or through a link: its rows would be there twice.
+    ASSERT_EQ(symlink(good, test_path("link.tsv")), 0);
+    for (int hashed = 0; hashed <= 1; hashed++) {
+        ASSERT_EQ(test_run(&msg, 20, "%s prep -q %s --split days -o %s %s %s", test_bin(),
+                           hashed ? "--max-ind-range 9" : "", out, good, good), 2);
+        ASSERT_STR_CONTAINS(msg, "good.tsv: the same file as input 1");
+        free(msg);
+        ASSERT_EQ(test_run(&msg, 20, "%s prep -q %s -o %s %s %s", test_bin(), hashed ? "--max-ind-range 9" : "", out,
+                           good, test_path("link.tsv")),
+                  2);
+        ASSERT_STR_CONTAINS(msg, "link.tsv: the same file as input 1");
+        free(msg);
+        ASSERT_TRUE(!file_exists(out));
+    }
     // Output over an input.
     ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), good, good), 2);
     ASSERT_STR_CONTAINS(msg, "the output is also an input");
