@@ -355,9 +355,13 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
         }
     }
     if (!rc) rc = prep_pass(&c, PASS_WRITE);
-    if (!rc && c.rows == 0)
-        rc = bp_fail(BP_EFORMAT, "%s: no data rows in the input (%llu bad lines skipped)", o->inputs[0],
+    if (!rc && c.rows == 0) {
+        char more[48] = "";
+        if (o->n_inputs > 1)
+            snprintf(more, sizeof more, " (nor in the %d other input%s)", o->n_inputs - 1, o->n_inputs > 2 ? "s" : "");
+        rc = bp_fail(BP_EFORMAT, "%s: no data rows in the input%s (%llu bad lines skipped)", o->inputs[0], more,
                      (unsigned long long)c.st.bad_total);
+    }
     if (!rc) {
         c.st.rows = c.rows;
         prep_split_sizes(o, c.rows, c.file_rows, c.files_read, c.st.split);

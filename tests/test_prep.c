@@ -484,7 +484,13 @@ TEST(prep_avazu_header_locates_columns) {
     // Header only: no rows.
     const char *hdr_only = write_text("ho.csv", avazu_hdr);
     ASSERT_EQ(test_run(&out, 20, "%s prep -q -f avazu -o %s %s", test_bin(), test_path("x.bin"), hdr_only), 1);
-    ASSERT_STR_CONTAINS(out, "no data rows");
+    ASSERT_STR_CONTAINS(out, "ho.csv: no data rows in the input (0 bad lines skipped)");
+    free(out);
+    // Two of them: the message used to name the first as if it were the only input.
+    ASSERT_EQ(test_run(&out, 20, "%s prep -q -f avazu -o %s %s %s", test_bin(), test_path("x.bin"), hdr_only,
+                       write_text("ho2.csv", avazu_hdr)),
+              1);
+    ASSERT_STR_CONTAINS(out, "ho.csv: no data rows in the input (nor in the 1 other input)");
     free(out);
     ASSERT_TRUE(!file_exists(test_path("x.bin")));
 }
