@@ -78,6 +78,17 @@ int lines_check(const char *path, int need_regular, uint64_t *size) {
 
 static int lines_sniff(lines_reader *r);
 
+#define LINES_GZ_IN (1u << 20) // compressed bytes read at a time
+
+typedef struct {
+    z_stream zs;
+    unsigned char *in; // (LINES_GZ_IN) compressed input; zs.next_in points into it
+    uint64_t in_total; // bytes read from the file
+    int in_eof;        // the file has no more bytes
+    int member_end;    // the last inflate ended a gzip member
+    int zero_tail;     // zero bytes followed it: nothing else may come
+} lines_gz;
+
 int lines_open(lines_reader *r, const char *path, int need_regular) {
     memset(r, 0, sizeof *r);
     r->fd = -1;
@@ -100,19 +111,17 @@ int lines_open(lines_reader *r, const char *path, int need_regular) {
         return bp_fail(BP_EIO, "%s: cannot read input: %s", path, strerror(e));
     }
     if (k == 2 && (unsigned char)r->buf[0] == 0x1f && (unsigned char)r->buf[1] == 0x8b) {
-        if (lseek(fd, 0, SEEK_SET) != 0) {
-            lines_close(r);
-            return bp_fail(BP_EINVAL, "%s: gzip input must be seekable", path);
-        }
-        int gfd = dup(fd);
-        gzFile gz = gfd >= 0 ? gzdopen(gfd, "rb") : NULL;
-        if (!gz) {
-            if (gfd >= 0) close(gfd);
+        lines_gz *g = bp_xcalloc(1, sizeof *g);
+        g->in = bp_xmalloc(LINES_GZ_IN);
+        if (inflateInit2(&g->zs, 15 + 16) != Z_OK) { // 16: gzip wrapper only
+            free(g->in), free(g);
             lines_close(r);
             return bp_fail(BP_ENOMEM, "%s: cannot start gzip decompression", path);
         }
-        gzbuffer(gz, 1u << 20);
-        r->gz = gz;
+        memcpy(g->in, r->buf, 2); // the magic bytes read: no seek, so a pipe works too
+        g->zs.next_in = g->in, g->zs.avail_in = 2;
+        g->in_total = 2;
+        r->gz = g;
     } else {
         r->len = (size_t)k;
         r->bytes_text = r->bytes_file = (uint64_t)k;
@@ -121,34 +130,64 @@ int lines_open(lines_reader *r, const char *path, int need_regular) {
     return rc;
 }
 
-// zlib names a stream opened with gzdopen "<fd:N>" in its messages: drop that, the path is given.
-static const char *gz_why(const char *why) {
-    const char *c = why && why[0] == '<' ? strstr(why, ">: ") : NULL;
-    return c ? c + 3 : why ? why : "zlib error";
+// Inflates up to `want` bytes of text after buf[len), member after member: concatenated gzip
+// members are one stream, as gzip -d reads them.  Unlike zlib's gzread, which ignores whatever
+// follows a member that is not another one, bytes after the last member are an error: a plain
+// file appended to a gzip one (`cat a.gz b.txt`) would otherwise lose its lines without a word.
+static int gz_fill(lines_reader *r, size_t want) {
+    lines_gz *g = r->gz;
+    z_stream *zs = &g->zs;
+    zs->next_out = (unsigned char *)r->buf + r->len;
+    zs->avail_out = (uInt)want;
+    while (zs->avail_out == want) { // until some text comes out, or the end
+        if (zs->avail_in == 0 && !g->in_eof) {
+            ssize_t k;
+            do k = read(r->fd, g->in, LINES_GZ_IN);
+            while (k < 0 && errno == EINTR);
+            if (k < 0)
+                return bp_fail(BP_EIO, "%s:%llu: read error: %s", r->path, (unsigned long long)r->line_no + 1,
+                               strerror(errno));
+            if (k == 0) g->in_eof = 1;
+            zs->next_in = g->in, zs->avail_in = (uInt)k;
+            g->in_total += (uint64_t)k;
+        }
+        if (g->member_end) {
+            // Zero bytes after the last member (padding to a block size) hide nothing: skipped, as
+            // gzip -d does.  Anything else must start another member: 1f 8b (inflate checks the 8b).
+            while (zs->avail_in && zs->next_in[0] == 0) zs->next_in++, zs->avail_in--, g->zero_tail = 1;
+            if (zs->avail_in == 0) {
+                if (!g->in_eof) continue; // read on
+                r->eof = 1;
+                break;
+            }
+            if (zs->next_in[0] != 0x1f || g->zero_tail)
+                return bp_fail(BP_ECORRUPT, "%s:%llu: the file goes on after its gzip data with bytes that are not "
+                               "gzip (from byte %llu; data appended to the .gz file?); check it with gzip -t",
+                               r->path, (unsigned long long)r->line_no + 1,
+                               (unsigned long long)(g->in_total - zs->avail_in));
+            inflateReset(zs);
+            g->member_end = 0;
+        }
+        if (zs->avail_in == 0 && g->in_eof)
+            return bp_fail(BP_ECORRUPT, "%s:%llu: truncated gzip stream (the file ends inside compressed data; "
+                           "re-download or re-compress it)", r->path, (unsigned long long)r->line_no + 1);
+        int ret = inflate(zs, Z_NO_FLUSH);
+        if (ret == Z_STREAM_END) g->member_end = 1;
+        else if (ret != Z_OK && (ret != Z_BUF_ERROR || zs->avail_in)) // Z_BUF_ERROR: it needs more input
+            return bp_fail(BP_ECORRUPT, "%s:%llu: damaged gzip data (%s)", r->path, (unsigned long long)r->line_no + 1,
+                           zs->msg ? zs->msg : "zlib error");
+    }
+    size_t k = want - zs->avail_out;
+    r->len += k;
+    r->bytes_text += k;
+    r->bytes_file = g->in_total - zs->avail_in;
+    return 0;
 }
 
 // Reads up to `want` more bytes of text after buf[len); sets eof at the end of the input.
 static int lines_fill(lines_reader *r, size_t want) {
     BP_ASSERT(want > 0 && want <= r->cap - r->len);
-    if (r->gz) {
-        gzFile gz = r->gz;
-        int k = gzread(gz, r->buf + r->len, (unsigned)want);
-        int err = Z_OK;
-        const char *why = gzerror(gz, &err);
-        if (k < 0 || (err != Z_OK && err != Z_BUF_ERROR))
-            return bp_fail(BP_ECORRUPT, "%s:%llu: damaged gzip data (%s)", r->path,
-                           (unsigned long long)r->line_no + 1, gz_why(why));
-        if (k == 0) {
-            if (err == Z_BUF_ERROR)
-                return bp_fail(BP_ECORRUPT, "%s:%llu: truncated gzip stream (the file ends inside compressed data; "
-                               "re-download or re-compress it)", r->path, (unsigned long long)r->line_no + 1);
-            r->eof = 1;
-        }
-        r->len += (size_t)k;
-        r->bytes_text += (uint64_t)k;
-        r->bytes_file = (uint64_t)gzoffset(gz);
-        return 0;
-    }
+    if (r->gz) return gz_fill(r, want);
     ssize_t k;
     do k = read(r->fd, r->buf + r->len, want);
     while (k < 0 && errno == EINTR);
@@ -249,7 +288,12 @@ int lines_next(lines_reader *r, const char **s, size_t *n) {
 }
 
 void lines_close(lines_reader *r) {
-    if (r->gz) gzclose_r((gzFile)r->gz);
+    if (r->gz) {
+        lines_gz *g = r->gz;
+        inflateEnd(&g->zs);
+        free(g->in);
+        free(g);
+    }
     if (r->fd >= 0) close(r->fd);
     free(r->buf);
     r->gz = NULL, r->fd = -1, r->buf = NULL;

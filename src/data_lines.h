@@ -43,7 +43,7 @@ const char *lines_quote(char *out, size_t cap, const char *s, size_t n, size_t m
 typedef struct {
     const char *path;
     int fd;
-    void *gz;            // gzFile when the input is gzip, else NULL
+    void *gz;            // the inflate state (data_lines.c) when the input is gzip, else NULL
     char *buf;           // (LINES_BLOCK + LINES_MAX + 1) bytes
     size_t cap;          // usable bytes of buf; one more is kept for the sentinel
     size_t pos, len;     // unread text is buf[pos, len)
