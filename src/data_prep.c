@@ -272,6 +272,35 @@ static void prep_source(const prep_opts *o, char *buf, size_t cap) {
     }
 }
 
+// The day of a Criteo Terabyte file name (day_N, day_N.gz, day_N.txt ...), or -1.
+static long day_number(const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (strncmp(base, "day_", 4) != 0 || base[4] < '0' || base[4] > '9') return -1;
+    char *end;
+    long d = strtol(base + 4, &end, 10);
+    return *end == '\0' || *end == '.' ? d : -1;
+}
+
+// Terabyte days named out of order: a shell glob (day_*) sorts names as text, day_10 before
+// day_2, and --split days would hold out whichever file came last.  Refused with --split days,
+// a warning otherwise (the rows are stored in the order given).
+static int days_order_check(const prep_opts *o) {
+    for (int i = 0; i < o->n_inputs; i++)
+        if (day_number(o->inputs[i]) < 0) return 0;
+    for (int i = 1; i < o->n_inputs; i++) {
+        if (day_number(o->inputs[i]) > day_number(o->inputs[i - 1])) continue;
+        const char *fmt = "%s%s comes after %s: the inputs are not in day order (a shell glob such as day_* sorts "
+                          "names as text, day_10 before day_2); give them in order, e.g. day_{0..23}.gz%s";
+        if (o->split == PREP_SPLIT_DAYS)
+            return bp_fail(BP_EUSAGE, fmt, "--split days: ", o->inputs[i], o->inputs[i - 1],
+                           " (--split days holds out the last one given)");
+        bp_log(BP_LOG_WARN, fmt, "", o->inputs[i], o->inputs[i - 1], "; the rows are stored in the order given");
+        return 0;
+    }
+    return 0;
+}
+
 static int prep_check_opts(const prep_opts *o) {
     if (o->n_inputs < 1) return bp_fail(BP_EUSAGE, "prep: no input files given");
     if (!o->out || !*o->out) return bp_fail(BP_EUSAGE, "prep: no output file given (--out FILE)");
@@ -281,7 +310,7 @@ static int prep_check_opts(const prep_opts *o) {
                        (unsigned long long)o->max_ind_range);
     if (o->split == PREP_SPLIT_DAYS && o->n_inputs < 2)
         return bp_fail(BP_EUSAGE, "--split days: expected one input file per day (at least 2), got %d", o->n_inputs);
-    return 0;
+    return days_order_check(o);
 }
 
 int prep_run(const prep_opts *o, prep_stats *st_out) {

@@ -1109,6 +1109,42 @@ TEST(prep_days_max_rows_inside_the_first_file) {
 
 // A chunk boundary (PREP_CHUNK rows) and a read-block boundary inside one run, with frequency
 // ids: the result must equal a brute-force mapping of a file that spans both.
+// Terabyte days given as a shell glob (day_*) come in text order, day_10 before day_2: with
+// --split days the last of them (day_9 of the real set) used to be held out without a word.
+TEST(prep_days_out_of_order) {
+    const char *d[4];
+    const int day[4] = {0, 1, 10, 2}; // the order day_* sorts them in
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "day_%d", day[i]);
+        d[i] = criteo_file(name, 10 * i, 10);
+    }
+    const char *out = tpath("o.bin");
+    char *msg = NULL;
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q --split days -o %s %s %s %s %s", test_bin(), out, d[0], d[1], d[2], d[3]),
+              2);
+    ASSERT_STR_CONTAINS(msg, "--split days: ");
+    ASSERT_STR_CONTAINS(msg, "day_2 comes after ");
+    ASSERT_STR_CONTAINS(msg, "day_10: the inputs are not in day order");
+    free(msg);
+    ASSERT_TRUE(!file_exists(out));
+    // Without --split days: a warning, and the rows in the order given.
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s %s %s %s", test_bin(), out, d[0], d[1], d[2], d[3]), 0);
+    ASSERT_STR_CONTAINS(msg, "warning: ");
+    ASSERT_STR_CONTAINS(msg, "the rows are stored in the order given");
+    free(msg);
+    // In day order: no word.
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q --split days -o %s %s %s %s %s", test_bin(), out, d[0], d[1], d[3], d[2]),
+              0);
+    ASSERT_TRUE(strstr(msg, "day order") == NULL);
+    free(msg);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    ASSERT_EQ(ds.info.split[0], 30); // day_0, day_1, day_2; day_10 halved
+    ASSERT_EQ(ds.info.split[1], 5);
+    bp_ds_close(&ds);
+}
+
 TEST(prep_large_input_spans_chunks_and_blocks) {
     const int R = PREP_CHUNK + 4000; // ~ 19 MB: crosses the 4 MiB read blocks several times
     const char *in = criteo_file("big.tsv", 0, R);
