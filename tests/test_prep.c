@@ -757,6 +757,11 @@ TEST(prep_avazu_bad_lines) {
         {"1,1,14102199,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '14102199' is not a time"},
         {"1,1,14023100,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '14023100' is not a time"},
         {"1,1,2014102,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '2014102' is not a time"},
+        // A second header (`cat a.csv b.csv`) is named as one.
+        {"id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,device_id,"
+         "device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21",
+         "a header line again (click 'click'), expected a data row: files joined with their headers?"},
+        {"1,1,hour,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "a header line again (hour 'hour')"},
     };
     char *msg = NULL;
     for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
