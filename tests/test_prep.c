@@ -895,13 +895,13 @@ TEST(prep_archives_and_other_compressors_are_refused) {
     text t = {0};
     for (int r = 0; r < 20; r++) crow(&t, r);
     // A tar archive of one member, train.txt: a 512-byte header, then the text.
-    char *tar = bp_xcalloc(1, 512 + t.n + 1024);
+    size_t tar_n = 512 + (t.n + 511) / 512 * 512 + 1024; // header, text in blocks, two zero blocks
+    char *tar = bp_xcalloc(1, tar_n);
     snprintf(tar, 100, "train.txt");
     snprintf(tar + 100, 8, "0000644");
     snprintf(tar + 124, 12, "%011o", (unsigned)t.n);
     memcpy(tar + 257, "ustar", 6);
     memcpy(tar + 512, t.s, t.n);
-    size_t tar_n = 512 + (t.n + 511) / 512 * 512 + 1024;
     struct {
         const char *name, *message;
         const char *data;
