@@ -92,6 +92,11 @@ static int avazu_bad(const avazu_header *h, const char *s, size_t n, int col, co
         return lines_bad_set(bad, LINES_BAD_FIELDS, "%zu fields, expected %d (as in the header line)", fields, h->ncols);
     char q[80];
     lines_quote(q, sizeof q, f, len, 32);
+    const char *own = h->role[col] == AVAZU_ROLE_CLICK ? "click" : "hour";
+    if (len == strlen(own) && !memcmp(f, own, len)) // `cat a.csv b.csv` keeps b's header
+        return lines_bad_set(bad, h->role[col] == AVAZU_ROLE_CLICK ? LINES_BAD_LABEL : LINES_BAD_HOUR,
+                             "a header line again (%s '%s'), expected a data row: files joined with their headers?",
+                             own, q);
     if (h->role[col] == AVAZU_ROLE_CLICK) return lines_bad_set(bad, LINES_BAD_LABEL, "click '%s', expected 0 or 1", q);
     return lines_bad_set(bad, LINES_BAD_HOUR, "hour '%s' is not a time, expected YYMMDDHH (e.g. 14102100)", q);
 }

@@ -43,7 +43,7 @@ const char *lines_quote(char *out, size_t cap, const char *s, size_t n, size_t m
 typedef struct {
     const char *path;
     int fd;
-    void *gz;            // gzFile when the input is gzip, else NULL
+    void *gz;            // the inflate state (data_lines.c) when the input is gzip, else NULL
     char *buf;           // (LINES_BLOCK + LINES_MAX + 1) bytes
     size_t cap;          // usable bytes of buf; one more is kept for the sentinel
     size_t pos, len;     // unread text is buf[pos, len)
@@ -57,9 +57,11 @@ typedef struct {
 enum { LINES_LONG = 2 }; // lines_next: a line over LINES_MAX was skipped
 
 // Opens path for reading.  Fails with a message for a missing or unreadable path, a directory,
-// an empty file, and (with need_regular) anything but a regular file.
+// an empty file, (with need_regular) anything but a regular file, and an input that starts as an
+// archive (tar, zip) or another compressor's data (bzip2, xz, zstd), after gzip decompression.
 int lines_open(lines_reader *r, const char *path, int need_regular);
-// The same checks without reading anything (a pipe keeps its data); *size = size on disk or 0.
+// The same checks, reading only the first bytes of a regular file and nothing of anything else
+// (a pipe keeps its data); *size = size on disk or 0.
 int lines_check(const char *path, int need_regular, uint64_t *size);
 // The next line: 1 with (s, n); 0 at the end of the input; LINES_LONG when the line was longer
 // than LINES_MAX (it is skipped and counted); negative BP_E* on a read error or a truncated or

@@ -263,6 +263,35 @@ static void prep_source(const prep_opts *o, char *buf, size_t cap) {
     }
 }
 
+// The day of a Criteo Terabyte file name (day_N, day_N.gz, day_N.txt ...), or -1.
+static long day_number(const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (strncmp(base, "day_", 4) != 0 || base[4] < '0' || base[4] > '9') return -1;
+    char *end;
+    long d = strtol(base + 4, &end, 10);
+    return *end == '\0' || *end == '.' ? d : -1;
+}
+
+// Terabyte days named out of order: a shell glob (day_*) sorts names as text, day_10 before
+// day_2, and --split days would hold out whichever file came last.  Refused with --split days,
+// a warning otherwise (the rows are stored in the order given).
+static int days_order_check(const prep_opts *o) {
+    for (int i = 0; i < o->n_inputs; i++)
+        if (day_number(o->inputs[i]) < 0) return 0;
+    for (int i = 1; i < o->n_inputs; i++) {
+        if (day_number(o->inputs[i]) > day_number(o->inputs[i - 1])) continue;
+        const char *fmt = "%s%s comes after %s: the inputs are not in day order (a shell glob such as day_* sorts "
+                          "names as text, day_10 before day_2); give them in order, e.g. day_{0..23}.gz%s";
+        if (o->split == PREP_SPLIT_DAYS)
+            return bp_fail(BP_EUSAGE, fmt, "--split days: ", o->inputs[i], o->inputs[i - 1],
+                           " (--split days holds out the last one given)");
+        bp_log(BP_LOG_WARN, fmt, "", o->inputs[i], o->inputs[i - 1], "; the rows are stored in the order given");
+        return 0;
+    }
+    return 0;
+}
+
 static int prep_check_opts(const prep_opts *o) {
     if (o->n_inputs < 1) return bp_fail(BP_EUSAGE, "prep: no input files given");
     if (!o->out || !*o->out) return bp_fail(BP_EUSAGE, "prep: no output file given (--out FILE)");
@@ -272,7 +301,7 @@ static int prep_check_opts(const prep_opts *o) {
                        (unsigned long long)o->max_ind_range);
     if (o->split == PREP_SPLIT_DAYS && o->n_inputs < 2)
         return bp_fail(BP_EUSAGE, "--split days: expected one input file per day (at least 2), got %d", o->n_inputs);
-    return 0;
+    return days_order_check(o);
 }
 
 int prep_run(const prep_opts *o, prep_stats *st_out) {
@@ -289,6 +318,15 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
         uint64_t size;
         if ((rc = lines_check(o->inputs[i], o->max_ind_range == 0, &size)) != 0) return rc;
         c.total_bytes += size;
+    }
+    // One file given twice (by one name or two) would repeat its rows, with --split days in
+    // train and in val/test both.
+    for (int i = 1; i < o->n_inputs; i++) {
+        struct stat a, b;
+        for (int j = 0; j < i && stat(o->inputs[i], &a) == 0; j++)
+            if (stat(o->inputs[j], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+                return bp_fail(BP_EUSAGE, "%s: the same file as input %d (%s); give each input once (its rows "
+                               "would be there twice)", o->inputs[i], j + 1, o->inputs[j]);
     }
     if ((rc = prep_check_out(o->out)) != 0) return rc;
     struct stat so, si;
@@ -337,9 +375,13 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
         }
     }
     if (!rc) rc = prep_pass(&c, PASS_WRITE);
-    if (!rc && c.rows == 0)
-        rc = bp_fail(BP_EFORMAT, "%s: no data rows in the input (%llu bad lines skipped)", o->inputs[0],
+    if (!rc && c.rows == 0) {
+        char more[48] = "";
+        if (o->n_inputs > 1)
+            snprintf(more, sizeof more, " (nor in the %d other input%s)", o->n_inputs - 1, o->n_inputs > 2 ? "s" : "");
+        rc = bp_fail(BP_EFORMAT, "%s: no data rows in the input%s (%llu bad lines skipped)", o->inputs[0], more,
                      (unsigned long long)c.st.bad_total);
+    }
     if (!rc) {
         c.st.rows = c.rows;
         prep_split_sizes(o, c.rows, c.file_rows, c.files_read, c.st.split);

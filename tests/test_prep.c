@@ -484,7 +484,13 @@ TEST(prep_avazu_header_locates_columns) {
     // Header only: no rows.
     const char *hdr_only = write_text("ho.csv", avazu_hdr);
     ASSERT_EQ(test_run(&out, 20, "%s prep -q -f avazu -o %s %s", test_bin(), test_path("x.bin"), hdr_only), 1);
-    ASSERT_STR_CONTAINS(out, "no data rows");
+    ASSERT_STR_CONTAINS(out, "ho.csv: no data rows in the input (0 bad lines skipped)");
+    free(out);
+    // Two of them: the message used to name the first as if it were the only input.
+    ASSERT_EQ(test_run(&out, 20, "%s prep -q -f avazu -o %s %s %s", test_bin(), test_path("x.bin"), hdr_only,
+                       write_text("ho2.csv", avazu_hdr)),
+              1);
+    ASSERT_STR_CONTAINS(out, "ho.csv: no data rows in the input (nor in the 1 other input)");
     free(out);
     ASSERT_TRUE(!file_exists(test_path("x.bin")));
 }
@@ -532,6 +538,42 @@ TEST(prep_gzip_equals_plain) {
         ASSERT_TRUE(same_dataset(test_path("p.bin"), test_path("z.bin")));
         ASSERT_OK(run_prep(PREP_CRITEO, &multi, 1, test_path("z.bin"), 2, N, NULL));
         ASSERT_TRUE(same_dataset(test_path("p.bin"), test_path("z.bin")));
+    }
+    // Zero bytes after the last member (padding) are skipped, as gzip -d does.
+    ASSERT_EQ(test_run(NULL, 10, "cat %s > %s && head -c 5000 /dev/zero >> %s", gz, test_path("pad.gz"),
+                       test_path("pad.gz")),
+              0);
+    const char *pad = tpath("pad.gz");
+    ASSERT_OK(run_prep(PREP_CRITEO, &plain, 1, test_path("p.bin"), 2, 0, NULL));
+    ASSERT_OK(run_prep(PREP_CRITEO, &pad, 1, test_path("z.bin"), 2, 0, NULL));
+    ASSERT_TRUE(same_dataset(test_path("p.bin"), test_path("z.bin")));
+    // gzip through a pipe (hashed ids read it once).
+    char *msg = NULL;
+    ASSERT_OK(run_prep(PREP_CRITEO, &plain, 1, test_path("p.bin"), 1, 777, NULL));
+    ASSERT_EQ(test_run(&msg, 20, "cat %s | %s prep -q --max-ind-range 777 -o %s /dev/stdin", multi, test_bin(),
+                       test_path("z.bin")),
+              0);
+    free(msg);
+    ASSERT_TRUE(same_dataset(test_path("p.bin"), test_path("z.bin")));
+    // Anything else after the gzip data (a plain file appended to it) is an error: zlib's gzread
+    // ignored it, and those lines were lost without a word.
+    struct stat sb;
+    ASSERT_EQ(stat(gz, &sb), 0);
+    for (int zeros = 0; zeros <= 1; zeros++) {
+        ASSERT_EQ(test_run(NULL, 10, "cat %s > %s && head -c %d /dev/zero >> %s && cat %s >> %s", gz,
+                           test_path("cat.gz"), zeros ? 7 : 0, test_path("cat.gz"), plain, test_path("cat.gz")),
+                  0);
+        for (int hashed = 0; hashed <= 1; hashed++) {
+            ASSERT_EQ(test_run(&msg, 20, "%s prep -q %s -o %s %s", test_bin(), hashed ? "--max-ind-range 9" : "",
+                               test_path("c.bin"), test_path("cat.gz")),
+                      1);
+            char want[128];
+            snprintf(want, sizeof want, "cat.gz:501: the file goes on after its gzip data with bytes that are not "
+                     "gzip (from byte %lld;", (long long)sb.st_size + (zeros ? 7 : 0));
+            ASSERT_STR_CONTAINS(msg, want);
+            free(msg);
+            ASSERT_TRUE(!file_exists(test_path("c.bin")));
+        }
     }
 }
 
@@ -715,6 +757,11 @@ TEST(prep_avazu_bad_lines) {
         {"1,1,14102199,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '14102199' is not a time"},
         {"1,1,14023100,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '14023100' is not a time"},
         {"1,1,2014102,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '2014102' is not a time"},
+        // A second header (`cat a.csv b.csv`) is named as one.
+        {"id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,device_id,"
+         "device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21",
+         "a header line again (click 'click'), expected a data row: files joined with their headers?"},
+        {"1,1,hour,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "a header line again (hour 'hour')"},
     };
     char *msg = NULL;
     for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
@@ -766,7 +813,8 @@ TEST(prep_truncated_gzip_fails_even_with_skip_bad) {
     ASSERT_EQ(test_run(NULL, 10, "printf XXXXXXXX | dd of=%s bs=1 seek=2000 conv=notrunc status=none", gz2), 0);
     ASSERT_EQ(test_run(&msg, 20, "%s prep -q --skip-bad -o %s %s", test_bin(), out, gz2), 1);
     ASSERT_STR_CONTAINS(msg, "d.tsv.gz:");
-    ASSERT_STR_CONTAINS(msg, "gzip");
+    ASSERT_STR_CONTAINS(msg, "damaged gzip data (");
+    ASSERT_TRUE(strstr(msg, "<fd:") == NULL); // zlib's name for the descriptor, not the file's
     free(msg);
     ASSERT_TRUE(!file_exists(out));
 }
@@ -802,6 +850,20 @@ TEST(prep_bad_inputs_and_outputs) {
     ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s/o.bin %s", test_bin(), good, good), 1);
     ASSERT_STR_CONTAINS(msg, "is not a directory");
     free(msg);
+    // One input given twice, by its name or through a link: its rows would be there twice.
+    ASSERT_EQ(symlink(good, test_path("link.tsv")), 0);
+    for (int hashed = 0; hashed <= 1; hashed++) {
+        ASSERT_EQ(test_run(&msg, 20, "%s prep -q %s --split days -o %s %s %s", test_bin(),
+                           hashed ? "--max-ind-range 9" : "", out, good, good), 2);
+        ASSERT_STR_CONTAINS(msg, "good.tsv: the same file as input 1");
+        free(msg);
+        ASSERT_EQ(test_run(&msg, 20, "%s prep -q %s -o %s %s %s", test_bin(), hashed ? "--max-ind-range 9" : "", out,
+                           good, test_path("link.tsv")),
+                  2);
+        ASSERT_STR_CONTAINS(msg, "link.tsv: the same file as input 1");
+        free(msg);
+        ASSERT_TRUE(!file_exists(out));
+    }
     // Output over an input.
     ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), good, good), 2);
     ASSERT_STR_CONTAINS(msg, "the output is also an input");
@@ -824,6 +886,65 @@ TEST(prep_bad_inputs_and_outputs) {
     ASSERT_EQ(test_run(&msg, 20, "cat %s | %s prep --max-ind-range 10 -o %s /dev/stdin", good, test_bin(), out), 0);
     ASSERT_STR_CONTAINS(msg, "prep: 10 rows");
     free(msg);
+}
+
+// An archive (Criteo's Kaggle download is dac.tar.gz; Avazu's comes zipped) or another
+// compressor's data is refused by name, even with --skip-bad: read as text, the tar headers used
+// to be skipped as bad lines and the lines of the files inside became rows.
+TEST(prep_archives_and_other_compressors_are_refused) {
+    text t = {0};
+    for (int r = 0; r < 20; r++) crow(&t, r);
+    // A tar archive of one member, train.txt: a 512-byte header, then the text.
+    size_t tar_n = 512 + (t.n + 511) / 512 * 512 + 1024; // header, text in blocks, two zero blocks
+    char *tar = bp_xcalloc(1, tar_n);
+    snprintf(tar, 100, "train.txt");
+    snprintf(tar + 100, 8, "0000644");
+    snprintf(tar + 124, 12, "%011o", (unsigned)t.n);
+    memcpy(tar + 257, "ustar", 6);
+    memcpy(tar + 512, t.s, t.n);
+    struct {
+        const char *name, *message;
+        const char *data;
+        size_t n;
+        int gz;
+    } cases[] = {
+        {"dac.tar", "dac.tar: a tar archive, not text lines", tar, tar_n, 0},
+        {"dac.tar.gz", "dac.tar.gz: a tar archive inside the gzip stream", tar, tar_n, 1},
+        {"a.zip", "a.zip: a zip archive", "PK\x03\x04\x14\x00\x00\x00\x08\x00", 10, 0},
+        {"a.bz2", "a.bz2: bzip2 data", "BZh91AY&SY\x61\x04\x30\x6c\x00\x00", 16, 0},
+        {"a.xz", "a.xz: xz data", "\xfd" "7zXZ\x00\x00\x04\xe6\xd6\xb4\x46", 12, 0},
+        {"a.zst", "a.zst: zstd data", "\x28\xb5\x2f\xfd\x24\x05\x29\x00", 8, 0},
+    };
+    const char *good = criteo_file("good.tsv", 0, 10);
+    const char *out = tpath("o.bin");
+    char *msg = NULL;
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        const char *in = cases[i].gz ? write_gz(cases[i].name, cases[i].data, cases[i].n)
+                                     : write_bytes(cases[i].name, cases[i].data, cases[i].n);
+        for (int skip = 0; skip <= 1; skip++)
+            for (int hashed = 0; hashed <= 1; hashed++) {
+                // The archive second: every input is checked before any work starts.
+                ASSERT_EQ(test_run(&msg, 20, "%s prep -q %s %s -o %s %s %s", test_bin(), skip ? "--skip-bad" : "",
+                                   hashed ? "--max-ind-range 99" : "", out, good, in), 1);
+                ASSERT_STR_CONTAINS(msg, cases[i].message);
+                ASSERT_STR_CONTAINS(msg, "prep reads plain or gzip text");
+                free(msg);
+                ASSERT_TRUE(!file_exists(out));
+            }
+        // Through a pipe (hashed ids read it once) it is caught as well.
+        ASSERT_EQ(test_run(&msg, 20, "cat %s | %s prep -q --max-ind-range 99 -o %s /dev/stdin", in, test_bin(), out),
+                  1);
+        ASSERT_STR_CONTAINS(msg, strchr(cases[i].message, ' ') + 1);
+        free(msg);
+        ASSERT_TRUE(!file_exists(out));
+    }
+    // Text that merely starts like one of them (no control bytes) is read as text.
+    const char *bz_text = write_text("bz.tsv", "BZh91AY&SY\n");
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), out, bz_text), 1);
+    ASSERT_STR_CONTAINS(msg, "bz.tsv:1: 1 fields, expected 40");
+    free(msg);
+    free(tar);
+    free(t.s);
 }
 
 TEST(prep_cli_flags) {
@@ -1038,6 +1159,42 @@ TEST(prep_days_max_rows_inside_the_first_file) {
 
 // A chunk boundary (PREP_CHUNK rows) and a read-block boundary inside one run, with frequency
 // ids: the result must equal a brute-force mapping of a file that spans both.
+// Terabyte days given as a shell glob (day_*) come in text order, day_10 before day_2: with
+// --split days the last of them (day_9 of the real set) used to be held out without a word.
+TEST(prep_days_out_of_order) {
+    const char *d[4];
+    const int day[4] = {0, 1, 10, 2}; // the order day_* sorts them in
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "day_%d", day[i]);
+        d[i] = criteo_file(name, 10 * i, 10);
+    }
+    const char *out = tpath("o.bin");
+    char *msg = NULL;
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q --split days -o %s %s %s %s %s", test_bin(), out, d[0], d[1], d[2], d[3]),
+              2);
+    ASSERT_STR_CONTAINS(msg, "--split days: ");
+    ASSERT_STR_CONTAINS(msg, "day_2 comes after ");
+    ASSERT_STR_CONTAINS(msg, "day_10: the inputs are not in day order");
+    free(msg);
+    ASSERT_TRUE(!file_exists(out));
+    // Without --split days: a warning, and the rows in the order given.
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s %s %s %s", test_bin(), out, d[0], d[1], d[2], d[3]), 0);
+    ASSERT_STR_CONTAINS(msg, "warning: ");
+    ASSERT_STR_CONTAINS(msg, "the rows are stored in the order given");
+    free(msg);
+    // In day order: no word.
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q --split days -o %s %s %s %s %s", test_bin(), out, d[0], d[1], d[3], d[2]),
+              0);
+    ASSERT_TRUE(strstr(msg, "day order") == NULL);
+    free(msg);
+    bp_dataset ds;
+    ASSERT_OK(bp_ds_open(&ds, out, BP_DS_VERIFY));
+    ASSERT_EQ(ds.info.split[0], 30); // day_0, day_1, day_2; day_10 halved
+    ASSERT_EQ(ds.info.split[1], 5);
+    bp_ds_close(&ds);
+}
+
 TEST(prep_large_input_spans_chunks_and_blocks) {
     const int R = PREP_CHUNK + 4000; // ~ 19 MB: crosses the 4 MiB read blocks several times
     const char *in = criteo_file("big.tsv", 0, R);
