@@ -85,6 +85,9 @@ static int criteo_bad(const char *s, size_t n, int field, lines_bad *bad) {
     char q[96], name[16];
     lines_quote(q, sizeof q, f, len, 32);
     field_name(name, sizeof name, field);
+    if (field == 0 && len && ((f[0] | 0x20) >= 'a' && (f[0] | 0x20) <= 'z')) // a name where the label goes
+        return lines_bad_set(bad, LINES_BAD_LABEL, "label '%s', expected 0 or 1: a header line? (Criteo files have "
+                             "none; drop it, e.g. tail -n +2)", q);
     if (field == 0) return lines_bad_set(bad, LINES_BAD_LABEL, "label '%s', expected 0 or 1", q);
     if (field <= CRITEO_ND) {
         size_t neg = len && f[0] == '-';

@@ -617,6 +617,7 @@ static const bad_case criteo_bad_cases[] = {
     {"1\t2\t3", 0, NULL, LINES_BAD_FIELDS, "3 fields, expected 40"},
     {"", 0, NULL, LINES_BAD_FIELDS, "empty line"},
     {NULL, 0, "2", LINES_BAD_LABEL, "label '2', expected 0 or 1"},
+    {NULL, 0, "label", LINES_BAD_LABEL, "label 'label', expected 0 or 1: a header line? (Criteo files have none"},
     {NULL, 3, "12x", LINES_BAD_INT, "I3 '12x' is not an integer"},
     {NULL, 1, "99999999999999999999", LINES_BAD_INT, "I1 '99999999999999999999' is out of range"},
     {NULL, 15, "zz123456", LINES_BAD_CAT, "C2 'zz123456' is not a hex value"},
@@ -736,7 +737,7 @@ TEST(prep_skip_bad_counts_every_kind) {
     ASSERT_EQ(st.rows, BP_ARRAY_LEN(criteo_bad_cases));
     ASSERT_EQ(st.bad_total, BP_ARRAY_LEN(criteo_bad_cases));
     ASSERT_EQ(st.bad[LINES_BAD_FIELDS], 2);
-    ASSERT_EQ(st.bad[LINES_BAD_LABEL], 1);
+    ASSERT_EQ(st.bad[LINES_BAD_LABEL], 2);
     ASSERT_EQ(st.bad[LINES_BAD_INT], 2);
     ASSERT_EQ(st.bad[LINES_BAD_CAT], 2);
     ASSERT_EQ(st.bad[LINES_BAD_BINARY], 1);
