@@ -89,7 +89,8 @@ static int avazu_bad(const avazu_header *h, const char *s, size_t n, int col, co
     for (size_t i = 0; i < n; i++) fields += s[i] == ',';
     if (n == 0) return lines_bad_set(bad, LINES_BAD_FIELDS, "empty line, expected %d comma-separated fields", h->ncols);
     if (fields != (size_t)h->ncols)
-        return lines_bad_set(bad, LINES_BAD_FIELDS, "%zu fields, expected %d (as in the header line)", fields, h->ncols);
+        return lines_bad_set(bad, LINES_BAD_FIELDS, "%zu field%s, expected %d (as in the header line)", fields,
+                             fields == 1 ? "" : "s", h->ncols);
     char q[80];
     lines_quote(q, sizeof q, f, len, 32);
     const char *own = h->role[col] == AVAZU_ROLE_CLICK ? "click" : "hour";

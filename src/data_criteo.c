@@ -77,7 +77,8 @@ static int criteo_bad(const char *s, size_t n, int field, lines_bad *bad) {
     }
     if (fields != CRITEO_FIELDS)
         return lines_bad_set(bad, LINES_BAD_FIELDS,
-                             "%zu fields, expected %d (label, I1-I13, C1-C26 separated by tabs)", fields, CRITEO_FIELDS);
+                             "%zu field%s, expected %d (label, I1-I13, C1-C26 separated by tabs)", fields,
+                             fields == 1 ? "" : "s", CRITEO_FIELDS);
     const char *f = s;
     for (int k = 0; k < field; k++) f = (const char *)memchr(f, '\t', (size_t)(s + n - f)) + 1;
     const char *fe = memchr(f, '\t', (size_t)(s + n - f));

@@ -615,6 +615,7 @@ enum { CASE_NUL = -1, CASE_LONG = -2 };
 
 static const bad_case criteo_bad_cases[] = {
     {"1\t2\t3", 0, NULL, LINES_BAD_FIELDS, "3 fields, expected 40"},
+    {"abc", 0, NULL, LINES_BAD_FIELDS, ": 1 field, expected 40"},
     {"", 0, NULL, LINES_BAD_FIELDS, "empty line"},
     {NULL, 0, "2", LINES_BAD_LABEL, "label '2', expected 0 or 1"},
     {NULL, 0, "label", LINES_BAD_LABEL, "label 'label', expected 0 or 1: a header line? (Criteo files have none"},
@@ -736,7 +737,7 @@ TEST(prep_skip_bad_counts_every_kind) {
     ASSERT_OK(prep_run(&o, &st));
     ASSERT_EQ(st.rows, BP_ARRAY_LEN(criteo_bad_cases));
     ASSERT_EQ(st.bad_total, BP_ARRAY_LEN(criteo_bad_cases));
-    ASSERT_EQ(st.bad[LINES_BAD_FIELDS], 2);
+    ASSERT_EQ(st.bad[LINES_BAD_FIELDS], 3);
     ASSERT_EQ(st.bad[LINES_BAD_LABEL], 2);
     ASSERT_EQ(st.bad[LINES_BAD_INT], 2);
     ASSERT_EQ(st.bad[LINES_BAD_CAT], 2);
