@@ -943,7 +943,7 @@ TEST(prep_archives_and_other_compressors_are_refused) {
     // Text that merely starts like one of them (no control bytes) is read as text.
     const char *bz_text = write_text("bz.tsv", "BZh91AY&SY\n");
     ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), out, bz_text), 1);
-    ASSERT_STR_CONTAINS(msg, "bz.tsv:1: 1 fields, expected 40");
+    ASSERT_STR_CONTAINS(msg, "bz.tsv:1: 1 field, expected 40");
     free(msg);
     free(tar);
     free(t.s);
