@@ -50,7 +50,7 @@ int comm_stall_check(double *since, int peer, const char *what);
 // times the timeout: a stalled rank is then reported by a rank that waits for it by name.
 #define COMM_STALL_INDIRECT 2
 int comm_stall_check_indirect(double *since, const char *what);
-// Waits on one peer time out after factor x the timeout (1 unless set, after comm_init).  A
+// Waits on one peer time out after factor x the timeout (1 unless set, after comm_init; 0: never).  A
 // trainer waits COMM_STALL_TRAINER x on the other trainers: a trainer it waits for (a forward, a
 // gradient exchange) may itself be waiting for a stopped server, which the ranks waiting on that
 // server directly (1x) must name first; a stopped trainer is still named by its peers before any

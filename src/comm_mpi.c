@@ -81,7 +81,8 @@ int comm_stall_check_indirect(double *since, const char *what) {
 // operations (comm_barrier, comm_allgather_int: no peer, no tag, not a receive; the start-up
 // agreement and the final barrier) are not timed: a rank that is done waits there for as long as
 // the others train, evaluate and save, and a stalled peer is caught by the ranks that exchange
-// messages with it (servers waiting for any message included).
+// messages with it (servers waiting for any message included), or, if it is silent only at the
+// end, by the handshake that precedes the final barrier (dist.c).
 typedef struct {
     int polls;
     long sleep_ns;
