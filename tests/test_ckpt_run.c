@@ -394,6 +394,34 @@ TEST(ckpt_config_mismatch_is_refused) {
     free(out);
 }
 
+// A dataset of the same shape (tables, train split) but other rows is refused on resume: it used
+// to be taken, training on from iteration K with other samples.  The same file under another name
+// (moved, copied) is the same data and resumes.
+TEST(ckpt_resume_on_other_data_is_refused) {
+    ASSERT_OK(make_data());
+    char root[512], other[512], copy[512];
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    snprintf(other, sizeof other, "%s", test_path("other.bin"));
+    snprintf(copy, sizeof copy, "%s", test_path("copy.bin"));
+    ASSERT_OK(dist_test_dataset(other, 4000, 12, 3));
+    TRAIN_OK("", "--iters 120 --checkpoint-every 100 --checkpoint-dir %s", root);
+    char *out = NULL;
+    int st = test_run(&out, 150, "%s %s train " MODEL " --iters 200 --resume %s %s", dist_test_env(), test_bin(), root,
+                      other);
+    ASSERT_MSG(st == 1, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000100/MANIFEST: the checkpoint was trained on ");
+    ASSERT_STR_CONTAINS(out, "other.bin has the same tables and train split but other contents (data_crc ");
+    free(out);
+    st = test_run(&out, 30, "cp %s %s", data_path, copy);
+    ASSERT_EQ(st, 0);
+    free(out);
+    st = test_run(&out, 150, "%s %s train " MODEL " --iters 200 --resume %s %s", dist_test_env(), test_bin(), root,
+                  copy);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "resumed from");
+    free(out);
+}
+
 // A new run (no --resume) whose --checkpoint-dir holds another run's checkpoints is refused before
 // training: it used to train, and its pruning kept the newest checkpoints, the other run's, so
 // its own were removed as soon as written and a --resume after a failure took the other run's.
