@@ -74,8 +74,6 @@ int comm_recv(void *buf, size_t cap, int src, int tag, size_t *bytes);
 
 // A barrier over every rank (non-blocking barrier + polling).
 int comm_barrier(void);
-// Every rank contributes one int; all[i] gets rank i's (size ints).
-int comm_allgather_int(int mine, int *all);
 
 // Deterministic sum of buf (n elements of float or double) over the `np` consecutive ranks
 // [first, first + np), this rank among them; every participant ends with the same bits.

@@ -170,6 +170,45 @@ static int dist_end(const dist_layout *l, int me, int idle) {
     return rc;
 }
 
+// The start-up agreement: rank 0 gathers every rank's setup result (MSG_START) and sends each the
+// lowest failing rank and its result (out[0] = -1: none), under the stall timeout: a rank stopped
+// or cut off while it sets up (opens the dataset, verifies the checkpoint it resumes from) is
+// named by rank 0 within S, a silent rank 0 by the others within COMM_STALL_INDIRECT x S (it
+// waits for the slowest rank meanwhile); an all-gather used to wait for it for ever.  Test hook:
+// BAGPIPE_TEST_STOP_AT_START=R stops rank R here (SIGSTOP), before it reports.
+static int dist_agree(int me, int n, int setup_rc, int32_t out[2]) {
+    const char *stop = getenv("BAGPIPE_TEST_STOP_AT_START");
+    if (stop && *stop && atoi(stop) == me) raise(SIGSTOP);
+    size_t len = 0;
+    int rc = 0;
+    comm_req q;
+    if (me != 0) {
+        int32_t mine = setup_rc;
+        rc = comm_isend(&mine, sizeof mine, 0, MSG_START, &q);
+        if (!rc) rc = comm_wait(&q, NULL);
+        comm_set_patience(0, COMM_STALL_INDIRECT);
+        if (!rc) rc = comm_recv(out, 2 * sizeof *out, 0, MSG_START, &len);
+        comm_set_patience(0, 1);
+        if (!rc && len != 2 * sizeof *out)
+            rc = bp_fail(BP_EFORMAT, "msg: START from rank 0: %zu bytes, expected %zu", len, 2 * sizeof *out);
+        return rc;
+    }
+    out[0] = setup_rc ? 0 : -1, out[1] = setup_rc;
+    for (int r = 1; r < n && !rc; r++) {
+        int32_t v = 0;
+        rc = comm_recv(&v, sizeof v, r, MSG_START, &len);
+        if (!rc && len != sizeof v)
+            rc = bp_fail(BP_EFORMAT, "msg: START from rank %d: %zu bytes, expected %zu", r, len, sizeof v);
+        if (!rc && v && out[0] < 0) out[0] = r, out[1] = v;
+    }
+    comm_req *qs = bp_xcalloc((size_t)n, sizeof *qs);
+    int sent = 0;
+    for (int r = 1; r < n && !rc; r++) rc = comm_isend(out, 2 * sizeof *out, r, MSG_START, &qs[sent++]);
+    if (!rc) rc = comm_waitall(qs, sent);
+    free(qs);
+    return rc;
+}
+
 int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     const int me = comm_rank(), n = comm_size();
     // test hook (tests/test_dist_mem.c): each rank reports its peak resident memory above what it
@@ -185,16 +224,13 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     int idx;
     const dist_role role_kind = dist_role_of(l, me, &idx);
     if (!setup_rc && role_kind == DIST_TRAINER && l->mode == DIST_MODE_ASYNC) setup_rc = role_async_check(su, l, idx);
-    int *all = bp_xcalloc((size_t)n, sizeof *all);
-    int rc = comm_allgather_int(setup_rc, all);
+    int32_t agreed[2];
+    int rc = dist_agree(me, n, setup_rc, agreed);
     if (rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);
     }
-    int first_bad = -1, code = 0;
-    for (int r = 0; r < n && first_bad < 0; r++)
-        if (all[r]) first_bad = r, code = all[r];
-    free(all);
+    const int first_bad = agreed[0], code = agreed[1];
     if (first_bad >= 0) {
         // The lowest failing rank reports and alone exits non-zero, so that mpirun (and the
         // launcher's "job failed: rank R (ROLE)" line) names it, not whichever rank left first;

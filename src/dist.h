@@ -52,7 +52,7 @@ void dist_role_name(int rank, const void *ctx, char *buf, size_t cap);
 // Joins the job (comm_init) and checks the rank count against the layout.  On a mismatch every
 // rank prints the same clear error and leaves MPI; returns BP_EMISMATCH (exit 2).
 int dist_begin(const dist_layout *l);
-// Agrees on setup_rc across ranks, then runs this rank's role in mode l->mode, the end (a
+// Agrees on setup_rc across ranks (a gather by rank 0 under the stall timeout), then runs this rank's role in mode l->mode, the end (a
 // handshake with trainer 0 under the stall timeout, then a barrier) and MPI_Finalize.  Returns the process exit code.
 int dist_run(const train_setup *su, const dist_layout *l, int setup_rc);
 

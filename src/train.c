@@ -667,8 +667,8 @@ int cmd_train(int argc, char **argv) {
         CLI_DBL("stall-timeout", 0, &fl.stall_timeout, 3600, 0, 1e9,
                 "distributed modes: a rank that waits this many seconds without progress (a peer stopped, "
                 "deadlocked or cut off) ends the job with an error naming what it waited for; keep it above "
-                "the longest evaluation plus checkpoint at one boundary, half the final evaluation and save, and the "
-                "servers' start-up (0: wait forever)"),
+                "the longest evaluation plus checkpoint at one boundary, half the final evaluation and save, a "
+                "rank's setup and the servers' start-up (0: wait forever)"),
         MODEL_CLI_OPTS(&fl.mf),
         CLI_INT("batch-size", 'b', &fl.batch, 128, 1, 1 << 20, "global mini-batch size (samples)"),
         CLI_ALIAS("mini-batch-size", "batch-size", DLRM_NAME),

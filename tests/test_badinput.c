@@ -17,6 +17,7 @@
 #include "common.h"
 #include "data_bin.h"
 #include "dist_util.h"
+#include "msg.h"
 #include "test.h"
 
 #define TINY "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 24 --no-eval"
@@ -889,17 +890,16 @@ TEST(badinput_model_for_another_dataset) {
 // ---------------------------------------------------------------------------------------------
 // A peer that sends garbage
 
-// A stand-in for trainer 0: takes part in the start-up agreement, then sends one malformed
+// A stand-in for trainer 0: takes part in the start-up agreement (dist.c), then sends one malformed
 // message (kind, tag, n, width, byte count and optionally the iteration from argv) to the server
 // (rank 1) and waits to be stopped.  Compiled with mpicc at test time (it is not part of the test binary).
 static const char peer_src[] =
     "#include <mpi.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <unistd.h>\n"
     "int main(int argc, char **argv) {\n"
-    "    int provided, all[64], zero = 0;\n"
+    "    int provided, agreed[2], zero = 0;\n"
     "    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);\n"
-    "    MPI_Request rq;\n"
-    "    MPI_Iallgather(&zero, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD, &rq);\n"
-    "    MPI_Wait(&rq, MPI_STATUS_IGNORE);\n"
+    "    MPI_Send(&zero, 4, MPI_BYTE, 0, %d, MPI_COMM_WORLD);\n"
+    "    MPI_Recv(agreed, 8, MPI_BYTE, 0, %d, MPI_COMM_WORLD, MPI_STATUS_IGNORE);\n"
     "    uint64_t buf[64] = {0};\n"
     "    uint32_t *h = (uint32_t *)buf;\n"
     "    h[0] = (uint32_t)atoi(argv[1]), h[4] = (uint32_t)atoi(argv[3]), h[5] = (uint32_t)atoi(argv[4]);\n"
@@ -917,7 +917,9 @@ TEST(badinput_peer_sends_garbage) {
     }
     char d[600], peer[600];
     snprintf(d, sizeof d, "%s", dataset("d.bin", 2000));
-    const char *src = write_file("peer.c", peer_src, sizeof peer_src - 1);
+    char text[sizeof peer_src + 16];
+    const int tl = snprintf(text, sizeof text, peer_src, MSG_START, MSG_START); // the agreement's tag
+    const char *src = write_file("peer.c", text, (size_t)tl);
     snprintf(peer, sizeof peer, "%s", test_path("peer"));
     char *out = NULL;
     int rc = test_run(&out, 60, "mpicc -o %s %s", peer, src);

@@ -428,6 +428,32 @@ TEST(dist_stop_writer_at_end_sharded_stall_timeout) {
     free(out);
 }
 
+// A rank silent before the start (stopped while it opens the dataset or verifies the checkpoint it
+// resumes from): rank 0, gathering the ranks' setup results, names it within S; a silent rank 0
+// is named by the others within 2 S.  The all-gather that agreed on the start used to wait for
+// it for ever.  The test hook stops the rank where it would report its setup.
+TEST(dist_stop_at_start_stall_timeout) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    static const struct {
+        int rank;
+        const char *msg;
+    } cases[] = {
+        {4, "bagpipe: rank 0 (oracle): comm: rank 0: waited 3 s for START from rank 4 with no progress"},
+        {0, "waited 6 s for START from rank 0 with no progress"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        char *out = NULL;
+        int rc = test_run(&out, 40, "BAGPIPE_TEST_STOP_AT_START=%d " OMPI_ENV " %s train %s " TINY_MODEL
+                          " --iters 200 --no-eval --stall-timeout 3 " SYNC_T2S2, cases[i].rank, dist_test_env(),
+                          test_bin(), data);
+        ASSERT_MSG(rc == 1, "rank %d stopped: exit %d:\n%s", cases[i].rank, rc, out);
+        ASSERT_STR_CONTAINS(out, cases[i].msg);
+        free(out);
+    }
+}
+
 // Ctrl-C (SIGINT) or kill -TERM of the launcher: it forwards the signal to mpirun, which stops
 // every rank; the launcher then says the job was interrupted and dies by that signal, as a
 // single process does (it used to print "job failed: mpirun exited with code 1" and exit 1, as if
