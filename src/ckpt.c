@@ -441,7 +441,8 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
             free(its);
             return 0;
         }
-        fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, bp_errmsg(rc));
+        // once per job: the ranks of a job scan too, with warnings off (train.c)
+        if (bp_log_level >= BP_LOG_WARN) fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, bp_errmsg(rc));
         if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", bp_errmsg(rc));
     }
     free(its);

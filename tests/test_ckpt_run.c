@@ -394,6 +394,24 @@ TEST(ckpt_config_mismatch_is_refused) {
     free(out);
 }
 
+// A damaged checkpoint skipped by a distributed resume is reported once: every rank scans the
+// checkpoints too, and each used to print the same line (1 + 1 + S + T lines per checkpoint).
+TEST(ckpt_skipped_checkpoint_reported_once_per_job) {
+    ASSERT_OK(make_data());
+    char root[512];
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    TRAIN_OK("", SYNC " --iters 120 --checkpoint-every 50 --keep 3 --checkpoint-dir %s", root);
+    damage(root, 100, "server-0.bin", 1);
+    char *out = NULL;
+    int st = train(&out, "", SYNC " --iters 130 --resume %s", root);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "resumed from ");
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, "bagpipe: skipping checkpoint ")); p++) n++;
+    ASSERT_MSG(n == 1, "the skipped checkpoint reported %d times:\n%s", n, out);
+    free(out);
+}
+
 // A dataset of the same shape (tables, train split) but other rows is refused on resume: it used
 // to be taken, training on from iteration K with other samples.  The same file under another name
 // (moved, copied) is the same data and resumes.
