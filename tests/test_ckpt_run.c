@@ -319,7 +319,7 @@ TEST(ckpt_damaged_picks_newest_valid) {
         const char *why;
     } cases[] = {{250, "emb.bin", 0, "emb.bin: checksum mismatch"},
                  {200, "dense.bin", 1, "dense.bin: 100 bytes, the manifest says"},
-                 {150, "MANIFEST", 2, "MANIFEST: no saved model or checkpoint here"}};
+                 {150, "MANIFEST", 2, "MANIFEST: missing, though the parts are there: an incomplete save or checkpoint"}};
     for (int c = 0; c < 3; c++) {
         if (cases[c].truncate_it == 2) {
             char p[4096];
