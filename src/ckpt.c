@@ -1,5 +1,6 @@
 #include "ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -199,11 +200,29 @@ int ckpt_manifest_commit(const char *dir, const ckpt_manifest *m) {
     return rc;
 }
 
+// 1 when dir holds a part (a *.bin file): parts without a MANIFEST are a save or checkpoint whose
+// run stopped before committing it.
+static int holds_parts(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d))) {
+        const size_t n = strlen(e->d_name);
+        found = n > 4 && strcmp(e->d_name + n - 4, ".bin") == 0;
+    }
+    closedir(d);
+    return found;
+}
+
 int ckpt_manifest_load(const char *dir, ckpt_manifest *m) {
     ckpt_manifest_init(m);
     char path[4096];
     join(path, sizeof path, dir, "MANIFEST");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && holds_parts(dir))
+        return bp_fail(BP_EIO, "%s: missing, though the parts are there: an incomplete save or checkpoint (its run "
+                       "stopped before committing it)", path);
     if (fd < 0) return bp_fail(BP_EIO, "%s: no saved model or checkpoint here (%s)", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 22)) {
@@ -314,8 +333,6 @@ int ckpt_read_part(const char *dir, const ckpt_manifest *m, const char *name, vo
 
 // ---------------------------------------------------------------------------------------------
 // Training checkpoints
-
-#include <dirent.h>
 
 void ckpt_dir_path(char *buf, size_t cap, const char *root, int64_t iter) {
     snprintf(buf, cap, "%.*s/" CKPT_DIR_PREFIX "%012lld", dir_len(root), root, (long long)iter);
@@ -441,7 +458,8 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
             free(its);
             return 0;
         }
-        fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, bp_errmsg(rc));
+        // once per job: the ranks of a job scan too, with warnings off (train.c)
+        if (bp_log_level >= BP_LOG_WARN) fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, bp_errmsg(rc));
         if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", bp_errmsg(rc));
     }
     free(its);

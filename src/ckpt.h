@@ -111,7 +111,8 @@ int ckpt_dir_create(const char *root, int64_t iter, char *dir, size_t cap);
 // BP_ECORRUPT / BP_EIO naming the file that is wrong.
 int ckpt_verify(const char *dir, ckpt_manifest *m);
 // The newest valid checkpoint under root: its directory, iteration and manifest.  Each newer
-// candidate that fails ckpt_verify is reported once on stderr (with the reason) and skipped.
+// candidate that fails ckpt_verify is reported once on stderr (with the reason; not below
+// BP_LOG_WARN) and skipped.
 // BP_EIO when root cannot be read or holds no valid checkpoint (the message names root and the
 // newest invalid candidate's problem).
 int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m);

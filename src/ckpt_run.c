@@ -31,6 +31,7 @@ static const struct {
     {"model", "the model flags (--model, --arch-*)"},
     {"cardinalities", "the dataset's tables"},
     {"train_rows", "the dataset's train split"},
+    {"data_crc", "the dataset's contents"},
     {"emb_optimizer", "--emb-optimizer"},
     {"dense_optimizer", "--optimizer"},
     {"learning_rate", "--emb-learning-rate"},
@@ -41,9 +42,9 @@ static const struct {
     {"static_rows", "--static-rows (0: 1% of the rows)"},
 };
 
-// Keys that only some modes record (static_rows: mode static): absent from both, or from a
-// checkpoint written before the key existed, they are not compared.
-static int mode_key(const char *key) { return strcmp(key, "static_rows") == 0; }
+// Keys that only some runs record (static_rows: mode static) or that checkpoints written before
+// them lack (data_crc): absent from either side, they are not compared.
+static int mode_key(const char *key) { return strcmp(key, "static_rows") == 0 || strcmp(key, "data_crc") == 0; }
 
 // The configuration keys of su (those in compat).
 static void config_keys(ckpt_manifest *m, const train_setup *su) {
@@ -60,6 +61,12 @@ static void config_keys(ckpt_manifest *m, const train_setup *su) {
     BP_ASSERTF(len < sizeof buf, "cardinality list too long for the manifest");
     ckpt_set(m, "cardinalities", "%s", buf);
     ckpt_set(m, "train_rows", "%llu", (unsigned long long)(su->tr1 - su->tr0));
+    // The contents, by the CRC-32s of the file's sections (the header holds them; the planted
+    // probabilities of synthetic data are not trained on): another file of the same shape (the
+    // wrong day, another seed) would train on from K with other samples.
+    if (su->ds)
+        ckpt_set(m, "data_crc", "%08x,%08x,%08x", su->ds->info.crc_label, su->ds->info.crc_dense,
+                 su->ds->info.crc_sparse);
     ckpt_set(m, "emb_optimizer", "%s", emb_opt_kind_name(su->eopt.kind));
     ckpt_set(m, "dense_optimizer", "%s", su->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad");
     ckpt_set(m, "learning_rate", "%.9g", (double)su->eopt.lr);
@@ -89,6 +96,11 @@ static int config_check(const ckpt_manifest *have, const char *dir, const train_
             flag = "--emb-learning-rate, from --learning-rate";
         if (mode_key(compat[i].key) && (!h || !w)) continue;
         if (!h) rc = bp_fail(BP_ECORRUPT, "%s/MANIFEST: missing '%s'", dir, compat[i].key);
+        else if (strcmp(h, w) != 0 && strcmp(compat[i].key, "data_crc") == 0)
+            rc = bp_fail(BP_EMISMATCH, "%s/MANIFEST: the checkpoint was trained on %s, and %s has the same tables and "
+                         "train split but other contents (data_crc %s, this run %s); resume with the dataset the run "
+                         "began with", dir, ckpt_get(have, "dataset") ? ckpt_get(have, "dataset") : "another dataset",
+                         su->data_path, h, w);
         else if (strcmp(h, w) != 0)
             rc = bp_fail(BP_EMISMATCH, "%s/MANIFEST: the checkpoint has %s = %s, this run %s (%s)", dir, compat[i].key,
                          h, w, flag);

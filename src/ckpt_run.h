@@ -13,7 +13,8 @@
 //                    one use), identical on every trainer; trainer i owns those with
 //                    msg_server_of(key, T) == i, so each is written once
 //   MANIFEST         the configuration (the saved-model keys of train.c plus mode, layout,
-//                    batch size, learning rates, seeds, BLAS threads), iteration K (the data
+//                    batch size, learning rates, seeds, BLAS threads, the dataset's section
+//                    CRCs), iteration K (the data
 //                    cursor: batch K is next, in file order), and every part's size and CRC;
 //                    committed last by the coordinator (the local process, or trainer 0) once
 //                    every part is reported (MSG_CKPT_PART), then older checkpoints are pruned.

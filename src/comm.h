@@ -50,7 +50,7 @@ int comm_stall_check(double *since, int peer, const char *what);
 // times the timeout: a stalled rank is then reported by a rank that waits for it by name.
 #define COMM_STALL_INDIRECT 2
 int comm_stall_check_indirect(double *since, const char *what);
-// Waits on one peer time out after factor x the timeout (1 unless set, after comm_init).  A
+// Waits on one peer time out after factor x the timeout (1 unless set, after comm_init; 0: never).  A
 // trainer waits COMM_STALL_TRAINER x on the other trainers: a trainer it waits for (a forward, a
 // gradient exchange) may itself be waiting for a stopped server, which the ranks waiting on that
 // server directly (1x) must name first; a stopped trainer is still named by its peers before any
@@ -74,10 +74,6 @@ int comm_recv(void *buf, size_t cap, int src, int tag, size_t *bytes);
 
 // A barrier over every rank (non-blocking barrier + polling).
 int comm_barrier(void);
-// Every rank contributes one int; all[i] gets rank i's (size ints).
-int comm_allgather_int(int mine, int *all);
-// Every rank contributes `bytes` bytes; all gets rank i's at offset i * bytes.
-int comm_allgather_bytes(const void *mine, size_t bytes, void *all);
 
 // Deterministic sum of buf (n elements of float or double) over the `np` consecutive ranks
 // [first, first + np), this rank among them; every participant ends with the same bits.

@@ -77,11 +77,11 @@ int comm_stall_check_indirect(double *since, const char *what) {
 }
 
 // Poll pacing: spin briefly, then sleep with exponential back-off up to COMM_MAX_SLEEP_US; the
-// stall clock starts with the first sleep and is read every 64 polls.  The collective operations
-// (comm_barrier, comm_allgather_int and _bytes: no peer, no tag, not a receive; the start-up
-// exchanges and the final barrier) are not timed: a rank that is done waits there for as long as
-// the others train, evaluate and save, and a stalled peer is caught by the ranks that exchange
-// messages with it (servers waiting for any message included).
+// stall clock starts with the first sleep and is read every 64 polls.  The collective operation
+// (comm_barrier: no peer, no tag, not a receive; the final barrier) is not timed: a rank that is
+// done waits there for as long as the others train, evaluate and save, and a stalled peer is
+// caught by the ranks that exchange messages with it (servers waiting for any message included),
+// or, if it is silent only at the end, by the handshake that precedes the final barrier (dist.c).
 typedef struct {
     int polls;
     long sleep_ns;
@@ -220,21 +220,6 @@ int comm_barrier(void) {
     comm_req r = {.peer = -1, .tag = -1, .cap = 0};
     int err = MPI_Ibarrier(MPI_COMM_WORLD, req_of(&r));
     if (err != MPI_SUCCESS) return mpi_fail(err, "barrier", -1);
-    return comm_wait(&r, NULL);
-}
-
-int comm_allgather_int(int mine, int *all) {
-    comm_req r = {.peer = -1, .tag = -1, .cap = 0};
-    int err = MPI_Iallgather(&mine, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD, req_of(&r));
-    if (err != MPI_SUCCESS) return mpi_fail(err, "allgather", -1);
-    return comm_wait(&r, NULL);
-}
-
-int comm_allgather_bytes(const void *mine, size_t bytes, void *all) {
-    BP_ASSERT(bytes <= INT32_MAX);
-    comm_req r = {.peer = -1, .tag = -1, .cap = 0};
-    int err = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, req_of(&r));
-    if (err != MPI_SUCCESS) return mpi_fail(err, "allgather", -1);
     return comm_wait(&r, NULL);
 }
 

@@ -1,6 +1,7 @@
 // dist: rank layout, start-up agreement, role dispatch.  Contracts in dist.h.
 #include "dist.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "comm.h"
 #include "common.h"
 #include "model.h"
+#include "msg.h"
 #include "optim.h"
 
 dist_role dist_role_of(const dist_layout *l, int rank, int *index) {
@@ -108,6 +110,105 @@ static uint64_t status_bytes(const char *key) {
     return kb * 1024;
 }
 
+static int end_send(int to, uint64_t phase, comm_req *q, uint64_t *buf) {
+    msg_header h = {MSG_END, 0, phase, 0, 0};
+    msg_encode(buf, &h, NULL, NULL);
+    return comm_isend(buf, MSG_HEADER_BYTES, to, MSG_END, q);
+}
+
+static int end_recv(int from, uint64_t phase) {
+    uint64_t buf[MSG_HEADER_BYTES / 8];
+    size_t len = 0;
+    int rc = comm_recv(buf, sizeof buf, from, MSG_END, &len);
+    msg_expect ex = {.kind = MSG_END, .max_n = 0, .iter = (int64_t)phase};
+    msg_header h;
+    return rc ? rc : msg_decode(buf, len, from, &ex, &h, NULL, NULL);
+}
+
+// The end of a job.  The final barrier cannot be timed: a rank that is done waits there while
+// trainer 0 (the writer) evaluates and saves.  But a rank stopped or cut off meanwhile would
+// hang the barrier for ever, and the coordinator (rank 0, idle through the run outside mode
+// bagpipe) is the one rank nobody exchanges messages with before it.  So the barrier is preceded
+// by a handshake with the writer, under the stall timeout (MSG_END, msg.h):
+//   every other rank sends END(0) to the writer once its part is over;
+//   the writer, its own part over, receives them (naming a rank that does not finish), sends
+//   END(1) to every rank and receives END(2) back from each (naming a rank that is done but no
+//   longer answers);
+//   the others wait for END(1) for COMM_STALL_INDIRECT x S (the writer evaluates and saves
+//   meanwhile, as a server waiting for its DONE allows), the idle coordinator for ever (it waits
+//   from the start), and answer with END(2).
+// END(0) goes first so that END(1) reaches a server only after its loop, which takes any tag, is
+// over.  Test hook: BAGPIPE_TEST_STOP_AT_END=R stops rank R here (SIGSTOP), past its END(0).
+static int dist_end(const dist_layout *l, int me, int idle) {
+    const int writer = dist_trainer_rank(l, 0), n = comm_size();
+    const char *stop = getenv("BAGPIPE_TEST_STOP_AT_END");
+    const int stop_here = stop && *stop && atoi(stop) == me;
+    uint64_t buf[MSG_HEADER_BYTES / 8];
+    comm_req q;
+    int rc = 0;
+    if (me != writer) {
+        rc = end_send(writer, 0, &q, buf);
+        if (!rc) rc = comm_wait(&q, NULL);
+        if (stop_here) raise(SIGSTOP);
+        comm_set_patience(writer, idle ? 0 : COMM_STALL_INDIRECT);
+        if (!rc) rc = end_recv(writer, 1);
+        if (!rc) rc = end_send(writer, 2, &q, buf);
+        return rc ? rc : comm_wait(&q, NULL);
+    }
+    if (stop_here) raise(SIGSTOP);
+    for (int r = 0; r < n && !rc; r++)
+        if (r != writer) rc = end_recv(r, 0);
+    uint64_t *bufs = bp_xmalloc((size_t)n * MSG_HEADER_BYTES);
+    comm_req *qs = bp_xcalloc((size_t)n, sizeof *qs);
+    int sent = 0;
+    for (int r = 0; r < n && !rc; r++)
+        if (r != writer) rc = end_send(r, 1, &qs[sent], bufs + (size_t)sent * (MSG_HEADER_BYTES / 8)), sent++;
+    for (int r = 0; r < n && !rc; r++)
+        if (r != writer) rc = end_recv(r, 2);
+    if (!rc) rc = comm_waitall(qs, sent);
+    free(bufs), free(qs);
+    return rc;
+}
+
+// The start-up agreement: rank 0 gathers every rank's setup result (MSG_START) and sends each the
+// lowest failing rank and its result (out[0] = -1: none), under the stall timeout: a rank stopped
+// or cut off while it sets up (opens the dataset, verifies the checkpoint it resumes from) is
+// named by rank 0 within S, a silent rank 0 by the others within COMM_STALL_INDIRECT x S (it
+// waits for the slowest rank meanwhile); an all-gather used to wait for it for ever.  Test hook:
+// BAGPIPE_TEST_STOP_AT_START=R stops rank R here (SIGSTOP), before it reports.
+static int dist_agree(int me, int n, int setup_rc, int32_t out[2]) {
+    const char *stop = getenv("BAGPIPE_TEST_STOP_AT_START");
+    if (stop && *stop && atoi(stop) == me) raise(SIGSTOP);
+    size_t len = 0;
+    int rc = 0;
+    comm_req q;
+    if (me != 0) {
+        int32_t mine = setup_rc;
+        rc = comm_isend(&mine, sizeof mine, 0, MSG_START, &q);
+        if (!rc) rc = comm_wait(&q, NULL);
+        comm_set_patience(0, COMM_STALL_INDIRECT);
+        if (!rc) rc = comm_recv(out, 2 * sizeof *out, 0, MSG_START, &len);
+        comm_set_patience(0, 1);
+        if (!rc && len != 2 * sizeof *out)
+            rc = bp_fail(BP_EFORMAT, "msg: START from rank 0: %zu bytes, expected %zu", len, 2 * sizeof *out);
+        return rc;
+    }
+    out[0] = setup_rc ? 0 : -1, out[1] = setup_rc;
+    for (int r = 1; r < n && !rc; r++) {
+        int32_t v = 0;
+        rc = comm_recv(&v, sizeof v, r, MSG_START, &len);
+        if (!rc && len != sizeof v)
+            rc = bp_fail(BP_EFORMAT, "msg: START from rank %d: %zu bytes, expected %zu", r, len, sizeof v);
+        if (!rc && v && out[0] < 0) out[0] = r, out[1] = v;
+    }
+    comm_req *qs = bp_xcalloc((size_t)n, sizeof *qs);
+    int sent = 0;
+    for (int r = 1; r < n && !rc; r++) rc = comm_isend(out, 2 * sizeof *out, r, MSG_START, &qs[sent++]);
+    if (!rc) rc = comm_waitall(qs, sent);
+    free(qs);
+    return rc;
+}
+
 int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     const int me = comm_rank(), n = comm_size();
     // test hook (tests/test_dist_mem.c): each rank reports its peak resident memory above what it
@@ -123,16 +224,13 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     int idx;
     const dist_role role_kind = dist_role_of(l, me, &idx);
     if (!setup_rc && role_kind == DIST_TRAINER && l->mode == DIST_MODE_ASYNC) setup_rc = role_async_check(su, l, idx);
-    int *all = bp_xcalloc((size_t)n, sizeof *all);
-    int rc = comm_allgather_int(setup_rc, all);
+    int32_t agreed[2];
+    int rc = dist_agree(me, n, setup_rc, agreed);
     if (rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);
     }
-    int first_bad = -1, code = 0;
-    for (int r = 0; r < n && first_bad < 0; r++)
-        if (all[r]) first_bad = r, code = all[r];
-    free(all);
+    const int first_bad = agreed[0], code = agreed[1];
     if (first_bad >= 0) {
         // The lowest failing rank reports and alone exits non-zero, so that mpirun (and the
         // launcher's "job failed: rank R (ROLE)" line) names it, not whichever rank left first;
@@ -158,7 +256,8 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);
     }
-    rc = comm_barrier();
+    rc = dist_end(l, me, me == 0 && !ro);
+    if (!rc) rc = comm_barrier();
     if (rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);

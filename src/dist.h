@@ -3,7 +3,7 @@
 // Rank layout (N = 1 + S + T ranks):
 //
 //   rank 0              oracle: coordinator (prints the layout); in `bagpipe` mode the planner.
-//                       In `sync` mode it only takes part in start-up and the final barrier.
+//                       In the other modes it only takes part in start-up and the end.
 //   ranks 1 .. S        embedding servers 0..S-1; server s owns the keys k with
 //                       bp_mix64(k) % S == s (msg_server_of), rows with their optimizer state
 //   ranks S+1 .. S+T    trainers 0..T-1; trainer i takes samples [i B / T, (i + 1) B / T) of
@@ -52,8 +52,8 @@ void dist_role_name(int rank, const void *ctx, char *buf, size_t cap);
 // Joins the job (comm_init) and checks the rank count against the layout.  On a mismatch every
 // rank prints the same clear error and leaves MPI; returns BP_EMISMATCH (exit 2).
 int dist_begin(const dist_layout *l);
-// Agrees on setup_rc across ranks, then runs this rank's role in mode l->mode, the final barrier
-// and MPI_Finalize.  Returns the process exit code.
+// Agrees on setup_rc across ranks (a gather by rank 0 under the stall timeout), then runs this rank's role in mode l->mode, the end (a
+// handshake with trainer 0 under the stall timeout, then a barrier) and MPI_Finalize.  Returns the process exit code.
 int dist_run(const train_setup *su, const dist_layout *l, int setup_rc);
 
 // The roles (role_server.c, role_trainer.c, role_oracle.c, role_bagpipe.c).  Return 0 or a

@@ -21,7 +21,7 @@ const char *msg_kind_name(uint32_t kind) {
     static const char *const names[MSG_KINDS] = {"?",         "ROW_REQ", "ROW_REPLY", "GRAD_PUSH", "DUMP_REQ",
                                                  "DUMP_ROWS", "DONE",    "AR_RS",     "AR_AG",
                                                  "FETCH",     "FETCH_REPLY", "WB",    "FWD",       "GSYNC",
-                                                 "PLAN",      "CREDIT",  "HOT_GRAD", "CKPT_PART"};
+                                                 "PLAN",      "CREDIT",  "HOT_GRAD", "CKPT_PART", "END", "START"};
     return kind < MSG_KINDS ? names[kind] : "?";
 }
 

@@ -65,6 +65,15 @@
 //                                                                    and n = 0 when it could not
 //                                                                    write it (message on stderr)
 //
+// The end of every distributed job (dist.c), a handshake with trainer 0 (the writer):
+//  18   MSG_END         rank <-> writer         0: done (to the     n = 0
+//                                               writer), 1: the end
+//                                               (from it), 2: answer
+// and its start, the agreement on every rank's setup (dist.c), raw, no header:
+//  19   MSG_START       rank -> rank 0          (raw)                i32: the rank's setup result
+//                       rank 0 -> rank          (raw)                i32[2]: the lowest failing
+//                                                                    rank (-1: none), its result
+//
 // Mode async reuses kinds 1-6 with the servers of sync: at iteration k a trainer with staleness
 // bound S sends ROW_REQ(max(0, k - S)) only to the servers that own a row it misses (or must
 // refresh), so requests may skip iterations and lag behind the server; the reply's iteration a
@@ -113,7 +122,9 @@ enum {
     MSG_CREDIT = 15,
     MSG_HOT_GRAD = 16,
     MSG_CKPT_PART = 17,
-    MSG_KINDS = 18, // tags are < MSG_KINDS (<= COMM_MAX_TAGS)
+    MSG_END = 18,
+    MSG_START = 19,
+    MSG_KINDS = 20, // tags are < MSG_KINDS (<= COMM_MAX_TAGS)
 };
 
 enum { MSG_F_LAST = 1u << 0, MSG_F_CKPT = 1u << 1, MSG_F_FAILED = 1u << 2 };

@@ -194,19 +194,35 @@ static int trainer_save_into(const trainer *tr, const char *dir, const bp_datase
 }
 
 // Over a saved model, the new one is written beside it and then takes its place as a whole
-// (ckpt_stage_begin): the old model stays valid until the new one is complete.
+// (ckpt_stage_begin): the old model stays valid until the new one is complete.  Where there was
+// none, a save that fails (a full disk) removes the parts it wrote, and the directory if it made
+// it: without a MANIFEST they are no model, only space taken.
 int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
                  uint64_t seed) {
+    struct stat st;
+    char path[4200];
+    const int made = stat(dir, &st) != 0;
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    const int fresh = lstat(path, &st) != 0;
     int rc = ckpt_mkdir(dir);
     if (rc) return rc;
     char stage[4200];
     int staged = ckpt_stage_begin(dir, stage, sizeof stage);
     rc = trainer_save_into(tr, staged ? stage : dir, ds, iter, samples, seed);
-    if (staged && rc) {
+    if (rc && (staged || fresh)) {
         char msg[1536];
         snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
-        ckpt_stage_abort(stage);
-        return bp_fail(rc, "%s (the model saved before in %s is kept)", msg, dir);
+        if (staged) {
+            ckpt_stage_abort(stage);
+            return bp_fail(rc, "%s (the model saved before in %s is kept)", msg, dir);
+        }
+        static const char *const parts[] = {"dense.bin", "emb.bin"};
+        for (size_t i = 0; i < BP_ARRAY_LEN(parts); i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, parts[i]);
+            unlink(path);
+        }
+        if (made) rmdir(dir);
+        return bp_fail(rc, "%s (the model is not saved)", msg);
     }
     return staged ? ckpt_stage_commit(dir, stage) : rc;
 }
@@ -666,7 +682,8 @@ int cmd_train(int argc, char **argv) {
         CLI_DBL("stall-timeout", 0, &fl.stall_timeout, 3600, 0, 1e9,
                 "distributed modes: a rank that waits this many seconds without progress (a peer stopped, "
                 "deadlocked or cut off) ends the job with an error naming what it waited for; keep it above "
-                "the longest evaluation plus checkpoint at one boundary and the servers' start-up (0: wait forever)"),
+                "the longest evaluation plus checkpoint at one boundary, half the final evaluation and save, a "
+                "rank's setup and the servers' start-up (0: wait forever)"),
         MODEL_CLI_OPTS(&fl.mf),
         CLI_INT("batch-size", 'b', &fl.batch, 128, 1, 1 << 20, "global mini-batch size (samples)"),
         CLI_ALIAS("mini-batch-size", "batch-size", DLRM_NAME),

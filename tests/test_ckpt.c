@@ -55,13 +55,18 @@ TEST(ckpt_roundtrip_and_damage) {
     // A truncated part.
     ASSERT_EQ(test_run(NULL, 10, "truncate -s 10 %s/other.bin", dir), 0);
     ASSERT_EQ(ckpt_read_part(dir, &m, "other.bin", bufs + 1, lens + 1, 1), BP_ECORRUPT);
-    // A damaged manifest, a truncated manifest, a missing one.
+    // A damaged manifest, a truncated manifest.
     ASSERT_EQ(test_run(NULL, 10, "cp %s/MANIFEST %s/M.bak && sed -i s/42/43/ %s/MANIFEST", dir, dir, dir), 0);
     ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_ECORRUPT);
     ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), "checksum");
     ASSERT_EQ(test_run(NULL, 10, "head -c 30 %s/M.bak > %s/MANIFEST", dir, dir), 0);
     ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_ECORRUPT);
+    // A missing one: with the parts still there, an incomplete save (its run stopped before the
+    // commit); without them, nothing.
     ASSERT_EQ(test_run(NULL, 10, "rm %s/MANIFEST", dir), 0);
+    ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_EIO);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EIO), "MANIFEST: missing, though the parts are there: an incomplete save");
+    ASSERT_EQ(test_run(NULL, 10, "rm %s/*.bin", dir), 0);
     ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_EIO);
     ASSERT_STR_CONTAINS(bp_errmsg(BP_EIO), "no saved model");
 }

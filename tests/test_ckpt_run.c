@@ -319,7 +319,7 @@ TEST(ckpt_damaged_picks_newest_valid) {
         const char *why;
     } cases[] = {{250, "emb.bin", 0, "emb.bin: checksum mismatch"},
                  {200, "dense.bin", 1, "dense.bin: 100 bytes, the manifest says"},
-                 {150, "MANIFEST", 2, "MANIFEST: no saved model or checkpoint here"}};
+                 {150, "MANIFEST", 2, "MANIFEST: missing, though the parts are there: an incomplete save or checkpoint"}};
     for (int c = 0; c < 3; c++) {
         if (cases[c].truncate_it == 2) {
             char p[4096];
@@ -391,6 +391,52 @@ TEST(ckpt_config_mismatch_is_refused) {
     st = train(&out, "", "--iters 200 --checkpoint-every 10");
     ASSERT_TRUE(st != 0);
     ASSERT_STR_CONTAINS(out, "--checkpoint-dir");
+    free(out);
+}
+
+// A damaged checkpoint skipped by a distributed resume is reported once: every rank scans the
+// checkpoints too, and each used to print the same line (1 + 1 + S + T lines per checkpoint).
+TEST(ckpt_skipped_checkpoint_reported_once_per_job) {
+    ASSERT_OK(make_data());
+    char root[512];
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    TRAIN_OK("", SYNC " --iters 120 --checkpoint-every 50 --keep 3 --checkpoint-dir %s", root);
+    damage(root, 100, "server-0.bin", 1);
+    char *out = NULL;
+    int st = train(&out, "", SYNC " --iters 130 --resume %s", root);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "resumed from ");
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, "bagpipe: skipping checkpoint ")); p++) n++;
+    ASSERT_MSG(n == 1, "the skipped checkpoint reported %d times:\n%s", n, out);
+    free(out);
+}
+
+// A dataset of the same shape (tables, train split) but other rows is refused on resume: it used
+// to be taken, training on from iteration K with other samples.  The same file under another name
+// (moved, copied) is the same data and resumes.
+TEST(ckpt_resume_on_other_data_is_refused) {
+    ASSERT_OK(make_data());
+    char root[512], other[512], copy[512];
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    snprintf(other, sizeof other, "%s", test_path("other.bin"));
+    snprintf(copy, sizeof copy, "%s", test_path("copy.bin"));
+    ASSERT_OK(dist_test_dataset(other, 4000, 12, 3));
+    TRAIN_OK("", "--iters 120 --checkpoint-every 100 --checkpoint-dir %s", root);
+    char *out = NULL;
+    int st = test_run(&out, 150, "%s %s train " MODEL " --iters 200 --resume %s %s", dist_test_env(), test_bin(), root,
+                      other);
+    ASSERT_MSG(st == 1, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000100/MANIFEST: the checkpoint was trained on ");
+    ASSERT_STR_CONTAINS(out, "other.bin has the same tables and train split but other contents (data_crc ");
+    free(out);
+    st = test_run(&out, 30, "cp %s %s", data_path, copy);
+    ASSERT_EQ(st, 0);
+    free(out);
+    st = test_run(&out, 150, "%s %s train " MODEL " --iters 200 --resume %s %s", dist_test_env(), test_bin(), root,
+                  copy);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "resumed from");
     free(out);
 }
 

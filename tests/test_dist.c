@@ -361,6 +361,99 @@ TEST(dist_stop_bagpipe_trainer_stall_timeout) {
     check_signal_named(4, "trainer 1", SIGSTOP, "--mode bagpipe --trainers 2 --servers 2", 1);
 }
 
+// The coordinator (rank 0) is idle through a run outside mode bagpipe: stopped once the job has
+// started, nobody missed it until the final barrier, untimed, which then waited for it for ever
+// after the model was saved.  The end's handshake with trainer 0 names it within the stall
+// timeout; the model saved before is whole.
+TEST(dist_stop_idle_coordinator_stall_timeout) {
+    char data[512], outp[512], piddir[512], mdir[512], cmd[4096];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
+    snprintf(piddir, sizeof piddir, "%s", test_path("pids"));
+    snprintf(mdir, sizeof mdir, "%s", test_path("m"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    ASSERT_EQ(mkdir(piddir, 0755), 0);
+    snprintf(cmd, sizeof cmd,
+             "exec timeout -k 5 40 env BAGPIPE_TEST_PID_DIR=%s " OMPI_ENV " %s train %s " TINY_MODEL
+             " --iters 3000 --no-eval --stall-timeout 3 --save %s " SYNC_T2S2 " > %s 2>&1",
+             piddir, dist_test_env(), test_bin(), data, mdir, outp);
+    pid_t job = fork();
+    ASSERT_TRUE(job >= 0);
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    // rank 0 prints the layout once every rank has agreed to start
+    char pidf[600];
+    snprintf(pidf, sizeof pidf, "%s/rank-0.pid", piddir);
+    pid_t victim = -1;
+    for (double t0 = bp_now(); victim < 0 && bp_now() - t0 < 30; usleep(20000)) {
+        size_t len;
+        char *o = dist_test_slurp(outp, &len), *p = dist_test_slurp(pidf, &len);
+        if (o && p && strstr(o, "layout:")) victim = (pid_t)atol(p);
+        free(o), free(p);
+    }
+    if (victim <= 0) kill(job, SIGKILL);
+    ASSERT_MSG(victim > 0, "the job never started");
+    ASSERT_EQ(kill(victim, SIGSTOP), 0);
+    int st = 0;
+    waitpid(job, &st, 0);
+    kill(victim, SIGKILL); // normally gone with the job already
+    size_t len;
+    char *out = dist_test_slurp(outp, &len);
+    ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "waited 3 s for END from rank 0 with no progress (--stall-timeout 3)");
+    ASSERT_STR_CONTAINS(out, "saved model to");
+    free(out);
+    char *ev = NULL;
+    int rc = test_run(&ev, 60, "%s eval --load %s %s", test_bin(), mdir, data);
+    ASSERT_MSG(rc == 0, "eval of the saved model exited %d:\n%s", rc, ev);
+    free(ev);
+}
+
+// Trainer 0 silent after its part (as if stopped while saving) in mode sharded, where no server
+// waits for its DONE: trainer 1 names it after 2 S (it used to wait in the final barrier for
+// ever).  The test hook stops the rank where its part of the run is over.
+TEST(dist_stop_writer_at_end_sharded_stall_timeout) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    char *out = NULL;
+    double t0 = bp_now();
+    int rc = test_run(&out, 40, "BAGPIPE_TEST_STOP_AT_END=1 " OMPI_ENV " %s train %s " TINY_MODEL
+                      " --iters 200 --no-eval --stall-timeout 3 --mode sharded --trainers 2", dist_test_env(),
+                      test_bin(), data);
+    ASSERT_MSG(rc == 1, "exit %d after %.1f s:\n%s", rc, bp_now() - t0, out);
+    ASSERT_STR_CONTAINS(out, "rank 2 (trainer 1): comm: rank 2: waited 6 s for END from rank 1 with no progress");
+    free(out);
+}
+
+// A rank silent before the start (stopped while it opens the dataset or verifies the checkpoint it
+// resumes from): rank 0, gathering the ranks' setup results, names it within S; a silent rank 0
+// is named by the others within 2 S.  The all-gather that agreed on the start used to wait for
+// it for ever.  The test hook stops the rank where it would report its setup.
+TEST(dist_stop_at_start_stall_timeout) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    static const struct {
+        int rank;
+        const char *msg;
+    } cases[] = {
+        {4, "bagpipe: rank 0 (oracle): comm: rank 0: waited 3 s for START from rank 4 with no progress"},
+        {0, "waited 6 s for START from rank 0 with no progress"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        char *out = NULL;
+        int rc = test_run(&out, 40, "BAGPIPE_TEST_STOP_AT_START=%d " OMPI_ENV " %s train %s " TINY_MODEL
+                          " --iters 200 --no-eval --stall-timeout 3 " SYNC_T2S2, cases[i].rank, dist_test_env(),
+                          test_bin(), data);
+        ASSERT_MSG(rc == 1, "rank %d stopped: exit %d:\n%s", cases[i].rank, rc, out);
+        ASSERT_STR_CONTAINS(out, cases[i].msg);
+        free(out);
+    }
+}
+
 // Ctrl-C (SIGINT) or kill -TERM of the launcher: it forwards the signal to mpirun, which stops
 // every rank; the launcher then says the job was interrupted and dies by that signal, as a
 // single process does (it used to print "job failed: mpirun exited with code 1" and exit 1, as if

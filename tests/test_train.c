@@ -132,6 +132,32 @@ TEST(train_save_replaces_a_model_whole) {
     free(out);
 }
 
+// A save that fails where there was no model (a full disk: the hook BAGPIPE_TEST_SAVE_FAIL=1)
+// leaves nothing: the parts it wrote without a MANIFEST are no model, only space taken, and the
+// directory it made goes too (they used to stay); a directory that was there stays.
+TEST(train_failed_save_leaves_nothing) {
+    const char *data = test_path("d.bin");
+    ASSERT_EQ(synth(data, 2000, ""), 0);
+    const char *arch = SMALL_ARCH " --batch-size 64";
+    char dir[600], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/new", test_tmpdir());
+    int rc = test_run(&out, 120, "BAGPIPE_TEST_SAVE_FAIL=1 %s train %s %s --iters 5 --no-eval --save %s", test_bin(),
+                      data, arch, dir);
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "/new/emb.bin: cannot write: test failure (the model is not saved)");
+    free(out);
+    struct stat st;
+    ASSERT_MSG(stat(dir, &st) != 0, "%s was left behind", dir);
+    ASSERT_EQ(mkdir(dir, 0755), 0);
+    rc = test_run(&out, 120, "BAGPIPE_TEST_SAVE_FAIL=1 %s train %s %s --iters 5 --no-eval --save %s", test_bin(), data,
+                  arch, dir);
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    free(out);
+    ASSERT_EQ(test_run(&out, 10, "ls -A %s", dir), 0);
+    ASSERT_MSG(out[0] == 0, "left in the directory: %s", out);
+    free(out);
+}
+
 TEST(train_four_models_learn) {
     const char *data = test_path("m.bin");
     ASSERT_EQ(synth(data, 200000, ""), 0);
