@@ -9,6 +9,7 @@
 #include "ckpt_run.h"
 #include "comm.h"
 #include "common.h"
+#include "launch.h"
 #include "model.h"
 #include "msg.h"
 #include "optim.h"
@@ -170,20 +171,30 @@ static int dist_end(const dist_layout *l, int me, int idle) {
     return rc;
 }
 
-// The start-up agreement: rank 0 gathers every rank's setup result (MSG_START) and sends each the
-// lowest failing rank and its result (out[0] = -1: none), under the stall timeout: a rank stopped
-// or cut off while it sets up (opens the dataset, verifies the checkpoint it resumes from) is
-// named by rank 0 within S, a silent rank 0 by the others within COMM_STALL_INDIRECT x S (it
-// waits for the slowest rank meanwhile); an all-gather used to wait for it for ever.  Test hook:
-// BAGPIPE_TEST_STOP_AT_START=R stops rank R here (SIGSTOP), before it reports.
-static int dist_agree(int me, int n, int setup_rc, int32_t out[2]) {
+// The start-up agreement: every rank sends rank 0 its setup result and its host (MSG_START, a
+// start_msg); rank 0 then finishes its own setup, which needs them (the memory plan held against
+// each host under the user's launcher, and in mode bagpipe the oracle), and sends each rank the
+// lowest failing rank and its result (out[0] = -1: none).  Under the stall timeout: a rank
+// stopped or cut off while it sets up (opens the dataset, verifies the checkpoint it resumes
+// from) is named by rank 0 within S, a silent rank 0 by the others within COMM_STALL_INDIRECT x S
+// (it waits for the slowest rank meanwhile); an all-gather used to wait for it for ever.  Test
+// hook: BAGPIPE_TEST_STOP_AT_START=R stops rank R here (SIGSTOP), before it reports.
+typedef struct {
+    int32_t rc, pad;
+    dist_host host;
+} start_msg;
+_Static_assert(sizeof(start_msg) == 80, "tests/test_badinput.c's stand-in peer sends an 80-byte START");
+
+static int dist_agree(const train_setup *su, const dist_layout *l, int me, int n, int *setup_rc, role_oracle **ro,
+                      int32_t out[2]) {
     const char *stop = getenv("BAGPIPE_TEST_STOP_AT_START");
     if (stop && *stop && atoi(stop) == me) raise(SIGSTOP);
     size_t len = 0;
     int rc = 0;
     comm_req q;
     if (me != 0) {
-        int32_t mine = setup_rc;
+        start_msg mine = {.rc = *setup_rc};
+        dist_host_self(&mine.host, me);
         rc = comm_isend(&mine, sizeof mine, 0, MSG_START, &q);
         if (!rc) rc = comm_wait(&q, NULL);
         comm_set_patience(0, COMM_STALL_INDIRECT);
@@ -193,14 +204,26 @@ static int dist_agree(int me, int n, int setup_rc, int32_t out[2]) {
             rc = bp_fail(BP_EFORMAT, "msg: START from rank 0: %zu bytes, expected %zu", len, 2 * sizeof *out);
         return rc;
     }
-    out[0] = setup_rc ? 0 : -1, out[1] = setup_rc;
+    dist_host *hosts = bp_xcalloc((size_t)n, sizeof *hosts);
+    dist_host_self(&hosts[0], 0);
+    out[0] = *setup_rc ? 0 : -1, out[1] = *setup_rc;
     for (int r = 1; r < n && !rc; r++) {
-        int32_t v = 0;
-        rc = comm_recv(&v, sizeof v, r, MSG_START, &len);
-        if (!rc && len != sizeof v)
-            rc = bp_fail(BP_EFORMAT, "msg: START from rank %d: %zu bytes, expected %zu", r, len, sizeof v);
-        if (!rc && v && out[0] < 0) out[0] = r, out[1] = v;
+        start_msg m;
+        rc = comm_recv(&m, sizeof m, r, MSG_START, &len);
+        if (!rc && len != sizeof m)
+            rc = bp_fail(BP_EFORMAT, "msg: START from rank %d: %zu bytes, expected %zu", r, len, sizeof m);
+        if (rc) break;
+        hosts[r] = m.host;
+        hosts[r].name[sizeof hosts[r].name - 1] = 0;
+        if (m.rc && out[0] < 0) out[0] = r, out[1] = m.rc;
     }
+    // Rank 0's own setup, once every rank could start: the launcher has checked the memory of a
+    // job it started itself (every rank on this host); under the user's mpirun/srun the ranks may
+    // be on several hosts, each held to its own memory here.
+    if (!rc && out[0] < 0 && !getenv(LAUNCH_ENV_SELF)) *setup_rc = dist_mem_check(su, l, hosts);
+    if (!rc && out[0] < 0 && !*setup_rc && su->mode == TRAIN_MODE_BAGPIPE) *setup_rc = role_oracle_prepare(ro, su, l);
+    if (!rc && out[0] < 0 && *setup_rc) out[0] = 0, out[1] = *setup_rc;
+    free(hosts);
     comm_req *qs = bp_xcalloc((size_t)n, sizeof *qs);
     int sent = 0;
     for (int r = 1; r < n && !rc; r++) rc = comm_isend(out, 2 * sizeof *out, r, MSG_START, &qs[sent++]);
@@ -219,13 +242,12 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     ckpt_test_pidfile(me);
     char role[64];
     dist_role_name(me, l, role, sizeof role);
-    role_oracle *ro = NULL;
-    if (!setup_rc && me == 0 && su->mode == TRAIN_MODE_BAGPIPE) setup_rc = role_oracle_prepare(&ro, su, l);
+    role_oracle *ro = NULL; // rank 0 in mode bagpipe: prepared in dist_agree
     int idx;
     const dist_role role_kind = dist_role_of(l, me, &idx);
     if (!setup_rc && role_kind == DIST_TRAINER && l->mode == DIST_MODE_ASYNC) setup_rc = role_async_check(su, l, idx);
     int32_t agreed[2];
-    int rc = dist_agree(me, n, setup_rc, agreed);
+    int rc = dist_agree(su, l, me, n, &setup_rc, &ro, agreed);
     if (rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);

@@ -120,7 +120,6 @@ typedef struct {
     char name[64];
     uint64_t avail;
 } dist_host;
-_Static_assert(sizeof(dist_host) == 72, "tests/test_badinput.c's stand-in peer sends a 72-byte host");
 // This rank's entry: gethostname() and dist_mem_available(); under the test hook
 // BAGPIPE_TEST_HOSTS="a,a,b,..." (one name per rank) the rank-th name of the list.
 #define DIST_TEST_HOSTS_ENV "BAGPIPE_TEST_HOSTS"
@@ -131,6 +130,8 @@ void dist_host_self(dist_host *h, int rank);
 // plan.  Returns 0, or BP_ENOMEM naming the first host short of memory, its ranks, and its
 // largest part with the flag that reduces it.
 int dist_mem_check_hosts(const dist_mem_plan *p, const dist_layout *l, const dist_host *hosts, uint64_t avail);
+// dist_mem_plan_compute, then dist_mem_check_hosts against dist_mem_available().
+int dist_mem_check(const train_setup *su, const dist_layout *l, const dist_host *hosts);
 
 // Samples of trainer i in a global batch of B: [dist_slice_begin(B, T, i), ..(B, T, i + 1)).
 static inline int dist_slice_begin(int B, int T, int i) { return (int)((long long)i * B / T); }

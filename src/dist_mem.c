@@ -290,3 +290,9 @@ int dist_mem_check_hosts(const dist_mem_plan *p, const dist_layout *l, const dis
     free(on), free(group);
     return rc;
 }
+
+int dist_mem_check(const train_setup *su, const dist_layout *l, const dist_host *hosts) {
+    dist_mem_plan p;
+    int rc = dist_mem_plan_compute(&p, su, l);
+    return rc ? rc : dist_mem_check_hosts(&p, l, hosts, dist_mem_available());
+}

@@ -70,7 +70,10 @@
 //                                               writer), 1: the end
 //                                               (from it), 2: answer
 // and its start, the agreement on every rank's setup (dist.c), raw, no header:
-//  19   MSG_START       rank -> rank 0          (raw)                i32: the rank's setup result
+//  19   MSG_START       rank -> rank 0          (raw)                80 bytes: i32 the rank's setup
+//                                                                    result, i32 0, its host
+//                                                                    (dist_host: name[64], u64
+//                                                                    available memory)
 //                       rank 0 -> rank          (raw)                i32[2]: the lowest failing
 //                                                                    rank (-1: none), its result
 //

@@ -557,15 +557,6 @@ static int metrics_probe(const char *path) {
     return rc ? rc : jsonl_close(&jf, 0);
 }
 
-// The distributed modes' memory plan (dist_mem_plan), printed and held against the memory of each
-// host (dist_mem_check_hosts): hosts NULL when every rank runs on this host (the launcher's own
-// mpirun, checked before it starts the job).
-static int dist_mem_check(const train_setup *su, const dist_layout *lay, const dist_host *hosts) {
-    dist_mem_plan p;
-    int rc = dist_mem_plan_compute(&p, su, lay);
-    return rc ? rc : dist_mem_check_hosts(&p, lay, hosts, dist_mem_available());
-}
-
 // --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
 // become a rank.  sharded runs no server ranks (the rows live on the trainers): it takes
 // --servers 0, and the default --servers 1 is read as 0; more servers are an error.
@@ -606,20 +597,7 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     if (getenv(LAUNCH_ENV_SELF) || comm_rank() != 0) bp_log_level = BP_LOG_ERROR;
     rc = setup_build(&su, fl, &ds, data_path);
     bp_log_level = level;
-    // Under the user's launcher the ranks may be on several hosts: every rank says where it runs
-    // and how much memory is available there, and rank 0 holds the plan against each host (a
-    // refusal is its start-up failure, agreed on in dist_run).
-    if (!getenv(LAUNCH_ENV_SELF)) {
-        dist_host me, *hosts = bp_xcalloc((size_t)comm_size(), sizeof *hosts);
-        dist_host_self(&me, comm_rank());
-        int grc = comm_allgather_bytes(&me, sizeof me, hosts);
-        if (grc) {
-            fprintf(stderr, "bagpipe: rank %d: %s\n", comm_rank(), bp_errmsg(grc));
-            comm_abort(1);
-        }
-        if (!rc && comm_rank() == 0) rc = dist_mem_check(&su, &lay, hosts);
-        free(hosts);
-    }
+    // under the user's launcher, rank 0 holds the memory plan against each host in dist_run
     rc = dist_run(&su, &lay, rc);
     bp_ds_close(&ds);
     return rc;
