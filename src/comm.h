@@ -56,6 +56,13 @@ int comm_stall_check_indirect(double *since, const char *what);
 // server directly (1x) must name first; a stopped trainer is still named by its peers before any
 // wait that names no one fires (COMM_STALL_INDIRECT).
 #define COMM_STALL_TRAINER 1.5
+// A trainer of the modes that pull rows from servers every iteration (sync, static, async) waits
+// COMM_STALL_SERVER x on the servers: a server holds a trainer's request until every trainer's push
+// of the iteration before has come, and while it holds one it waits (1x) for the missing push by
+// name (comm_probe_blame), so a stopped trainer is named by the servers before its peers, waiting
+// for their rows, name the server.  Below COMM_STALL_TRAINER: a stopped server is still named by
+// the trainers waiting on it before a trainer waiting on one of them names that one.
+#define COMM_STALL_SERVER 1.25
 void comm_set_patience(int peer, double factor);
 
 // Non-blocking point to point.  The buffer must stay valid until the request completes.  One
@@ -69,6 +76,10 @@ int comm_waitall(comm_req *r, int n);
 // Waits for a message matching (src, tag) (COMM_ANY for either) and reports who sent it, its tag
 // and its length, without receiving it.
 int comm_probe(int src, int tag, int *from, int *got_tag, size_t *bytes);
+// comm_probe of any message whose wait is for rank `blame` (a server holding requests until that
+// trainer's push comes): the stall limit is blame's, and a stall names `what` ("GRAD_PUSH from
+// rank 3 ...") instead of "a message from any rank".
+int comm_probe_blame(int blame, const char *what, int *from, int *got_tag, size_t *bytes);
 // Receives exactly one message from (src, tag) into buf (cap bytes); longer is an error.
 int comm_recv(void *buf, size_t cap, int src, int tag, size_t *bytes);
 

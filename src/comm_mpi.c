@@ -88,18 +88,23 @@ typedef struct {
     double since;
 } pacer;
 
-static int pacer_pause(pacer *p, int recv, int peer, int tag) {
+// blame, blame_what: the rank the wait is for and what it waits for, when the wait itself is on
+// any rank (comm_probe_blame); else -1 and NULL.
+static int pacer_pause_blame(pacer *p, int recv, int peer, int tag, int blame, const char *blame_what) {
     if (++p->polls < 64) return 0;
     p->sleep_ns = p->sleep_ns ? BP_MIN(p->sleep_ns * 2, (long)COMM_MAX_SLEEP_US * 1000) : 2000;
     struct timespec ts = {0, p->sleep_ns};
     nanosleep(&ts, NULL);
     if (stall_s <= 0 || (p->polls & 63) != 0 || (!recv && peer < 0 && tag < 0)) return 0;
-    const double w = stalled_for(&p->since, limit_for(peer));
+    const double w = stalled_for(&p->since, limit_for(blame >= 0 ? blame : peer));
     if (w <= 0) return 0;
+    if (blame_what) return stall_fail(w, blame_what);
     char what[128];
     wait_what(what, sizeof what, recv, peer, tag);
     return stall_fail(w, what);
 }
+
+static int pacer_pause(pacer *p, int recv, int peer, int tag) { return pacer_pause_blame(p, recv, peer, tag, -1, NULL); }
 
 int comm_init(int *argc, char ***argv) {
     int provided = 0;
@@ -189,7 +194,7 @@ int comm_waitall(comm_req *r, int n) {
     return 0;
 }
 
-int comm_probe(int src, int tag, int *from, int *got_tag, size_t *bytes) {
+static int probe_impl(int src, int tag, int blame, const char *blame_what, int *from, int *got_tag, size_t *bytes) {
     pacer p = {0, 0, 0};
     for (;;) {
         MPI_Status st;
@@ -205,9 +210,17 @@ int comm_probe(int src, int tag, int *from, int *got_tag, size_t *bytes) {
             if (bytes) *bytes = (size_t)cnt;
             return 0;
         }
-        int rc = pacer_pause(&p, 1, src, tag);
+        int rc = pacer_pause_blame(&p, 1, src, tag, blame, blame_what);
         if (rc) return rc;
     }
+}
+
+int comm_probe(int src, int tag, int *from, int *got_tag, size_t *bytes) {
+    return probe_impl(src, tag, -1, NULL, from, got_tag, bytes);
+}
+
+int comm_probe_blame(int blame, const char *what, int *from, int *got_tag, size_t *bytes) {
+    return probe_impl(COMM_ANY, COMM_ANY, blame, what, from, got_tag, bytes);
 }
 
 int comm_recv(void *buf, size_t cap, int src, int tag, size_t *bytes) {

@@ -264,9 +264,12 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     }
     if (me == 0) print_layout(su, l);
     const dist_role r = role_kind;
-    if (r == DIST_TRAINER) // see COMM_STALL_TRAINER
+    if (r == DIST_TRAINER) { // see COMM_STALL_TRAINER and COMM_STALL_SERVER
         for (int i = 0; i < l->T; i++)
             if (dist_trainer_rank(l, i) != me) comm_set_patience(dist_trainer_rank(l, i), COMM_STALL_TRAINER);
+        for (int s = 0; s < l->S && l->mode != DIST_MODE_BAGPIPE; s++)
+            comm_set_patience(dist_server_rank(l, s), COMM_STALL_SERVER);
+    }
     if (r == DIST_SERVER) rc = role_server_run(su, l, idx);
     else if (r == DIST_TRAINER && su->mode == TRAIN_MODE_BAGPIPE) rc = role_bagpipe_trainer_run(su, l, idx);
     else if (r == DIST_TRAINER && l->mode == DIST_MODE_SHARDED) rc = role_sharded_run(su, l, idx);

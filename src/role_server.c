@@ -525,7 +525,20 @@ int role_server_run(const train_setup *su, const dist_layout *l, int s) {
         }
         int from, tag;
         size_t len;
-        if ((rc = comm_probe(COMM_ANY, COMM_ANY, &from, &tag, &len))) break;
+        // Holding requests, the server waits for the pushes of iteration `applied` that have not
+        // come: a stall names the first trainer missing (COMM_STALL_SERVER), not "any rank".
+        int missing = -1;
+        for (int q = 0; held && q < T && missing < 0; q++)
+            if (!sv.pq_n[q] && !done[q]) missing = q;
+        if (missing >= 0) {
+            char what[160];
+            snprintf(what, sizeof what, "GRAD_PUSH from rank %d (trainer %d) of iteration %lld, which held requests "
+                     "wait for", sv.first_trainer + missing, missing, (long long)sv.applied);
+            rc = comm_probe_blame(sv.first_trainer + missing, what, &from, &tag, &len);
+        } else {
+            rc = comm_probe(COMM_ANY, COMM_ANY, &from, &tag, &len);
+        }
+        if (rc) break;
         const int p = from - sv.first_trainer;
         if (p < 0 || p >= T) {
             rc = bp_fail(BP_EFORMAT, "server %d: message (tag %d) from rank %d, which is not a trainer", s, tag, from);

@@ -14,6 +14,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@
 typedef struct {
     const train_setup *su;
     trainer tr;
+    int64_t stop_before_push; // test hook: trainer 0 stops (SIGSTOP) before its push of this iteration
     emb_grad gk;         // unique keys of the slice (rows unused, E = 1)
     emb_layout Lk;       // the row layout with E = 1, for gk
     float *zeros;        // (cap) zero "gradients" for gk
@@ -92,6 +94,8 @@ static int ts_init(tstate *ts, const train_setup *su, const dist_layout *l, int 
     const size_t n = ts->tr.m.n_params;
     ts->ar_work_n = (size_t)ts->T * ((n + (size_t)ts->T - 1) / (size_t)ts->T + 1);
     ts->ar_work = bp_xmalloc(ts->ar_work_n * sizeof(float));
+    const char *stop = getenv("BAGPIPE_TEST_STOP_BEFORE_PUSH"); // tests/test_dist.c
+    ts->stop_before_push = stop && *stop && i == 0 ? atoll(stop) : -1;
     if (i == 0) {
         ts->dump_cap = dist_dump_cap(&ts->tr.L);
         ts->dump = bp_xmalloc(ts->dump_cap);
@@ -209,6 +213,7 @@ static int ts_step(tstate *ts, int64_t t, double *loss) {
     if (rc) return rc;
     double t4 = bp_now();
     emb_grad_coalesce(&tr->g, &tr->L, ids, tr->d_emb, Bi);
+    if (t == ts->stop_before_push) raise(SIGSTOP);
     rc = push_grads(ts, t);
     double t5 = bp_now();
     ts->t_sync += t5 - t4;

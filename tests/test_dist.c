@@ -454,6 +454,24 @@ TEST(dist_stop_at_start_stall_timeout) {
     }
 }
 
+// A trainer stopped after its gradient exchange, before its push (BAGPIPE_TEST_STOP_BEFORE_PUSH:
+// trainer 0 at iteration 50): the servers hold trainer 1's next request until that push comes, so
+// trainer 1's wait for its rows used to time out first and name a server.  The servers now wait
+// for the missing push by name, before the trainers give up on them (COMM_STALL_SERVER).
+TEST(dist_stop_before_push_names_the_trainer) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    char *out = NULL;
+    int rc = test_run(&out, 40, "BAGPIPE_TEST_STOP_BEFORE_PUSH=50 " OMPI_ENV " %s train %s " TINY_MODEL
+                      " --iters 200 --no-eval --stall-timeout 3 " SYNC_T2S2, dist_test_env(), test_bin(), data);
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "waited 3 s for GRAD_PUSH from rank 3 (trainer 0) of iteration 50, which held requests "
+                        "wait for");
+    ASSERT_MSG(!strstr(out, "ROW_REPLY from rank"), "a server was named:\n%s", out);
+    free(out);
+}
+
 // Ctrl-C (SIGINT) or kill -TERM of the launcher: it forwards the signal to mpirun, which stops
 // every rank; the launcher then says the job was interrupted and dies by that signal, as a
 // single process does (it used to print "job failed: mpirun exited with code 1" and exit 1, as if
