@@ -63,6 +63,11 @@ def same_model(a, b):
     return None
 
 
+def evals(out):
+    """The evaluation lines of a run's output (mid-run and final), which every mode prints alike."""
+    return [l.strip() for l in out.splitlines() if re.match(r"^(iteration \d+: )?(train|val|test) +AUC", l.strip())]
+
+
 def quote(cmd):
     return " ".join(c if re.match(r"^[\w./:,=+-]+$", c) else "'%s'" % c for c in cmd)
 
@@ -176,7 +181,9 @@ class Fuzz:
                 m += ["--lr-decay-start-step", str(w + rng.randrange(0, 5)), "--lr-num-decay-steps",
                       str(rng.randrange(1, 10))]
         common = m + ["--batch-size", str(batch), "--eval-rows", str(rng.choice([0, 30])), "--print-every", "5",
-                      "--seed", str(rng.randrange(1, 100)), "--threads", str(rng.choice([1, 1, 2]))] + length
+                      "--seed", str(rng.randrange(1, 100)), "--threads", str(rng.choice([1, 1, 2])),
+                      "--eval-split", rng.choice(["val", "val", "test", "train"]),
+                      "--eval-batch-size", str(rng.choice([4096, 1, 7, 64]))] + length
         if rng.random() < 0.4:
             common += ["--eval-every", str(rng.randrange(1, 10))]
         if rng.random() < 0.2:
@@ -196,6 +203,7 @@ class Fuzz:
             self.fail("sync exited %d" % rc, [cmd], out)
             return
         ref = (cmd, ref_dir)
+        ref_evals = evals(out)
         m_it = re.search(r"trained (\d+) iterations", out)
         if m_it:
             iters_est = int(m_it.group(1))
@@ -231,6 +239,9 @@ class Fuzz:
             diff = same_model(ref_dir, d)
             if diff:
                 self.fail("%s: %s from sync's" % (name, diff), [ref[0], cmd])
+            elif evals(out) != ref_evals:
+                self.fail("%s: the same model, other evaluation lines than sync's:\n  %s\n  %s" %
+                          (name, "\n  ".join(ref_evals), "\n  ".join(evals(out))), [ref[0], cmd])
             self.note("mode", name)
 
         # A run that writes checkpoints (its model: sync's), and a run resumed from its newest
@@ -286,7 +297,7 @@ class Fuzz:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bin", default="build/bagpipe")
+    ap.add_argument("--bin", default="build/bagpipe", help="the binary (copy it first if you rebuild while this runs)")
     ap.add_argument("-n", type=int, default=20, help="configurations to draw (default 20)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dir", default=None, help="work directory (default: a new temporary one)")
