@@ -200,6 +200,9 @@ class Fuzz:
             if rc == 2 and "bagpipe:" in out:
                 self.note("refused", out.strip().splitlines()[-1][:100])
                 return  # a usage error: the configuration is invalid (the message is listed at the end)
+            if rc == 1 and "lower --learning-rate" in out:
+                self.note("refused", "diverged (the loss is not a number)")
+                return  # the drawn rate is too high for this model: every mode stops alike
             self.fail("sync exited %d" % rc, [cmd], out)
             return
         ref = (cmd, ref_dir)
