@@ -251,7 +251,8 @@ class Fuzz:
         # checkpoint (sync's model again).  The first run is either the whole run or a shorter one
         # (--iters STOP) that the resumed run continues, with --iters or --epochs as drawn.
         if iters_est >= 3 and rng.random() < 0.5:
-            name, margs = rng.choice([x for x in modes if x[0] != "async"])
+            name, margs = rng.choice([x for x in modes if x[0] != "async"] +
+                                     [("sync", ["--mode", "sync", "--trainers", str(T), "--servers", str(S)])])
             whole = rng.random() < 0.5
             stop = iters_est if whole else rng.randrange(2, iters_est)
             every = rng.randrange(1, stop)
