@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emb.h"
 #include "nn.h"
+
+_Static_assert(MODEL_MAX_D == EMB_MAX_DIM, "the embedding layer stores rows of up to MODEL_MAX_D floats");
 
 static const char *const kind_names[] = {"dlrm", "wdl", "deepfm", "dcn"};
 static const char *const interaction_names[] = {"dot", "cat"};
@@ -56,6 +59,9 @@ int model_config_validate(const model_config *c) {
     if (c->D < 1 || c->D > MODEL_MAX_D)
         return bp_fail(BP_EUSAGE, "--arch-sparse-feature-size: %d is out of range [1, %d]", c->D, MODEL_MAX_D);
     int want_E = has_wide(c->kind) ? c->D + 1 : c->D;
+    if (want_E > EMB_MAX_DIM) // the wide weight makes a row one float longer than D
+        return bp_fail(BP_EUSAGE, "--arch-sparse-feature-size: %d is out of range [1, %d] for --model %s (its rows "
+                       "hold D + 1 floats, the last the wide weight)", c->D, EMB_MAX_DIM - 1, name);
     if (c->E != want_E)
         return bp_fail(BP_EUSAGE, "model: --model %s with embedding size %d reads rows of %d floats, not %d", name,
                        c->D, want_E, c->E);

@@ -40,7 +40,7 @@ typedef enum { MODEL_INTERACT_DOT = 0, MODEL_INTERACT_CAT = 1 } model_interactio
 
 #define MODEL_MAX_MLP 16   // sizes in one MLP flag
 #define MODEL_MAX_CROSS 16 // DCN cross layers
-#define MODEL_MAX_D 4096
+#define MODEL_MAX_D 1024 // = EMB_MAX_DIM: rows hold at most that many floats (D, or D + 1 with a wide weight)
 
 typedef struct {
     model_kind kind;

@@ -256,6 +256,27 @@ TEST(badinput_huge_flag_values) {
     EXPECT(2, cmd("%s train %s --learning-rate 1e999", test_bin(), d), "--learning-rate");
 }
 
+// An embedding size the embedding layer cannot store is a usage error naming the flag, with the
+// one-float-shorter limit of the models whose rows carry a wide weight; it used to pass the flag's
+// check (up to 4096) and fail inside training with `emb: embedding dimension 1025; expected
+// 1..1024`, or with --model wdl/deepfm at 1024 `emb: sparse gradient of N entries x 1025 floats`
+// (exit 1; in the distributed modes after every rank had started).
+TEST(badinput_embedding_size_beyond_the_rows) {
+    const char *d = dataset("d.bin", 500);
+    const char *tiny = "--arch-mlp-top 1 --batch-size 24 --iters 1 --no-eval";
+    EXPECT(2, cmd("%s train %s --arch-sparse-feature-size 1025", test_bin(), d),
+           "--arch-sparse-feature-size: 1025 is out of range [1, 1024]");
+    EXPECT(2, cmd("%s train %s --model dcn %s --arch-sparse-feature-size 4096", test_bin(), d, tiny),
+           "--arch-sparse-feature-size: 4096 is out of range [1, 1024]");
+    EXPECT(2, cmd("%s train %s --model wdl %s --arch-sparse-feature-size 1024", test_bin(), d, tiny),
+           "--arch-sparse-feature-size: 1024 is out of range [1, 1023] for --model wdl");
+    EXPECT(2, cmd("%s %s train %s --model deepfm %s --arch-sparse-feature-size 1024 --mode sync --trainers 2", dist_test_env(),
+                  test_bin(), d, tiny),
+           "--arch-sparse-feature-size: 1024 is out of range [1, 1023] for --model deepfm");
+    EXPECT(0, cmd("%s train %s --model deepfm %s --arch-sparse-feature-size 1023", test_bin(), d, tiny), "trained 1 iteration");
+    EXPECT(0, cmd("%s train %s --model dcn %s --arch-sparse-feature-size 1024", test_bin(), d, tiny), "trained 1 iteration");
+}
+
 // Numbers in flags are decimal, whatever their leading zeros: "010" is ten, not eight; "09" is
 // nine; hex is refused (it used to be read as hex, and "09" refused as bad octal).
 TEST(badinput_numbers_are_decimal) {
