@@ -291,12 +291,15 @@ int role_ckpt_commit(const train_setup *su, const trainer *tr, int64_t iter, con
 
 enum { W_FETCH, W_PUSH, W_AR, W_HOT, W_DUMP, W_LOOKUPS, W_HITS, W_N };
 
+// Bytes of the dense all-reduce sent so far (this process).
+static uint64_t ar_bytes(void) { return comm_bytes_sent(MSG_AR_RS) + comm_bytes_sent(MSG_AR_AG); }
+
 // The window's counters summed over the trainers: bytes sent + received of each kind (row
 // fetch, gradient push, dense all-reduce, pinned-row gradients, dumps), lookups, pinned hits.
 static int window_counters(const role_loop *rl, uint64_t prev[W_N], double out[W_N]) {
     uint64_t now[W_N] = {comm_bytes_sent(MSG_ROW_REQ) + comm_bytes_recv(MSG_ROW_REPLY),
                          comm_bytes_sent(MSG_GRAD_PUSH),
-                         comm_bytes_sent(MSG_AR_RS) + comm_bytes_sent(MSG_AR_AG),
+                         ar_bytes(),
                          comm_bytes_sent(MSG_HOT_GRAD),
                          comm_bytes_sent(MSG_DUMP_REQ) + comm_bytes_recv(MSG_DUMP_ROWS),
                          rl->st->lookups,
@@ -308,7 +311,7 @@ static int window_counters(const role_loop *rl, uint64_t prev[W_N], double out[W
     if (w != work) free(w);
     // the counters' own all-reduce is not counted
     for (int k = 0; k < W_N; k++) prev[k] = now[k];
-    prev[W_AR] = comm_bytes_sent(MSG_AR_RS) + comm_bytes_sent(MSG_AR_AG);
+    prev[W_AR] = ar_bytes();
     return rc;
 }
 
@@ -363,7 +366,10 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
             double c[W_N];
             if ((rc = window_counters(rl, prev, c))) break;
-            if (rl->window && (rc = rl->window(rl->ctx))) break;
+            if (rl->window) { // the mode's own figures (async: an all-reduce of them), not counted either
+                if ((rc = rl->window(rl->ctx))) break;
+                prev[W_AR] = ar_bytes();
+            }
             for (int k = 0; k < W_N; k++) tot_c[k] += c[k];
             tot.t_wait += st->t_wait, tot.t_sync += st->t_sync, tot.t_ar += st->t_ar, tot.t_compute += st->t_compute;
             if (writer) {

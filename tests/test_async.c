@@ -139,6 +139,22 @@ TEST(async_staleness_bounded) {
                dist_test_summary_num(m, "staleness_max"));
 }
 
+// The metrics' bytes are the training's: the all-reduce of async's own figures (staleness,
+// cache counters) at every window is not counted as dense all-reduce bytes, so at S = 0 the
+// dense all-reduce bytes are sync's in every window and in the summary.
+TEST(async_bytes_exclude_figures) {
+    char data[512], a[512];
+    ASSERT_OK(make_data(data, sizeof data, 25));
+    const char *run = "--trainers 2 --servers 1 --batch-size 24 --iters 20 --print-every 5 --no-eval";
+    const char *ms = test_path("sync.jsonl"), *ma = test_path("async.jsonl");
+    snprintf(a, sizeof a, "--mode sync %s --metrics %s", run, ms);
+    DIST_TRAIN_OK(ASYNC_MODEL, data, "sync", a);
+    snprintf(a, sizeof a, "--mode async --staleness 0 --cache-rows 60 %s --metrics %s", run, ma);
+    DIST_TRAIN_OK(ASYNC_MODEL, data, "async", a);
+    const double s = dist_test_summary_num(ms, "bytes_allreduce"), v = dist_test_summary_num(ma, "bytes_allreduce");
+    ASSERT_MSG(s > 0 && v == s, "dense all-reduce bytes: async %g, sync %g", v, s);
+}
+
 // A cache smaller than some slice's distinct rows is a usage error naming the minimum, which is
 // exact: that many rows train, one fewer is refused.
 TEST(async_cache_minimum) {
