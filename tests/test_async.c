@@ -269,3 +269,55 @@ TEST(async_cache_staleness) {
     ASSERT_EQ(c.n, 1);
     role_async_cache_free(&c);
 }
+
+// Random reads against a plain model of the policy (a list scanned for the row to evict): the
+// same rows fetched and the same rows resident after every read, LRU and LFU, several bounds.
+TEST(async_cache_matches_model) {
+    enum { KEYS = 16 };
+    bp_rng rng;
+    bp_rng_seed(&rng, 7, 0);
+    for (int run = 0; run < 40; run++) {
+        const int C = 2 + run % 5, lfu = run & 1;
+        const int64_t bound = run % 3;
+        role_async_cache c;
+        ASSERT_OK(role_async_cache_init(&c, (uint64_t)C, 4, lfu));
+        int in[KEYS] = {0}, n = 0;
+        int64_t used[KEYS], fetched[KEYS];
+        uint64_t freq[KEYS];
+        for (int64_t t = 0; t < 200; t++) {
+            uint64_t keys[8];
+            int U = 0;
+            const int want = 1 + (int)(bp_rng_uniform(&rng) * C);
+            for (uint64_t k = 0; k < KEYS && U < want; k++)
+                if (bp_rng_uniform(&rng) < (double)want / KEYS * (k < 4 ? 3 : 1)) keys[U++] = k;
+            if (U == 0) keys[U++] = (uint64_t)t % KEYS;
+            uint32_t fetch = 0;
+            for (int u = 0; u < U; u++) { // resident rows: read at t; refreshed beyond the bound
+                const uint64_t k = keys[u];
+                if (!in[k]) continue;
+                used[k] = t, freq[k]++;
+                if (t - fetched[k] > bound) fetch++, fetched[k] = t;
+            }
+            for (int u = 0; u < U; u++) {
+                const uint64_t k = keys[u];
+                if (in[k] && used[k] == t) continue;
+                if (n == C) { // the first of (priority, key) among the rows not read at t
+                    int v = -1;
+                    for (int j = 0; j < KEYS; j++) {
+                        if (!in[j] || used[j] == t) continue;
+                        const uint64_t pj = lfu ? freq[j] : (uint64_t)used[j];
+                        if (v < 0 || pj < (lfu ? freq[v] : (uint64_t)used[v])) v = j; // ties: the smaller key
+                    }
+                    ASSERT_TRUE(v >= 0);
+                    in[v] = 0, n--;
+                }
+                in[k] = 1, n++, used[k] = t, freq[k] = 1, fetched[k] = t, fetch++;
+            }
+            ASSERT_EQ(cache_read(&c, t, bound, keys, U), fetch);
+            for (int k = 0; k < KEYS; k++)
+                ASSERT_MSG(resident(&c, (uint64_t)k) == in[k], "run %d t %lld key %d", run, (long long)t, k);
+            ASSERT_TRUE(c.n == (uint64_t)n && c.n <= (uint64_t)C);
+        }
+        role_async_cache_free(&c);
+    }
+}
