@@ -326,6 +326,9 @@ typedef struct {
                         // t + 1 after an N us pause, so peers' fetches reach the servers first
                         // and must wait for the watermark
     int64_t wb_held;    // iteration whose write-backs are built but not sent, -1: none
+    long peer_delay_us; // test hook (BAGPIPE_TEST_PEER_DELAY_US=N): trainer 1 pauses N us before each
+                        // forward, the last trainer before each GSYNC send (the servers pause
+                        // before each reply to trainer 0), so messages of other peers overtake them
     int64_t wrong_key_iter; // test hook (BAGPIPE_TEST_WRONG_KEY=N): in record N as I receive it, one
                         // key listed for me (my first private key, else the first sync-now key)
                         // becomes a key outside the tables, so my plan check must fail
@@ -408,6 +411,8 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bs->wb_live = bp_xcalloc((size_t)2 * S, 1);
     const char *d = getenv("BAGPIPE_TEST_WB_DELAY_US");
     bs->wb_delay_us = d ? atol(d) : 0, bs->wb_held = -1;
+    const char *pd = getenv("BAGPIPE_TEST_PEER_DELAY_US");
+    bs->peer_delay_us = pd ? atol(pd) : 0;
     const char *dk = getenv("BAGPIPE_TEST_WRONG_KEY");
     bs->wrong_key_iter = dk ? atol(dk) : -1;
     const size_t n = bs->tr.m.n_params;
@@ -442,6 +447,13 @@ static void bs_free(bstate *bs) {
     cache_free(&bs->c);
     trainer_free(&bs->tr);
     memset(bs, 0, sizeof *bs);
+}
+
+// Pauses us microseconds (the test hooks).
+static void pause_us(long us) {
+    if (us <= 0) return;
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
 }
 
 // Waits for a live request and clears its flag.
@@ -583,6 +595,7 @@ static int group_progress(bstate *bs, fgroup *g) {
                 BP_ASSERT(slot >= 0);
                 memcpy(rows + (size_t)k * stride, cache_row(&bs->c, (uint32_t)slot), (size_t)stride * sizeof(float));
             }
+            if (bs->me == 1) pause_us(bs->peer_delay_us);
             for (int q = 0; q < T && !rc; q++) {
                 if (q == bs->me) continue;
                 rc = comm_isend(b, len, bs->first_trainer + q, MSG_FWD, &g->fwd_rq[q]);
@@ -720,6 +733,7 @@ static int gsync_post(bstate *bs, const void *out, size_t len, msg_buf *in, comm
         if (q == me) continue;
         rc = comm_irecv(in[q].p, in[q].cap, bs->first_trainer + q, MSG_GSYNC, &rq[n++]);
     }
+    if (me == T - 1) pause_us(bs->peer_delay_us);
     for (int q = 0; q < T && !rc && T > 1; q++) {
         if (q == me) continue;
         rc = comm_isend(out, len, bs->first_trainer + q, MSG_GSYNC, &rq[n++]);
@@ -1010,8 +1024,7 @@ static int evict_and_write_back(bstate *bs, int64_t t) {
         k0 = k1;
     }
     if (!rc && bs->wb_held >= 0) {
-        struct timespec ts = {bs->wb_delay_us / 1000000, (bs->wb_delay_us % 1000000) * 1000};
-        nanosleep(&ts, NULL);
+        pause_us(bs->wb_delay_us);
         rc = send_write_backs(bs);
     }
     bs->wb_held = t;

@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt_run.h"
 #include "comm.h"
@@ -315,6 +316,8 @@ typedef struct {
     int64_t *dump_iter; // (T) held DUMP_REQ iteration, -1: none
     uint32_t *dump_flags; // (T) its flags (MSG_F_CKPT: a checkpoint)
     uint64_t fetches, gated; // requests answered; of those, held for a watermark first
+    long delay0_us;     // test hook (BAGPIPE_TEST_PEER_DELAY_US=N): a pause of N us before each reply
+                        // to trainer 0, so the other trainers' forwards and GSYNCs overtake it
 } bpserver;
 
 static int gate_open(const server *sv, const bpserver *bs, const void *msg) {
@@ -354,6 +357,10 @@ static int bp_answer(server *sv, bpserver *bs, int p) {
             int64_t slot = slot_of(sv, keys[i]);
             BP_ASSERT(slot >= 0);
             memcpy(rows + (size_t)i * stride, sv->rows + (size_t)slot * stride, (size_t)stride * sizeof(float));
+        }
+        if (p == 0 && bs->delay0_us > 0) {
+            struct timespec ts = {bs->delay0_us / 1000000, (bs->delay0_us % 1000000) * 1000};
+            nanosleep(&ts, NULL);
         }
         int rc = comm_isend(out, msg_bytes(MSG_FETCH_REPLY, n, (uint32_t)stride), from, MSG_FETCH_REPLY,
                             &bs->rep_rq[r]);
@@ -396,6 +403,8 @@ static int server_run_bagpipe(server *sv, int P) {
     bs.dump_flags = bp_xcalloc((size_t)T, sizeof *bs.dump_flags);
     bs.dump_iter = bp_xmalloc((size_t)T * sizeof *bs.dump_iter);
     for (int p = 0; p < T; p++) bs.dump_iter[p] = -1;
+    const char *pd = getenv("BAGPIPE_TEST_PEER_DELAY_US");
+    bs.delay0_us = pd ? atol(pd) : 0;
     uint8_t small[MSG_HEADER_BYTES] __attribute__((aligned(8)));
     int rc = 0, dones = 0;
     int64_t done_at = -1;                          // the run's length, once a trainer said DONE
