@@ -656,7 +656,8 @@ int cmd_train(int argc, char **argv) {
         CLI_INT("servers", 0, &fl.servers, 1, 0, 1024,
                 "embedding server ranks (sync, static, bagpipe, async; sharded runs none: 0, and 1 is read as 0)"),
         CLI_I64("static-rows", 0, &fl.static_rows, 0, 0, INT64_MAX / 2,
-                "static: rows to pin on every trainer, the most accessed in the train split (0: 1% of the rows)"),
+                "static: rows to pin on every trainer, the most accessed in the train split (0: 1% of the rows; "
+                "at most the rows the split accesses)"),
         CLI_DBL("stall-timeout", 0, &fl.stall_timeout, 3600, 0, 1e9,
                 "distributed modes: a rank that waits this many seconds without progress (a peer stopped, "
                 "deadlocked or cut off) ends the job with an error naming what it waited for; keep it above "
