@@ -250,7 +250,9 @@ int ckpt_manifest_load(const char *dir, ckpt_manifest *m) {
     if (fd < 0 && errno == ENOENT && holds_parts(dir))
         return bp_fail(BP_EIO, "%s: missing, though the parts are there: an incomplete save or checkpoint (its run "
                        "stopped before committing it)", path);
-    if (fd < 0) return bp_fail(BP_EIO, "%s: no saved model or checkpoint here (%s)", path, strerror(errno));
+    if (fd < 0 && (errno == ENOENT || errno == ENOTDIR))
+        return bp_fail(BP_EIO, "%s: no saved model or checkpoint here (%s)", path, strerror(errno));
+    if (fd < 0) return bp_fail(BP_EIO, "%s: cannot open: %s", path, strerror(errno)); // a symbolic link loop...
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 22)) {
         close(fd);
@@ -286,7 +288,15 @@ int ckpt_manifest_load(const char *dir, ckpt_manifest *m) {
     unsigned crc_want;
     if (!endl || strncmp(endl, "end ", 4) != 0 || buf[n - 1] != '\n' || sscanf(endl + 4, "%8x", &crc_want) != 1 ||
         (endl != buf && endl[-1] != '\n')) {
+        // An end line followed by more: something appended to the file.
+        const char *e = n >= 13 && strncmp(buf, "end ", 4) == 0 ? buf : NULL;
+        for (const char *p = buf; !e && (p = strstr(p, "\nend ")) != NULL; p++)
+            if (strspn(p + 5, "0123456789abcdef") == 8 && p[13] == '\n') e = p + 1;
+        const size_t extra = e ? n - (size_t)(e + 13 - buf) : 0;
         free(buf);
+        if (e && extra > 0)
+            return bp_fail(BP_ECORRUPT, "%s: %zu byte%s after the end line (appended to the file)", path, extra,
+                           extra == 1 ? "" : "s");
         return bp_fail(BP_ECORRUPT, "%s: incomplete manifest (no end line)", path);
     }
     if (bp_crc32(0, buf, (size_t)(endl - buf)) != crc_want) {

@@ -128,3 +128,21 @@ TEST(ckpt_manifest_versions_and_strict_entries) {
         ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), ":2: bad file entry");
     }
 }
+
+// Bytes appended after the end line are named as such, and a MANIFEST that cannot be opened for
+// another reason than its absence (a symbolic link loop) says why: both used to read as
+// "incomplete manifest (no end line)" and "no saved model or checkpoint here".
+TEST(ckpt_manifest_appended_bytes_and_link_loop) {
+    static ckpt_manifest m;
+    const char *dir = test_tmpdir();
+    ASSERT_OK(manifest_try(dir, "bagpipe-manifest 1\nset a 1\n", 0, &m));
+    ASSERT_EQ(test_run(NULL, 10, "echo garbage >> %s/MANIFEST", dir), 0);
+    ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_ECORRUPT);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), "MANIFEST: 8 bytes after the end line (appended to the file)");
+    ASSERT_EQ(test_run(NULL, 10, "head -c -1 %s/MANIFEST > %s/M && mv %s/M %s/MANIFEST", dir, dir, dir, dir), 0);
+    ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_ECORRUPT);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), "7 bytes after the end line");
+    ASSERT_EQ(test_run(NULL, 10, "rm %s/MANIFEST && ln -s MANIFEST %s/MANIFEST", dir, dir), 0);
+    ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_EIO);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EIO), "MANIFEST: cannot open: Too many levels of symbolic links");
+}
