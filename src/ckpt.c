@@ -215,6 +215,33 @@ static int holds_parts(const char *dir) {
     return found;
 }
 
+// "NAME SIZE CRC" exactly as ckpt_manifest_commit writes it: SIZE decimal digits that fit in 64
+// bits (no sign: sscanf's %llu takes "-1" as 2^64 - 1), CRC 8 hex digits, single spaces.
+static int parse_file_entry(const char *s, char *name, uint64_t *size, uint32_t *crc) {
+    const char *sp = strchr(s, ' ');
+    if (!sp || sp == s || (size_t)(sp - s) >= CKPT_NAME_MAX) return -1;
+    memcpy(name, s, (size_t)(sp - s)), name[sp - s] = 0;
+    if (!name_ok(name)) return -1;
+    const char *d = sp + 1;
+    uint64_t v = 0;
+    int nd = 0;
+    for (; *d >= '0' && *d <= '9'; d++, nd++) {
+        if (v > (UINT64_MAX - (uint64_t)(*d - '0')) / 10) return -1;
+        v = v * 10 + (uint64_t)(*d - '0');
+    }
+    if (nd == 0 || *d != ' ') return -1;
+    d++;
+    uint32_t c = 0;
+    for (int i = 0; i < 8; i++, d++) {
+        const int h = *d >= '0' && *d <= '9' ? *d - '0' : *d >= 'a' && *d <= 'f' ? *d - 'a' + 10 : -1;
+        if (h < 0) return -1;
+        c = c << 4 | (uint32_t)h;
+    }
+    if (*d) return -1;
+    *size = v, *crc = c;
+    return 0;
+}
+
 int ckpt_manifest_load(const char *dir, ckpt_manifest *m) {
     ckpt_manifest_init(m);
     char path[4096];
@@ -223,7 +250,9 @@ int ckpt_manifest_load(const char *dir, ckpt_manifest *m) {
     if (fd < 0 && errno == ENOENT && holds_parts(dir))
         return bp_fail(BP_EIO, "%s: missing, though the parts are there: an incomplete save or checkpoint (its run "
                        "stopped before committing it)", path);
-    if (fd < 0) return bp_fail(BP_EIO, "%s: no saved model or checkpoint here (%s)", path, strerror(errno));
+    if (fd < 0 && (errno == ENOENT || errno == ENOTDIR))
+        return bp_fail(BP_EIO, "%s: no saved model or checkpoint here (%s)", path, strerror(errno));
+    if (fd < 0) return bp_fail(BP_EIO, "%s: cannot open: %s", path, strerror(errno)); // a symbolic link loop...
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 22)) {
         close(fd);
@@ -238,12 +267,36 @@ int ckpt_manifest_load(const char *dir, ckpt_manifest *m) {
         return rc;
     }
     buf[n] = 0;
+    // The format line first: a manifest of another format version may end otherwise, and is
+    // refused as such, not as damaged.  A copy converted to CRLF line ends is named too.
+    const size_t ml = strlen(MANIFEST_MAGIC);
+    const char *nl = memchr(buf, '\n', n);
+    const size_t l1 = nl ? (size_t)(nl - buf) : n;
+    if (nl && l1 == ml + 1 && buf[ml] == '\r' && memcmp(buf, MANIFEST_MAGIC, ml) == 0) {
+        free(buf);
+        return bp_fail(BP_ECORRUPT, "%s: CRLF line ends (converted by a text-mode copy?); its checksum is over LF "
+                       "line ends: convert it back (dos2unix)", path);
+    }
+    if (n > 17 && memcmp(buf, "bagpipe-manifest ", 17) == 0 && (l1 != ml || memcmp(buf, MANIFEST_MAGIC, ml) != 0)) {
+        rc = bp_fail(BP_EVERSION, "%s:1: manifest format '%.*s', this build reads '%s' (written by another version "
+                     "of bagpipe)", path, (int)BP_MIN(l1, (size_t)64), buf, MANIFEST_MAGIC);
+        free(buf);
+        return rc;
+    }
     // The last line is "end CRC" over everything before it.
     char *endl = n >= 13 ? buf + n - 13 : NULL; // "end XXXXXXXX\n"
     unsigned crc_want;
     if (!endl || strncmp(endl, "end ", 4) != 0 || buf[n - 1] != '\n' || sscanf(endl + 4, "%8x", &crc_want) != 1 ||
         (endl != buf && endl[-1] != '\n')) {
+        // An end line followed by more: something appended to the file.
+        const char *e = n >= 13 && strncmp(buf, "end ", 4) == 0 ? buf : NULL;
+        for (const char *p = buf; !e && (p = strstr(p, "\nend ")) != NULL; p++)
+            if (strspn(p + 5, "0123456789abcdef") == 8 && p[13] == '\n') e = p + 1;
+        const size_t extra = e ? n - (size_t)(e + 13 - buf) : 0;
         free(buf);
+        if (e && extra > 0)
+            return bp_fail(BP_ECORRUPT, "%s: %zu byte%s after the end line (appended to the file)", path, extra,
+                           extra == 1 ? "" : "s");
         return bp_fail(BP_ECORRUPT, "%s: incomplete manifest (no end line)", path);
     }
     if (bp_crc32(0, buf, (size_t)(endl - buf)) != crc_want) {
@@ -278,17 +331,23 @@ int ckpt_manifest_load(const char *dir, ckpt_manifest *m) {
                 rc = bp_fail(BP_ECORRUPT, "%s:%d: bad setting", path, lineno);
                 break;
             }
+            if (ckpt_get(m, key)) { // which one would count?
+                rc = bp_fail(BP_ECORRUPT, "%s:%d: '%s' set twice", path, lineno, key);
+                break;
+            }
             snprintf(m->key[m->n_kv], CKPT_NAME_MAX, "%s", key);
             snprintf(m->val[m->n_kv], CKPT_VAL_MAX, "%s", sp + 1);
             m->n_kv++;
         } else if (strncmp(line, "file ", 5) == 0) {
             char name[CKPT_NAME_MAX + 1];
-            unsigned long long size;
-            unsigned crc;
-            char extra;
-            if (m->n_files >= CKPT_MAX_FILES ||
-                sscanf(line + 5, "%64s %llu %8x %c", name, &size, &crc, &extra) != 3 || !name_ok(name)) {
+            uint64_t size;
+            uint32_t crc;
+            if (m->n_files >= CKPT_MAX_FILES || parse_file_entry(line + 5, name, &size, &crc) != 0) {
                 rc = bp_fail(BP_ECORRUPT, "%s:%d: bad file entry", path, lineno);
+                break;
+            }
+            if (ckpt_find(m, name)) {
+                rc = bp_fail(BP_ECORRUPT, "%s:%d: '%s' listed twice", path, lineno, name);
                 break;
             }
             ckpt_file *f = &m->files[m->n_files++];

@@ -387,6 +387,15 @@ static int overlay_trainer_parts(const char *dir, const ckpt_manifest *m, const 
         int idx;
         char tail;
         if (sscanf(f->name, "trainer-%d.bi%c", &idx, &tail) != 2 || tail != 'n') continue;
+        // The size the file has, before allocating for the one the manifest says (a manifest edited
+        // to a huge size used to abort with "out of memory").
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, f->name);
+        if (stat(path, &st) != 0) return bp_fail(BP_EIO, "%s: cannot open: %s", path, strerror(errno));
+        if ((uint64_t)st.st_size != f->size)
+            return bp_fail(BP_ECORRUPT, "%s: %llu bytes, the manifest says %llu (truncated or replaced)", path,
+                           (unsigned long long)st.st_size, (unsigned long long)f->size);
         if (f->size % per)
             return bp_fail(BP_ECORRUPT, "%s/%s: %llu bytes, not whole rows of %d floats with their keys", dir, f->name,
                            (unsigned long long)f->size, L->stride);

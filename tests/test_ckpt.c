@@ -70,3 +70,79 @@ TEST(ckpt_roundtrip_and_damage) {
     ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_EIO);
     ASSERT_STR_CONTAINS(bp_errmsg(BP_EIO), "no saved model");
 }
+
+// Writes DIR/MANIFEST = body + a correct end line (crlf: every "\n" written as "\r\n", as a
+// text-mode copy leaves it); returns ckpt_manifest_load's result.
+static int manifest_try(const char *dir, const char *body, int crlf, ckpt_manifest *m) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -100;
+    char end[32];
+    snprintf(end, sizeof end, "end %08x\n", bp_crc32(0, body, strlen(body)));
+    for (const char *s = body; *s; s++) fputs(*s == '\n' && crlf ? "\r\n" : (char[2]){*s, 0}, f);
+    for (const char *s = end; *s; s++) fputs(*s == '\n' && crlf ? "\r\n" : (char[2]){*s, 0}, f);
+    fclose(f);
+    return ckpt_manifest_load(dir, m);
+}
+
+// A manifest of another format version is refused as such, naming both versions (it used to be
+// "incomplete manifest (no end line)" or "checksum mismatch" when the other format ends
+// otherwise); a CRLF copy is named; a setting or part given twice, and a size with a sign or one
+// that overflows 64 bits, are refused (they used to load: the first of two counted, "-1" read as
+// 2^64 - 1).
+TEST(ckpt_manifest_versions_and_strict_entries) {
+    static ckpt_manifest m;
+    const char *dir = test_tmpdir();
+    ASSERT_OK(manifest_try(dir, "bagpipe-manifest 1\nset a 1\nfile p.bin 18446744073709551615 0000abcd\n", 0, &m));
+    ASSERT_EQ(m.files[0].size, UINT64_MAX);
+    ASSERT_EQ(m.files[0].crc, 0xabcdu);
+
+    char path[600];
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    FILE *f = fopen(path, "wb");
+    ASSERT_TRUE(f != NULL);
+    fputs("bagpipe-manifest 2\nset a 1\nchecksum sha256 0123\n", f); // a future format, ending otherwise
+    fclose(f);
+    ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_EVERSION);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EVERSION), "manifest format 'bagpipe-manifest 2', this build reads 'bagpipe-manifest 1'");
+    ASSERT_EQ(manifest_try(dir, "bagpipe-manifest 2\nset a 1\n", 0, &m), BP_EVERSION);
+
+    ASSERT_EQ(manifest_try(dir, "bagpipe-manifest 1\nset a 1\n", 1, &m), BP_ECORRUPT);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), "CRLF line ends");
+
+    ASSERT_EQ(manifest_try(dir, "bagpipe-manifest 1\nset a 1\nset a 2\n", 0, &m), BP_ECORRUPT);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), ":3: 'a' set twice");
+    ASSERT_EQ(manifest_try(dir, "bagpipe-manifest 1\nfile p.bin 8 0000abcd\nfile p.bin 9 0000abcd\n", 0, &m),
+              BP_ECORRUPT);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), ":3: 'p.bin' listed twice");
+    static const char *const bad[] = {
+        "file p.bin -1 0000abcd\n", "file p.bin +8 0000abcd\n", "file p.bin 18446744073709551616 0000abcd\n",
+        "file p.bin 8 abcd\n", "file p.bin 8 0x00abcd\n", "file p.bin 8 0000abcd x\n", "file p.bin  8 0000abcd\n",
+        "file p.bin 8 0000abcd0\n", "file p.bin\n",
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(bad); i++) {
+        char body[200];
+        snprintf(body, sizeof body, "bagpipe-manifest 1\n%s", bad[i]);
+        ASSERT_EQ(manifest_try(dir, body, 0, &m), BP_ECORRUPT);
+        ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), ":2: bad file entry");
+    }
+}
+
+// Bytes appended after the end line are named as such, and a MANIFEST that cannot be opened for
+// another reason than its absence (a symbolic link loop) says why: both used to read as
+// "incomplete manifest (no end line)" and "no saved model or checkpoint here".
+TEST(ckpt_manifest_appended_bytes_and_link_loop) {
+    static ckpt_manifest m;
+    const char *dir = test_tmpdir();
+    ASSERT_OK(manifest_try(dir, "bagpipe-manifest 1\nset a 1\n", 0, &m));
+    ASSERT_EQ(test_run(NULL, 10, "echo garbage >> %s/MANIFEST", dir), 0);
+    ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_ECORRUPT);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), "MANIFEST: 8 bytes after the end line (appended to the file)");
+    ASSERT_EQ(test_run(NULL, 10, "head -c -1 %s/MANIFEST > %s/M && mv %s/M %s/MANIFEST", dir, dir, dir, dir), 0);
+    ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_ECORRUPT);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), "7 bytes after the end line");
+    ASSERT_EQ(test_run(NULL, 10, "rm %s/MANIFEST && ln -s MANIFEST %s/MANIFEST", dir, dir), 0);
+    ASSERT_EQ(ckpt_manifest_load(dir, &m), BP_EIO);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EIO), "MANIFEST: cannot open: Too many levels of symbolic links");
+}

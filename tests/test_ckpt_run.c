@@ -830,3 +830,38 @@ TEST(ckpt_resumed_run_into_another_runs_checkpoints_is_refused) {
     TRAIN_OK("", "--iters 260 --checkpoint-every 50 --keep 2 --resume %s --checkpoint-dir %s", a, c);
     ASSERT_TRUE(ckpt_valid(c, 200) && ckpt_valid(c, 250)); // resumed at 150
 }
+
+// A trainer part whose manifest size is huge (a manifest edited, its end line recomputed): `eval
+// --load` of that checkpoint is refused naming the sizes, before allocating for it (it used to
+// abort with "internal error ... out of memory allocating ... bytes", exit 134).
+TEST(ckpt_trainer_part_huge_manifest_size_is_refused) {
+    ASSERT_OK(make_data());
+    const char *root = test_path("ck");
+    TRAIN_OK("", "--mode sharded --trainers 2 --servers 0 --iters 20 --checkpoint-every 10 --checkpoint-dir %s", root);
+    char dir[4096], path[4200];
+    ckpt_dir_path(dir, sizeof dir, root, 10);
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    size_t len;
+    char *text = dist_test_slurp(path, &len);
+    ASSERT_TRUE(text != NULL);
+    char *f = strstr(text, "file trainer-0.bin "), *e = strstr(text, "\nend ");
+    ASSERT_TRUE(f && e);
+    FILE *w = fopen(path, "wb");
+    ASSERT_TRUE(w != NULL);
+    // 2^56 rows of 4 floats (adagrad: 4 more) with their keys: whole rows, 2^62 bytes of keys
+    fprintf(w, "%.*sfile trainer-0.bin %llu", (int)(f - text), text, 40ull << 56);
+    const char *rest = strchr(f + 19, ' ');
+    fprintf(w, "%.*s\n", (int)(e - rest), rest);
+    fclose(w);
+    free(text);
+    text = dist_test_slurp(path, &len);
+    w = fopen(path, "ab");
+    fprintf(w, "end %08x\n", bp_crc32(0, text, len));
+    fclose(w);
+    free(text);
+    char *out = NULL;
+    int rc = test_run(&out, 60, "%s eval --load %s %s", test_bin(), dir, data_path);
+    ASSERT_MSG(rc == 1, "eval exited %d:\n%s", rc, out ? out : "");
+    ASSERT_STR_CONTAINS(out, "trainer-0.bin: 46880 bytes, the manifest says 2882303761517117440 (truncated or replaced)");
+    free(out);
+}
