@@ -104,7 +104,9 @@ static int pacer_pause_blame(pacer *p, int recv, int peer, int tag, int blame, c
     return stall_fail(w, what);
 }
 
-static int pacer_pause(pacer *p, int recv, int peer, int tag) { return pacer_pause_blame(p, recv, peer, tag, -1, NULL); }
+static int pacer_pause(pacer *p, int recv, int peer, int tag) {
+    return pacer_pause_blame(p, recv, peer, tag, -1, NULL);
+}
 
 int comm_init(int *argc, char ***argv) {
     int provided = 0;
