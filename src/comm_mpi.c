@@ -93,8 +93,7 @@ typedef struct {
 static int pacer_pause_blame(pacer *p, int recv, int peer, int tag, int blame, const char *blame_what) {
     if (++p->polls < 64) return 0;
     p->sleep_ns = p->sleep_ns ? BP_MIN(p->sleep_ns * 2, (long)COMM_MAX_SLEEP_US * 1000) : 2000;
-    struct timespec ts = {0, p->sleep_ns};
-    nanosleep(&ts, NULL);
+    bp_sleep_ns(p->sleep_ns);
     if (stall_s <= 0 || (p->polls & 63) != 0 || (!recv && peer < 0 && tag < 0)) return 0;
     const double w = stalled_for(&p->since, limit_for(blame >= 0 ? blame : peer));
     if (w <= 0) return 0;

@@ -78,6 +78,12 @@ double bp_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void bp_sleep_ns(int64_t ns) {
+    if (ns <= 0) return;
+    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    nanosleep(&ts, NULL);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Random numbers
 

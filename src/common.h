@@ -64,6 +64,7 @@ void bp_log_write(int level, const char *fmt, ...) __attribute__((format(printf,
 // ---------------------------------------------------------------------------------------------
 // Time.
 double bp_now(void); // monotonic seconds
+void bp_sleep_ns(int64_t ns); // sleeps ns nanoseconds (nothing when ns <= 0)
 
 // ---------------------------------------------------------------------------------------------
 // Random numbers: xoshiro256** seeded through splitmix64.  (seed, stream) pairs give independent,

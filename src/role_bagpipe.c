@@ -449,13 +449,6 @@ static void bs_free(bstate *bs) {
     memset(bs, 0, sizeof *bs);
 }
 
-// Pauses us microseconds (the test hooks).
-static void pause_us(long us) {
-    if (us <= 0) return;
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
 // Waits for a live request and clears its flag.
 static int wait_live(comm_req *q, uint8_t *live) {
     if (!*live) return 0;
@@ -595,7 +588,7 @@ static int group_progress(bstate *bs, fgroup *g) {
                 BP_ASSERT(slot >= 0);
                 memcpy(rows + (size_t)k * stride, cache_row(&bs->c, (uint32_t)slot), (size_t)stride * sizeof(float));
             }
-            if (bs->me == 1) pause_us(bs->peer_delay_us);
+            if (bs->me == 1) bp_sleep_ns(1000 * (int64_t)bs->peer_delay_us);
             for (int q = 0; q < T && !rc; q++) {
                 if (q == bs->me) continue;
                 rc = comm_isend(b, len, bs->first_trainer + q, MSG_FWD, &g->fwd_rq[q]);
@@ -672,8 +665,7 @@ static int wait_groups(bstate *bs, int64_t upto, int64_t issued) {
         if (open != open_was) since = 0, open_was = open;
         if (++polls > 32) { // back off (2 us doubling to 100 us): a sleeping waiter frees a core
             sleep_ns = sleep_ns ? BP_MIN(2 * sleep_ns, 100000L) : 2000;
-            struct timespec ts = {0, sleep_ns};
-            nanosleep(&ts, NULL);
+            bp_sleep_ns(sleep_ns);
             if ((polls & 63) == 0) {
                 char what[128];
                 int owner = awaited(bs, upto, issued, what, sizeof what);
@@ -733,7 +725,7 @@ static int gsync_post(bstate *bs, const void *out, size_t len, msg_buf *in, comm
         if (q == me) continue;
         rc = comm_irecv(in[q].p, in[q].cap, bs->first_trainer + q, MSG_GSYNC, &rq[n++]);
     }
-    if (me == T - 1) pause_us(bs->peer_delay_us);
+    if (me == T - 1) bp_sleep_ns(1000 * (int64_t)bs->peer_delay_us);
     for (int q = 0; q < T && !rc && T > 1; q++) {
         if (q == me) continue;
         rc = comm_isend(out, len, bs->first_trainer + q, MSG_GSYNC, &rq[n++]);
@@ -1024,7 +1016,7 @@ static int evict_and_write_back(bstate *bs, int64_t t) {
         k0 = k1;
     }
     if (!rc && bs->wb_held >= 0) {
-        pause_us(bs->wb_delay_us);
+        bp_sleep_ns(1000 * (int64_t)bs->wb_delay_us);
         rc = send_write_backs(bs);
     }
     bs->wb_held = t;

@@ -192,8 +192,7 @@ int role_oracle_run(role_oracle *ro) {
         if (progress) idle = 0, idle_ns = 0, since = 0;
         else if (++idle > 16) {
             idle_ns = idle_ns ? BP_MIN(2 * idle_ns, COMM_MAX_SLEEP_US * 1000L) : 20000;
-            struct timespec ts = {0, idle_ns};
-            nanosleep(&ts, NULL);
+            bp_sleep_ns(idle_ns);
             int slow = 0; // the trainer furthest behind: the one the ring waits for
             for (int p = 1; p < T; p++)
                 if (ro->done[p] < ro->done[slow]) slow = p;

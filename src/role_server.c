@@ -358,10 +358,7 @@ static int bp_answer(server *sv, bpserver *bs, int p) {
             BP_ASSERT(slot >= 0);
             memcpy(rows + (size_t)i * stride, sv->rows + (size_t)slot * stride, (size_t)stride * sizeof(float));
         }
-        if (p == 0 && bs->delay0_us > 0) {
-            struct timespec ts = {bs->delay0_us / 1000000, (bs->delay0_us % 1000000) * 1000};
-            nanosleep(&ts, NULL);
-        }
+        if (p == 0) bp_sleep_ns(1000 * (int64_t)bs->delay0_us);
         int rc = comm_isend(out, msg_bytes(MSG_FETCH_REPLY, n, (uint32_t)stride), from, MSG_FETCH_REPLY,
                             &bs->rep_rq[r]);
         if (rc) return rc;
