@@ -77,9 +77,12 @@ void role_oracle_report(const role_oracle *ro);
 void role_oracle_free(role_oracle *ro); // safe on NULL
 
 // Writer: every row of every server after `iter` iterations into tr->table (allocated if
-// needed).  buf: a receive buffer of cap bytes (dist_dump_cap).
+// needed).  buf: a receive buffer of cap bytes (role_dump_cap).
 int dist_collect_rows(trainer *tr, int S, int first_server, void *buf, size_t cap, int64_t iter);
-size_t dist_dump_cap(const emb_layout *L);
+// Whether trainer 0 gathers every row at some point of the run (an evaluation, --save, or a
+// --checkpoint-naive checkpoint): only then does it hold a receive buffer for the rows
+// (role_dump_cap) and the tables' copy.
+int dist_gathers(const train_setup *su);
 int role_sharded_run(const train_setup *su, const dist_layout *l, int i);
 int role_static_run(const train_setup *su, const dist_layout *l, int i);
 // Mode async.  check (before the start-up agreement): the cache of trainer i must hold the

@@ -16,6 +16,7 @@
 #include "msg.h"
 #include "optim.h"
 #include "oracle.h"
+#include "role_loop.h"
 
 // role_keydir_init's directory over K keys split in `parts`.
 static uint64_t keydir_bytes(uint64_t K, int parts) {
@@ -52,6 +53,10 @@ static int replica_bytes(const train_setup *su, int max_batch, uint64_t *out, si
     return 0;
 }
 
+int dist_gathers(const train_setup *su) {
+    return su->do_eval || su->eval_every || su->save != NULL || (su->ck.dir && su->ck.naive);
+}
+
 int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_layout *l) {
     memset(p, 0, sizeof *p);
     emb_layout L;
@@ -67,7 +72,7 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
     // and push buffer per trainer (bagpipe's servers hold instead a ring of P + 4 FETCH messages
     // and replies per trainer, grown to the fetches of one iteration: mostly far fewer keys than
     // a slice has, so the same three buffers stand for them)
-    const int gather = su->do_eval || su->eval_every || su->save != NULL;
+    const int gather = dist_gathers(su);
     if (S > 0) {
         const uint64_t n = shard_rows(K, S);
         p->server = n * (row + sizeof(uint64_t)) + keydir_bytes(K, S) + (gather ? dump_bytes(n, stride) : 0) +
@@ -114,7 +119,7 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
         p->trainer_rows = C * row;
         extra = C * 19 + (K <= (1u << 24) && direct <= BP_MAX(2 * hash, (uint64_t)1 << 20) ? direct : hash) +
                 (uint64_t)2 * T * msg_bytes(MSG_GSYNC, cap, (uint32_t)E) + (uint64_t)cap * 24;
-        send_dump = su->eval_every ? dist_dump_cap(&L) : 0; // trainers 1..: dirty rows for trainer 0
+        send_dump = su->eval_every ? role_dump_cap(&L) : 0; // trainers 1..: dirty rows for trainer 0
         break;
     }
     case DIST_MODE_ASYNC: { // role_async_cache_init: model rows (E floats), 44 bytes of slot state, the key map
@@ -127,10 +132,10 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
     }
     }
     p->trainer = rep + common + p->trainer_rows + extra + send_dump;
-    p->trainer0 = rep0 + common + p->trainer_rows + extra + dist_dump_cap(&L);
+    p->trainer0 = rep0 + common + p->trainer_rows + extra + (gather ? role_dump_cap(&L) : 0);
     // the writer gathers every row for evaluation or saving (dist_collect_rows; in bagpipe mode
     // the trainers' dirty rows too)
-    if (su->do_eval || su->eval_every || su->save) p->writer_table = emb_layout_bytes(&L);
+    if (gather) p->writer_table = emb_layout_bytes(&L);
 
     // the oracle (rank 0) plans in mode bagpipe
     if (l->mode == DIST_MODE_BAGPIPE) {

@@ -202,8 +202,8 @@ static int as_init(astate *as, const train_setup *su, const dist_layout *l, int 
     as->win = bp_xcalloc(as->nfig, sizeof *as->win);
     as->tot = bp_xcalloc(as->nfig, sizeof *as->tot);
     as->fwork = bp_xmalloc((size_t)T * ((as->nfig + (size_t)T - 1) / (size_t)T + 1) * sizeof(double));
-    if (i == 0) {
-        as->dump_cap = dist_dump_cap(&as->tr.L);
+    if (i == 0 && dist_gathers(su)) {
+        as->dump_cap = role_dump_cap(&as->tr.L);
         as->dump = bp_xmalloc(as->dump_cap);
     }
     return 0;

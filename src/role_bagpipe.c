@@ -419,8 +419,8 @@ static int bs_init(bstate *bs, const train_setup *su, const dist_layout *l, int 
     bs->ar_work_n = (size_t)T * ((n + (size_t)T - 1) / (size_t)T + 1);
     bs->ar_work_n = BP_MAX(bs->ar_work_n, (size_t)2 * (T + 16)); // also T * ceil(n / T) doubles for n <= 16
     bs->ar_work = bp_xmalloc(bs->ar_work_n * sizeof(float));
-    if (i == 0 || su->eval_every) {
-        bs->dump_cap = dist_dump_cap(&bs->tr.L);
+    if ((i == 0 && dist_gathers(su)) || su->eval_every) {
+        bs->dump_cap = role_dump_cap(&bs->tr.L);
         bs->dump = bp_xmalloc(bs->dump_cap);
     }
     if (su->eval_every) bs->ekeys = bp_xmalloc((size_t)BP_MAX(su->cache_rows, 1) * sizeof *bs->ekeys);
@@ -1205,7 +1205,7 @@ static int bs_eval_rows(bstate *bs, int64_t iter) {
     if ((rc = later_drain(bs))) return rc; // my rows whole: t - 1's background sync applied
     if (bs->wb_held >= 0 && (rc = send_write_backs(bs))) return rc; // (test hook) the dump needs WB(iter)
     const uint64_t n = cache_dirty_owned(c, T, me, bs->ekeys);
-    // rows per DUMP_ROWS message: what a dump buffer holds (dist_dump_cap)
+    // rows per DUMP_ROWS message: what a dump buffer holds (role_dump_cap)
     const uint32_t per = (uint32_t)((bs->dump_cap - MSG_HEADER_BYTES) / (sizeof(uint64_t) + row_bytes));
     BP_ASSERT(per >= 1 && msg_bytes(MSG_DUMP_ROWS, per, (uint32_t)stride) <= bs->dump_cap);
     if (me != 0) {

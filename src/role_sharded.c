@@ -126,7 +126,7 @@ static int ss_init(sstate *ss, const train_setup *su, const dist_layout *l, int 
     ss->sum = bp_xmalloc((size_t)E * sizeof(float));
     const size_t np = ss->tr.m.n_params;
     ss->ar_work = bp_xmalloc((size_t)T * ((np + (size_t)T - 1) / (size_t)T + 1) * sizeof(float));
-    if (i == 0) {
+    if (i == 0 && dist_gathers(su)) {
         ss->dump_cap = role_dump_cap(L);
         ss->dump = bp_xmalloc(ss->dump_cap);
     }

@@ -96,8 +96,8 @@ static int ts_init(tstate *ts, const train_setup *su, const dist_layout *l, int 
     ts->ar_work = bp_xmalloc(ts->ar_work_n * sizeof(float));
     const char *stop = getenv("BAGPIPE_TEST_STOP_BEFORE_PUSH"); // tests/test_dist.c
     ts->stop_before_push = stop && *stop && i == 0 ? atoll(stop) : -1;
-    if (i == 0) {
-        ts->dump_cap = dist_dump_cap(&ts->tr.L);
+    if (i == 0 && dist_gathers(su)) {
+        ts->dump_cap = role_dump_cap(&ts->tr.L);
         ts->dump = bp_xmalloc(ts->dump_cap);
     }
     return 0;
@@ -219,11 +219,6 @@ static int ts_step(tstate *ts, int64_t t, double *loss) {
     ts->t_sync += t5 - t4;
     *loss = lsum / B;
     return rc;
-}
-
-size_t dist_dump_cap(const emb_layout *L) {
-    const uint64_t per = BP_MAX((uint64_t)1, ((uint64_t)32 << 20) / (8 + (uint64_t)L->stride * 4));
-    return msg_bytes(MSG_DUMP_ROWS, (uint32_t)BP_MIN(per, L->rows), (uint32_t)L->stride);
 }
 
 int dist_collect_rows(trainer *tr, int S, int first_server, void *buf, size_t cap, int64_t iter) {

@@ -558,6 +558,27 @@ TEST(ckpt_sync_kill_server) {
     ASSERT_MSG(same_model(ref, res), "the resumed model differs from the uninterrupted run's");
 }
 
+// --checkpoint-naive (every row through trainer 0, written there as one emb.bin), in a run that
+// neither evaluates nor saves: the checkpoint gathers the rows all the same (trainer 0 used to
+// hold no buffer for them then).  Resuming from it ends bit-identical.
+TEST(ckpt_sync_naive_resume) {
+    ASSERT_OK(make_data());
+    char ref[512], root[512], res[512];
+    snprintf(ref, sizeof ref, "%s", test_path("ref"));
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    snprintf(res, sizeof res, "%s", test_path("res"));
+    pid_t rj = reference(SYNC, ref, 200);
+    TRAIN_OK("", SYNC " --iters 120 --checkpoint-every 100 --checkpoint-naive --checkpoint-dir %s", root);
+    ASSERT_TRUE(ckpt_valid(root, 100) && part_size(root, 100, "emb.bin") > 0);
+    char *out = NULL;
+    int st = train(&out, "", SYNC " --iters 200 --resume %s --save %s", root, res);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "at iteration 100");
+    free(out);
+    ASSERT_EQ(wait_status(rj), 0);
+    ASSERT_MSG(same_model(ref, res), "the model resumed from a naive checkpoint differs from the uninterrupted run's");
+}
+
 // Mode bagpipe.  Trainer 1 dies right after writing its dirty rows of checkpoint 200, before the
 // commit; the resumed run (checkpointing on) loses trainer 0 to kill -9 at a random moment; the
 // second resume ends bit-identical to the uninterrupted run.

@@ -196,3 +196,30 @@ TEST(dist_mem_plan_per_host_under_an_external_launcher) {
     ASSERT_MSG(!strstr(out, "\n  host "), "one host: no line per host expected:\n%s", out);
     free(out);
 }
+
+// Trainer 0 holds a receive buffer for the gathered rows (up to 32 MiB) and the tables' copy only
+// when the run gathers them: an evaluation or --save.  With --no-eval and neither, trainer 0's
+// plan is every other trainer's.  The plan is printed and refused before any rank starts.
+TEST(dist_mem_plan_trainer0_gathers_only_for_eval_or_save) {
+    const char *data = big_tables();
+    ASSERT_TRUE(data != NULL);
+    const char *modes[] = {"--mode sync --servers 1", "--mode bagpipe --servers 1 --cache-rows 50000", "--mode sharded",
+                           "--mode static --servers 1 --static-rows 5000"};
+    for (size_t m = 0; m < BP_ARRAY_LEN(modes); m++) {
+        for (int eval = 0; eval < 2; eval++) {
+            char *out = NULL;
+            int rc = test_run(&out, 60, "%s BAGPIPE_MEM_AVAILABLE=1000 %s train %s --trainers 2 --batch-size 256 --iters 5 %s %s",
+                              dist_test_env(), test_bin(), modes[m], eval ? "" : "--no-eval", data);
+            ASSERT_MSG(rc == 1, "%s: exit %d:\n%s", modes[m], rc, out);
+            const double trainer = plan_figure(out, "2 trainers x "), trainer0 = plan_figure(out, "(trainer 0: ");
+            ASSERT_MSG(trainer > 0 && trainer0 > 0, "%s: no plan:\n%s", modes[m], out);
+            if (eval) {
+                ASSERT_STR_CONTAINS(out, "trainer 0's copy of the tables");
+            } else {
+                ASSERT_MSG(trainer0 == trainer, "%s --no-eval: trainer 0 above the others:\n%s", modes[m], out);
+                ASSERT_MSG(!strstr(out, "copy of the tables"), "%s --no-eval: %s", modes[m], out);
+            }
+            free(out);
+        }
+    }
+}
