@@ -471,13 +471,16 @@ int cmd_prep(int argc, char **argv) {
     char **pos = NULL;
     int npos = 0;
     cli_given given;
-    int rc = cli_parse_given("bagpipe prep", "[options] -o OUT INPUT...  (inputs in order: plain or gzip)", opts,
-                             argc, argv, &pos, &npos, &given);
+    int rc = cli_parse_given("bagpipe prep", "[options] -o OUT INPUT...  (inputs in order: plain or gzip; - reads stdin)",
+                             opts, argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
     if (rc) return cmd_exit(rc);
     prep_opts o;
     prep_opts_default(&o);
     o.format = format == 1 ? PREP_AVAZU : PREP_CRITEO;
+    static char std_in[] = "/dev/stdin"; // "-": the standard input, as other tools take it
+    for (int i = 0; i < npos; i++)
+        if (strcmp(pos[i], "-") == 0) pos[i] = std_in;
     o.inputs = (const char *const *)pos;
     o.n_inputs = npos;
     o.out = out;

@@ -555,6 +555,11 @@ TEST(prep_gzip_equals_plain) {
               0);
     free(msg);
     ASSERT_TRUE(same_dataset(test_path("p.bin"), test_path("z.bin")));
+    // "-" names the standard input, as "/dev/stdin" does.
+    msg = NULL;
+    ASSERT_EQ(test_run(&msg, 20, "cat %s | %s prep -q --max-ind-range 777 -o %s -", multi, test_bin(), test_path("z.bin")), 0);
+    free(msg);
+    ASSERT_TRUE(same_dataset(test_path("p.bin"), test_path("z.bin")));
     // Anything else after the gzip data (a plain file appended to it) is an error: zlib's gzread
     // ignored it, and those lines were lost without a word.
     struct stat sb;
