@@ -39,6 +39,7 @@ done
 # multi-rank filters.  One runner invocation, whose last line is its summary.
 args=($(names_in "${single[@]}" | sed 's/^/=/') dist_msg_decode_validates =role_keydir_matches_binary_search =async_cache_lru =async_cache_lfu =async_cache_staleness async_bad_flags
       =oracle_mem_estimate_matches_its_accounting =dist_refuses_a_job_that_does_not_fit
+      =dist_mem_plan_trainer0_gathers_only_for_eval_or_save
       suite_table_check $SAN_MPI_FILTERS)
 echo "sanitizers: address,undefined (build-san/)"
 exec build-san/test_bagpipe "${args[@]}"
