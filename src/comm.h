@@ -43,6 +43,7 @@ _Noreturn void comm_abort(int code);
 // it; a role's own polling loop calls comm_stall_check(&since, what) on each idle pass, with
 // since = 0 at the start of the wait and after any progress.
 void comm_set_stall_timeout(double seconds);
+double comm_stall_timeout(void);
 // A wait on rank `peer` (a role's own polling loop; comm_wait and comm_probe apply the same).
 int comm_stall_check(double *since, int peer, const char *what);
 // A wait that no single peer can end (a receive from any rank, the oracle's credits, which the

@@ -28,6 +28,7 @@ static int mpi_fail(int err, const char *what, int peer) {
 static double stall_s = 0;
 
 void comm_set_stall_timeout(double seconds) { stall_s = seconds > 0 ? seconds : 0; }
+double comm_stall_timeout(void) { return stall_s; }
 
 // "GSYNC from rank 3", "rank 3 to take FETCH", "a message from any rank": what a wait on
 // (peer, tag) of a receive (recv = 1) or a send is for.

@@ -111,19 +111,46 @@ static uint64_t status_bytes(const char *key) {
     return kb * 1024;
 }
 
+enum { END_ALIVE = 3 }; // END's phase of the lone trainer's sign of life (dist_alive)
+
 static int end_send(int to, uint64_t phase, comm_req *q, uint64_t *buf) {
     msg_header h = {MSG_END, 0, phase, 0, 0};
     msg_encode(buf, &h, NULL, NULL);
     return comm_isend(buf, MSG_HEADER_BYTES, to, MSG_END, q);
 }
 
-static int end_recv(int from, uint64_t phase) {
+// Receives END(phase) from `from`; phase -1: any phase, which *got receives.
+static int end_recv_any(int from, int64_t phase, uint64_t *got) {
     uint64_t buf[MSG_HEADER_BYTES / 8];
     size_t len = 0;
     int rc = comm_recv(buf, sizeof buf, from, MSG_END, &len);
-    msg_expect ex = {.kind = MSG_END, .max_n = 0, .iter = (int64_t)phase};
+    msg_expect ex = {.kind = MSG_END, .max_n = 0, .iter = phase};
     msg_header h;
-    return rc ? rc : msg_decode(buf, len, from, &ex, &h, NULL, NULL);
+    if (!rc) rc = msg_decode(buf, len, from, &ex, &h, NULL, NULL);
+    if (!rc && got) *got = h.iter;
+    return rc;
+}
+static int end_recv(int from, uint64_t phase) { return end_recv_any(from, (int64_t)phase, NULL); }
+
+void dist_alive_init(dist_alive *a, int T, int S, int i) {
+    memset(a, 0, sizeof *a);
+    a->on = T == 1 && S == 0 && i == 0 && comm_stall_timeout() > 0;
+    a->last = bp_now();
+}
+
+int dist_alive_tick(dist_alive *a, int force) {
+    if (!a->on || (!force && bp_now() - a->last < 0.5 * comm_stall_timeout())) return 0;
+    int rc = a->live ? comm_wait(&a->q, NULL) : 0;
+    a->live = 0;
+    if (!rc && (rc = end_send(0, END_ALIVE, &a->q, a->buf)) == 0) a->live = 1;
+    a->last = bp_now();
+    return rc;
+}
+
+int dist_alive_finish(dist_alive *a) {
+    int rc = a->live ? comm_wait(&a->q, NULL) : 0;
+    a->live = 0;
+    return rc;
 }
 
 // The end of a job.  The final barrier cannot be timed: a rank that is done waits there while
@@ -138,6 +165,11 @@ static int end_recv(int from, uint64_t phase) {
 //   the others wait for END(1) for COMM_STALL_INDIRECT x S (the writer evaluates and saves
 //   meanwhile, as a server waiting for its DONE allows), the idle coordinator for ever (it waits
 //   from the start), and answer with END(2).
+// With one trainer and no servers (mode sharded) nobody else would miss a silent writer, so it
+// sends the idle coordinator END(3) every S / 2 seconds while it trains and once when it is done
+// (dist_alive, dist.h), and the coordinator waits for each of those, then END(1), for
+// COMM_STALL_INDIRECT x S (a boundary's evaluation and checkpoint, or the final evaluation and
+// save, come between two).
 // END(0) goes first so that END(1) reaches a server only after its loop, which takes any tag, is
 // over.  Test hook: BAGPIPE_TEST_STOP_AT_END=R stops rank R here (SIGSTOP), past its END(0).
 static int dist_end(const dist_layout *l, int me, int idle) {
@@ -151,8 +183,15 @@ static int dist_end(const dist_layout *l, int me, int idle) {
         rc = end_send(writer, 0, &q, buf);
         if (!rc) rc = comm_wait(&q, NULL);
         if (stop_here) raise(SIGSTOP);
-        comm_set_patience(writer, idle ? 0 : COMM_STALL_INDIRECT);
-        if (!rc) rc = end_recv(writer, 1);
+        const int alive = idle && l->T == 1 && l->S == 0 && comm_stall_timeout() > 0; // dist_alive_init's case
+        comm_set_patience(writer, idle && !alive ? 0 : COMM_STALL_INDIRECT);
+        uint64_t phase = END_ALIVE;
+        while (!rc && phase == END_ALIVE) {
+            rc = end_recv_any(writer, alive ? -1 : 1, &phase);
+            if (!rc && phase != 1 && phase != END_ALIVE)
+                rc = bp_fail(BP_EFORMAT, "rank %d: END(%llu) from the writer (rank %d), expected END(1)", me,
+                             (unsigned long long)phase, writer);
+        }
         if (!rc) rc = end_send(writer, 2, &q, buf);
         return rc ? rc : comm_wait(&q, NULL);
     }

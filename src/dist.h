@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm.h"
+#include "msg.h"
 #include "train.h"
 
 // Which trainer role the ranks run (role_trainer.c, role_sharded.c, role_static.c).
@@ -79,6 +81,25 @@ void role_oracle_free(role_oracle *ro); // safe on NULL
 // Writer: every row of every server after `iter` iterations into tr->table (allocated if
 // needed).  buf: a receive buffer of cap bytes (role_dump_cap).
 int dist_collect_rows(trainer *tr, int S, int first_server, void *buf, size_t cap, int64_t iter);
+// The lone trainer's sign of life.  In mode sharded with one trainer, trainer 0 is the only rank
+// besides the idle coordinator (rank 0), so no peer would miss it if it stopped: it sends END(3)
+// (msg.h) to rank 0 at an iteration boundary once S / 2 seconds have passed since the last one,
+// and once more when its iterations are over; rank 0 waits for them, and then for END(1), under
+// the stall timeout (dist.c dist_end).  Nothing is sent in every other layout or when the stall
+// timeout is 0.
+typedef struct {
+    int on;
+    double last; // bp_now() of the last send
+    comm_req q;
+    int live; // q is pending
+    uint64_t buf[MSG_HEADER_BYTES / 8];
+} dist_alive;
+void dist_alive_init(dist_alive *a, int T, int S, int i);
+// At an iteration boundary; force: send whatever the time (the last one).
+int dist_alive_tick(dist_alive *a, int force);
+// Completes the last send.
+int dist_alive_finish(dist_alive *a);
+
 // Whether trainer 0 gathers every row at some point of the run (an evaluation, --save, or a
 // --checkpoint-naive checkpoint): only then does it hold a receive buffer for the rows
 // (role_dump_cap) and the tables' copy.

@@ -68,7 +68,9 @@
 // The end of every distributed job (dist.c), a handshake with trainer 0 (the writer):
 //  18   MSG_END         rank <-> writer         0: done (to the     n = 0
 //                                               writer), 1: the end
-//                                               (from it), 2: answer
+//                                               (from it), 2: answer,
+//                                               3: alive (a lone
+//                                               trainer to rank 0)
 // and its start, the agreement on every rank's setup (dist.c), raw, no header:
 //  19   MSG_START       rank -> rank 0          (raw)                80 bytes: i32 the rank's setup
 //                                                                    result, i32 0, its host

@@ -354,6 +354,8 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     metric_result res = {0}, bayes = {0};
     ckpt_sched cks;
     ckpt_sched_init(&cks, &su->ck);
+    dist_alive alive; // a lone trainer's sign of life to the coordinator (dist.h)
+    dist_alive_init(&alive, rl->T, rl->S, rl->i);
     if (writer && su->ck.from[0]) {
         printf("resumed from %s at iteration %lld\n", su->ck.from, (long long)su->ck.start_iter);
         fflush(stdout);
@@ -361,7 +363,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     for (int64_t t = su->ck.start_iter; t < su->total_iters && !rc; t++) {
         double loss = 0;
         if ((rc = rl->step ? rl->step(rl->ctx, t, &loss) : role_loop_step(su, rl, t, &loss))) break;
-        if ((rc = train_loss_check(t, loss))) break;
+        if ((rc = train_loss_check(t, loss)) || (rc = dist_alive_tick(&alive, 0))) break;
         win_loss += loss, win_n++;
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
             double c[W_N];
@@ -409,6 +411,9 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         }
     }
     bp_progress_finish(&prog);
+    if (!rc) rc = dist_alive_tick(&alive, 1);
+    int rc_alive = dist_alive_finish(&alive);
+    if (!rc) rc = rc_alive;
     const int64_t iters = su->total_iters, run_iters = iters - su->ck.start_iter;
     double train_s = bp_now() - t_start - t_eval;
     double sps = (double)run_iters * B / train_s;

@@ -428,6 +428,32 @@ TEST(dist_stop_writer_at_end_sharded_stall_timeout) {
     free(out);
 }
 
+// Mode sharded with one trainer: the idle coordinator is the only other rank, so a silent trainer
+// was missed by everyone, mid-run or at its end, and the job waited for ever.  The trainer's
+// sign of life (END(3) every S / 2) lets the coordinator name it within 2 S either way.
+TEST(dist_stop_lone_sharded_trainer_stall_timeout) {
+    check_signal_named(1, "trainer 0", SIGSTOP, "--mode sharded --trainers 1", 1);
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    char *out = NULL;
+    double t0 = bp_now();
+    int rc = test_run(&out, 40, "BAGPIPE_TEST_STOP_AT_END=1 " OMPI_ENV " %s train %s " TINY_MODEL
+                      " --iters 200 --no-eval --stall-timeout 3 --mode sharded --trainers 1", dist_test_env(),
+                      test_bin(), data);
+    ASSERT_MSG(rc == 1, "exit %d after %.1f s:\n%s", rc, bp_now() - t0, out);
+    ASSERT_STR_CONTAINS(out, "rank 0 (oracle): comm: rank 0: waited 6 s for END from rank 1 with no progress");
+    free(out);
+    // Alive, it is not named: a run of several stall timeouts (300000 iterations of the tiny model,
+    // 3-4 s on a quiet machine) with evaluations; the coordinator receives END(3) throughout.
+    out = NULL;
+    t0 = bp_now();
+    rc = test_run(&out, 60, OMPI_ENV " %s train %s " TINY_MODEL " --iters 300000 --eval-every 100000 --eval-rows 500 "
+                  "--stall-timeout 1 --mode sharded --trainers 1", dist_test_env(), test_bin(), data);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    ASSERT_MSG(bp_now() - t0 > 2, "the run took %.1f s, under 2 stall timeouts: it shows nothing", bp_now() - t0);
+    free(out);
+}
+
 // A rank silent before the start (stopped while it opens the dataset or verifies the checkpoint it
 // resumes from): rank 0, gathering the ranks' setup results, names it within S; a silent rank 0
 // is named by the others within 2 S.  The all-gather that agreed on the start used to wait for
