@@ -3,6 +3,7 @@
 # preprocess it, analyse its access skew, train DLRM on it and print the result.
 #   scripts/run.sh            2M samples (about 1.2 minutes on 2 quiet cores)
 #   ROWS=500000 scripts/run.sh
+#   THREADS=1 scripts/run.sh  (training threads: default 2, at most the cores there are)
 # Everything is written under ${OUT:-results/run}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,8 @@ scripts/deps.sh
 make -s -j2 build/bagpipe
 ROWS=${ROWS:-2000000}
 OUT=${OUT:-results/run}
+cores=$(nproc 2>/dev/null || echo 1)
+THREADS=${THREADS:-$(( cores < 2 ? cores : 2 ))}
 mkdir -p "$OUT"
 export BAGPIPE_PROGRESS=${BAGPIPE_PROGRESS:-}
 bp=build/bagpipe
@@ -18,7 +21,7 @@ $bp synth --preset criteo-kaggle --rows "$ROWS" --format tsv --seed 1 -o "$OUT/t
 $bp prep --format criteo --split kaggle --min-count 1 -o "$OUT/criteo.bin" "$OUT/train.txt"
 $bp analyze --batch-size 2048 "$OUT/criteo.bin"
 $bp train "$OUT/criteo.bin" --model dlrm --batch-size 2048 --optimizer adagrad --emb-optimizer adagrad \
-    --learning-rate 0.05 --metrics "$OUT/metrics.jsonl" --save "$OUT/model"
+    --learning-rate 0.05 --threads "$THREADS" --metrics "$OUT/metrics.jsonl" --save "$OUT/model"
 { set +x; } 2>/dev/null
 python3 tools/plot_metrics.py "$OUT/metrics.jsonl" -o "$OUT/curves.png" >/dev/null 2>&1 || true
 echo "results in $OUT (metrics.jsonl, model/, curves.png)"
