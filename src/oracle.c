@@ -61,6 +61,7 @@ typedef struct {
     void *key;       // (cap) unique keys of the batch: uint32_t when the key space fits, else uint64_t
     uint32_t *act;   // (cap) their active index
     uint32_t *next;  // (cap) next occurrence of the same key (atomic), NIL
+    uint32_t *prev;  // (cap) previous occurrence of the same key, NIL for a key new to the window
     void *users;     // (cap) trainers touching the key: uint8_t masks when T <= 8, else uint64_t
     uint32_t n;      // unique keys in the batch
     uint32_t batch;  // which batch the slot holds
@@ -134,6 +135,10 @@ struct oracle_impl {
     uint64_t *priv_count; // (T)
     bentry **bucket;      // (NB) resident shared keys by next use
     uint32_t *bucket_n, *bucket_cap;
+    uint8_t *bucket_live; // (NB) 1: the bucket holds all its entries (see bucket_fill), 0: none yet
+    uint32_t *lz_sync;    // (per batch) sync-later index of each occurrence of s-1 kept for later
+    uint64_t *lz_tmp;     // (lz_cap) scratch of bucket_fill
+    uint32_t lz_cap;
     uint32_t rr_fetch, rr_owner;
     plan rec[2];          // record s-1 being completed, record s collecting fetches
     uint64_t *pv_key;     // (pv_cap) private keys of the batch being completed
@@ -345,7 +350,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     uint64_t *skey64 = sl->key;
     uint8_t *susers8 = sl->users;
     uint64_t *susers64 = sl->users;
-    uint32_t *sact = sl->act, *snext = sl->next, *cols = o->cols;
+    uint32_t *sact = sl->act, *snext = sl->next, *sprev = sl->prev, *cols = o->cols;
     uint64_t *prevw = o->prevw;
     const uint32_t *maxid = o->card32;
     sl->batch = bnum, sl->samples = n, sl->n = 0;
@@ -406,9 +411,11 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         uint64_t v = prevw[oc];
         if (v & KM_ACTIVE) {
             __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
+            sprev[oc] = (uint32_t)v;
         } else {
             uint32_t a = sact[oc];
             act_gate[a] = v;
+            sprev[oc] = NIL;
         }
     }
     sl->n = cnt;
@@ -522,6 +529,66 @@ static void bucket_push(oracle_impl *o, uint32_t v, bentry e) {
     o->bucket[j][o->bucket_n[j]++] = e;
 }
 
+// Prefetch distances (occurrences) of the planner's scans: residency state at AHEAD_STATE, and at
+// AHEAD_GATE (state by then in cache) the gate word of a key that is likely to be written.
+#define AHEAD_STATE 48
+#define AHEAD_GATE 16
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+// Lazy buckets.  The buckets are read only under capacity pressure, from the farthest next use
+// down, and most steps have none; a push per use of every resident key not needed soon was the
+// planner's largest cost (docs/oracle.md).  So a bucket is built when pressure first reaches its
+// level: until then (bucket_live 0) step (a) skips its pushes, and bucket_fill makes exactly the
+// entries those pushes would have made.  The push for a key kept resident (shared) after its use
+// lu with next use v > lu + 1 + P happened at step lu + 1, in step order and within a step in
+// batch lu's occurrence order; the key then stays resident until v unless a pressure eviction
+// pops that entry (and leaves it not resident).  So at step s the bucket of v holds the
+// occurrences of batch v whose previous occurrence (the back link of pass 2) lies in a batch
+// lu <= s - 1 and whose key is resident (shared), in (lu, position in lu) order.  Once live, a
+// bucket takes pushes as before until its level is reset; the plans are those of eager buckets.
+static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
+    const slot *sv = &o->slots[v % o->R];
+    const uint32_t R = o->R, jv = v % R, pos_bits = o->pos_bits, pos_mask = o->pos_mask, n = sv->n;
+    const uint32_t dmin = v - s + 1; // v - lu for lu = s - 1: smaller distances are uses in s..v-1
+    const uint32_t *sprev = sv->prev, *sact = sv->act;
+    const uint8_t *state = o->act_state;
+    BP_ASSERT(sv->batch == v && v > s);
+    uint32_t m = 0;
+    for (uint32_t oc = 0; oc < n; oc++) {
+        if (oc + AHEAD_STATE < n) {
+            uint32_t p2 = sprev[oc + AHEAD_STATE];
+            if (p2 != NIL && (jv + R - (p2 >> pos_bits)) % R >= dmin) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]]);
+        }
+        uint32_t pr = sprev[oc];
+        if (pr == NIL) continue;
+        uint32_t d = (jv + R - (pr >> pos_bits)) % R; // v - lu, in [1, R)
+        if (d < dmin || state[sact[oc]] != RES_SHARED) continue;
+        if (m == o->lz_cap) {
+            o->lz_cap = o->lz_cap ? 2 * o->lz_cap : 1024;
+            o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
+        }
+        // (lu, position in lu) as an occurrence id would order them: R - d < R < 2^slot_bits
+        o->lz_tmp[m++] = (uint64_t)((R - d) << pos_bits | (pr & pos_mask)) << 32 | oc;
+    }
+    qsort(o->lz_tmp, m, sizeof *o->lz_tmp, cmp_u64);
+    uint32_t j = v % o->NB;
+    BP_ASSERT(o->bucket_n[j] == 0);
+    if (m > o->bucket_cap[j]) {
+        o->bucket_cap[j] = m;
+        o->bucket[j] = bp_xrealloc(o->bucket[j], (size_t)m * sizeof **o->bucket);
+    }
+    for (uint32_t k = 0; k < m; k++) {
+        uint32_t hi = (uint32_t)(o->lz_tmp[k] >> 32), oc = (uint32_t)o->lz_tmp[k], d = R - (hi >> pos_bits);
+        uint32_t sync = d == dmin ? o->lz_sync[hi & pos_mask] : 0; // only a use at s - 1 reads it
+        o->bucket[j][k] = (bentry)sync << 32 | d << pos_bits | oc;
+    }
+    o->bucket_n[j] = m, o->bucket_live[j] = 1;
+}
+
 static uint32_t rr_next(uint32_t *rr, uint32_t T) {
     uint32_t r = *rr;
     *rr = r + 1 == T ? 0 : r + 1;
@@ -627,11 +694,6 @@ static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
     sort_sync(o, r, t);
 }
 
-// Prefetch distances (occurrences) of the planner's scans: residency state at AHEAD_STATE, and at
-// AHEAD_GATE (state by then in cache) the gate word of a key that is likely to be written.
-#define AHEAD_STATE 48
-#define AHEAD_GATE 16
-
 // One planning step s (see oracle.h).  Returns 1 if it completed record s-1 (in rec[(s-1)&1]),
 // 0 if not (s = 0), or BP_ECAPACITY.
 static int plan_step(oracle_impl *o) {
@@ -649,7 +711,7 @@ static int plan_step(oracle_impl *o) {
     // (a) keys used at s-1: private ones and those with no use in [s, H] are evicted after s-1;
     // the others stay, and their gradient of s-1 is synchronised before the next use.
     if (s >= 1) {
-        o->bucket_n[(s - 1) % o->NB] = 0;
+        o->bucket_n[(s - 1) % o->NB] = 0, o->bucket_live[(s - 1) % o->NB] = 0;
         o->pv_n = 0;
         const slot *sl = &o->slots[(s - 1) % o->R];
         const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n;
@@ -685,8 +747,12 @@ static int plan_step(oracle_impl *o) {
                 plan_add_sync_now(prev, key);
                 st.sync_now++;
             } else {
-                if (v > s + P) // v - (s - 1) <= P + W + 1 < R: fits the slot bits of an occurrence id
-                    bucket_push(o, v, (bentry)prev->n_sync_later << 32 | (v - (s - 1)) << o->pos_bits | (nx & o->pos_mask));
+                if (v > s + P) { // v - (s - 1) <= P + W + 1 < R: fits the slot bits of an occurrence id
+                    if (o->bucket_live[v % o->NB])
+                        bucket_push(o, v, (bentry)prev->n_sync_later << 32 | (v - (s - 1)) << o->pos_bits | (nx & o->pos_mask));
+                    else
+                        o->lz_sync[oc] = prev->n_sync_later; // for bucket_fill at this step
+                }
                 plan_add_sync_later(prev, (plan_sync){key, s - 1, v - 1});
                 st.sync_later++;
             }
@@ -745,6 +811,7 @@ static int plan_step(oracle_impl *o) {
         uint64_t need = o->shared_count + mp - o->C;
         for (uint32_t v = H; v > s + P && need; v--) {
             uint32_t j = v % o->NB;
+            if (!o->bucket_live[j]) bucket_fill(o, v, s);
             while (o->bucket_n[j] && need) {
                 evict_pressure(o, o->bucket[j][--o->bucket_n[j]], v, s, prev);
                 need--;
@@ -841,9 +908,10 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
         o->slots[j].key = big_alloc(per * kw);
         o->slots[j].act = big_alloc(per * sizeof(uint32_t));
         o->slots[j].next = big_alloc(per * sizeof(uint32_t));
+        o->slots[j].prev = big_alloc(per * sizeof(uint32_t));
         o->slots[j].users = big_alloc(per * uw);
         o->slots[j].batch = NIL;
-        oom = !o->slots[j].key || !o->slots[j].act || !o->slots[j].next || !o->slots[j].users;
+        oom = !o->slots[j].key || !o->slots[j].act || !o->slots[j].next || !o->slots[j].prev || !o->slots[j].users;
     }
     o->km_flat = km == ORACLE_KEYMAP_FLAT;
     if (o->km_flat) {
@@ -863,9 +931,10 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->card32 = bp_xmalloc(cfg->F * sizeof *o->card32);
     for (uint32_t f = 0; f < cfg->F; f++) o->card32[f] = (uint32_t)(cfg->card[f] - 1);
     o->prevw = big_alloc(per * sizeof *o->prevw);
-    if (!o->prevw) {
+    o->lz_sync = big_alloc(per * sizeof *o->lz_sync);
+    if (!o->prevw || !o->lz_sync) {
         oracle_free(out);
-        return bp_fail(BP_ENOMEM, "oracle: cannot map %zu bytes", per * sizeof(uint64_t));
+        return bp_fail(BP_ENOMEM, "oracle: cannot map %zu bytes", per * (sizeof *o->prevw + sizeof *o->lz_sync));
     }
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
@@ -873,6 +942,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->bucket = bp_xcalloc(o->NB, sizeof *o->bucket);
     o->bucket_n = bp_xcalloc(o->NB, sizeof *o->bucket_n);
     o->bucket_cap = bp_xcalloc(o->NB, sizeof *o->bucket_cap);
+    o->bucket_live = bp_xcalloc(o->NB, sizeof *o->bucket_live);
     plan_init(&o->rec[0]), plan_init(&o->rec[1]);
     plan_reset(&o->rec[0], o->T), plan_reset(&o->rec[1], o->T);
     if (o->threads == 2) {
@@ -910,6 +980,7 @@ void oracle_free(oracle *out) {
         big_free(o->slots[j].key, per * kw);
         big_free(o->slots[j].act, per * sizeof(uint32_t));
         big_free(o->slots[j].next, per * sizeof(uint32_t));
+        big_free(o->slots[j].prev, per * sizeof(uint32_t));
         big_free(o->slots[j].users, per * uw);
     }
     free(o->slots);
@@ -919,7 +990,8 @@ void oracle_free(oracle *out) {
     if (o->km) big_free(o->km, o->km_bytes);
     hmap_free(&o->hm);
     for (uint32_t j = 0; o->bucket && j < o->NB; j++) free(o->bucket[j]);
-    free(o->bucket), free(o->bucket_n), free(o->bucket_cap);
+    free(o->bucket), free(o->bucket_n), free(o->bucket_cap), free(o->bucket_live), free(o->lz_tmp);
+    big_free(o->lz_sync, per * sizeof *o->lz_sync);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
     free(o->offset), free(o->card), free(o->cols), free(o->card32);
     big_free(o->prevw, per * sizeof *o->prevw);
@@ -1033,10 +1105,11 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     lock(o);
     *st = o->st;
     uint64_t mem = o->pub_acts * (sizeof(uint32_t) + sizeof(uint64_t) + 1);
-    mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8));
+    mem += (uint64_t)o->R * o->pub_occ * (3 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8));
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
-    mem += (uint64_t)o->pub_occ * sizeof(uint64_t) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
+    mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->NB; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
+    mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
     st->active_peak = o->pub_acts;
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
     unlock(o);
@@ -1086,10 +1159,10 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
                                                      : cfg->keymap;
     // the same terms as oracle_get_stats, at these high-water marks
     uint64_t mem = acts * (sizeof(uint32_t) + sizeof(uint64_t) + 1);
-    mem += R * unique * (2 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8));
+    mem += R * unique * (3 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8));
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
-    mem += unique * sizeof(uint64_t) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
-    mem += resident * sizeof(bentry);
+    mem += unique * (sizeof(uint64_t) + sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
+    mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
     return mem;
 }
 
