@@ -1,7 +1,7 @@
 // bench_oracle: planning throughput and memory of the oracle on a synthetic Criteo-like trace.
 //
 //   build/bench/bench_oracle [--batches N] [--quick] [--window W] [--zipf S] [--no-ref] [--reps N]
-//                            [--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter]
+//                            [--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS]
 //
 // The trace: the 26 Criteo Kaggle tables (33.7M rows), ids drawn per table from a power law
 // (rank^-s, hot ids first as after frequency mapping) with s tuned so that ~1% of the rows take
@@ -16,7 +16,9 @@
 // --batches and --zipf) instead of generating it, --keymap hash runs the headline with the hash
 // keymap that key spaces beyond 2^28 use (hashed Terabyte ids; the flat array otherwise), and
 // --scatter spreads each table's hot ids over the table, as hashed ids are (the trace file keeps
-// the ranked ids; the scatter is applied after loading).
+// the ranked ids; the scatter is applied after loading), and --cache ROWS sets the capacity per
+// trainer (2M by default; the quick trace's window then needs no eviction under pressure, 1.5M
+// evicts ~2,000 keys a batch under pressure).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +231,7 @@ int main(int argc, char **argv) {
     uint32_t batches = 700; // of 16384 samples: the W=400 run needs ~400 to fill the window
     int quick = 0, with_ref = 1, reps = 1, only_threads = 0, keymap = ORACLE_KEYMAP_AUTO, scatter = 0;
     uint32_t W0 = 200;
+    uint64_t C = 2000000; // rows per trainer (128 MB at D = 16)
     const char *trace_path = NULL; // cache of the generated trace (read if present, else written)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1, batches = 260;
@@ -240,13 +243,14 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) only_threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace_path = argv[++i];
         else if (strcmp(argv[i], "--scatter") == 0) scatter = 1;
+        else if (strcmp(argv[i], "--cache") == 0 && i + 1 < argc && atoll(argv[i + 1]) > 0) C = (uint64_t)atoll(argv[++i]);
         else if (strcmp(argv[i], "--keymap") == 0 && i + 1 < argc && strcmp(argv[i + 1], "flat") == 0)
             keymap = ORACLE_KEYMAP_FLAT, i++;
         else if (strcmp(argv[i], "--keymap") == 0 && i + 1 < argc && strcmp(argv[i + 1], "hash") == 0)
             keymap = ORACLE_KEYMAP_HASH, i++;
         else {
             fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W] [--no-ref] [--reps N] "
-                            "[--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter]\n");
+                            "[--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS]\n");
             return 2;
         }
     }
@@ -309,7 +313,6 @@ int main(int argc, char **argv) {
            (unsigned long long)ns);
     free(byc), free(cnt);
 
-    const uint64_t C = 2000000; // rows per trainer (128 MB at D = 16)
     bcfg base = {8, BIG, W0, 2, 1, C, 0, keymap};
     bres res;
     int rc = -1;

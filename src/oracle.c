@@ -130,6 +130,7 @@ struct oracle_impl {
 
     // planner side
     uint32_t step;
+    uint32_t n_linked; // with two threads: batches whose occurrences the planner has linked (link_batch)
     int done, err;
     uint64_t shared_count;
     uint64_t *priv_count; // (T)
@@ -396,21 +397,23 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
             }
         }
     }
-    // Second pass, in occurrence order with the targets prefetched: link each key's previous
-    // occurrence to its new one, or fill the new active record.
+    // Second pass, in occurrence order with the targets prefetched: record each key's previous
+    // occurrence (the back link) and, with one thread, link that occurrence to the new one (with
+    // two, the planner's thread writes the links: link_batch), or fill the new active record.
     uint64_t *act_gate = o->act_gate;
+    const int link = o->threads == 1;
     // A new active record needs only its gate: its residency state is already RES_NONE (a fresh
     // index is zeroed memory, and retire_batch frees only records whose state is RES_NONE).
     for (uint32_t oc = 0; oc < cnt; oc++) {
         if (oc + IDX_AHEAD_LINK < cnt) {
             uint64_t v2 = prevw[oc + IDX_AHEAD_LINK];
             uint32_t a2 = sact[oc + IDX_AHEAD_LINK];
-            if (v2 & KM_ACTIVE) __builtin_prefetch(occ_next(o, (uint32_t)v2), 1);
-            else __builtin_prefetch(&act_gate[a2], 1);
+            if (!(v2 & KM_ACTIVE)) __builtin_prefetch(&act_gate[a2], 1);
+            else if (link) __builtin_prefetch(occ_next(o, (uint32_t)v2), 1);
         }
         uint64_t v = prevw[oc];
         if (v & KM_ACTIVE) {
-            __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
+            if (link) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELAXED);
             sprev[oc] = (uint32_t)v;
         } else {
             uint32_t a = sact[oc];
@@ -421,6 +424,28 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     sl->n = cnt;
     if (cnt > o->occ_hw) o->occ_hw = cnt;
     return 0;
+}
+
+// With two threads: links the occurrences of batch b (indexed, published) to the previous
+// occurrences of their keys, in the planner's thread, which is the one that reads the links.  This
+// moves a third of the indexer's work to the planner, whose thread was the less loaded.  Links
+// into batches before lo are skipped: the planner no longer reads them, and their slots may be
+// retired and refilled by the indexer meanwhile (retire_batch then sees, in the keymap, that the
+// key has a later occurrence).
+static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
+    const uint32_t R = o->R, j = b % R, tag = j << o->pos_bits, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
+    const slot *sl = &o->slots[j];
+    const uint32_t *sprev = sl->prev, n = sl->n, dmax = b - lo; // links with b - lu <= dmax
+    BP_ASSERT(sl->batch == b && lo <= b);
+    for (uint32_t oc = 0; oc < n; oc++) {
+        if (oc + IDX_AHEAD_LINK < n) {
+            uint32_t p2 = sprev[oc + IDX_AHEAD_LINK];
+            if (p2 != NIL) __builtin_prefetch(&o->slots[p2 >> pos_bits].next[p2 & pos_mask], 1);
+        }
+        uint32_t pr = sprev[oc];
+        if (pr == NIL || (j + R - (pr >> pos_bits)) % R > dmax) continue;
+        __atomic_store_n(&o->slots[pr >> pos_bits].next[pr & pos_mask], tag | oc, __ATOMIC_RELAXED);
+    }
 }
 
 static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n) {
@@ -444,8 +469,10 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
     uint32_t j = bnum % o->R, tag = j << o->pos_bits;
     slot *sl = &o->slots[j];
     BP_ASSERT(sl->batch == bnum);
-    // First the occurrences with no later use (a sequential scan), then their scattered targets
-    // (keymap word, gate, state) with prefetches a few ahead.  The indexer's prevw is free here.
+    // First the occurrences with no later use linked (a sequential scan), then their scattered
+    // targets (keymap word, gate, state) with prefetches a few ahead.  With two threads a later
+    // occurrence may not be linked yet (link_batch): the keymap word, which names the key's
+    // latest occurrence, is the test.  The indexer's prevw is free here.
     uint32_t *last = (uint32_t *)o->prevw, m = 0; // (m) positions in the slot
     for (uint32_t oc = 0; oc < sl->n; oc++)
         if (__atomic_load_n(&sl->next[oc], __ATOMIC_RELAXED) == NIL) last[m++] = oc;
@@ -458,10 +485,13 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
         }
         uint32_t oc = last[k], a = sl->act[oc];
         uint64_t key = slot_key(o, sl, oc);
-        BP_ASSERTF(o->act_state[a] == RES_NONE, "oracle: key %llu resident with no use in the window",
-                   (unsigned long long)key);
         uint64_t *w = o->km_flat ? &o->km[key] : hmap_find(&o->hm, key);
-        BP_ASSERTF(w && *w == (KM_ACTIVE | (uint64_t)a << 32 | (tag | oc)), "oracle: keymap of key %llu",
+        BP_ASSERTF(w && (*w & KM_ACTIVE) && KM_ACT(*w) == a, "oracle: keymap of key %llu", (unsigned long long)key);
+        if ((uint32_t)*w != (tag | oc)) { // a later occurrence, not linked yet
+            BP_ASSERT(o->threads == 2);
+            continue;
+        }
+        BP_ASSERTF(o->act_state[a] == RES_NONE, "oracle: key %llu resident with no use in the window",
                    (unsigned long long)key);
         *w = o->act_gate[a];
         o->act_free[o->n_free++] = a;
@@ -701,6 +731,10 @@ static int plan_step(oracle_impl *o) {
     const uint32_t N = o->finished ? o->n_pushed : NIL;
     uint32_t H = s + P + o->W;
     if (o->finished && H > N - 1) H = N - 1; // N >= 1 here
+    // The links this step reads (those into batches s-1 .. H) are in by now; with two threads, the
+    // planner writes them itself.
+    if (o->threads == 2)
+        while (o->n_linked <= H) link_batch(o, o->n_linked, s ? s - 1 : 0), o->n_linked++;
     plan *prev = &o->rec[(s + 1) & 1], *cur = &o->rec[s & 1];
     uint8_t *state = o->act_state;
 
