@@ -604,7 +604,7 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
         // (lu, position in lu) as an occurrence id would order them: R - d < R < 2^slot_bits
         o->lz_tmp[m++] = (uint64_t)((R - d) << pos_bits | (pr & pos_mask)) << 32 | oc;
     }
-    qsort(o->lz_tmp, m, sizeof *o->lz_tmp, cmp_u64);
+    if (m > 1) qsort(o->lz_tmp, m, sizeof *o->lz_tmp, cmp_u64);
     uint32_t j = v % o->NB;
     BP_ASSERT(o->bucket_n[j] == 0);
     if (m > o->bucket_cap[j]) {
