@@ -8,12 +8,15 @@
 //            residency state (1 byte, a compact array the planner scans) and consistency gate
 //            (the last eviction, 8 bytes).  The key itself is in the slots.
 //   slots    ring of R held batches; a batch's occurrences are its unique keys in first-appearance
-//            order: (key, active index, next occurrence of the same key, users mask), 13 bytes
-//            (4-byte keys when K <= 2^32, 1-byte masks when T <= 8; else 8 bytes each, 24 in all).
+//            order: (key, active index, next and previous occurrence of the same key, users
+//            mask), 17 bytes (4-byte keys when K <= 2^32, 1-byte masks when T <= 8; else 8 bytes
+//            each, 28 in all).
 //            An occurrence id is (slot << pos_bits) | position; next-links make "next use" O(1).
 //   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction;
 //            only keys that can become candidates (next use beyond the pinned batches) enter,
-//            8 bytes each (bentry).
+//            8 bytes each (bentry).  Lazy: a bucket is built (bucket_fill, from its batch's back
+//            links and the residency state) when capacity pressure first reaches its level, and
+//            pushed to only while live, so without pressure no entry is ever written.
 //   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each) and the
 //            replaced keymap word of each new occurrence of the batch being indexed (8 bytes).
 //
@@ -32,8 +35,10 @@
 // free list and the slots being filled; the planner owns the state of published keys, buckets and
 // records.  With threads = 2 the indexer runs on its own thread: batches are published through a
 // mutex (release/acquire) and the only field both touch concurrently, an occurrence's next link,
-// is atomic.  The planner never looks past its horizon H(s), so its output does not depend on how
-// far ahead the indexer is: plans are identical with one or two threads.
+// is atomic; the planner's thread writes the next links then (link_batch, from the back links),
+// and retiring tests the keymap word, not only a NIL link, for a later occurrence.  The planner
+// never looks past its horizon H(s), so its output does not depend on how far ahead the indexer
+// is: plans are identical with one or two threads.
 #include "oracle.h"
 
 #include <pthread.h>

@@ -50,14 +50,17 @@
 // cost nothing); beyond that (hashed id spaces) an open-addressing hash map of touched keys,
 // 16 bytes per entry at load <= 1/2, which doubles without a pause (the next table is faulted in
 // ahead and the old one moved into it a few entries per insert: up to three tables' worth, 48
-// bytes per entry of the current one, while that happens).  Active records (keys occurring in a held batch, which
-// includes every resident key): 13 bytes (state, gate, free-list entry).  Occurrences (one per
-// unique key per held batch): 13 bytes when K <= 2^32 and T <= 8 (4-byte key, 1-byte users mask),
-// up to 24 otherwise.  Belady bucket entries (resident keys not needed soon): 8 bytes.  Indexer
-// scratch: 8 bytes per unique key of one batch plus one transposed trainer slice (4 bytes per id).
+// bytes per entry of the current one, while that happens).  Active records (keys occurring in a
+// held batch, which includes every resident key): 13 bytes (state, gate, free-list entry).
+// Occurrences (one per unique key per held batch): 17 bytes when K <= 2^32 and T <= 8 (4-byte
+// key, 1-byte users mask, next and back links), up to 28 otherwise.  Belady bucket entries
+// (resident keys not needed soon), 8 bytes each, exist only for the levels that capacity
+// pressure has reached (a level's bucket is built from the back links of its batch when first
+// needed).  Indexer scratch: 8 bytes per unique key of one batch plus one transposed trainer
+// slice (4 bytes per id).
 // Only the per-key words grow with the run (with the distinct keys touched); the rest is bounded
-// by the window: at B=16384, W=200 on a Criteo-like trace about 690 MiB, 0.27 GB of it the flat
-// keymap (see bench_oracle, docs/oracle.md).
+// by the window: at B=16384, W=200 on a Criteo-like trace about 665-770 MiB, 0.27 GB of it the
+// flat keymap (see bench_oracle, docs/oracle.md).
 #ifndef BP_ORACLE_H
 #define BP_ORACLE_H
 
