@@ -2,6 +2,7 @@
 //
 //   build/bench/bench_oracle [--batches N] [--quick] [--window W] [--zipf S] [--no-ref] [--reps N]
 //                            [--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS]
+//                            [--links auto|indexer|planner]
 //
 // The trace: the 26 Criteo Kaggle tables (33.7M rows), ids drawn per table from a power law
 // (rank^-s, hot ids first as after frequency mapping) with s tuned so that ~1% of the rows take
@@ -18,7 +19,8 @@
 // --scatter spreads each table's hot ids over the table, as hashed ids are (the trace file keeps
 // the ranked ids; the scatter is applied after loading), and --cache ROWS sets the capacity per
 // trainer (2M by default; the quick trace's window then needs no eviction under pressure, 1.5M
-// evicts ~2,000 keys a batch under pressure).
+// evicts ~2,000 keys a batch under pressure), and --links fixes which of the two threads writes
+// the next-use links (ORACLE_LINKS_*; auto by default: the one that waits).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,13 +98,15 @@ static const planner_api ref_api = {ra_init, ra_push, ra_finish, ra_next, ra_sta
 
 typedef struct {
     double worst_ms; // the slowest push + plans of one batch over the whole run (wall)
-    double record_kb, faults_per_batch, sync_now_pb, sync_later_pb, pressure_pb, sps, ms_per_batch, hit, fetch_per_batch, unique_per_batch, cpu_sps, cpu_index_ms, cpu_plan_ms;
+    double record_kb, linked_indexer, faults_per_batch, sync_now_pb, sync_later_pb, pressure_pb, sps, ms_per_batch, hit, fetch_per_batch, unique_per_batch, cpu_sps, cpu_index_ms, cpu_plan_ms;
     uint64_t mem, rss_growth, active;
 } bres;
 
+static int g_links = ORACLE_LINKS_AUTO; // --links
+
 static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     oracle_config cfg = {.T = c.T, .B = c.B, .F = NF, .card = kaggle_card, .W = c.W, .P = c.P, .C = c.C,
-                         .threads = (int)c.threads, .borrow_input = 1, .keymap = c.keymap};
+                         .threads = (int)c.threads, .borrow_input = 1, .keymap = c.keymap, .links = g_links};
     uint64_t rss0 = rss_bytes();
     const planner_api *api = c.ref ? &ref_api : &fast_api;
     union {
@@ -164,6 +168,7 @@ static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     out->sync_now_pb = (double)st.sync_now / (double)st.batches;
     out->sync_later_pb = (double)st.sync_later / (double)st.batches;
     out->pressure_pb = (double)st.evictions_pressure / (double)st.batches;
+    out->linked_indexer = c.threads == 2 ? (double)st.linked_indexer / (double)st.batches : 1;
     // CPU-time figures (robust to a loaded machine): one thread does both halves; with two, the
     // slower half bounds the rate.
     // Index CPU up to the end (the indexer may still be busy with the last pushes), plan CPU up
@@ -219,11 +224,13 @@ static void report(const char *label, bcfg c, const bres *r) {
     printf("%-12s T=%-2u B=%-5u W=%-3u thr=%u | cpu: %5.2f M samples/s, index %6.2f + plan %6.2f ms/batch | "
            "wall: %5.2f M samples/s %7.2f ms/batch, slowest %.0f | hit %5.1f%% %6.0f fetch/%6.0f unique/batch, record %.0f KiB | "
            "mem %s (rss +%s) "
-           "active %llu, %.0f page faults/batch | per batch: sync %.0f now %.0f later, %.0f pressure evictions\n",
+           "active %llu, %.0f page faults/batch | per batch: sync %.0f now %.0f later, %.0f pressure evictions; "
+           "links by the indexer %.0f%%\n",
            label, c.T, c.B, c.W, c.threads, r->cpu_sps / 1e6, r->cpu_index_ms, r->cpu_plan_ms, r->sps / 1e6,
            r->ms_per_batch, r->worst_ms, 100 * r->hit, r->fetch_per_batch, r->unique_per_batch, r->record_kb,
            bp_fmt_bytes(m1, sizeof m1, (double)r->mem), bp_fmt_bytes(m2, sizeof m2, (double)r->rss_growth),
-           (unsigned long long)r->active, r->faults_per_batch, r->sync_now_pb, r->sync_later_pb, r->pressure_pb);
+           (unsigned long long)r->active, r->faults_per_batch, r->sync_now_pb, r->sync_later_pb, r->pressure_pb,
+           100 * r->linked_indexer);
     fflush(stdout);
 }
 
@@ -248,9 +255,16 @@ int main(int argc, char **argv) {
             keymap = ORACLE_KEYMAP_FLAT, i++;
         else if (strcmp(argv[i], "--keymap") == 0 && i + 1 < argc && strcmp(argv[i + 1], "hash") == 0)
             keymap = ORACLE_KEYMAP_HASH, i++;
+        else if (strcmp(argv[i], "--links") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0)
+            g_links = ORACLE_LINKS_AUTO, i++;
+        else if (strcmp(argv[i], "--links") == 0 && i + 1 < argc && strcmp(argv[i + 1], "indexer") == 0)
+            g_links = ORACLE_LINKS_INDEXER, i++;
+        else if (strcmp(argv[i], "--links") == 0 && i + 1 < argc && strcmp(argv[i + 1], "planner") == 0)
+            g_links = ORACLE_LINKS_PLANNER, i++;
         else {
             fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W] [--no-ref] [--reps N] "
-                            "[--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS]\n");
+                            "[--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS] "
+                            "[--links auto|indexer|planner]\n");
             return 2;
         }
     }

@@ -35,8 +35,9 @@
 // free list and the slots being filled; the planner owns the state of published keys, buckets and
 // records.  With threads = 2 the indexer runs on its own thread: batches are published through a
 // mutex (release/acquire) and the only field both touch concurrently, an occurrence's next link,
-// is atomic; the planner's thread writes the next links then (link_batch, from the back links),
-// and retiring tests the keymap word, not only a NIL link, for a later occurrence.  The planner
+// is atomic; the thread that waits for the other writes the next links (the indexer in pass 2,
+// or the planner, link_batch, from the back links), and retiring tests the keymap word, not only
+// a NIL link, for a later occurrence.  The planner
 // never looks past its horizon H(s), so its output does not depend on how far ahead the indexer
 // is: plans are identical with one or two threads.
 #include "oracle.h"
@@ -71,6 +72,7 @@ typedef struct {
     uint32_t n;      // unique keys in the batch
     uint32_t batch;  // which batch the slot holds
     uint32_t samples;
+    int linked;      // 1: the indexer linked the previous occurrences to these (pass 2)
 } slot;
 
 // The hash keymap: open addressing with linear probing, key and value side by side so that a
@@ -130,12 +132,13 @@ struct oracle_impl {
 
     // shared counters (under mu with two threads)
     uint32_t n_pushed, n_indexed, n_retired;
+    int links, idx_links; // ORACLE_LINKS_*; with AUTO, 1: the indexer links the batches it indexes
     uint32_t last_short; // a batch shorter than B was pushed (must be the last)
     int finished;
 
     // planner side
     uint32_t step;
-    uint32_t n_linked; // with two threads: batches whose occurrences the planner has linked (link_batch)
+    uint32_t n_linked; // with two threads: batches whose links the planner has written or found
     int done, err;
     uint64_t shared_count;
     uint64_t *priv_count; // (T)
@@ -346,7 +349,8 @@ static int index_check(const oracle_impl *o, const uint32_t *ids, uint32_t n) {
 // `k32` and `u8` (keymap kind, slot entry widths) are constants at each call site, so their tests
 // leave the inner loop.
 static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o, const uint32_t *ids, uint32_t n,
-                                                                   const int flat, const int k32, const int u8) {
+                                                                   int link, const int flat, const int k32,
+                                                                   const int u8) {
     uint32_t bnum = o->n_indexed, j = bnum % o->R;
     slot *sl = &o->slots[j];
     const uint32_t F = o->F, T = o->T, tag = j << o->pos_bits, pos_mask = o->pos_mask;
@@ -359,7 +363,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     uint32_t *sact = sl->act, *snext = sl->next, *sprev = sl->prev, *cols = o->cols;
     uint64_t *prevw = o->prevw;
     const uint32_t *maxid = o->card32;
-    sl->batch = bnum, sl->samples = n, sl->n = 0;
+    sl->batch = bnum, sl->samples = n, sl->n = 0, sl->linked = link;
     uint32_t cnt = 0;
     // Trainer by trainer, table by table (the occurrence order): the trainer's slice is first
     // transposed into cols (F, len) so that each table's ids are read in sequence; the hot ids of
@@ -403,10 +407,10 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         }
     }
     // Second pass, in occurrence order with the targets prefetched: record each key's previous
-    // occurrence (the back link) and, with one thread, link that occurrence to the new one (with
-    // two, the planner's thread writes the links: link_batch), or fill the new active record.
+    // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
+    // planner's thread does: link_batch), or fill the new active record.  The link is stored with
+    // release order, so the planner that reads it also sees this slot's batch number.
     uint64_t *act_gate = o->act_gate;
-    const int link = o->threads == 1;
     // A new active record needs only its gate: its residency state is already RES_NONE (a fresh
     // index is zeroed memory, and retire_batch frees only records whose state is RES_NONE).
     for (uint32_t oc = 0; oc < cnt; oc++) {
@@ -418,7 +422,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         }
         uint64_t v = prevw[oc];
         if (v & KM_ACTIVE) {
-            if (link) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELAXED);
+            if (link) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
             sprev[oc] = (uint32_t)v;
         } else {
             uint32_t a = sact[oc];
@@ -431,10 +435,12 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     return 0;
 }
 
-// With two threads: links the occurrences of batch b (indexed, published) to the previous
-// occurrences of their keys, in the planner's thread, which is the one that reads the links.  This
-// moves a third of the indexer's work to the planner, whose thread was the less loaded.  Links
-// into batches before lo are skipped: the planner no longer reads them, and their slots may be
+// With two threads: links the occurrences of batch b (indexed, published, not linked by the
+// indexer) to the previous occurrences of their keys, in the planner's thread, which is the one
+// that reads the links.  This moves a third of the indexer's work to the planner when the indexer
+// is the slower half (without capacity pressure it is; with much pressure the planner is, and the
+// indexer keeps the links: ORACLE_LINKS_AUTO decides batch by batch).  Links into batches before
+// lo are skipped: the planner no longer reads them, and their slots may be
 // retired and refilled by the indexer meanwhile (retire_batch then sees, in the keymap, that the
 // key has a later occurrence).
 static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
@@ -453,17 +459,17 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
     }
 }
 
-static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n) {
+static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n, int link) {
     int v = o->km_flat << 2 | o->key32 << 1 | o->users8;
     switch (v) {
-    case 0: return index_batch_impl(o, ids, n, 0, 0, 0);
-    case 1: return index_batch_impl(o, ids, n, 0, 0, 1);
-    case 2: return index_batch_impl(o, ids, n, 0, 1, 0);
-    case 3: return index_batch_impl(o, ids, n, 0, 1, 1);
-    case 4: return index_batch_impl(o, ids, n, 1, 0, 0);
-    case 5: return index_batch_impl(o, ids, n, 1, 0, 1);
-    case 6: return index_batch_impl(o, ids, n, 1, 1, 0);
-    default: return index_batch_impl(o, ids, n, 1, 1, 1);
+    case 0: return index_batch_impl(o, ids, n, link, 0, 0, 0);
+    case 1: return index_batch_impl(o, ids, n, link, 0, 0, 1);
+    case 2: return index_batch_impl(o, ids, n, link, 0, 1, 0);
+    case 3: return index_batch_impl(o, ids, n, link, 0, 1, 1);
+    case 4: return index_batch_impl(o, ids, n, link, 1, 0, 0);
+    case 5: return index_batch_impl(o, ids, n, link, 1, 0, 1);
+    case 6: return index_batch_impl(o, ids, n, link, 1, 1, 0);
+    default: return index_batch_impl(o, ids, n, link, 1, 1, 1);
     }
 }
 
@@ -505,10 +511,10 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
 }
 
 // Retires what the planner has released, then indexes one batch.  (Either thread.)
-static int indexer_run(oracle_impl *o, const uint32_t *ids, uint32_t n, uint32_t retired) {
+static int indexer_run(oracle_impl *o, const uint32_t *ids, uint32_t n, uint32_t retired, int link) {
     while (o->retire_done < retired) retire_batch(o, o->retire_done++);
     BP_ASSERT(o->n_indexed < o->R + o->retire_done);
-    return index_batch(o, ids, n);
+    return index_batch(o, ids, n, link);
 }
 
 static double thread_cpu(void) {
@@ -525,14 +531,18 @@ static void *indexer_thread(void *arg) {
     oracle_impl *o = arg;
     pthread_mutex_lock(&o->mu);
     for (;;) {
-        while (!o->stop && !(o->in_count > 0 && o->n_indexed < o->R + o->n_retired && !o->idx_err))
+        while (!o->stop && !(o->in_count > 0 && o->n_indexed < o->R + o->n_retired && !o->idx_err)) {
+            // Waiting for input or for ring space: the planner's thread (which also pushes) lags.
+            if (!o->idx_err) o->idx_links = 1;
             pthread_cond_wait(&o->cv, &o->mu);
+        }
         if (o->stop) break;
         inbatch in = o->inq[o->in_head % INQ];
         uint32_t retired = o->n_retired;
+        int link = o->links == ORACLE_LINKS_INDEXER || (o->links == ORACLE_LINKS_AUTO && o->idx_links);
         pthread_mutex_unlock(&o->mu);
         double c0 = thread_cpu();
-        int rc = indexer_run(o, in.ids, in.n, retired);
+        int rc = indexer_run(o, in.ids, in.n, retired, link);
         double dc = thread_cpu() - c0;
         if (rc) snprintf(o->idx_msg, sizeof o->idx_msg, "%s", bp_errmsg(rc));
         pthread_mutex_lock(&o->mu);
@@ -738,8 +748,12 @@ static int plan_step(oracle_impl *o) {
     if (o->finished && H > N - 1) H = N - 1; // N >= 1 here
     // The links this step reads (those into batches s-1 .. H) are in by now; with two threads, the
     // planner writes them itself.
-    if (o->threads == 2)
-        while (o->n_linked <= H) link_batch(o, o->n_linked, s ? s - 1 : 0), o->n_linked++;
+    if (o->threads == 2) {
+        for (; o->n_linked <= H; o->n_linked++) {
+            if (o->slots[o->n_linked % o->R].linked) o->st.linked_indexer++;
+            else link_batch(o, o->n_linked, s ? s - 1 : 0);
+        }
+    }
     plan *prev = &o->rec[(s + 1) & 1], *cur = &o->rec[s & 1];
     uint8_t *state = o->act_state;
 
@@ -904,6 +918,8 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
                        ORACLE_MAX_WINDOW, cfg->P);
     if (cfg->C < 1) return bp_fail(BP_EINVAL, "oracle: cache capacity must be at least 1 row");
     if (cfg->threads != 1 && cfg->threads != 2) return bp_fail(BP_EINVAL, "oracle: threads must be 1 or 2");
+    if (cfg->links < ORACLE_LINKS_AUTO || cfg->links > ORACLE_LINKS_PLANNER)
+        return bp_fail(BP_EINVAL, "oracle: links must be ORACLE_LINKS_AUTO, _INDEXER or _PLANNER (%d)", cfg->links);
     uint64_t K = 0;
     for (uint32_t f = 0; f < cfg->F; f++) {
         if (cfg->card[f] == 0 || cfg->card[f] > (1ull << 32))
@@ -923,6 +939,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     oracle_impl *o = bp_xcalloc(1, sizeof *o);
     o->T = cfg->T, o->B = cfg->B, o->F = cfg->F, o->W = cfg->W, o->P = cfg->P, o->C = cfg->C;
     o->R = R, o->NB = cfg->P + cfg->W + 2, o->threads = (uint32_t)cfg->threads, o->K = K;
+    o->links = cfg->links;
     o->row_base = cfg->row_base, o->borrow = cfg->borrow_input;
     o->pos_bits = pos_bits, o->pos_mask = (1u << pos_bits) - 1;
     o->offset = bp_xmalloc(cfg->F * sizeof *o->offset);
@@ -1052,7 +1069,7 @@ int oracle_push_samples(oracle *out, const uint32_t *ids, uint32_t n) {
     if (n < o->B) o->last_short = 1;
     if (o->threads == 1) {
         double c0 = thread_cpu();
-        int rc = indexer_run(o, ids, n, o->n_retired);
+        int rc = indexer_run(o, ids, n, o->n_retired, 1);
         o->cpu_index += thread_cpu() - c0;
         if (rc) return o->err = rc;
         o->n_indexed++;
@@ -1109,6 +1126,7 @@ int oracle_next_plan(oracle *out, plan *p) {
         }
         if (o->threads == 2) {
             pthread_mutex_lock(&o->mu);
+            if (o->n_indexed < need && !o->idx_err) o->idx_links = 0; // the indexer lags: link here
             while (o->n_indexed < need && !o->idx_err) pthread_cond_wait(&o->cv, &o->mu);
             int e = o->idx_err;
             pthread_mutex_unlock(&o->mu);

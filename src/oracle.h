@@ -74,6 +74,13 @@
 
 enum { ORACLE_KEYMAP_AUTO = 0, ORACLE_KEYMAP_FLAT = 1, ORACLE_KEYMAP_HASH = 2 };
 
+// With two threads, who links each batch's occurrences to the previous occurrences of their keys
+// (a third of the indexer's work, random writes): AUTO moves it, batch by batch, to the thread
+// that waits (the indexer when it waits for input or ring space, the planner when it waits for
+// the indexer);
+// the others fix it, for tests and benchmarks.  Plans are the same whichever thread links.
+enum { ORACLE_LINKS_AUTO = 0, ORACLE_LINKS_INDEXER = 1, ORACLE_LINKS_PLANNER = 2 };
+
 typedef struct {
     uint32_t T;           // trainers, 1..ORACLE_MAX_TRAINERS
     uint32_t B;           // global batch size (samples); only the last batch may be shorter
@@ -86,6 +93,7 @@ typedef struct {
     int threads;          // 1, or 2 (one thread indexes incoming batches while the caller plans)
     int keymap;           // ORACLE_KEYMAP_*
     int borrow_input;     // 1: pushed ids stay valid until oracle_free (no copy)
+    int links;            // with two threads, which thread writes next-use links: ORACLE_LINKS_*
 } oracle_config;
 
 typedef struct {
@@ -99,6 +107,7 @@ typedef struct {
     uint64_t peak_resident;   // max over steps and trainers of occupied slots
     uint64_t active_peak;     // most keys tracked at once (occurring in held batches or resident)
     uint64_t mem_bytes;       // the oracle's own data structures at their high-water mark
+    uint64_t linked_indexer;  // with two threads: batches the indexer linked (the rest, the planner)
     double cpu_index_s;       // CPU time spent indexing batches (dedupe, linking, retiring)
     double cpu_plan_s;        // CPU time spent planning (in oracle_next_plan)
 } oracle_stats;

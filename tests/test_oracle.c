@@ -29,6 +29,7 @@ typedef struct {
     uint32_t T, W, P;
     uint64_t C;
     int threads, keymap;
+    int links; // ORACLE_LINKS_* (two threads)
 } run_cfg;
 
 static uint64_t g_row_base = 1000; // row_base given to the oracle and expected by the checker
@@ -94,7 +95,8 @@ static void stream_add(stream *s, const plan *p) {
 static int run_oracle(const trace *tr, run_cfg c, stream *out, oracle_stats *st) {
     memset(out, 0, sizeof *out);
     oracle_config cfg = {.T = c.T, .B = tr->B, .F = tr->F, .card = tr->card, .W = c.W, .P = c.P, .C = c.C,
-                         .row_base = g_row_base, .threads = c.threads ? c.threads : 1, .keymap = c.keymap};
+                         .row_base = g_row_base, .threads = c.threads ? c.threads : 1, .keymap = c.keymap,
+                         .links = c.links};
     oracle o;
     int rc = oracle_init(&o, &cfg);
     if (rc) return rc;
@@ -440,8 +442,9 @@ TEST(oracle_checker_random_traces) {
         int kind = (int)bp_rng_below(&r, 5);
         trace tr;
         trace_make(&tr, 1000 + (uint64_t)it, kind, N, B, F, card, 1 + bp_rng_below(&r, B));
-        // Every third trace also goes through the two-thread planner and the hash keymap.
-        run_cfg c = {T, W, P, 0, it % 3 == 0 ? 2 : 1, it % 3 == 0 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO};
+        // Every third trace also goes through the two-thread planner and the hash keymap, with
+        // the links written by either thread or as they come.
+        run_cfg c = {T, W, P, 0, it % 3 == 0 ? 2 : 1, it % 3 == 0 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO, it / 3 % 3};
         uint64_t lo = capacity_lower_bound(&tr, T, P);
         uint64_t cmin = min_capacity(&tr, c, lo, tr_keys(&tr) + 1);
         ASSERT_MSG(cmin >= lo, "it %d: no capacity works (lower bound %llu)", it, (unsigned long long)lo);
@@ -481,7 +484,7 @@ TEST(oracle_checker_adversarial_traces) {
         for (uint32_t T = 1; T <= 5; T++)
             for (uint32_t P = 0; P <= 3; P++)
                 for (uint32_t W = 1; W <= 8; W += 3) {
-                    run_cfg c = {T, W, P, 0, 1, 0};
+                    run_cfg c = {T, W, P, 0, 1, 0, 0};
                     uint64_t cmin = min_capacity(&tr, c, capacity_lower_bound(&tr, T, P), tr_keys(&tr) + 1);
                     ASSERT_MSG(cmin > 0, "%s T=%u P=%u W=%u: no capacity works", cases[ci].what, T, P, W);
                     for (uint64_t C = cmin; C <= cmin + 2; C += 2) {
@@ -504,7 +507,7 @@ TEST(oracle_capacity_error_names_minimum) {
         trace tr;
         trace_make(&tr, 5 + P, 1, 25, 4, 1, card, 0);
         uint64_t need = capacity_lower_bound(&tr, 1, P); // exact for T = 1
-        run_cfg c = {1, 4, P, need, 1, 0};
+        run_cfg c = {1, 4, P, need, 1, 0, 0};
         check_result cr;
         ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "P=%u C=%llu: %s", P, (unsigned long long)need, cr.msg);
         c.C = need - 1;
@@ -520,7 +523,7 @@ TEST(oracle_capacity_error_names_minimum) {
     trace tr;
     uint64_t card2[2] = {20, 20};
     trace_make(&tr, 9, 0, 30, 8, 2, card2, 0);
-    run_cfg c = {4, 3, 2, 0, 1, 0};
+    run_cfg c = {4, 3, 2, 0, 1, 0, 0};
     uint64_t cmin = min_capacity(&tr, c, 1, 100);
     ASSERT_TRUE(cmin > 1);
     c.C = cmin - 1;
@@ -585,7 +588,7 @@ TEST(oracle_fetches_match_exhaustive_optimum) {
         trace_make(&tr, 500 + (uint64_t)it, (int)bp_rng_below(&r, 2) ? 0 : 4, N, B, 1, card, 0);
         uint64_t lo = capacity_lower_bound(&tr, 1, P);
         for (uint64_t C = lo; C <= card[0]; C++) {
-            run_cfg c = {1, N + 1, P, C, 1, 0}; // the window covers the whole trace
+            run_cfg c = {1, N + 1, P, C, 1, 0, 0}; // the window covers the whole trace
             check_result cr;
             int rc = run_and_check(&tr, c, &cr, NULL);
             ASSERT_MSG(rc == 0, "it %d C=%llu: %s", it, (unsigned long long)C, cr.msg);
@@ -605,17 +608,19 @@ TEST(oracle_plans_deterministic_across_runs_threads_keymaps) {
     uint64_t card[3] = {200, 50, 1000};
     trace tr;
     trace_make(&tr, 11, 0, 120, 64, 3, card, 17);
-    run_cfg base = {4, 6, 2, 0, 1, ORACLE_KEYMAP_FLAT};
+    run_cfg base = {4, 6, 2, 0, 1, ORACLE_KEYMAP_FLAT, 0};
     base.C = min_capacity(&tr, base, capacity_lower_bound(&tr, 4, 2), 2000) + 5;
     ASSERT_TRUE(base.C > 5);
     stream ref;
     ASSERT_OK(run_oracle(&tr, base, &ref, NULL));
     ASSERT_EQ(ref.records, 120);
-    run_cfg vars[4] = {base, base, base, base};
+    run_cfg vars[6] = {base, base, base, base, base, base};
     vars[1].threads = 2;
     vars[2].keymap = ORACLE_KEYMAP_HASH;
     vars[3].threads = 2, vars[3].keymap = ORACLE_KEYMAP_HASH;
-    for (int v = 0; v < 4; v++) {
+    vars[4].threads = 2, vars[4].links = ORACLE_LINKS_INDEXER;
+    vars[5].threads = 2, vars[5].links = ORACLE_LINKS_PLANNER;
+    for (int v = 0; v < 6; v++) {
         for (int rep = 0; rep < 2; rep++) {
             stream s;
             ASSERT_OK(run_oracle(&tr, vars[v], &s, NULL));
@@ -636,7 +641,7 @@ TEST(oracle_memory_bounded_by_window) {
     for (int k = 0; k < 2; k++) {
         trace tr;
         trace_make(&tr, 21, 1, k ? 400 : 100, 32, 1, card, 0);
-        run_cfg c = {2, 5, 1, 1000, 1, ORACLE_KEYMAP_FLAT};
+        run_cfg c = {2, 5, 1, 1000, 1, ORACLE_KEYMAP_FLAT, 0};
         stream s;
         ASSERT_OK(run_oracle(&tr, c, &s, &st[k]));
         free(s.buf);
@@ -679,6 +684,8 @@ TEST(oracle_rejects_bad_input) {
     bad = cfg, bad.C = 0;
     ASSERT_EQ(oracle_init(&o, &bad), BP_EINVAL);
     bad = cfg, bad.threads = 3;
+    ASSERT_EQ(oracle_init(&o, &bad), BP_EINVAL);
+    bad = cfg, bad.links = 3;
     ASSERT_EQ(oracle_init(&o, &bad), BP_EINVAL);
     // Two threads: the indexer's error reaches the caller.
     cfg.threads = 2;
@@ -829,7 +836,7 @@ TEST(oracle_restates_pending_reduction_on_pressure) {
     uint32_t ids[5][1] = {{1}, {2}, {3}, {2}, {1}};
     oracle_config cfg = {.T = 1, .B = 1, .F = 1, .card = card, .W = 8, .P = 0, .C = 2, .threads = 1};
     trace tr = {.N = 5, .B = 1, .F = 1, .n_last = 1, .card = {10}, .ids = &ids[0][0]};
-    run_cfg c = {1, 8, 0, 2, 1, 0};
+    run_cfg c = {1, 8, 0, 2, 1, 0, 0};
     check_result cr;
     ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "%s", cr.msg);
     plan recs[5];
@@ -880,7 +887,7 @@ TEST(oracle_dataset_driver_matches_in_memory) {
     ASSERT_EQ(st.samples, 115);
     // The same batches through the in-memory API give the same bytes.
     tr.n_last = 5;
-    run_cfg c = {3, 4, 1, 60, 1, 0};
+    run_cfg c = {3, 4, 1, 60, 1, 0, 0};
     check_result cr;
     plan p;
     plan_init(&p);
@@ -975,11 +982,12 @@ TEST(oracle_fast_matches_reference_small_traces) {
         trace tr;
         trace_make(&tr, 7000 + (uint64_t)it, kind, N, B, F, card, 1 + bp_rng_below(&r, B));
         uint64_t K = tr_keys(&tr);
-        run_cfg c0 = {T, W, P, 0, 1, ORACLE_KEYMAP_AUTO};
+        run_cfg c0 = {T, W, P, 0, 1, ORACLE_KEYMAP_AUTO, 0};
         uint64_t lo = ref_min_capacity(&tr, c0, capacity_lower_bound(&tr, T, P), K + 1);
         uint64_t caps[3] = {lo > 1 ? lo - 1 : 1, lo + bp_rng_below(&r, 4), K + 3};
         for (int k = 0; k < 3; k++) {
-            run_cfg c = {T, W, P, caps[k], 1 + (it % 4 == 1), it % 5 == 2 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO};
+            run_cfg c = {T, W, P, caps[k], 1 + (it % 4 == 1), it % 5 == 2 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO,
+                         (it + k) % 3};
             char msg[700];
             int rc;
             ASSERT_MSG(!fast_vs_ref(&tr, c, &rc, msg, sizeof msg), "it %d (kind %d T=%u P=%u W=%u B=%u N=%u F=%u C=%llu): %s",
@@ -1007,12 +1015,12 @@ TEST(oracle_fast_matches_reference_large_traces) {
         trace tr;
         trace_make(&tr, 900 + k, cases[k].kind, cases[k].N, cases[k].B, cases[k].F, cases[k].card, cases[k].B / 3);
         uint64_t K = tr_keys(&tr);
-        run_cfg c0 = {cases[k].T, cases[k].W, cases[k].P, 0, 1, ORACLE_KEYMAP_AUTO};
+        run_cfg c0 = {cases[k].T, cases[k].W, cases[k].P, 0, 1, ORACLE_KEYMAP_AUTO, 0};
         uint64_t lo = ref_min_capacity(&tr, c0, capacity_lower_bound(&tr, cases[k].T, cases[k].P), K + 1);
         uint64_t caps[3] = {lo - 1, lo + lo / 8, K + 1};
         for (int j = 0; j < 3; j++)
             for (int th = 1; th <= 2; th++) {
-                run_cfg c = {cases[k].T, cases[k].W, cases[k].P, caps[j], th, j == 1 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO};
+                run_cfg c = {cases[k].T, cases[k].W, cases[k].P, caps[j], th, j == 1 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO, 0};
                 char msg[700];
                 int rc;
                 ASSERT_MSG(!fast_vs_ref(&tr, c, &rc, msg, sizeof msg), "case %zu C=%llu threads %d: %s", k,
@@ -1039,14 +1047,14 @@ TEST(oracle_fast_matches_reference_wide_entries) {
         trace tr;
         trace_make(&tr, 1300 + k, cases[k].kind, cases[k].N, cases[k].B, cases[k].F, cases[k].card, cases[k].B / 2);
         uint64_t K = tr_keys(&tr);
-        run_cfg c0 = {cases[k].T, cases[k].W, cases[k].P, 0, 1, ORACLE_KEYMAP_AUTO};
+        run_cfg c0 = {cases[k].T, cases[k].W, cases[k].P, 0, 1, ORACLE_KEYMAP_AUTO, 0};
         // (capacity_lower_bound sizes an array by the key space, too large here)
         uint64_t lo = ref_min_capacity(&tr, c0, 1, (uint64_t)cases[k].N * cases[k].B * cases[k].F + 1);
         uint64_t caps[2] = {lo, lo + lo / 4};
         int ok = 0;
         for (int j = 0; j < 2; j++)
             for (int th = 1; th <= 2; th++) {
-                run_cfg c = {cases[k].T, cases[k].W, cases[k].P, caps[j], th, ORACLE_KEYMAP_AUTO};
+                run_cfg c = {cases[k].T, cases[k].W, cases[k].P, caps[j], th, ORACLE_KEYMAP_AUTO, 0};
                 char msg[700];
                 int rc;
                 ASSERT_MSG(!fast_vs_ref(&tr, c, &rc, msg, sizeof msg), "case %zu (K %llu) C=%llu threads %d: %s", k,
@@ -1076,7 +1084,7 @@ TEST(oracle_plan_bytes_pinned) {
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         trace tr;
         trace_make(&tr, 900 + k, cases[k].kind, cases[k].N, cases[k].B, cases[k].F, cases[k].card, cases[k].B / 3);
-        run_cfg c = {cases[k].T, cases[k].W, cases[k].P, 0, 1, ORACLE_KEYMAP_AUTO};
+        run_cfg c = {cases[k].T, cases[k].W, cases[k].P, 0, 1, ORACLE_KEYMAP_AUTO, 0};
         uint64_t lo = ref_min_capacity(&tr, c, capacity_lower_bound(&tr, cases[k].T, cases[k].P), tr_keys(&tr) + 1);
         c.C = lo + lo / 16;
         stream s;
@@ -1102,7 +1110,7 @@ TEST(oracle_tail_keys_private_no_extra_capacity) {
             for (uint32_t W = 0; W <= 6; W += 3) {
                 trace tr;
                 trace_make(&tr, 5 + T, 3, 20, 8, 1, card, T + P); // all cold, the last batch short
-                run_cfg c = {T, W, P, 0, 1, 0};
+                run_cfg c = {T, W, P, 0, 1, 0, 0};
                 c.C = capacity_lower_bound(&tr, T, P);
                 if (W >= P) { // with W < P nothing is private in the steady state
                     check_result cr;
@@ -1139,7 +1147,7 @@ TEST(oracle_hash_keymap_grows_many_times) {
     }
     free(seen);
     for (int th = 1; th <= 2; th++) {
-        run_cfg c = {3, 4, 1, 400, th, ORACLE_KEYMAP_FLAT};
+        run_cfg c = {3, 4, 1, 400, th, ORACLE_KEYMAP_FLAT, 0};
         stream a, b;
         oracle_stats sa, sb;
         ASSERT_OK(run_oracle(&tr, c, &a, &sa));
@@ -1184,7 +1192,7 @@ TEST(oracle_keys_at_top_of_key_space) {
         for (uint32_t f = 0; f < F; f++) big.card[f] = cases[ci].big[f];
         for (size_t j = 0; j < (size_t)N * B * F; j++)
             big.ids[j] = (uint32_t)(small.ids[j] + (big.card[j % F] - card[j % F]));
-        run_cfg c = {cases[ci].T, cases[ci].W, cases[ci].P, 0, 1, ORACLE_KEYMAP_AUTO};
+        run_cfg c = {cases[ci].T, cases[ci].W, cases[ci].P, 0, 1, ORACLE_KEYMAP_AUTO, 0};
         c.C = min_capacity(&small, c, capacity_lower_bound(&small, c.T, c.P), tr_keys(&small) + 1);
         ASSERT_TRUE(c.C > 0);
         for (int th = 1; th <= 2; th++) {
@@ -1241,7 +1249,7 @@ TEST(oracle_checker_edge_settings) {
             for (uint32_t n_last = 1; n_last <= 6; n_last += 5) {
                 trace tr;
                 trace_make(&tr, 31 * ci + (uint64_t)kind, kind, 40, 6, 2, card, n_last);
-                run_cfg c = {cfgs[ci].T, cfgs[ci].W, cfgs[ci].P, 0, 1, ORACLE_KEYMAP_AUTO};
+                run_cfg c = {cfgs[ci].T, cfgs[ci].W, cfgs[ci].P, 0, 1, ORACLE_KEYMAP_AUTO, 0};
                 uint64_t cmin = min_capacity(&tr, c, capacity_lower_bound(&tr, c.T, c.P), tr_keys(&tr) + 1);
                 ASSERT_MSG(cmin > 0, "T=%u P=%u W=%u kind %d: no capacity works", c.T, c.P, c.W, kind);
                 for (int v = 0; v < 4; v++) {
