@@ -37,9 +37,9 @@
 // mutex (release/acquire) and the only field both touch concurrently, an occurrence's next link,
 // is atomic; the thread that waits for the other writes the next links (the indexer in pass 2,
 // or the planner, link_batch, from the back links), and retiring tests the keymap word, not only
-// a NIL link, for a later occurrence.  The planner
-// never looks past its horizon H(s), so its output does not depend on how far ahead the indexer
-// is: plans are identical with one or two threads.
+// a NIL link, for a later occurrence.  The planner never looks past its horizon H(s), so its
+// output does not depend on how far ahead the indexer is: plans are identical with one or two
+// threads.
 #include "oracle.h"
 
 #include <pthread.h>
@@ -440,9 +440,9 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
 // that reads the links.  This moves a third of the indexer's work to the planner when the indexer
 // is the slower half (without capacity pressure it is; with much pressure the planner is, and the
 // indexer keeps the links: ORACLE_LINKS_AUTO decides batch by batch).  Links into batches before
-// lo are skipped: the planner no longer reads them, and their slots may be
-// retired and refilled by the indexer meanwhile (retire_batch then sees, in the keymap, that the
-// key has a later occurrence).
+// lo are skipped: the planner no longer reads them, and their slots may be retired and refilled
+// by the indexer meanwhile (retire_batch then sees, in the keymap, that the key has a later
+// occurrence).
 static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
     const uint32_t R = o->R, j = b % R, tag = j << o->pos_bits, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
     const slot *sl = &o->slots[j];
