@@ -104,6 +104,14 @@ typedef struct {
 
 static int g_links = ORACLE_LINKS_AUTO; // --links
 
+// ORACLE_LINKS_* of a --links value, or -1.
+static int links_named(const char *name) {
+    static const char *const names[] = {"auto", "indexer", "planner"}; // in ORACLE_LINKS_* order
+    for (int k = 0; k < 3; k++)
+        if (strcmp(name, names[k]) == 0) return k;
+    return -1;
+}
+
 static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     oracle_config cfg = {.T = c.T, .B = c.B, .F = NF, .card = kaggle_card, .W = c.W, .P = c.P, .C = c.C,
                          .threads = (int)c.threads, .borrow_input = 1, .keymap = c.keymap, .links = g_links};
@@ -255,12 +263,8 @@ int main(int argc, char **argv) {
             keymap = ORACLE_KEYMAP_FLAT, i++;
         else if (strcmp(argv[i], "--keymap") == 0 && i + 1 < argc && strcmp(argv[i + 1], "hash") == 0)
             keymap = ORACLE_KEYMAP_HASH, i++;
-        else if (strcmp(argv[i], "--links") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0)
-            g_links = ORACLE_LINKS_AUTO, i++;
-        else if (strcmp(argv[i], "--links") == 0 && i + 1 < argc && strcmp(argv[i + 1], "indexer") == 0)
-            g_links = ORACLE_LINKS_INDEXER, i++;
-        else if (strcmp(argv[i], "--links") == 0 && i + 1 < argc && strcmp(argv[i + 1], "planner") == 0)
-            g_links = ORACLE_LINKS_PLANNER, i++;
+        else if (strcmp(argv[i], "--links") == 0 && i + 1 < argc && links_named(argv[i + 1]) >= 0)
+            g_links = links_named(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W] [--no-ref] [--reps N] "
                             "[--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS] "

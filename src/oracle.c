@@ -103,6 +103,7 @@ typedef struct {
 
 struct oracle_impl {
     uint32_t T, B, F, W, P, R, NB, threads;
+    int links; // ORACLE_LINKS_* (two threads)
     uint64_t C, K, row_base;
     uint64_t *offset; // (F) first key of each table
     uint64_t *card;   // (F)
@@ -132,7 +133,7 @@ struct oracle_impl {
 
     // shared counters (under mu with two threads)
     uint32_t n_pushed, n_indexed, n_retired;
-    int links, idx_links; // ORACLE_LINKS_*; with AUTO, 1: the indexer links the batches it indexes
+    int idx_links; // with ORACLE_LINKS_AUTO, 1: the indexer links the batches it indexes
     uint32_t last_short; // a batch shorter than B was pushed (must be the last)
     int finished;
 

@@ -77,8 +77,8 @@ enum { ORACLE_KEYMAP_AUTO = 0, ORACLE_KEYMAP_FLAT = 1, ORACLE_KEYMAP_HASH = 2 };
 // With two threads, who links each batch's occurrences to the previous occurrences of their keys
 // (a third of the indexer's work, random writes): AUTO moves it, batch by batch, to the thread
 // that waits (the indexer when it waits for input or ring space, the planner when it waits for
-// the indexer);
-// the others fix it, for tests and benchmarks.  Plans are the same whichever thread links.
+// the indexer); the others fix it, for tests and benchmarks.  Plans are the same whichever thread
+// links.
 enum { ORACLE_LINKS_AUTO = 0, ORACLE_LINKS_INDEXER = 1, ORACLE_LINKS_PLANNER = 2 };
 
 typedef struct {
