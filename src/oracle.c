@@ -102,7 +102,7 @@ typedef struct {
 } inbatch;
 
 struct oracle_impl {
-    uint32_t T, B, F, W, P, R, NB, threads;
+    uint32_t T, B, F, W, P, R, threads;
     int links; // ORACLE_LINKS_* (two threads)
     uint64_t C, K, row_base;
     uint64_t *offset; // (F) first key of each table
@@ -143,9 +143,9 @@ struct oracle_impl {
     int done, err;
     uint64_t shared_count;
     uint64_t *priv_count; // (T)
-    bentry **bucket;      // (NB) resident shared keys by next use
+    bentry **bucket;      // (R) resident shared keys by next use v, at v's slot v % R
     uint32_t *bucket_n, *bucket_cap;
-    uint8_t *bucket_live; // (NB) 1: the bucket holds all its entries (see bucket_fill), 0: none yet
+    uint8_t *bucket_live; // (R) 1: the bucket holds all its entries (see bucket_fill), 0: none yet
     uint32_t *lz_sync;    // (per batch) sync-later index of each occurrence of s-1 kept for later
     uint64_t *lz_tmp;     // (lz_cap) scratch of bucket_fill
     uint32_t lz_cap;
@@ -455,7 +455,9 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
             if (p2 != NIL) __builtin_prefetch(&o->slots[p2 >> pos_bits].next[p2 & pos_mask], 1);
         }
         uint32_t pr = sprev[oc];
-        if (pr == NIL || (j + R - (pr >> pos_bits)) % R > dmax) continue;
+        if (pr == NIL) continue;
+        uint32_t k = pr >> pos_bits, d = j >= k ? j - k : j + R - k; // b - lu: (j - k) mod R, no division
+        if (d > dmax) continue;
         __atomic_store_n(&o->slots[pr >> pos_bits].next[pr & pos_mask], tag | oc, __ATOMIC_RELAXED);
     }
 }
@@ -566,8 +568,8 @@ static inline uint32_t next_use(oracle_impl *o, const slot *sl, uint32_t oc) {
     return nx == NIL ? NIL : o->slots[nx >> o->pos_bits].batch;
 }
 
-static void bucket_push(oracle_impl *o, uint32_t v, bentry e) {
-    uint32_t j = v % o->NB;
+// Appends e to the bucket at slot j (of its next use).
+static void bucket_push(oracle_impl *o, uint32_t j, bentry e) {
     if (o->bucket_n[j] == o->bucket_cap[j]) {
         o->bucket_cap[j] = o->bucket_cap[j] ? 2 * o->bucket_cap[j] : 256;
         o->bucket[j] = bp_xrealloc(o->bucket[j], (size_t)o->bucket_cap[j] * sizeof **o->bucket);
@@ -607,11 +609,12 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
     for (uint32_t oc = 0; oc < n; oc++) {
         if (oc + AHEAD_STATE < n) {
             uint32_t p2 = sprev[oc + AHEAD_STATE];
-            if (p2 != NIL && (jv + R - (p2 >> pos_bits)) % R >= dmin) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]]);
+            uint32_t k2 = p2 >> pos_bits;
+            if (p2 != NIL && (jv >= k2 ? jv - k2 : jv + R - k2) >= dmin) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]]);
         }
         uint32_t pr = sprev[oc];
         if (pr == NIL) continue;
-        uint32_t d = (jv + R - (pr >> pos_bits)) % R; // v - lu, in [1, R)
+        uint32_t k = pr >> pos_bits, d = jv >= k ? jv - k : jv + R - k; // v - lu, in [1, R)
         if (d < dmin || state[sact[oc]] != RES_SHARED) continue;
         if (m == o->lz_cap) {
             o->lz_cap = o->lz_cap ? 2 * o->lz_cap : 1024;
@@ -621,7 +624,7 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
         o->lz_tmp[m++] = (uint64_t)((R - d) << pos_bits | (pr & pos_mask)) << 32 | oc;
     }
     if (m > 1) qsort(o->lz_tmp, m, sizeof *o->lz_tmp, cmp_u64);
-    uint32_t j = v % o->NB;
+    uint32_t j = jv;
     BP_ASSERT(o->bucket_n[j] == 0);
     if (m > o->bucket_cap[j]) {
         o->bucket_cap[j] = m;
@@ -765,7 +768,7 @@ static int plan_step(oracle_impl *o) {
     // (a) keys used at s-1: private ones and those with no use in [s, H] are evicted after s-1;
     // the others stay, and their gradient of s-1 is synchronised before the next use.
     if (s >= 1) {
-        o->bucket_n[(s - 1) % o->NB] = 0, o->bucket_live[(s - 1) % o->NB] = 0;
+        o->bucket_n[(s - 1) % o->R] = 0, o->bucket_live[(s - 1) % o->R] = 0;
         o->pv_n = 0;
         const slot *sl = &o->slots[(s - 1) % o->R];
         const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n;
@@ -802,8 +805,8 @@ static int plan_step(oracle_impl *o) {
                 st.sync_now++;
             } else {
                 if (v > s + P) { // v - (s - 1) <= P + W + 1 < R: fits the slot bits of an occurrence id
-                    if (o->bucket_live[v % o->NB])
-                        bucket_push(o, v, (bentry)prev->n_sync_later << 32 | (v - (s - 1)) << o->pos_bits | (nx & o->pos_mask));
+                    if (o->bucket_live[nx >> o->pos_bits]) // v's slot, v % R
+                        bucket_push(o, nx >> o->pos_bits, (bentry)prev->n_sync_later << 32 | (v - (s - 1)) << o->pos_bits | (nx & o->pos_mask));
                     else
                         o->lz_sync[oc] = prev->n_sync_later; // for bucket_fill at this step
                 }
@@ -864,7 +867,7 @@ static int plan_step(oracle_impl *o) {
     if (o->shared_count + mp > o->C) {
         uint64_t need = o->shared_count + mp - o->C;
         for (uint32_t v = H; v > s + P && need; v--) {
-            uint32_t j = v % o->NB;
+            uint32_t j = v % o->R;
             if (!o->bucket_live[j]) bucket_fill(o, v, s);
             while (o->bucket_n[j] && need) {
                 evict_pressure(o, o->bucket[j][--o->bucket_n[j]], v, s, prev);
@@ -939,7 +942,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
 
     oracle_impl *o = bp_xcalloc(1, sizeof *o);
     o->T = cfg->T, o->B = cfg->B, o->F = cfg->F, o->W = cfg->W, o->P = cfg->P, o->C = cfg->C;
-    o->R = R, o->NB = cfg->P + cfg->W + 2, o->threads = (uint32_t)cfg->threads, o->K = K;
+    o->R = R, o->threads = (uint32_t)cfg->threads, o->K = K;
     o->links = cfg->links;
     o->row_base = cfg->row_base, o->borrow = cfg->borrow_input;
     o->pos_bits = pos_bits, o->pos_mask = (1u << pos_bits) - 1;
@@ -996,10 +999,10 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
     o->sync_cnt = bp_xcalloc(2 * (o->P + o->W + 2) + 1, sizeof *o->sync_cnt);
-    o->bucket = bp_xcalloc(o->NB, sizeof *o->bucket);
-    o->bucket_n = bp_xcalloc(o->NB, sizeof *o->bucket_n);
-    o->bucket_cap = bp_xcalloc(o->NB, sizeof *o->bucket_cap);
-    o->bucket_live = bp_xcalloc(o->NB, sizeof *o->bucket_live);
+    o->bucket = bp_xcalloc(o->R, sizeof *o->bucket);
+    o->bucket_n = bp_xcalloc(o->R, sizeof *o->bucket_n);
+    o->bucket_cap = bp_xcalloc(o->R, sizeof *o->bucket_cap);
+    o->bucket_live = bp_xcalloc(o->R, sizeof *o->bucket_live);
     plan_init(&o->rec[0]), plan_init(&o->rec[1]);
     plan_reset(&o->rec[0], o->T), plan_reset(&o->rec[1], o->T);
     if (o->threads == 2) {
@@ -1046,7 +1049,7 @@ void oracle_free(oracle *out) {
     big_free(o->act_gate, (size_t)o->act_cap * sizeof *o->act_gate);
     if (o->km) big_free(o->km, o->km_bytes);
     hmap_free(&o->hm);
-    for (uint32_t j = 0; o->bucket && j < o->NB; j++) free(o->bucket[j]);
+    for (uint32_t j = 0; o->bucket && j < o->R; j++) free(o->bucket[j]);
     free(o->bucket), free(o->bucket_n), free(o->bucket_cap), free(o->bucket_live), free(o->lz_tmp);
     big_free(o->lz_sync, per * sizeof *o->lz_sync);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
@@ -1166,7 +1169,7 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += (uint64_t)o->R * o->pub_occ * (3 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8));
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
     mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
-    for (uint32_t j = 0; j < o->NB; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
+    for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
     st->active_peak = o->pub_acts;
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
