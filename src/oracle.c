@@ -705,16 +705,18 @@ static void sort_sync(oracle_impl *o, plan *r, uint32_t t) {
         o->sync_cap = r->cap_sync_later;
         o->sync_tmp = bp_xrealloc(o->sync_tmp, (size_t)o->sync_cap * sizeof *o->sync_tmp);
     }
-    memset(o->sync_cnt, 0, (nb + 1) * sizeof *o->sync_cnt);
+    uint32_t *cnt = o->sync_cnt; // locals: stores into the lists could alias o's fields
+    plan_sync *out = o->sync_tmp;
+    memset(cnt, 0, (nb + 1) * sizeof *cnt);
     const plan_sync *e = r->sync_later;
 #define SYNC_BUCKET(x) ((x).grad_iter == t ? (x).deadline - (t + 1) : span + (t - 1 - (x).grad_iter))
     for (uint32_t i = 0; i < n; i++) {
         uint32_t b = SYNC_BUCKET(e[i]);
         BP_ASSERT(b < nb);
-        o->sync_cnt[b + 1]++;
+        cnt[b + 1]++;
     }
-    for (uint32_t b = 0; b < nb; b++) o->sync_cnt[b + 1] += o->sync_cnt[b];
-    for (uint32_t i = 0; i < n; i++) o->sync_tmp[o->sync_cnt[SYNC_BUCKET(e[i])]++] = e[i];
+    for (uint32_t b = 0; b < nb; b++) cnt[b + 1] += cnt[b];
+    for (uint32_t i = 0; i < n; i++) out[cnt[SYNC_BUCKET(e[i])]++] = e[i];
 #undef SYNC_BUCKET
     // The sorted copy becomes the record's list; the old list is the next scratch.
     plan_sync *old = r->sync_later;
@@ -770,8 +772,18 @@ static int plan_step(oracle_impl *o) {
     if (s >= 1) {
         o->bucket_n[(s - 1) % o->R] = 0, o->bucket_live[(s - 1) % o->R] = 0;
         o->pv_n = 0;
-        const slot *sl = &o->slots[(s - 1) % o->R];
-        const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n;
+        const slot *sl = &o->slots[(s - 1) % o->R], *slots = o->slots;
+        const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
+        const uint8_t *blive = o->bucket_live;
+        uint32_t *lz_sync = o->lz_sync;
+        // The lists are appended to through local cursors (room for every occurrence reserved
+        // first): through the record's own counters, each append would reload and store them.
+        plan_reserve(prev, PLAN_LIST_EVICT, n), plan_reserve(prev, PLAN_LIST_SYNC_NOW, n);
+        plan_reserve(prev, PLAN_LIST_SYNC_LATER, n);
+        plan_evict *ev = prev->evict + prev->n_evict;
+        uint64_t *now = prev->sync_now + prev->n_sync_now;
+        plan_sync *const later0 = prev->sync_later;
+        plan_sync *later = later0 + prev->n_sync_later;
         for (uint32_t oc = 0; oc < n; oc++) {
             if (oc + AHEAD_STATE < n) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]], 1);
             if (oc + AHEAD_GATE < n) { // the gate word of a key that is likely to be evicted
@@ -784,7 +796,7 @@ static int plan_step(oracle_impl *o) {
             if (state[a] == RES_PRIVATE) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(slot_users(o, sl, oc));
                 private_push(o, key, (uint16_t)tr);
-                plan_add_evict(prev, (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE});
+                *ev++ = (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE};
                 o->priv_count[tr]--;
                 state[a] = RES_NONE, gate[a] = gate_of(tr, s - 1);
                 st.evictions++, st.evictions_private++;
@@ -792,28 +804,31 @@ static int plan_step(oracle_impl *o) {
             }
             BP_ASSERT(state[a] == RES_SHARED);
             uint32_t nx = __atomic_load_n(&snext[oc], __ATOMIC_ACQUIRE);
-            uint32_t v = nx == NIL ? NIL : o->slots[nx >> o->pos_bits].batch;
+            uint32_t v = nx == NIL ? NIL : slots[nx >> pos_bits].batch;
             if (v == NIL || v > H) {
                 uint32_t owner = rr_next(&o->rr_owner, T);
-                plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
-                plan_add_sync_later(prev, (plan_sync){key, s - 1, s});
+                *ev++ = (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT};
+                *later++ = (plan_sync){key, s - 1, s};
                 state[a] = RES_NONE, gate[a] = gate_of(owner, s - 1);
                 shared--;
                 st.evictions++, st.sync_later++;
             } else if (v == s) {
-                plan_add_sync_now(prev, key);
+                *now++ = key;
                 st.sync_now++;
             } else {
                 if (v > s + P) { // v - (s - 1) <= P + W + 1 < R: fits the slot bits of an occurrence id
-                    if (o->bucket_live[nx >> o->pos_bits]) // v's slot, v % R
-                        bucket_push(o, nx >> o->pos_bits, (bentry)prev->n_sync_later << 32 | (v - (s - 1)) << o->pos_bits | (nx & o->pos_mask));
+                    uint32_t li = (uint32_t)(later - later0);
+                    if (blive[nx >> pos_bits]) // v's slot, v % R
+                        bucket_push(o, nx >> pos_bits, (bentry)li << 32 | (v - (s - 1)) << pos_bits | (nx & pos_mask));
                     else
-                        o->lz_sync[oc] = prev->n_sync_later; // for bucket_fill at this step
+                        lz_sync[oc] = li; // for bucket_fill at this step
                 }
-                plan_add_sync_later(prev, (plan_sync){key, s - 1, v - 1});
+                *later++ = (plan_sync){key, s - 1, v - 1};
                 st.sync_later++;
             }
         }
+        prev->n_evict = (uint32_t)(ev - prev->evict), prev->n_sync_now = (uint32_t)(now - prev->sync_now);
+        prev->n_sync_later = (uint32_t)(later - later0);
     }
 
     // (b) fetches issued at s: for batch s+P (all of 0..P at s = 0).
@@ -822,6 +837,8 @@ static int plan_step(oracle_impl *o) {
         const slot *su = &o->slots[u % o->R];
         BP_ASSERT(su->batch == u && u <= H);
         const uint32_t *sact = su->act, n = su->n;
+        plan_reserve(cur, PLAN_LIST_FETCH, n);
+        plan_fetch *fe = cur->fetch + cur->n_fetch; // a local cursor, as in (a)
         for (uint32_t oc = 0; oc < n; oc++) {
             if (oc + AHEAD_STATE < n) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]], 1);
             if (oc + AHEAD_GATE < n && state[sact[oc + AHEAD_GATE]] == RES_NONE)
@@ -854,8 +871,9 @@ static int plan_step(oracle_impl *o) {
                 f.fetcher = (uint16_t)rr_next(&o->rr_fetch, T);
             }
             st.fetches++;
-            plan_add_fetch(cur, f);
+            *fe++ = f;
         }
+        cur->n_fetch = (uint32_t)(fe - cur->fetch);
         st.unique += n;
     }
     o->shared_count = shared;

@@ -50,19 +50,21 @@ void plan_reset(plan *p, uint32_t T) {
     p->n_fetch = p->n_evict = p->n_private = p->n_sync_now = p->n_sync_later = 0;
 }
 
-void plan_grow_list(plan *p, int list) {
+void plan_reserve(plan *p, int list, uint32_t n) {
     switch (list) {
-    case PLAN_LIST_FETCH: grow((void **)&p->fetch, &p->cap_fetch, (uint64_t)p->n_fetch + 1, sizeof *p->fetch); break;
-    case PLAN_LIST_EVICT: grow((void **)&p->evict, &p->cap_evict, (uint64_t)p->n_evict + 1, sizeof *p->evict); break;
+    case PLAN_LIST_FETCH: grow((void **)&p->fetch, &p->cap_fetch, (uint64_t)p->n_fetch + n, sizeof *p->fetch); break;
+    case PLAN_LIST_EVICT: grow((void **)&p->evict, &p->cap_evict, (uint64_t)p->n_evict + n, sizeof *p->evict); break;
     case PLAN_LIST_SYNC_NOW:
-        grow((void **)&p->sync_now, &p->cap_sync_now, (uint64_t)p->n_sync_now + 1, sizeof *p->sync_now);
+        grow((void **)&p->sync_now, &p->cap_sync_now, (uint64_t)p->n_sync_now + n, sizeof *p->sync_now);
         break;
     case PLAN_LIST_SYNC_LATER:
-        grow((void **)&p->sync_later, &p->cap_sync_later, (uint64_t)p->n_sync_later + 1, sizeof *p->sync_later);
+        grow((void **)&p->sync_later, &p->cap_sync_later, (uint64_t)p->n_sync_later + n, sizeof *p->sync_later);
         break;
     default: BP_ASSERT(0);
     }
 }
+
+void plan_grow_list(plan *p, int list) { plan_reserve(p, list, 1); }
 
 void plan_reserve_private(plan *p, uint32_t n) {
     grow((void **)&p->priv_key, &p->cap_private, n, sizeof *p->priv_key);

@@ -110,6 +110,7 @@ void plan_swap(plan *a, plan *b);
 // Appenders (amortised growth; the steady state allocates nothing).
 enum { PLAN_LIST_FETCH, PLAN_LIST_EVICT, PLAN_LIST_SYNC_NOW, PLAN_LIST_SYNC_LATER };
 void plan_grow_list(plan *p, int list); // doubles one list's capacity
+void plan_reserve(plan *p, int list, uint32_t n); // room for n more entries in one list
 static inline void plan_add_fetch(plan *p, plan_fetch f) {
     if (p->n_fetch == p->cap_fetch) plan_grow_list(p, PLAN_LIST_FETCH);
     p->fetch[p->n_fetch++] = f;
