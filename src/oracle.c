@@ -330,7 +330,9 @@ static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
 #define IDX_AHEAD_KM 32
 #define IDX_AHEAD_LINK 12
 
-#define COLS_LD(len) (((len) + 15) / 16 * 16 + 16)
+// Column stride of the transposed slice: room for IDX_AHEAD_KM ids of padding after each column (so
+// the prefetch ahead needs no bounds test), and not a multiple of 4 KiB, so columns do not alias in L1.
+#define COLS_LD(len) (((len) + 15) / 16 * 16 + IDX_AHEAD_KM + 16)
 
 // The error of the first bad id of a batch in indexing order (trainer, feature, sample), or 0.
 static int index_check(const oracle_impl *o, const uint32_t *ids, uint32_t n) {
@@ -371,7 +373,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     // one table are close together in the keymap, and the cold ones are prefetched ahead.
     for (uint32_t i = 0; i < T; i++) {
         uint32_t lo = (uint32_t)((uint64_t)i * n / T), hi = (uint32_t)((uint64_t)(i + 1) * n / T), len = hi - lo;
-        uint32_t ld = COLS_LD(len); // column stride: not a multiple of 4 KiB, so columns do not alias in L1
+        uint32_t ld = COLS_LD(len);
         uint64_t bit = 1ull << i;
         uint32_t bad = 0;
         for (uint32_t s = 0; s < len; s++) {
@@ -379,18 +381,21 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
             for (uint32_t f = 0; f < F; f++) cols[(size_t)f * ld + s] = row[f], bad |= row[f] > maxid[f];
         }
         if (bad) return index_check(o, ids, n); // the first bad id in indexing order (trainer i's slice)
+        for (uint32_t f = 0; f < F; f++) memset(cols + (size_t)f * ld + len, 0, IDX_AHEAD_KM * sizeof *cols);
+        // A repeat within the batch (the common case: three ids in four) is one masked compare of
+        // the keymap word: active, and its latest occurrence in this batch's slot.
+        const uint64_t rep_mask = KM_ACTIVE | (uint32_t)~pos_mask, rep_val = KM_ACTIVE | tag;
         for (uint32_t f = 0; f < F; f++) {
             const uint32_t *col = cols + (size_t)f * ld;
             const uint64_t base = off[f];
+            uint64_t *kmb = flat ? km + base : NULL; // the table's part of the flat keymap
             for (uint32_t s = 0; s < len; s++) {
                 uint32_t id = col[s];
-                if (s + IDX_AHEAD_KM < len) {
-                    if (flat) __builtin_prefetch(&km[base + col[s + IDX_AHEAD_KM]]);
-                    else hmap_prefetch(&o->hm, base + col[s + IDX_AHEAD_KM]);
-                }
-                uint64_t *w = flat ? &km[base + id] : hmap_upsert(&o->hm, base + id);
+                if (flat) __builtin_prefetch(&kmb[col[s + IDX_AHEAD_KM]]); // the padding reads id 0
+                else hmap_prefetch(&o->hm, base + col[s + IDX_AHEAD_KM]);
+                uint64_t *w = flat ? &kmb[id] : hmap_upsert(&o->hm, base + id);
                 uint64_t v = *w;
-                if ((v & KM_ACTIVE) && ((uint32_t)v & ~pos_mask) == tag) {
+                if ((v & rep_mask) == rep_val) {
                     if (u8) susers8[(uint32_t)v & pos_mask] |= (uint8_t)bit; // seen earlier in this batch
                     else susers64[(uint32_t)v & pos_mask] |= bit;
                     continue;
