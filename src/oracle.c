@@ -488,6 +488,10 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
     uint32_t j = bnum % o->R, tag = j << o->pos_bits;
     slot *sl = &o->slots[j];
     BP_ASSERT(sl->batch == bnum);
+    if (o->threads == 1 && o->km_flat) { // the planner retired them (retire_key), at step bnum + 1
+        sl->n = 0;
+        return;
+    }
     // First the occurrences with no later use linked (a sequential scan), then their scattered
     // targets (keymap word, gate, state) with prefetches a few ahead.  With two threads a later
     // occurrence may not be linked yet (link_batch): the keymap word, which names the key's
@@ -565,6 +569,15 @@ static void *indexer_thread(void *arg) {
     return NULL;
 }
 
+// Frees the active record a of key (flat keymap, one thread) whose last held occurrence was just
+// evicted: its keymap word becomes the eviction gate g (the inactive encoding).
+static inline void retire_key(oracle_impl *o, uint64_t key, uint32_t a, uint64_t g) {
+    uint64_t *w = &o->km[key];
+    BP_ASSERTF((*w & KM_ACTIVE) && KM_ACT(*w) == a, "oracle: keymap of key %llu", (unsigned long long)key);
+    *w = g;
+    o->act_free[o->n_free++] = a;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Planner
 
@@ -586,6 +599,7 @@ static void bucket_push(oracle_impl *o, uint32_t j, bentry e) {
 // AHEAD_GATE (state by then in cache) the gate word of a key that is likely to be written.
 #define AHEAD_STATE 48
 #define AHEAD_GATE 16
+#define EVICT_AHEAD 16 // pressure evictions: occurrence fields at EVICT_AHEAD, then state and gate at half
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -789,12 +803,20 @@ static int plan_step(oracle_impl *o) {
         uint64_t *now = prev->sync_now + prev->n_sync_now;
         plan_sync *const later0 = prev->sync_later;
         plan_sync *later = later0 + prev->n_sync_later;
+        // With one thread and the flat keymap, a key whose occurrence at s-1 is its last in the held
+        // batches (no next link: every indexed batch is linked) is retired here, as retire_batch
+        // would retire it when batch s-1 leaves the ring (nothing is indexed in between): its
+        // eviction goes straight into its keymap word instead of through the gate of its active
+        // record, which is freed, and retire_batch has nothing left to do.
+        const int retire = o->threads == 1 && o->km_flat;
+        uint64_t *km = o->km;
         for (uint32_t oc = 0; oc < n; oc++) {
             if (oc + AHEAD_STATE < n) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]], 1);
-            if (oc + AHEAD_GATE < n) { // the gate word of a key that is likely to be evicted
+            if (oc + AHEAD_GATE < n) { // the gate (or keymap) word of a key that is likely to be evicted
                 uint32_t a2 = sact[oc + AHEAD_GATE];
-                if (state[a2] == RES_PRIVATE || __atomic_load_n(&snext[oc + AHEAD_GATE], __ATOMIC_RELAXED) == NIL)
-                    __builtin_prefetch(&gate[a2], 1);
+                int last = __atomic_load_n(&snext[oc + AHEAD_GATE], __ATOMIC_RELAXED) == NIL;
+                if (retire && last) __builtin_prefetch(&km[slot_key(o, sl, oc + AHEAD_GATE)], 1);
+                else if (last || state[a2] == RES_PRIVATE) __builtin_prefetch(&gate[a2], 1);
             }
             uint32_t a = sact[oc];
             uint64_t key = slot_key(o, sl, oc);
@@ -803,7 +825,9 @@ static int plan_step(oracle_impl *o) {
                 private_push(o, key, (uint16_t)tr);
                 *ev++ = (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE};
                 o->priv_count[tr]--;
-                state[a] = RES_NONE, gate[a] = gate_of(tr, s - 1);
+                state[a] = RES_NONE;
+                if (retire && __atomic_load_n(&snext[oc], __ATOMIC_RELAXED) == NIL) retire_key(o, key, a, gate_of(tr, s - 1));
+                else gate[a] = gate_of(tr, s - 1);
                 st.evictions++, st.evictions_private++;
                 continue;
             }
@@ -814,7 +838,9 @@ static int plan_step(oracle_impl *o) {
                 uint32_t owner = rr_next(&o->rr_owner, T);
                 *ev++ = (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT};
                 *later++ = (plan_sync){key, s - 1, s};
-                state[a] = RES_NONE, gate[a] = gate_of(owner, s - 1);
+                state[a] = RES_NONE;
+                if (retire && nx == NIL) retire_key(o, key, a, gate_of(owner, s - 1));
+                else gate[a] = gate_of(owner, s - 1);
                 shared--;
                 st.evictions++, st.sync_later++;
             } else if (v == s) {
@@ -892,8 +918,21 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t v = H; v > s + P && need; v--) {
             uint32_t j = v % o->R;
             if (!o->bucket_live[j]) bucket_fill(o, v, s);
+            // Each eviction reads the key and active index of an occurrence of batch v, then that
+            // record's state and gate: four dependent misses, so both levels are prefetched ahead.
+            const slot *sv = &o->slots[j];
+            const bentry *bk = o->bucket[j];
             while (o->bucket_n[j] && need) {
-                evict_pressure(o, o->bucket[j][--o->bucket_n[j]], v, s, prev);
+                uint32_t bn = o->bucket_n[j];
+                if (bn > EVICT_AHEAD && need > EVICT_AHEAD) {
+                    uint32_t p1 = (uint32_t)bk[bn - 1 - EVICT_AHEAD] & o->pos_mask;
+                    __builtin_prefetch(&sv->act[p1]), __builtin_prefetch(o->key32 ? (const void *)&((const uint32_t *)sv->key)[p1] : &((const uint64_t *)sv->key)[p1]);
+                }
+                if (bn > EVICT_AHEAD / 2 && need > EVICT_AHEAD / 2) {
+                    uint32_t a2 = sv->act[(uint32_t)bk[bn - 1 - EVICT_AHEAD / 2] & o->pos_mask];
+                    __builtin_prefetch(&o->act_state[a2], 1), __builtin_prefetch(&o->act_gate[a2], 1);
+                }
+                evict_pressure(o, bk[--o->bucket_n[j]], v, s, prev);
                 need--;
             }
         }
