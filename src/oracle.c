@@ -27,9 +27,10 @@
 // in a second pass writes the scattered targets (the previous occurrence's next link, or a new
 // active record) with prefetches a few occurrences ahead; the planner prefetches residency state
 // far ahead and the gate words of keys it is about to fetch or evict; retiring lists the keys that
-// leave the window first and then prefetches their targets.  Entries are as narrow as the key
-// space and T allow, since most of the cost is bytes moved to and from memory.  oracle_ref.c keeps
-// the planner before these changes; tests require byte-identical plans.
+// leave the window first and then prefetches their targets (with one thread and the flat keymap
+// the planner retires each such key where it evicts it: retire_key).  Entries are as narrow as the
+// key space and T allow, since most of the cost is bytes moved to and from memory.  oracle_ref.c
+// keeps the planner before these changes; tests require byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
 // free list and the slots being filled; the planner owns the state of published keys, buckets and
@@ -629,7 +630,8 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
         if (oc + AHEAD_STATE < n) {
             uint32_t p2 = sprev[oc + AHEAD_STATE];
             uint32_t k2 = p2 >> pos_bits;
-            if (p2 != NIL && (jv >= k2 ? jv - k2 : jv + R - k2) >= dmin) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]]);
+            if (p2 != NIL && (jv >= k2 ? jv - k2 : jv + R - k2) >= dmin)
+                __builtin_prefetch(&state[sact[oc + AHEAD_STATE]]);
         }
         uint32_t pr = sprev[oc];
         if (pr == NIL) continue;
@@ -826,8 +828,10 @@ static int plan_step(oracle_impl *o) {
                 *ev++ = (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE};
                 o->priv_count[tr]--;
                 state[a] = RES_NONE;
-                if (retire && __atomic_load_n(&snext[oc], __ATOMIC_RELAXED) == NIL) retire_key(o, key, a, gate_of(tr, s - 1));
-                else gate[a] = gate_of(tr, s - 1);
+                if (retire && __atomic_load_n(&snext[oc], __ATOMIC_RELAXED) == NIL)
+                    retire_key(o, key, a, gate_of(tr, s - 1));
+                else
+                    gate[a] = gate_of(tr, s - 1);
                 st.evictions++, st.evictions_private++;
                 continue;
             }
@@ -926,7 +930,8 @@ static int plan_step(oracle_impl *o) {
                 uint32_t bn = o->bucket_n[j];
                 if (bn > EVICT_AHEAD && need > EVICT_AHEAD) {
                     uint32_t p1 = (uint32_t)bk[bn - 1 - EVICT_AHEAD] & o->pos_mask;
-                    __builtin_prefetch(&sv->act[p1]), __builtin_prefetch(o->key32 ? (const void *)&((const uint32_t *)sv->key)[p1] : &((const uint64_t *)sv->key)[p1]);
+                    __builtin_prefetch(&sv->act[p1]);
+                    __builtin_prefetch((const char *)sv->key + (size_t)p1 * (o->key32 ? 4 : 8));
                 }
                 if (bn > EVICT_AHEAD / 2 && need > EVICT_AHEAD / 2) {
                     uint32_t a2 = sv->act[(uint32_t)bk[bn - 1 - EVICT_AHEAD / 2] & o->pos_mask];
