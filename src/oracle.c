@@ -774,7 +774,9 @@ static int plan_step(oracle_impl *o) {
     uint32_t H = s + P + o->W;
     if (o->finished && H > N - 1) H = N - 1; // N >= 1 here
     // The links this step reads (those into batches s-1 .. H) are in by now; with two threads, the
-    // planner writes them itself.
+    // planner writes them itself.  A link from a batch beyond H (the indexer may run ahead, and the
+    // planner links what is published before its step needs it: link_published) reads as no use
+    // in the window: v > H.
     if (o->threads == 2) {
         for (; o->n_linked <= H; o->n_linked++) {
             if (o->slots[o->n_linked % o->R].linked) o->st.linked_indexer++;
@@ -1179,6 +1181,23 @@ int oracle_finish(oracle *out) {
 
 int oracle_done(const oracle *o) { return o->impl->done; }
 
+// With two threads, called (mu held) where the planner would otherwise return or wait: links the
+// batches the indexer has published so far (link_batch), one at a time with mu released.  At the
+// start the whole window is indexed before step 0 can run, and step 0 would otherwise link it all
+// at once (~150 ms at W = 200).  Returns 1 if it linked a batch.
+static int link_published(oracle_impl *o) {
+    if (o->n_linked >= o->n_indexed || o->idx_err) return 0;
+    uint32_t b = o->n_linked, s = o->step;
+    pthread_mutex_unlock(&o->mu);
+    double c0 = thread_cpu();
+    if (o->slots[b % o->R].linked) o->st.linked_indexer++;
+    else link_batch(o, b, s ? s - 1 : 0);
+    o->n_linked = b + 1;
+    o->cpu_plan += thread_cpu() - c0;
+    pthread_mutex_lock(&o->mu);
+    return 1;
+}
+
 int oracle_next_plan(oracle *out, plan *p) {
     oracle_impl *o = out->impl;
     for (;;) {
@@ -1193,12 +1212,20 @@ int oracle_next_plan(oracle *out, plan *p) {
             need = BP_MIN(s + o->P + o->W + 1, o->n_pushed);
         } else {
             need = s + o->P + o->W + 1;
-            if (o->n_pushed < need + (o->threads == 2)) return 0;
+            if (o->n_pushed < need + (o->threads == 2)) {
+                if (o->threads == 2) { // link what is published meanwhile, without waiting
+                    pthread_mutex_lock(&o->mu);
+                    while (link_published(o)) {}
+                    pthread_mutex_unlock(&o->mu);
+                }
+                return 0;
+            }
         }
         if (o->threads == 2) {
             pthread_mutex_lock(&o->mu);
             if (o->n_indexed < need && !o->idx_err) o->idx_links = 0; // the indexer lags: link here
-            while (o->n_indexed < need && !o->idx_err) pthread_cond_wait(&o->cv, &o->mu);
+            while (o->n_indexed < need && !o->idx_err)
+                if (!link_published(o)) pthread_cond_wait(&o->cv, &o->mu);
             int e = o->idx_err;
             pthread_mutex_unlock(&o->mu);
             if (e) return o->err = bp_fail(e, "%s", o->idx_msg);
