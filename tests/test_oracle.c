@@ -92,7 +92,11 @@ static void stream_add(stream *s, const plan *p) {
     s->records++;
 }
 
-static int run_oracle(const trace *tr, run_cfg c, stream *out, oracle_stats *st) {
+// ahead_seed 0: each batch is drained before the next is pushed.  Otherwise the input is pushed
+// ahead, a random number of batches at a time up to the window's limit (W + P + 3 batches beyond
+// the records taken), so the indexer runs ahead of the planner's horizon: links then come from
+// beyond it, and keys are retired while later batches are in.
+static int run_oracle_pushing(const trace *tr, run_cfg c, uint64_t ahead_seed, stream *out, oracle_stats *st) {
     memset(out, 0, sizeof *out);
     oracle_config cfg = {.T = c.T, .B = tr->B, .F = tr->F, .card = tr->card, .W = c.W, .P = c.P, .C = c.C,
                          .row_base = g_row_base, .threads = c.threads ? c.threads : 1, .keymap = c.keymap,
@@ -102,8 +106,13 @@ static int run_oracle(const trace *tr, run_cfg c, stream *out, oracle_stats *st)
     if (rc) return rc;
     plan p;
     plan_init(&p);
-    for (uint32_t t = 0; t < tr->N && !rc; t++) {
-        rc = oracle_push_samples(&o, tr->ids + (size_t)t * tr->B * tr->F, tr_samples(tr, t));
+    bp_rng r;
+    bp_rng_seed(&r, ahead_seed, 0);
+    for (uint32_t t = 0; t < tr->N && !rc;) {
+        int64_t room = (int64_t)c.W + c.P + 3 + out->records - t; // pushes the window takes now
+        uint32_t k = ahead_seed ? 1 + bp_rng_below(&r, room < 1 ? 1 : room < 8 ? (uint32_t)room : 8) : 1;
+        for (uint32_t j = 0; j < k && t < tr->N && !rc; j++, t++)
+            rc = oracle_push_samples(&o, tr->ids + (size_t)t * tr->B * tr->F, tr_samples(tr, t));
         while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) stream_add(out, &p), rc = 0;
     }
     if (!rc) rc = oracle_finish(&o);
@@ -113,6 +122,10 @@ static int run_oracle(const trace *tr, run_cfg c, stream *out, oracle_stats *st)
     plan_free(&p);
     oracle_free(&o);
     return rc;
+}
+
+static int run_oracle(const trace *tr, run_cfg c, stream *out, oracle_stats *st) {
+    return run_oracle_pushing(tr, c, 0, out, st);
 }
 
 // The same with the reference planner (oracle_ref.h: the planner before its fast path).
@@ -634,37 +647,6 @@ TEST(oracle_plans_deterministic_across_runs_threads_keymaps) {
     trace_free(&tr);
 }
 
-// The same run with the input pushed ahead: up to the window's limit (W + P + 3 batches beyond the
-// records taken) before each drain, a random number at a time.  The indexer then runs ahead of the
-// planner's horizon, so links come from beyond it and keys are retired while later batches are in.
-static int run_oracle_ahead(const trace *tr, run_cfg c, uint64_t seed, stream *out) {
-    memset(out, 0, sizeof *out);
-    oracle_config cfg = {.T = c.T, .B = tr->B, .F = tr->F, .card = tr->card, .W = c.W, .P = c.P, .C = c.C,
-                         .row_base = g_row_base, .threads = c.threads ? c.threads : 1, .keymap = c.keymap,
-                         .links = c.links};
-    oracle o;
-    int rc = oracle_init(&o, &cfg);
-    if (rc) return rc;
-    plan p;
-    plan_init(&p);
-    bp_rng r;
-    bp_rng_seed(&r, seed, 0);
-    uint32_t t = 0;
-    while (t < tr->N && !rc) {
-        int64_t room = (int64_t)c.W + c.P + 3 + out->records - t; // pushes the window takes now
-        uint32_t k = 1 + bp_rng_below(&r, room < 1 ? 1 : room < 8 ? (uint32_t)room : 8);
-        for (uint32_t j = 0; j < k && t < tr->N && !rc; j++, t++)
-            rc = oracle_push_samples(&o, tr->ids + (size_t)t * tr->B * tr->F, tr_samples(tr, t));
-        while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) stream_add(out, &p), rc = 0;
-    }
-    if (!rc) rc = oracle_finish(&o);
-    while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) stream_add(out, &p), rc = 0;
-    if (!rc && !oracle_done(&o)) rc = bp_fail(BP_EINVAL, "oracle not done after draining");
-    plan_free(&p);
-    oracle_free(&o);
-    return rc;
-}
-
 TEST(oracle_plans_independent_of_push_ahead) {
     bp_rng r;
     bp_rng_seed(&r, 515, 0);
@@ -678,7 +660,7 @@ TEST(oracle_plans_independent_of_push_ahead) {
         c.C = min_capacity(&tr, c, capacity_lower_bound(&tr, T, P), tr_keys(&tr) + 1) + bp_rng_below(&r, 3);
         stream a, b;
         ASSERT_OK(run_oracle(&tr, c, &a, NULL));
-        ASSERT_OK(run_oracle_ahead(&tr, c, 77 + (uint64_t)it, &b));
+        ASSERT_OK(run_oracle_pushing(&tr, c, 77 + (uint64_t)it, &b, NULL));
         ASSERT_MSG(a.n == b.n && memcmp(a.buf, b.buf, a.n) == 0, "it %d (T=%u P=%u W=%u C=%llu threads %d): "
                    "plans differ when the input is pushed ahead", it, T, P, W, (unsigned long long)c.C, c.threads);
         compared++;
