@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -570,6 +571,45 @@ int ckpt_stage_begin(const char *dir, char *stage, size_t cap) {
         return stage[0] = 0, 0;
     }
     return 1;
+}
+
+int ckpt_stage_warn_leftovers(const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    const char *base = dir + n;
+    while (base > dir && base[-1] != '/') base--;
+    char parent[4096], prefix[4200];
+    size_t plen = (size_t)(base - dir), blen = (size_t)(dir + n - base);
+    if (blen == 0 || plen >= sizeof parent || blen + 16 >= sizeof prefix) return 0;
+    if (plen) memcpy(parent, dir, plen), parent[plen] = 0;
+    else snprintf(parent, sizeof parent, ".");
+    snprintf(prefix, sizeof prefix, "%.*s.saving-", (int)blen, base);
+    DIR *d = opendir(parent);
+    if (!d) return 0;
+    int named = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t k = strlen(prefix);
+        if (strncmp(e->d_name, prefix, k) != 0 || !e->d_name[k]) continue;
+        char *end;
+        long pid = strtol(e->d_name + k, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; // alive, or not ours to judge
+        char path[8400]; // parent ends in '/' when dir names one
+        snprintf(path, sizeof path, "%s%s", plen ? parent : "", e->d_name);
+        DIR *l = opendir(path);
+        if (!l) continue;
+        int files = 0;
+        struct dirent *f;
+        while ((f = readdir(l))) files += strcmp(f->d_name, ".") != 0 && strcmp(f->d_name, "..") != 0;
+        closedir(l);
+        fprintf(stderr, "bagpipe: warning: %s is left from a save into %.*s that was interrupted (process %ld is "
+                "gone): it holds %d entr%s that were in %.*s before that save; move back what you need, then remove it\n",
+                path, (int)n, dir, pid, files, files == 1 ? "y" : "ies", (int)n, dir);
+        named++;
+    }
+    closedir(d);
+    return named;
 }
 
 void ckpt_stage_abort(const char *stage) {

@@ -73,6 +73,11 @@ int ckpt_manifest_commit(const char *dir, const ckpt_manifest *m);
 int ckpt_stage_begin(const char *dir, char *stage, size_t cap);
 int ckpt_stage_commit(const char *dir, const char *stage);
 void ckpt_stage_abort(const char *stage);
+// A save killed between the exchange and the end of ckpt_stage_commit leaves <dir>.saving-<pid>
+// holding what dir held before (the older model, and any other files not yet moved back).  This
+// names each such directory of a process that is gone, on stderr, with its number of entries; it
+// moves and removes nothing (which files matter is the user's to say).  Returns how many it named.
+int ckpt_stage_warn_leftovers(const char *dir);
 // Parses and validates DIR/MANIFEST (format, checksum line, field syntax).
 int ckpt_manifest_load(const char *dir, ckpt_manifest *m);
 // Reads part `name` whole into n buffers of the given lengths (which must add up to its size)

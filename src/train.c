@@ -206,6 +206,7 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     const int fresh = lstat(path, &st) != 0;
     int rc = ckpt_mkdir(dir);
     if (rc) return rc;
+    ckpt_stage_warn_leftovers(dir);
     char stage[4200];
     int staged = ckpt_stage_begin(dir, stage, sizeof stage);
     rc = trainer_save_into(tr, staged ? stage : dir, ds, iter, samples, seed);

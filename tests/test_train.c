@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -155,6 +156,34 @@ TEST(train_failed_save_leaves_nothing) {
     free(out);
     ASSERT_EQ(test_run(&out, 10, "ls -A %s", dir), 0);
     ASSERT_MSG(out[0] == 0, "left in the directory: %s", out);
+    free(out);
+}
+
+// A save killed between the exchange of the directories and the end of the commit leaves
+// <dir>.saving-<pid> holding what dir held before.  The next save into dir names it, with its
+// number of entries, and touches nothing in it; one of a process that still runs is not named.
+TEST(train_save_names_leftover_of_interrupted_save) {
+    const char *data = test_path("d.bin");
+    ASSERT_EQ(synth(data, 2000, ""), 0);
+    const char *arch = SMALL_ARCH " --batch-size 64";
+    char dir[600], left[700], live[700], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/model", test_tmpdir());
+    pid_t child = fork(); // a process that is gone
+    if (child == 0) _exit(0);
+    ASSERT_TRUE(child > 0 && waitpid(child, NULL, 0) == child);
+    long gone = (long)child;
+    snprintf(left, sizeof left, "%s.saving-%ld", dir, gone);
+    snprintf(live, sizeof live, "%s.saving-%ld", dir, (long)getpid());
+    ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s %s && echo mine > %s/notes.txt", left, live, left), 0);
+    ASSERT_EQ(test_run(&out, 120, "%s train %s %s --iters 5 --no-eval --save %s/", test_bin(), data, arch, dir), 0);
+    char want[1600];
+    snprintf(want, sizeof want, "warning: %s is left from a save into %s that was interrupted (process %ld is gone): "
+             "it holds 1 entry", left, dir, gone);
+    ASSERT_STR_CONTAINS(out, want);
+    ASSERT_MSG(!strstr(out, live), "a staged directory of a live process was named:\n%s", out);
+    free(out), out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "cat %s/notes.txt", left), 0);
+    ASSERT_STR_CONTAINS(out, "mine");
     free(out);
 }
 
