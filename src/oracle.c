@@ -468,6 +468,15 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
     }
 }
 
+// Links batch n_linked (link_batch, into the batches from step - 1 on), or counts it where the
+// indexer linked it, and moves n_linked past it.  (The planner's thread.)
+static void link_next(oracle_impl *o) {
+    uint32_t b = o->n_linked, s = o->step;
+    if (o->slots[b % o->R].linked) o->st.linked_indexer++;
+    else link_batch(o, b, s ? s - 1 : 0);
+    o->n_linked = b + 1;
+}
+
 static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n, int link) {
     int v = o->km_flat << 2 | o->key32 << 1 | o->users8;
     switch (v) {
@@ -484,12 +493,30 @@ static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n, int link
 
 #define RETIRE_AHEAD 16
 
+// With one thread and the flat keymap the planner retires keys where it evicts them (step (a),
+// retire_key); otherwise the indexer does, when their last held batch leaves the ring.
+static inline int planner_retires(const oracle_impl *o) { return o->threads == 1 && o->km_flat; }
+
+// The keymap word of key, whose active record is a (asserted).
+static inline uint64_t *km_active(oracle_impl *o, uint64_t key, uint32_t a) {
+    uint64_t *w = o->km_flat ? &o->km[key] : hmap_find(&o->hm, key);
+    BP_ASSERTF(w && (*w & KM_ACTIVE) && KM_ACT(*w) == a, "oracle: keymap of key %llu", (unsigned long long)key);
+    return w;
+}
+
+// Frees active record a, whose key's keymap word w becomes its last eviction g (the inactive
+// encoding).
+static inline void retire_key(oracle_impl *o, uint64_t *w, uint32_t a, uint64_t g) {
+    *w = g;
+    o->act_free[o->n_free++] = a;
+}
+
 // Frees the active records of keys whose last held occurrence is in retired batch bnum.
 static void retire_batch(oracle_impl *o, uint32_t bnum) {
     uint32_t j = bnum % o->R, tag = j << o->pos_bits;
     slot *sl = &o->slots[j];
     BP_ASSERT(sl->batch == bnum);
-    if (o->threads == 1 && o->km_flat) { // the planner retired them (retire_key), at step bnum + 1
+    if (planner_retires(o)) { // the planner retired them at step bnum + 1
         sl->n = 0;
         return;
     }
@@ -509,16 +536,14 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
         }
         uint32_t oc = last[k], a = sl->act[oc];
         uint64_t key = slot_key(o, sl, oc);
-        uint64_t *w = o->km_flat ? &o->km[key] : hmap_find(&o->hm, key);
-        BP_ASSERTF(w && (*w & KM_ACTIVE) && KM_ACT(*w) == a, "oracle: keymap of key %llu", (unsigned long long)key);
+        uint64_t *w = km_active(o, key, a);
         if ((uint32_t)*w != (tag | oc)) { // a later occurrence, not linked yet
             BP_ASSERT(o->threads == 2);
             continue;
         }
         BP_ASSERTF(o->act_state[a] == RES_NONE, "oracle: key %llu resident with no use in the window",
                    (unsigned long long)key);
-        *w = o->act_gate[a];
-        o->act_free[o->n_free++] = a;
+        retire_key(o, w, a, o->act_gate[a]);
     }
     sl->n = 0;
 }
@@ -568,15 +593,6 @@ static void *indexer_thread(void *arg) {
     }
     pthread_mutex_unlock(&o->mu);
     return NULL;
-}
-
-// Frees the active record a of key (flat keymap, one thread) whose last held occurrence was just
-// evicted: its keymap word becomes the eviction gate g (the inactive encoding).
-static inline void retire_key(oracle_impl *o, uint64_t key, uint32_t a, uint64_t g) {
-    uint64_t *w = &o->km[key];
-    BP_ASSERTF((*w & KM_ACTIVE) && KM_ACT(*w) == a, "oracle: keymap of key %llu", (unsigned long long)key);
-    *w = g;
-    o->act_free[o->n_free++] = a;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -778,10 +794,7 @@ static int plan_step(oracle_impl *o) {
     // planner links what is published before its step needs it: link_published) reads as no use
     // in the window: v > H.
     if (o->threads == 2) {
-        for (; o->n_linked <= H; o->n_linked++) {
-            if (o->slots[o->n_linked % o->R].linked) o->st.linked_indexer++;
-            else link_batch(o, o->n_linked, s ? s - 1 : 0);
-        }
+        while (o->n_linked <= H) link_next(o);
     }
     plan *prev = &o->rec[(s + 1) & 1], *cur = &o->rec[s & 1];
     uint8_t *state = o->act_state;
@@ -812,7 +825,7 @@ static int plan_step(oracle_impl *o) {
         // would retire it when batch s-1 leaves the ring (nothing is indexed in between): its
         // eviction goes straight into its keymap word instead of through the gate of its active
         // record, which is freed, and retire_batch has nothing left to do.
-        const int retire = o->threads == 1 && o->km_flat;
+        const int retire = planner_retires(o);
         uint64_t *km = o->km;
         for (uint32_t oc = 0; oc < n; oc++) {
             if (oc + AHEAD_STATE < n) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]], 1);
@@ -831,7 +844,7 @@ static int plan_step(oracle_impl *o) {
                 o->priv_count[tr]--;
                 state[a] = RES_NONE;
                 if (retire && __atomic_load_n(&snext[oc], __ATOMIC_RELAXED) == NIL)
-                    retire_key(o, key, a, gate_of(tr, s - 1));
+                    retire_key(o, km_active(o, key, a), a, gate_of(tr, s - 1));
                 else
                     gate[a] = gate_of(tr, s - 1);
                 st.evictions++, st.evictions_private++;
@@ -845,7 +858,7 @@ static int plan_step(oracle_impl *o) {
                 *ev++ = (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT};
                 *later++ = (plan_sync){key, s - 1, s};
                 state[a] = RES_NONE;
-                if (retire && nx == NIL) retire_key(o, key, a, gate_of(owner, s - 1));
+                if (retire && nx == NIL) retire_key(o, km_active(o, key, a), a, gate_of(owner, s - 1));
                 else gate[a] = gate_of(owner, s - 1);
                 shared--;
                 st.evictions++, st.sync_later++;
@@ -1187,12 +1200,9 @@ int oracle_done(const oracle *o) { return o->impl->done; }
 // at once (~150 ms at W = 200).  Returns 1 if it linked a batch.
 static int link_published(oracle_impl *o) {
     if (o->n_linked >= o->n_indexed || o->idx_err) return 0;
-    uint32_t b = o->n_linked, s = o->step;
     pthread_mutex_unlock(&o->mu);
     double c0 = thread_cpu();
-    if (o->slots[b % o->R].linked) o->st.linked_indexer++;
-    else link_batch(o, b, s ? s - 1 : 0);
-    o->n_linked = b + 1;
+    link_next(o);
     o->cpu_plan += thread_cpu() - c0;
     pthread_mutex_lock(&o->mu);
     return 1;
