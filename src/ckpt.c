@@ -3,10 +3,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -546,16 +546,24 @@ int ckpt_remove_dir(const char *dir) {
 // ---------------------------------------------------------------------------------------------
 // Staged replacement of a saved model (ckpt.h)
 
+// dir without its trailing slashes is dir[0, *n); returns where its last component starts.
+static const char *dir_base(const char *dir, size_t *n) {
+    size_t k = strlen(dir);
+    while (k > 1 && dir[k - 1] == '/') k--;
+    const char *base = dir + k;
+    while (base > dir && base[-1] != '/') base--;
+    *n = k;
+    return base;
+}
+
 int ckpt_stage_begin(const char *dir, char *stage, size_t cap) {
     stage[0] = 0;
     char path[4200];
     join(path, sizeof path, dir, "MANIFEST");
     struct stat st;
     if (lstat(path, &st) != 0) return 0; // nothing to keep
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
-    const char *base = dir + n;
-    while (base > dir && base[-1] != '/') base--;
+    size_t n;
+    const char *base = dir_base(dir, &n);
     size_t blen = (size_t)(dir + n - base);
     if ((blen == 1 && base[0] == '.') || (blen == 2 && base[0] == '.' && base[1] == '.')) return 0;
     char trimmed[4096];
@@ -574,22 +582,20 @@ int ckpt_stage_begin(const char *dir, char *stage, size_t cap) {
 }
 
 int ckpt_stage_warn_leftovers(const char *dir) {
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
-    const char *base = dir + n;
-    while (base > dir && base[-1] != '/') base--;
+    size_t n;
+    const char *base = dir_base(dir, &n);
     char parent[4096], prefix[4200];
     size_t plen = (size_t)(base - dir), blen = (size_t)(dir + n - base);
     if (blen == 0 || plen >= sizeof parent || blen + 16 >= sizeof prefix) return 0;
     if (plen) memcpy(parent, dir, plen), parent[plen] = 0;
     else snprintf(parent, sizeof parent, ".");
     snprintf(prefix, sizeof prefix, "%.*s.saving-", (int)blen, base);
+    const size_t k = strlen(prefix);
     DIR *d = opendir(parent);
     if (!d) return 0;
     int named = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        size_t k = strlen(prefix);
         if (strncmp(e->d_name, prefix, k) != 0 || !e->d_name[k]) continue;
         char *end;
         long pid = strtol(e->d_name + k, &end, 10);
