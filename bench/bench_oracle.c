@@ -128,8 +128,8 @@ static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     plan_init(&p);
     uint32_t N = (uint32_t)(total_samples / c.B);
     // The steady state starts when the window is full and every held slot has been used once
-    // (first-touch page faults are a start-up cost): from batch R = W + P + 4 on.
-    uint32_t warm = c.W + c.P + 4, pushed_warm = 0;
+    // (first-touch page faults are a start-up cost): from batch R = oracle_held_batches on.
+    uint32_t warm = oracle_held_batches(c.W, c.P, (int)c.threads), pushed_warm = 0;
     double t0 = 0, t1;
     uint32_t records = 0, rec_warm = 0;
     uint64_t rec_bytes = 0; // encoded size of the records

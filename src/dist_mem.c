@@ -143,7 +143,7 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
                              .W = (uint32_t)su->lookahead, .P = (uint32_t)su->prefetch, .C = su->cache_rows,
                              .threads = su->oracle_threads == 2 ? 2 : 1, .keymap = ORACLE_KEYMAP_AUTO};
         // the batches of the first window (a window longer than an epoch sees no more keys)
-        const uint64_t R = (uint64_t)su->lookahead + su->prefetch + 3 + (su->oracle_threads == 2);
+        const uint64_t R = oracle_held_batches((uint32_t)su->lookahead, (uint32_t)su->prefetch, cfg.threads);
         uint64_t U, D;
         p->oracle_exact = oracle_window_figures(su->ds, su->tr0, su->per_epoch, (uint32_t)su->B,
                                                 BP_MIN(BP_MIN(R, su->per_epoch), (uint64_t)BP_MAX(su->total_iters, 1)), &U, &D);

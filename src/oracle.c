@@ -52,7 +52,7 @@
 
 #define NIL 0xFFFFFFFFu
 #define KM_ACTIVE (1ull << 63)
-#define INQ 4 // input queue depth with two threads
+#define INQ (ORACLE_INDEX_AHEAD + 3) // input queue depth with two threads
 
 enum { RES_NONE = 0, RES_SHARED = 1, RES_PRIVATE = 2 };
 
@@ -986,8 +986,12 @@ static void unlock(oracle_impl *o) {
     if (o->threads == 2) pthread_mutex_unlock(&o->mu);
 }
 
+uint32_t oracle_held_batches(uint32_t W, uint32_t P, int threads) {
+    return P + W + 3 + (threads == 2 ? ORACLE_INDEX_AHEAD : 0);
+}
+
 uint64_t oracle_max_batch_ids(uint32_t W, uint32_t P, int threads) {
-    uint32_t R = P + W + 3 + (threads == 2);
+    uint32_t R = oracle_held_batches(W, P, threads);
     uint32_t slot_bits = 1;
     while ((1u << slot_bits) <= R) slot_bits++; // as oracle_init
     return (1ull << (32 - slot_bits)) - 1;
@@ -1012,7 +1016,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
             return bp_fail(BP_EINVAL, "oracle: table %u has %llu rows (1..2^32)", f, (unsigned long long)cfg->card[f]);
         K += cfg->card[f];
     }
-    uint32_t R = cfg->P + cfg->W + 3 + (cfg->threads == 2);
+    uint32_t R = oracle_held_batches(cfg->W, cfg->P, cfg->threads);
     uint32_t slot_bits = 1;
     while ((1u << slot_bits) <= R) slot_bits++; // R < 2^slot_bits, so no occurrence id is NIL
     uint32_t pos_bits = 32 - slot_bits;
@@ -1222,7 +1226,7 @@ int oracle_next_plan(oracle *out, plan *p) {
             need = BP_MIN(s + o->P + o->W + 1, o->n_pushed);
         } else {
             need = s + o->P + o->W + 1;
-            if (o->n_pushed < need + (o->threads == 2)) {
+            if (o->n_pushed < need + (o->threads == 2 ? ORACLE_INDEX_AHEAD : 0)) {
                 if (o->threads == 2) { // link what is published meanwhile, without waiting
                     pthread_mutex_lock(&o->mu);
                     while (link_published(o)) {}
@@ -1316,7 +1320,7 @@ int oracle_window_figures(const bp_dataset *ds, uint64_t row0, uint64_t per_epoc
 uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t distinct) {
     uint64_t K = 0;
     for (uint32_t f = 0; f < cfg->F; f++) K += cfg->card[f];
-    const uint64_t R = cfg->P + cfg->W + 3 + (cfg->threads == 2), per_batch = (uint64_t)cfg->B * cfg->F;
+    const uint64_t R = oracle_held_batches(cfg->W, cfg->P, cfg->threads), per_batch = (uint64_t)cfg->B * cfg->F;
     const uint64_t act_cap = BP_MIN(BP_MIN(K, R * per_batch), (uint64_t)0x7FFFFFFF);
     const uint64_t resident = BP_MIN((uint64_t)cfg->T * cfg->C, K);
     const uint64_t acts = BP_MIN(act_cap, BP_MIN(K, distinct + resident));

@@ -9,7 +9,7 @@
 //   (1) the evictions after iteration s-1 and (2) the fetches issued at iteration s (for s + P),
 // knowing batches up to the horizon H(s) = s + P + W (W batches beyond the batch being fetched
 // for) and nothing later.  Record t is complete after step t+1, so the oracle holds at most
-// W + P + 3 batches (one more with two threads).
+// W + P + 3 batches (ORACLE_INDEX_AHEAD more with two threads: oracle_held_batches).
 //
 // Residency model (per trainer capacity C rows, counted from fetch issue to eviction):
 //   shared key  - logically replicated: fetched once (one named trainer reads it from the servers
@@ -119,9 +119,17 @@ typedef struct {
 
 // Validates cfg (messages name the field) and allocates.  Returns 0 or BP_EINVAL/BP_ENOMEM.
 int oracle_init(oracle *o, const oracle_config *cfg);
+// With two threads, how many batches the indexer may run ahead of the batches the planner's next
+// step needs.  With one, the halves were measured alternating at ~2.7 ms each per batch, and the
+// wall time per batch was that of the slower half of each pair, not of the slower half on average
+// (12% more): three batches of slack absorb the batch-to-batch variation (docs/oracle.md).
+#define ORACLE_INDEX_AHEAD 3
+// The batches the oracle holds for window W, prefetch P and `threads` (1 or 2): W + P + 3, and
+// ORACLE_INDEX_AHEAD more with two threads.
+uint32_t oracle_held_batches(uint32_t W, uint32_t P, int threads);
 // The most ids (B x F) one batch may hold for window W, prefetch P and `threads` (1 or 2): an
-// occurrence id packs the batch's slot (W + P + 3 slots, one more with two threads) and the
-// position in it into 32 bits, so a longer window takes smaller batches.  oracle_init refuses more.
+// occurrence id packs the batch's slot (oracle_held_batches slots) and the position in it into
+// 32 bits, so a longer window takes smaller batches.  oracle_init refuses more.
 uint64_t oracle_max_batch_ids(uint32_t W, uint32_t P, int threads);
 // Feeds the next global batch: ids (B, F), row-major.  After each push, call oracle_next_plan
 // until it returns 0 (the oracle holds a bounded window; pushing more without draining returns

@@ -93,7 +93,7 @@ static void stream_add(stream *s, const plan *p) {
 }
 
 // ahead_seed 0: each batch is drained before the next is pushed.  Otherwise the input is pushed
-// ahead, a random number of batches at a time up to the window's limit (W + P + 3 batches beyond
+// ahead, a random number of batches at a time up to the window's limit (oracle_held_batches beyond
 // the records taken), so the indexer runs ahead of the planner's horizon: links then come from
 // beyond it, and keys are retired while later batches are in.
 static int run_oracle_pushing(const trace *tr, run_cfg c, uint64_t ahead_seed, stream *out, oracle_stats *st) {
@@ -109,7 +109,7 @@ static int run_oracle_pushing(const trace *tr, run_cfg c, uint64_t ahead_seed, s
     bp_rng r;
     bp_rng_seed(&r, ahead_seed, 0);
     for (uint32_t t = 0; t < tr->N && !rc;) {
-        int64_t room = (int64_t)c.W + c.P + 3 + out->records - t; // pushes the window takes now
+        int64_t room = (int64_t)oracle_held_batches(c.W, c.P, cfg.threads) + out->records - t; // pushes it takes now
         uint32_t k = ahead_seed ? 1 + bp_rng_below(&r, room < 1 ? 1 : room < 8 ? (uint32_t)room : 8) : 1;
         for (uint32_t j = 0; j < k && t < tr->N && !rc; j++, t++)
             rc = oracle_push_samples(&o, tr->ids + (size_t)t * tr->B * tr->F, tr_samples(tr, t));
