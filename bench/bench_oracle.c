@@ -9,7 +9,8 @@
 // ~90% of the accesses (the measured share is printed).  Batches are generated before any timing.
 // Reported per configuration: samples/s and ms per batch in the steady state (after the window
 // filled), the oracle's own memory accounting, the growth of the process RSS during the run, hit
-// rate and fetches per batch.  Figures on a shared machine are lower bounds; compare the ratios.
+// rate and fetches per batch, and for the oracle a line of the time of each phase of its work per
+// batch (oracle_stats.phase_s).  Figures on a shared machine are lower bounds; compare the ratios.
 // The headline runs the reference planner (oracle_ref.h: the planner before its fast path) and
 // the oracle back to back at 1 and 2 threads and prints oracle / reference; --reps N keeps the
 // fastest (CPU) of N runs of each configuration, --no-ref skips the reference, --threads runs the
@@ -100,6 +101,7 @@ typedef struct {
     double worst_ms; // the slowest push + plans of one batch over the whole run (wall)
     double record_kb, linked_indexer, faults_per_batch, sync_now_pb, sync_later_pb, pressure_pb, sps, ms_per_batch, hit, fetch_per_batch, unique_per_batch, cpu_sps, cpu_index_ms, cpu_plan_ms;
     uint64_t mem, rss_growth, active;
+    double phase_ms[ORACLE_PHASES]; // per batch, steady state (0 for the reference planner)
 } bres;
 
 static int g_links = ORACLE_LINKS_AUTO; // --links
@@ -183,6 +185,9 @@ static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     // to the end of the pushes (the drain plans the tail without new input).
     double ci = st.cpu_index_s - s0.cpu_index_s, cp = s_end.cpu_plan_s - s0.cpu_plan_s;
     out->cpu_index_ms = 1e3 * ci / (double)npush, out->cpu_plan_ms = 1e3 * cp / (double)nrec;
+    for (int k = 0; k < ORACLE_PHASES; k++) // the indexer's phases per pushed batch, the planner's per record
+        out->phase_ms[k] = 1e3 * ((k < ORACLE_PH_LINK ? st.phase_s[k] : s_end.phase_s[k]) - s0.phase_s[k]) /
+                           (double)(k < ORACLE_PH_LINK ? npush : nrec);
     out->cpu_sps = 1e3 * c.B / (c.threads == 2 ? BP_MAX(out->cpu_index_ms, out->cpu_plan_ms)
                                               : out->cpu_index_ms + out->cpu_plan_ms);
     out->mem = st.mem_bytes, out->active = st.active_peak, out->worst_ms = 1e3 * worst;
@@ -239,6 +244,13 @@ static void report(const char *label, bcfg c, const bres *r) {
            bp_fmt_bytes(m1, sizeof m1, (double)r->mem), bp_fmt_bytes(m2, sizeof m2, (double)r->rss_growth),
            (unsigned long long)r->active, r->faults_per_batch, r->sync_now_pb, r->sync_later_pb, r->pressure_pb,
            100 * r->linked_indexer);
+    double any = 0;
+    for (int k = 0; k < ORACLE_PHASES; k++) any += r->phase_ms[k];
+    if (any > 0) {
+        printf("             phases, ms per batch (wall, in each phase's thread):");
+        for (int k = 0; k < ORACLE_PHASES; k++) printf(" %s %.2f", oracle_phase_name(k), r->phase_ms[k]);
+        printf("\n");
+    }
     fflush(stdout);
 }
 

@@ -162,6 +162,9 @@ struct oracle_impl {
     oracle_stats st;
     uint64_t pub_acts, pub_occ, pub_hm_cap; // indexer memory high-water marks, published per batch
     double cpu_index, cpu_plan;             // CPU seconds of each half (thread CPU clocks)
+    double ph_idx[ORACLE_PHASES], ph_idx_t; // the indexer's phase seconds, the last boundary (its thread)
+    double ph_pub[ORACLE_PHASES];           // the same, published with the memory marks
+    double ph_plan[ORACLE_PHASES], ph_plan_t; // the planner's phase seconds, the last boundary
 
     // two threads
     pthread_t th;
@@ -315,6 +318,14 @@ static inline uint32_t act_take(oracle_impl *o) {
     return a;
 }
 
+// Ends phase k (ORACLE_PH_*) of one thread: its seconds since the last boundary *t go to acc[k].
+// Through memory, not locals, so that no register is held across the loops between boundaries.
+static void phase_end(double *acc, double *t, int k) {
+    double now = bp_now();
+    acc[k] += now - *t;
+    *t = now;
+}
+
 // Slot entry accessors (the widths are fixed at init, so the branches are always predicted).
 static inline uint64_t slot_key(const oracle_impl *o, const slot *sl, uint32_t oc) {
     return o->key32 ? ((const uint32_t *)sl->key)[oc] : ((const uint64_t *)sl->key)[oc];
@@ -369,6 +380,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     const uint32_t *maxid = o->card32;
     sl->batch = bnum, sl->samples = n, sl->n = 0, sl->linked = link;
     uint32_t cnt = 0;
+    o->ph_idx_t = bp_now();
     // Trainer by trainer, table by table (the occurrence order): the trainer's slice is first
     // transposed into cols (F, len) so that each table's ids are read in sequence; the hot ids of
     // one table are close together in the keymap, and the cold ones are prefetched ahead.
@@ -383,6 +395,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         }
         if (bad) return index_check(o, ids, n); // the first bad id in indexing order (trainer i's slice)
         for (uint32_t f = 0; f < F; f++) memset(cols + (size_t)f * ld + len, 0, IDX_AHEAD_KM * sizeof *cols);
+        phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_TRANSPOSE);
         // A repeat within the batch (the common case: three ids in four) is one masked compare of
         // the keymap word: active, and its latest occurrence in this batch's slot.
         const uint64_t rep_mask = KM_ACTIVE | (uint32_t)~pos_mask, rep_val = KM_ACTIVE | tag;
@@ -412,6 +425,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
                 *w = KM_ACTIVE | (uint64_t)a << 32 | (tag | oc);
             }
         }
+        phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_DEDUPE);
     }
     // Second pass, in occurrence order with the targets prefetched: record each key's previous
     // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
@@ -439,6 +453,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     }
     sl->n = cnt;
     if (cnt > o->occ_hw) o->occ_hw = cnt;
+    phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_BACKLINK);
     return 0;
 }
 
@@ -472,8 +487,13 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
 // indexer linked it, and moves n_linked past it.  (The planner's thread.)
 static void link_next(oracle_impl *o) {
     uint32_t b = o->n_linked, s = o->step;
-    if (o->slots[b % o->R].linked) o->st.linked_indexer++;
-    else link_batch(o, b, s ? s - 1 : 0);
+    if (o->slots[b % o->R].linked) {
+        o->st.linked_indexer++;
+    } else {
+        double t0 = bp_now();
+        link_batch(o, b, s ? s - 1 : 0);
+        o->ph_plan[ORACLE_PH_LINK] += bp_now() - t0;
+    }
     o->n_linked = b + 1;
 }
 
@@ -550,7 +570,9 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
 
 // Retires what the planner has released, then indexes one batch.  (Either thread.)
 static int indexer_run(oracle_impl *o, const uint32_t *ids, uint32_t n, uint32_t retired, int link) {
+    double t0 = bp_now();
     while (o->retire_done < retired) retire_batch(o, o->retire_done++);
+    o->ph_idx[ORACLE_PH_RETIRE] += bp_now() - t0;
     BP_ASSERT(o->n_indexed < o->R + o->retire_done);
     return index_batch(o, ids, n, link);
 }
@@ -562,6 +584,7 @@ static double thread_cpu(void) {
 }
 
 static void publish_mem(oracle_impl *o) {
+    memcpy(o->ph_pub, o->ph_idx, sizeof o->ph_pub);
     o->pub_acts = o->act_hw, o->pub_occ = o->occ_hw, o->pub_hm_cap = o->hm.cap + o->hm.old_cap + o->hm.next_touched / sizeof(hent);
 }
 
@@ -802,6 +825,7 @@ static int plan_step(oracle_impl *o) {
     uint64_t *gate = o->act_gate;
     uint64_t shared = o->shared_count;
     oracle_stats st = o->st; // counters kept in registers through the loops
+    o->ph_plan_t = bp_now();
 
     // (a) keys used at s-1: private ones and those with no use in [s, H] are evicted after s-1;
     // the others stay, and their gradient of s-1 is synchronised before the next use.
@@ -881,6 +905,7 @@ static int plan_step(oracle_impl *o) {
         prev->n_sync_later = (uint32_t)(later - later0);
     }
 
+    phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_COMPLETE);
     // (b) fetches issued at s: for batch s+P (all of 0..P at s = 0).
     uint32_t u0 = s == 0 ? 0 : s + P;
     for (uint32_t u = u0; u <= s + P && u < N; u++) {
@@ -929,6 +954,7 @@ static int plan_step(oracle_impl *o) {
     o->shared_count = shared;
     o->st = st;
 
+    phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_FETCH);
     // (c) capacity: Belady among shared keys not needed by s..s+P.
     uint32_t who;
     uint64_t mp = max_private(o, &who);
@@ -970,8 +996,10 @@ static int plan_step(oracle_impl *o) {
     }
     if (o->shared_count + mp > o->st.peak_resident) o->st.peak_resident = o->shared_count + mp;
 
+    phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_PRESSURE);
     if (s == 0) return 0;
     fill_header(o, prev, s - 1);
+    phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_RECORD);
     o->st.batches++, o->st.samples += o->slots[(s - 1) % o->R].samples;
     return 1;
 }
@@ -1269,6 +1297,12 @@ int oracle_next_plan(oracle *out, plan *p) {
     }
 }
 
+const char *oracle_phase_name(int phase) {
+    static const char *const names[ORACLE_PHASES] = {"retire", "transpose", "dedupe",   "backlink", "link",
+                                                     "complete", "fetch",   "pressure", "record"};
+    return phase >= 0 && phase < ORACLE_PHASES ? names[phase] : "?";
+}
+
 void oracle_get_stats(const oracle *out, oracle_stats *st) {
     oracle_impl *o = out->impl;
     lock(o);
@@ -1281,6 +1315,7 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
     st->active_peak = o->pub_acts;
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
+    for (int k = 0; k < ORACLE_PHASES; k++) st->phase_s[k] = o->ph_pub[k] + o->ph_plan[k];
     unlock(o);
     st->mem_bytes = mem;
 }

@@ -96,6 +96,22 @@ typedef struct {
     int links;            // with two threads, which thread writes next-use links: ORACLE_LINKS_*
 } oracle_config;
 
+// The phases of the oracle's work, each timed in its thread by the monotonic clock read at its
+// boundaries (oracle_stats.phase_s; ~25 reads per batch).  The indexer: retiring the keys of
+// batches that left the window, transposing each trainer's slice of a batch, the dedupe (pass 1),
+// back links, gates of keys new to the window and, when the indexer links, next links (pass 2).
+// The planner: next links it writes itself (two threads), completing record s-1 (step a), the
+// fetches for s+P (b), evictions under capacity pressure (c), and the record's private keys
+// grouped by trainer and sync-later entries put in order.
+enum {
+    ORACLE_PH_RETIRE, ORACLE_PH_TRANSPOSE, ORACLE_PH_DEDUPE, ORACLE_PH_BACKLINK,
+    ORACLE_PH_LINK, ORACLE_PH_COMPLETE, ORACLE_PH_FETCH, ORACLE_PH_PRESSURE, ORACLE_PH_RECORD,
+    ORACLE_PHASES
+};
+// A phase's short name ("retire", "transpose", "dedupe", "backlink", "link", "complete", "fetch",
+// "pressure", "record").
+const char *oracle_phase_name(int phase);
+
 typedef struct {
     uint64_t batches, samples;
     uint64_t accesses;        // (trainer, key, batch) triples: sum over t, i of |keys of i's slice|
@@ -110,6 +126,7 @@ typedef struct {
     uint64_t linked_indexer;  // with two threads: batches the indexer linked (the rest, the planner)
     double cpu_index_s;       // CPU time spent indexing batches (dedupe, linking, retiring)
     double cpu_plan_s;        // CPU time spent planning (in oracle_next_plan)
+    double phase_s[ORACLE_PHASES]; // seconds in each phase (ORACLE_PH_*; 0 for oracle_ref)
 } oracle_stats;
 
 typedef struct oracle_impl oracle_impl;

@@ -690,6 +690,48 @@ TEST(oracle_memory_bounded_by_window) {
     ASSERT_TRUE(st[1].fetches > 400 * 32 * 9 / 10); // nearly every access is a miss
 }
 
+// The phase times (oracle_stats.phase_s) are disjoint intervals of the run: each is >= 0, their
+// sum is at most the run's wall time (twice it with two threads), every phase of the indexer and
+// of the planner's steps is timed, and the planner's linking only where it links (two threads).
+TEST(oracle_phase_times_cover_the_work) {
+    uint64_t card[2] = {5000, 50};
+    trace tr;
+    trace_make(&tr, 5, 0, 40, 64, 2, card, 0);
+    run_cfg c0 = {4, 8, 2, 0, 1, ORACLE_KEYMAP_FLAT, ORACLE_LINKS_AUTO};
+    const uint64_t cmin = min_capacity(&tr, c0, capacity_lower_bound(&tr, 4, 2), tr_keys(&tr) + 1);
+    for (int threads = 1; threads <= 2; threads++)
+        for (int tight = 0; tight < 2; tight++) {
+            run_cfg c = c0;
+            c.C = tight ? cmin + 2 : tr_keys(&tr), c.threads = threads;
+            c.links = threads == 2 ? ORACLE_LINKS_PLANNER : ORACLE_LINKS_AUTO;
+            stream out;
+            oracle_stats st;
+            double t0 = bp_now();
+            ASSERT_OK(run_oracle(&tr, c, &out, &st));
+            double wall = bp_now() - t0, sum = 0;
+            free(out.buf);
+            for (int k = 0; k < ORACLE_PHASES; k++) {
+                ASSERT_MSG(st.phase_s[k] >= 0, "phase %s: %g s", oracle_phase_name(k), st.phase_s[k]);
+                ASSERT_MSG(strcmp(oracle_phase_name(k), "?") != 0, "phase %d has no name", k);
+                sum += st.phase_s[k];
+            }
+            // with two threads, the phases of both add up to at most twice the wall time
+            ASSERT_MSG(sum <= threads * wall, "phases sum to %g s in a run of %g s", sum, wall);
+            const int work[] = {ORACLE_PH_TRANSPOSE, ORACLE_PH_DEDUPE, ORACLE_PH_BACKLINK, ORACLE_PH_COMPLETE,
+                                ORACLE_PH_FETCH,     ORACLE_PH_RECORD, ORACLE_PH_RETIRE};
+            for (size_t k = 0; k < sizeof work / sizeof *work; k++)
+                ASSERT_MSG(st.phase_s[work[k]] > 0, "threads %d: phase %s not timed", threads,
+                           oracle_phase_name(work[k]));
+            // the planner writes next links only with two threads (here it writes them all)
+            ASSERT_MSG(threads == 2 ? st.phase_s[ORACLE_PH_LINK] > 0 : st.phase_s[ORACLE_PH_LINK] == 0,
+                       "threads %d: link %g s", threads, st.phase_s[ORACLE_PH_LINK]);
+            ASSERT_TRUE(tight ? st.evictions_pressure > 0 : st.evictions_pressure == 0);
+        }
+    ASSERT_STR_EQ(oracle_phase_name(ORACLE_PH_DEDUPE), "dedupe");
+    ASSERT_STR_EQ(oracle_phase_name(ORACLE_PHASES), "?");
+    trace_free(&tr);
+}
+
 TEST(oracle_rejects_bad_input) {
     uint64_t card[2] = {10, 5};
     oracle_config cfg = {.T = 2, .B = 4, .F = 2, .card = card, .W = 3, .P = 1, .C = 100, .threads = 1};
