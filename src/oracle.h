@@ -137,9 +137,9 @@ typedef struct {
 // Validates cfg (messages name the field) and allocates.  Returns 0 or BP_EINVAL/BP_ENOMEM.
 int oracle_init(oracle *o, const oracle_config *cfg);
 // With two threads, how many batches the indexer may run ahead of the batches the planner's next
-// step needs.  With one, the halves were measured alternating at ~2.7 ms each per batch, and the
-// wall time per batch was that of the slower half of each pair, not of the slower half on average
-// (12% more): three batches of slack absorb the batch-to-batch variation (docs/oracle.md).
+// step needs.  With one batch of slack the two halves (~2.7 ms of CPU each per batch, varying from
+// batch to batch) waited on each other batch by batch, and a batch took 3.1 ms of wall time; with
+// three, the halves overlap and the wall time is that of the slower half (docs/oracle.md).
 #define ORACLE_INDEX_AHEAD 3
 // The batches the oracle holds for window W, prefetch P and `threads` (1 or 2): W + P + 3, and
 // ORACLE_INDEX_AHEAD more with two threads.
