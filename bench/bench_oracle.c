@@ -185,7 +185,8 @@ static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     // to the end of the pushes (the drain plans the tail without new input).
     double ci = st.cpu_index_s - s0.cpu_index_s, cp = s_end.cpu_plan_s - s0.cpu_plan_s;
     out->cpu_index_ms = 1e3 * ci / (double)npush, out->cpu_plan_ms = 1e3 * cp / (double)nrec;
-    for (int k = 0; k < ORACLE_PHASES; k++) // the indexer's phases per pushed batch, the planner's per record
+    // the indexer's phases (those before ORACLE_PH_LINK) per pushed batch, the planner's per record
+    for (int k = 0; k < ORACLE_PHASES; k++)
         out->phase_ms[k] = 1e3 * ((k < ORACLE_PH_LINK ? st.phase_s[k] : s_end.phase_s[k]) - s0.phase_s[k]) /
                            (double)(k < ORACLE_PH_LINK ? npush : nrec);
     out->cpu_sps = 1e3 * c.B / (c.threads == 2 ? BP_MAX(out->cpu_index_ms, out->cpu_plan_ms)

@@ -102,7 +102,8 @@ typedef struct {
 // back links, gates of keys new to the window and, when the indexer links, next links (pass 2).
 // The planner: next links it writes itself (two threads), completing record s-1 (step a), the
 // fetches for s+P (b), evictions under capacity pressure (c), and the record's private keys
-// grouped by trainer and sync-later entries put in order.
+// grouped by trainer and sync-later entries put in order.  The indexer's phases come first: those
+// before ORACLE_PH_LINK run in the indexer's thread, the others in the planner's.
 enum {
     ORACLE_PH_RETIRE, ORACLE_PH_TRANSPOSE, ORACLE_PH_DEDUPE, ORACLE_PH_BACKLINK,
     ORACLE_PH_LINK, ORACLE_PH_COMPLETE, ORACLE_PH_FETCH, ORACLE_PH_PRESSURE, ORACLE_PH_RECORD,
