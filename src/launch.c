@@ -7,6 +7,7 @@
 // instead an ORTE_ERROR_LOG line about its help message, which is dropped here), the first
 // rank that reported an error of its own ("bagpipe: rank R (role): ...").
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -179,6 +180,16 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     }
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM); // the job goes when the launcher goes
+        // mpirun gets the user's signals from the launcher only, once: in the launcher's process
+        // group, a Ctrl-C (or `timeout`, `kill -INT -PGID`) would reach it twice, directly and
+        // forwarded, and Open MPI takes a second SIGINT as "kill the job without waiting for its
+        // ranks": mpirun then exits at once and the ranks train on for a second or more after
+        // the launcher has said the job is stopped (appending metrics, writing checkpoints).  Out
+        // of the terminal's foreground group it must not read the terminal (SIGTTIN would stop
+        // it), and no rank reads its standard input: /dev/null.
+        setpgid(0, 0);
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) dup2(nul, 0), close(nul);
         close(pfd[0]), close(ofd[0]);
         dup2(pfd[1], 2), dup2(ofd[1], 1);
         close(pfd[1]), close(ofd[1]);
@@ -187,6 +198,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
         _exit(127);
     }
     free(av);
+    setpgid(pid, 0); // also here, so that no signal can come before the child has moved (EACCES after its exec)
     close(pfd[1]), close(ofd[1]);
     child_pid = pid;
     // SIGINT and SIGTERM are forwarded to mpirun, except one the launcher was started with

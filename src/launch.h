@@ -27,7 +27,8 @@ typedef void (*launch_role_fn)(int rank, const void *ctx, char *buf, size_t cap)
 // Runs `mpirun -np np --oversubscribe SELF argv[0..argc)` (argv as the subcommand got it) and
 // waits.  Returns the process exit code for the whole job: 0 when every rank succeeded,
 // otherwise mpirun's non-zero code (or 1), after printing "bagpipe: job failed: rank R (ROLE) ...".
-// Stopped by a SIGINT/SIGTERM it forwarded (Ctrl-C), it says so and dies by that signal instead.
+// Stopped by a SIGINT/SIGTERM it forwarded (Ctrl-C), it says so and dies by that signal instead,
+// once mpirun (in a process group of its own, its standard input /dev/null) has ended every rank.
 int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *ctx);
 
 #endif
