@@ -281,4 +281,10 @@ TEST(analyze_plot_dir_checked_before_simulating) {
     // gnuplot used to warn of an "empty x range" on stderr.
     ASSERT_MSG(!strstr(out, "empty x range"), "%s", out);
     free(out);
+    // A cache too small for the lookahead policy: its line is left empty with a title that says so,
+    // where gnuplot used to warn twice of a data file "with no valid points".
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 1 -b 10 --plot-dir %s %s", test_bin(), test_path("plots1"), path), 0);
+    ASSERT_STR_CONTAINS(out, "cache too small");
+    ASSERT_MSG(!strstr(out, "warning"), "%s", out);
+    free(out);
 }

@@ -25,6 +25,14 @@ stats dir."/cachesim_capacity.csv" using 1 skip 2 nooutput
 cap_min = STATS_min; cap_max = STATS_max
 stats dir."/cachesim_lookahead.csv" using 1 skip 2 nooutput
 w_min = STATS_min; w_max = STATS_max
+# Whether the lookahead policy has a point in each chart: none when every cache size simulated is
+# below the minimum it needs ("cache too small" in analyze's table).  Its line is then drawn out of
+# the y range, with a title that says why, instead of gnuplot's "no valid points" warning.
+stats dir."/cachesim_capacity.csv" using (valid(5)) skip 2 nooutput
+look_cap = STATS_sum > 0
+stats dir."/cachesim_lookahead.csv" using (valid(2)) skip 2 nooutput
+look_win = STATS_sum > 0
+look_none = "lookahead: cache too small"
 set ylabel "hit rate (%)"
 set yrange [0:100]
 
@@ -38,7 +46,8 @@ if (cap_min == cap_max) { set xrange [cap_min / 2.0 : cap_max * 2.0] } else { se
 plot dir."/cachesim_capacity.csv" using 1:2 skip 2 with linespoints lw 2 lc rgb c_none title "none", \
      ''                           using 1:3 skip 2 with linespoints lw 2 lc rgb c_static title "static top-N", \
      ''                           using 1:4 skip 2 with linespoints lw 2 lc rgb c_lru title "LRU", \
-     ''                           using 1:5 skip 2 with linespoints lw 2 lc rgb c_look title "lookahead"
+     ''                           using 1:(look_cap ? column(5) : -1) skip 2 with linespoints lw 2 lc rgb c_look \
+                                  title (look_cap ? "lookahead" : look_none)
 unset logscale x
 
 # Hit rate of the lookahead policy against its window, with the others at the same cache size.
@@ -50,7 +59,8 @@ if (exists("cache")) {
 }
 set xlabel "lookahead window W (batches)"
 if (w_min == w_max) { set xrange [w_min - 1 : w_max + 1] } else { set autoscale x }
-plot dir."/cachesim_lookahead.csv" using 1:2 skip 2 with linespoints lw 2 lc rgb c_look title "lookahead", \
+plot dir."/cachesim_lookahead.csv" using 1:(look_win ? column(2) : -1) skip 2 with linespoints lw 2 lc rgb c_look \
+                                   title (look_win ? "lookahead" : look_none), \
      ''                            using 1:3 skip 2 with lines dt 2 lw 2 lc rgb c_lru title "LRU", \
      ''                            using 1:4 skip 2 with lines dt 3 lw 2 lc rgb c_static title "static top-N", \
      ''                            using 1:5 skip 2 with lines dt 4 lw 2 lc rgb c_none title "none"
