@@ -1303,6 +1303,16 @@ const char *oracle_phase_name(int phase) {
     return phase >= 0 && phase < ORACLE_PHASES ? names[phase] : "?";
 }
 
+// Bytes of a record's lists at their capacities.
+static uint64_t plan_list_bytes(const plan *p) {
+    return (uint64_t)p->cap_fetch * sizeof(plan_fetch) + (uint64_t)p->cap_evict * sizeof(plan_evict) +
+           (uint64_t)p->cap_private * sizeof(uint64_t) + (uint64_t)p->cap_sync_now * sizeof(uint64_t) +
+           (uint64_t)p->cap_sync_later * sizeof(plan_sync);
+}
+
+// The lists of a record, each grown to about one batch's unique keys (oracle_mem_estimate).
+#define PLAN_BYTES_PER_KEY (sizeof(plan_fetch) + sizeof(plan_evict) + 2 * sizeof(uint64_t) + sizeof(plan_sync))
+
 void oracle_get_stats(const oracle *out, oracle_stats *st) {
     oracle_impl *o = out->impl;
     lock(o);
@@ -1313,6 +1323,11 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
+    // The planner's two records and its scratch for private keys and sorted sync-later lists, and
+    // the input copies of the two-thread queue.
+    mem += plan_list_bytes(&o->rec[0]) + plan_list_bytes(&o->rec[1]);
+    mem += (uint64_t)o->pv_cap * (sizeof *o->pv_key + sizeof *o->pv_tr) + (uint64_t)o->sync_cap * sizeof(plan_sync);
+    if (o->threads == 2 && !o->borrow) mem += (uint64_t)INQ * o->B * o->F * sizeof(uint32_t);
     st->active_peak = o->pub_acts;
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
     for (int k = 0; k < ORACLE_PHASES; k++) st->phase_s[k] = o->ph_pub[k] + o->ph_plan[k];
@@ -1367,6 +1382,8 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
     mem += unique * (sizeof(uint64_t) + sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
+    mem += unique * (2 * PLAN_BYTES_PER_KEY + sizeof(uint64_t) + sizeof(uint16_t) + sizeof(plan_sync));
+    if (cfg->threads == 2 && !cfg->borrow_input) mem += (uint64_t)INQ * per_batch * sizeof(uint32_t);
     return mem;
 }
 

@@ -5,6 +5,7 @@
 // trace itself.  On tiny traces the fetch count is compared with an exhaustive search.
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cachesim.h"
 #include "common.h"
@@ -755,6 +756,71 @@ TEST(oracle_memory_bounded_by_window) {
                (unsigned long long)st[1].active_peak);
     ASSERT_TRUE(st[1].active_peak <= (5 + 1 + 3) * 32);
     ASSERT_TRUE(st[1].fetches > 400 * 32 * 9 / 10); // nearly every access is a miss
+}
+
+// Resident memory of this process, bytes (/proc/self/statm), or 0.
+static uint64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, res = 0;
+    int n = f ? fscanf(f, "%llu %llu", &size, &res) : 0;
+    if (f) fclose(f);
+    return n == 2 ? res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+// The memory bound measured from outside the oracle's own accounting: on a long run over a bounded
+// key set (every key touched before the first reading), under capacity pressure, the process's
+// resident memory and the oracle's mem_bytes stop growing once the window has filled: from batch
+// 300 to batch 1500 (the window holds 30) RSS grows by less than 1 MiB, with one and two threads,
+// the flat and the hash keymap.  Batches are made on the fly and plans dropped, so nothing else
+// grows with the run.
+TEST(oracle_memory_plateaus_on_a_long_run) {
+    const uint64_t card[2] = {10000, 300};
+    const uint32_t B = 256, F = 2, N = 1500, mark = 300;
+    const struct { int threads, keymap; } cases[] = {{1, ORACLE_KEYMAP_FLAT}, {2, ORACLE_KEYMAP_HASH}};
+    uint32_t *ids = bp_xmalloc((size_t)B * F * sizeof *ids);
+    for (size_t ci = 0; ci < BP_ARRAY_LEN(cases); ci++) {
+        oracle_config cfg = {.T = 3, .B = B, .F = F, .card = card, .W = 24, .P = 2, .C = 1000,
+                             .threads = cases[ci].threads, .keymap = cases[ci].keymap};
+        oracle o;
+        ASSERT_OK(oracle_init(&o, &cfg));
+        plan p;
+        plan_init(&p);
+        bp_rng r;
+        bp_rng_seed(&r, 61, (uint64_t)ci);
+        uint64_t rss0 = 0, mem0 = 0;
+        oracle_stats st;
+        for (uint32_t t = 0; t < N; t++) {
+            for (uint32_t s = 0; s < B; s++) { // table 0 uniform, table 1 skewed: all keys touched by batch 300
+                ids[s * F] = bp_rng_below(&r, (uint32_t)card[0]);
+                double u = bp_rng_uniform(&r);
+                ids[s * F + 1] = (uint32_t)((double)card[1] * u * u);
+            }
+            int rc = oracle_push_batch(&o, ids);
+            while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) rc = 0;
+            ASSERT_MSG(rc == 0, "batch %u: %s", t, bp_errmsg(rc));
+            if (t + 1 == mark) {
+                oracle_get_stats(&o, &st);
+                rss0 = rss_bytes(), mem0 = st.mem_bytes;
+            }
+        }
+        ASSERT_OK(oracle_finish(&o));
+        int rc;
+        while ((rc = oracle_next_plan(&o, &p)) == 1) {
+        }
+        ASSERT_OK(rc);
+        oracle_get_stats(&o, &st);
+        const uint64_t rss1 = rss_bytes();
+        ASSERT_MSG(rss0 > 0 && st.evictions_pressure > (uint64_t)N * 10,
+                   "RSS %llu, %llu pressure evictions", (unsigned long long)rss0,
+                   (unsigned long long)st.evictions_pressure);
+        ASSERT_MSG(rss1 < rss0 + (1u << 20) && st.mem_bytes <= mem0 + mem0 / 50,
+                   "threads %d keymap %d: RSS %llu -> %llu bytes, mem_bytes %llu -> %llu from batch %u to %u",
+                   cases[ci].threads, cases[ci].keymap, (unsigned long long)rss0, (unsigned long long)rss1,
+                   (unsigned long long)mem0, (unsigned long long)st.mem_bytes, mark, N);
+        plan_free(&p);
+        oracle_free(&o);
+    }
+    free(ids);
 }
 
 // The phase times (oracle_stats.phase_s) are disjoint intervals of the run: each is >= 0, their
