@@ -1303,13 +1303,6 @@ const char *oracle_phase_name(int phase) {
     return phase >= 0 && phase < ORACLE_PHASES ? names[phase] : "?";
 }
 
-// Bytes of a record's lists at their capacities.
-static uint64_t plan_list_bytes(const plan *p) {
-    return (uint64_t)p->cap_fetch * sizeof(plan_fetch) + (uint64_t)p->cap_evict * sizeof(plan_evict) +
-           (uint64_t)p->cap_private * sizeof(uint64_t) + (uint64_t)p->cap_sync_now * sizeof(uint64_t) +
-           (uint64_t)p->cap_sync_later * sizeof(plan_sync);
-}
-
 // The lists of a record, each grown to about one batch's unique keys (oracle_mem_estimate).
 #define PLAN_BYTES_PER_KEY (sizeof(plan_fetch) + sizeof(plan_evict) + 2 * sizeof(uint64_t) + sizeof(plan_sync))
 

@@ -802,6 +802,10 @@ void oracle_ref_get_stats(const oracle_ref *out, oracle_stats *st) {
     mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + 2 * sizeof(uint64_t));
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
     for (uint32_t j = 0; j < o->NB; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
+    // counted as oracle.c counts them
+    mem += plan_list_bytes(&o->rec[0]) + plan_list_bytes(&o->rec[1]);
+    mem += (uint64_t)o->pv_cap * (sizeof *o->pv_key + sizeof *o->pv_tr) + (uint64_t)o->sync_cap * sizeof(plan_sync);
+    if (o->threads == 2 && !o->borrow) mem += (uint64_t)INQ * o->B * o->F * sizeof(uint32_t);
     st->active_peak = o->pub_acts;
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
     unlock(o);

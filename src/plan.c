@@ -66,6 +66,12 @@ void plan_reserve(plan *p, int list, uint32_t n) {
 
 void plan_grow_list(plan *p, int list) { plan_reserve(p, list, 1); }
 
+uint64_t plan_list_bytes(const plan *p) {
+    return (uint64_t)p->cap_fetch * sizeof *p->fetch + (uint64_t)p->cap_evict * sizeof *p->evict +
+           (uint64_t)p->cap_private * sizeof *p->priv_key + (uint64_t)p->cap_sync_now * sizeof *p->sync_now +
+           (uint64_t)p->cap_sync_later * sizeof *p->sync_later;
+}
+
 void plan_reserve_private(plan *p, uint32_t n) {
     grow((void **)&p->priv_key, &p->cap_private, n, sizeof *p->priv_key);
 }

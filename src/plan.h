@@ -128,6 +128,8 @@ static inline void plan_add_sync_later(plan *p, plan_sync s) {
     p->sync_later[p->n_sync_later++] = s;
 }
 void plan_reserve_private(plan *p, uint32_t n);
+// Bytes held by p's lists at their capacities (memory accounting).
+uint64_t plan_list_bytes(const plan *p);
 
 // Encoded size in bytes of p.
 size_t plan_encoded_size(const plan *p);
