@@ -1303,7 +1303,7 @@ const char *oracle_phase_name(int phase) {
     return phase >= 0 && phase < ORACLE_PHASES ? names[phase] : "?";
 }
 
-// The lists of a record, each grown to about one batch's unique keys (oracle_mem_estimate).
+// The lists of a record, each grown to one batch's unique keys or more (oracle_mem_estimate).
 #define PLAN_BYTES_PER_KEY (sizeof(plan_fetch) + sizeof(plan_evict) + 2 * sizeof(uint64_t) + sizeof(plan_sync))
 
 void oracle_get_stats(const oracle *out, oracle_stats *st) {
@@ -1375,7 +1375,9 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
     mem += unique * (sizeof(uint64_t) + sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
-    mem += unique * (2 * PLAN_BYTES_PER_KEY + sizeof(uint64_t) + sizeof(uint16_t) + sizeof(plan_sync));
+    uint64_t lists = 1024; // the lists and the scratch double up to a batch's unique keys (and pv from 1024)
+    while (lists < unique) lists *= 2;
+    mem += lists * (2 * PLAN_BYTES_PER_KEY + sizeof(uint64_t) + sizeof(uint16_t) + sizeof(plan_sync));
     if (cfg->threads == 2 && !cfg->borrow_input) mem += (uint64_t)INQ * per_batch * sizeof(uint32_t);
     return mem;
 }
