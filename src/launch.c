@@ -6,6 +6,7 @@
 // and, where those are missing (mpirun sometimes loses the aborting rank's report, printing
 // instead an ORTE_ERROR_LOG line about its help message, which is dropped here), the first
 // rank that reported an error of its own ("bagpipe: rank R (role): ...").
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -134,6 +135,59 @@ static void forward_output(int err_fd, int out_fd, failure *f) {
     if (shown) fputs("\r\033[K", stderr);
 }
 
+// This process's children, up to cap of them (from /proc/PID/stat: the parent is the field after
+// the command's closing parenthesis and the state).  Returns how many.
+static int list_children(pid_t *kids, int cap) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    const pid_t self = getpid();
+    int n = 0;
+    struct dirent *e;
+    while (n < cap && (e = readdir(d))) {
+        char *end, path[64], buf[512];
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        ssize_t got = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (got <= 0) continue;
+        buf[got] = 0;
+        const char *paren = strrchr(buf, ')');
+        char state;
+        int ppid;
+        if (paren && sscanf(paren + 1, " %c %d", &state, &ppid) == 2 && ppid == self) kids[n++] = (pid_t)pid;
+    }
+    closedir(d);
+    return n;
+}
+
+// Ends what mpirun left behind.  It can exit before its ranks (a signal that comes while it is
+// starting them: the ranks then went on training, writing metrics and checkpoints, after the
+// launcher had said the job was stopped); as this process is a child subreaper, they are its
+// children by now.  Each gets SIGTERM, then SIGKILL after 3 s, and is reaped.  Returns how many
+// there were.
+static int end_orphans(void) {
+    pid_t kids[256];
+    int found = 0;
+    for (int round = 0; round < 2; round++) {
+        int n = list_children(kids, (int)BP_ARRAY_LEN(kids));
+        if (round == 0) found = n;
+        for (int i = 0; i < n; i++) kill(kids[i], round ? SIGKILL : SIGTERM);
+        for (double t0 = bp_now(); n > 0 && bp_now() - t0 < 3.0;) {
+            while (waitpid(-1, NULL, WNOHANG) > 0) {
+            }
+            n = list_children(kids, (int)BP_ARRAY_LEN(kids));
+            if (n) usleep(20000);
+        }
+        if (n == 0) break;
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    return found;
+}
+
 int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *ctx) {
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -172,6 +226,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     }
     fflush(stdout);
     fflush(stderr);
+    prctl(PR_SET_CHILD_SUBREAPER, 1); // ranks that outlive mpirun become our children: end_orphans
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "bagpipe: fork: %s\n", strerror(errno));
@@ -217,6 +272,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
     child_pid = 0;
+    end_orphans();
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (code == 0) return 0;
     if (got_signal) {

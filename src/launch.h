@@ -28,7 +28,9 @@ typedef void (*launch_role_fn)(int rank, const void *ctx, char *buf, size_t cap)
 // waits.  Returns the process exit code for the whole job: 0 when every rank succeeded,
 // otherwise mpirun's non-zero code (or 1), after printing "bagpipe: job failed: rank R (ROLE) ...".
 // Stopped by a SIGINT/SIGTERM it forwarded (Ctrl-C), it says so and dies by that signal instead,
-// once mpirun (in a process group of its own, its standard input /dev/null) has ended every rank.
+// once every rank has ended: mpirun (in a process group of its own, its standard input /dev/null)
+// stops them, and any it leaves behind (this process is a child subreaper) get SIGTERM, then
+// SIGKILL.
 int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *ctx);
 
 #endif

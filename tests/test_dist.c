@@ -506,7 +506,8 @@ TEST(dist_stop_before_push_names_the_trainer) {
 // signal goes to the launcher's whole process group, as a terminal's Ctrl-C or `timeout` sends
 // it (mpirun used to get it twice, directly and forwarded, and Open MPI took the second one as
 // "exit without waiting for the ranks", which trained on for a second or more after the
-// launcher had said the job was stopped).  When the launcher has ended, no rank is left.
+// launcher had said the job was stopped; with one signal mpirun still exits before its ranks,
+// which the launcher now ends itself).  When the launcher has ended, no rank is left.
 static void check_interrupt(int sig, int int_ignored, int group) {
     char data[512], outp[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
