@@ -528,15 +528,21 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
 }
 
 int ckpt_remove_dir(const char *dir) {
+    char path[4096];
+    // The manifest first: a removal stopped half way (a kill) must not leave a committed manifest
+    // over missing parts, a checkpoint that says it is whole.
+    join(path, sizeof path, dir, "MANIFEST");
+    if (unlink(path) != 0 && errno != ENOENT && errno != ENOTDIR)
+        return bp_fail(BP_EIO, "%s: cannot remove: %s", path, strerror(errno));
     DIR *d = opendir(dir);
     if (!d) return bp_fail(BP_EIO, "%s: cannot open: %s", dir, strerror(errno));
     struct dirent *e;
-    char path[4096];
     int rc = 0;
     while ((e = readdir(d))) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
         join(path, sizeof path, dir, e->d_name);
-        if (unlink(path) != 0 && !rc) rc = bp_fail(BP_EIO, "%s: cannot remove: %s", path, strerror(errno));
+        if (unlink(path) != 0 && errno != ENOENT && !rc)
+            rc = bp_fail(BP_EIO, "%s: cannot remove: %s", path, strerror(errno));
     }
     closedir(d);
     if (!rc && rmdir(dir) != 0) rc = bp_fail(BP_EIO, "%s: cannot remove: %s", dir, strerror(errno));
@@ -708,7 +714,7 @@ int64_t ckpt_newest_valid(const char *root) {
     return newest;
 }
 
-int ckpt_prune(const char *root, int keep) {
+int ckpt_prune(const char *root, int keep, int64_t committed) {
     BP_ASSERT(keep >= 1);
     int64_t *its;
     int n, rc = list_ckpts(root, &its, &n);
@@ -718,11 +724,13 @@ int ckpt_prune(const char *root, int keep) {
     int64_t newest_valid = -1;
     int *valid = bp_xcalloc((size_t)(n ? n : 1), sizeof *valid);
     for (int i = n - 1; i >= 0; i--) {
+        if (committed >= 0 && its[i] > committed) continue; // not this run's history: left alone
         ckpt_dir_path(dir, sizeof dir, root, its[i]);
-        valid[i] = looks_valid(dir);
+        valid[i] = looks_valid(dir) || its[i] == committed;
         if (valid[i] && newest_valid < 0) newest_valid = its[i];
     }
     for (int i = n - 1; i >= 0 && !rc; i--) {
+        if (committed >= 0 && its[i] > committed) continue;
         ckpt_dir_path(dir, sizeof dir, root, its[i]);
         if (valid[i] && kept < keep) {
             kept++;

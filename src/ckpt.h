@@ -121,11 +121,14 @@ int ckpt_verify(const char *dir, ckpt_manifest *m);
 // BP_EIO when root cannot be read or holds no valid checkpoint (the message names root and the
 // newest invalid candidate's problem).
 int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m);
-// After a commit: keeps the `keep` newest checkpoints whose manifest loads and whose parts have
-// their sizes, removes the older ones and any older leftover without a valid manifest.  Never
-// removes one of the `keep` newest valid ones, nor anything newer than the newest valid one.
-// Returns the number of directories removed, or a negative code.
-int ckpt_prune(const char *root, int keep);
+// After the commit of checkpoint `committed` (-1: none): keeps the `keep` newest checkpoints whose
+// manifest loads and whose parts have their sizes, removes the older ones and any older leftover
+// without a valid manifest.  Never removes one of the `keep` newest valid ones, nor anything newer
+// than the newest valid one, nor `committed`; checkpoints newer than `committed` (of a history this
+// run left: it resumed from an older one because they were damaged) are neither kept nor removed,
+// so that one of them cannot push out what this run writes.  Returns the number of directories
+// removed, or a negative code.
+int ckpt_prune(const char *root, int keep, int64_t committed);
 // 1 when dir holds no MANIFEST but ckpt-<iteration> directories (a --checkpoint-dir root).
 int ckpt_is_root(const char *dir);
 // The iteration of the newest checkpoint under root that looks valid (its manifest loads and its

@@ -272,7 +272,7 @@ int ckpt_run_commit(const trainer *tr, const train_setup *su, int64_t iter, cons
     int rc = ckpt_manifest_commit(dir, m);
     free(m);
     if (rc) return rc;
-    int removed = ckpt_prune(su->ck.dir, su->ck.keep);
+    int removed = ckpt_prune(su->ck.dir, su->ck.keep, iter);
     if (removed < 0) // the checkpoint is committed; a failed prune only leaves old ones behind
         fprintf(stderr, "bagpipe: warning: pruning old checkpoints: %s\n", bp_errmsg(removed));
     return 0;

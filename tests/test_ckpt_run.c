@@ -233,7 +233,7 @@ TEST(ckpt_prune_keeps_newest_valid) {
     ASSERT_OK(fake_ckpt(root, 40, 1));
     ASSERT_OK(fake_ckpt(root, 50, 0)); // newer than every valid one: not pruning's to judge
     damage(root, 40, "dense.bin", 1);  // wrong size: not counted among the kept
-    ASSERT_EQ(ckpt_prune(root, 1), 2);  // 10 and 20 go; 30 is the newest valid, 40 and 50 are newer
+    ASSERT_EQ(ckpt_prune(root, 1, -1), 2);  // 10 and 20 go; 30 is the newest valid, 40 and 50 are newer
     ASSERT_TRUE(!ckpt_exists(root, 10) && !ckpt_exists(root, 20));
     ASSERT_TRUE(ckpt_valid(root, 30) && ckpt_exists(root, 40) && ckpt_exists(root, 50));
     char dir[4096];
@@ -241,8 +241,22 @@ TEST(ckpt_prune_keeps_newest_valid) {
     ckpt_manifest m;
     ASSERT_OK(ckpt_latest(root, dir, sizeof dir, &it, &m));
     ASSERT_EQ(it, 30);
-    ASSERT_EQ(ckpt_prune(root, 1), 0);
+    ASSERT_EQ(ckpt_prune(root, 1, -1), 0);
     ASSERT_TRUE(ckpt_valid(root, 30));
+}
+
+// A run that resumed from an older checkpoint (the newer one was damaged past what its sizes show:
+// a CRC mismatch, which pruning does not read) commits newer ones of its own: with --keep 1 it
+// used to keep the damaged newer checkpoint as "the newest valid" and delete the one it had just
+// committed, leaving nothing to resume from.  Now what is newer than the commit is left alone and
+// the commit is kept.
+TEST(ckpt_prune_keeps_the_commit_over_a_newer_damaged_one) {
+    const char *root = test_path("ck");
+    static const int64_t its[] = {100, 130, 160, 200};
+    for (size_t i = 0; i < BP_ARRAY_LEN(its); i++) ASSERT_OK(fake_ckpt(root, its[i], 1));
+    ASSERT_EQ(ckpt_prune(root, 1, 160), 2); // 100 and 130 go
+    ASSERT_TRUE(!ckpt_exists(root, 100) && !ckpt_exists(root, 130));
+    ASSERT_TRUE(ckpt_valid(root, 160) && ckpt_exists(root, 200));
 }
 
 // ---------------------------------------------------------------------------------------------
