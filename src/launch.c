@@ -10,11 +10,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +31,47 @@ int launch_under_mpi(void) {
 }
 
 static volatile sig_atomic_t child_pid, got_signal;
+
+// The value of LAUNCH_ENV_SELF: "PID@HOST" of the launcher.
+static void launcher_id(char *buf, size_t cap) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(buf, cap, "%ld@%s", (long)getpid(), host);
+}
+
+// Ends this rank as a SIGTERM would (its handlers remove temporary files).
+static void launcher_gone(void) {
+    fprintf(stderr, "bagpipe: the launching bagpipe is gone: this rank stops\n");
+    kill(getpid(), SIGTERM);
+}
+
+// Waits for the launcher (a pidfd) to end.
+static void *watch_launcher(void *arg) {
+    struct pollfd p = {.fd = (int)(intptr_t)arg, .events = POLLIN};
+    while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+    }
+    launcher_gone();
+    return NULL;
+}
+
+void launch_watch_launcher(void) {
+    const char *v = getenv(LAUNCH_ENV_SELF);
+    char self_host[300], *at = v ? strchr(v, '@') : NULL;
+    long pid = v ? strtol(v, NULL, 10) : 0;
+    launcher_id(self_host, sizeof self_host);
+    // Only a launcher on this host (its pid means nothing elsewhere).
+    if (pid <= 1 || !at || strcmp(at, strchr(self_host, '@')) != 0) return;
+#ifdef SYS_pidfd_open
+    int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (fd < 0) {
+        if (errno == ESRCH) launcher_gone();
+        return; // no pidfd (kernels before 5.3): mpirun's own shutdown is all there is
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, watch_launcher, (void *)(intptr_t)fd) == 0) pthread_detach(th);
+    else close(fd);
+#endif
+}
 
 static void forward_signal(int sig) {
     got_signal = sig;
@@ -201,7 +244,9 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     setenv("OMPI_MCA_hwloc_base_binding_policy", "none", 0);
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-    setenv(LAUNCH_ENV_SELF, "1", 1);
+    char id[320];
+    launcher_id(id, sizeof id);
+    setenv(LAUNCH_ENV_SELF, id, 1);
     // The ranks' output comes through pipes to this process: trainer 0 draws its progress line
     // when our stderr is a terminal (or BAGPIPE_PROGRESS=1 says so), as one process does, on its
     // stdout, so that it comes in order with the lines trainer 0 prints (progress.h);

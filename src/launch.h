@@ -13,9 +13,16 @@
 
 #include <stddef.h>
 
-// Set (to "1") in the environment of the job launch_job starts: its ranks know the launcher has
-// checked the set-up and said what it had to say about it.
+// Set (to "PID@HOST" of the launcher) in the environment of the job launch_job starts: its ranks
+// know the launcher has checked the set-up and said what it had to say about it.
 #define LAUNCH_ENV_SELF "BAGPIPE_SELF_LAUNCHED"
+
+// In a rank of a job launch_job started on this host: a thread waits for the launcher to end (a
+// pidfd) and then ends this rank by SIGTERM.  mpirun ends the ranks when the launcher goes too
+// (PR_SET_PDEATHSIG), but after a second or more in which they trained on, writing metrics and
+// checkpoints that a prompt --resume then raced with; this way they stop within milliseconds.
+// Nothing happens under another launcher or without pidfds.
+void launch_watch_launcher(void);
 
 // 1 when this process is a rank of a launched job (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK,
 // PMI_RANK or SLURM_PROCID... set), 0 otherwise.

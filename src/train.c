@@ -590,6 +590,7 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
         return launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
     }
     comm_set_stall_timeout(fl->stall_timeout);
+    launch_watch_launcher();
     int rc = dist_begin(&lay);
     if (rc) return rc == BP_EMISMATCH ? 2 : 1;
     // Set-up warnings (an empty evaluation split) once per job: the launcher has given them

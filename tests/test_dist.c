@@ -559,6 +559,43 @@ static void check_interrupt(int sig, int int_ignored, int group) {
         ASSERT_MSG(left < 0, "rank %d outlived the interrupted job", r);
     }
 }
+// kill -9 of the launcher: it cannot stop the job itself.  mpirun (PR_SET_PDEATHSIG) takes a second
+// or more to end the ranks, and they used to train on meanwhile, writing metrics and checkpoints
+// that a prompt --resume then raced with (it failed or hung on ranks that had picked different
+// checkpoints); each rank now watches the launcher (a pidfd) and stops within milliseconds.
+TEST(dist_kill_launcher_ends_the_ranks) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "exec env " OMPI_ENV " %s train %s " TINY_MODEL " --iters 1000000 --no-eval " SYNC_T2S2
+             " > /dev/null 2>&1", dist_test_env(), test_bin(), data);
+    pid_t job = fork();
+    ASSERT_TRUE(job >= 0);
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    pid_t rank4 = await_rank(4, data);
+    if (rank4 < 0) kill(job, SIGKILL), waitpid(job, NULL, 0);
+    ASSERT_MSG(rank4 > 0, "the job never started");
+    usleep(1000000); // let it train
+    ASSERT_EQ(kill(job, SIGKILL), 0);
+    waitpid(job, NULL, 0);
+    double t0 = bp_now(), gone_after = -1;
+    while (bp_now() - t0 < 10 && gone_after < 0) {
+        int alive = 0;
+        for (int r = 0; r < 5; r++) alive += find_rank(r, data) > 0;
+        if (!alive) gone_after = bp_now() - t0;
+        else usleep(20000);
+    }
+    for (int r = 0; r < 5; r++) {
+        pid_t left = find_rank(r, data);
+        if (left > 0) kill(left, SIGKILL);
+    }
+    ASSERT_MSG(gone_after >= 0 && gone_after < 0.5, "the ranks outlived the launcher by %.2f s", gone_after);
+}
+
 TEST(dist_interrupt_launcher_sigint) { check_interrupt(SIGINT, 0, 0); }
 TEST(dist_interrupt_launcher_sigterm) { check_interrupt(SIGTERM, 0, 0); }
 TEST(dist_interrupt_launcher_sigint_ignored) { check_interrupt(SIGTERM, 1, 0); }
