@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -756,4 +757,36 @@ int ckpt_is_root(const char *dir) {
     }
     free(its);
     return n > 0;
+}
+
+int ckpt_lock_root(const char *root, int create, const char *flag) {
+    if (create && mkdir(root, 0777) != 0 && errno != EEXIST) return 0; // the checks that follow say why
+    char path[4200];
+    join(path, sizeof path, root, ".lock");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return 0; // missing (nothing to guard yet) or not writable: the checks that follow say why
+    // A root this process holds already (--resume and --checkpoint-dir naming one directory in two
+    // spellings): the lock file is the same file.
+    static struct { dev_t dev; ino_t ino; } held[4];
+    static int n_held;
+    struct stat st;
+    const int known = fstat(fd, &st) == 0;
+    if (known)
+        for (int i = 0; i < n_held; i++)
+            if (held[i].dev == st.st_dev && held[i].ino == st.st_ino) return close(fd), 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char who[32] = "";
+        ssize_t got = pread(fd, who, sizeof who - 1, 0);
+        who[got > 0 ? got : 0] = 0;
+        who[strcspn(who, "\n")] = 0;
+        close(fd);
+        return bp_fail(BP_EUSAGE, "%s %s: in use by another bagpipe job (pid %s holds %s); wait for it to end, or "
+                       "choose another directory", flag, root, who[0] ? who : "?", path);
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) == n) {
+    }
+    if (known && n_held < (int)BP_ARRAY_LEN(held)) held[n_held].dev = st.st_dev, held[n_held++].ino = st.st_ino;
+    return 0; // fd stays open: the lock lasts as long as this process
 }

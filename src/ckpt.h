@@ -129,6 +129,12 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
 // so that one of them cannot push out what this run writes.  Returns the number of directories
 // removed, or a negative code.
 int ckpt_prune(const char *root, int keep, int64_t committed);
+// Locks the checkpoint root for the rest of this process's life (flock on ROOT/.lock, which says
+// the holder's pid; ROOT created first if `create`): a second job writing or resuming the same
+// root is refused with BP_EUSAGE naming `flag`, ROOT and that pid, where two jobs used to prune
+// each other's checkpoints.  A root that cannot be created or opened is left to the checks that
+// follow (0).  One process per job takes it: the launcher, or the process of a local run.
+int ckpt_lock_root(const char *root, int create, const char *flag);
 // 1 when dir holds no MANIFEST but ckpt-<iteration> directories (a --checkpoint-dir root).
 int ckpt_is_root(const char *dir);
 // The iteration of the newest checkpoint under root that looks valid (its manifest loads and its

@@ -735,6 +735,13 @@ int cmd_train(int argc, char **argv) {
         return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
     // Nor is a metrics file that is something else (the dataset itself, a model part).
     if ((rc = jsonl_check("--metrics", fl.metrics))) return cmd_exit(rc);
+    // One job per checkpoint root (the ranks of a job are covered by their launcher's lock).
+    if (!launch_under_mpi()) {
+        if (fl.ck.dir) rc = ckpt_lock_root(fl.ck.dir, 1, "--checkpoint-dir");
+        if (!rc && fl.ck.resume && (!fl.ck.dir || strcmp(fl.ck.resume, fl.ck.dir) != 0))
+            rc = ckpt_lock_root(fl.ck.resume, 0, "--resume");
+        if (rc) return cmd_exit(rc);
+    }
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
 
     bp_dataset ds;

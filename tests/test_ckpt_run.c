@@ -259,6 +259,34 @@ TEST(ckpt_prune_keeps_the_commit_over_a_newer_damaged_one) {
     ASSERT_TRUE(ckpt_valid(root, 160) && ckpt_exists(root, 200));
 }
 
+// One job per checkpoint root: a second job writing (--checkpoint-dir) or resuming (--resume) the
+// root another holds is refused before it starts, naming the holder's pid (two jobs started
+// together on one root used to be both accepted and prune each other's checkpoints).  Here the
+// test process holds the lock; local and distributed runs (the launcher's lock) are refused.
+TEST(ckpt_root_is_locked_by_its_job) {
+    ASSERT_OK(make_data());
+    char root[512], fresh[512]; // one with a checkpoint to resume from, one new
+    snprintf(root, sizeof root, "%s", test_path("ck"));
+    snprintf(fresh, sizeof fresh, "%s", test_path("new"));
+    TRAIN_OK("", "--iters 20 --checkpoint-every 10 --checkpoint-dir %s", root);
+    ASSERT_OK(ckpt_lock_root(root, 1, "--checkpoint-dir"));
+    ASSERT_OK(ckpt_lock_root(fresh, 1, "--checkpoint-dir"));
+    char want[128];
+    snprintf(want, sizeof want, "in use by another bagpipe job (pid %ld holds", (long)getpid());
+    static const char *const runs[] = {"--iters 30 --checkpoint-every 10 --checkpoint-dir %s", "--iters 30 --resume %s",
+                                       SYNC " --iters 30 --checkpoint-every 10 --checkpoint-dir %s"};
+    for (size_t k = 0; k < BP_ARRAY_LEN(runs); k++) {
+        char args[600];
+        snprintf(args, sizeof args, runs[k], k == 1 ? root : fresh);
+        char *out = NULL;
+        int rc = train(&out, "", "%s", args);
+        ASSERT_MSG(rc == 2 && out && strstr(out, want) && !strstr(out, "memory plan"), "%s: exit %d:\n%s", args, rc,
+                   out ? out : "");
+        free(out);
+    }
+    ASSERT_TRUE(ckpt_valid(root, 10) && !ckpt_exists(root, 20) && !ckpt_exists(root, 30) && !ckpt_is_root(fresh));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mode local
 
