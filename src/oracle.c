@@ -1018,11 +1018,15 @@ uint32_t oracle_held_batches(uint32_t W, uint32_t P, int threads) {
     return P + W + 3 + (threads == 2 ? ORACLE_INDEX_AHEAD : 0);
 }
 
+// The bits of an occurrence id that name its slot, for R slots: R < 2^bits, so no id is NIL.
+static uint32_t slot_bits_for(uint32_t R) {
+    uint32_t bits = 1;
+    while ((1u << bits) <= R) bits++;
+    return bits;
+}
+
 uint64_t oracle_max_batch_ids(uint32_t W, uint32_t P, int threads) {
-    uint32_t R = oracle_held_batches(W, P, threads);
-    uint32_t slot_bits = 1;
-    while ((1u << slot_bits) <= R) slot_bits++; // as oracle_init
-    return (1ull << (32 - slot_bits)) - 1;
+    return (1ull << (32 - slot_bits_for(oracle_held_batches(W, P, threads)))) - 1;
 }
 
 int oracle_init(oracle *out, const oracle_config *cfg) {
@@ -1045,11 +1049,8 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
         K += cfg->card[f];
     }
     uint32_t R = oracle_held_batches(cfg->W, cfg->P, cfg->threads);
-    uint32_t slot_bits = 1;
-    while ((1u << slot_bits) <= R) slot_bits++; // R < 2^slot_bits, so no occurrence id is NIL
-    uint32_t pos_bits = 32 - slot_bits;
+    uint32_t pos_bits = 32 - slot_bits_for(R);
     uint64_t per_batch = (uint64_t)cfg->B * cfg->F;
-    BP_ASSERT(oracle_max_batch_ids(cfg->W, cfg->P, cfg->threads) == (1ull << pos_bits) - 1);
     if (per_batch >= (1ull << pos_bits))
         return bp_fail(BP_EINVAL, "oracle: batch of %u samples x %u features is too large for a window of %u batches",
                        cfg->B, cfg->F, R);
