@@ -498,6 +498,31 @@ TEST(dist_stop_before_push_names_the_trainer) {
     free(out);
 }
 
+// Starts a long sync job (T = 2, S = 2) on data as a child, its output to outp, with SIGINT ignored
+// or not (a background job of a script ignores it) and, with `group`, in a process group of its
+// own; lets it train for a second once rank 4 is up.  Returns the launcher's pid, or -1 (the job
+// killed) when no rank came up.
+static pid_t start_long_job(const char *data, const char *outp, int int_ignored, int group) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "exec env " OMPI_ENV " %s train %s " TINY_MODEL " --iters 1000000 --no-eval " SYNC_T2S2
+             " > %s 2>&1", dist_test_env(), test_bin(), data, outp);
+    pid_t job = fork();
+    if (job < 0) return -1;
+    if (job == 0) {
+        signal(SIGINT, int_ignored ? SIG_IGN : SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        if (group) setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    if (await_rank(4, data) < 0) {
+        kill(job, SIGKILL), waitpid(job, NULL, 0);
+        return -1;
+    }
+    usleep(1000000); // let it train
+    return job;
+}
+
 // Ctrl-C (SIGINT) or kill -TERM of the launcher: it forwards the signal to mpirun, which stops
 // every rank; the launcher then says the job was interrupted and dies by that signal, as a
 // single process does (it used to print "job failed: mpirun exited with code 1" and exit 1, as if
@@ -513,23 +538,8 @@ static void check_interrupt(int sig, int int_ignored, int group) {
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
     ASSERT_OK(write_dataset(data, 2000, 5));
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "exec env " OMPI_ENV " %s train %s " TINY_MODEL " --iters 1000000 --no-eval " SYNC_T2S2
-             " > %s 2>&1", dist_test_env(), test_bin(), data, outp);
-    pid_t job = fork();
-    ASSERT_TRUE(job >= 0);
-    if (job == 0) {
-        // whatever the test runner was started with (a background job of a script ignores SIGINT)
-        signal(SIGINT, int_ignored ? SIG_IGN : SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        if (group) setpgid(0, 0);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    pid_t rank0 = await_rank(4, data);
-    if (rank0 < 0) kill(job, SIGKILL), waitpid(job, NULL, 0);
-    ASSERT_MSG(rank0 > 0, "the job never started");
-    usleep(1000000); // let it train
+    pid_t job = start_long_job(data, outp, int_ignored, group);
+    ASSERT_MSG(job > 0, "the job never started");
     if (int_ignored) {
         ASSERT_EQ(kill(job, SIGINT), 0);
         usleep(1500000);
@@ -567,19 +577,8 @@ TEST(dist_kill_launcher_ends_the_ranks) {
     char data[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     ASSERT_OK(write_dataset(data, 2000, 5));
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "exec env " OMPI_ENV " %s train %s " TINY_MODEL " --iters 1000000 --no-eval " SYNC_T2S2
-             " > /dev/null 2>&1", dist_test_env(), test_bin(), data);
-    pid_t job = fork();
-    ASSERT_TRUE(job >= 0);
-    if (job == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    pid_t rank4 = await_rank(4, data);
-    if (rank4 < 0) kill(job, SIGKILL), waitpid(job, NULL, 0);
-    ASSERT_MSG(rank4 > 0, "the job never started");
-    usleep(1000000); // let it train
+    pid_t job = start_long_job(data, "/dev/null", 0, 0);
+    ASSERT_MSG(job > 0, "the job never started");
     ASSERT_EQ(kill(job, SIGKILL), 0);
     waitpid(job, NULL, 0);
     double t0 = bp_now(), gone_after = -1;
