@@ -335,6 +335,7 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     if (ro) role_oracle_report(ro);
     role_oracle_free(ro);
     fflush(stdout);
+    if (me == dist_trainer_rank(l, 0)) launch_report_done();
     comm_finalize();
     return 0;
 }

@@ -85,7 +85,20 @@ typedef struct {
     int exit_code;  // >= 0: exited with this code
     int aborted;    // called MPI_Abort
     int said;       // the first rank that printed an error of its own, -1: none
+    int done;       // the writer reported the job done (launch_report_done)
 } failure;
+
+// The line launch_report_done prints; the launcher takes it out of the output.
+#define DONE_LINE "bagpipe: launch: job done\n"
+
+void launch_report_done(void) {
+    if (!getenv(LAUNCH_ENV_SELF)) return;
+    fflush(stdout);
+    fputs(DONE_LINE, stderr);
+    fflush(stderr);
+    const char *stop = getenv("BAGPIPE_TEST_STOP_AFTER_DONE");
+    if (stop && *stop == '1') raise(SIGSTOP);
+}
 
 // mpirun's own noise when it cannot unpack an aborting rank's help message: the rank's error is
 // above it, and the line means nothing to a user.
@@ -130,6 +143,10 @@ static void pass_segment(out_stream *s, int redraw, int *shown, failure *f) {
     if (redraw) {
         fputs(s->buf, stderr);
         *shown = strcmp(s->buf, "\r\033[K") != 0;
+        return;
+    }
+    if (s->scan && strcmp(s->buf, DONE_LINE) == 0) {
+        f->done = 1;
         return;
     }
     if (s->scan) scan_line(s->buf, f);
@@ -311,7 +328,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     for (size_t i = 0; i < BP_ARRAY_LEN(fwd); i++)
         if (sigaction(fwd[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(fwd[i], &sa, NULL);
 
-    failure f = {-1, 0, -1, 0, -1};
+    failure f = {-1, 0, -1, 0, -1, 0};
     forward_output(pfd[0], ofd[0], &f);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
@@ -320,6 +337,13 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     end_orphans();
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (code == 0) return 0;
+    if (got_signal && f.done) {
+        // The signal came after the job's end, when its results were written: it stopped
+        // nothing the user asked for, so the job succeeded.
+        fprintf(stderr, "bagpipe: signal %d (%s) came after the job had finished: its results are written\n",
+                got_signal, strsignal(got_signal));
+        return 0;
+    }
     if (got_signal) {
         // The user stopped the job (Ctrl-C, kill -INT/-TERM of the launcher): no rank failed, and
         // mpirun's own exit code (1) would say "job failed".  Die by the signal, as one process does.

@@ -28,13 +28,21 @@ void launch_watch_launcher(void);
 // PMI_RANK or SLURM_PROCID... set), 0 otherwise.
 int launch_under_mpi(void);
 
+// In the rank that writes a launched job's results, once every rank has passed the job's end
+// (its model, metrics and checkpoints written): tells the launcher, by a line on stderr that it
+// keeps to itself, so that a Ctrl-C that comes after it is not reported as a stopped job.
+// Nothing happens under another launcher.  Test hook: BAGPIPE_TEST_STOP_AFTER_DONE=1 stops the
+// rank (SIGSTOP) right after.
+void launch_report_done(void);
+
 // Names the role of a rank into buf ("server 1").
 typedef void (*launch_role_fn)(int rank, const void *ctx, char *buf, size_t cap);
 
 // Runs `mpirun -np np --oversubscribe SELF argv[0..argc)` (argv as the subcommand got it) and
 // waits.  Returns the process exit code for the whole job: 0 when every rank succeeded,
 // otherwise mpirun's non-zero code (or 1), after printing "bagpipe: job failed: rank R (ROLE) ...".
-// Stopped by a SIGINT/SIGTERM it forwarded (Ctrl-C), it says so and dies by that signal instead,
+// Stopped by a SIGINT/SIGTERM it forwarded (Ctrl-C), it says so and dies by that signal instead
+// (or, when the job had reported itself done, launch_report_done, says that and returns 0),
 // once every rank has ended: mpirun (in a process group of its own, its standard input /dev/null)
 // stops them, and any it leaves behind (this process is a child subreaper) get SIGTERM, then
 // SIGKILL.

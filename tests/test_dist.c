@@ -502,10 +502,9 @@ TEST(dist_stop_before_push_names_the_trainer) {
 // or not (a background job of a script ignores it) and, with `group`, in a process group of its
 // own; lets it train for a second once rank 4 is up.  Returns the launcher's pid, or -1 (the job
 // killed) when no rank came up.
-static pid_t start_long_job(const char *data, const char *outp, int int_ignored, int group) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "exec env " OMPI_ENV " %s train %s " TINY_MODEL " --iters 1000000 --no-eval " SYNC_T2S2
-             " > %s 2>&1", dist_test_env(), test_bin(), data, outp);
+// Runs cmd under sh in a child, with SIGINT ignored if int_ignored, in a process group of its
+// own if group.  Returns the child's pid, or -1.
+static pid_t spawn_sh(const char *cmd, int int_ignored, int group) {
     pid_t job = fork();
     if (job < 0) return -1;
     if (job == 0) {
@@ -515,6 +514,15 @@ static pid_t start_long_job(const char *data, const char *outp, int int_ignored,
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
+    return job;
+}
+
+static pid_t start_long_job(const char *data, const char *outp, int int_ignored, int group) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "exec env " OMPI_ENV " %s train %s " TINY_MODEL " --iters 1000000 --no-eval " SYNC_T2S2
+             " > %s 2>&1", dist_test_env(), test_bin(), data, outp);
+    pid_t job = spawn_sh(cmd, int_ignored, group);
+    if (job < 0) return -1;
     if (await_rank(4, data) < 0) {
         kill(job, SIGKILL), waitpid(job, NULL, 0);
         return -1;
@@ -593,6 +601,57 @@ TEST(dist_kill_launcher_ends_the_ranks) {
         if (left > 0) kill(left, SIGKILL);
     }
     ASSERT_MSG(gone_after >= 0 && gone_after < 0.5, "the ranks outlived the launcher by %.2f s", gone_after);
+}
+
+// A Ctrl-C that comes once the job has finished (its model saved, every rank past the end of
+// the job) stops nothing: the launcher says so and succeeds.  It used to report the job as
+// interrupted and die by the signal, though the model was saved.  The hook stops the writer
+// right after it has told the launcher (a line on stderr that the launcher keeps to itself).
+TEST(dist_interrupt_after_the_job_is_done_succeeds) {
+    char data[512], outp[512], saved[512], cmd[4096];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
+    snprintf(saved, sizeof saved, "%s", test_path("saved"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    snprintf(cmd, sizeof cmd,
+             "exec env BAGPIPE_TEST_STOP_AFTER_DONE=1 " OMPI_ENV " %s train %s " TINY_MODEL " --iters 20 --no-eval "
+             SYNC_T2S2 " --save %s > %s 2>&1", dist_test_env(), test_bin(), data, saved, outp);
+    pid_t job = spawn_sh(cmd, 0, 0), stopped = -1;
+    ASSERT_MSG(job > 0, "cannot start the job");
+    for (double t0 = bp_now(); stopped < 0 && bp_now() - t0 < 60 && waitpid(job, NULL, WNOHANG) == 0;) {
+        for (int r = 0; r < 5 && stopped < 0; r++) {
+            pid_t pid = find_rank(r, data);
+            char p[64], *stat;
+            size_t len;
+            snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+            if (pid > 0 && (stat = dist_test_slurp(p, &len))) {
+                const char *paren = strrchr(stat, ')');
+                if (paren && paren[1] == ' ' && paren[2] == 'T') stopped = pid;
+                free(stat);
+            }
+        }
+        if (stopped < 0) usleep(50000);
+    }
+    if (stopped < 0) kill(job, SIGKILL);
+    else ASSERT_EQ(kill(job, SIGINT), 0);
+    int st = 0;
+    waitpid(job, &st, 0);
+    size_t len;
+    char *out = dist_test_slurp(outp, &len);
+    ASSERT_MSG(stopped > 0, "the writer never stopped after reporting the job done:\n%s", out);
+    ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d (expected success):\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "bagpipe: signal 2 (Interrupt) came after the job had finished: its results are written");
+    ASSERT_MSG(!strstr(out, "interrupted") && !strstr(out, "launch: job done"), "output:\n%s", out);
+    ASSERT_STR_CONTAINS(out, "saved model to");
+    free(out);
+    char manifest[600];
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST", saved);
+    ASSERT_MSG(access(manifest, F_OK) == 0, "no saved model in %s", saved);
+    for (int r = 0; r < 5; r++) {
+        pid_t left = find_rank(r, data);
+        if (left > 0) kill(left, SIGKILL);
+        ASSERT_MSG(left < 0, "rank %d outlived the job", r);
+    }
 }
 
 TEST(dist_interrupt_launcher_sigint) { check_interrupt(SIGINT, 0, 0); }
