@@ -480,12 +480,19 @@ static int list_ckpts(const char *root, int64_t **out, int *n) {
 
 // ROOT holds no ckpt-* directory.  It may be one checkpoint (ck/ckpt-000000000500, the form eval
 // --load also takes) or a saved model (--save): both have a MANIFEST, and the message says what
-// to give instead.
+// to give instead.  Or a run's --checkpoint-dir (its .lock is there) that wrote none.
 static int no_ckpt_here(const char *root) {
     char path[4200], parent[4096];
     snprintf(path, sizeof path, "%s/MANIFEST", root);
-    if (access(path, F_OK) != 0)
+    if (access(path, F_OK) != 0) {
+        snprintf(path, sizeof path, "%s/.lock", root);
+        if (access(path, F_OK) == 0)
+            return bp_fail(BP_EIO, "%s: no checkpoint here yet (no " CKPT_DIR_PREFIX "* directory): a run used it "
+                           "(%s) but wrote no checkpoint (it ended or was stopped before its first one); start it "
+                           "again without --resume", root,
+                           path);
         return bp_fail(BP_EIO, "%s: no checkpoint here (no " CKPT_DIR_PREFIX "* directory)", root);
+    }
     snprintf(parent, sizeof parent, "%s", root);
     size_t len = strlen(parent);
     while (len > 1 && parent[len - 1] == '/') parent[--len] = 0;

@@ -1007,4 +1007,12 @@ TEST(badinput_resume_from_one_checkpoint_or_a_saved_model) {
     EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, m),
            "/m: no checkpoint here (no ckpt-* directory): this is a saved model (--save)");
     EXPECT(0, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, ck), "at iteration 20");
+    // A run stopped before its first checkpoint leaves its --checkpoint-dir with the lock file only.
+    char early[512];
+    snprintf(early, sizeof early, "%s", test_path("early"));
+    EXPECT(0, cmd("%s train %s " TINY " --iters 5 --checkpoint-every 10 --checkpoint-dir %s", test_bin(), d, early),
+           "trained 5 iterations");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, early),
+           "/early: no checkpoint here yet (no ckpt-* directory): a run used it (", "/early/.lock) but wrote no "
+           "checkpoint (it ended or was stopped before its first one); start it again without --resume");
 }
