@@ -68,17 +68,16 @@ static int criteo_bad(const char *s, size_t n, int field, lines_bad *bad) {
         return lines_bad_set(bad, LINES_BAD_FIELDS, "empty line, expected %d tab-separated fields", CRITEO_FIELDS);
     size_t fields = 1;
     for (size_t i = 0; i < n; i++) fields += s[i] == '\t';
-    if (fields == CRITEO_FIELDS - 1) { // Criteo Kaggle's test.txt: the same columns without a label
-        lines_bad_set(bad, LINES_BAD_FIELDS,
-                      "%zu fields, expected %d: no label column (Kaggle's test.txt has no labels; prep train.txt, "
-                      "whose last week --split kaggle holds out)", fields, CRITEO_FIELDS);
-        bad->whole_file = 1;
+    if (fields != CRITEO_FIELDS) {
+        lines_bad_set(bad, LINES_BAD_FIELDS, "%zu field%s, expected %d (label, I1-I13, C1-C26 separated by tabs)",
+                      fields, fields == 1 ? "" : "s", CRITEO_FIELDS);
+        // Criteo Kaggle's test.txt: the same columns without a label (a line cut short elsewhere
+        // in a file is only a bad line)
+        if (fields == CRITEO_FIELDS - 1)
+            bad->first_line_hint = ": no label column (Kaggle's test.txt has no labels; prep train.txt, whose last week "
+                                   "--split kaggle holds out)";
         return 1;
     }
-    if (fields != CRITEO_FIELDS)
-        return lines_bad_set(bad, LINES_BAD_FIELDS,
-                             "%zu field%s, expected %d (label, I1-I13, C1-C26 separated by tabs)", fields,
-                             fields == 1 ? "" : "s", CRITEO_FIELDS);
     const char *f = s;
     for (int k = 0; k < field; k++) f = (const char *)memchr(f, '\t', (size_t)(s + n - f)) + 1;
     const char *fe = memchr(f, '\t', (size_t)(s + n - f));

@@ -21,7 +21,7 @@ const char *lines_bad_name(lines_bad_kind kind) {
 }
 
 int lines_bad_set(lines_bad *bad, lines_bad_kind kind, const char *fmt, ...) {
-    bad->kind = kind, bad->whole_file = 0;
+    bad->kind = kind, bad->first_line_hint = NULL;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(bad->msg, sizeof bad->msg, fmt, ap);

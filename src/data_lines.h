@@ -30,7 +30,10 @@ typedef enum {
 typedef struct {
     lines_bad_kind kind;
     char msg[224]; // what was wrong and what was expected, without file:line
-    int whole_file; // the file is of another kind (every line would be bad): no --skip-bad hint
+    // When this is the first line of its file: what the file likely is instead (every line would be
+    // bad), said after msg instead of the --skip-bad hint; NULL: nothing.  On a later line, after
+    // good ones, the file is not of that kind and msg alone is said.
+    const char *first_line_hint;
 } lines_bad;
 
 const char *lines_bad_name(lines_bad_kind kind); // "wrong field count", ...

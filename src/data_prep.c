@@ -110,9 +110,11 @@ static int prep_check_out(const char *out) {
 }
 
 static int prep_bad_line(prep_ctx *c, const lines_reader *r, const lines_bad *bad) {
-    if (!c->o->skip_bad)
+    if (!c->o->skip_bad) {
+        const char *hint = bad->first_line_hint && r->line_no == 1 ? bad->first_line_hint : NULL;
         return bp_fail(BP_EFORMAT, "%s:%llu: %s%s", r->path, (unsigned long long)r->line_no, bad->msg,
-                       bad->whole_file ? "" : " (or --skip-bad to skip bad lines)");
+                       hint ? hint : " (or --skip-bad to skip bad lines)");
+    }
     if (c->count_bad) {
         c->st.bad[bad->kind]++;
         c->st.bad_total++;

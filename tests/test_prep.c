@@ -709,7 +709,8 @@ TEST(prep_bad_lines_fail_with_file_line_or_are_skipped) {
 }
 
 // Criteo Kaggle's test.txt (the same columns without the label): the message says so, and does not
-// suggest --skip-bad, which would skip every line.
+// suggest --skip-bad, which would skip every line.  A line with one field missing after good lines
+// is only a bad line (it used to be blamed on test.txt, without the --skip-bad hint).
 TEST(prep_kaggle_test_file_is_explained) {
     const char *in = tpath("test.txt");
     FILE *f = fopen(in, "w");
@@ -721,8 +722,22 @@ TEST(prep_kaggle_test_file_is_explained) {
     fclose(f);
     char *msg = NULL;
     ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), tpath("t.bin"), in), 1);
-    ASSERT_STR_CONTAINS(msg, "test.txt:1: 39 fields, expected 40: no label column (Kaggle's test.txt has no labels");
+    ASSERT_STR_CONTAINS(msg, "test.txt:1: 39 fields, expected 40 (label, I1-I13, C1-C26 separated by tabs): no label "
+                             "column (Kaggle's test.txt has no labels");
     ASSERT_MSG(!strstr(msg, "--skip-bad"), "%s", msg);
+    free(msg);
+    const char *cut = tpath("cut.tsv");
+    f = fopen(cut, "w");
+    ASSERT_TRUE(f != NULL);
+    for (int r = 0; r < 3; r++) {
+        for (int k = 0; k < (r == 1 ? 39 : 40); k++) fprintf(f, "%s%s", k ? "\t" : "", k < 14 ? "1" : "68fd1e64");
+        fprintf(f, "\n");
+    }
+    fclose(f);
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), tpath("t.bin"), cut), 1);
+    ASSERT_STR_CONTAINS(msg, "cut.tsv:2: 39 fields, expected 40 (label, I1-I13, C1-C26 separated by tabs) (or "
+                             "--skip-bad to skip bad lines)");
+    ASSERT_MSG(!strstr(msg, "test.txt"), "%s", msg);
     free(msg);
 }
 
