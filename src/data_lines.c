@@ -174,8 +174,12 @@ static int gz_fill(lines_reader *r, size_t want) {
         int ret = inflate(zs, Z_NO_FLUSH);
         if (ret == Z_STREAM_END) g->member_end = 1;
         else if (ret != Z_OK && (ret != Z_BUF_ERROR || zs->avail_in)) // Z_BUF_ERROR: it needs more input
-            return bp_fail(BP_ECORRUPT, "%s:%llu: damaged gzip data (%s)", r->path, (unsigned long long)r->line_no + 1,
-                           zs->msg ? zs->msg : "zlib error");
+            // Where inflate noticed, in the compressed file: the text is read ahead of the lines
+            // parsed, so no line number says where the damage is (and a failed check at a
+            // member's end says only that it is somewhere in the member).
+            return bp_fail(BP_ECORRUPT, "%s: damaged gzip data (%s), found at byte %llu of the file; check it with "
+                           "gzip -t, and re-download or re-compress it", r->path, zs->msg ? zs->msg : "zlib error",
+                           (unsigned long long)(g->in_total - zs->avail_in));
     }
     size_t k = want - zs->avail_out;
     r->len += k;

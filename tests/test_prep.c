@@ -834,9 +834,25 @@ TEST(prep_truncated_gzip_fails_even_with_skip_bad) {
     free(u.s);
     ASSERT_EQ(test_run(NULL, 10, "printf XXXXXXXX | dd of=%s bs=1 seek=2000 conv=notrunc status=none", gz2), 0);
     ASSERT_EQ(test_run(&msg, 20, "%s prep -q --skip-bad -o %s %s", test_bin(), out, gz2), 1);
-    ASSERT_STR_CONTAINS(msg, "d.tsv.gz:");
-    ASSERT_STR_CONTAINS(msg, "damaged gzip data (");
+    ASSERT_STR_CONTAINS(msg, "d.tsv.gz: damaged gzip data (");
+    ASSERT_STR_CONTAINS(msg, "of the file; check it with gzip -t");
     ASSERT_TRUE(strstr(msg, "<fd:") == NULL); // zlib's name for the descriptor, not the file's
+    free(msg);
+    ASSERT_TRUE(!file_exists(out));
+    // A damaged check value at the end (the data is whole): no line number, which used to name a
+    // line that the text read ahead of the parser happened to be at.
+    text w = {0};
+    for (int r = 0; r < 3000; r++) crow(&w, r);
+    gz2 = write_gz("c.tsv.gz", w.s, w.n);
+    free(w.s);
+    ASSERT_EQ(stat(gz2, &sb), 0);
+    FILE *cf = fopen(gz2, "r+b");
+    ASSERT_TRUE(cf != NULL);
+    ASSERT_EQ(fseek(cf, (long)sb.st_size - 8, SEEK_SET), 0); // the CRC-32 of the trailer
+    ASSERT_EQ(fwrite("\0\0\0\0", 1, 4, cf), 4);
+    ASSERT_EQ(fclose(cf), 0);
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), out, gz2), 1);
+    ASSERT_STR_CONTAINS(msg, "c.tsv.gz: damaged gzip data (incorrect data check), found at byte ");
     free(msg);
     ASSERT_TRUE(!file_exists(out));
 }
