@@ -226,6 +226,11 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
     if (g) memset(g, 0, sizeof *g);
     char **out = bp_xcalloc((size_t)argc + 1, sizeof *out);
     int n = 0, only_pos = 0;
+    // Each option's last name as typed (an alias, or the option itself for its long or short
+    // name) and value: the same option given again under another name with another value
+    // (--mini-batch-size 64 -b 32) is refused; under one name the last value counts.
+    const cli_opt *last_typed[CLI_MAX_OPTS] = {0};
+    const char *last_val[CLI_MAX_OPTS] = {0}, *last_arg[CLI_MAX_OPTS] = {0}; // last_arg: as typed, to any '='
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (only_pos || a[0] != '-' || a[1] == 0) {
@@ -289,20 +294,30 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
             name = o->name, len = strlen(o->name); // messages name the long flag
         }
         if (g) g->given[o - opts] = (unsigned char)((typed ? typed : o) - opts + 1);
-        if (o->type == CLI_T_FLAG) {
-            if (val) {
-                free(out);
-                return bp_fail(BP_EUSAGE, "--%.*s takes no value", (int)len, name);
-            }
-            *(int *)o->ptr = !negated;
-            continue;
+        if (o->type == CLI_T_FLAG && val) {
+            free(out);
+            return bp_fail(BP_EUSAGE, "--%.*s takes no value", (int)len, name);
         }
-        if (!val) {
+        if (o->type != CLI_T_FLAG && !val) {
             if (i + 1 >= argc) {
                 free(out);
                 return bp_fail(BP_EUSAGE, "--%.*s needs a value", (int)len, name);
             }
             val = argv[++i];
+        }
+        const size_t k = (size_t)(o - opts);
+        const cli_opt *now = typed ? typed : o;
+        const char *v = o->type == CLI_T_FLAG ? (negated ? "(off)" : "(on)") : val;
+        if (last_typed[k] && last_typed[k] != now && strcmp(last_val[k], v) != 0) {
+            free(out);
+            return bp_fail(BP_EUSAGE, "%.*s %s and %.*s %s name one option (--%s) with two values: give it once",
+                           (int)strcspn(last_arg[k], "="), last_arg[k], last_val[k], (int)strcspn(a, "="), a, v,
+                           o->name);
+        }
+        last_typed[k] = now, last_val[k] = v, last_arg[k] = a;
+        if (o->type == CLI_T_FLAG) {
+            *(int *)o->ptr = !negated;
+            continue;
         }
         char shown[72];
         snprintf(shown, sizeof shown, "%.*s", (int)BP_MIN(len, 64), name);
