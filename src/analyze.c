@@ -465,6 +465,11 @@ int cmd_analyze(int argc, char **argv) {
         threads = nc < 1 ? 1 : nc > 64 ? 64 : (int)nc;
     }
     if (simulate) {
+        if (trainers > batch) { // as train refuses it: some trainers would get no samples
+            free(pos);
+            return cmd_exit(bp_fail(BP_EUSAGE, "--trainers %d: more trainers than samples in a batch (--batch-size %d)",
+                                    trainers, batch));
+        }
         // The chart directory is checked now, not after a simulation that may take minutes.
         if (plot_dir && (rc = ckpt_dir_check(plot_dir))) {
             free(pos);

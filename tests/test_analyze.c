@@ -253,6 +253,11 @@ TEST(analyze_cli_errors_and_cachesim_hook) {
     ASSERT_EQ(test_run(&out, 30, "%s analyze --threads 65 --cache 50 %s", test_bin(), path), 2);
     ASSERT_STR_CONTAINS(out, "--threads: 65 is out of range [0, 64]");
     free(out);
+    // More trainers than samples in a batch: refused as train refuses it (it used to simulate
+    // trainers with no samples).
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 50 --trainers 4 -b 2 %s", test_bin(), path), 2);
+    ASSERT_STR_CONTAINS(out, "--trainers 4: more trainers than samples in a batch (--batch-size 2)");
+    free(out);
 }
 
 // --plot-dir is checked before the simulation, as train checks --save before training: a file in
