@@ -295,6 +295,9 @@ int bp_afile_target(const char *path, char **target) {
         if (S_ISDIR(st.st_mode)) return bp_fail(BP_EINVAL, "%s: is a directory, expected a file name", path);
         return bp_fail(BP_EINVAL, "%s: not a regular file (%s); refusing to replace it", path, bp_file_kind(st.st_mode));
     }
+    size_t len = strlen(path);
+    if (len && path[len - 1] == '/') // a directory that does not exist yet
+        return bp_fail(BP_EINVAL, "%s: a directory name (it ends in '/'), expected a file name", path);
     // Follow the links one by one rather than with realpath: a dangling link names the file to
     // create.
     char *p = bp_xstrdup(path);

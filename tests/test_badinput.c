@@ -345,6 +345,12 @@ TEST(badinput_directory_as_file) {
     EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), test_path("o.bin"), dir), "adir: is a directory");
     EXPECT(1, cmd("%s prep -q -o %s %s", test_bin(), dir, criteo_file("g.tsv", 3, NULL, 0, 0)), "adir", "is a directory");
     EXPECT(1, cmd("%s synth -n 10 -o %s", test_bin(), dir), "adir: is a directory, expected a file name for the dataset");
+    // A directory name that does not exist yet (it used to be "cannot create temporary file: No such
+    // file or directory").
+    EXPECT(1, cmd("%s synth -n 10 -o %s/new/", test_bin(), dir), "adir/new/: a directory name (it ends in '/'), "
+           "expected a file name");
+    EXPECT(1, cmd("%s prep -q -o %s/new/ %s", test_bin(), dir, criteo_file("g.tsv", 3, NULL, 0, 0)),
+           "adir/new/: a directory name (it ends in '/'), expected a file name");
     EXPECT(1, cmd("%s train %s " TINY " --iters 2 -m %s", test_bin(), d, dir), "--metrics", "adir: cannot open: Is a directory");
     EXPECT(1, cmd("%s eval --load %s %s", test_bin(), dir, d), "adir/MANIFEST: no saved model or checkpoint here");
     // A file where the model directory should be: refused before training.
