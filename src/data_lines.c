@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "common.h"
+#include "data_bin.h"
 
 const char *lines_bad_name(lines_bad_kind kind) {
     static const char *names[LINES_BAD_N] = {
@@ -225,6 +226,8 @@ static int lines_sniff(lines_reader *r) {
         {"\xfd" "7zXZ", 0, 5, "xz data", "decompress it first (xz -d) or re-compress it with gzip"},
         {"\x28\xb5\x2f\xfd", 0, 4, "zstd data", "decompress it first (zstd -d) or re-compress it with gzip"},
         {"7z\xbc\xaf\x27\x1c", 0, 6, "a 7-zip archive", "extract it (7z x) and give the files inside"},
+        {BP_DS_MAGIC, 0, 8, "a bagpipe dataset (prep's own output)",
+         "it is prepared already; give it to train, eval, analyze or info as it is"},
     };
     // Text that happens to start like one of these has no control bytes; the real ones do.
     int binary = 0;
