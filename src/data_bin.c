@@ -526,6 +526,7 @@ void bp_ds_split_ratio(uint64_t rows, const double ratio[3], uint64_t split[3]) 
     split[0] = frac_rows(ratio[0], rows);
     split[1] = BP_MIN(frac_rows(ratio[1], rows), rows - split[0]);
     split[2] = rows - split[0] - split[1];
+    if (ratio[2] == 0) split[ratio[1] > 0 ? 1 : 0] += split[2], split[2] = 0;
 }
 
 uint64_t bp_ds_total_card(const bp_ds_info *info) {

@@ -124,7 +124,8 @@ void bp_ds_split_last(uint64_t rows, uint64_t last, uint64_t split[3]);
 void bp_ds_split_kaggle(uint64_t rows, uint64_t split[3]);
 // Split sizes of --split ratio:A,B,C, for prep and synth alike: train floor(rows A), val
 // floor(rows B) (at most what is left), test the rest; a product within 1e-6 below an integer
-// counts as that integer (0.29 x 100 is 28.999... in floating point).
+// counts as that integer (0.29 x 100 is 28.999... in floating point).  A part whose fraction is
+// 0 stays empty: with C = 0 the rest goes to val (to train if B = 0 too).
 void bp_ds_split_ratio(uint64_t rows, const double ratio[3], uint64_t split[3]);
 uint64_t bp_ds_total_card(const bp_ds_info *info); // sum of card[0..F)
 const char *bp_ds_kind_name(uint32_t kind);

@@ -1058,6 +1058,19 @@ TEST(prep_split_sizes_by_rule) {
     ASSERT_OK(prep_split_parse(&o, "ratio:0.29,0.71,0"));
     prep_split_sizes(&o, 100, NULL, 0, s);
     ASSERT_TRUE(s[0] == 29 && s[1] == 71 && s[2] == 0);
+    // A part asked for with 0 stays empty (the rest used to go to test: 999 / 1 / 1 here).
+    ASSERT_OK(prep_split_parse(&o, "ratio:0.999,0.001,0"));
+    prep_split_sizes(&o, 1001, NULL, 0, s);
+    ASSERT_TRUE(s[0] == 999 && s[1] == 2 && s[2] == 0);
+    ASSERT_OK(prep_split_parse(&o, "ratio:0.8,0.2,0"));
+    prep_split_sizes(&o, 1001, NULL, 0, s);
+    ASSERT_TRUE(s[0] == 800 && s[1] == 201 && s[2] == 0);
+    ASSERT_OK(prep_split_parse(&o, "ratio:0.7,0,0.3"));
+    prep_split_sizes(&o, 1001, NULL, 0, s);
+    ASSERT_TRUE(s[0] == 700 && s[1] == 0 && s[2] == 301);
+    ASSERT_OK(prep_split_parse(&o, "ratio:0.999,0,0.001"));
+    prep_split_sizes(&o, 1001, NULL, 0, s);
+    ASSERT_TRUE(s[0] == 999 && s[1] == 0 && s[2] == 2);
     ASSERT_OK(prep_split_parse(&o, "days"));
     const uint64_t per_file[3] = {5, 6, 7};
     prep_split_sizes(&o, 18, per_file, 3, s);
