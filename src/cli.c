@@ -227,8 +227,9 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
     char **out = bp_xcalloc((size_t)argc + 1, sizeof *out);
     int n = 0, only_pos = 0;
     // Each option's last name as typed (an alias, or the option itself for its long or short
-    // name) and value: the same option given again under another name with another value
-    // (--mini-batch-size 64 -b 32) is refused; under one name the last value counts.
+    // name) and value.  The last value counts, as in any tool; given under another name with
+    // another value (--mini-batch-size 64 -b 32, likely a slip), it is also noted for a warning:
+    // in g (the caller warns, once per job: cli_given.overridden) or, without g, at once.
     const cli_opt *last_typed[CLI_MAX_OPTS] = {0};
     const char *last_val[CLI_MAX_OPTS] = {0}, *last_arg[CLI_MAX_OPTS] = {0}; // last_arg: as typed, to any '='
     for (int i = 1; i < argc; i++) {
@@ -308,11 +309,12 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
         const size_t k = (size_t)(o - opts);
         const cli_opt *now = typed ? typed : o;
         const char *v = o->type == CLI_T_FLAG ? (negated ? "(off)" : "(on)") : val;
-        if (last_typed[k] && last_typed[k] != now && strcmp(last_val[k], v) != 0) {
-            free(out);
-            return bp_fail(BP_EUSAGE, "%.*s %s and %.*s %s name one option (--%s) with two values: give it once",
-                           (int)strcspn(last_arg[k], "="), last_arg[k], last_val[k], (int)strcspn(a, "="), a, v,
-                           o->name);
+        if (last_typed[k] && last_typed[k] != now && strcmp(last_val[k], v) != 0 && !(g && g->overridden[0])) {
+            char note[sizeof g->overridden];
+            snprintf(note, sizeof note, "%.*s %s and %.*s %s name one option (--%s): the last, %s, is used",
+                     (int)strcspn(last_arg[k], "="), last_arg[k], last_val[k], (int)strcspn(a, "="), a, v, o->name, v);
+            if (g) memcpy(g->overridden, note, sizeof note);
+            else bp_log(BP_LOG_WARN, "%s", note);
         }
         last_typed[k] = now, last_val[k] = v, last_arg[k] = a;
         if (o->type == CLI_T_FLAG) {

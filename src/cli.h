@@ -60,6 +60,9 @@ typedef struct {
 _Static_assert(CLI_MAX_OPTS < 256, "cli_given stores 1 + an index in a byte");
 typedef struct {
     unsigned char given[CLI_MAX_OPTS]; // by index in the table: 0, or 1 + the index of the name typed
+    // The first option given two values under two names ("--batch-size 24 and --mini-batch-size
+    // 16 name one option (--batch-size): the last, 16, is used"), for the caller's warning; "": none.
+    char overridden[192];
 } cli_given;
 
 // Sets every option to its default, then parses argv[1..argc-1].  An empty text value or
@@ -69,7 +72,9 @@ typedef struct {
 // (the message is in bp_errmsg).
 int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
               char ***pos, int *npos);
-// cli_parse that also records in *g which flags were given ("--no-x" counts for x).
+// cli_parse that also records in *g which flags were given ("--no-x" counts for x).  cli_parse
+// itself warns when one option is given two values under two names (the last counts); this
+// leaves the warning to the caller (g->overridden), e.g. once per distributed job.
 int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
                     char ***pos, int *npos, cli_given *g);
 // 1 when flag `name` (a long name in opts; a bug if absent) was given.

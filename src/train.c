@@ -306,6 +306,7 @@ typedef struct {
     const char *save, *metrics;
     int no_eval;
     const char *unread_eval; // an evaluation flag this run does not read (unread_eval_flag), or NULL
+    char overridden[192];    // cli_given.overridden: one option given two values under two names, or ""
     ckpt_opts ck;
 } train_flags;
 
@@ -386,7 +387,8 @@ emb_opt train_eopt_at(const train_setup *su, int64_t t) {
 
 int train_loss_check(int64_t t, double loss) {
     if (isfinite(loss)) return 0;
-    return bp_fail(BP_ERANGE, "iteration %lld: the loss is %g; lower --learning-rate", (long long)t + 1, loss);
+    return bp_fail(BP_ERANGE, "iteration %lld: the loss is %s; lower --learning-rate", (long long)t + 1,
+                   isnan(loss) ? "not a number (NaN)" : loss > 0 ? "infinite" : "-infinite");
 }
 
 void train_json_result(jsonl *j, const char *prefix, const metric_result *r) {
@@ -445,6 +447,7 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     if (fl->unread_eval)
         bp_log(BP_LOG_WARN, "--%s has no effect: this run evaluates nothing (--no-eval, and no --eval-every N)",
                fl->unread_eval);
+    if (fl->overridden[0]) bp_log(BP_LOG_WARN, "%s", fl->overridden);
     su->emb_lr = fl->emb_lr >= 0 ? fl->emb_lr : fl->lr;
     static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
     su->eopt = emb_opt_make(ekinds[fl->emb_opt], (float)su->emb_lr, su->mc.E);
@@ -721,6 +724,7 @@ int cmd_train(int argc, char **argv) {
     const char *data_path = pos[0];
     free(pos);
     fl.unread_eval = unread_eval_flag(&fl, opts, &given);
+    memcpy(fl.overridden, given.overridden, sizeof fl.overridden);
     if ((rc = check_lr_flags(&fl))) return cmd_exit(rc);
     // DCN's cross layers multiply the raw dense features (log counts, up to ~14) into each other:
     // plain SGD at the DLRM default 0.1 diverges within ten iterations of 128 samples on
@@ -902,6 +906,9 @@ out:
 #define PRED_HEADER_PREFIX "row,label,probability"
 
 static int pred_check(const char *path) {
+    if (strcmp(path, "-") == 0) // it would be a file named "-"
+        return bp_fail(BP_EUSAGE, "--predictions -: expected a file name (the predictions are written to a file, "
+                       "which takes their place whole at the end; not to standard output)");
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return 0; // missing (created at the end) or unreadable: bp_afile_open says why
     struct stat st;
@@ -1015,7 +1022,9 @@ int cmd_eval(int argc, char **argv) {
                 const double s = bp_now() - t0;
                 char t[32];
                 printf("evaluated in %s (%.0f samples/s)\n", bp_fmt_seconds(t, sizeof t, s), (double)(r1 - r0) / s);
-                if (pred) printf("wrote %llu predictions to %s\n", (unsigned long long)po.rows, pred);
+                if (pred)
+                    printf("wrote %llu prediction%s to %s\n", (unsigned long long)po.rows, po.rows == 1 ? "" : "s",
+                           pred);
             }
         }
         trainer_free(&tr);

@@ -295,6 +295,15 @@ TEST(eval_writes_predictions) {
     RUN_EXPECT(0, 10, "cksum < %s", data);
     ASSERT_TRUE(strcmp(out, sum) == 0);
     free(out), free(sum);
+    // "-" is not standard output here (it used to be a file named "-"); one row is "1 prediction".
+    char bin[4096];
+    ASSERT_TRUE(realpath(test_bin(), bin) != NULL);
+    RUN_EXPECT(2, 60, "cd %s && %s eval --load pm --split val %s -p -", test_tmpdir(), bin, data);
+    ASSERT_STR_CONTAINS(out, "--predictions -: expected a file name");
+    free(out);
+    RUN_EXPECT(0, 60, "%s eval --load %s/pm --split val --rows 1 %s -p %s", test_bin(), test_tmpdir(), data, csv);
+    ASSERT_STR_CONTAINS(out, "wrote 1 prediction to ");
+    free(out);
     // A place where it cannot be written: the error names the flag, and nothing is left.
     RUN_EXPECT(1, 60, "%s eval --load %s/pm --split val %s -p %s/no/such/dir/p.csv", test_bin(), test_tmpdir(), data, test_tmpdir());
     ASSERT_STR_CONTAINS(out, "--predictions: ");
