@@ -646,8 +646,8 @@ int cmd_train(int argc, char **argv) {
                    "static: the hottest rows pinned on every trainer, the rest on servers; "
                    "bagpipe: oracle-planned lookahead cache, prefetch and LRPP sync; "
                    "async: per-trainer LRU/LFU caches read rows up to --staleness iterations old). Every mode prints its "
-                   "memory plan first and refuses one beyond this host's memory (distributed: when it starts the "
-                   "ranks itself; under your mpirun rank 0 prints the plan only)"),
+                   "memory plan first and refuses one beyond the memory of a host (distributed: each host's ranks "
+                   "against that host's memory, also under your mpirun/srun)"),
         CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, UINT32_MAX - 1, "bagpipe, async: cache capacity per trainer (rows)"),
         CLI_INT("staleness", 0, &fl.staleness, 0, 0, 1000000,
                 "async: read a cached row up to this many iterations after its fetch (0: as sync)"),
