@@ -564,6 +564,15 @@ static int metrics_probe(const char *path) {
 // --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
 // become a rank.  sharded runs no server ranks (the rows live on the trainers): it takes
 // --servers 0, and the default --servers 1 is read as 0; more servers are an error.
+// Locks the run's checkpoint roots (ckpt_lock_root), in the one process of the job that holds them.
+static int train_lock_roots(const train_flags *fl) {
+    int rc = 0;
+    if (fl->ck.dir) rc = ckpt_lock_root(fl->ck.dir, 1, "--checkpoint-dir");
+    if (!rc && fl->ck.resume && (!fl->ck.dir || strcmp(fl->ck.resume, fl->ck.dir) != 0))
+        rc = ckpt_lock_root(fl->ck.resume, 0, "--resume");
+    return rc;
+}
+
 static int train_distributed(const train_flags *fl, const char *data_path, int argc, char **argv) {
     static const dist_mode modes[] = {[TRAIN_MODE_SYNC] = DIST_MODE_SYNC, [TRAIN_MODE_SHARDED] = DIST_MODE_SHARDED,
                                       [TRAIN_MODE_STATIC] = DIST_MODE_STATIC, [TRAIN_MODE_BAGPIPE] = DIST_MODE_BAGPIPE,
@@ -602,6 +611,9 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     if (getenv(LAUNCH_ENV_SELF) || comm_rank() != 0) bp_log_level = BP_LOG_ERROR;
     rc = setup_build(&su, fl, &ds, data_path);
     bp_log_level = level;
+    // One job per checkpoint root: under the user's mpirun/srun, rank 0 holds the lock that the
+    // launcher holds otherwise (cmd_train); a refusal ends the job in the start-up agreement.
+    if (!rc && !getenv(LAUNCH_ENV_SELF) && comm_rank() == 0) rc = train_lock_roots(fl);
     // under the user's launcher, rank 0 holds the memory plan against each host in dist_run
     rc = dist_run(&su, &lay, rc);
     bp_ds_close(&ds);
@@ -739,13 +751,9 @@ int cmd_train(int argc, char **argv) {
         return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
     // Nor is a metrics file that is something else (the dataset itself, a model part).
     if ((rc = jsonl_check("--metrics", fl.metrics))) return cmd_exit(rc);
-    // One job per checkpoint root (the ranks of a job are covered by their launcher's lock).
-    if (!launch_under_mpi()) {
-        if (fl.ck.dir) rc = ckpt_lock_root(fl.ck.dir, 1, "--checkpoint-dir");
-        if (!rc && fl.ck.resume && (!fl.ck.dir || strcmp(fl.ck.resume, fl.ck.dir) != 0))
-            rc = ckpt_lock_root(fl.ck.resume, 0, "--resume");
-        if (rc) return cmd_exit(rc);
-    }
+    // One job per checkpoint root (the ranks of a job are covered by their launcher's lock, or
+    // under the user's launcher by rank 0's: train_distributed).
+    if (!launch_under_mpi() && (rc = train_lock_roots(&fl))) return cmd_exit(rc);
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
 
     bp_dataset ds;

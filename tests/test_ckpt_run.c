@@ -284,6 +284,13 @@ TEST(ckpt_root_is_locked_by_its_job) {
                    out ? out : "");
         free(out);
     }
+    // Under the user's own mpirun (no bagpipe launcher) rank 0 takes the lock (it used to be taken
+    // by nobody there), and the job ends in its start-up agreement.
+    char *out = NULL;
+    int rc = train(&out, "mpirun -np 5 --oversubscribe", SYNC " --iters 30 --checkpoint-every 10 --checkpoint-dir %s",
+                   fresh);
+    ASSERT_MSG(rc != 0 && out && strstr(out, want) && !strstr(out, "trained"), "exit %d:\n%s", rc, out ? out : "");
+    free(out);
     ASSERT_TRUE(ckpt_valid(root, 10) && !ckpt_exists(root, 20) && !ckpt_exists(root, 30) && !ckpt_is_root(fresh));
 }
 
