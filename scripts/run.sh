@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job (README): generate a Criteo-shaped click log in the raw Kaggle TSV format,
 # preprocess it, analyse its access skew, train DLRM on it and print the result.
-#   scripts/run.sh            2M samples (about 1.2 minutes on 2 quiet cores)
+#   scripts/run.sh            2M samples (about 45 seconds on 2 quiet cores)
 #   ROWS=500000 scripts/run.sh
 #   THREADS=1 scripts/run.sh  (training threads: default 2, at most the cores there are)
 # Everything is written under ${OUT:-results/run}.
