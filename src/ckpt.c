@@ -489,8 +489,7 @@ static int no_ckpt_here(const char *root) {
         if (access(path, F_OK) == 0)
             return bp_fail(BP_EIO, "%s: no checkpoint here yet (no " CKPT_DIR_PREFIX "* directory): a run used it "
                            "(%s) but wrote no checkpoint (it ended or was stopped before its first one); start it "
-                           "again without --resume", root,
-                           path);
+                           "again without --resume", root, path);
         return bp_fail(BP_EIO, "%s: no checkpoint here (no " CKPT_DIR_PREFIX "* directory)", root);
     }
     snprintf(parent, sizeof parent, "%s", root);

@@ -561,9 +561,6 @@ static int metrics_probe(const char *path) {
     return rc ? rc : jsonl_close(&jf, 0);
 }
 
-// --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
-// become a rank.  sharded runs no server ranks (the rows live on the trainers): it takes
-// --servers 0, and the default --servers 1 is read as 0; more servers are an error.
 // Locks the run's checkpoint roots (ckpt_lock_root), in the one process of the job that holds them.
 static int train_lock_roots(const train_flags *fl) {
     int rc = 0;
@@ -573,6 +570,9 @@ static int train_lock_roots(const train_flags *fl) {
     return rc;
 }
 
+// --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
+// become a rank.  sharded runs no server ranks (the rows live on the trainers): it takes
+// --servers 0, and the default --servers 1 is read as 0; more servers are an error.
 static int train_distributed(const train_flags *fl, const char *data_path, int argc, char **argv) {
     static const dist_mode modes[] = {[TRAIN_MODE_SYNC] = DIST_MODE_SYNC, [TRAIN_MODE_SHARDED] = DIST_MODE_SHARDED,
                                       [TRAIN_MODE_STATIC] = DIST_MODE_STATIC, [TRAIN_MODE_BAGPIPE] = DIST_MODE_BAGPIPE,
