@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "common.h"
 #include "data_synth.h"
 
@@ -80,6 +81,8 @@ static void writer_rate(const synth_model *m, const synth_opts *o, const char *p
 }
 
 int main(int argc, char **argv) {
+    if (bench_help(argc, argv, "[ROWS] [DIR]", "synthetic data generation speed (rows/s) in memory, to the binary dataset and to "
+                   "Criteo TSV, 1 and 2 threads; defaults 2000000 rows, $TMPDIR or /tmp")) return 0;
     uint64_t rows = argc > 1 ? strtoull(argv[1], NULL, 10) : 2000000;
     const char *dir = argc > 2 ? argv[2] : getenv("TMPDIR");
     if (!dir || !*dir) dir = "/tmp";

@@ -1,4 +1,4 @@
-// Helpers shared by the benchmarks that run the bagpipe binary and read its metrics file.
+// Helpers shared by the benchmarks (the ones that run the bagpipe binary read its metrics file).
 #ifndef BP_BENCH_UTIL_H
 #define BP_BENCH_UTIL_H
 
@@ -6,6 +6,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+// -h or --help anywhere in argv: prints "usage: PROG ARGS" and what the bench measures, returns 1
+// (main then returns 0); else 0.  The arguments are positional and optional.
+static inline int bench_help(int argc, char **argv, const char *args, const char *what) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            const char *prog = strrchr(argv[0], '/');
+            printf("usage: %s %s\n%s\n", prog ? prog + 1 : argv[0], args, what);
+            return 1;
+        }
+    return 0;
+}
 
 // The number after "key": in the last line of the metrics file at path that contains "summary"
 // (NaN when absent).
