@@ -5,7 +5,7 @@
 #
 #   bench/soak.sh [--iters N] [--minutes M] [--every SEC] [--out DIR] [--batch-size B] [--cache-rows C]
 #
-#   --iters N      iterations to train (default 1000000)
+#   --iters N      iterations to train (default 3000000)
 #   --minutes M    stop the job after M minutes even if the iterations are not done (default 0: no
 #                  limit); the samples taken until then are the result
 #   --every SEC    sampling period in seconds (default 10)
@@ -22,13 +22,14 @@
 # per iteration and residency.  The verdict is printed; the script never fails on figures (exit 1
 # only when the job itself fails or nothing was sampled).
 #
-# 1M iterations (bench/soak.sh --iters 1000000) take 132 s on a quiet 2-core machine (README's soak
-# row), longer on a loaded one.  Ranks are found as the descendants of the launcher with
+# 3M iterations (the default) take about 3 minutes on a 2-core machine (17-19K iterations/s on the
+# Zen 4 machine of 2026-12-05; 1M took 132 s with an earlier build on an earlier machine): the
+# verdict leaves out the first minute, so a much shorter run has nothing to judge.  Ranks are found as the descendants of the launcher with
 # OMPI_COMM_WORLD_RANK in their environment; rank 0 is the oracle, rank 1 the server, ranks 2-3 the trainers.
 set -u
 cd "$(dirname "$0")/.."
 
-ITERS=1000000 MINUTES=0 EVERY=10 OUTDIR=results/soak BATCH=32 CACHE=256
+ITERS=3000000 MINUTES=0 EVERY=10 OUTDIR=results/soak BATCH=32 CACHE=256
 while [ $# -gt 0 ]; do
   case "$1" in
     --iters) ITERS="$2"; shift 2 ;;
