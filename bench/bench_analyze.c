@@ -12,8 +12,10 @@
 #include "data_synth.h"
 
 int main(int argc, char **argv) {
-    if (bench_help(argc, argv, "[ROWS]", "access analysis speed (samples/s of analyze_run) on criteo-kaggle synthetic data, 1 and 2 "
-                   "threads; ROWS default 4000000")) return 0;
+    if (bench_help(argc, argv, "[ROWS]",
+                   "access analysis speed (samples/s of analyze_run) on criteo-kaggle synthetic data, 1 and "
+                   "2 threads; ROWS default 4000000"))
+        return 0;
     uint64_t rows = argc > 1 ? strtoull(argv[1], NULL, 10) : 4000000;
     synth_opts o;
     synth_opts_default(&o, SYNTH_PRESET_CRITEO_KAGGLE);

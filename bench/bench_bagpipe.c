@@ -50,8 +50,10 @@ static int write_dataset(const char *path, uint64_t n) {
 }
 
 int main(int argc, char **argv) {
-    if (bench_help(argc, argv, "[BAGPIPE_BIN] [ITERS] [CACHE_ROWS]", "time and bytes per iteration of --mode sync against "
-                   "--mode bagpipe (T = 2, S = 1); defaults build/bagpipe, 300, 60000")) return 0;
+    if (bench_help(argc, argv, "[BAGPIPE_BIN] [ITERS] [CACHE_ROWS]",
+                   "time and bytes per iteration of --mode sync against --mode bagpipe (T = 2, S = 1); "
+                   "defaults build/bagpipe, 300, 60000"))
+        return 0;
     const char *bin = argc > 1 ? argv[1] : getenv("BAGPIPE_BIN") ? getenv("BAGPIPE_BIN") : "build/bagpipe";
     int iters = argc > 2 ? atoi(argv[2]) : 300;
     long cache = argc > 3 ? atol(argv[3]) : 60000;

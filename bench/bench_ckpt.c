@@ -123,8 +123,8 @@ static int measure_recovery(const char *extra, int every, int iters, recovery *r
     r->lost = done - r->at;
     // The resumed run goes on checkpointing the same way (--checkpoint-naive alone, on a run that
     // writes none, is refused): the restart reads either kind of checkpoint.
-    snprintf(cmd, sizeof cmd, "%s train " MODEL " --iters %d --resume %s --checkpoint-dir %s --checkpoint-every %d %s %s 2>&1",
-             bin, iters, root, root, every, extra, data);
+    snprintf(cmd, sizeof cmd, "%s train " MODEL " --iters %d --resume %s --checkpoint-dir %s --checkpoint-every %d %s "
+             "%s 2>&1", bin, iters, root, root, every, extra, data);
     double tr = now();
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
@@ -136,8 +136,10 @@ static int measure_recovery(const char *extra, int every, int iters, recovery *r
 }
 
 int main(int argc, char **argv) {
-    if (bench_help(argc, argv, "[BAGPIPE_BIN] [ITERS] [ROWS]", "checkpoint pauses (parts against naive) and recovery from kill -9 of "
-                   "a server, mode sync T = 2 S = 2; defaults build/bagpipe, 600, 1000000")) return 0;
+    if (bench_help(argc, argv, "[BAGPIPE_BIN] [ITERS] [ROWS]",
+                   "checkpoint pauses (parts against naive) and recovery from kill -9 of a server, mode sync "
+                   "T = 2 S = 2; defaults build/bagpipe, 600, 1000000"))
+        return 0;
     bin = argc > 1 ? argv[1] : getenv("BAGPIPE_BIN") ? getenv("BAGPIPE_BIN") : "build/bagpipe";
     int iters = argc > 2 ? atoi(argv[2]) : 600;
     long rows = argc > 3 ? atol(argv[3]) : 1000000; // table rows in all (8 tables)

@@ -241,8 +241,10 @@ static double model_samples_per_s(const char *flags, int B, bp_rng *rng, double 
 }
 
 int main(int argc, char **argv) {
-    if (bench_help(argc, argv, "[MIN_SECONDS]", "dense-part throughput: sgemm peak, the DLRM MLPs forward + backward, the dot "
-                   "interaction, 1 and 2 OpenBLAS threads; MIN_SECONDS per measurement")) return 0;
+    if (bench_help(argc, argv, "[MIN_SECONDS]",
+                   "dense-part throughput: sgemm peak, the DLRM MLPs forward + backward, the dot "
+                   "interaction, 1 and 2 OpenBLAS threads; MIN_SECONDS per measurement"))
+        return 0;
     if (argc > 1) min_time = atof(argv[1]);
     if (!(min_time > 0)) min_time = 0.5;
     const char *ct = getenv("OPENBLAS_CORETYPE");

@@ -25,8 +25,10 @@ static void cell(const char *fmt, int width, double v) {
 }
 
 int main(int argc, char **argv) {
-    if (bench_help(argc, argv, "[BAGPIPE_BIN] [ITERS]", "time and bytes per iteration of local, sync, sharded and static side by "
-                   "side; defaults build/bagpipe, 300")) return 0;
+    if (bench_help(argc, argv, "[BAGPIPE_BIN] [ITERS]",
+                   "time and bytes per iteration of local, sync, sharded and static side by side; defaults "
+                   "build/bagpipe, 300"))
+        return 0;
     const char *bin = argc > 1 ? argv[1] : getenv("BAGPIPE_BIN") ? getenv("BAGPIPE_BIN") : "build/bagpipe";
     int iters = argc > 2 ? atoi(argv[2]) : 300;
     char dir[] = "/tmp/bench-modes-XXXXXX";

@@ -81,8 +81,10 @@ static void writer_rate(const synth_model *m, const synth_opts *o, const char *p
 }
 
 int main(int argc, char **argv) {
-    if (bench_help(argc, argv, "[ROWS] [DIR]", "synthetic data generation speed (rows/s) in memory, to the binary dataset and to "
-                   "Criteo TSV, 1 and 2 threads; defaults 2000000 rows, $TMPDIR or /tmp")) return 0;
+    if (bench_help(argc, argv, "[ROWS] [DIR]",
+                   "synthetic data generation speed (rows/s) in memory, to the binary dataset and to Criteo "
+                   "TSV, 1 and 2 threads; defaults 2000000 rows, $TMPDIR or /tmp"))
+        return 0;
     uint64_t rows = argc > 1 ? strtoull(argv[1], NULL, 10) : 2000000;
     const char *dir = argc > 2 ? argv[2] : getenv("TMPDIR");
     if (!dir || !*dir) dir = "/tmp";

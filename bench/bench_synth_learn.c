@@ -73,8 +73,10 @@ static double auc(const float *p, const uint8_t *y, uint64_t n) {
 }
 
 int main(int argc, char **argv) {
-    if (bench_help(argc, argv, "[ROWS] [EPOCHS]", "test AUC of synth's planted model: Bayes, without pairs, and a logistic "
-                   "regression; defaults 1000000 rows, 2 epochs")) return 0;
+    if (bench_help(argc, argv, "[ROWS] [EPOCHS]",
+                   "test AUC of synth's planted model: Bayes, without pairs, and a logistic regression; "
+                   "defaults 1000000 rows, 2 epochs"))
+        return 0;
     uint64_t rows = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000000;
     int epochs = argc > 2 ? atoi(argv[2]) : 2;
     synth_opts o;

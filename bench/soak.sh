@@ -24,8 +24,9 @@
 #
 # 3M iterations (the default) take about 3 minutes on a 2-core machine (17-19K iterations/s on the
 # Zen 4 machine of 2026-12-05; 1M took 132 s with an earlier build on an earlier machine): the
-# verdict leaves out the first minute, so a much shorter run has nothing to judge.  Ranks are found as the descendants of the launcher with
-# OMPI_COMM_WORLD_RANK in their environment; rank 0 is the oracle, rank 1 the server, ranks 2-3 the trainers.
+# verdict leaves out the first minute, so a much shorter run has nothing to judge.  Ranks are
+# found as the descendants of the launcher with OMPI_COMM_WORLD_RANK in their environment; rank
+# 0 is the oracle, rank 1 the server, ranks 2-3 the trainers.
 set -u
 cd "$(dirname "$0")/.."
 

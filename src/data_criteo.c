@@ -74,8 +74,8 @@ static int criteo_bad(const char *s, size_t n, int field, lines_bad *bad) {
         // Criteo Kaggle's test.txt: the same columns without a label (a line cut short elsewhere
         // in a file is only a bad line)
         if (fields == CRITEO_FIELDS - 1)
-            bad->first_line_hint = ": no label column (Kaggle's test.txt has no labels; prep train.txt, whose last week "
-                                   "--split kaggle holds out)";
+            bad->first_line_hint = ": no label column (Kaggle's test.txt has no labels; prep train.txt, whose "
+                                   "last week --split kaggle holds out)";
         return 1;
     }
     const char *f = s;

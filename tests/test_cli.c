@@ -177,7 +177,8 @@ TEST(cli_aliases_hints_and_suggestions) {
     char *flags[] = {"p", "--verbose", "--no-chatty", NULL};
     ASSERT_OK(cli_parse_given("p", "", opts, 3, flags, &pos, &npos, &g));
     free(pos);
-    ASSERT_STR_EQ(g.overridden, "--verbose (on) and --no-chatty (off) name one option (--verbose): the last, (off), is used");
+    ASSERT_STR_EQ(g.overridden,
+                  "--verbose (on) and --no-chatty (off) name one option (--verbose): the last, (off), is used");
     char *again[] = {"p", "-b", "64", "--batch-size", "32", "--mini-batch-size", "32", "--chatty", "-v", NULL};
     ASSERT_OK(cli_parse_given("p", "", opts, 9, again, &pos, &npos, &g));
     free(pos);
