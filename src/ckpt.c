@@ -478,18 +478,53 @@ static int list_ckpts(const char *root, int64_t **out, int *n) {
     return 0;
 }
 
+// The lock files this process holds (ckpt_lock_root), and whether it created them: one it created
+// is no sign of an earlier run in the root (no_ckpt_here), and goes at a normal exit if the root
+// holds no checkpoint then (drop_created_locks).  So a lock file left in a root without
+// checkpoints says that a run was killed there before its first one.
+static struct {
+    dev_t dev;
+    ino_t ino;
+    int created;
+    char *path; // when created
+} held[4];
+static int n_held;
+
+static void drop_created_locks(void) {
+    for (int i = 0; i < n_held; i++) {
+        if (!held[i].created) continue;
+        char *root = bp_xstrdup(held[i].path);
+        char *slash = strrchr(root, '/');
+        if (slash) *slash = 0;
+        int64_t *its = NULL;
+        int n = 0;
+        if (list_ckpts(root, &its, &n) == 0 && n == 0) unlink(held[i].path);
+        bp_clear_error();
+        free(its), free(root);
+    }
+}
+
+static int lock_created_here(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    for (int i = 0; i < n_held; i++)
+        if (held[i].dev == st.st_dev && held[i].ino == st.st_ino) return held[i].created;
+    return 0;
+}
+
 // ROOT holds no ckpt-* directory.  It may be one checkpoint (ck/ckpt-000000000500, the form eval
 // --load also takes) or a saved model (--save): both have a MANIFEST, and the message says what
-// to give instead.  Or a run's --checkpoint-dir (its .lock is there) that wrote none.
+// to give instead.  Or a run's --checkpoint-dir that wrote none (its .lock is there, and not
+// created by this job).
 static int no_ckpt_here(const char *root) {
     char path[4200], parent[4096];
     snprintf(path, sizeof path, "%s/MANIFEST", root);
     if (access(path, F_OK) != 0) {
         snprintf(path, sizeof path, "%s/.lock", root);
-        if (access(path, F_OK) == 0)
+        if (access(path, F_OK) == 0 && !lock_created_here(path))
             return bp_fail(BP_EIO, "%s: no checkpoint here yet (no " CKPT_DIR_PREFIX "* directory): a run used it "
-                           "(%s) but wrote no checkpoint (it ended or was stopped before its first one); start it "
-                           "again without --resume", root, path);
+                           "(%s) but was stopped before its first checkpoint; start it again without --resume", root,
+                           path);
         return bp_fail(BP_EIO, "%s: no checkpoint here (no " CKPT_DIR_PREFIX "* directory)", root);
     }
     snprintf(parent, sizeof parent, "%s", root);
@@ -769,12 +804,15 @@ int ckpt_lock_root(const char *root, int create, const char *flag) {
     if (create && mkdir(root, 0777) != 0 && errno != EEXIST) return 0; // the checks that follow say why
     char path[4200];
     join(path, sizeof path, root, ".lock");
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int created = 0, fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        created = fd >= 0;
+        if (fd < 0 && errno == EEXIST) fd = open(path, O_RDWR | O_CLOEXEC); // another job's, just now
+    }
     if (fd < 0) return 0; // missing (nothing to guard yet) or not writable: the checks that follow say why
     // A root this process holds already (--resume and --checkpoint-dir naming one directory in two
     // spellings): the lock file is the same file.
-    static struct { dev_t dev; ino_t ino; } held[4];
-    static int n_held;
     struct stat st;
     const int known = fstat(fd, &st) == 0;
     if (known)
@@ -793,6 +831,11 @@ int ckpt_lock_root(const char *root, int create, const char *flag) {
     int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
     if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) == n) {
     }
-    if (known && n_held < (int)BP_ARRAY_LEN(held)) held[n_held].dev = st.st_dev, held[n_held++].ino = st.st_ino;
+    if (known && n_held < (int)BP_ARRAY_LEN(held)) {
+        held[n_held].dev = st.st_dev, held[n_held].ino = st.st_ino, held[n_held].created = created;
+        held[n_held++].path = created ? bp_xstrdup(path) : NULL;
+        static int registered;
+        if (created && !registered) registered = atexit(drop_created_locks) == 0;
+    }
     return 0; // fd stays open: the lock lasts as long as this process
 }

@@ -134,7 +134,8 @@ int ckpt_prune(const char *root, int keep, int64_t committed);
 // root is refused with BP_EUSAGE naming `flag`, ROOT and that pid, where two jobs used to prune
 // each other's checkpoints.  A root that cannot be created or opened is left to the checks that
 // follow (0).  One process per job takes it: the launcher, the process of a local run, or rank 0
-// under the user's own mpirun/srun.
+// under the user's own mpirun/srun.  A lock file it created goes at its normal exit when the root
+// then holds no checkpoint.
 int ckpt_lock_root(const char *root, int create, const char *flag);
 // 1 when dir holds no MANIFEST but ckpt-<iteration> directories (a --checkpoint-dir root).
 int ckpt_is_root(const char *dir);

@@ -609,11 +609,14 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     // already when it started the job; under the user's mpirun/srun, rank 0 gives them.
     const int level = bp_log_level;
     if (getenv(LAUNCH_ENV_SELF) || comm_rank() != 0) bp_log_level = BP_LOG_ERROR;
-    rc = setup_build(&su, fl, &ds, data_path);
-    bp_log_level = level;
     // One job per checkpoint root: under the user's mpirun/srun, rank 0 holds the lock that the
-    // launcher holds otherwise (cmd_train); a refusal ends the job in the start-up agreement.
-    if (!rc && !getenv(LAUNCH_ENV_SELF) && comm_rank() == 0) rc = train_lock_roots(fl);
+    // launcher holds otherwise (cmd_train), before it reads the root; a refusal is its set-up
+    // error, which the start-up agreement reports (the lowest rank's), whatever the other ranks
+    // made of a root that another job is writing.
+    memset(&ds, 0, sizeof ds), memset(&su, 0, sizeof su);
+    rc = !getenv(LAUNCH_ENV_SELF) && comm_rank() == 0 ? train_lock_roots(fl) : 0;
+    if (!rc) rc = setup_build(&su, fl, &ds, data_path);
+    bp_log_level = level;
     // under the user's launcher, rank 0 holds the memory plan against each host in dist_run
     rc = dist_run(&su, &lay, rc);
     bp_ds_close(&ds);
@@ -752,8 +755,8 @@ int cmd_train(int argc, char **argv) {
     // Nor is a metrics file that is something else (the dataset itself, a model part).
     if ((rc = jsonl_check("--metrics", fl.metrics))) return cmd_exit(rc);
     // One job per checkpoint root (the ranks of a job are covered by their launcher's lock, or
-    // under the user's launcher by rank 0's: train_distributed).
-    if (!launch_under_mpi() && (rc = train_lock_roots(&fl))) return cmd_exit(rc);
+    // under the user's launcher by rank 0's: train_distributed; mode local is one process).
+    if ((!launch_under_mpi() || fl.mode == TRAIN_MODE_LOCAL) && (rc = train_lock_roots(&fl))) return cmd_exit(rc);
     if (fl.mode != TRAIN_MODE_LOCAL) return train_distributed(&fl, data_path, argc, argv);
 
     bp_dataset ds;

@@ -1015,12 +1015,27 @@ TEST(badinput_resume_from_one_checkpoint_or_a_saved_model) {
     EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, m),
            "/m: no checkpoint here (no ckpt-* directory): this is a saved model (--save)");
     EXPECT(0, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, ck), "at iteration 20");
-    // A run stopped before its first checkpoint leaves its --checkpoint-dir with the lock file only.
+    // A run killed before its first checkpoint leaves its --checkpoint-dir with the lock file only;
+    // one that ends before it removes the lock file it created, as a failed --resume does.
     char early[512];
     snprintf(early, sizeof early, "%s", test_path("early"));
-    EXPECT(0, cmd("%s train %s " TINY " --iters 5 --checkpoint-every 10 --checkpoint-dir %s", test_bin(), d, early),
-           "trained 5 iterations");
+    EXPECT(137, cmd("timeout -s KILL 2 %s train %s " TINY " --iters 100000000 --checkpoint-every 100000000 "
+                    "--checkpoint-dir %s", test_bin(), d, early), "");
     EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, early),
-           "/early: no checkpoint here yet (no ckpt-* directory): a run used it (", "/early/.lock) but wrote no "
-           "checkpoint (it ended or was stopped before its first one); start it again without --resume");
+           "/early: no checkpoint here yet (no ckpt-* directory): a run used it (", "/early/.lock) but was stopped "
+           "before its first checkpoint; start it again without --resume");
+    char ended[512];
+    snprintf(ended, sizeof ended, "%s", test_path("ended"));
+    EXPECT(0, cmd("%s train %s " TINY " --iters 5 --checkpoint-every 10 --checkpoint-dir %s", test_bin(), d, ended),
+           "trained 5 iterations");
+    EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, ended),
+           "/ended: no checkpoint here (no ckpt-* directory)");
+    // A directory no run used: the lock file this job creates in it is no sign of one, the first
+    // time or the second.
+    char empty[512];
+    snprintf(empty, sizeof empty, "%s", test_path("empty"));
+    ASSERT_EQ(mkdir(empty, 0755), 0);
+    for (int k = 0; k < 2; k++)
+        EXPECT(1, cmd("%s train %s " TINY " --iters 25 --resume %s", test_bin(), d, empty),
+               "/empty: no checkpoint here (no ckpt-* directory)");
 }
