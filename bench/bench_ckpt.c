@@ -78,18 +78,20 @@ typedef struct {
 } recovery;
 
 // Starts a checkpointing run, kills server 0 (rank 1) a random moment after the second commit,
-// then resumes and times until the resumed run's first iteration begins.
+// then resumes and times until the resumed run's first iteration begins.  Each method's files are
+// its own (DIR/recp*, DIR/recn*: the runs' output, metrics and checkpoints), kept when it fails.
 static int measure_recovery(const char *extra, int every, int iters, recovery *r, unsigned *seed) {
     char root[512], pids[512], metrics[512], cmd[4096];
-    snprintf(root, sizeof root, "%s/rec%s", dir, strstr(extra, "naive") ? "n" : "p");
+    const char *tag = strstr(extra, "naive") ? "n" : "p";
+    snprintf(root, sizeof root, "%s/rec%s", dir, tag);
     snprintf(pids, sizeof pids, "%s/pids", dir);
-    snprintf(metrics, sizeof metrics, "%s/rec.jsonl", dir);
+    snprintf(metrics, sizeof metrics, "%s/rec%s.jsonl", dir, tag);
     snprintf(cmd, sizeof cmd, "rm -rf %s %s %s; mkdir -p %s", root, pids, metrics, pids);
     if (run(cmd)) return -1;
     snprintf(cmd, sizeof cmd,
              "exec env BAGPIPE_TEST_PID_DIR=%s %s train " MODEL " --iters %d --print-every 1 -m %s "
-             "--checkpoint-every %d --checkpoint-dir %s %s %s > %s/rec.out 2>&1",
-             pids, bin, iters, metrics, every, root, extra, data, dir);
+             "--checkpoint-every %d --checkpoint-dir %s %s %s > %s/rec%s.out 2>&1",
+             pids, bin, iters, metrics, every, root, extra, data, dir, tag);
     pid_t job = fork();
     if (job == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -125,13 +127,22 @@ static int measure_recovery(const char *extra, int every, int iters, recovery *r
     // writes none, is refused): the restart reads either kind of checkpoint.
     snprintf(cmd, sizeof cmd, "%s train " MODEL " --iters %d --resume %s --checkpoint-dir %s --checkpoint-every %d %s "
              "%s 2>&1", bin, iters, root, root, every, extra, data);
+    char outp[600];
+    snprintf(outp, sizeof outp, "%s/rec%s-resumed.out", dir, tag);
+    FILE *out = fopen(outp, "w");
     double tr = now();
     FILE *p = popen(cmd, "r");
-    if (!p) return -1;
+    if (!p) {
+        if (out) fclose(out);
+        return -1;
+    }
     char line[4096];
     r->restart_s = NAN;
-    while (fgets(line, sizeof line, p))
+    while (fgets(line, sizeof line, p)) {
         if (isnan(r->restart_s) && strstr(line, "resumed from")) r->restart_s = now() - tr;
+        if (out) fputs(line, out);
+    }
+    if (out) fclose(out);
     return pclose(p) == 0 && !isnan(r->restart_s) ? 0 : -1;
 }
 

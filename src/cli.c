@@ -230,8 +230,11 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
     // name) and value.  The last value counts, as in any tool; given under another name with
     // another value (--mini-batch-size 64 -b 32, likely a slip), it is also noted for a warning:
     // in g (the caller warns, once per job: cli_given.overridden) or, without g, at once.
-    const cli_opt *last_typed[CLI_MAX_OPTS] = {0};
-    const char *last_val[CLI_MAX_OPTS] = {0}, *last_arg[CLI_MAX_OPTS] = {0}; // last_arg: as typed, to any '='
+    // Each name is compared with the option's first and last (name, value): `--mini-batch-size 64
+    // --batch-size 64 -b 32` is noted too.
+    const cli_opt *first_typed[CLI_MAX_OPTS] = {0}, *last_typed[CLI_MAX_OPTS] = {0};
+    const char *first_val[CLI_MAX_OPTS] = {0}, *first_arg[CLI_MAX_OPTS] = {0}; // *_arg: as typed, to any '='
+    const char *last_val[CLI_MAX_OPTS] = {0}, *last_arg[CLI_MAX_OPTS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (only_pos || a[0] != '-' || a[1] == 0) {
@@ -309,13 +312,17 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
         const size_t k = (size_t)(o - opts);
         const cli_opt *now = typed ? typed : o;
         const char *v = o->type == CLI_T_FLAG ? (negated ? "(off)" : "(on)") : val;
-        if (last_typed[k] && last_typed[k] != now && strcmp(last_val[k], v) != 0 && !(g && g->overridden[0])) {
+        const int vs_last = last_typed[k] && last_typed[k] != now && strcmp(last_val[k], v) != 0;
+        const int vs_first = first_typed[k] && first_typed[k] != now && strcmp(first_val[k], v) != 0;
+        if ((vs_last || vs_first) && !(g && g->overridden[0])) {
+            const char *pa = vs_last ? last_arg[k] : first_arg[k], *pv = vs_last ? last_val[k] : first_val[k];
             char note[sizeof g->overridden];
             snprintf(note, sizeof note, "%.*s %s and %.*s %s name one option (--%s): the last, %s, is used",
-                     (int)strcspn(last_arg[k], "="), last_arg[k], last_val[k], (int)strcspn(a, "="), a, v, o->name, v);
+                     (int)strcspn(pa, "="), pa, pv, (int)strcspn(a, "="), a, v, o->name, v);
             if (g) memcpy(g->overridden, note, sizeof note);
             else bp_log(BP_LOG_WARN, "%s", note);
         }
+        if (!first_typed[k]) first_typed[k] = now, first_val[k] = v, first_arg[k] = a;
         last_typed[k] = now, last_val[k] = v, last_arg[k] = a;
         if (o->type == CLI_T_FLAG) {
             *(int *)o->ptr = !negated;

@@ -226,7 +226,7 @@ static int lines_sniff(lines_reader *r) {
         {"\xfd" "7zXZ", 0, 5, "xz data", "decompress it first (xz -d) or re-compress it with gzip"},
         {"\x28\xb5\x2f\xfd", 0, 4, "zstd data", "decompress it first (zstd -d) or re-compress it with gzip"},
         {"7z\xbc\xaf\x27\x1c", 0, 6, "a 7-zip archive", "extract it (7z x) and give the files inside"},
-        {BP_DS_MAGIC, 0, 8, "a bagpipe dataset (prep's own output)",
+        {BP_DS_MAGIC, 0, 8, "a bagpipe dataset (the output of prep or synth)",
          "it is prepared already; give it to train, eval, analyze or info as it is"},
     };
     // Text that happens to start like one of these has no control bytes; the real ones do.
@@ -236,9 +236,14 @@ static int lines_sniff(lines_reader *r) {
         binary = (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f;
     }
     for (size_t i = 0; i < BP_ARRAY_LEN(kinds) && binary; i++)
-        if (r->len >= kinds[i].off + kinds[i].n && !memcmp(r->buf + kinds[i].off, kinds[i].magic, kinds[i].n))
+        if (r->len >= kinds[i].off + kinds[i].n && !memcmp(r->buf + kinds[i].off, kinds[i].magic, kinds[i].n)) {
+            // a compressed dataset: the other commands read it only decompressed
+            const int ds_gz = r->gz && !strcmp(kinds[i].magic, BP_DS_MAGIC);
             return bp_fail(BP_EFORMAT, "%s: %s%s, not text lines; prep reads plain or gzip text: %s", r->path,
-                           kinds[i].what, r->gz ? " inside the gzip stream" : "", kinds[i].how);
+                           kinds[i].what, r->gz ? " inside the gzip stream" : "",
+                           ds_gz ? "it is prepared already; decompress it (gzip -d) and give it to train, eval, "
+                                   "analyze or info" : kinds[i].how);
+        }
     return 0;
 }
 

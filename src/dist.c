@@ -321,6 +321,9 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
         comm_abort(1);
     }
     rc = dist_end(l, me, me == 0 && !ro);
+    // The oracle's report goes out before the barrier after which the writer tells the launcher
+    // that the job is done (launch_report_done): a Ctrl-C after that must not cut it off.
+    if (!rc && ro) role_oracle_report(ro), fflush(stdout);
     if (!rc) rc = comm_barrier();
     if (rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
@@ -332,7 +335,6 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
         printf("memory used: rank %d (%s): %lld bytes\n", me, role, (long long)(status_bytes("VmHWM") - rss0 - file));
         fflush(stdout);
     }
-    if (ro) role_oracle_report(ro);
     role_oracle_free(ro);
     fflush(stdout);
     if (me == dist_trainer_rank(l, 0)) launch_report_done();

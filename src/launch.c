@@ -145,7 +145,10 @@ static void pass_segment(out_stream *s, int redraw, int *shown, failure *f) {
         *shown = strcmp(s->buf, "\r\033[K") != 0;
         return;
     }
-    if (s->scan && strcmp(s->buf, DONE_LINE) == 0) {
+    // The line may come after a prefix that the user's Open MPI settings add (orte_tag_output:
+    // "[1,3]<stderr>:", timestamps).
+    const size_t len = strlen(s->buf), dl = strlen(DONE_LINE);
+    if (s->scan && len >= dl && strcmp(s->buf + len - dl, DONE_LINE) == 0) {
         f->done = 1;
         return;
     }

@@ -179,8 +179,16 @@ TEST(cli_aliases_hints_and_suggestions) {
     free(pos);
     ASSERT_STR_EQ(g.overridden,
                   "--verbose (on) and --no-chatty (off) name one option (--verbose): the last, (off), is used");
-    char *again[] = {"p", "-b", "64", "--batch-size", "32", "--mini-batch-size", "32", "--chatty", "-v", NULL};
-    ASSERT_OK(cli_parse_given("p", "", opts, 9, again, &pos, &npos, &g));
+    char *three[] = {"p", "--mini-batch-size", "64", "--batch-size", "64", "-b", "32", NULL};
+    ASSERT_OK(cli_parse_given("p", "", opts, 7, three, &pos, &npos, &g));
+    free(pos);
+    ASSERT_STR_EQ(g.overridden, "--mini-batch-size 64 and -b 32 name one option (--batch-size): the last, 32, is used");
+    char *same[] = {"p", "-b", "64", "--batch-size", "32", "--mini-batch-size=32", "--chatty", "-v", NULL};
+    ASSERT_OK(cli_parse_given("p", "", opts, 7, same, &pos, &npos, &g));
+    free(pos);
+    ASSERT_STR_EQ(g.overridden, "-b 64 and --mini-batch-size 32 name one option (--batch-size): the last, 32, is used");
+    char *one[] = {"p", "-b", "64", "--batch-size", "32", "--chatty", "-v", NULL};
+    ASSERT_OK(cli_parse_given("p", "", opts, 6, one, &pos, &npos, &g));
     free(pos);
     ASSERT_TRUE(batch == 32 && flag == 1 && g.overridden[0] == 0);
     static const struct {
