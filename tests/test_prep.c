@@ -953,10 +953,13 @@ TEST(prep_archives_and_other_compressors_are_refused) {
         {"a.xz", "a.xz: xz data", "\xfd" "7zXZ\x00\x00\x04\xe6\xd6\xb4\x46", 12, 0},
         {"a.zst", "a.zst: zstd data", "\x28\xb5\x2f\xfd\x24\x05\x29\x00", 8, 0},
         // prep's own output, given again (it used to be "1 field, expected 40")
-        {"d.bin", "d.bin: a bagpipe dataset (the output of prep or synth), not text lines; prep reads plain or gzip text: "
-                  "it is prepared already", "BPDATA\r\n\x01\x00\x00\x00", 12, 0},
-        {"d.bin.gz", "d.bin.gz: a bagpipe dataset (the output of prep or synth) inside the gzip stream, not text lines; "
-                     "prep reads plain or gzip text: it is prepared already; decompress it (gzip -d) and give it to train",
+        {"d.bin",
+         "d.bin: a bagpipe dataset (the output of prep or synth), not text lines; prep reads plain or gzip text: "
+         "it is prepared already",
+         "BPDATA\r\n\x01\x00\x00\x00", 12, 0},
+        {"d.bin.gz",
+         "d.bin.gz: a bagpipe dataset (the output of prep or synth) inside the gzip stream, not text lines; "
+         "prep reads plain or gzip text: it is prepared already; decompress it (gzip -d) and give it to train",
          "BPDATA\r\n\x01\x00\x00\x00", 12, 1},
     };
     const char *good = criteo_file("good.tsv", 0, 10);
