@@ -504,12 +504,17 @@ static void drop_created_locks(void) {
     }
 }
 
+// The entry of held[] for the file st describes, or -1.
+static int held_find(const struct stat *st) {
+    for (int i = 0; i < n_held; i++)
+        if (held[i].dev == st->st_dev && held[i].ino == st->st_ino) return i;
+    return -1;
+}
+
 static int lock_created_here(const char *path) {
     struct stat st;
-    if (stat(path, &st) != 0) return 0;
-    for (int i = 0; i < n_held; i++)
-        if (held[i].dev == st.st_dev && held[i].ino == st.st_ino) return held[i].created;
-    return 0;
+    const int i = stat(path, &st) == 0 ? held_find(&st) : -1;
+    return i >= 0 && held[i].created;
 }
 
 // ROOT holds no ckpt-* directory.  It may be one checkpoint (ck/ckpt-000000000500, the form eval
@@ -815,9 +820,7 @@ int ckpt_lock_root(const char *root, int create, const char *flag) {
     // spellings): the lock file is the same file.
     struct stat st;
     const int known = fstat(fd, &st) == 0;
-    if (known)
-        for (int i = 0; i < n_held; i++)
-            if (held[i].dev == st.st_dev && held[i].ino == st.st_ino) return close(fd), 0;
+    if (known && held_find(&st) >= 0) return close(fd), 0;
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         char who[32] = "";
         ssize_t got = pread(fd, who, sizeof who - 1, 0);
