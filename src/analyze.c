@@ -444,7 +444,7 @@ int cmd_analyze(int argc, char **argv) {
     int rc = cli_parse_given("bagpipe analyze", "[options] DATASET", opts, argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
     if (rc) return cmd_exit(rc);
-    if (given.overridden[0]) bp_log(BP_LOG_WARN, "%s", given.overridden);
+    cli_warn_overridden(&given);
     if (npos != 1) {
         free(pos);
         return cmd_exit(bp_fail(BP_EUSAGE, "analyze: expected one dataset file (see 'bagpipe analyze --help')"));

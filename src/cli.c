@@ -217,6 +217,22 @@ int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int a
     return cli_parse_given(prog, synopsis, opts, argc, argv, pos, npos, NULL);
 }
 
+void cli_warn_overridden(const cli_given *g) {
+    if (g->overridden[0]) bp_log(BP_LOG_WARN, "%s", g->overridden);
+}
+
+// One giving of an option on the command line: the name as typed (an alias, or the option itself
+// for its long or short name), the argument as typed (up to any '=') and the value.
+typedef struct {
+    const cli_opt *typed; // NULL: not given yet
+    const char *arg, *val;
+} cli_giving;
+
+// 1 when e is an earlier giving under another name with another value than cur.
+static int giving_conflicts(const cli_giving *e, const cli_giving *cur) {
+    return e->typed && e->typed != cur->typed && strcmp(e->val, cur->val) != 0;
+}
+
 int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
                     char ***pos, int *npos, cli_given *g) {
     set_defaults(opts);
@@ -226,15 +242,12 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
     if (g) memset(g, 0, sizeof *g);
     char **out = bp_xcalloc((size_t)argc + 1, sizeof *out);
     int n = 0, only_pos = 0;
-    // Each option's last name as typed (an alias, or the option itself for its long or short
-    // name) and value.  The last value counts, as in any tool; given under another name with
-    // another value (--mini-batch-size 64 -b 32, likely a slip), it is also noted for a warning:
-    // in g (the caller warns, once per job: cli_given.overridden) or, without g, at once.
-    // Each name is compared with the option's first and last (name, value): `--mini-batch-size 64
-    // --batch-size 64 -b 32` is noted too.
-    const cli_opt *first_typed[CLI_MAX_OPTS] = {0}, *last_typed[CLI_MAX_OPTS] = {0};
-    const char *first_val[CLI_MAX_OPTS] = {0}, *first_arg[CLI_MAX_OPTS] = {0}; // *_arg: as typed, to any '='
-    const char *last_val[CLI_MAX_OPTS] = {0}, *last_arg[CLI_MAX_OPTS] = {0};
+    // Each option's first and last giving.  The last value counts, as in any tool; given under
+    // another name with another value than the first or the last giving
+    // (--mini-batch-size 64 -b 32; --mini-batch-size 64 --batch-size 64 -b 32), likely a slip, it
+    // is also noted for a warning: in g (the caller warns, once per job: cli_given.overridden) or,
+    // without g, at once.
+    cli_giving first[CLI_MAX_OPTS] = {{0}}, last[CLI_MAX_OPTS] = {{0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (only_pos || a[0] != '-' || a[1] == 0) {
@@ -312,18 +325,19 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
         const size_t k = (size_t)(o - opts);
         const cli_opt *now = typed ? typed : o;
         const char *v = o->type == CLI_T_FLAG ? (negated ? "(off)" : "(on)") : val;
-        const int vs_last = last_typed[k] && last_typed[k] != now && strcmp(last_val[k], v) != 0;
-        const int vs_first = first_typed[k] && first_typed[k] != now && strcmp(first_val[k], v) != 0;
-        if ((vs_last || vs_first) && !(g && g->overridden[0])) {
-            const char *pa = vs_last ? last_arg[k] : first_arg[k], *pv = vs_last ? last_val[k] : first_val[k];
+        const cli_giving cur = {now, a, v};
+        const cli_giving *other = giving_conflicts(&last[k], &cur)    ? &last[k]
+                                  : giving_conflicts(&first[k], &cur) ? &first[k]
+                                                                      : NULL;
+        if (other && !(g && g->overridden[0])) {
             char note[sizeof g->overridden];
             snprintf(note, sizeof note, "%.*s %s and %.*s %s name one option (--%s): the last, %s, is used",
-                     (int)strcspn(pa, "="), pa, pv, (int)strcspn(a, "="), a, v, o->name, v);
+                     (int)strcspn(other->arg, "="), other->arg, other->val, (int)strcspn(a, "="), a, v, o->name, v);
             if (g) memcpy(g->overridden, note, sizeof note);
             else bp_log(BP_LOG_WARN, "%s", note);
         }
-        if (!first_typed[k]) first_typed[k] = now, first_val[k] = v, first_arg[k] = a;
-        last_typed[k] = now, last_val[k] = v, last_arg[k] = a;
+        if (!first[k].typed) first[k] = cur;
+        last[k] = cur;
         if (o->type == CLI_T_FLAG) {
             *(int *)o->ptr = !negated;
             continue;

@@ -77,6 +77,8 @@ int cli_parse(const char *prog, const char *synopsis, const cli_opt *opts, int a
 // leaves the warning to the caller (g->overridden), e.g. once per distributed job.
 int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts, int argc, char **argv,
                     char ***pos, int *npos, cli_given *g);
+// The warning that cli_parse_given left to its caller (g->overridden), if any.
+void cli_warn_overridden(const cli_given *g);
 // 1 when flag `name` (a long name in opts; a bug if absent) was given.
 int cli_was_given(const cli_given *g, const cli_opt *opts, const char *name);
 // The name flag `name` was last given under (an alias's own name, for messages), else `name`.

@@ -477,7 +477,7 @@ int cmd_prep(int argc, char **argv) {
                              opts, argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
     if (rc) return cmd_exit(rc);
-    if (given.overridden[0]) bp_log(BP_LOG_WARN, "%s", given.overridden);
+    cli_warn_overridden(&given);
     prep_opts o;
     prep_opts_default(&o);
     o.format = format == 1 ? PREP_AVAZU : PREP_CRITEO;

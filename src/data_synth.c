@@ -591,7 +591,7 @@ int cmd_synth(int argc, char **argv) {
     int rc = cli_parse_given("bagpipe synth", "[options] -o FILE", opts, argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
     if (rc) return cmd_exit(rc);
-    if (given.overridden[0]) bp_log(BP_LOG_WARN, "%s", given.overridden);
+    cli_warn_overridden(&given);
     if (npos) {
         rc = bp_fail(BP_EUSAGE, "synth: unexpected argument '%s' (the output goes to -o FILE)", pos[0]);
         free(pos);
