@@ -147,7 +147,7 @@ static void pass_segment(out_stream *s, int redraw, int *shown, failure *f) {
     }
     // The line may come after a prefix that the user's Open MPI settings add (orte_tag_output:
     // "[1,3]<stderr>:", timestamps).
-    const size_t len = strlen(s->buf), dl = strlen(DONE_LINE);
+    const size_t len = strlen(s->buf), dl = sizeof DONE_LINE - 1;
     if (s->scan && len >= dl && strcmp(s->buf + len - dl, DONE_LINE) == 0) {
         f->done = 1;
         return;
