@@ -1059,25 +1059,23 @@ TEST(prep_split_sizes_by_rule) {
     ASSERT_TRUE(s[0] == 39291958 && s[1] == 3274330 && s[2] == 3274329);
     prep_split_sizes(&o, 6, NULL, 0, s);
     ASSERT_TRUE(s[0] == 6 && s[1] == 0 && s[2] == 0);
-    ASSERT_OK(prep_split_parse(&o, "ratio:0.8,0.1,0.1"));
-    prep_split_sizes(&o, 10, NULL, 0, s);
-    ASSERT_TRUE(s[0] == 8 && s[1] == 1 && s[2] == 1);
-    ASSERT_OK(prep_split_parse(&o, "ratio:0.29,0.71,0"));
-    prep_split_sizes(&o, 100, NULL, 0, s);
-    ASSERT_TRUE(s[0] == 29 && s[1] == 71 && s[2] == 0);
-    // A part asked for with 0 stays empty (the rest used to go to test: 999 / 1 / 1 here).
-    ASSERT_OK(prep_split_parse(&o, "ratio:0.999,0.001,0"));
-    prep_split_sizes(&o, 1001, NULL, 0, s);
-    ASSERT_TRUE(s[0] == 999 && s[1] == 2 && s[2] == 0);
-    ASSERT_OK(prep_split_parse(&o, "ratio:0.8,0.2,0"));
-    prep_split_sizes(&o, 1001, NULL, 0, s);
-    ASSERT_TRUE(s[0] == 800 && s[1] == 201 && s[2] == 0);
-    ASSERT_OK(prep_split_parse(&o, "ratio:0.7,0,0.3"));
-    prep_split_sizes(&o, 1001, NULL, 0, s);
-    ASSERT_TRUE(s[0] == 700 && s[1] == 0 && s[2] == 301);
-    ASSERT_OK(prep_split_parse(&o, "ratio:0.999,0,0.001"));
-    prep_split_sizes(&o, 1001, NULL, 0, s);
-    ASSERT_TRUE(s[0] == 999 && s[1] == 0 && s[2] == 2);
+    // ratio: a part asked for with 0 stays empty (the rest used to go to test: 999 / 1 / 1 for
+    // ratio:0.999,0.001,0).
+    static const struct {
+        const char *spec;
+        uint64_t rows, train, val, test;
+    } ratios[] = {
+        {"ratio:0.8,0.1,0.1", 10, 8, 1, 1},        {"ratio:0.29,0.71,0", 100, 29, 71, 0},
+        {"ratio:0.999,0.001,0", 1001, 999, 2, 0}, {"ratio:0.8,0.2,0", 1001, 800, 201, 0},
+        {"ratio:0.7,0,0.3", 1001, 700, 0, 301},   {"ratio:0.999,0,0.001", 1001, 999, 0, 2},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(ratios); i++) {
+        ASSERT_OK(prep_split_parse(&o, ratios[i].spec));
+        prep_split_sizes(&o, ratios[i].rows, NULL, 0, s);
+        ASSERT_MSG(s[0] == ratios[i].train && s[1] == ratios[i].val && s[2] == ratios[i].test,
+                   "%s of %llu rows: %llu / %llu / %llu", ratios[i].spec, (unsigned long long)ratios[i].rows,
+                   (unsigned long long)s[0], (unsigned long long)s[1], (unsigned long long)s[2]);
+    }
     ASSERT_OK(prep_split_parse(&o, "days"));
     const uint64_t per_file[3] = {5, 6, 7};
     prep_split_sizes(&o, 18, per_file, 3, s);
