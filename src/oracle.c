@@ -5,17 +5,18 @@
 //            dedupe test reads this one word), or the key's last eviction
 //            ((writer << 32) | (evict_iter + 1); 0 = never evicted).  Flat array or hash map.
 //   actives  one record per key with an occurrence in a held batch (every resident key has one):
-//            residency state (1 byte, a compact array the planner scans) and consistency gate
-//            (the last eviction, 8 bytes).  The key itself is in the slots.
+//            its consistency gate (the last eviction, 8 bytes).  The key itself is in the slots.
 //   slots    ring of R held batches; a batch's occurrences are its unique keys in first-appearance
 //            order: (key, active index, next and previous occurrence of the same key, users
-//            mask), 17 bytes (4-byte keys when K <= 2^32, 1-byte masks when T <= 8; else 8 bytes
-//            each, 28 in all).
+//            mask, residency facts), 18 bytes (4-byte keys when K <= 2^32, 1-byte masks when
+//            T <= 8; else 8 bytes each, 29 in all).
 //            An occurrence id is (slot << pos_bits) | position; next-links make "next use" O(1).
+//            Residency is not a per-key state: it follows from the back link's distance and the
+//            occurrence's facts (OCC_*), so the planner's scans read only the slot in order.
 //   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction;
 //            only keys that can become candidates (next use beyond the pinned batches) enter,
 //            8 bytes each (bentry).  Lazy: a bucket is built (bucket_fill, from its batch's back
-//            links and the residency state) when capacity pressure first reaches its level, and
+//            links and residency facts) when capacity pressure first reaches its level, and
 //            pushed to only while live, so without pressure no entry is ever written.
 //   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each) and the
 //            replaced keymap word of each new occurrence of the batch being indexed (8 bytes).
@@ -25,16 +26,16 @@
 // ids once (transposing them so each table's ids are consecutive and can be prefetched into the
 // keymap ahead of use), dedupes in a first pass that only touches the keymap and the new slot, and
 // in a second pass writes the scattered targets (the previous occurrence's next link, or a new
-// active record) with prefetches a few occurrences ahead; the planner prefetches residency state
-// far ahead and the gate words of keys it is about to fetch or evict; retiring lists the keys that
+// active record) with prefetches a few occurrences ahead; the planner prefetches the gate words of
+// keys it is about to fetch or evict; retiring lists the keys that
 // leave the window first and then prefetches their targets (with one thread and the flat keymap
 // the planner retires each such key where it evicts it: retire_key).  Entries are as narrow as the
 // key space and T allow, since most of the cost is bytes moved to and from memory.  oracle_ref.c
 // keeps the planner before these changes; tests require byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
-// free list and the slots being filled; the planner owns the state of published keys, buckets and
-// records.  With threads = 2 the indexer runs on its own thread: batches are published through a
+// free list and the slots being filled; the planner owns the gates and residency facts of published
+// keys, buckets and records.  With threads = 2 the indexer runs on its own thread: batches are published through a
 // mutex (release/acquire) and the only field both touch concurrently, an occurrence's next link,
 // is atomic; the thread that waits for the other writes the next links (the indexer in pass 2,
 // or the planner, link_batch, from the back links), and retiring tests the keymap word, not only
@@ -54,7 +55,21 @@
 #define KM_ACTIVE (1ull << 63)
 #define INQ (ORACLE_INDEX_AHEAD + 3) // input queue depth with two threads
 
-enum { RES_NONE = 0, RES_SHARED = 1, RES_PRIVATE = 2 };
+// Residency is not stored per key: whether a key is resident when its occurrence at u is planned
+// follows from how far back its previous occurrence lu is (the back link) and three facts kept
+// with the occurrences, written in the slots' own order or, rarely, into a later occurrence.
+// After its use at lu a key stays resident exactly when it was fetched shared there and its next
+// use u is within the horizon of step lu + 1 (u - lu <= P + W + 1), until a pressure eviction.
+// So, for the occurrence at u: resident iff it has a previous occurrence with u - lu <= P + W + 1,
+// neither OCC_PREV_PRIVATE nor OCC_EVICTED is set, and (at a fetch) that is decided at step
+// u - P, when every step that could set them (lu + 1 for the first, before u - P for the second)
+// has run.  A previous occurrence at distance <= P is still in use: resident (a private fetch
+// needs no use within P batches, so it is shared).
+enum {
+    OCC_PRIVATE = 1,      // fetched private at u (step (b)); evicted after u by its trainer
+    OCC_PREV_PRIVATE = 2, // the previous occurrence was private: evicted after lu, so not resident at u
+    OCC_EVICTED = 4,      // evicted under capacity pressure before u, where it was the next use
+};
 
 // A resident shared key waiting in the bucket of its next use v, packed in 8 bytes (the buckets
 // take a push per use of every such key, so their size is much of the planner's memory traffic):
@@ -70,6 +85,7 @@ typedef struct {
     uint32_t *next;  // (cap) next occurrence of the same key (atomic), NIL
     uint32_t *prev;  // (cap) previous occurrence of the same key, NIL for a key new to the window
     void *users;     // (cap) trainers touching the key: uint8_t masks when T <= 8, else uint64_t
+    uint8_t *flag;   // (cap) OCC_* residency facts of the occurrence (the planner's; 0 when indexed)
     uint32_t n;      // unique keys in the batch
     uint32_t batch;  // which batch the slot holds
     uint32_t samples;
@@ -128,8 +144,7 @@ struct oracle_impl {
     int idx_err;          // sticky error of the indexer
     char idx_msg[512];
 
-    // Planner state of active keys (initialised by the indexer when a key becomes active).
-    uint8_t *act_state; // (act_cap) RES_*
+    // The planner's record of each active key (initialised by the indexer when a key becomes active).
     uint64_t *act_gate; // (act_cap) last eviction, in the keymap's inactive encoding
 
     // shared counters (under mu with two threads)
@@ -432,8 +447,8 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     // planner's thread does: link_batch), or fill the new active record.  The link is stored with
     // release order, so the planner that reads it also sees this slot's batch number.
     uint64_t *act_gate = o->act_gate;
-    // A new active record needs only its gate: its residency state is already RES_NONE (a fresh
-    // index is zeroed memory, and retire_batch frees only records whose state is RES_NONE).
+    uint8_t *sflag = sl->flag;
+    // A new active record needs only its gate; the occurrence's residency facts start clear.
     for (uint32_t oc = 0; oc < cnt; oc++) {
         if (oc + IDX_AHEAD_LINK < cnt) {
             uint64_t v2 = prevw[oc + IDX_AHEAD_LINK];
@@ -442,6 +457,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
             else if (link) __builtin_prefetch(occ_next(o, (uint32_t)v2), 1);
         }
         uint64_t v = prevw[oc];
+        sflag[oc] = 0;
         if (v & KM_ACTIVE) {
             if (link) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
             sprev[oc] = (uint32_t)v;
@@ -541,7 +557,7 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
         return;
     }
     // First the occurrences with no later use linked (a sequential scan), then their scattered
-    // targets (keymap word, gate, state) with prefetches a few ahead.  With two threads a later
+    // targets (keymap word, gate) with prefetches a few ahead.  With two threads a later
     // occurrence may not be linked yet (link_batch): the keymap word, which names the key's
     // latest occurrence, is the test.  The indexer's prevw is free here.
     uint32_t *last = (uint32_t *)o->prevw, m = 0; // (m) positions in the slot
@@ -552,7 +568,7 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
             uint32_t oc2 = last[k + RETIRE_AHEAD], a2 = sl->act[oc2];
             if (o->km_flat) __builtin_prefetch(&o->km[slot_key(o, sl, oc2)], 1);
             else hmap_prefetch(&o->hm, slot_key(o, sl, oc2));
-            __builtin_prefetch(&o->act_gate[a2]), __builtin_prefetch(&o->act_state[a2]);
+            __builtin_prefetch(&o->act_gate[a2]);
         }
         uint32_t oc = last[k], a = sl->act[oc];
         uint64_t key = slot_key(o, sl, oc);
@@ -561,8 +577,6 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
             BP_ASSERT(o->threads == 2);
             continue;
         }
-        BP_ASSERTF(o->act_state[a] == RES_NONE, "oracle: key %llu resident with no use in the window",
-                   (unsigned long long)key);
         retire_key(o, w, a, o->act_gate[a]);
     }
     sl->n = 0;
@@ -635,11 +649,10 @@ static void bucket_push(oracle_impl *o, uint32_t j, bentry e) {
     o->bucket[j][o->bucket_n[j]++] = e;
 }
 
-// Prefetch distances (occurrences) of the planner's scans: residency state at AHEAD_STATE, and at
-// AHEAD_GATE (state by then in cache) the gate word of a key that is likely to be written.
-#define AHEAD_STATE 48
+// Prefetch distance (occurrences) of the planner's scans: the gate word of a key that is likely to be
+// read or written.
 #define AHEAD_GATE 16
-#define EVICT_AHEAD 16 // pressure evictions: occurrence fields at EVICT_AHEAD, then state and gate at half
+#define EVICT_AHEAD 16 // pressure evictions: occurrence fields at EVICT_AHEAD, then the gate at half
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -661,21 +674,16 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
     const slot *sv = &o->slots[v % o->R];
     const uint32_t R = o->R, jv = v % R, pos_bits = o->pos_bits, pos_mask = o->pos_mask, n = sv->n;
     const uint32_t dmin = v - s + 1; // v - lu for lu = s - 1: smaller distances are uses in s..v-1
-    const uint32_t *sprev = sv->prev, *sact = sv->act;
-    const uint8_t *state = o->act_state;
+    const uint32_t *sprev = sv->prev, keep = o->P + o->W + 1;
+    const uint8_t *sflag = sv->flag;
     BP_ASSERT(sv->batch == v && v > s);
     uint32_t m = 0;
     for (uint32_t oc = 0; oc < n; oc++) {
-        if (oc + AHEAD_STATE < n) {
-            uint32_t p2 = sprev[oc + AHEAD_STATE];
-            uint32_t k2 = p2 >> pos_bits;
-            if (p2 != NIL && (jv >= k2 ? jv - k2 : jv + R - k2) >= dmin)
-                __builtin_prefetch(&state[sact[oc + AHEAD_STATE]]);
-        }
         uint32_t pr = sprev[oc];
         if (pr == NIL) continue;
         uint32_t k = pr >> pos_bits, d = jv >= k ? jv - k : jv + R - k; // v - lu, in [1, R)
-        if (d < dmin || state[sact[oc]] != RES_SHARED) continue;
+        // resident (shared) now: kept after lu, not evicted since (the facts at OCC_*)
+        if (d < dmin || d > keep || (sflag[oc] & (OCC_PREV_PRIVATE | OCC_EVICTED))) continue;
         if (m == o->lz_cap) {
             o->lz_cap = o->lz_cap ? 2 * o->lz_cap : 1024;
             o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
@@ -711,6 +719,17 @@ static inline uint32_t popcount64(uint64_t x) { // portable: no -mpopcnt in the 
     return (uint32_t)((x * 0x0101010101010101ull) >> 56);
 }
 
+// Bits set in each byte: the users masks of T <= 8 trainers (a table: the build has no popcnt).
+static const uint8_t pop8[256] = {
+#define P2(n) n, n + 1, n + 1, n + 2
+#define P4(n) P2(n), P2(n + 1), P2(n + 1), P2(n + 2)
+#define P6(n) P4(n), P4(n + 1), P4(n + 1), P4(n + 2)
+    P6(0), P6(1), P6(1), P6(2)
+#undef P2
+#undef P4
+#undef P6
+};
+
 static inline uint64_t gate_of(uint32_t owner, uint32_t evict_iter) {
     return (uint64_t)owner << 32 | ((uint64_t)evict_iter + 1);
 }
@@ -732,7 +751,7 @@ static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, pla
     uint32_t pos = (uint32_t)e & o->pos_mask, last_use = v - ((uint32_t)e >> o->pos_bits), sync_idx = (uint32_t)(e >> 32);
     uint32_t a = sv->act[pos];
     uint64_t key = slot_key(o, sv, pos);
-    BP_ASSERT(sv->batch == v && o->act_state[a] == RES_SHARED && s >= 1 && v > s);
+    BP_ASSERT(sv->batch == v && !(sv->flag[pos] & (OCC_PREV_PRIVATE | OCC_EVICTED)) && s >= 1 && v > s);
     uint32_t owner = rr_next(&o->rr_owner, o->T);
     if (last_use == s - 1) {
         BP_ASSERT(prev->sync_later[sync_idx].key == key);
@@ -742,7 +761,7 @@ static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, pla
         o->st.sync_restated++;
     }
     plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
-    o->act_state[a] = RES_NONE, o->act_gate[a] = gate_of(owner, s - 1);
+    sv->flag[pos] |= OCC_EVICTED, o->act_gate[a] = gate_of(owner, s - 1);
     o->shared_count--;
     o->st.evictions++, o->st.evictions_pressure++;
 }
@@ -820,7 +839,6 @@ static int plan_step(oracle_impl *o) {
         while (o->n_linked <= H) link_next(o);
     }
     plan *prev = &o->rec[(s + 1) & 1], *cur = &o->rec[s & 1];
-    uint8_t *state = o->act_state;
 
     uint64_t *gate = o->act_gate;
     uint64_t shared = o->shared_count;
@@ -832,8 +850,10 @@ static int plan_step(oracle_impl *o) {
     if (s >= 1) {
         o->bucket_n[(s - 1) % o->R] = 0, o->bucket_live[(s - 1) % o->R] = 0;
         o->pv_n = 0;
-        const slot *sl = &o->slots[(s - 1) % o->R], *slots = o->slots;
+        const slot *sl = &o->slots[(s - 1) % o->R];
+        slot *slots = o->slots;
         const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
+        const uint8_t *sflag = sl->flag;
         const uint8_t *blive = o->bucket_live;
         uint32_t *lz_sync = o->lz_sync;
         // The lists are appended to through local cursors (room for every occurrence reserved
@@ -848,41 +868,45 @@ static int plan_step(oracle_impl *o) {
         // batches (no next link: every indexed batch is linked) is retired here, as retire_batch
         // would retire it when batch s-1 leaves the ring (nothing is indexed in between): its
         // eviction goes straight into its keymap word instead of through the gate of its active
-        // record, which is freed, and retire_batch has nothing left to do.
+        // record, which is freed, and retire_batch has nothing left to do.  The word is stored
+        // without being read first (km_active would check it): a load of that cold line would hold
+        // the loop until it arrives, while a store waits in the store buffer.
         const int retire = planner_retires(o);
         uint64_t *km = o->km;
         for (uint32_t oc = 0; oc < n; oc++) {
-            if (oc + AHEAD_STATE < n) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]], 1);
             if (oc + AHEAD_GATE < n) { // the gate (or keymap) word of a key that is likely to be evicted
                 uint32_t a2 = sact[oc + AHEAD_GATE];
                 int last = __atomic_load_n(&snext[oc + AHEAD_GATE], __ATOMIC_RELAXED) == NIL;
                 if (retire && last) __builtin_prefetch(&km[slot_key(o, sl, oc + AHEAD_GATE)], 1);
-                else if (last || state[a2] == RES_PRIVATE) __builtin_prefetch(&gate[a2], 1);
+                else if (last || (sflag[oc + AHEAD_GATE] & OCC_PRIVATE)) __builtin_prefetch(&gate[a2], 1);
             }
             uint32_t a = sact[oc];
             uint64_t key = slot_key(o, sl, oc);
-            if (state[a] == RES_PRIVATE) {
+            if (sflag[oc] & OCC_PRIVATE) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(slot_users(o, sl, oc));
                 private_push(o, key, (uint16_t)tr);
                 *ev++ = (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE};
                 o->priv_count[tr]--;
-                state[a] = RES_NONE;
-                if (retire && __atomic_load_n(&snext[oc], __ATOMIC_RELAXED) == NIL)
-                    retire_key(o, km_active(o, key, a), a, gate_of(tr, s - 1));
-                else
+                uint32_t nx = __atomic_load_n(&snext[oc], __ATOMIC_ACQUIRE);
+                if (retire && nx == NIL) {
+                    retire_key(o, &km[key], a, gate_of(tr, s - 1));
+                } else {
                     gate[a] = gate_of(tr, s - 1);
+                    // A next use within the horizon would read the key as kept: tell it (rare: a
+                    // private fetch saw no use within W batches).
+                    slot *sv = &slots[nx == NIL ? 0 : nx >> pos_bits];
+                    if (nx != NIL && sv->batch <= H) sv->flag[nx & pos_mask] |= OCC_PREV_PRIVATE;
+                }
                 st.evictions++, st.evictions_private++;
                 continue;
             }
-            BP_ASSERT(state[a] == RES_SHARED);
             uint32_t nx = __atomic_load_n(&snext[oc], __ATOMIC_ACQUIRE);
             uint32_t v = nx == NIL ? NIL : slots[nx >> pos_bits].batch;
             if (v == NIL || v > H) {
                 uint32_t owner = rr_next(&o->rr_owner, T);
                 *ev++ = (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT};
                 *later++ = (plan_sync){key, s - 1, s};
-                state[a] = RES_NONE;
-                if (retire && nx == NIL) retire_key(o, km_active(o, key, a), a, gate_of(owner, s - 1));
+                if (retire && nx == NIL) retire_key(o, &km[key], a, gate_of(owner, s - 1));
                 else gate[a] = gate_of(owner, s - 1);
                 shared--;
                 st.evictions++, st.sync_later++;
@@ -911,18 +935,23 @@ static int plan_step(oracle_impl *o) {
     for (uint32_t u = u0; u <= s + P && u < N; u++) {
         const slot *su = &o->slots[u % o->R];
         BP_ASSERT(su->batch == u && u <= H);
-        const uint32_t *sact = su->act, n = su->n;
+        const uint32_t *sact = su->act, *sprev = su->prev, n = su->n, R = o->R, ju = u % R;
+        const uint32_t pos_bits = o->pos_bits, keep = P + o->W + 1;
+        uint8_t *sflag = su->flag;
         plan_reserve(cur, PLAN_LIST_FETCH, n);
         plan_fetch *fe = cur->fetch + cur->n_fetch; // a local cursor, as in (a)
+        // Resident (OCC_*): a previous occurrence within the horizon that kept the key, and no
+        // eviction since; the test reads only this slot's arrays, in order.
+#define RESIDENT(oc)                                                                                                  \
+    (sprev[oc] != NIL && !(sflag[oc] & (OCC_PREV_PRIVATE | OCC_EVICTED)) &&                                           \
+     (ju >= sprev[oc] >> pos_bits ? ju - (sprev[oc] >> pos_bits) : ju + R - (sprev[oc] >> pos_bits)) <= keep)
         for (uint32_t oc = 0; oc < n; oc++) {
-            if (oc + AHEAD_STATE < n) __builtin_prefetch(&state[sact[oc + AHEAD_STATE]], 1);
-            if (oc + AHEAD_GATE < n && state[sact[oc + AHEAD_GATE]] == RES_NONE)
-                __builtin_prefetch(&gate[sact[oc + AHEAD_GATE]], 1);
+            if (oc + AHEAD_GATE < n && !RESIDENT(oc + AHEAD_GATE)) __builtin_prefetch(&gate[sact[oc + AHEAD_GATE]], 1);
             uint32_t a = sact[oc];
             uint64_t users = slot_users(o, su, oc);
-            uint32_t nu = popcount64(users);
+            uint32_t nu = o->users8 ? pop8[users] : popcount64(users);
             st.accesses += nu;
-            if (state[a] != RES_NONE) {
+            if (RESIDENT(oc)) {
                 st.hits += nu;
                 continue;
             }
@@ -936,12 +965,11 @@ static int plan_step(oracle_impl *o) {
             // batch may run before oracle_finish, and plans must not depend on when it is called.
             if (nu == 1 && (v == NIL || v > H) && (H >= u + P || s + P + o->W >= N)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(users);
-                state[a] = RES_PRIVATE;
+                sflag[oc] |= OCC_PRIVATE;
                 o->priv_count[tr]++;
                 f.fetcher = (uint16_t)tr, f.flags = PLAN_PRIVATE;
                 st.fetches_private++;
             } else {
-                state[a] = RES_SHARED;
                 shared++;
                 f.fetcher = (uint16_t)rr_next(&o->rr_fetch, T);
             }
@@ -950,6 +978,7 @@ static int plan_step(oracle_impl *o) {
         }
         cur->n_fetch = (uint32_t)(fe - cur->fetch);
         st.unique += n;
+#undef RESIDENT
     }
     o->shared_count = shared;
     o->st = st;
@@ -971,12 +1000,12 @@ static int plan_step(oracle_impl *o) {
                 uint32_t bn = o->bucket_n[j];
                 if (bn > EVICT_AHEAD && need > EVICT_AHEAD) {
                     uint32_t p1 = (uint32_t)bk[bn - 1 - EVICT_AHEAD] & o->pos_mask;
-                    __builtin_prefetch(&sv->act[p1]);
+                    __builtin_prefetch(&sv->act[p1]), __builtin_prefetch(&sv->flag[p1], 1);
                     __builtin_prefetch((const char *)sv->key + (size_t)p1 * (o->key32 ? 4 : 8));
                 }
                 if (bn > EVICT_AHEAD / 2 && need > EVICT_AHEAD / 2) {
                     uint32_t a2 = sv->act[(uint32_t)bk[bn - 1 - EVICT_AHEAD / 2] & o->pos_mask];
-                    __builtin_prefetch(&o->act_state[a2], 1), __builtin_prefetch(&o->act_gate[a2], 1);
+                    __builtin_prefetch(&o->act_gate[a2], 1);
                 }
                 evict_pressure(o, bk[--o->bucket_n[j]], v, s, prev);
                 need--;
@@ -1071,22 +1100,23 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     uint64_t act_cap64 = BP_MIN(K, (uint64_t)R * per_batch);
     if (act_cap64 > 0x7FFFFFFFu) act_cap64 = 0x7FFFFFFFu; // 31 bits in the keymap word
     o->act_cap = (uint32_t)act_cap64;
-    o->act_state = big_alloc((size_t)o->act_cap);
     o->act_gate = big_alloc((size_t)o->act_cap * sizeof *o->act_gate);
     o->act_free = big_alloc((size_t)o->act_cap * sizeof *o->act_free);
     o->slots = bp_xcalloc(R, sizeof *o->slots);
     size_t per = (size_t)per_batch;
     o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
-    int oom = !o->act_free || !o->act_state || !o->act_gate;
+    int oom = !o->act_free || !o->act_gate;
     for (uint32_t j = 0; j < R && !oom; j++) {
         o->slots[j].key = big_alloc(per * kw);
         o->slots[j].act = big_alloc(per * sizeof(uint32_t));
         o->slots[j].next = big_alloc(per * sizeof(uint32_t));
         o->slots[j].prev = big_alloc(per * sizeof(uint32_t));
         o->slots[j].users = big_alloc(per * uw);
+        o->slots[j].flag = big_alloc(per);
         o->slots[j].batch = NIL;
-        oom = !o->slots[j].key || !o->slots[j].act || !o->slots[j].next || !o->slots[j].prev || !o->slots[j].users;
+        oom = !o->slots[j].key || !o->slots[j].act || !o->slots[j].next || !o->slots[j].prev || !o->slots[j].users ||
+              !o->slots[j].flag;
     }
     o->km_flat = km == ORACLE_KEYMAP_FLAT;
     if (o->km_flat) {
@@ -1157,10 +1187,10 @@ void oracle_free(oracle *out) {
         big_free(o->slots[j].next, per * sizeof(uint32_t));
         big_free(o->slots[j].prev, per * sizeof(uint32_t));
         big_free(o->slots[j].users, per * uw);
+        big_free(o->slots[j].flag, per);
     }
     free(o->slots);
     big_free(o->act_free, (size_t)o->act_cap * sizeof *o->act_free);
-    big_free(o->act_state, (size_t)o->act_cap);
     big_free(o->act_gate, (size_t)o->act_cap * sizeof *o->act_gate);
     if (o->km) big_free(o->km, o->km_bytes);
     hmap_free(&o->hm);
@@ -1311,8 +1341,8 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     oracle_impl *o = out->impl;
     lock(o);
     *st = o->st;
-    uint64_t mem = o->pub_acts * (sizeof(uint32_t) + sizeof(uint64_t) + 1);
-    mem += (uint64_t)o->R * o->pub_occ * (3 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8));
+    uint64_t mem = o->pub_acts * (sizeof(uint32_t) + sizeof(uint64_t));
+    mem += (uint64_t)o->R * o->pub_occ * (3 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8) + 1);
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
     mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
@@ -1371,8 +1401,8 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     const int km = cfg->keymap == ORACLE_KEYMAP_AUTO ? (K <= (1ull << 28) ? ORACLE_KEYMAP_FLAT : ORACLE_KEYMAP_HASH)
                                                      : cfg->keymap;
     // the same terms as oracle_get_stats, at these high-water marks
-    uint64_t mem = acts * (sizeof(uint32_t) + sizeof(uint64_t) + 1);
-    mem += R * unique * (3 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8));
+    uint64_t mem = acts * (sizeof(uint32_t) + sizeof(uint64_t));
+    mem += R * unique * (3 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8) + 1);
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
     mem += unique * (sizeof(uint64_t) + sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
