@@ -8,11 +8,11 @@
 //            its consistency gate (the last eviction, 8 bytes).  The key itself is in the slots.
 //   slots    ring of R held batches; a batch's occurrences are its unique keys in first-appearance
 //            order: (key, active index, next and previous occurrence of the same key, users
-//            mask, residency facts), 18 bytes (4-byte keys when K <= 2^32, 1-byte masks when
-//            T <= 8; else 8 bytes each, 29 in all).
+//            mask), 17 bytes (4-byte keys when K <= 2^32, 1-byte masks when T <= 8; else 8 bytes
+//            each, 28 in all), and two bits (miss, private).
 //            An occurrence id is (slot << pos_bits) | position; next-links make "next use" O(1).
-//            Residency is not a per-key state: it follows from the back link's distance and the
-//            occurrence's facts (OCC_*), so the planner's scans read only the slot in order.
+//            Residency is not a per-key state: it follows from the back link and a miss bit per
+//            occurrence ("Residency" below), so the planner reads only the slot, in order.
 //   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction;
 //            only keys that can become candidates (next use beyond the pinned batches) enter,
 //            8 bytes each (bentry).  Lazy: a bucket is built (bucket_fill, from its batch's back
@@ -55,21 +55,17 @@
 #define KM_ACTIVE (1ull << 63)
 #define INQ (ORACLE_INDEX_AHEAD + 3) // input queue depth with two threads
 
-// Residency is not stored per key: whether a key is resident when its occurrence at u is planned
-// follows from how far back its previous occurrence lu is (the back link) and three facts kept
-// with the occurrences, written in the slots' own order or, rarely, into a later occurrence.
-// After its use at lu a key stays resident exactly when it was fetched shared there and its next
-// use u is within the horizon of step lu + 1 (u - lu <= P + W + 1), until a pressure eviction.
-// So, for the occurrence at u: resident iff it has a previous occurrence with u - lu <= P + W + 1,
-// neither OCC_PREV_PRIVATE nor OCC_EVICTED is set, and (at a fetch) that is decided at step
-// u - P, when every step that could set them (lu + 1 for the first, before u - P for the second)
-// has run.  A previous occurrence at distance <= P is still in use: resident (a private fetch
-// needs no use within P batches, so it is shared).
-enum {
-    OCC_PRIVATE = 1,      // fetched private at u (step (b)); evicted after u by its trainer
-    OCC_PREV_PRIVATE = 2, // the previous occurrence was private: evicted after lu, so not resident at u
-    OCC_EVICTED = 4,      // evicted under capacity pressure before u, where it was the next use
-};
+// Residency is not stored per key: whether a key is resident when its occurrence at u is fetched
+// for follows from its previous occurrence lu (the back link) and one bit per occurrence, the miss
+// bit.  After its use at lu a key stays resident exactly when it was fetched shared there and its
+// next use u is within the horizon of step lu + 1 (u - lu <= P + W + 1), until a pressure eviction.
+// (A previous occurrence at distance <= P is still in use: resident, and shared, since a private
+// fetch needs no use within P batches.)  So the occurrence at u misses iff it is new to the window,
+// or u - lu > P + W + 1 (both known when u is indexed: pass 2 sets the bit), or lu was private, or
+// the key was evicted under pressure before u (the planner sets the bit then: at step lu + 1 for
+// the first, before u - P for the second, so always before the step that fetches for u).  A key
+// is resident at a step s' in (lu, u - P] iff it has a previous occurrence and no miss bit.  The
+// fetch step visits only the set bits; a second bit per occurrence says it was fetched private.
 
 // A resident shared key waiting in the bucket of its next use v, packed in 8 bytes (the buckets
 // take a push per use of every such key, so their size is much of the planner's memory traffic):
@@ -85,7 +81,9 @@ typedef struct {
     uint32_t *next;  // (cap) next occurrence of the same key (atomic), NIL
     uint32_t *prev;  // (cap) previous occurrence of the same key, NIL for a key new to the window
     void *users;     // (cap) trainers touching the key: uint8_t masks when T <= 8, else uint64_t
-    uint8_t *flag;   // (cap) OCC_* residency facts of the occurrence (the planner's; 0 when indexed)
+    uint64_t *miss;  // (cap / 64 + 1) bit oc: occurrence oc is not resident when its batch is fetched for
+    uint64_t *priv;  // (cap / 64 + 1) bit oc: occurrence oc was fetched private (0 when indexed)
+    uint64_t accesses; // (key, trainer) pairs of the batch: the sum of its users' bits
     uint32_t n;      // unique keys in the batch
     uint32_t batch;  // which batch the slot holds
     uint32_t samples;
@@ -163,6 +161,7 @@ struct oracle_impl {
     uint32_t *bucket_n, *bucket_cap;
     uint8_t *bucket_live; // (R) 1: the bucket holds all its entries (see bucket_fill), 0: none yet
     uint32_t *lz_sync;    // (per batch) sync-later index of each occurrence of s-1 kept for later
+    uint32_t *cand;       // (per batch) positions of the misses of the batch being fetched for
     uint64_t *lz_tmp;     // (lz_cap) scratch of bucket_fill
     uint32_t lz_cap;
     uint32_t rr_fetch, rr_owner;
@@ -341,6 +340,24 @@ static void phase_end(double *acc, double *t, int k) {
     *t = now;
 }
 
+static inline uint32_t popcount64(uint64_t x) { // portable: no -mpopcnt in the build
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (uint32_t)((x * 0x0101010101010101ull) >> 56);
+}
+
+// Bits set in each byte: the users masks of T <= 8 trainers (a table: the build has no popcnt).
+static const uint8_t pop8[256] = {
+#define P2(n) n, n + 1, n + 1, n + 2
+#define P4(n) P2(n), P2(n + 1), P2(n + 1), P2(n + 2)
+#define P6(n) P4(n), P4(n + 1), P4(n + 1), P4(n + 2)
+    P6(0), P6(1), P6(1), P6(2)
+#undef P2
+#undef P4
+#undef P6
+};
+
 // Slot entry accessors (the widths are fixed at init, so the branches are always predicted).
 static inline uint64_t slot_key(const oracle_impl *o, const slot *sl, uint32_t oc) {
     return o->key32 ? ((const uint32_t *)sl->key)[oc] : ((const uint64_t *)sl->key)[oc];
@@ -348,6 +365,11 @@ static inline uint64_t slot_key(const oracle_impl *o, const slot *sl, uint32_t o
 static inline uint64_t slot_users(const oracle_impl *o, const slot *sl, uint32_t oc) {
     return o->users8 ? ((const uint8_t *)sl->users)[oc] : ((const uint64_t *)sl->users)[oc];
 }
+
+// Marks the occurrence at pos of sl as a miss when its batch is fetched for: its previous occurrence
+// was private, or it was evicted under pressure (the planner's thread, before that step).
+static inline void occ_miss(const slot *sl, uint32_t pos) { sl->miss[pos >> 6] |= 1ull << (pos & 63); }
+static inline int occ_bit(const uint64_t *bits, uint32_t pos) { return (int)(bits[pos >> 6] >> (pos & 63) & 1); }
 
 static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
     return &o->slots[occ >> o->pos_bits].next[occ & o->pos_mask];
@@ -446,9 +468,12 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
     // planner's thread does: link_batch), or fill the new active record.  The link is stored with
     // release order, so the planner that reads it also sees this slot's batch number.
-    uint64_t *act_gate = o->act_gate;
-    uint8_t *sflag = sl->flag;
-    // A new active record needs only its gate; the occurrence's residency facts start clear.
+    uint64_t *act_gate = o->act_gate, *smiss = sl->miss, *spriv = sl->priv, mword = 0, accesses = 0;
+    const uint32_t R = o->R, keep = o->P + o->W + 1;
+    // A new active record needs only its gate; the occurrence's residency facts start clear.  Its
+    // miss bit is set when the step that fetches for this batch cannot find the key resident
+    // whatever happens before: new to the window, or last used too far back to have been kept
+    // (see "Residency" above; the planner sets the bits of the rarer misses it causes itself).
     for (uint32_t oc = 0; oc < cnt; oc++) {
         if (oc + IDX_AHEAD_LINK < cnt) {
             uint64_t v2 = prevw[oc + IDX_AHEAD_LINK];
@@ -457,17 +482,22 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
             else if (link) __builtin_prefetch(occ_next(o, (uint32_t)v2), 1);
         }
         uint64_t v = prevw[oc];
-        sflag[oc] = 0;
         if (v & KM_ACTIVE) {
             if (link) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
             sprev[oc] = (uint32_t)v;
+            uint32_t k = (uint32_t)v >> o->pos_bits, d = j >= k ? j - k : j + R - k; // bnum - lu, in [1, R)
+            mword |= (uint64_t)(d > keep) << (oc & 63);
         } else {
             uint32_t a = sact[oc];
             act_gate[a] = v;
             sprev[oc] = NIL;
+            mword |= 1ull << (oc & 63);
         }
+        accesses += u8 ? pop8[susers8[oc]] : popcount64(susers64[oc]); // (key, trainer) pairs: the hit rate's
+        if ((oc & 63) == 63) smiss[oc >> 6] = mword, spriv[oc >> 6] = 0, mword = 0;
     }
-    sl->n = cnt;
+    if (cnt & 63) smiss[cnt >> 6] = mword, spriv[cnt >> 6] = 0;
+    sl->n = cnt, sl->accesses = accesses;
     if (cnt > o->occ_hw) o->occ_hw = cnt;
     phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_BACKLINK);
     return 0;
@@ -674,16 +704,16 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
     const slot *sv = &o->slots[v % o->R];
     const uint32_t R = o->R, jv = v % R, pos_bits = o->pos_bits, pos_mask = o->pos_mask, n = sv->n;
     const uint32_t dmin = v - s + 1; // v - lu for lu = s - 1: smaller distances are uses in s..v-1
-    const uint32_t *sprev = sv->prev, keep = o->P + o->W + 1;
-    const uint8_t *sflag = sv->flag;
+    const uint32_t *sprev = sv->prev;
+    const uint64_t *smiss = sv->miss;
     BP_ASSERT(sv->batch == v && v > s);
     uint32_t m = 0;
     for (uint32_t oc = 0; oc < n; oc++) {
         uint32_t pr = sprev[oc];
         if (pr == NIL) continue;
         uint32_t k = pr >> pos_bits, d = jv >= k ? jv - k : jv + R - k; // v - lu, in [1, R)
-        // resident (shared) now: kept after lu, not evicted since (the facts at OCC_*)
-        if (d < dmin || d > keep || (sflag[oc] & (OCC_PREV_PRIVATE | OCC_EVICTED))) continue;
+        // resident (shared) now: kept after lu and not evicted since (the miss bit, above)
+        if (d < dmin || occ_bit(smiss, oc)) continue;
         if (m == o->lz_cap) {
             o->lz_cap = o->lz_cap ? 2 * o->lz_cap : 1024;
             o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
@@ -712,23 +742,6 @@ static uint32_t rr_next(uint32_t *rr, uint32_t T) {
     return r;
 }
 
-static inline uint32_t popcount64(uint64_t x) { // portable: no -mpopcnt in the build
-    x = x - ((x >> 1) & 0x5555555555555555ull);
-    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
-    return (uint32_t)((x * 0x0101010101010101ull) >> 56);
-}
-
-// Bits set in each byte: the users masks of T <= 8 trainers (a table: the build has no popcnt).
-static const uint8_t pop8[256] = {
-#define P2(n) n, n + 1, n + 1, n + 2
-#define P4(n) P2(n), P2(n + 1), P2(n + 1), P2(n + 2)
-#define P6(n) P4(n), P4(n + 1), P4(n + 1), P4(n + 2)
-    P6(0), P6(1), P6(1), P6(2)
-#undef P2
-#undef P4
-#undef P6
-};
 
 static inline uint64_t gate_of(uint32_t owner, uint32_t evict_iter) {
     return (uint64_t)owner << 32 | ((uint64_t)evict_iter + 1);
@@ -751,7 +764,7 @@ static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, pla
     uint32_t pos = (uint32_t)e & o->pos_mask, last_use = v - ((uint32_t)e >> o->pos_bits), sync_idx = (uint32_t)(e >> 32);
     uint32_t a = sv->act[pos];
     uint64_t key = slot_key(o, sv, pos);
-    BP_ASSERT(sv->batch == v && !(sv->flag[pos] & (OCC_PREV_PRIVATE | OCC_EVICTED)) && s >= 1 && v > s);
+    BP_ASSERT(sv->batch == v && !occ_bit(sv->miss, pos) && s >= 1 && v > s);
     uint32_t owner = rr_next(&o->rr_owner, o->T);
     if (last_use == s - 1) {
         BP_ASSERT(prev->sync_later[sync_idx].key == key);
@@ -761,7 +774,7 @@ static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, pla
         o->st.sync_restated++;
     }
     plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
-    sv->flag[pos] |= OCC_EVICTED, o->act_gate[a] = gate_of(owner, s - 1);
+    occ_miss(sv, pos), o->act_gate[a] = gate_of(owner, s - 1);
     o->shared_count--;
     o->st.evictions++, o->st.evictions_pressure++;
 }
@@ -853,7 +866,7 @@ static int plan_step(oracle_impl *o) {
         const slot *sl = &o->slots[(s - 1) % o->R];
         slot *slots = o->slots;
         const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
-        const uint8_t *sflag = sl->flag;
+        const uint64_t *spriv = sl->priv;
         const uint8_t *blive = o->bucket_live;
         uint32_t *lz_sync = o->lz_sync;
         // The lists are appended to through local cursors (room for every occurrence reserved
@@ -878,11 +891,11 @@ static int plan_step(oracle_impl *o) {
                 uint32_t a2 = sact[oc + AHEAD_GATE];
                 int last = __atomic_load_n(&snext[oc + AHEAD_GATE], __ATOMIC_RELAXED) == NIL;
                 if (retire && last) __builtin_prefetch(&km[slot_key(o, sl, oc + AHEAD_GATE)], 1);
-                else if (last || (sflag[oc + AHEAD_GATE] & OCC_PRIVATE)) __builtin_prefetch(&gate[a2], 1);
+                else if (last || occ_bit(spriv, oc + AHEAD_GATE)) __builtin_prefetch(&gate[a2], 1);
             }
             uint32_t a = sact[oc];
             uint64_t key = slot_key(o, sl, oc);
-            if (sflag[oc] & OCC_PRIVATE) {
+            if (occ_bit(spriv, oc)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(slot_users(o, sl, oc));
                 private_push(o, key, (uint16_t)tr);
                 *ev++ = (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE};
@@ -895,7 +908,7 @@ static int plan_step(oracle_impl *o) {
                     // A next use within the horizon would read the key as kept: tell it (rare: a
                     // private fetch saw no use within W batches).
                     slot *sv = &slots[nx == NIL ? 0 : nx >> pos_bits];
-                    if (nx != NIL && sv->batch <= H) sv->flag[nx & pos_mask] |= OCC_PREV_PRIVATE;
+                    if (nx != NIL && sv->batch <= H) occ_miss(sv, nx & pos_mask);
                 }
                 st.evictions++, st.evictions_private++;
                 continue;
@@ -935,26 +948,23 @@ static int plan_step(oracle_impl *o) {
     for (uint32_t u = u0; u <= s + P && u < N; u++) {
         const slot *su = &o->slots[u % o->R];
         BP_ASSERT(su->batch == u && u <= H);
-        const uint32_t *sact = su->act, *sprev = su->prev, n = su->n, R = o->R, ju = u % R;
-        const uint32_t pos_bits = o->pos_bits, keep = P + o->W + 1;
-        uint8_t *sflag = su->flag;
-        plan_reserve(cur, PLAN_LIST_FETCH, n);
+        const uint32_t *sact = su->act, n = su->n;
+        const uint64_t *smiss = su->miss;
+        uint64_t *spriv = su->priv;
+        // The misses, in occurrence order, from the slot's miss bits: every other occurrence is a
+        // hit (see "Residency" above), so only these are visited.
+        uint32_t *cand = o->cand, m = 0;
+        for (uint32_t w = 0; w < (n + 63) / 64; w++)
+            for (uint64_t b = smiss[w]; b; b &= b - 1) cand[m++] = w * 64 + (uint32_t)__builtin_ctzll(b);
+        plan_reserve(cur, PLAN_LIST_FETCH, m);
         plan_fetch *fe = cur->fetch + cur->n_fetch; // a local cursor, as in (a)
-        // Resident (OCC_*): a previous occurrence within the horizon that kept the key, and no
-        // eviction since; the test reads only this slot's arrays, in order.
-#define RESIDENT(oc)                                                                                                  \
-    (sprev[oc] != NIL && !(sflag[oc] & (OCC_PREV_PRIVATE | OCC_EVICTED)) &&                                           \
-     (ju >= sprev[oc] >> pos_bits ? ju - (sprev[oc] >> pos_bits) : ju + R - (sprev[oc] >> pos_bits)) <= keep)
-        for (uint32_t oc = 0; oc < n; oc++) {
-            if (oc + AHEAD_GATE < n && !RESIDENT(oc + AHEAD_GATE)) __builtin_prefetch(&gate[sact[oc + AHEAD_GATE]], 1);
-            uint32_t a = sact[oc];
+        uint64_t miss_users = 0;
+        for (uint32_t k = 0; k < m; k++) {
+            if (k + AHEAD_GATE < m) __builtin_prefetch(&gate[sact[cand[k + AHEAD_GATE]]], 1);
+            uint32_t oc = cand[k], a = sact[oc];
             uint64_t users = slot_users(o, su, oc);
             uint32_t nu = o->users8 ? pop8[users] : popcount64(users);
-            st.accesses += nu;
-            if (RESIDENT(oc)) {
-                st.hits += nu;
-                continue;
-            }
+            miss_users += nu;
             uint64_t g = gate[a];
             plan_fetch f = {slot_key(o, su, oc), u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
             uint32_t v = next_use(o, su, oc);
@@ -965,7 +975,7 @@ static int plan_step(oracle_impl *o) {
             // batch may run before oracle_finish, and plans must not depend on when it is called.
             if (nu == 1 && (v == NIL || v > H) && (H >= u + P || s + P + o->W >= N)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(users);
-                sflag[oc] |= OCC_PRIVATE;
+                spriv[oc >> 6] |= 1ull << (oc & 63);
                 o->priv_count[tr]++;
                 f.fetcher = (uint16_t)tr, f.flags = PLAN_PRIVATE;
                 st.fetches_private++;
@@ -977,8 +987,7 @@ static int plan_step(oracle_impl *o) {
             *fe++ = f;
         }
         cur->n_fetch = (uint32_t)(fe - cur->fetch);
-        st.unique += n;
-#undef RESIDENT
+        st.unique += n, st.accesses += su->accesses, st.hits += su->accesses - miss_users;
     }
     o->shared_count = shared;
     o->st = st;
@@ -1000,7 +1009,7 @@ static int plan_step(oracle_impl *o) {
                 uint32_t bn = o->bucket_n[j];
                 if (bn > EVICT_AHEAD && need > EVICT_AHEAD) {
                     uint32_t p1 = (uint32_t)bk[bn - 1 - EVICT_AHEAD] & o->pos_mask;
-                    __builtin_prefetch(&sv->act[p1]), __builtin_prefetch(&sv->flag[p1], 1);
+                    __builtin_prefetch(&sv->act[p1]), __builtin_prefetch(&sv->miss[p1 >> 6], 1);
                     __builtin_prefetch((const char *)sv->key + (size_t)p1 * (o->key32 ? 4 : 8));
                 }
                 if (bn > EVICT_AHEAD / 2 && need > EVICT_AHEAD / 2) {
@@ -1113,10 +1122,11 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
         o->slots[j].next = big_alloc(per * sizeof(uint32_t));
         o->slots[j].prev = big_alloc(per * sizeof(uint32_t));
         o->slots[j].users = big_alloc(per * uw);
-        o->slots[j].flag = big_alloc(per);
+        o->slots[j].miss = big_alloc((per / 64 + 1) * sizeof(uint64_t));
+        o->slots[j].priv = big_alloc((per / 64 + 1) * sizeof(uint64_t));
         o->slots[j].batch = NIL;
         oom = !o->slots[j].key || !o->slots[j].act || !o->slots[j].next || !o->slots[j].prev || !o->slots[j].users ||
-              !o->slots[j].flag;
+              !o->slots[j].miss || !o->slots[j].priv;
     }
     o->km_flat = km == ORACLE_KEYMAP_FLAT;
     if (o->km_flat) {
@@ -1137,9 +1147,11 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     for (uint32_t f = 0; f < cfg->F; f++) o->card32[f] = (uint32_t)(cfg->card[f] - 1);
     o->prevw = big_alloc(per * sizeof *o->prevw);
     o->lz_sync = big_alloc(per * sizeof *o->lz_sync);
-    if (!o->prevw || !o->lz_sync) {
+    o->cand = big_alloc(per * sizeof *o->cand);
+    if (!o->prevw || !o->lz_sync || !o->cand) {
         oracle_free(out);
-        return bp_fail(BP_ENOMEM, "oracle: cannot map %zu bytes", per * (sizeof *o->prevw + sizeof *o->lz_sync));
+        return bp_fail(BP_ENOMEM, "oracle: cannot map %zu bytes",
+                       per * (sizeof *o->prevw + sizeof *o->lz_sync + sizeof *o->cand));
     }
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
@@ -1187,7 +1199,8 @@ void oracle_free(oracle *out) {
         big_free(o->slots[j].next, per * sizeof(uint32_t));
         big_free(o->slots[j].prev, per * sizeof(uint32_t));
         big_free(o->slots[j].users, per * uw);
-        big_free(o->slots[j].flag, per);
+        big_free(o->slots[j].miss, (per / 64 + 1) * sizeof(uint64_t));
+        big_free(o->slots[j].priv, (per / 64 + 1) * sizeof(uint64_t));
     }
     free(o->slots);
     big_free(o->act_free, (size_t)o->act_cap * sizeof *o->act_free);
@@ -1197,6 +1210,7 @@ void oracle_free(oracle *out) {
     for (uint32_t j = 0; o->bucket && j < o->R; j++) free(o->bucket[j]);
     free(o->bucket), free(o->bucket_n), free(o->bucket_cap), free(o->bucket_live), free(o->lz_tmp);
     big_free(o->lz_sync, per * sizeof *o->lz_sync);
+    big_free(o->cand, per * sizeof *o->cand);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
     free(o->offset), free(o->card), free(o->cols), free(o->card32);
     big_free(o->prevw, per * sizeof *o->prevw);
@@ -1342,9 +1356,10 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     lock(o);
     *st = o->st;
     uint64_t mem = o->pub_acts * (sizeof(uint32_t) + sizeof(uint64_t));
-    mem += (uint64_t)o->R * o->pub_occ * (3 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8) + 1);
+    mem += (uint64_t)o->R * o->pub_occ * (3 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8));
+    mem += (uint64_t)o->R * (o->pub_occ / 64 + 1) * 2 * sizeof(uint64_t); // the miss and private bits
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
-    mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
+    mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
     // The planner's two records and its scratch for private keys and sorted sync-later lists, and
@@ -1402,9 +1417,10 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
                                                      : cfg->keymap;
     // the same terms as oracle_get_stats, at these high-water marks
     uint64_t mem = acts * (sizeof(uint32_t) + sizeof(uint64_t));
-    mem += R * unique * (3 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8) + 1);
+    mem += R * unique * (3 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8));
+    mem += R * (unique / 64 + 1) * 2 * sizeof(uint64_t);
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
-    mem += unique * (sizeof(uint64_t) + sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
+    mem += unique * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
     uint64_t lists = 1024; // the lists and the scratch double up to a batch's unique keys (and pv from 1024)
     while (lists < unique) lists *= 2;
