@@ -78,7 +78,6 @@ typedef uint64_t bentry;
 typedef struct {
     void *key;       // (cap) unique keys of the batch: uint32_t when the key space fits, else uint64_t
     uint32_t *act;   // (cap) their active index
-    uint32_t *next;  // (cap) next occurrence of the same key (atomic), NIL
     uint32_t *prev;  // (cap) previous occurrence of the same key, NIL for a key new to the window
     void *users;     // (cap) trainers touching the key: uint8_t masks when T <= 8, else uint64_t
     uint64_t *miss;  // (cap / 64 + 1) bit oc: occurrence oc is not resident when its batch is fetched for
@@ -137,6 +136,8 @@ struct oracle_impl {
     slot *slots; // (R)
     int key32, users8; // slot entry widths: 4-byte keys (K <= 2^32), 1-byte users masks (T <= 8)
     uint32_t pos_bits, pos_mask;
+    uint32_t *nexts;    // every slot's next links, in blocks (occ_next); one mapping, on huge pages
+    size_t nexts_bytes;
     uint32_t retire_done; // batches retired by the indexer
     uint64_t occ_hw;      // most occurrences in one batch
     int idx_err;          // sticky error of the indexer
@@ -375,8 +376,24 @@ static inline uint64_t slot_users(const oracle_impl *o, const slot *sl, uint32_t
 static inline void occ_miss(const slot *sl, uint32_t pos) { sl->miss[pos >> 6] |= 1ull << (pos & 63); }
 static inline int occ_bit(const uint64_t *bits, uint32_t pos) { return (int)(bits[pos >> 6] >> (pos & 63) & 1); }
 
+// The next occurrence of the same key (atomic; NIL for none yet) of each occurrence lives in one
+// array for all slots, in blocks of NEXT_BLOCK: block b of slot j at (b << slot bits | j), so
+// that a block row holds block b of every slot.  The links are the indexer's scattered stores (a
+// random older slot each), and one mapping on huge pages spares most of them a TLB miss; blocks
+// keep the touched part dense (a batch's ~100K unique keys of a capacity of B x F), where slots
+// side by side would each fault in whole huge pages, and a block row of 2^slot_bits blocks keeps
+// the arrays of different slots off the same cache sets.
+#define NEXT_BITS 10
+#define NEXT_BLOCK (1u << NEXT_BITS)
+static inline uint32_t *slot_next(const oracle_impl *o, uint32_t j, uint32_t oc) {
+    return &o->nexts[((size_t)(oc >> NEXT_BITS) << (32 - o->pos_bits) | j) << NEXT_BITS | (oc & (NEXT_BLOCK - 1))];
+}
+// Bytes of the blocks of n occurrences a slot in every slot (with pos_bits: 2^(32 - pos_bits) slots).
+static size_t nexts_bytes(uint64_t n, uint32_t pos_bits) {
+    return (size_t)((n + NEXT_BLOCK - 1) >> NEXT_BITS << (32 - pos_bits) << NEXT_BITS) * sizeof(uint32_t);
+}
 static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
-    return &o->slots[occ >> o->pos_bits].next[occ & o->pos_mask];
+    return slot_next(o, occ >> o->pos_bits, occ & o->pos_mask);
 }
 
 // Prefetch distances (samples) of the indexer: keymap words, then the previous occurrence's link.
@@ -416,7 +433,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     uint64_t *skey64 = sl->key;
     uint8_t *susers8 = sl->users;
     uint64_t *susers64 = sl->users;
-    uint32_t *sact = sl->act, *snext = sl->next, *sprev = sl->prev, *cols = o->cols;
+    uint32_t *sact = sl->act, *sprev = sl->prev, *cols = o->cols;
     uint64_t *prevw = o->prevw;
     const uint32_t *maxid = o->card32;
     sl->batch = bnum, sl->samples = n, sl->n = 0, sl->linked = link;
@@ -463,12 +480,14 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
                 else skey64[oc] = base + id;
                 if (u8) susers8[oc] = (uint8_t)bit;
                 else susers64[oc] = bit;
-                sact[oc] = a, snext[oc] = NIL, prevw[oc] = v;
+                sact[oc] = a, prevw[oc] = v;
                 *w = KM_ACTIVE | (uint64_t)a << 32 | (tag | oc);
             }
         }
         phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_DEDUPE);
     }
+    for (uint32_t b = 0; b < cnt; b += NEXT_BLOCK) // no later occurrence yet
+        memset(slot_next(o, j, b), 0xFF, BP_MIN(NEXT_BLOCK, cnt - b) * sizeof(uint32_t));
     // Second pass, in occurrence order with the targets prefetched: record each key's previous
     // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
     // planner's thread does: link_batch), or fill the new active record.  The link is stored with
@@ -517,20 +536,20 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
 // by the indexer meanwhile (retire_batch then sees, in the keymap, that the key has a later
 // occurrence).
 static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
-    const uint32_t R = o->R, j = b % R, tag = j << o->pos_bits, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
+    const uint32_t R = o->R, j = b % R, tag = j << o->pos_bits, pos_bits = o->pos_bits;
     const slot *sl = &o->slots[j];
     const uint32_t *sprev = sl->prev, n = sl->n, dmax = b - lo; // links with b - lu <= dmax
     BP_ASSERT(sl->batch == b && lo <= b);
     for (uint32_t oc = 0; oc < n; oc++) {
         if (oc + IDX_AHEAD_LINK < n) {
             uint32_t p2 = sprev[oc + IDX_AHEAD_LINK];
-            if (p2 != NIL) __builtin_prefetch(&o->slots[p2 >> pos_bits].next[p2 & pos_mask], 1);
+            if (p2 != NIL) __builtin_prefetch(occ_next(o, p2), 1);
         }
         uint32_t pr = sprev[oc];
         if (pr == NIL) continue;
         uint32_t k = pr >> pos_bits, d = j >= k ? j - k : j + R - k; // b - lu: (j - k) mod R, no division
         if (d > dmax) continue;
-        __atomic_store_n(&o->slots[pr >> pos_bits].next[pr & pos_mask], tag | oc, __ATOMIC_RELAXED);
+        __atomic_store_n(occ_next(o, pr), tag | oc, __ATOMIC_RELAXED);
     }
 }
 
@@ -597,7 +616,7 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
     // latest occurrence, is the test.  The indexer's prevw is free here.
     uint32_t *last = (uint32_t *)o->prevw, m = 0; // (m) positions in the slot
     for (uint32_t oc = 0; oc < sl->n; oc++)
-        if (__atomic_load_n(&sl->next[oc], __ATOMIC_RELAXED) == NIL) last[m++] = oc;
+        if (__atomic_load_n(slot_next(o, j, oc), __ATOMIC_RELAXED) == NIL) last[m++] = oc;
     for (uint32_t k = 0; k < m; k++) {
         if (k + RETIRE_AHEAD < m) {
             uint32_t oc2 = last[k + RETIRE_AHEAD], a2 = sl->act[oc2];
@@ -670,8 +689,8 @@ static void *indexer_thread(void *arg) {
 // ---------------------------------------------------------------------------------------------
 // Planner
 
-static inline uint32_t next_use(oracle_impl *o, const slot *sl, uint32_t oc) {
-    uint32_t nx = __atomic_load_n(&sl->next[oc], __ATOMIC_ACQUIRE);
+static inline uint32_t next_use(oracle_impl *o, uint32_t j, uint32_t oc) {
+    uint32_t nx = __atomic_load_n(slot_next(o, j, oc), __ATOMIC_ACQUIRE);
     return nx == NIL ? NIL : o->slots[nx >> o->pos_bits].batch;
 }
 
@@ -870,7 +889,7 @@ static int plan_step(oracle_impl *o) {
         o->pv_n = 0;
         const slot *sl = &o->slots[(s - 1) % o->R];
         slot *slots = o->slots;
-        const uint32_t *sact = sl->act, *snext = sl->next, n = sl->n, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
+        const uint32_t jl = (s - 1) % o->R, *sact = sl->act, n = sl->n, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
         const uint64_t *spriv = sl->priv;
         const uint8_t *blive = o->bucket_live;
         uint32_t *lz_sync = o->lz_sync;
@@ -900,6 +919,7 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t w = 0; w < nw; w++) {
             uint32_t lo = w * 64, hi = lo + 64 < n ? lo + 64 : n;
             uint64_t e = 0, nb = 0;
+            const uint32_t *snext = slot_next(o, jl, lo) - lo; // 64 | NEXT_BLOCK: one block
             for (uint32_t oc = lo; oc < hi; oc++) {
                 uint32_t nx = __atomic_load_n(&snext[oc], __ATOMIC_ACQUIRE);
                 uint32_t v = sbatch[nx >> pos_bits]; // NIL for NIL: no use (> H)
@@ -913,14 +933,14 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) { // the keymap word of a key to retire, or its gate
                 uint32_t oc2 = cand[k + AHEAD_GATE];
-                if (retire && __atomic_load_n(&snext[oc2], __ATOMIC_RELAXED) == NIL)
+                if (retire && __atomic_load_n(slot_next(o, jl, oc2), __ATOMIC_RELAXED) == NIL)
                     __builtin_prefetch(&km[slot_key(o, sl, oc2)], 1);
                 else
                     __builtin_prefetch(&gate[sact[oc2]], 1);
             }
             uint32_t oc = cand[k], a = sact[oc];
             uint64_t key = slot_key(o, sl, oc);
-            uint32_t nx = __atomic_load_n(&snext[oc], __ATOMIC_ACQUIRE);
+            uint32_t nx = __atomic_load_n(slot_next(o, jl, oc), __ATOMIC_ACQUIRE);
             if (occ_bit(spriv, oc)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(slot_users(o, sl, oc));
                 private_push(o, key, (uint16_t)tr);
@@ -952,7 +972,7 @@ static int plan_step(oracle_impl *o) {
             if (w == nw - 1 && (n & 63)) b &= (1ull << (n & 63)) - 1;
             for (; b; b &= b - 1) {
                 uint32_t oc = w * 64 + (uint32_t)__builtin_ctzll(b);
-                uint32_t nx = __atomic_load_n(&snext[oc], __ATOMIC_ACQUIRE);
+                uint32_t nx = __atomic_load_n(slot_next(o, jl, oc), __ATOMIC_ACQUIRE);
                 uint32_t v = sbatch[nx >> pos_bits];
                 if (v > H) { // evicted: its gradient of s-1 is written back after s
                     *later++ = (plan_sync){slot_key(o, sl, oc), s - 1, s};
@@ -999,7 +1019,7 @@ static int plan_step(oracle_impl *o) {
             miss_users += nu;
             uint64_t g = gate[a];
             plan_fetch f = {slot_key(o, su, oc), u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
-            uint32_t v = next_use(o, su, oc);
+            uint32_t v = next_use(o, u % o->R, oc);
             // Private needs the window to show that no fetch decision for u+1..u+P can see the
             // key resident: no use in (u, H] with H >= u + P, or with H the last batch (the
             // input has ended and the horizon was cut there: nothing comes after it).  The test
@@ -1147,19 +1167,20 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->slot_batch = bp_xmalloc(((size_t)1 << (32 - pos_bits)) * sizeof *o->slot_batch);
     memset(o->slot_batch, 0xFF, ((size_t)1 << (32 - pos_bits)) * sizeof *o->slot_batch);
     size_t per = (size_t)per_batch;
+    o->nexts_bytes = nexts_bytes(per, pos_bits);
+    o->nexts = big_alloc(o->nexts_bytes);
     o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
-    int oom = !o->act_free || !o->act_gate;
+    int oom = !o->act_free || !o->act_gate || !o->nexts;
     for (uint32_t j = 0; j < R && !oom; j++) {
         o->slots[j].key = big_alloc(per * kw);
         o->slots[j].act = big_alloc(per * sizeof(uint32_t));
-        o->slots[j].next = big_alloc(per * sizeof(uint32_t));
         o->slots[j].prev = big_alloc(per * sizeof(uint32_t));
         o->slots[j].users = big_alloc(per * uw);
         o->slots[j].miss = big_alloc((per / 64 + 1) * sizeof(uint64_t));
         o->slots[j].priv = big_alloc((per / 64 + 1) * sizeof(uint64_t));
         o->slots[j].batch = NIL;
-        oom = !o->slots[j].key || !o->slots[j].act || !o->slots[j].next || !o->slots[j].prev || !o->slots[j].users ||
+        oom = !o->slots[j].key || !o->slots[j].act || !o->slots[j].prev || !o->slots[j].users ||
               !o->slots[j].miss || !o->slots[j].priv;
     }
     o->km_flat = km == ORACLE_KEYMAP_FLAT;
@@ -1232,7 +1253,6 @@ void oracle_free(oracle *out) {
     for (uint32_t j = 0; o->slots && j < o->R; j++) {
         big_free(o->slots[j].key, per * kw);
         big_free(o->slots[j].act, per * sizeof(uint32_t));
-        big_free(o->slots[j].next, per * sizeof(uint32_t));
         big_free(o->slots[j].prev, per * sizeof(uint32_t));
         big_free(o->slots[j].users, per * uw);
         big_free(o->slots[j].miss, (per / 64 + 1) * sizeof(uint64_t));
@@ -1241,6 +1261,7 @@ void oracle_free(oracle *out) {
     free(o->slots);
     big_free(o->act_free, (size_t)o->act_cap * sizeof *o->act_free);
     big_free(o->act_gate, (size_t)o->act_cap * sizeof *o->act_gate);
+    big_free(o->nexts, o->nexts_bytes);
     if (o->km) big_free(o->km, o->km_bytes);
     hmap_free(&o->hm);
     for (uint32_t j = 0; o->bucket && j < o->R; j++) free(o->bucket[j]);
@@ -1395,7 +1416,8 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     lock(o);
     *st = o->st;
     uint64_t mem = o->pub_acts * (sizeof(uint32_t) + sizeof(uint64_t));
-    mem += (uint64_t)o->R * o->pub_occ * (3 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8));
+    mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8));
+    mem += nexts_bytes(o->pub_occ, o->pos_bits);
     mem += (uint64_t)o->R * (o->pub_occ / 64 + 1) * 2 * sizeof(uint64_t); // the miss and private bits
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
     mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
@@ -1456,7 +1478,8 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
                                                      : cfg->keymap;
     // the same terms as oracle_get_stats, at these high-water marks
     uint64_t mem = acts * (sizeof(uint32_t) + sizeof(uint64_t));
-    mem += R * unique * (3 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8));
+    mem += R * unique * (2 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8));
+    mem += nexts_bytes(unique, 32 - slot_bits_for((uint32_t)R));
     mem += R * (unique / 64 + 1) * 2 * sizeof(uint64_t);
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
     mem += unique * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
