@@ -690,8 +690,7 @@ static void *indexer_thread(void *arg) {
 // Planner
 
 static inline uint32_t next_use(oracle_impl *o, uint32_t j, uint32_t oc) {
-    uint32_t nx = __atomic_load_n(slot_next(o, j, oc), __ATOMIC_ACQUIRE);
-    return nx == NIL ? NIL : o->slots[nx >> o->pos_bits].batch;
+    return o->slot_batch[__atomic_load_n(slot_next(o, j, oc), __ATOMIC_ACQUIRE) >> o->pos_bits]; // NIL: NIL
 }
 
 // Appends e to the bucket at slot j (of its next use).
