@@ -16,7 +16,7 @@
 //   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction;
 //            only keys that can become candidates (next use beyond the pinned batches) enter,
 //            8 bytes each (bentry).  Lazy: a bucket is built (bucket_fill, from its batch's back
-//            links and residency facts) when capacity pressure first reaches its level, and
+//            links and miss bits) when capacity pressure first reaches its level, and
 //            pushed to only while live, so without pressure no entry is ever written.
 //   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each) and the
 //            replaced keymap word of each new occurrence of the batch being indexed (8 bytes).
@@ -25,18 +25,21 @@
 // unique key, so the code is arranged for memory-level parallelism: the indexer reads a slice's
 // ids once (transposing them so each table's ids are consecutive and can be prefetched into the
 // keymap ahead of use), dedupes in a first pass that only touches the keymap and the new slot, and
-// in a second pass writes the scattered targets (the previous occurrence's next link, or a new
-// active record) with prefetches a few occurrences ahead; the planner prefetches the gate words of
-// keys it is about to fetch or evict; retiring lists the keys that
+// in a second pass writes the scattered targets (the previous occurrence's next link, into one
+// mapping on huge pages, or a new active record) with prefetches a few occurrences ahead, and the
+// batch's miss bits.  The planner reads residency from the slots in order, not per key: the fetch
+// step visits only the miss bits, and the completion step writes each occurrence's outcome as bits
+// and then fills each list from its bits, so no step branches on unpredictable outcomes per key;
+// it prefetches the gate words of keys it is about to fetch or evict.  Retiring lists the keys that
 // leave the window first and then prefetches their targets (with one thread and the flat keymap
 // the planner retires each such key where it evicts it: retire_key).  Entries are as narrow as the
 // key space and T allow, since most of the cost is bytes moved to and from memory.  oracle_ref.c
 // keeps the planner before these changes; tests require byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
-// free list and the slots being filled; the planner owns the gates and residency facts of published
-// keys, buckets and records.  With threads = 2 the indexer runs on its own thread: batches are published through a
-// mutex (release/acquire) and the only field both touch concurrently, an occurrence's next link,
+// free list and the slots being filled; the planner owns the gates and miss and private bits of
+// published keys, buckets and records.  With threads = 2 the indexer runs on its own thread:
+// batches are published through a mutex (release/acquire) and the only field both touch concurrently, an occurrence's next link,
 // is atomic; the thread that waits for the other writes the next links (the indexer in pass 2,
 // or the planner, link_batch, from the back links), and retiring tests the keymap word, not only
 // a NIL link, for a later occurrence.  The planner never looks past its horizon H(s), so its
@@ -494,7 +497,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     // release order, so the planner that reads it also sees this slot's batch number.
     uint64_t *act_gate = o->act_gate, *smiss = sl->miss, *spriv = sl->priv, mword = 0, accesses = 0;
     const uint32_t R = o->R, keep = o->P + o->W + 1;
-    // A new active record needs only its gate; the occurrence's residency facts start clear.  Its
+    // A new active record needs only its gate; the occurrence's private bit starts clear.  Its
     // miss bit is set when the step that fetches for this batch cannot find the key resident
     // whatever happens before: new to the window, or last used too far back to have been kept
     // (see "Residency" above; the planner sets the bits of the rarer misses it causes itself).
@@ -764,7 +767,6 @@ static uint32_t rr_next(uint32_t *rr, uint32_t T) {
     *rr = r + 1 == T ? 0 : r + 1;
     return r;
 }
-
 
 static inline uint64_t gate_of(uint32_t owner, uint32_t evict_iter) {
     return (uint64_t)owner << 32 | ((uint64_t)evict_iter + 1);
@@ -1052,8 +1054,8 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t v = H; v > s + P && need; v--) {
             uint32_t j = v % o->R;
             if (!o->bucket_live[j]) bucket_fill(o, v, s);
-            // Each eviction reads the key and active index of an occurrence of batch v, then that
-            // record's state and gate: four dependent misses, so both levels are prefetched ahead.
+            // Each eviction reads the key, active index and miss bit of an occurrence of batch v,
+            // then that record's gate: dependent misses, so both levels are prefetched ahead.
             const slot *sv = &o->slots[j];
             const bentry *bk = o->bucket[j];
             while (o->bucket_n[j] && need) {
