@@ -395,6 +395,13 @@ static inline uint32_t *slot_next(const oracle_impl *o, uint32_t j, uint32_t oc)
 static size_t nexts_bytes(uint64_t n, uint32_t pos_bits) {
     return (size_t)((n + NEXT_BLOCK - 1) >> NEXT_BITS << (32 - pos_bits) << NEXT_BITS) * sizeof(uint32_t);
 }
+// The miss bit that the back link pr of an occurrence of slot j sets (see "Residency"): new to the
+// window, or its previous occurrence farther back than keep = P + W + 1 batches.
+static inline uint64_t miss_bit(uint32_t pr, uint32_t j, uint32_t R, uint32_t pos_bits, uint32_t keep) {
+    uint32_t k = pr >> pos_bits, d = j >= k ? j - k : j + R - k; // in [1, R) for an occurrence id
+    return pr == NIL || d > keep;
+}
+
 static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
     return slot_next(o, occ >> o->pos_bits, occ & o->pos_mask);
 }
@@ -497,10 +504,11 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     // release order, so the planner that reads it also sees this slot's batch number.
     uint64_t *act_gate = o->act_gate, *smiss = sl->miss, *spriv = sl->priv, mword = 0, accesses = 0;
     const uint32_t R = o->R, keep = o->P + o->W + 1;
-    // A new active record needs only its gate; the occurrence's private bit starts clear.  Its
-    // miss bit is set when the step that fetches for this batch cannot find the key resident
-    // whatever happens before: new to the window, or last used too far back to have been kept
-    // (see "Residency" above; the planner sets the bits of the rarer misses it causes itself).
+    // A new active record needs only its gate.  Whoever links the batch also writes its miss and
+    // private bits (miss_word): an occurrence misses when the step that fetches for this batch
+    // cannot find the key resident whatever happens before: new to the window, or last used too
+    // far back to have been kept (see "Residency" above; the planner sets the bits of the rarer
+    // misses it causes itself later).
     for (uint32_t oc = 0; oc < cnt; oc++) {
         if (oc + IDX_AHEAD_LINK < cnt) {
             uint64_t v2 = prevw[oc + IDX_AHEAD_LINK];
@@ -512,18 +520,18 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         if (v & KM_ACTIVE) {
             if (link) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
             sprev[oc] = (uint32_t)v;
-            uint32_t k = (uint32_t)v >> o->pos_bits, d = j >= k ? j - k : j + R - k; // bnum - lu, in [1, R)
-            mword |= (uint64_t)(d > keep) << (oc & 63);
         } else {
             uint32_t a = sact[oc];
             act_gate[a] = v;
             sprev[oc] = NIL;
-            mword |= 1ull << (oc & 63);
         }
-        accesses += u8 ? pop8[susers8[oc]] : popcount64(susers64[oc]); // (key, trainer) pairs: the hit rate's
-        if ((oc & 63) == 63) smiss[oc >> 6] = mword, spriv[oc >> 6] = 0, mword = 0;
+        if (link) {
+            mword |= miss_bit(sprev[oc], j, R, o->pos_bits, keep) << (oc & 63);
+            accesses += u8 ? pop8[susers8[oc]] : popcount64(susers64[oc]); // (key, trainer) pairs: the hit rate's
+            if ((oc & 63) == 63) smiss[oc >> 6] = mword, spriv[oc >> 6] = 0, mword = 0;
+        }
     }
-    if (cnt & 63) smiss[cnt >> 6] = mword, spriv[cnt >> 6] = 0;
+    if (link && (cnt & 63)) smiss[cnt >> 6] = mword, spriv[cnt >> 6] = 0;
     sl->n = cnt, sl->accesses = accesses;
     if (cnt > o->occ_hw) o->occ_hw = cnt;
     phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_BACKLINK);
@@ -540,8 +548,9 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
 // occurrence).
 static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
     const uint32_t R = o->R, j = b % R, tag = j << o->pos_bits, pos_bits = o->pos_bits;
-    const slot *sl = &o->slots[j];
-    const uint32_t *sprev = sl->prev, n = sl->n, dmax = b - lo; // links with b - lu <= dmax
+    slot *sl = &o->slots[j];
+    const uint32_t *sprev = sl->prev, n = sl->n, dmax = b - lo, keep = o->P + o->W + 1; // links: b - lu <= dmax
+    uint64_t mword = 0, accesses = 0;
     BP_ASSERT(sl->batch == b && lo <= b);
     for (uint32_t oc = 0; oc < n; oc++) {
         if (oc + IDX_AHEAD_LINK < n) {
@@ -549,11 +558,16 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
             if (p2 != NIL) __builtin_prefetch(occ_next(o, p2), 1);
         }
         uint32_t pr = sprev[oc];
+        mword |= miss_bit(pr, j, R, pos_bits, keep) << (oc & 63);
+        accesses += o->users8 ? pop8[slot_users(o, sl, oc)] : popcount64(slot_users(o, sl, oc));
+        if ((oc & 63) == 63) sl->miss[oc >> 6] = mword, sl->priv[oc >> 6] = 0, mword = 0;
         if (pr == NIL) continue;
         uint32_t k = pr >> pos_bits, d = j >= k ? j - k : j + R - k; // b - lu: (j - k) mod R, no division
         if (d > dmax) continue;
         __atomic_store_n(occ_next(o, pr), tag | oc, __ATOMIC_RELAXED);
     }
+    if (n & 63) sl->miss[n >> 6] = mword, sl->priv[n >> 6] = 0;
+    sl->accesses = accesses;
 }
 
 // Links batch n_linked (link_batch, into the batches from step - 1 on), or counts it where the
@@ -618,8 +632,11 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
     // occurrence may not be linked yet (link_batch): the keymap word, which names the key's
     // latest occurrence, is the test.  The indexer's prevw is free here.
     uint32_t *last = (uint32_t *)o->prevw, m = 0; // (m) positions in the slot
-    for (uint32_t oc = 0; oc < sl->n; oc++)
-        if (__atomic_load_n(slot_next(o, j, oc), __ATOMIC_RELAXED) == NIL) last[m++] = oc;
+    for (uint32_t b = 0; b < sl->n; b += NEXT_BLOCK) {
+        const uint32_t *nx = slot_next(o, j, b) - b, e = BP_MIN(b + NEXT_BLOCK, sl->n);
+        for (uint32_t oc = b; oc < e; oc++)
+            if (__atomic_load_n(&nx[oc], __ATOMIC_RELAXED) == NIL) last[m++] = oc;
+    }
     for (uint32_t k = 0; k < m; k++) {
         if (k + RETIRE_AHEAD < m) {
             uint32_t oc2 = last[k + RETIRE_AHEAD], a2 = sl->act[oc2];
