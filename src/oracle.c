@@ -380,20 +380,20 @@ static inline void occ_miss(const slot *sl, uint32_t pos) { sl->miss[pos >> 6] |
 static inline int occ_bit(const uint64_t *bits, uint32_t pos) { return (int)(bits[pos >> 6] >> (pos & 63) & 1); }
 
 // The next occurrence of the same key (atomic; NIL for none yet) of each occurrence lives in one
-// array for all slots, in blocks of NEXT_BLOCK: block b of slot j at (b << slot bits | j), so
-// that a block row holds block b of every slot.  The links are the indexer's scattered stores (a
-// random older slot each), and one mapping on huge pages spares most of them a TLB miss; blocks
-// keep the touched part dense (a batch's ~100K unique keys of a capacity of B x F), where slots
-// side by side would each fault in whole huge pages, and a block row of 2^slot_bits blocks keeps
-// the arrays of different slots off the same cache sets.
+// array for all slots, in blocks of NEXT_BLOCK: block b of slot j at b R + j, so that a block row
+// holds block b of every slot.  The links are the indexer's scattered stores (a random older slot
+// each), and one mapping on huge pages spares most of them a TLB miss; blocks keep the touched
+// part dense (a batch's ~100K unique keys of a capacity of B x F), where slots side by side would
+// each fault in whole huge pages, and the blocks of different slots sit 4 KiB apart, off the
+// same cache sets.
 #define NEXT_BITS 10
 #define NEXT_BLOCK (1u << NEXT_BITS)
 static inline uint32_t *slot_next(const oracle_impl *o, uint32_t j, uint32_t oc) {
-    return &o->nexts[((size_t)(oc >> NEXT_BITS) << (32 - o->pos_bits) | j) << NEXT_BITS | (oc & (NEXT_BLOCK - 1))];
+    return &o->nexts[((size_t)(oc >> NEXT_BITS) * o->R + j) << NEXT_BITS | (oc & (NEXT_BLOCK - 1))];
 }
-// Bytes of the blocks of n occurrences a slot in every slot (with pos_bits: 2^(32 - pos_bits) slots).
-static size_t nexts_bytes(uint64_t n, uint32_t pos_bits) {
-    return (size_t)((n + NEXT_BLOCK - 1) >> NEXT_BITS << (32 - pos_bits) << NEXT_BITS) * sizeof(uint32_t);
+// Bytes of the blocks of n occurrences a slot in each of R slots.
+static size_t nexts_bytes(uint64_t n, uint64_t R) {
+    return (size_t)(((n + NEXT_BLOCK - 1) >> NEXT_BITS) * R << NEXT_BITS) * sizeof(uint32_t);
 }
 // The miss bit that the back link pr of an occurrence of slot j sets (see "Residency"): new to the
 // window, or its previous occurrence farther back than keep = P + W + 1 batches.
@@ -1185,7 +1185,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->slot_batch = bp_xmalloc(((size_t)1 << (32 - pos_bits)) * sizeof *o->slot_batch);
     memset(o->slot_batch, 0xFF, ((size_t)1 << (32 - pos_bits)) * sizeof *o->slot_batch);
     size_t per = (size_t)per_batch;
-    o->nexts_bytes = nexts_bytes(per, pos_bits);
+    o->nexts_bytes = nexts_bytes(per, R);
     o->nexts = big_alloc(o->nexts_bytes);
     o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
@@ -1435,7 +1435,7 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     *st = o->st;
     uint64_t mem = o->pub_acts * (sizeof(uint32_t) + sizeof(uint64_t));
     mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8));
-    mem += nexts_bytes(o->pub_occ, o->pos_bits);
+    mem += nexts_bytes(o->pub_occ, o->R);
     mem += (uint64_t)o->R * (o->pub_occ / 64 + 1) * 2 * sizeof(uint64_t); // the miss and private bits
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
     mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
@@ -1497,7 +1497,7 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     // the same terms as oracle_get_stats, at these high-water marks
     uint64_t mem = acts * (sizeof(uint32_t) + sizeof(uint64_t));
     mem += R * unique * (2 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8));
-    mem += nexts_bytes(unique, 32 - slot_bits_for((uint32_t)R));
+    mem += nexts_bytes(unique, R);
     mem += R * (unique / 64 + 1) * 2 * sizeof(uint64_t);
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
     mem += unique * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
