@@ -772,7 +772,9 @@ static uint64_t rss_bytes(void) {
 // resident memory and the oracle's mem_bytes stop growing once the window has filled: from batch
 // 300 to batch 1500 (the window holds 30) RSS grows by less than 1 MiB, with one and two threads,
 // the flat and the hash keymap.  Batches are made on the fly and plans dropped, so nothing else
-// grows with the run.
+// grows with the run.  Under ThreadSanitizer its own state for the two threads' accesses can
+// take a step of a few MiB at some point of the run (the process's, not the oracle's: without it
+// the two-thread case grows by 0 bytes), so the bound is 4 MiB there.
 TEST(oracle_memory_plateaus_on_a_long_run) {
     const uint64_t card[2] = {10000, 300};
     const uint32_t B = 256, F = 2, N = 1500, mark = 300;
@@ -813,7 +815,12 @@ TEST(oracle_memory_plateaus_on_a_long_run) {
         ASSERT_MSG(rss0 > 0 && st.evictions_pressure > (uint64_t)N * 10,
                    "RSS %llu, %llu pressure evictions", (unsigned long long)rss0,
                    (unsigned long long)st.evictions_pressure);
-        ASSERT_MSG(rss1 < rss0 + (1u << 20) && st.mem_bytes <= mem0 + mem0 / 50,
+#if defined(__SANITIZE_THREAD__)
+        const uint64_t slack = 4u << 20;
+#else
+        const uint64_t slack = 1u << 20;
+#endif
+        ASSERT_MSG(rss1 < rss0 + slack && st.mem_bytes <= mem0 + mem0 / 50,
                    "threads %d keymap %d: RSS %llu -> %llu bytes, mem_bytes %llu -> %llu from batch %u to %u",
                    cases[ci].threads, cases[ci].keymap, (unsigned long long)rss0, (unsigned long long)rss1,
                    (unsigned long long)mem0, (unsigned long long)st.mem_bytes, mark, N);
