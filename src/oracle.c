@@ -395,11 +395,37 @@ static inline uint32_t *slot_next(const oracle_impl *o, uint32_t j, uint32_t oc)
 static size_t nexts_bytes(uint64_t n, uint64_t R) {
     return (size_t)(((n + NEXT_BLOCK - 1) >> NEXT_BITS) * R << NEXT_BITS) * sizeof(uint32_t);
 }
+// How many batches back from slot j the occurrence occ lies: (j - its slot) mod R, in [1, R) for
+// an occurrence of another held batch (no division: both slot numbers are below R).
+static inline uint32_t occ_back(uint32_t occ, uint32_t j, uint32_t R, uint32_t pos_bits) {
+    uint32_t k = occ >> pos_bits;
+    return j >= k ? j - k : j + R - k;
+}
+
 // The miss bit that the back link pr of an occurrence of slot j sets (see "Residency"): new to the
 // window, or its previous occurrence farther back than keep = P + W + 1 batches.
 static inline uint64_t miss_bit(uint32_t pr, uint32_t j, uint32_t R, uint32_t pos_bits, uint32_t keep) {
-    uint32_t k = pr >> pos_bits, d = j >= k ? j - k : j + R - k; // in [1, R) for an occurrence id
-    return pr == NIL || d > keep;
+    return pr == NIL || occ_back(pr, j, R, pos_bits) > keep;
+}
+
+// Bits set in a users mask: the trainers that use a key at its batch.
+static inline uint32_t users_bits(const oracle_impl *o, uint64_t users) {
+    return o->users8 ? pop8[users] : popcount64(users);
+}
+
+// A batch's miss bits, written a word at a time in occurrence order with its private bits cleared
+// (whoever links the batch writes them), and its (key, trainer) pairs counted for the hit rate:
+// miss_add for each occurrence, then miss_end.
+typedef struct {
+    uint64_t word, accesses;
+} miss_acc;
+static inline void miss_add(const slot *sl, miss_acc *m, uint32_t oc, uint64_t miss, uint32_t users) {
+    m->word |= miss << (oc & 63), m->accesses += users;
+    if ((oc & 63) == 63) sl->miss[oc >> 6] = m->word, sl->priv[oc >> 6] = 0, m->word = 0;
+}
+static inline void miss_end(slot *sl, const miss_acc *m, uint32_t n) {
+    if (n & 63) sl->miss[n >> 6] = m->word, sl->priv[n >> 6] = 0;
+    sl->accesses = m->accesses;
 }
 
 static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
@@ -502,10 +528,11 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
     // planner's thread does: link_batch), or fill the new active record.  The link is stored with
     // release order, so the planner that reads it also sees this slot's batch number.
-    uint64_t *act_gate = o->act_gate, *smiss = sl->miss, *spriv = sl->priv, mword = 0, accesses = 0;
+    uint64_t *act_gate = o->act_gate;
     const uint32_t R = o->R, keep = o->P + o->W + 1;
+    miss_acc ma = {0, 0};
     // A new active record needs only its gate.  Whoever links the batch also writes its miss and
-    // private bits (miss_word): an occurrence misses when the step that fetches for this batch
+    // private bits (miss_add): an occurrence misses when the step that fetches for this batch
     // cannot find the key resident whatever happens before: new to the window, or last used too
     // far back to have been kept (see "Residency" above; the planner sets the bits of the rarer
     // misses it causes itself later).
@@ -525,14 +552,12 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
             act_gate[a] = v;
             sprev[oc] = NIL;
         }
-        if (link) {
-            mword |= miss_bit(sprev[oc], j, R, o->pos_bits, keep) << (oc & 63);
-            accesses += u8 ? pop8[susers8[oc]] : popcount64(susers64[oc]); // (key, trainer) pairs: the hit rate's
-            if ((oc & 63) == 63) smiss[oc >> 6] = mword, spriv[oc >> 6] = 0, mword = 0;
-        }
+        if (link)
+            miss_add(sl, &ma, oc, miss_bit(sprev[oc], j, R, o->pos_bits, keep),
+                     u8 ? pop8[susers8[oc]] : popcount64(susers64[oc]));
     }
-    if (link && (cnt & 63)) smiss[cnt >> 6] = mword, spriv[cnt >> 6] = 0;
-    sl->n = cnt, sl->accesses = accesses;
+    if (link) miss_end(sl, &ma, cnt);
+    sl->n = cnt;
     if (cnt > o->occ_hw) o->occ_hw = cnt;
     phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_BACKLINK);
     return 0;
@@ -550,7 +575,7 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
     const uint32_t R = o->R, j = b % R, tag = j << o->pos_bits, pos_bits = o->pos_bits;
     slot *sl = &o->slots[j];
     const uint32_t *sprev = sl->prev, n = sl->n, dmax = b - lo, keep = o->P + o->W + 1; // links: b - lu <= dmax
-    uint64_t mword = 0, accesses = 0;
+    miss_acc ma = {0, 0};
     BP_ASSERT(sl->batch == b && lo <= b);
     for (uint32_t oc = 0; oc < n; oc++) {
         if (oc + IDX_AHEAD_LINK < n) {
@@ -558,16 +583,11 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
             if (p2 != NIL) __builtin_prefetch(occ_next(o, p2), 1);
         }
         uint32_t pr = sprev[oc];
-        mword |= miss_bit(pr, j, R, pos_bits, keep) << (oc & 63);
-        accesses += o->users8 ? pop8[slot_users(o, sl, oc)] : popcount64(slot_users(o, sl, oc));
-        if ((oc & 63) == 63) sl->miss[oc >> 6] = mword, sl->priv[oc >> 6] = 0, mword = 0;
-        if (pr == NIL) continue;
-        uint32_t k = pr >> pos_bits, d = j >= k ? j - k : j + R - k; // b - lu: (j - k) mod R, no division
-        if (d > dmax) continue;
+        miss_add(sl, &ma, oc, miss_bit(pr, j, R, pos_bits, keep), users_bits(o, slot_users(o, sl, oc)));
+        if (pr == NIL || occ_back(pr, j, R, pos_bits) > dmax) continue; // b - lu > dmax: no longer read
         __atomic_store_n(occ_next(o, pr), tag | oc, __ATOMIC_RELAXED);
     }
-    if (n & 63) sl->miss[n >> 6] = mword, sl->priv[n >> 6] = 0;
-    sl->accesses = accesses;
+    miss_end(sl, &ma, n);
 }
 
 // Links batch n_linked (link_batch, into the batches from step - 1 on), or counts it where the
@@ -754,7 +774,7 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
     for (uint32_t oc = 0; oc < n; oc++) {
         uint32_t pr = sprev[oc];
         if (pr == NIL) continue;
-        uint32_t k = pr >> pos_bits, d = jv >= k ? jv - k : jv + R - k; // v - lu, in [1, R)
+        uint32_t d = occ_back(pr, jv, R, pos_bits); // v - lu
         // resident (shared) now: kept after lu and not evicted since (the miss bit, above)
         if (d < dmin || occ_bit(smiss, oc)) continue;
         if (m == o->lz_cap) {
@@ -1033,7 +1053,7 @@ static int plan_step(oracle_impl *o) {
             if (k + AHEAD_GATE < m) __builtin_prefetch(&gate[sact[cand[k + AHEAD_GATE]]], 1);
             uint32_t oc = cand[k], a = sact[oc];
             uint64_t users = slot_users(o, su, oc);
-            uint32_t nu = o->users8 ? pop8[users] : popcount64(users);
+            uint32_t nu = users_bits(o, users);
             miss_users += nu;
             uint64_t g = gate[a];
             plan_fetch f = {slot_key(o, su, oc), u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
