@@ -14,10 +14,7 @@
 #include <unistd.h>
 
 #include "common.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
+#include "simd.h"
 
 // Four floats: the vector every x86-64 (SSE2) and AArch64 (NEON) target has natively, so the
 // compiler keeps these in registers at the project's plain -O2.  Loads and stores go through
@@ -786,28 +783,6 @@ __attribute__((target("avx2"))) static inline void dot_block4_avx2(float out[4][
     memcpy(out[3], &s30, sizeof s30), memcpy(out[3] + 8, &s31, sizeof s31);
 }
 
-// dst[c * ldd + r] = src[r][c] for r, c < 8: an 8 x 8 transpose in registers.
-__attribute__((target("avx2"))) static inline void transpose8_avx2(const float *const src[8], float *dst, size_t ldd) {
-    const __m256 r0 = _mm256_loadu_ps(src[0]), r1 = _mm256_loadu_ps(src[1]), r2 = _mm256_loadu_ps(src[2]),
-                 r3 = _mm256_loadu_ps(src[3]), r4 = _mm256_loadu_ps(src[4]), r5 = _mm256_loadu_ps(src[5]),
-                 r6 = _mm256_loadu_ps(src[6]), r7 = _mm256_loadu_ps(src[7]);
-    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
-                 t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
-                 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
-                 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
-                 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
-                 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
-}
-
 static const float zeros8[8];
 
 // Hints for the next sample of the interaction: its rows (F x E floats, 6.5 KB at F = 26, E = 64)
@@ -832,7 +807,7 @@ __attribute__((target("avx2"))) static void interact_transpose_avx2(float *Tt, c
             src[r] = k == 0 ? z : k < K ? emb + (size_t)(k - 1) * E : zeros8;
         }
         for (int d0 = 0; d0 < D8; d0 += 8) {
-            transpose8_avx2(src, Tt + (size_t)d0 * Kp + k0, (size_t)Kp);
+            bp_transpose8_avx2(src, Tt + (size_t)d0 * Kp + k0, (size_t)Kp);
             for (int r = 0; r < 8; r++)
                 if (src[r] != zeros8) src[r] += 8;
         }
@@ -1036,7 +1011,7 @@ __attribute__((target("avx2"))) static void dot_backward_part_avx2(void *ctx, in
             for (int k0 = 0; k0 < K; k0 += 8) {
                 const float *src[8];
                 for (int r = 0; r < 8; r++) src[r] = dTt + (size_t)(d0 + r) * Kp + k0;
-                transpose8_avx2(src, &tr[0][0], 8); // tr[c][r] = dTt[d0 + r][k0 + c]
+                bp_transpose8_avx2(src, &tr[0][0], 8); // tr[c][r] = dTt[d0 + r][k0 + c]
                 for (int c = 0; c < 8 && k0 + c < K; c++) {
                     const int k = k0 + c;
                     if (k == 0) {

@@ -53,6 +53,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "simd.h"
 
 #define NIL 0xFFFFFFFFu
 #define KM_ACTIVE (1ull << 63)
@@ -137,6 +138,7 @@ struct oracle_impl {
     uint32_t *act_free; // (act_cap) stack of free indices
     uint32_t act_cap, act_hw, n_free;
     slot *slots; // (R)
+    int avx2;          // transpose_avx2 for the slices
     int key32, users8; // slot entry widths: 4-byte keys (K <= 2^32), 1-byte users masks (T <= 8)
     uint32_t pos_bits, pos_mask;
     uint32_t *nexts;    // every slot's next links, in blocks (occ_next); one mapping, on huge pages
@@ -454,6 +456,39 @@ static int index_check(const oracle_impl *o, const uint32_t *ids, uint32_t n) {
     return 0;
 }
 
+static int simd_on = 1;
+void oracle_set_simd(int on) { simd_on = on; }
+
+#if BP_SIMD_AVX2
+// The transposition of index_batch_impl for the rows [0, len / 8 * 8) of a slice (ids: (len, F),
+// F >= 8), eight rows by eight features at a time, the last block of features overlapping the one
+// before when F is not a multiple of 8; each id is checked against its table's largest (maxid) and
+// *bad set for one beyond.  Returns the rows done; the scalar loop does the rest.  0.3 -> 0.15 ms
+// per batch of 16384 x 26 here.
+__attribute__((target("avx2"))) static uint32_t transpose_avx2(const uint32_t *ids, uint32_t len, uint32_t F,
+                                                               uint32_t *cols, uint32_t ld, const uint32_t *maxid,
+                                                               uint32_t *bad) {
+    const uint32_t L8 = len / 8 * 8;
+    __m256i over = _mm256_setzero_si256(); // nonzero lanes: an id above its table's largest
+    for (uint32_t fb = 0; fb < F; fb += 8) {
+        const uint32_t f0 = fb + 8 <= F ? fb : F - 8;
+        const __m256i mx = _mm256_loadu_si256((const __m256i *)(maxid + f0));
+        for (uint32_t s = 0; s < L8; s += 8) {
+            const uint32_t *r = ids + (size_t)s * F + f0;
+            const float *src[8];
+            for (int k = 0; k < 8; k++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(r + (size_t)k * F));
+                over = _mm256_or_si256(over, _mm256_xor_si256(_mm256_max_epu32(x, mx), mx));
+                src[k] = (const float *)(r + (size_t)k * F);
+            }
+            bp_transpose8_avx2(src, (float *)(cols + (size_t)f0 * ld + s), ld);
+        }
+    }
+    *bad |= !_mm256_testz_si256(over, over);
+    return L8;
+}
+#endif
+
 // Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.  `flat`,
 // `k32` and `u8` (keymap kind, slot entry widths) are constants at each call site, so their tests
 // leave the inner loop.
@@ -484,7 +519,11 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         uint32_t ld = COLS_LD(len);
         uint64_t bit = 1ull << i;
         uint32_t bad = 0;
-        for (uint32_t s = 0; s < len; s++) {
+        uint32_t s0 = 0;
+#if BP_SIMD_AVX2
+        if (o->avx2) s0 = transpose_avx2(ids + (size_t)lo * F, len, F, cols, ld, maxid, &bad);
+#endif
+        for (uint32_t s = s0; s < len; s++) {
             const uint32_t *row = ids + (size_t)(lo + s) * F;
             for (uint32_t f = 0; f < F; f++) cols[(size_t)f * ld + s] = row[f], bad |= row[f] > maxid[f];
         }
@@ -1208,6 +1247,9 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->nexts_bytes = nexts_bytes(per, R);
     o->nexts = big_alloc(o->nexts_bytes);
     o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
+#if BP_SIMD_AVX2
+    o->avx2 = simd_on && __builtin_cpu_supports("avx2") && cfg->F >= 8;
+#endif
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
     int oom = !o->act_free || !o->act_gate || !o->nexts;
     for (uint32_t j = 0; j < R && !oom; j++) {

@@ -18,7 +18,7 @@
 // ---------------------------------------------------------------------------------------------
 // Traces
 
-#define MAXF 8
+#define MAXF 32
 
 typedef struct {
     uint32_t N, B, F, n_last; // batches, batch size, features, samples in the last batch
@@ -1246,6 +1246,66 @@ TEST(oracle_fast_matches_reference_large_traces) {
                 ASSERT_MSG(rc == 0 || (rc == BP_ECAPACITY && j == 0), "case %zu C=%llu: %s", k,
                            (unsigned long long)c.C, bp_errmsg(rc));
             }
+        trace_free(&tr);
+    }
+}
+
+// Eight features or more: the slices are transposed eight rows by eight features at a time with
+// AVX2 where the processor has it (the last block of features overlapping when F is not a multiple
+// of 8, the rows past a multiple of 8 by the scalar loop).  Both paths must give the reference's
+// plans, and an id out of range found by either must be reported as the scalar check reports it.
+TEST(oracle_fast_matches_reference_many_features) {
+    static const struct {
+        int kind;
+        uint32_t N, B, F, T, W, P;
+    } cases[] = {
+        {0, 40, 203, 8, 3, 10, 2}, {0, 40, 160, 11, 2, 6, 1}, {4, 30, 257, 26, 8, 12, 2}, {1, 30, 64, 17, 1, 5, 0},
+    };
+    bp_rng r;
+    bp_rng_seed(&r, 77, 0);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        uint64_t card[MAXF];
+        for (uint32_t f = 0; f < cases[k].F; f++) card[f] = 1 + bp_rng_below(&r, f % 3 ? 200 : 20000);
+        trace tr;
+        trace_make(&tr, 300 + k, cases[k].kind, cases[k].N, cases[k].B, cases[k].F, card, cases[k].B / 2 + 1);
+        for (int simd = 0; simd <= 1; simd++) {
+            oracle_set_simd(simd);
+            for (int th = 1; th <= 2; th++) {
+                run_cfg c = {cases[k].T, cases[k].W, cases[k].P, tr_keys(&tr) + 1, th, ORACLE_KEYMAP_AUTO, 0};
+                char msg[700];
+                int rc;
+                int differ = fast_vs_ref(&tr, c, &rc, msg, sizeof msg);
+                oracle_set_simd(1);
+                ASSERT_MSG(!differ, "case %zu simd %d threads %d: %s", k, simd, th, msg);
+                ASSERT_OK(rc);
+                oracle_set_simd(simd);
+            }
+        }
+        oracle_set_simd(1);
+        // One id out of range, in the rows and features each path covers: the first bad id in
+        // indexing order is named either way.
+        const uint32_t F = cases[k].F, B = cases[k].B, t = 3;
+        const uint32_t spots[3][2] = {{5, F - 1}, {B / cases[k].T - 1, 2}, {B - 1, F - 2}};
+        for (int q = 0; q < 3; q++) {
+            uint32_t *id = &tr.ids[((size_t)t * B + spots[q][0]) * F + spots[q][1]], keep = *id;
+            *id = (uint32_t)tr.card[spots[q][1]];
+            char want[160] = "";
+            for (int simd = 0; simd <= 1; simd++) {
+                oracle_set_simd(simd);
+                run_cfg c = {cases[k].T, cases[k].W, cases[k].P, tr_keys(&tr) + 1, 1, ORACLE_KEYMAP_AUTO, 0};
+                stream st;
+                int rc = run_oracle(&tr, c, &st, NULL);
+                free(st.buf);
+                oracle_set_simd(1);
+                ASSERT_EQ(rc, BP_ERANGE);
+                char exp[160];
+                snprintf(exp, sizeof exp, "batch %u, sample %u, feature %u: id %u", t, spots[q][0], spots[q][1], *id);
+                ASSERT_STR_CONTAINS(bp_errmsg(rc), exp);
+                if (simd) ASSERT_STR_EQ(bp_errmsg(rc), want);
+                else snprintf(want, sizeof want, "%s", bp_errmsg(rc));
+            }
+            *id = keep;
+        }
         trace_free(&tr);
     }
 }
