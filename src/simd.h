@@ -11,7 +11,8 @@
 
 // dst[c * ldd + r] = src[r][c] for r, c < 8: an 8 x 8 transpose in registers.  The lanes are only
 // moved, never computed on, so 32-bit integers go through as floats bit for bit.
-__attribute__((target("avx2"))) static inline void bp_transpose8_avx2(const float *const src[8], float *dst, size_t ldd) {
+__attribute__((target("avx2"))) static inline void bp_transpose8_avx2(const float *const src[8], float *dst,
+                                                                     size_t ldd) {
     const __m256 r0 = _mm256_loadu_ps(src[0]), r1 = _mm256_loadu_ps(src[1]), r2 = _mm256_loadu_ps(src[2]),
                  r3 = _mm256_loadu_ps(src[3]), r4 = _mm256_loadu_ps(src[4]), r5 = _mm256_loadu_ps(src[5]),
                  r6 = _mm256_loadu_ps(src[6]), r7 = _mm256_loadu_ps(src[7]);
