@@ -39,12 +39,12 @@
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
 // free list and the slots being filled; the planner owns the gates and miss and private bits of
 // published keys, buckets and records.  With threads = 2 the indexer runs on its own thread:
-// batches are published through a mutex (release/acquire) and the only field both touch concurrently, an occurrence's next link,
-// is atomic; the thread that waits for the other writes the next links (the indexer in pass 2,
-// or the planner, link_batch, from the back links), and retiring tests the keymap word, not only
-// a NIL link, for a later occurrence.  The planner never looks past its horizon H(s), so its
-// output does not depend on how far ahead the indexer is: plans are identical with one or two
-// threads.
+// batches are published through a mutex (release/acquire) and the only field both touch
+// concurrently, an occurrence's next link, is atomic; the thread that waits for the other writes
+// the next links (the indexer in pass 2, or the planner, link_batch, from the back links), and
+// retiring tests the keymap word, not only a NIL link, for a later occurrence.  The planner never
+// looks past its horizon H(s), so its output does not depend on how far ahead the indexer is:
+// plans are identical with one or two threads.
 #include "oracle.h"
 
 #include <pthread.h>
@@ -1039,8 +1039,7 @@ static int plan_step(oracle_impl *o) {
                     gate[a] = gate_of(tr, s - 1);
                     // A next use within the horizon would read the key as kept: tell it (rare: a
                     // private fetch saw no use within W batches).
-                    slot *sv = &slots[nx == NIL ? 0 : nx >> pos_bits];
-                    if (nx != NIL && sv->batch <= H) occ_miss(sv, nx & pos_mask);
+                    if (sbatch[nx >> pos_bits] <= H) occ_miss(&slots[nx >> pos_bits], nx & pos_mask); // NIL: NIL
                 }
                 st.evictions_private++;
             } else {
