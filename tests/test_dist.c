@@ -483,7 +483,10 @@ TEST(dist_stop_at_start_stall_timeout) {
 // A trainer stopped after its gradient exchange, before its push (BAGPIPE_TEST_STOP_BEFORE_PUSH:
 // trainer 0 at iteration 50): the servers hold trainer 1's next request until that push comes, so
 // trainer 1's wait for its rows used to time out first and name a server.  The servers now wait
-// for the missing push by name, before the trainers give up on them (COMM_STALL_SERVER).
+// for the missing push by name, before the trainers give up on them (COMM_STALL_SERVER).  The
+// first stall reported must be that push, and the job's failure must be a server's.  Trainer 1
+// may still report its own wait 0.75 s later when the servers' abort takes longer than that to
+// reach it (5 ranks on 2 loaded cores: seen once in CI), so its later line is allowed.
 TEST(dist_stop_before_push_names_the_trainer) {
     char data[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
@@ -492,9 +495,12 @@ TEST(dist_stop_before_push_names_the_trainer) {
     int rc = test_run(&out, 40, "BAGPIPE_TEST_STOP_BEFORE_PUSH=50 " OMPI_ENV " %s train %s " TINY_MODEL
                       " --iters 200 --no-eval --stall-timeout 3 " SYNC_T2S2, dist_test_env(), test_bin(), data);
     ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
-    ASSERT_STR_CONTAINS(out, "waited 3 s for GRAD_PUSH from rank 3 (trainer 0) of iteration 50, which held requests "
-                        "wait for");
-    ASSERT_MSG(!strstr(out, "ROW_REPLY from rank"), "a server was named:\n%s", out);
+    const char *push = strstr(out, "waited 3 s for GRAD_PUSH from rank 3 (trainer 0) of iteration 50, which held "
+                              "requests wait for");
+    ASSERT_MSG(push, "the trainer's push was not named:\n%s", out);
+    ASSERT_MSG(strstr(out, "waited ") == push, "a stall before the trainer's push was reported first:\n%s", out);
+    ASSERT_MSG(!strstr(out, "job failed: rank 3") && !strstr(out, "job failed: rank 4"),
+               "the job's failure is not a server's:\n%s", out);
     free(out);
 }
 
