@@ -7,17 +7,18 @@
 //   actives  one record per key with an occurrence in a held batch (every resident key has one):
 //            its consistency gate (the last eviction, 8 bytes).  The key itself is in the slots.
 //   slots    ring of R held batches; a batch's occurrences are its unique keys in first-appearance
-//            order: (key, active index, next and previous occurrence of the same key, users
-//            mask), 17 bytes (4-byte keys when K <= 2^32, 1-byte masks when T <= 8; else 8 bytes
-//            each, 28 in all), and two bits (miss, private).
-//            An occurrence id is (slot << pos_bits) | position; next-links make "next use" O(1).
+//            order: (key, active index, previous occurrence of the same key, users mask, and the
+//            distance in batches to its next occurrence), 14 bytes (4-byte keys when K <= 2^32,
+//            1-byte masks when T <= 8, 1-byte distances when R <= 256; else 8, 8 and 4 bytes, 28 in
+//            all), and two bits (miss, private).
+//            An occurrence id is (slot << pos_bits) | position; next links make "next use" O(1).
 //            Residency is not a per-key state: it follows from the back link and a miss bit per
 //            occurrence ("Residency" below), so the planner reads only the slot, in order.
 //   buckets  ring of lists of resident shared keys by next use (batch), for Belady eviction;
 //            only keys that can become candidates (next use beyond the pinned batches) enter,
-//            8 bytes each (bentry).  Lazy: a bucket is built (bucket_fill, from its batch's back
-//            links and miss bits) when capacity pressure first reaches its level, and
-//            pushed to only while live, so without pressure no entry is ever written.
+//            8 bytes each (bentry).  Lazy: a bucket is built and brought up to date (bucket_fill,
+//            from its batch's back links and miss bits) only when capacity pressure reaches its
+//            level, so without pressure no entry is ever written.
 //   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each) and the
 //            replaced keymap word of each new occurrence of the batch being indexed (8 bytes).
 //
@@ -29,11 +30,12 @@
 // mapping on huge pages, or a new active record) with prefetches a few occurrences ahead, and the
 // batch's miss bits.  The planner reads residency from the slots in order, not per key: the fetch
 // step visits only the miss bits, and the completion step writes each occurrence's outcome as bits
-// and then fills each list from its bits, so no step branches on unpredictable outcomes per key;
-// it prefetches the gate words of keys it is about to fetch or evict.  Retiring lists the keys that
+// and then fills each list from its bits, so no step branches on unpredictable outcomes per key
+// (with one thread and one-byte links, 64 outcomes at a time in vector registers); it prefetches
+// the gate words of keys it is about to fetch or evict.  Retiring lists the keys that
 // leave the window first and then prefetches their targets (with one thread and the flat keymap
 // the planner retires each such key where it evicts it: retire_key).  Entries are as narrow as the
-// key space and T allow, since most of the cost is bytes moved to and from memory.  oracle_ref.c
+// key space, T and R allow, since most of the cost is bytes moved to and from memory.  oracle_ref.c
 // keeps the planner before these changes; tests require byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
@@ -41,10 +43,10 @@
 // published keys, buckets and records.  With threads = 2 the indexer runs on its own thread:
 // batches are published through a mutex (release/acquire) and the only field both touch
 // concurrently, an occurrence's next link, is atomic; the thread that waits for the other writes
-// the next links (the indexer in pass 2, or the planner, link_batch, from the back links), and
-// retiring tests the keymap word, not only a NIL link, for a later occurrence.  The planner never
-// looks past its horizon H(s), so its output does not depend on how far ahead the indexer is:
-// plans are identical with one or two threads.
+// the next links and the batch's far list (the indexer in pass 2, or the planner, link_batch, from
+// the back links), and retiring tests the keymap word, not only a missing link, for a later
+// occurrence.  The planner never looks past its horizon H(s), so its output does not depend on how
+// far ahead the indexer is: plans are identical with one or two threads.
 #include "oracle.h"
 
 #include <pthread.h>
@@ -71,8 +73,8 @@
 // is resident at a step s' in (lu, u - P] iff it has a previous occurrence and no miss bit.  The
 // fetch step visits only the set bits; a second bit per occurrence says it was fetched private.
 
-// A resident shared key waiting in the bucket of its next use v, packed in 8 bytes (the buckets
-// take a push per use of every such key, so their size is much of the planner's memory traffic):
+// A resident shared key waiting in the bucket of its next use v, packed in 8 bytes (under pressure
+// the buckets take an entry per use of most such keys, so their size is much of the memory traffic):
 //   bits [0, pos_bits)   position of its occurrence in batch v (whose slot is v % R): active index, key
 //   bits [pos_bits, 32)  v - last_use, with last_use the iteration of its pending gradient
 //                        (v <= H(last_use + 1) = last_use + 1 + P + W < last_use + R < 2^slot_bits)
@@ -141,8 +143,11 @@ struct oracle_impl {
     int avx2;          // transpose_avx2 for the slices
     int key32, users8; // slot entry widths: 4-byte keys (K <= 2^32), 1-byte users masks (T <= 8)
     uint32_t pos_bits, pos_mask;
-    uint32_t *nexts;    // every slot's next links, in blocks (occ_next); one mapping, on huge pages
+    void *nexts;        // every slot's next links, in blocks (slot_next); one mapping, on huge pages
     size_t nexts_bytes;
+    uint32_t lw;        // bytes per next link: 1 when R <= 256, else 4
+    uint64_t **far;     // (R) of each linked batch v: its links that reach back more than W batches (far_push)
+    uint32_t *far_n, *far_cap;
     uint32_t retire_done; // batches retired by the indexer
     uint64_t occ_hw;      // most occurrences in one batch
     int idx_err;          // sticky error of the indexer
@@ -165,13 +170,16 @@ struct oracle_impl {
     uint64_t *priv_count; // (T)
     bentry **bucket;      // (R) resident shared keys by next use v, at v's slot v % R
     uint32_t *bucket_n, *bucket_cap;
-    uint8_t *bucket_live; // (R) 1: the bucket holds all its entries (see bucket_fill), 0: none yet
+    uint32_t *bucket_upto; // (R) the bucket holds its entries from uses before this step (bucket_fill)
+    uint32_t **grp;        // (R) of a filled bucket's batch v: positions of the occurrences that can enter later
+    uint32_t *grp_cap;     //     with v - lu in [grp_lo, grp_hi), grouped by v - lu (bucket_fill)
+    uint32_t *grp_lo, *grp_hi, *grp_off; // (R), (R), (R (GRP_SPAN + 1)) offsets of the groups
+    uint64_t *gtmp;        // (gtmp_cap) scratch of bucket_fill
+    uint32_t gtmp_cap;
     uint32_t *lz_sync;    // (per batch) sync-later index of each occurrence of s-1 kept for later
     uint32_t *cand;       // (per batch) positions of the misses of the batch being fetched for, or of
                           // the evictions of the batch being completed
     uint64_t *bits_ev, *bits_now; // (per batch / 64 + 1) outcomes of the batch being completed
-    uint32_t *slot_batch; // (2^slot bits) the batch each slot holds, NIL for none and for the slot
-                          // number of NIL (all ones: >= R), so that a link's batch needs no branch
     uint64_t *lz_tmp;     // (lz_cap) scratch of bucket_fill
     uint32_t lz_cap;
     uint32_t rr_fetch, rr_owner;
@@ -381,21 +389,48 @@ static inline uint64_t slot_users(const oracle_impl *o, const slot *sl, uint32_t
 static inline void occ_miss(const slot *sl, uint32_t pos) { sl->miss[pos >> 6] |= 1ull << (pos & 63); }
 static inline int occ_bit(const uint64_t *bits, uint32_t pos) { return (int)(bits[pos >> 6] >> (pos & 63) & 1); }
 
-// The next occurrence of the same key (atomic; NIL for none yet) of each occurrence lives in one
-// array for all slots, in blocks of NEXT_BLOCK: block b of slot j at b R + j, so that a block row
-// holds block b of every slot.  The links are the indexer's scattered stores (a random older slot
-// each), and one mapping on huge pages spares most of them a TLB miss; blocks keep the touched
-// part dense (a batch's ~100K unique keys of a capacity of B x F), where slots side by side would
-// each fault in whole huge pages, and the blocks of different slots sit 4 KiB apart, off the
-// same cache sets.
+// The next link of an occurrence: how many batches later the same key occurs next (atomic; 0 for
+// no later occurrence yet).  Both occurrences are held, so the distance is below R and the link
+// takes one byte when R <= 256 (W up to ~250), else four (lw).  The planner needs only the batch
+// of the next use, for its two scans; the position in that batch it needs in two rare cases, which
+// have their own means: a Belady bucket is filled from its batch's back links (bucket_fill), and a
+// private key that comes back within the horizon is found in the far list of the batch it comes
+// back in (far_push).  One byte makes the links' ring a quarter of the size (21 against 85 MB at
+// the headline's size), so more of the indexer's scattered link stores find their line cached.
+// The links of all slots live in one array, in blocks of NEXT_BLOCK: block b of slot j at b R + j,
+// so that a block row holds block b of every slot.  One mapping on huge pages spares most of the
+// stores a TLB miss; blocks keep the touched part dense (a batch's ~100K unique keys of a capacity
+// of B x F), where slots side by side would each fault in whole huge pages.
 #define NEXT_BITS 10
 #define NEXT_BLOCK (1u << NEXT_BITS)
-static inline uint32_t *slot_next(const oracle_impl *o, uint32_t j, uint32_t oc) {
-    return &o->nexts[((size_t)(oc >> NEXT_BITS) * o->R + j) << NEXT_BITS | (oc & (NEXT_BLOCK - 1))];
+static inline size_t next_index(const oracle_impl *o, uint32_t j, uint32_t oc) {
+    return ((size_t)(oc >> NEXT_BITS) * o->R + j) << NEXT_BITS | (oc & (NEXT_BLOCK - 1));
+}
+static inline uint32_t link_width(uint64_t R) { return R <= 256 ? 1 : 4; }
+// The next link of occurrence oc of slot j (acquire: with two threads the planner may read a link
+// being stored; one from beyond its horizon reads as no use there either way).
+static inline uint32_t next_d(const oracle_impl *o, uint32_t j, uint32_t oc) {
+    const size_t i = next_index(o, j, oc);
+    return o->lw == 1 ? __atomic_load_n((const uint8_t *)o->nexts + i, __ATOMIC_ACQUIRE)
+                      : __atomic_load_n((const uint32_t *)o->nexts + i, __ATOMIC_ACQUIRE);
+}
+// Links occurrence occ to the one d batches later.
+static inline void next_set(oracle_impl *o, uint32_t occ, uint32_t d) {
+    const size_t i = next_index(o, occ >> o->pos_bits, occ & o->pos_mask);
+    if (o->lw == 1) __atomic_store_n((uint8_t *)o->nexts + i, (uint8_t)d, __ATOMIC_RELEASE);
+    else __atomic_store_n((uint32_t *)o->nexts + i, d, __ATOMIC_RELEASE);
+}
+static inline void next_prefetch(const oracle_impl *o, uint32_t occ) {
+    __builtin_prefetch((const char *)o->nexts + next_index(o, occ >> o->pos_bits, occ & o->pos_mask) * o->lw, 1);
+}
+// Slot j's links [0, n) set to none.
+static void next_clear(oracle_impl *o, uint32_t j, uint32_t n) {
+    for (uint32_t b = 0; b < n; b += NEXT_BLOCK)
+        memset((char *)o->nexts + next_index(o, j, b) * o->lw, 0, (size_t)BP_MIN(NEXT_BLOCK, n - b) * o->lw);
 }
 // Bytes of the blocks of n occurrences a slot in each of R slots.
 static size_t nexts_bytes(uint64_t n, uint64_t R) {
-    return (size_t)(((n + NEXT_BLOCK - 1) >> NEXT_BITS) * R << NEXT_BITS) * sizeof(uint32_t);
+    return (size_t)(((n + NEXT_BLOCK - 1) >> NEXT_BITS) * R << NEXT_BITS) * link_width(R);
 }
 // How many batches back from slot j the occurrence occ lies: (j - its slot) mod R, in [1, R) for
 // an occurrence of another held batch (no division: both slot numbers are below R).
@@ -430,8 +465,25 @@ static inline void miss_end(slot *sl, const miss_acc *m, uint32_t n) {
     sl->accesses = m->accesses;
 }
 
-static inline uint32_t *occ_next(oracle_impl *o, uint32_t occ) {
-    return slot_next(o, occ >> o->pos_bits, occ & o->pos_mask);
+// A link of batch v (slot j) that reaches back more than W batches, to the occurrence `back` at
+// distance d: if that occurrence is fetched private (no use in the W batches after it) and d <=
+// P + W + 1, its completion must set this occurrence's miss bit (plan_step, step (a)), which needs
+// the position here (oc), not in the link.  Few links reach that far (those within P + 1 batches
+// of the horizon), so each batch keeps them in a short list, written by whoever links the batch.
+static void far_push(oracle_impl *o, uint32_t j, uint32_t back, uint32_t oc) {
+    if (o->far_n[j] == o->far_cap[j]) {
+        o->far_cap[j] = o->far_cap[j] ? 2 * o->far_cap[j] : 64;
+        o->far[j] = bp_xrealloc(o->far[j], (size_t)o->far_cap[j] * sizeof **o->far);
+    }
+    o->far[j][o->far_n[j]++] = (uint64_t)back << 32 | oc;
+}
+// The position in the batch of slot j of the occurrence whose back link is `back` (far_push).
+static uint32_t far_find(const oracle_impl *o, uint32_t j, uint32_t back) {
+    const uint64_t *f = o->far[j];
+    for (uint32_t k = 0; k < o->far_n[j]; k++)
+        if ((uint32_t)(f[k] >> 32) == back) return (uint32_t)f[k];
+    BP_ASSERTF(0, "oracle: no far link to occurrence %x in slot %u", back, j);
+    return 0;
 }
 
 // Prefetch distances (samples) of the indexer: keymap words, then the previous occurrence's link.
@@ -487,6 +539,19 @@ __attribute__((target("avx2"))) static uint32_t transpose_avx2(const uint32_t *i
     *bad |= !_mm256_testz_si256(over, over);
     return L8;
 }
+
+// The completion step's outcome bits of 64 one-byte next links d at p (plan_step, step (a)): bit k
+// of *ev for d - 1 >= hd (unsigned bytes: hd < 255), of *now for d = 1.
+__attribute__((target("avx2"))) static void outcome64_avx2(const uint8_t *p, uint32_t hd, uint64_t *ev, uint64_t *now) {
+    const __m256i one = _mm256_set1_epi8(1), h = _mm256_set1_epi8((char)hd);
+    uint64_t e = 0, nb = 0;
+    for (int k = 0; k < 2; k++) {
+        const __m256i d = _mm256_loadu_si256((const __m256i *)(p + 32 * k)), x = _mm256_sub_epi8(d, one);
+        e |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(x, h), x)) << 32 * k;
+        nb |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(d, one)) << 32 * k;
+    }
+    *ev = e, *now = nb;
+}
 #endif
 
 // Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.  `flat`,
@@ -508,7 +573,6 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     uint64_t *prevw = o->prevw;
     const uint32_t *maxid = o->card32;
     sl->batch = bnum, sl->samples = n, sl->n = 0, sl->linked = link;
-    o->slot_batch[j] = bnum;
     uint32_t cnt = 0;
     o->ph_idx_t = bp_now();
     // Trainer by trainer, table by table (the occurrence order): the trainer's slice is first
@@ -561,14 +625,13 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         }
         phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_DEDUPE);
     }
-    for (uint32_t b = 0; b < cnt; b += NEXT_BLOCK) // no later occurrence yet
-        memset(slot_next(o, j, b), 0xFF, BP_MIN(NEXT_BLOCK, cnt - b) * sizeof(uint32_t));
+    next_clear(o, j, cnt); // no later occurrence yet
+    if (link) o->far_n[j] = 0;
     // Second pass, in occurrence order with the targets prefetched: record each key's previous
     // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
-    // planner's thread does: link_batch), or fill the new active record.  The link is stored with
-    // release order, so the planner that reads it also sees this slot's batch number.
+    // planner's thread does: link_batch), or fill the new active record.
     uint64_t *act_gate = o->act_gate;
-    const uint32_t R = o->R, keep = o->P + o->W + 1;
+    const uint32_t R = o->R, W = o->W, keep = o->P + o->W + 1, pos_bits = o->pos_bits;
     miss_acc ma = {0, 0};
     // A new active record needs only its gate.  Whoever links the batch also writes its miss and
     // private bits (miss_add): an occurrence misses when the step that fetches for this batch
@@ -580,19 +643,24 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
             uint64_t v2 = prevw[oc + IDX_AHEAD_LINK];
             uint32_t a2 = sact[oc + IDX_AHEAD_LINK];
             if (!(v2 & KM_ACTIVE)) __builtin_prefetch(&act_gate[a2], 1);
-            else if (link) __builtin_prefetch(occ_next(o, (uint32_t)v2), 1);
+            else if (link) next_prefetch(o, (uint32_t)v2);
         }
         uint64_t v = prevw[oc];
         if (v & KM_ACTIVE) {
-            if (link) __atomic_store_n(occ_next(o, (uint32_t)v), tag | oc, __ATOMIC_RELEASE);
-            sprev[oc] = (uint32_t)v;
+            const uint32_t pr = (uint32_t)v;
+            if (link) {
+                const uint32_t d = occ_back(pr, j, R, pos_bits);
+                next_set(o, pr, d);
+                if (d > W && d <= keep) far_push(o, j, pr, oc);
+            }
+            sprev[oc] = pr;
         } else {
             uint32_t a = sact[oc];
             act_gate[a] = v;
             sprev[oc] = NIL;
         }
         if (link)
-            miss_add(sl, &ma, oc, miss_bit(sprev[oc], j, R, o->pos_bits, keep),
+            miss_add(sl, &ma, oc, miss_bit(sprev[oc], j, R, pos_bits, keep),
                      u8 ? pop8[susers8[oc]] : popcount64(susers64[oc]));
     }
     if (link) miss_end(sl, &ma, cnt);
@@ -611,20 +679,24 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
 // by the indexer meanwhile (retire_batch then sees, in the keymap, that the key has a later
 // occurrence).
 static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
-    const uint32_t R = o->R, j = b % R, tag = j << o->pos_bits, pos_bits = o->pos_bits;
+    const uint32_t R = o->R, j = b % R, pos_bits = o->pos_bits, W = o->W;
     slot *sl = &o->slots[j];
     const uint32_t *sprev = sl->prev, n = sl->n, dmax = b - lo, keep = o->P + o->W + 1; // links: b - lu <= dmax
     miss_acc ma = {0, 0};
     BP_ASSERT(sl->batch == b && lo <= b);
+    o->far_n[j] = 0;
     for (uint32_t oc = 0; oc < n; oc++) {
         if (oc + IDX_AHEAD_LINK < n) {
             uint32_t p2 = sprev[oc + IDX_AHEAD_LINK];
-            if (p2 != NIL) __builtin_prefetch(occ_next(o, p2), 1);
+            if (p2 != NIL) next_prefetch(o, p2);
         }
         uint32_t pr = sprev[oc];
         miss_add(sl, &ma, oc, miss_bit(pr, j, R, pos_bits, keep), users_bits(o, slot_users(o, sl, oc)));
-        if (pr == NIL || occ_back(pr, j, R, pos_bits) > dmax) continue; // b - lu > dmax: no longer read
-        __atomic_store_n(occ_next(o, pr), tag | oc, __ATOMIC_RELAXED);
+        if (pr == NIL) continue;
+        const uint32_t d = occ_back(pr, j, R, pos_bits);
+        if (d > dmax) continue; // b - lu > dmax: no longer read
+        next_set(o, pr, d);
+        if (d > W && d <= keep) far_push(o, j, pr, oc);
     }
     miss_end(sl, &ma, n);
 }
@@ -691,10 +763,18 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
     // occurrence may not be linked yet (link_batch): the keymap word, which names the key's
     // latest occurrence, is the test.  The indexer's prevw is free here.
     uint32_t *last = (uint32_t *)o->prevw, m = 0; // (m) positions in the slot
-    for (uint32_t b = 0; b < sl->n; b += NEXT_BLOCK) {
-        const uint32_t *nx = slot_next(o, j, b) - b, e = BP_MIN(b + NEXT_BLOCK, sl->n);
-        for (uint32_t oc = b; oc < e; oc++)
-            if (__atomic_load_n(&nx[oc], __ATOMIC_RELAXED) == NIL) last[m++] = oc;
+    for (uint32_t b = 0; b < sl->n; b += NEXT_BLOCK) { // a block's links are consecutive
+        const uint32_t e = BP_MIN(b + NEXT_BLOCK, sl->n);
+        const size_t i0 = next_index(o, j, b) - b;
+        if (o->lw == 1) {
+            const uint8_t *nx = (const uint8_t *)o->nexts + i0;
+            for (uint32_t oc = b; oc < e; oc++) // without a branch: a third of them are last
+                last[m] = oc, m += __atomic_load_n(&nx[oc], __ATOMIC_RELAXED) == 0;
+        } else {
+            const uint32_t *nx = (const uint32_t *)o->nexts + i0;
+            for (uint32_t oc = b; oc < e; oc++)
+                if (__atomic_load_n(&nx[oc], __ATOMIC_RELAXED) == 0) last[m++] = oc;
+        }
     }
     for (uint32_t k = 0; k < m; k++) {
         if (k + RETIRE_AHEAD < m) {
@@ -768,17 +848,10 @@ static void *indexer_thread(void *arg) {
 // ---------------------------------------------------------------------------------------------
 // Planner
 
-static inline uint32_t next_use(oracle_impl *o, uint32_t j, uint32_t oc) {
-    return o->slot_batch[__atomic_load_n(slot_next(o, j, oc), __ATOMIC_ACQUIRE) >> o->pos_bits]; // NIL: NIL
-}
-
-// Appends e to the bucket at slot j (of its next use).
-static void bucket_push(oracle_impl *o, uint32_t j, bentry e) {
-    if (o->bucket_n[j] == o->bucket_cap[j]) {
-        o->bucket_cap[j] = o->bucket_cap[j] ? 2 * o->bucket_cap[j] : 256;
-        o->bucket[j] = bp_xrealloc(o->bucket[j], (size_t)o->bucket_cap[j] * sizeof **o->bucket);
-    }
-    o->bucket[j][o->bucket_n[j]++] = e;
+// 1 when occurrence oc of batch u (slot j) has no next use in (u, H].
+static inline int no_use_until(const oracle_impl *o, uint32_t u, uint32_t j, uint32_t oc, uint32_t H) {
+    const uint32_t d = next_d(o, j, oc);
+    return d == 0 || u + d > H;
 }
 
 // Prefetch distance (occurrences) of the planner's scans: the gate word of a key that is likely to be
@@ -793,49 +866,99 @@ static int cmp_u64(const void *a, const void *b) {
 
 // Lazy buckets.  The buckets are read only under capacity pressure, from the farthest next use
 // down, and most steps have none; a push per use of every resident key not needed soon was the
-// planner's largest cost (docs/oracle.md).  So a bucket is built when pressure first reaches its
-// level: until then (bucket_live 0) step (a) skips its pushes, and bucket_fill makes exactly the
-// entries those pushes would have made.  The push for a key kept resident (shared) after its use
-// lu with next use v > lu + 1 + P happened at step lu + 1, in step order and within a step in
-// batch lu's occurrence order; the key then stays resident until v unless a pressure eviction
-// pops that entry (and leaves it not resident).  So at step s the bucket of v holds the
-// occurrences of batch v whose previous occurrence (the back link of pass 2) lies in a batch
-// lu <= s - 1 and whose key is resident (shared), in (lu, position in lu) order.  Once live, a
-// bucket takes pushes as before until its level is reset; the plans are those of eager buckets.
+// planner's largest cost (docs/oracle.md).  So no step pushes: a bucket is brought up to date when
+// pressure reaches its level, and bucket_fill makes exactly the entries that eager pushes would
+// have made.  The push for a key kept resident (shared) after its use lu with next use v > lu + 1 +
+// P would happen at step lu + 1, in step order and within a step in batch lu's occurrence order;
+// the key then stays resident until v unless a pressure eviction pops that entry (and leaves it
+// not resident).  So at step s the bucket of v holds the occurrences of batch v whose previous
+// occurrence (the back link of pass 2) lies in a batch lu <= s - 1 and whose key is resident
+// (shared), in (lu, position in lu) order.
+//
+// The first fill of a bucket (bucket_upto 0) scans batch v's back links for those with lu <= s - 1.
+// A bucket filled up to step s' holds the entries with lu < s', so a later fill at step s appends
+// those with s' <= lu <= s - 1.  Pressure walks down ~30 levels a step, each needing the few
+// entries whose previous use is the batch just completed; a scan of the batch per level and step
+// cost 4 ms per step here.  So a scan also groups by d = v - lu the occurrences with d in the next
+// GRP_SPAN distances below the ones it takes (grp), and later fills take their groups, each in the
+// order of the position in lu (a short sort), until they need a distance below the groups, which
+// takes another scan.  Pops take the last entries, and between two fills of a level no pop touches
+// it, so the order is the pushes'.  Entries are sorted by (lu, position in lu) as an occurrence id
+// would order them (R - d < 2^slot_bits).
+#define GRP_SPAN 64
 static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
-    const slot *sv = &o->slots[v % o->R];
-    const uint32_t R = o->R, jv = v % R, pos_bits = o->pos_bits, pos_mask = o->pos_mask, n = sv->n;
-    const uint32_t dmin = v - s + 1; // v - lu for lu = s - 1: smaller distances are uses in s..v-1
+    const uint32_t R = o->R, jv = v % R, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
+    const slot *sv = &o->slots[jv];
+    const uint32_t n = sv->n, dmin = v - s + 1; // v - lu for lu = s - 1: smaller distances are uses in s..v-1
+    const uint32_t upto = o->bucket_upto[jv], dtop = upto ? v - upto : R - 1; // new entries: dmin <= d <= dtop
     const uint32_t *sprev = sv->prev;
     const uint64_t *smiss = sv->miss;
-    BP_ASSERT(sv->batch == v && v > s);
+    uint32_t *off = &o->grp_off[(size_t)jv * (GRP_SPAN + 1)];
+    BP_ASSERT(sv->batch == v && v > s && upto < s && dmin >= o->P + 2);
+    o->bucket_upto[jv] = s;
     uint32_t m = 0;
-    for (uint32_t oc = 0; oc < n; oc++) {
-        uint32_t pr = sprev[oc];
-        if (pr == NIL) continue;
-        uint32_t d = occ_back(pr, jv, R, pos_bits); // v - lu
-        // resident (shared) now: kept after lu and not evicted since (the miss bit, above)
-        if (d < dmin || occ_bit(smiss, oc)) continue;
-        if (m == o->lz_cap) {
-            o->lz_cap = o->lz_cap ? 2 * o->lz_cap : 1024;
-            o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
+    if (upto == 0 || dmin < o->grp_lo[jv]) {
+        // A scan: it takes d in [dmin, dtop] and groups [gl, dmin).
+        const uint32_t gl = BP_MAX(o->P + 2, dmin > GRP_SPAN ? dmin - GRP_SPAN : 0), gh = dmin;
+        uint32_t ng = 0;
+        for (uint32_t oc = 0; oc < n; oc++) {
+            uint32_t pr = sprev[oc];
+            if (pr == NIL) continue;
+            uint32_t d = occ_back(pr, jv, R, pos_bits); // v - lu
+            if (d < gl || d > dtop) continue; // the common case: a use not long before
+            if (d >= gh) {                    // resident now: kept after lu and not evicted since
+                if (!occ_bit(smiss, oc)) {
+                    if (m == o->lz_cap) {
+                        o->lz_cap = o->lz_cap ? 2 * o->lz_cap : 1024;
+                        o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
+                    }
+                    o->lz_tmp[m++] = (uint64_t)((R - d) << pos_bits | (pr & pos_mask)) << 32 | oc;
+                }
+                continue;
+            }
+            if (ng == o->gtmp_cap) {
+                o->gtmp_cap = o->gtmp_cap ? 2 * o->gtmp_cap : 1024;
+                o->gtmp = bp_xrealloc(o->gtmp, (size_t)o->gtmp_cap * sizeof *o->gtmp);
+            }
+            o->gtmp[ng++] = (uint64_t)(d - gl) << 32 | oc;
         }
-        // (lu, position in lu) as an occurrence id would order them: R - d < R < 2^slot_bits
-        o->lz_tmp[m++] = (uint64_t)((R - d) << pos_bits | (pr & pos_mask)) << 32 | oc;
+        memset(off, 0, (GRP_SPAN + 1) * sizeof *off);
+        for (uint32_t k = 0; k < ng; k++) off[(o->gtmp[k] >> 32) + 1]++;
+        for (uint32_t d = 0; d < GRP_SPAN; d++) off[d + 1] += off[d];
+        if (ng > o->grp_cap[jv]) {
+            o->grp_cap[jv] = BP_MAX(ng, 2 * o->grp_cap[jv]);
+            o->grp[jv] = bp_xrealloc(o->grp[jv], (size_t)o->grp_cap[jv] * sizeof **o->grp);
+        }
+        for (uint32_t k = 0; k < ng; k++) o->grp[jv][off[o->gtmp[k] >> 32]++] = (uint32_t)o->gtmp[k]; // in order
+        for (uint32_t d = GRP_SPAN; d > 0; d--) off[d] = off[d - 1]; // the scatter moved each start to the next
+        off[0] = 0;
+        o->grp_lo[jv] = gl, o->grp_hi[jv] = gh;
+    } else { // the groups of d from dtop down to dmin: lu = v - d from upto to s - 1
+        const uint32_t gl = o->grp_lo[jv], *g = o->grp[jv];
+        BP_ASSERT(dmin >= gl && dtop < o->grp_hi[jv]);
+        for (uint32_t d = dtop; d >= dmin; d--)
+            for (uint32_t k = off[d - gl]; k < off[d - gl + 1]; k++) {
+                uint32_t oc = g[k];
+                if (occ_bit(smiss, oc)) continue;
+                if (m == o->lz_cap) {
+                    o->lz_cap = o->lz_cap ? 2 * o->lz_cap : 1024;
+                    o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
+                }
+                o->lz_tmp[m++] = (uint64_t)((R - d) << pos_bits | (sprev[oc] & pos_mask)) << 32 | oc;
+            }
     }
     if (m > 1) qsort(o->lz_tmp, m, sizeof *o->lz_tmp, cmp_u64);
-    uint32_t j = jv;
-    BP_ASSERT(o->bucket_n[j] == 0);
-    if (m > o->bucket_cap[j]) {
-        o->bucket_cap[j] = m;
-        o->bucket[j] = bp_xrealloc(o->bucket[j], (size_t)m * sizeof **o->bucket);
+    const uint32_t j = jv, n0 = o->bucket_n[j];
+    if (n0 + m > o->bucket_cap[j]) {
+        o->bucket_cap[j] = BP_MAX(n0 + m, 2 * o->bucket_cap[j]);
+        o->bucket[j] = bp_xrealloc(o->bucket[j], (size_t)o->bucket_cap[j] * sizeof **o->bucket);
     }
     for (uint32_t k = 0; k < m; k++) {
         uint32_t hi = (uint32_t)(o->lz_tmp[k] >> 32), oc = (uint32_t)o->lz_tmp[k], d = R - (hi >> pos_bits);
         uint32_t sync = d == dmin ? o->lz_sync[hi & pos_mask] : 0; // only a use at s - 1 reads it
-        o->bucket[j][k] = (bentry)sync << 32 | d << pos_bits | oc;
+        o->bucket[j][n0 + k] = (bentry)sync << 32 | d << pos_bits | oc;
     }
-    o->bucket_n[j] = m, o->bucket_live[j] = 1;
+    o->bucket_n[j] = n0 + m;
 }
 
 static uint32_t rr_next(uint32_t *rr, uint32_t T) {
@@ -972,13 +1095,12 @@ static int plan_step(oracle_impl *o) {
     // (a) keys used at s-1: private ones and those with no use in [s, H] are evicted after s-1;
     // the others stay, and their gradient of s-1 is synchronised before the next use.
     if (s >= 1) {
-        o->bucket_n[(s - 1) % o->R] = 0, o->bucket_live[(s - 1) % o->R] = 0;
+        o->bucket_n[(s - 1) % o->R] = 0, o->bucket_upto[(s - 1) % o->R] = 0;
         o->pv_n = 0;
         const slot *sl = &o->slots[(s - 1) % o->R];
         slot *slots = o->slots;
-        const uint32_t jl = (s - 1) % o->R, *sact = sl->act, n = sl->n, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
+        const uint32_t jl = (s - 1) % o->R, *sact = sl->act, n = sl->n, pos_bits = o->pos_bits;
         const uint64_t *spriv = sl->priv;
-        const uint8_t *blive = o->bucket_live;
         uint32_t *lz_sync = o->lz_sync;
         // The lists are appended to through local cursors (room for every occurrence reserved
         // first): through the record's own counters, each append would reload and store them.
@@ -1001,16 +1123,33 @@ static int plan_step(oracle_impl *o) {
         // four outcomes, 11 / 27 / 29 / 36% of the occurrences here, are not predictable), then each
         // list from its bits, in occurrence order: evicted (private, or no use in [s, H]), used
         // again at s (sync now), and the rest, shared (sync later: by the next use, or by s).
-        const uint32_t nw = (n + 63) / 64, *sbatch = o->slot_batch;
+        // With next link d (v = s - 1 + d), "no use in [s, H]" is d - 1 >= H - (s - 1) in unsigned
+        // arithmetic (d = 0, none, wraps), and "used at s" is d = 1.
+        const uint32_t nw = (n + 63) / 64, hd = H - (s - 1), R = o->R;
         uint64_t *bev = o->bits_ev, *bnow = o->bits_now;
         for (uint32_t w = 0; w < nw; w++) {
             uint32_t lo = w * 64, hi = lo + 64 < n ? lo + 64 : n;
             uint64_t e = 0, nb = 0;
-            const uint32_t *snext = slot_next(o, jl, lo) - lo; // 64 | NEXT_BLOCK: one block
-            for (uint32_t oc = lo; oc < hi; oc++) {
-                uint32_t nx = __atomic_load_n(&snext[oc], __ATOMIC_ACQUIRE);
-                uint32_t v = sbatch[nx >> pos_bits]; // NIL for NIL: no use (> H)
-                e |= (uint64_t)(v > H) << (oc - lo), nb |= (uint64_t)(v == s) << (oc - lo);
+#if BP_SIMD_AVX2
+            // In vector registers with one thread (with two, the indexer may be storing links from
+            // beyond H into these, which only atomic loads may read).
+            if (o->avx2 && o->lw == 1 && o->threads == 1) { // 64 | NEXT_BLOCK: the links are consecutive
+                outcome64_avx2((const uint8_t *)o->nexts + next_index(o, jl, lo), hd, &e, &nb);
+                if (hi - lo < 64) e &= (1ull << (hi - lo)) - 1, nb &= (1ull << (hi - lo)) - 1;
+            } else
+#endif
+            if (o->lw == 1) {
+                const uint8_t *nx = (const uint8_t *)o->nexts + next_index(o, jl, lo);
+                for (uint32_t k = 0; k < hi - lo; k++) {
+                    uint32_t d = __atomic_load_n(&nx[k], __ATOMIC_ACQUIRE);
+                    e |= (uint64_t)(d - 1 >= hd) << k, nb |= (uint64_t)(d == 1) << k;
+                }
+            } else {
+                const uint32_t *nx = (const uint32_t *)o->nexts + next_index(o, jl, lo);
+                for (uint32_t k = 0; k < hi - lo; k++) {
+                    uint32_t d = __atomic_load_n(&nx[k], __ATOMIC_ACQUIRE);
+                    e |= (uint64_t)(d - 1 >= hd) << k, nb |= (uint64_t)(d == 1) << k;
+                }
             }
             bev[w] = e | spriv[w], bnow[w] = nb & ~spriv[w];
         }
@@ -1020,32 +1159,35 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) { // the keymap word of a key to retire, or its gate
                 uint32_t oc2 = cand[k + AHEAD_GATE];
-                if (retire && __atomic_load_n(slot_next(o, jl, oc2), __ATOMIC_RELAXED) == NIL)
+                if (retire && next_d(o, jl, oc2) == 0)
                     __builtin_prefetch(&km[slot_key(o, sl, oc2)], 1);
                 else
                     __builtin_prefetch(&gate[sact[oc2]], 1);
             }
             uint32_t oc = cand[k], a = sact[oc];
             uint64_t key = slot_key(o, sl, oc);
-            uint32_t nx = __atomic_load_n(slot_next(o, jl, oc), __ATOMIC_ACQUIRE);
+            uint32_t d = next_d(o, jl, oc);
             if (occ_bit(spriv, oc)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(slot_users(o, sl, oc));
                 private_push(o, key, (uint16_t)tr);
                 *ev++ = (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE};
                 o->priv_count[tr]--;
-                if (retire && nx == NIL) {
+                if (retire && d == 0) {
                     retire_key(o, &km[key], a, gate_of(tr, s - 1));
                 } else {
                     gate[a] = gate_of(tr, s - 1);
                     // A next use within the horizon would read the key as kept: tell it (rare: a
-                    // private fetch saw no use within W batches).
-                    if (sbatch[nx >> pos_bits] <= H) occ_miss(&slots[nx >> pos_bits], nx & pos_mask); // NIL: NIL
+                    // private fetch saw no use within W batches, so the link is in the far list).
+                    if (d && d <= hd) {
+                        const uint32_t jv = jl + d < R ? jl + d : jl + d - R;
+                        occ_miss(&slots[jv], far_find(o, jv, jl << pos_bits | oc));
+                    }
                 }
                 st.evictions_private++;
             } else {
                 uint32_t owner = rr_next(&o->rr_owner, T);
                 *ev++ = (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT};
-                if (retire && nx == NIL) retire_key(o, &km[key], a, gate_of(owner, s - 1));
+                if (retire && d == 0) retire_key(o, &km[key], a, gate_of(owner, s - 1));
                 else gate[a] = gate_of(owner, s - 1);
                 shared--;
             }
@@ -1058,19 +1200,13 @@ static int plan_step(oracle_impl *o) {
             if (w == nw - 1 && (n & 63)) b &= (1ull << (n & 63)) - 1;
             for (; b; b &= b - 1) {
                 uint32_t oc = w * 64 + (uint32_t)__builtin_ctzll(b);
-                uint32_t nx = __atomic_load_n(slot_next(o, jl, oc), __ATOMIC_ACQUIRE);
-                uint32_t v = sbatch[nx >> pos_bits];
-                if (v > H) { // evicted: its gradient of s-1 is written back after s
+                uint32_t d = next_d(o, jl, oc);
+                if (d - 1 >= hd) { // evicted: its gradient of s-1 is written back after s
                     *later++ = (plan_sync){slot_key(o, sl, oc), s - 1, s};
                     continue;
                 }
-                if (v > s + P) { // v - (s - 1) <= P + W + 1 < R: fits the slot bits of an occurrence id
-                    uint32_t li = (uint32_t)(later - later0);
-                    if (blive[nx >> pos_bits]) // v's slot, v % R
-                        bucket_push(o, nx >> pos_bits, (bentry)li << 32 | (v - (s - 1)) << pos_bits | (nx & pos_mask));
-                    else
-                        lz_sync[oc] = li; // for bucket_fill at this step
-                }
+                uint32_t v = s - 1 + d;
+                if (v > s + P) lz_sync[oc] = (uint32_t)(later - later0); // for bucket_fill at this step
                 *later++ = (plan_sync){slot_key(o, sl, oc), s - 1, v - 1};
             }
         }
@@ -1084,7 +1220,8 @@ static int plan_step(oracle_impl *o) {
     // (b) fetches issued at s: for batch s+P (all of 0..P at s = 0).
     uint32_t u0 = s == 0 ? 0 : s + P;
     for (uint32_t u = u0; u <= s + P && u < N; u++) {
-        const slot *su = &o->slots[u % o->R];
+        const uint32_t ju = u % o->R;
+        const slot *su = &o->slots[ju];
         BP_ASSERT(su->batch == u && u <= H);
         const uint32_t *sact = su->act, n = su->n;
         const uint64_t *smiss = su->miss;
@@ -1105,13 +1242,12 @@ static int plan_step(oracle_impl *o) {
             miss_users += nu;
             uint64_t g = gate[a];
             plan_fetch f = {slot_key(o, su, oc), u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
-            uint32_t v = next_use(o, u % o->R, oc);
             // Private needs the window to show that no fetch decision for u+1..u+P can see the
             // key resident: no use in (u, H] with H >= u + P, or with H the last batch (the
             // input has ended and the horizon was cut there: nothing comes after it).  The test
             // is on the cut, not on H = N - 1 alone: the step whose horizon is exactly the last
             // batch may run before oracle_finish, and plans must not depend on when it is called.
-            if (nu == 1 && (v == NIL || v > H) && (H >= u + P || s + P + o->W >= N)) {
+            if (nu == 1 && no_use_until(o, u, ju, oc, H) && (H >= u + P || s + P + o->W >= N)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(users);
                 spriv[oc >> 6] |= 1ull << (oc & 63);
                 o->priv_count[tr]++;
@@ -1138,7 +1274,7 @@ static int plan_step(oracle_impl *o) {
         uint64_t need = o->shared_count + mp - o->C;
         for (uint32_t v = H; v > s + P && need; v--) {
             uint32_t j = v % o->R;
-            if (!o->bucket_live[j]) bucket_fill(o, v, s);
+            if (o->bucket_upto[j] < s) bucket_fill(o, v, s);
             // Each eviction reads the key, active index and miss bit of an occurrence of batch v,
             // then that record's gate: dependent misses, so both levels are prefetched ahead.
             const slot *sv = &o->slots[j];
@@ -1250,10 +1386,8 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->act_gate = big_alloc((size_t)o->act_cap * sizeof *o->act_gate);
     o->act_free = big_alloc((size_t)o->act_cap * sizeof *o->act_free);
     o->slots = bp_xcalloc(R, sizeof *o->slots);
-    o->slot_batch = bp_xmalloc(((size_t)1 << (32 - pos_bits)) * sizeof *o->slot_batch);
-    memset(o->slot_batch, 0xFF, ((size_t)1 << (32 - pos_bits)) * sizeof *o->slot_batch);
     size_t per = (size_t)per_batch;
-    o->nexts_bytes = nexts_bytes(per, R);
+    o->nexts_bytes = nexts_bytes(per, R), o->lw = link_width(R);
     o->nexts = big_alloc(o->nexts_bytes);
     o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
 #if BP_SIMD_AVX2
@@ -1305,7 +1439,15 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->bucket = bp_xcalloc(o->R, sizeof *o->bucket);
     o->bucket_n = bp_xcalloc(o->R, sizeof *o->bucket_n);
     o->bucket_cap = bp_xcalloc(o->R, sizeof *o->bucket_cap);
-    o->bucket_live = bp_xcalloc(o->R, sizeof *o->bucket_live);
+    o->bucket_upto = bp_xcalloc(o->R, sizeof *o->bucket_upto);
+    o->grp = bp_xcalloc(o->R, sizeof *o->grp);
+    o->grp_cap = bp_xcalloc(o->R, sizeof *o->grp_cap);
+    o->grp_lo = bp_xcalloc(o->R, sizeof *o->grp_lo);
+    o->grp_hi = bp_xcalloc(o->R, sizeof *o->grp_hi);
+    o->grp_off = bp_xcalloc((size_t)o->R * (GRP_SPAN + 1), sizeof *o->grp_off);
+    o->far = bp_xcalloc(o->R, sizeof *o->far);
+    o->far_n = bp_xcalloc(o->R, sizeof *o->far_n);
+    o->far_cap = bp_xcalloc(o->R, sizeof *o->far_cap);
     plan_init(&o->rec[0]), plan_init(&o->rec[1]);
     plan_reset(&o->rec[0], o->T), plan_reset(&o->rec[1], o->T);
     if (o->threads == 2) {
@@ -1354,12 +1496,17 @@ void oracle_free(oracle *out) {
     if (o->km) big_free(o->km, o->km_bytes);
     hmap_free(&o->hm);
     for (uint32_t j = 0; o->bucket && j < o->R; j++) free(o->bucket[j]);
-    free(o->bucket), free(o->bucket_n), free(o->bucket_cap), free(o->bucket_live), free(o->lz_tmp);
+    free(o->bucket), free(o->bucket_n), free(o->bucket_cap), free(o->bucket_upto), free(o->lz_tmp);
+    if (o->grp)
+        for (uint32_t j = 0; j < o->R; j++) free(o->grp[j]);
+    free(o->grp), free(o->grp_cap), free(o->grp_lo), free(o->grp_hi), free(o->grp_off), free(o->gtmp);
+    if (o->far)
+        for (uint32_t j = 0; j < o->R; j++) free(o->far[j]);
+    free(o->far), free(o->far_n), free(o->far_cap);
     big_free(o->lz_sync, per * sizeof *o->lz_sync);
     big_free(o->cand, per * sizeof *o->cand);
     big_free(o->bits_ev, (per / 64 + 1) * sizeof *o->bits_ev);
     big_free(o->bits_now, (per / 64 + 1) * sizeof *o->bits_now);
-    free(o->slot_batch);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
     free(o->offset), free(o->card), free(o->cols), free(o->card32);
     big_free(o->prevw, per * sizeof *o->prevw);
@@ -1512,6 +1659,8 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
+    for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->grp_cap[j] * sizeof(uint32_t);
+    mem += (uint64_t)o->gtmp_cap * sizeof(uint64_t) + (uint64_t)o->R * (GRP_SPAN + 3) * sizeof(uint32_t);
     // The planner's two records and its scratch for private keys and sorted sync-later lists, and
     // the input copies of the two-thread queue.
     mem += plan_list_bytes(&o->rec[0]) + plan_list_bytes(&o->rec[1]);

@@ -1250,6 +1250,37 @@ TEST(oracle_fast_matches_reference_large_traces) {
     }
 }
 
+// Windows around 256 held batches: a next link is the distance to the next use, one byte when the
+// ring holds at most 256 batches and four beyond (two threads hold 3 more batches than one, so W =
+// 251 takes one byte on one thread and four on two).  Small batches over a few hundred keys make
+// uses far apart, so that some keys fetched private come back just past the window, the case that
+// needs the position of the next use (the far lists), and the capacities put the planner under
+// pressure, where the Belady buckets are filled from the back links and brought up to date later.
+TEST(oracle_fast_matches_reference_wide_windows) {
+    static const uint32_t Ws[] = {240, 251, 252, 300};
+    static const uint64_t card[2] = {400, 40};
+    for (size_t k = 0; k < sizeof Ws / sizeof *Ws; k++) {
+        const uint32_t W = Ws[k], P = 2, T = 3;
+        trace tr;
+        trace_make(&tr, 5100 + k, (int)(k % 2) * 4, W + 90, 6, 2, card, 4);
+        uint64_t K = tr_keys(&tr);
+        run_cfg c0 = {T, W, P, 0, 1, ORACLE_KEYMAP_AUTO, 0};
+        uint64_t lo = ref_min_capacity(&tr, c0, capacity_lower_bound(&tr, T, P), K + 1);
+        uint64_t caps[3] = {lo - 1, lo + 2, K + 1};
+        for (int j = 0; j < 3; j++)
+            for (int th = 1; th <= 2; th++) {
+                run_cfg c = {T, W, P, caps[j], th, ORACLE_KEYMAP_AUTO, th == 2 ? (int)(j % 3) : 0};
+                char msg[700];
+                int rc;
+                ASSERT_MSG(!fast_vs_ref(&tr, c, &rc, msg, sizeof msg), "W=%u C=%llu threads %d: %s", W,
+                           (unsigned long long)c.C, th, msg);
+                ASSERT_MSG(rc == 0 || (rc == BP_ECAPACITY && j == 0), "W=%u C=%llu: %s", W, (unsigned long long)c.C,
+                           bp_errmsg(rc));
+            }
+        trace_free(&tr);
+    }
+}
+
 // Eight features or more: the slices are transposed eight rows by eight features at a time with
 // AVX2 where the processor has it (the last block of features overlapping when F is not a multiple
 // of 8, the rows past a multiple of 8 by the scalar loop).  Both paths must give the reference's
