@@ -140,7 +140,8 @@ struct oracle_impl {
     uint32_t *act_free; // (act_cap) stack of free indices
     uint32_t act_cap, act_hw, n_free;
     slot *slots; // (R)
-    int avx2;          // transpose_avx2 for the slices
+    int avx2;          // AVX2 for the planner's scans (outcome64_avx2, back_in_range_avx2)
+    int avx2_cols;     // and transpose_avx2 for the slices (F >= 8)
     int key32, users8; // slot entry widths: 4-byte keys (K <= 2^32), 1-byte users masks (T <= 8)
     uint32_t pos_bits, pos_mask;
     void *nexts;        // every slot's next links, in blocks (slot_next); one mapping, on huge pages
@@ -171,9 +172,10 @@ struct oracle_impl {
     bentry **bucket;      // (R) resident shared keys by next use v, at v's slot v % R
     uint32_t *bucket_n, *bucket_cap;
     uint32_t *bucket_upto; // (R) the bucket holds its entries from uses before this step (bucket_fill)
-    uint32_t **grp;        // (R) of a filled bucket's batch v: positions of the occurrences that can enter later
-    uint32_t *grp_cap;     //     with v - lu in [grp_lo, grp_hi), grouped by v - lu (bucket_fill)
-    uint32_t *grp_lo, *grp_hi, *grp_off; // (R), (R), (R (GRP_SPAN + 1)) offsets of the groups
+    uint64_t **grp;        // (R) of a filled bucket's batch v: the occurrences that can enter later, with v - lu
+    uint32_t *grp_cap;     //     in [grp_lo, grp_hi), grouped by v - lu: position in lu << 32 | in v (bucket_fill)
+    uint32_t *grp_lo, *grp_hi, *grp_off; // (R), (R), (R grp_stride) offsets of the groups
+    uint32_t grp_stride, grp_span; // grp_off's per slot, and how many distances a scan groups
     uint64_t *gtmp;        // (gtmp_cap) scratch of bucket_fill
     uint32_t gtmp_cap;
     uint32_t *lz_sync;    // (per batch) sync-later index of each occurrence of s-1 kept for later
@@ -407,18 +409,20 @@ static inline size_t next_index(const oracle_impl *o, uint32_t j, uint32_t oc) {
     return ((size_t)(oc >> NEXT_BITS) * o->R + j) << NEXT_BITS | (oc & (NEXT_BLOCK - 1));
 }
 static inline uint32_t link_width(uint64_t R) { return R <= 256 ? 1 : 4; }
-// The next link of occurrence oc of slot j (acquire: with two threads the planner may read a link
-// being stored; one from beyond its horizon reads as no use there either way).
+// The next link of occurrence oc of slot j.  With two threads the planner may read a link being
+// stored, from a batch beyond its horizon, which reads as no use there either way; the links it
+// needs were stored before their batch was published (or by itself), so the loads and stores are
+// atomic and relaxed: no other memory is read through a link.
 static inline uint32_t next_d(const oracle_impl *o, uint32_t j, uint32_t oc) {
     const size_t i = next_index(o, j, oc);
-    return o->lw == 1 ? __atomic_load_n((const uint8_t *)o->nexts + i, __ATOMIC_ACQUIRE)
-                      : __atomic_load_n((const uint32_t *)o->nexts + i, __ATOMIC_ACQUIRE);
+    return o->lw == 1 ? __atomic_load_n((const uint8_t *)o->nexts + i, __ATOMIC_RELAXED)
+                      : __atomic_load_n((const uint32_t *)o->nexts + i, __ATOMIC_RELAXED);
 }
 // Links occurrence occ to the one d batches later.
 static inline void next_set(oracle_impl *o, uint32_t occ, uint32_t d) {
     const size_t i = next_index(o, occ >> o->pos_bits, occ & o->pos_mask);
-    if (o->lw == 1) __atomic_store_n((uint8_t *)o->nexts + i, (uint8_t)d, __ATOMIC_RELEASE);
-    else __atomic_store_n((uint32_t *)o->nexts + i, d, __ATOMIC_RELEASE);
+    if (o->lw == 1) __atomic_store_n((uint8_t *)o->nexts + i, (uint8_t)d, __ATOMIC_RELAXED);
+    else __atomic_store_n((uint32_t *)o->nexts + i, d, __ATOMIC_RELAXED);
 }
 static inline void next_prefetch(const oracle_impl *o, uint32_t occ) {
     __builtin_prefetch((const char *)o->nexts + next_index(o, occ >> o->pos_bits, occ & o->pos_mask) * o->lw, 1);
@@ -438,6 +442,11 @@ static inline uint32_t occ_back(uint32_t occ, uint32_t j, uint32_t R, uint32_t p
     uint32_t k = occ >> pos_bits;
     return j >= k ? j - k : j + R - k;
 }
+
+// The positions k < n of the back links prev[k] that are not NIL and reach back d batches from
+// slot j with lo <= d <= hi, into out, in order (bucket_fill's scan: most links are nearer).
+static uint32_t back_in_range(const uint32_t *prev, uint32_t n, uint32_t j, uint32_t R, uint32_t pos_bits, uint32_t lo,
+                              uint32_t hi, uint32_t *out, int avx2);
 
 // The miss bit that the back link pr of an occurrence of slot j sets (see "Residency"): new to the
 // window, or its previous occurrence farther back than keep = P + W + 1 batches.
@@ -540,19 +549,77 @@ __attribute__((target("avx2"))) static uint32_t transpose_avx2(const uint32_t *i
     return L8;
 }
 
-// The completion step's outcome bits of 64 one-byte next links d at p (plan_step, step (a)): bit k
-// of *ev for d - 1 >= hd (unsigned bytes: hd < 255), of *now for d = 1.
-__attribute__((target("avx2"))) static void outcome64_avx2(const uint8_t *p, uint32_t hd, uint64_t *ev, uint64_t *now) {
-    const __m256i one = _mm256_set1_epi8(1), h = _mm256_set1_epi8((char)hd);
-    uint64_t e = 0, nb = 0;
-    for (int k = 0; k < 2; k++) {
-        const __m256i d = _mm256_loadu_si256((const __m256i *)(p + 32 * k)), x = _mm256_sub_epi8(d, one);
-        e |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(x, h), x)) << 32 * k;
-        nb |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(d, one)) << 32 * k;
+#endif
+
+// The completion step's outcome bits of 64 next links (plan_step, step (a)): bit k of ev for no
+// use within hd batches (d - 1 >= hd, unsigned: d = 0 wraps), of now for a use in the next (d = 1).
+typedef struct {
+    uint64_t ev, now;
+} outcome64;
+
+#if BP_SIMD_AVX2
+// outcome64 of the links at p (lw bytes each), in vector registers.
+__attribute__((target("avx2"))) static outcome64 outcome64_avx2(const void *p, uint32_t lw, uint32_t hd) {
+    outcome64 r = {0, 0};
+    if (lw == 1) { // hd < R - 1 <= 255
+        const __m256i one = _mm256_set1_epi8(1), h = _mm256_set1_epi8((char)hd);
+        for (int k = 0; k < 2; k++) {
+            const __m256i d = _mm256_loadu_si256((const __m256i *)((const uint8_t *)p + 32 * k));
+            const __m256i x = _mm256_sub_epi8(d, one);
+            r.ev |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(x, h), x)) << 32 * k;
+            r.now |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(d, one)) << 32 * k;
+        }
+    } else {
+        const __m256i one = _mm256_set1_epi32(1), h = _mm256_set1_epi32((int)hd);
+        for (int k = 0; k < 8; k++) {
+            const __m256i d = _mm256_loadu_si256((const __m256i *)((const uint32_t *)p + 8 * k));
+            const __m256i x = _mm256_sub_epi32(d, one);
+            const __m256i e = _mm256_cmpeq_epi32(_mm256_max_epu32(x, h), x), nb = _mm256_cmpeq_epi32(d, one);
+            r.ev |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(e)) << 8 * k;
+            r.now |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(nb)) << 8 * k;
+        }
     }
-    *ev = e, *now = nb;
+    return r;
 }
 #endif
+
+#if BP_SIMD_AVX2
+__attribute__((target("avx2"))) static uint32_t back_in_range_avx2(const uint32_t *prev, uint32_t n, uint32_t j,
+                                                                  uint32_t R, uint32_t pos_bits, uint32_t lo,
+                                                                  uint32_t hi, uint32_t *out) {
+    const __m256i vj = _mm256_set1_epi32((int)j), vr = _mm256_set1_epi32((int)R), nil = _mm256_set1_epi32(-1);
+    const __m256i vlo = _mm256_set1_epi32((int)lo), span = _mm256_set1_epi32((int)(hi - lo));
+    const __m128i sh = _mm_cvtsi32_si128((int)pos_bits);
+    uint32_t m = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i p = _mm256_loadu_si256((const __m256i *)(prev + i)), k = _mm256_srl_epi32(p, sh);
+        __m256i d = _mm256_sub_epi32(vj, k); // slot numbers < 2^31: signed compares are exact
+        d = _mm256_add_epi32(d, _mm256_and_si256(_mm256_cmpgt_epi32(k, vj), vr));
+        const __m256i x = _mm256_sub_epi32(d, vlo), in = _mm256_cmpeq_epi32(_mm256_max_epu32(x, span), span);
+        uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpeq_epi32(p, nil), in)));
+        for (; mask; mask &= mask - 1) out[m++] = i + (uint32_t)__builtin_ctz(mask);
+    }
+    for (; i < n; i++) {
+        const uint32_t d = occ_back(prev[i], j, R, pos_bits);
+        out[m] = i, m += (prev[i] != NIL) & (d - lo <= hi - lo);
+    }
+    return m;
+}
+#endif
+
+static uint32_t back_in_range(const uint32_t *prev, uint32_t n, uint32_t j, uint32_t R, uint32_t pos_bits, uint32_t lo,
+                              uint32_t hi, uint32_t *out, int avx2) {
+#if BP_SIMD_AVX2
+    if (avx2) return back_in_range_avx2(prev, n, j, R, pos_bits, lo, hi, out);
+#endif
+    (void)avx2;
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t d = occ_back(prev[i], j, R, pos_bits);
+        out[m] = i, m += (prev[i] != NIL) & (d - lo <= hi - lo);
+    }
+    return m;
+}
 
 // Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.  `flat`,
 // `k32` and `u8` (keymap kind, slot entry widths) are constants at each call site, so their tests
@@ -585,7 +652,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         uint32_t bad = 0;
         uint32_t s0 = 0;
 #if BP_SIMD_AVX2
-        if (o->avx2) s0 = transpose_avx2(ids + (size_t)lo * F, len, F, cols, ld, maxid, &bad);
+        if (o->avx2_cols) s0 = transpose_avx2(ids + (size_t)lo * F, len, F, cols, ld, maxid, &bad);
 #endif
         for (uint32_t s = s0; s < len; s++) {
             const uint32_t *row = ids + (size_t)(lo + s) * F;
@@ -864,6 +931,20 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+// Sorts x[0, n) ascending: insertion for the few entries of one group, qsort beyond.
+static void sort_small(uint64_t *x, uint32_t n) {
+    if (n > 32) {
+        qsort(x, n, sizeof *x, cmp_u64);
+        return;
+    }
+    for (uint32_t i = 1; i < n; i++) {
+        uint64_t e = x[i];
+        uint32_t k = i;
+        for (; k > 0 && x[k - 1] > e; k--) x[k] = x[k - 1];
+        x[k] = e;
+    }
+}
+
 // Lazy buckets.  The buckets are read only under capacity pressure, from the farthest next use
 // down, and most steps have none; a push per use of every resident key not needed soon was the
 // planner's largest cost (docs/oracle.md).  So no step pushes: a bucket is brought up to date when
@@ -880,12 +961,15 @@ static int cmp_u64(const void *a, const void *b) {
 // those with s' <= lu <= s - 1.  Pressure walks down ~30 levels a step, each needing the few
 // entries whose previous use is the batch just completed; a scan of the batch per level and step
 // cost 4 ms per step here.  So a scan also groups by d = v - lu the occurrences with d in the next
-// GRP_SPAN distances below the ones it takes (grp), and later fills take their groups, each in the
-// order of the position in lu (a short sort), until they need a distance below the groups, which
-// takes another scan.  Pops take the last entries, and between two fills of a level no pop touches
+// distances below the ones it takes (grp), and later fills take their groups, each in the order of
+// the position in lu (a short sort), until they need a distance below the groups, which takes
+// another scan.  A level is reached for about as many steps as pressure walks levels, so the span
+// is the levels the last step walked and a quarter more (grp_span: 64 to GRP_SPAN_MAX; ~210 at W =
+// 400 here): each distance more takes the occurrences that lie that far back into the groups.  Pops take the last entries, and between two fills of a level no pop touches
 // it, so the order is the pushes'.  Entries are sorted by (lu, position in lu) as an occurrence id
 // would order them (R - d < 2^slot_bits).
-#define GRP_SPAN 64
+#define GRP_SPAN_MIN 64
+#define GRP_SPAN_MAX 512
 static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
     const uint32_t R = o->R, jv = v % R, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
     const slot *sv = &o->slots[jv];
@@ -893,61 +977,69 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
     const uint32_t upto = o->bucket_upto[jv], dtop = upto ? v - upto : R - 1; // new entries: dmin <= d <= dtop
     const uint32_t *sprev = sv->prev;
     const uint64_t *smiss = sv->miss;
-    uint32_t *off = &o->grp_off[(size_t)jv * (GRP_SPAN + 1)];
+    uint32_t *off = &o->grp_off[(size_t)jv * o->grp_stride];
     BP_ASSERT(sv->batch == v && v > s && upto < s && dmin >= o->P + 2);
     o->bucket_upto[jv] = s;
     uint32_t m = 0;
     if (upto == 0 || dmin < o->grp_lo[jv]) {
-        // A scan: it takes d in [dmin, dtop] and groups [gl, dmin).
-        const uint32_t gl = BP_MAX(o->P + 2, dmin > GRP_SPAN ? dmin - GRP_SPAN : 0), gh = dmin;
-        uint32_t ng = 0;
-        for (uint32_t oc = 0; oc < n; oc++) {
-            uint32_t pr = sprev[oc];
-            if (pr == NIL) continue;
-            uint32_t d = occ_back(pr, jv, R, pos_bits); // v - lu
-            if (d < gl || d > dtop) continue; // the common case: a use not long before
-            if (d >= gh) {                    // resident now: kept after lu and not evicted since
-                if (!occ_bit(smiss, oc)) {
-                    if (m == o->lz_cap) {
-                        o->lz_cap = o->lz_cap ? 2 * o->lz_cap : 1024;
-                        o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
-                    }
-                    o->lz_tmp[m++] = (uint64_t)((R - d) << pos_bits | (pr & pos_mask)) << 32 | oc;
-                }
-                continue;
-            }
-            if (ng == o->gtmp_cap) {
-                o->gtmp_cap = o->gtmp_cap ? 2 * o->gtmp_cap : 1024;
-                o->gtmp = bp_xrealloc(o->gtmp, (size_t)o->gtmp_cap * sizeof *o->gtmp);
-            }
-            o->gtmp[ng++] = (uint64_t)(d - gl) << 32 | oc;
+        // A scan: it takes d in [dmin, dtop] and groups [gl, dmin): first the positions with d in
+        // [gl, dtop] (in vector registers), then those without a branch (whether one is taken or
+        // grouped is not predictable).
+        const uint32_t span = o->grp_span, gl = BP_MAX(o->P + 2, dmin > span ? dmin - span : 0), gh = dmin;
+        if (o->lz_cap < n + 1) {
+            o->lz_cap = n + 1;
+            o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
         }
-        memset(off, 0, (GRP_SPAN + 1) * sizeof *off);
-        for (uint32_t k = 0; k < ng; k++) off[(o->gtmp[k] >> 32) + 1]++;
-        for (uint32_t d = 0; d < GRP_SPAN; d++) off[d + 1] += off[d];
+        if (o->gtmp_cap < n + 1) {
+            o->gtmp_cap = n + 1;
+            o->gtmp = bp_xrealloc(o->gtmp, (size_t)o->gtmp_cap * sizeof *o->gtmp);
+        }
+        uint64_t *lz = o->lz_tmp, *gt = o->gtmp;
+        uint32_t *in = o->cand, ng = 0; // (the fetch step's scratch, free here)
+        const uint32_t nin = back_in_range(sprev, n, jv, R, pos_bits, gl, dtop, in, o->avx2);
+        for (uint32_t k = 0; k < nin; k++) {
+            const uint32_t oc = in[k], pr = sprev[oc], d = occ_back(pr, jv, R, pos_bits), later = d < gh;
+            // resident now: kept after lu and not evicted since (the miss bit, above)
+            lz[m] = (uint64_t)((R - d) << pos_bits | (pr & pos_mask)) << 32 | oc;
+            m += !later & !occ_bit(smiss, oc);
+            gt[ng] = (uint64_t)(d - gl) << 32 | oc;
+            ng += later;
+        }
+        memset(off, 0, (span + 1) * sizeof *off);
+        for (uint32_t k = 0; k < ng; k++) off[(gt[k] >> 32) + 1]++;
+        for (uint32_t d = 0; d < span; d++) off[d + 1] += off[d];
         if (ng > o->grp_cap[jv]) {
             o->grp_cap[jv] = BP_MAX(ng, 2 * o->grp_cap[jv]);
             o->grp[jv] = bp_xrealloc(o->grp[jv], (size_t)o->grp_cap[jv] * sizeof **o->grp);
         }
-        for (uint32_t k = 0; k < ng; k++) o->grp[jv][off[o->gtmp[k] >> 32]++] = (uint32_t)o->gtmp[k]; // in order
-        for (uint32_t d = GRP_SPAN; d > 0; d--) off[d] = off[d - 1]; // the scatter moved each start to the next
+        uint64_t *g = o->grp[jv];
+        for (uint32_t k = 0; k < ng; k++) { // in order of the position in v within each group
+            const uint32_t oc = (uint32_t)gt[k];
+            g[off[gt[k] >> 32]++] = (uint64_t)(sprev[oc] & pos_mask) << 32 | oc;
+        }
+        for (uint32_t d = span; d > 0; d--) off[d] = off[d - 1]; // the scatter moved each start to the next
         off[0] = 0;
         o->grp_lo[jv] = gl, o->grp_hi[jv] = gh;
-    } else { // the groups of d from dtop down to dmin: lu = v - d from upto to s - 1
-        const uint32_t gl = o->grp_lo[jv], *g = o->grp[jv];
+        if (m > 1) qsort(lz, m, sizeof *lz, cmp_u64);
+    } else { // the groups of d from dtop down to dmin: lu = v - d from upto to s - 1, in order
+        const uint32_t gl = o->grp_lo[jv];
+        const uint64_t *g = o->grp[jv];
         BP_ASSERT(dmin >= gl && dtop < o->grp_hi[jv]);
-        for (uint32_t d = dtop; d >= dmin; d--)
-            for (uint32_t k = off[d - gl]; k < off[d - gl + 1]; k++) {
-                uint32_t oc = g[k];
-                if (occ_bit(smiss, oc)) continue;
-                if (m == o->lz_cap) {
-                    o->lz_cap = o->lz_cap ? 2 * o->lz_cap : 1024;
-                    o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
-                }
-                o->lz_tmp[m++] = (uint64_t)((R - d) << pos_bits | (sprev[oc] & pos_mask)) << 32 | oc;
+        for (uint32_t d = dtop; d >= dmin; d--) {
+            const uint32_t m0 = m, k0 = off[d - gl], k1 = off[d - gl + 1];
+            if (o->lz_cap < m + (k1 - k0)) {
+                o->lz_cap = BP_MAX(m + (k1 - k0), 2 * o->lz_cap);
+                o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
             }
+            for (uint32_t k = k0; k < k1; k++) {
+                const uint32_t oc = (uint32_t)g[k];
+                if (k + 8 < k1) __builtin_prefetch(&smiss[(uint32_t)g[k + 8] >> 6]);
+                o->lz_tmp[m] = (uint64_t)((R - d) << pos_bits | (uint32_t)(g[k] >> 32)) << 32 | oc;
+                m += !occ_bit(smiss, oc);
+            }
+            sort_small(o->lz_tmp + m0, m - m0);
+        }
     }
-    if (m > 1) qsort(o->lz_tmp, m, sizeof *o->lz_tmp, cmp_u64);
     const uint32_t j = jv, n0 = o->bucket_n[j];
     if (n0 + m > o->bucket_cap[j]) {
         o->bucket_cap[j] = BP_MAX(n0 + m, 2 * o->bucket_cap[j]);
@@ -1133,21 +1225,22 @@ static int plan_step(oracle_impl *o) {
 #if BP_SIMD_AVX2
             // In vector registers with one thread (with two, the indexer may be storing links from
             // beyond H into these, which only atomic loads may read).
-            if (o->avx2 && o->lw == 1 && o->threads == 1) { // 64 | NEXT_BLOCK: the links are consecutive
-                outcome64_avx2((const uint8_t *)o->nexts + next_index(o, jl, lo), hd, &e, &nb);
+            if (o->avx2 && o->threads == 1) { // 64 | NEXT_BLOCK: the links are consecutive
+                const outcome64 r = outcome64_avx2((const char *)o->nexts + next_index(o, jl, lo) * o->lw, o->lw, hd);
+                e = r.ev, nb = r.now;
                 if (hi - lo < 64) e &= (1ull << (hi - lo)) - 1, nb &= (1ull << (hi - lo)) - 1;
             } else
 #endif
             if (o->lw == 1) {
                 const uint8_t *nx = (const uint8_t *)o->nexts + next_index(o, jl, lo);
                 for (uint32_t k = 0; k < hi - lo; k++) {
-                    uint32_t d = __atomic_load_n(&nx[k], __ATOMIC_ACQUIRE);
+                    uint32_t d = __atomic_load_n(&nx[k], __ATOMIC_RELAXED);
                     e |= (uint64_t)(d - 1 >= hd) << k, nb |= (uint64_t)(d == 1) << k;
                 }
             } else {
                 const uint32_t *nx = (const uint32_t *)o->nexts + next_index(o, jl, lo);
                 for (uint32_t k = 0; k < hi - lo; k++) {
-                    uint32_t d = __atomic_load_n(&nx[k], __ATOMIC_ACQUIRE);
+                    uint32_t d = __atomic_load_n(&nx[k], __ATOMIC_RELAXED);
                     e |= (uint64_t)(d - 1 >= hd) << k, nb |= (uint64_t)(d == 1) << k;
                 }
             }
@@ -1272,7 +1365,8 @@ static int plan_step(oracle_impl *o) {
     uint64_t mp = max_private(o, &who);
     if (o->shared_count + mp > o->C) {
         uint64_t need = o->shared_count + mp - o->C;
-        for (uint32_t v = H; v > s + P && need; v--) {
+        uint32_t levels = 0;
+        for (uint32_t v = H; v > s + P && need; v--, levels++) {
             uint32_t j = v % o->R;
             if (o->bucket_upto[j] < s) bucket_fill(o, v, s);
             // Each eviction reads the key, active index and miss bit of an occurrence of batch v,
@@ -1294,6 +1388,7 @@ static int plan_step(oracle_impl *o) {
                 need--;
             }
         }
+        o->grp_span = BP_MIN(o->grp_stride - 1, BP_MAX(GRP_SPAN_MIN, levels + levels / 4));
         if (need) {
             uint32_t ulo = s == 0 ? 0 : s + P, uhi = s + P < N ? s + P : N - 1;
             o->err = bp_fail(BP_ECAPACITY,
@@ -1391,7 +1486,8 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->nexts = big_alloc(o->nexts_bytes);
     o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
 #if BP_SIMD_AVX2
-    o->avx2 = simd_on && __builtin_cpu_supports("avx2") && cfg->F >= 8;
+    o->avx2 = simd_on && __builtin_cpu_supports("avx2");
+    o->avx2_cols = o->avx2 && cfg->F >= 8;
 #endif
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
     int oom = !o->act_free || !o->act_gate || !o->nexts;
@@ -1444,7 +1540,8 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->grp_cap = bp_xcalloc(o->R, sizeof *o->grp_cap);
     o->grp_lo = bp_xcalloc(o->R, sizeof *o->grp_lo);
     o->grp_hi = bp_xcalloc(o->R, sizeof *o->grp_hi);
-    o->grp_off = bp_xcalloc((size_t)o->R * (GRP_SPAN + 1), sizeof *o->grp_off);
+    o->grp_stride = BP_MIN(GRP_SPAN_MAX, o->R) + 1, o->grp_span = BP_MIN(GRP_SPAN_MIN, o->R);
+    o->grp_off = bp_xcalloc((size_t)o->R * o->grp_stride, sizeof *o->grp_off);
     o->far = bp_xcalloc(o->R, sizeof *o->far);
     o->far_n = bp_xcalloc(o->R, sizeof *o->far_n);
     o->far_cap = bp_xcalloc(o->R, sizeof *o->far_cap);
@@ -1659,8 +1756,8 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
-    for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->grp_cap[j] * sizeof(uint32_t);
-    mem += (uint64_t)o->gtmp_cap * sizeof(uint64_t) + (uint64_t)o->R * (GRP_SPAN + 3) * sizeof(uint32_t);
+    for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->grp_cap[j] * sizeof(uint64_t);
+    mem += (uint64_t)o->gtmp_cap * sizeof(uint64_t) + (uint64_t)o->R * (o->grp_stride + 2) * sizeof(uint32_t);
     // The planner's two records and its scratch for private keys and sorted sync-later lists, and
     // the input copies of the two-thread queue.
     mem += plan_list_bytes(&o->rec[0]) + plan_list_bytes(&o->rec[1]);

@@ -164,8 +164,8 @@ int oracle_finish(oracle *o);
 // (oracle_done), or a negative error (BP_ECAPACITY: cache too small; the oracle is then unusable).
 int oracle_next_plan(oracle *o, plan *p);
 int oracle_done(const oracle *o);
-// 0: oracles initialised from now on transpose a slice of ids without AVX2 (tests compare the two
-// paths); 1 (the default): with AVX2 where the processor has it.
+// 0: oracles initialised from now on transpose a slice of ids and scan next and back links without
+// AVX2 (tests compare the two paths); 1 (the default): with AVX2 where the processor has it.
 void oracle_set_simd(int on);
 void oracle_get_stats(const oracle *o, oracle_stats *st);
 void oracle_free(oracle *o); // safe on a zeroed or freed oracle

@@ -1256,6 +1256,7 @@ TEST(oracle_fast_matches_reference_large_traces) {
 // uses far apart, so that some keys fetched private come back just past the window, the case that
 // needs the position of the next use (the far lists), and the capacities put the planner under
 // pressure, where the Belady buckets are filled from the back links and brought up to date later.
+// The planner's scans of links and back links run with and without AVX2.
 TEST(oracle_fast_matches_reference_wide_windows) {
     static const uint32_t Ws[] = {240, 251, 252, 300};
     static const uint64_t card[2] = {400, 40};
@@ -1272,6 +1273,10 @@ TEST(oracle_fast_matches_reference_wide_windows) {
                 run_cfg c = {T, W, P, caps[j], th, ORACLE_KEYMAP_AUTO, th == 2 ? (int)(j % 3) : 0};
                 char msg[700];
                 int rc;
+                oracle_set_simd(0); // the planner's scans without AVX2, then with it where the CPU has it
+                ASSERT_MSG(!fast_vs_ref(&tr, c, &rc, msg, sizeof msg), "W=%u C=%llu threads %d, no AVX2: %s", W,
+                           (unsigned long long)c.C, th, msg);
+                oracle_set_simd(1);
                 ASSERT_MSG(!fast_vs_ref(&tr, c, &rc, msg, sizeof msg), "W=%u C=%llu threads %d: %s", W,
                            (unsigned long long)c.C, th, msg);
                 ASSERT_MSG(rc == 0 || (rc == BP_ECAPACITY && j == 0), "W=%u C=%llu: %s", W, (unsigned long long)c.C,
