@@ -31,7 +31,7 @@
 // batch's miss bits.  The planner reads residency from the slots in order, not per key: the fetch
 // step visits only the miss bits, and the completion step writes each occurrence's outcome as bits
 // and then fills each list from its bits, so no step branches on unpredictable outcomes per key
-// (with one thread and one-byte links, 64 outcomes at a time in vector registers); it prefetches
+// (with one thread, 64 outcomes at a time in vector registers); it prefetches
 // the gate words of keys it is about to fetch or evict.  Retiring lists the keys that
 // leave the window first and then prefetches their targets (with one thread and the flat keymap
 // the planner retires each such key where it evicts it: retire_key).  Entries are as narrow as the
@@ -144,11 +144,12 @@ struct oracle_impl {
     int avx2_cols;     // and transpose_avx2 for the slices (F >= 8)
     int key32, users8; // slot entry widths: 4-byte keys (K <= 2^32), 1-byte users masks (T <= 8)
     uint32_t pos_bits, pos_mask;
-    void *nexts;        // every slot's next links, in blocks (slot_next); one mapping, on huge pages
+    void *nexts;        // every slot's next links, in blocks (next_index); one mapping, on huge pages
     size_t nexts_bytes;
     uint32_t lw;        // bytes per next link: 1 when R <= 256, else 4
     uint64_t **far;     // (R) of each linked batch v: its links that reach back more than W batches (far_push)
     uint32_t *far_n, *far_cap;
+    uint32_t *far_pos;  // (per batch) far_map's scratch
     uint32_t retire_done; // batches retired by the indexer
     uint64_t occ_hw;      // most occurrences in one batch
     int idx_err;          // sticky error of the indexer
@@ -398,7 +399,8 @@ static inline int occ_bit(const uint64_t *bits, uint32_t pos) { return (int)(bit
 // have their own means: a Belady bucket is filled from its batch's back links (bucket_fill), and a
 // private key that comes back within the horizon is found in the far list of the batch it comes
 // back in (far_push).  One byte makes the links' ring a quarter of the size (21 against 85 MB at
-// the headline's size), so more of the indexer's scattered link stores find their line cached.
+// the headline's size) and the planner's scans read a quarter of the bytes; the indexer's
+// scattered link stores did not get cheaper (their lines stay cold: docs/oracle.md, round 11).
 // The links of all slots live in one array, in blocks of NEXT_BLOCK: block b of slot j at b R + j,
 // so that a block row holds block b of every slot.  One mapping on huge pages spares most of the
 // stores a TLB miss; blocks keep the touched part dense (a batch's ~100K unique keys of a capacity
@@ -477,8 +479,9 @@ static inline void miss_end(slot *sl, const miss_acc *m, uint32_t n) {
 // A link of batch v (slot j) that reaches back more than W batches, to the occurrence `back` at
 // distance d: if that occurrence is fetched private (no use in the W batches after it) and d <=
 // P + W + 1, its completion must set this occurrence's miss bit (plan_step, step (a)), which needs
-// the position here (oc), not in the link.  Few links reach that far (those within P + 1 batches
-// of the horizon), so each batch keeps them in a short list, written by whoever links the batch.
+// the position here (oc), not in the link.  Few links reach that far at the W of real runs (those
+// within P + 1 batches of the horizon), so each batch keeps them in a list, written by whoever
+// links the batch and read once it is published (far_map).
 static void far_push(oracle_impl *o, uint32_t j, uint32_t back, uint32_t oc) {
     if (o->far_n[j] == o->far_cap[j]) {
         o->far_cap[j] = o->far_cap[j] ? 2 * o->far_cap[j] : 64;
@@ -486,13 +489,18 @@ static void far_push(oracle_impl *o, uint32_t j, uint32_t back, uint32_t oc) {
     }
     o->far[j][o->far_n[j]++] = (uint64_t)back << 32 | oc;
 }
-// The position in the batch of slot j of the occurrence whose back link is `back` (far_push).
-static uint32_t far_find(const oracle_impl *o, uint32_t j, uint32_t back) {
-    const uint64_t *f = o->far[j];
-    for (uint32_t k = 0; k < o->far_n[j]; k++)
-        if ((uint32_t)(f[k] >> 32) == back) return (uint32_t)f[k];
-    BP_ASSERTF(0, "oracle: no far link to occurrence %x in slot %u", back, j);
-    return 0;
+// For the completion of batch t = s - 1 (slot jl), at its first private key that comes back: the
+// position of the next occurrence of each occurrence of t whose link reaches more than W batches
+// ahead, within the horizon H, into map (indexed by the position in t).  One pass over the far
+// lists of batches t + W + 1 .. min(H, t + P + W + 1), which hold links to P + 1 batches each.
+static void far_map(const oracle_impl *o, uint32_t t, uint32_t H, uint32_t *map) {
+    const uint32_t R = o->R, jl = t % R, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
+    for (uint32_t v = t + o->W + 1; v <= H && v <= t + o->P + o->W + 1; v++) {
+        const uint32_t jv = v % R;
+        const uint64_t *f = o->far[jv];
+        for (uint32_t k = 0; k < o->far_n[jv]; k++)
+            if ((uint32_t)(f[k] >> 32) >> pos_bits == jl) map[(uint32_t)(f[k] >> 32) & pos_mask] = (uint32_t)f[k];
+    }
 }
 
 // Prefetch distances (samples) of the indexer: keymap words, then the previous occurrence's link.
@@ -581,9 +589,8 @@ __attribute__((target("avx2"))) static outcome64 outcome64_avx2(const void *p, u
     }
     return r;
 }
-#endif
 
-#if BP_SIMD_AVX2
+// back_in_range 8 links at a time.
 __attribute__((target("avx2"))) static uint32_t back_in_range_avx2(const uint32_t *prev, uint32_t n, uint32_t j,
                                                                   uint32_t R, uint32_t pos_bits, uint32_t lo,
                                                                   uint32_t hi, uint32_t *out) {
@@ -839,8 +846,7 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
                 last[m] = oc, m += __atomic_load_n(&nx[oc], __ATOMIC_RELAXED) == 0;
         } else {
             const uint32_t *nx = (const uint32_t *)o->nexts + i0;
-            for (uint32_t oc = b; oc < e; oc++)
-                if (__atomic_load_n(&nx[oc], __ATOMIC_RELAXED) == 0) last[m++] = oc;
+            for (uint32_t oc = b; oc < e; oc++) last[m] = oc, m += __atomic_load_n(&nx[oc], __ATOMIC_RELAXED) == 0;
         }
     }
     for (uint32_t k = 0; k < m; k++) {
@@ -965,11 +971,14 @@ static void sort_small(uint64_t *x, uint32_t n) {
 // the position in lu (a short sort), until they need a distance below the groups, which takes
 // another scan.  A level is reached for about as many steps as pressure walks levels, so the span
 // is the levels the last step walked and a quarter more (grp_span: 64 to GRP_SPAN_MAX; ~210 at W =
-// 400 here): each distance more takes the occurrences that lie that far back into the groups.  Pops take the last entries, and between two fills of a level no pop touches
+// 400 here): each distance more takes the occurrences that lie that far back into the groups.
+// A slot's groups hold at most GRP_CAP entries, an eighth of its batch's occurrences (8 bytes
+// each: one byte per occurrence of the ring at most), the smallest distances dropped.  Pops take the last entries, and between two fills of a level no pop touches
 // it, so the order is the pushes'.  Entries are sorted by (lu, position in lu) as an occurrence id
 // would order them (R - d < 2^slot_bits).
 #define GRP_SPAN_MIN 64
 #define GRP_SPAN_MAX 512
+#define GRP_CAP(n) BP_MAX(16u, (uint32_t)((n) / 8)) // group entries of a batch of n occurrences, at most
 static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
     const uint32_t R = o->R, jv = v % R, pos_bits = o->pos_bits, pos_mask = o->pos_mask;
     const slot *sv = &o->slots[jv];
@@ -1008,18 +1017,24 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
         memset(off, 0, (span + 1) * sizeof *off);
         for (uint32_t k = 0; k < ng; k++) off[(gt[k] >> 32) + 1]++;
         for (uint32_t d = 0; d < span; d++) off[d + 1] += off[d];
-        if (ng > o->grp_cap[jv]) {
-            o->grp_cap[jv] = BP_MAX(ng, 2 * o->grp_cap[jv]);
+        // At most GRP_CAP(n) entries (the memory bound): the smallest distances, needed last, are
+        // dropped first.
+        uint32_t t = 0;
+        while (off[span] - off[t] > GRP_CAP(n)) t++;
+        const uint32_t base = off[t], span2 = span - t, kept = off[span] - base;
+        for (uint32_t x = 0; x <= span2; x++) off[x] = off[x + t] - base;
+        if (kept > o->grp_cap[jv]) {
+            o->grp_cap[jv] = BP_MIN(GRP_CAP(n), BP_MAX(kept, 2 * o->grp_cap[jv]));
             o->grp[jv] = bp_xrealloc(o->grp[jv], (size_t)o->grp_cap[jv] * sizeof **o->grp);
         }
         uint64_t *g = o->grp[jv];
         for (uint32_t k = 0; k < ng; k++) { // in order of the position in v within each group
-            const uint32_t oc = (uint32_t)gt[k];
-            g[off[gt[k] >> 32]++] = (uint64_t)(sprev[oc] & pos_mask) << 32 | oc;
+            const uint32_t oc = (uint32_t)gt[k], x = (uint32_t)(gt[k] >> 32);
+            if (x >= t) g[off[x - t]++] = (uint64_t)(sprev[oc] & pos_mask) << 32 | oc;
         }
-        for (uint32_t d = span; d > 0; d--) off[d] = off[d - 1]; // the scatter moved each start to the next
+        for (uint32_t d = span2; d > 0; d--) off[d] = off[d - 1]; // the scatter moved each start to the next
         off[0] = 0;
-        o->grp_lo[jv] = gl, o->grp_hi[jv] = gh;
+        o->grp_lo[jv] = gl + t, o->grp_hi[jv] = gh;
         if (m > 1) qsort(lz, m, sizeof *lz, cmp_u64);
     } else { // the groups of d from dtop down to dmin: lu = v - d from upto to s - 1, in order
         const uint32_t gl = o->grp_lo[jv];
@@ -1191,7 +1206,7 @@ static int plan_step(oracle_impl *o) {
         o->pv_n = 0;
         const slot *sl = &o->slots[(s - 1) % o->R];
         slot *slots = o->slots;
-        const uint32_t jl = (s - 1) % o->R, *sact = sl->act, n = sl->n, pos_bits = o->pos_bits;
+        const uint32_t jl = (s - 1) % o->R, *sact = sl->act, n = sl->n;
         const uint64_t *spriv = sl->priv;
         uint32_t *lz_sync = o->lz_sync;
         // The lists are appended to through local cursors (room for every occurrence reserved
@@ -1249,6 +1264,7 @@ static int plan_step(oracle_impl *o) {
         uint32_t *cand = o->cand, m = 0;
         for (uint32_t w = 0; w < nw; w++)
             for (uint64_t b = bev[w]; b; b &= b - 1) cand[m++] = w * 64 + (uint32_t)__builtin_ctzll(b);
+        int far_ready = 0; // far_pos holds this batch's far links
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) { // the keymap word of a key to retire, or its gate
                 uint32_t oc2 = cand[k + AHEAD_GATE];
@@ -1270,10 +1286,11 @@ static int plan_step(oracle_impl *o) {
                 } else {
                     gate[a] = gate_of(tr, s - 1);
                     // A next use within the horizon would read the key as kept: tell it (rare: a
-                    // private fetch saw no use within W batches, so the link is in the far list).
+                    // private fetch saw no use within W batches, so the link is in a far list).
                     if (d && d <= hd) {
                         const uint32_t jv = jl + d < R ? jl + d : jl + d - R;
-                        occ_miss(&slots[jv], far_find(o, jv, jl << pos_bits | oc));
+                        if (!far_ready) far_map(o, s - 1, H, o->far_pos), far_ready = 1;
+                        occ_miss(&slots[jv], o->far_pos[oc]);
                     }
                 }
                 st.evictions_private++;
@@ -1522,12 +1539,13 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->prevw = big_alloc(per * sizeof *o->prevw);
     o->lz_sync = big_alloc(per * sizeof *o->lz_sync);
     o->cand = big_alloc(per * sizeof *o->cand);
+    o->far_pos = big_alloc(per * sizeof *o->far_pos);
     o->bits_ev = big_alloc((per / 64 + 1) * sizeof *o->bits_ev);
     o->bits_now = big_alloc((per / 64 + 1) * sizeof *o->bits_now);
-    if (!o->prevw || !o->lz_sync || !o->cand || !o->bits_ev || !o->bits_now) {
+    if (!o->prevw || !o->lz_sync || !o->cand || !o->far_pos || !o->bits_ev || !o->bits_now) {
         oracle_free(out);
         return bp_fail(BP_ENOMEM, "oracle: cannot map %zu bytes",
-                       per * (sizeof *o->prevw + sizeof *o->lz_sync + sizeof *o->cand));
+                       per * (sizeof *o->prevw + sizeof *o->lz_sync + sizeof *o->cand + sizeof *o->far_pos));
     }
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
@@ -1602,6 +1620,7 @@ void oracle_free(oracle *out) {
     free(o->far), free(o->far_n), free(o->far_cap);
     big_free(o->lz_sync, per * sizeof *o->lz_sync);
     big_free(o->cand, per * sizeof *o->cand);
+    big_free(o->far_pos, per * sizeof *o->far_pos);
     big_free(o->bits_ev, (per / 64 + 1) * sizeof *o->bits_ev);
     big_free(o->bits_now, (per / 64 + 1) * sizeof *o->bits_now);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
@@ -1753,7 +1772,7 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += nexts_bytes(o->pub_occ, o->R);
     mem += (uint64_t)o->R * (o->pub_occ / 64 + 1) * 2 * sizeof(uint64_t); // the miss and private bits
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
-    mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
+    mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 3 * sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->grp_cap[j] * sizeof(uint64_t);
@@ -1817,8 +1836,9 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     mem += nexts_bytes(unique, R);
     mem += R * (unique / 64 + 1) * 2 * sizeof(uint64_t);
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
-    mem += unique * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
+    mem += unique * (sizeof(uint64_t) + 3 * sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
+    mem += R * (GRP_CAP(unique) * sizeof(uint64_t) + (BP_MIN(GRP_SPAN_MAX, R) + 3) * sizeof(uint32_t)); // groups
     uint64_t lists = 1024; // the lists and the scratch double up to a batch's unique keys (and pv from 1024)
     while (lists < unique) lists *= 2;
     mem += lists * (2 * PLAN_BYTES_PER_KEY + sizeof(uint64_t) + sizeof(uint16_t) + sizeof(plan_sync));

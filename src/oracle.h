@@ -51,12 +51,13 @@
 // 16 bytes per entry at load <= 1/2, which doubles without a pause (the next table is faulted in
 // ahead and the old one moved into it a few entries per insert: up to three tables' worth, 48
 // bytes per entry of the current one, while that happens).  Active records (keys occurring in a
-// held batch, which includes every resident key): 13 bytes (state, gate, free-list entry).
-// Occurrences (one per unique key per held batch): 17 bytes when K <= 2^32 and T <= 8 (4-byte
-// key, 1-byte users mask, next and back links), up to 28 otherwise.  Belady bucket entries
-// (resident keys not needed soon), 8 bytes each, exist only for the levels that capacity
-// pressure has reached (a level's bucket is built from the back links of its batch when first
-// needed).  Indexer scratch: 8 bytes per unique key of one batch plus one transposed trainer
+// held batch, which includes every resident key): 12 bytes (gate, free-list entry).
+// Occurrences (one per unique key per held batch): 14 bytes when K <= 2^32, T <= 8 and at most
+// 256 batches are held (4-byte key and back link, 1-byte users mask and next link), up to 28
+// otherwise.  Belady bucket entries (resident keys not needed soon), 8 bytes each, exist only for
+// the levels that capacity pressure has reached (a level's bucket is built from the back links of
+// its batch when pressure reaches it, with the occurrences that can enter it later grouped by
+// distance, 8 bytes each, for the next steps).  Indexer scratch: 8 bytes per unique key of one batch plus one transposed trainer
 // slice (4 bytes per id).  The planner's two records (their lists about 72 bytes per unique key of
 // a batch, grown by doubling) and its scratch; with two threads and copied input, the queue's
 // copies of the batches (4 bytes per id).
