@@ -603,7 +603,8 @@ __attribute__((target("avx2"))) static uint32_t back_in_range_avx2(const uint32_
         __m256i d = _mm256_sub_epi32(vj, k); // slot numbers < 2^31: signed compares are exact
         d = _mm256_add_epi32(d, _mm256_and_si256(_mm256_cmpgt_epi32(k, vj), vr));
         const __m256i x = _mm256_sub_epi32(d, vlo), in = _mm256_cmpeq_epi32(_mm256_max_epu32(x, span), span);
-        uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpeq_epi32(p, nil), in)));
+        const __m256i ok = _mm256_andnot_si256(_mm256_cmpeq_epi32(p, nil), in);
+        uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(ok));
         for (; mask; mask &= mask - 1) out[m++] = i + (uint32_t)__builtin_ctz(mask);
     }
     for (; i < n; i++) {
@@ -966,16 +967,17 @@ static void sort_small(uint64_t *x, uint32_t n) {
 // A bucket filled up to step s' holds the entries with lu < s', so a later fill at step s appends
 // those with s' <= lu <= s - 1.  Pressure walks down ~30 levels a step, each needing the few
 // entries whose previous use is the batch just completed; a scan of the batch per level and step
-// cost 4 ms per step here.  So a scan also groups by d = v - lu the occurrences with d in the next
-// distances below the ones it takes (grp), and later fills take their groups, each in the order of
+// cost 4 ms per step here.  So a scan also groups by d = v - lu the occurrences with d among the
+// next distances below the ones it takes (grp), and later fills take their groups, each in the order of
 // the position in lu (a short sort), until they need a distance below the groups, which takes
 // another scan.  A level is reached for about as many steps as pressure walks levels, so the span
 // is the levels the last step walked and a quarter more (grp_span: 64 to GRP_SPAN_MAX; ~210 at W =
 // 400 here): each distance more takes the occurrences that lie that far back into the groups.
 // A slot's groups hold at most GRP_CAP entries, an eighth of its batch's occurrences (8 bytes
-// each: one byte per occurrence of the ring at most), the smallest distances dropped.  Pops take the last entries, and between two fills of a level no pop touches
-// it, so the order is the pushes'.  Entries are sorted by (lu, position in lu) as an occurrence id
-// would order them (R - d < 2^slot_bits).
+// each: one byte per occurrence of the ring at most), the smallest distances dropped.  Pops take
+// the last entries, and between two fills of a level no pop touches it, so the order is the
+// pushes'.  Entries are sorted by (lu, position in lu) as an occurrence id would order them
+// (R - d < 2^slot_bits).
 #define GRP_SPAN_MIN 64
 #define GRP_SPAN_MAX 512
 #define GRP_CAP(n) BP_MAX(16u, (uint32_t)((n) / 8)) // group entries of a batch of n occurrences, at most
@@ -1772,7 +1774,8 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += nexts_bytes(o->pub_occ, o->R);
     mem += (uint64_t)o->R * (o->pub_occ / 64 + 1) * 2 * sizeof(uint64_t); // the miss and private bits
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
-    mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 3 * sizeof(uint32_t)) + (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
+    mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 3 * sizeof(uint32_t)); // prevw, lz_sync, cand, far_pos
+    mem += (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->grp_cap[j] * sizeof(uint64_t);
@@ -1836,7 +1839,8 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     mem += nexts_bytes(unique, R);
     mem += R * (unique / 64 + 1) * 2 * sizeof(uint64_t);
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
-    mem += unique * (sizeof(uint64_t) + 3 * sizeof(uint32_t)) + (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
+    mem += unique * (sizeof(uint64_t) + 3 * sizeof(uint32_t));
+    mem += (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
     mem += R * (GRP_CAP(unique) * sizeof(uint64_t) + (BP_MIN(GRP_SPAN_MAX, R) + 3) * sizeof(uint32_t)); // groups
     uint64_t lists = 1024; // the lists and the scratch double up to a batch's unique keys (and pv from 1024)
