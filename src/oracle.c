@@ -1291,6 +1291,7 @@ static int plan_step(oracle_impl *o) {
                     // private fetch saw no use within W batches, so the link is in a far list).
                     if (d && d <= hd) {
                         const uint32_t jv = jl + d < R ? jl + d : jl + d - R;
+                        BP_ASSERT(d > o->W); // private: no use within W batches
                         if (!far_ready) far_map(o, s - 1, H, o->far_pos), far_ready = 1;
                         occ_miss(&slots[jv], o->far_pos[oc]);
                     }
