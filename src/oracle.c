@@ -415,11 +415,11 @@ static inline uint32_t link_width(uint64_t R) { return R <= 256 ? 1 : 4; }
 // stored, from a batch beyond its horizon, which reads as no use there either way; the links it
 // needs were stored before their batch was published (or by itself), so the loads and stores are
 // atomic and relaxed: no other memory is read through a link.
-static inline uint32_t next_d(const oracle_impl *o, uint32_t j, uint32_t oc) {
-    const size_t i = next_index(o, j, oc);
+static inline uint32_t link_at(const oracle_impl *o, size_t i) {
     return o->lw == 1 ? __atomic_load_n((const uint8_t *)o->nexts + i, __ATOMIC_RELAXED)
                       : __atomic_load_n((const uint32_t *)o->nexts + i, __ATOMIC_RELAXED);
 }
+static inline uint32_t next_d(const oracle_impl *o, uint32_t j, uint32_t oc) { return link_at(o, next_index(o, j, oc)); }
 // Links occurrence occ to the one d batches later.
 static inline void next_set(oracle_impl *o, uint32_t occ, uint32_t d) {
     const size_t i = next_index(o, occ >> o->pos_bits, occ & o->pos_mask);
@@ -488,6 +488,13 @@ static void far_push(oracle_impl *o, uint32_t j, uint32_t back, uint32_t oc) {
         o->far[j] = bp_xrealloc(o->far[j], (size_t)o->far_cap[j] * sizeof **o->far);
     }
     o->far[j][o->far_n[j]++] = (uint64_t)back << 32 | oc;
+}
+// Links the previous occurrence pr, d batches back, to occurrence oc of the batch of slot j being
+// linked (pass 2 or link_batch), with a far-list entry when the link reaches more than W batches
+// back but within the horizon of pr's completion.
+static inline void link_prev(oracle_impl *o, uint32_t j, uint32_t pr, uint32_t oc, uint32_t d) {
+    next_set(o, pr, d);
+    if (d > o->W && d <= o->P + o->W + 1) far_push(o, j, pr, oc);
 }
 // For the completion of batch t = s - 1 (slot jl), at its first private key that comes back: the
 // position of the next occurrence of each occurrence of t whose link reaches more than W batches
@@ -590,7 +597,7 @@ __attribute__((target("avx2"))) static outcome64 outcome64_avx2(const void *p, u
     return r;
 }
 
-// back_in_range 8 links at a time.
+// back_in_range for the links [0, n / 8 * 8), 8 at a time; back_in_range does the rest.
 __attribute__((target("avx2"))) static uint32_t back_in_range_avx2(const uint32_t *prev, uint32_t n, uint32_t j,
                                                                   uint32_t R, uint32_t pos_bits, uint32_t lo,
                                                                   uint32_t hi, uint32_t *out) {
@@ -607,22 +614,18 @@ __attribute__((target("avx2"))) static uint32_t back_in_range_avx2(const uint32_
         uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(ok));
         for (; mask; mask &= mask - 1) out[m++] = i + (uint32_t)__builtin_ctz(mask);
     }
-    for (; i < n; i++) {
-        const uint32_t d = occ_back(prev[i], j, R, pos_bits);
-        out[m] = i, m += (prev[i] != NIL) & (d - lo <= hi - lo);
-    }
     return m;
 }
 #endif
 
 static uint32_t back_in_range(const uint32_t *prev, uint32_t n, uint32_t j, uint32_t R, uint32_t pos_bits, uint32_t lo,
                               uint32_t hi, uint32_t *out, int avx2) {
+    uint32_t m = 0, i = 0;
 #if BP_SIMD_AVX2
-    if (avx2) return back_in_range_avx2(prev, n, j, R, pos_bits, lo, hi, out);
+    if (avx2) i = n / 8 * 8, m = back_in_range_avx2(prev, i, j, R, pos_bits, lo, hi, out);
 #endif
     (void)avx2;
-    uint32_t m = 0;
-    for (uint32_t i = 0; i < n; i++) {
+    for (; i < n; i++) {
         const uint32_t d = occ_back(prev[i], j, R, pos_bits);
         out[m] = i, m += (prev[i] != NIL) & (d - lo <= hi - lo);
     }
@@ -706,7 +709,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
     // planner's thread does: link_batch), or fill the new active record.
     uint64_t *act_gate = o->act_gate;
-    const uint32_t R = o->R, W = o->W, keep = o->P + o->W + 1, pos_bits = o->pos_bits;
+    const uint32_t R = o->R, keep = o->P + o->W + 1, pos_bits = o->pos_bits;
     miss_acc ma = {0, 0};
     // A new active record needs only its gate.  Whoever links the batch also writes its miss and
     // private bits (miss_add): an occurrence misses when the step that fetches for this batch
@@ -723,11 +726,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         uint64_t v = prevw[oc];
         if (v & KM_ACTIVE) {
             const uint32_t pr = (uint32_t)v;
-            if (link) {
-                const uint32_t d = occ_back(pr, j, R, pos_bits);
-                next_set(o, pr, d);
-                if (d > W && d <= keep) far_push(o, j, pr, oc);
-            }
+            if (link) link_prev(o, j, pr, oc, occ_back(pr, j, R, pos_bits));
             sprev[oc] = pr;
         } else {
             uint32_t a = sact[oc];
@@ -754,7 +753,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
 // by the indexer meanwhile (retire_batch then sees, in the keymap, that the key has a later
 // occurrence).
 static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
-    const uint32_t R = o->R, j = b % R, pos_bits = o->pos_bits, W = o->W;
+    const uint32_t R = o->R, j = b % R, pos_bits = o->pos_bits;
     slot *sl = &o->slots[j];
     const uint32_t *sprev = sl->prev, n = sl->n, dmax = b - lo, keep = o->P + o->W + 1; // links: b - lu <= dmax
     miss_acc ma = {0, 0};
@@ -770,8 +769,7 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
         if (pr == NIL) continue;
         const uint32_t d = occ_back(pr, j, R, pos_bits);
         if (d > dmax) continue; // b - lu > dmax: no longer read
-        next_set(o, pr, d);
-        if (d > W && d <= keep) far_push(o, j, pr, oc);
+        link_prev(o, j, pr, oc, d);
     }
     miss_end(sl, &ma, n);
 }
@@ -841,14 +839,8 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
     for (uint32_t b = 0; b < sl->n; b += NEXT_BLOCK) { // a block's links are consecutive
         const uint32_t e = BP_MIN(b + NEXT_BLOCK, sl->n);
         const size_t i0 = next_index(o, j, b) - b;
-        if (o->lw == 1) {
-            const uint8_t *nx = (const uint8_t *)o->nexts + i0;
-            for (uint32_t oc = b; oc < e; oc++) // without a branch: a third of them are last
-                last[m] = oc, m += __atomic_load_n(&nx[oc], __ATOMIC_RELAXED) == 0;
-        } else {
-            const uint32_t *nx = (const uint32_t *)o->nexts + i0;
-            for (uint32_t oc = b; oc < e; oc++) last[m] = oc, m += __atomic_load_n(&nx[oc], __ATOMIC_RELAXED) == 0;
-        }
+        for (uint32_t oc = b; oc < e; oc++) // without a branch: a third of them are last
+            last[m] = oc, m += link_at(o, i0 + oc) == 0;
     }
     for (uint32_t k = 0; k < m; k++) {
         if (k + RETIRE_AHEAD < m) {
@@ -1248,16 +1240,10 @@ static int plan_step(oracle_impl *o) {
                 if (hi - lo < 64) e &= (1ull << (hi - lo)) - 1, nb &= (1ull << (hi - lo)) - 1;
             } else
 #endif
-            if (o->lw == 1) {
-                const uint8_t *nx = (const uint8_t *)o->nexts + next_index(o, jl, lo);
+            {
+                const size_t i0 = next_index(o, jl, lo);
                 for (uint32_t k = 0; k < hi - lo; k++) {
-                    uint32_t d = __atomic_load_n(&nx[k], __ATOMIC_RELAXED);
-                    e |= (uint64_t)(d - 1 >= hd) << k, nb |= (uint64_t)(d == 1) << k;
-                }
-            } else {
-                const uint32_t *nx = (const uint32_t *)o->nexts + next_index(o, jl, lo);
-                for (uint32_t k = 0; k < hi - lo; k++) {
-                    uint32_t d = __atomic_load_n(&nx[k], __ATOMIC_RELAXED);
+                    uint32_t d = link_at(o, i0 + k);
                     e |= (uint64_t)(d - 1 >= hd) << k, nb |= (uint64_t)(d == 1) << k;
                 }
             }
