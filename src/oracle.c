@@ -411,15 +411,18 @@ static inline size_t next_index(const oracle_impl *o, uint32_t j, uint32_t oc) {
     return ((size_t)(oc >> NEXT_BITS) * o->R + j) << NEXT_BITS | (oc & (NEXT_BLOCK - 1));
 }
 static inline uint32_t link_width(uint64_t R) { return R <= 256 ? 1 : 4; }
-// The next link of occurrence oc of slot j.  With two threads the planner may read a link being
-// stored, from a batch beyond its horizon, which reads as no use there either way; the links it
-// needs were stored before their batch was published (or by itself), so the loads and stores are
-// atomic and relaxed: no other memory is read through a link.
+// The link at index i of the array (link_at), and the next link of occurrence oc of slot j
+// (next_d).  With two threads the planner may read a link being stored, from a batch beyond its
+// horizon, which reads as no use there either way; the links it needs were stored before their
+// batch was published (or by itself), so the loads and stores are atomic and relaxed: no other
+// memory is read through a link.
 static inline uint32_t link_at(const oracle_impl *o, size_t i) {
     return o->lw == 1 ? __atomic_load_n((const uint8_t *)o->nexts + i, __ATOMIC_RELAXED)
                       : __atomic_load_n((const uint32_t *)o->nexts + i, __ATOMIC_RELAXED);
 }
-static inline uint32_t next_d(const oracle_impl *o, uint32_t j, uint32_t oc) { return link_at(o, next_index(o, j, oc)); }
+static inline uint32_t next_d(const oracle_impl *o, uint32_t j, uint32_t oc) {
+    return link_at(o, next_index(o, j, oc));
+}
 // Links occurrence occ to the one d batches later.
 static inline void next_set(oracle_impl *o, uint32_t occ, uint32_t d) {
     const size_t i = next_index(o, occ >> o->pos_bits, occ & o->pos_mask);
