@@ -121,6 +121,17 @@ typedef struct {
     uint32_t n;
 } inbatch;
 
+// The next links' array and what locates a link in it (see next_index), fixed at init.  The hot
+// loops copy it into a local: their stores (one-byte users masks and links, record fields) may alias
+// the oracle's fields, so whatever they read through o is loaded again after each store.
+typedef struct {
+    void *p;                     // every slot's links, in blocks; one mapping, on huge pages
+    size_t row;                  // R NEXT_BLOCK links: one block row (block b of every slot)
+    uint32_t lw;                 // bytes per link: 1 when R <= 256, else 4
+    uint32_t pos_bits, pos_mask; // an occurrence id is its slot << pos_bits | its position (as in o)
+    uint32_t far_lo, far_hi;     // a link of more than W and at most P + W + 1 batches is far (far_push)
+} linkmap;
+
 struct oracle_impl {
     uint32_t T, B, F, W, P, R, threads;
     int links; // ORACLE_LINKS_* (two threads)
@@ -144,9 +155,8 @@ struct oracle_impl {
     int avx2_cols;     // and transpose_avx2 for the slices (F >= 8)
     int key32, users8; // slot entry widths: 4-byte keys (K <= 2^32), 1-byte users masks (T <= 8)
     uint32_t pos_bits, pos_mask;
-    void *nexts;        // every slot's next links, in blocks (next_index); one mapping, on huge pages
+    linkmap lk;         // the next links of every slot
     size_t nexts_bytes;
-    uint32_t lw;        // bytes per next link: 1 when R <= 256, else 4
     uint64_t **far;     // (R) of each linked batch v: its links that reach back more than W batches (far_push)
     uint32_t *far_n, *far_cap;
     uint32_t *far_pos;  // (per batch) far_map's scratch
@@ -407,8 +417,8 @@ static inline int occ_bit(const uint64_t *bits, uint32_t pos) { return (int)(bit
 // of B x F), where slots side by side would each fault in whole huge pages.
 #define NEXT_BITS 10
 #define NEXT_BLOCK (1u << NEXT_BITS)
-static inline size_t next_index(const oracle_impl *o, uint32_t j, uint32_t oc) {
-    return ((size_t)(oc >> NEXT_BITS) * o->R + j) << NEXT_BITS | (oc & (NEXT_BLOCK - 1));
+static inline size_t next_index(const linkmap *l, uint32_t j, uint32_t oc) {
+    return (size_t)(oc >> NEXT_BITS) * l->row + ((size_t)j << NEXT_BITS) + (oc & (NEXT_BLOCK - 1));
 }
 static inline uint32_t link_width(uint64_t R) { return R <= 256 ? 1 : 4; }
 // The link at index i of the array (link_at), and the next link of occurrence oc of slot j
@@ -416,26 +426,24 @@ static inline uint32_t link_width(uint64_t R) { return R <= 256 ? 1 : 4; }
 // horizon, which reads as no use there either way; the links it needs were stored before their
 // batch was published (or by itself), so the loads and stores are atomic and relaxed: no other
 // memory is read through a link.
-static inline uint32_t link_at(const oracle_impl *o, size_t i) {
-    return o->lw == 1 ? __atomic_load_n((const uint8_t *)o->nexts + i, __ATOMIC_RELAXED)
-                      : __atomic_load_n((const uint32_t *)o->nexts + i, __ATOMIC_RELAXED);
+static inline uint32_t link_at(const linkmap *l, size_t i) {
+    return l->lw == 1 ? __atomic_load_n((const uint8_t *)l->p + i, __ATOMIC_RELAXED)
+                      : __atomic_load_n((const uint32_t *)l->p + i, __ATOMIC_RELAXED);
 }
-static inline uint32_t next_d(const oracle_impl *o, uint32_t j, uint32_t oc) {
-    return link_at(o, next_index(o, j, oc));
-}
+static inline uint32_t next_d(const linkmap *l, uint32_t j, uint32_t oc) { return link_at(l, next_index(l, j, oc)); }
 // Links occurrence occ to the one d batches later.
-static inline void next_set(oracle_impl *o, uint32_t occ, uint32_t d) {
-    const size_t i = next_index(o, occ >> o->pos_bits, occ & o->pos_mask);
-    if (o->lw == 1) __atomic_store_n((uint8_t *)o->nexts + i, (uint8_t)d, __ATOMIC_RELAXED);
-    else __atomic_store_n((uint32_t *)o->nexts + i, d, __ATOMIC_RELAXED);
+static inline void next_set(const linkmap *l, uint32_t occ, uint32_t d) {
+    const size_t i = next_index(l, occ >> l->pos_bits, occ & l->pos_mask);
+    if (l->lw == 1) __atomic_store_n((uint8_t *)l->p + i, (uint8_t)d, __ATOMIC_RELAXED);
+    else __atomic_store_n((uint32_t *)l->p + i, d, __ATOMIC_RELAXED);
 }
-static inline void next_prefetch(const oracle_impl *o, uint32_t occ) {
-    __builtin_prefetch((const char *)o->nexts + next_index(o, occ >> o->pos_bits, occ & o->pos_mask) * o->lw, 1);
+static inline void next_prefetch(const linkmap *l, uint32_t occ) {
+    __builtin_prefetch((const char *)l->p + next_index(l, occ >> l->pos_bits, occ & l->pos_mask) * l->lw, 1);
 }
 // Slot j's links [0, n) set to none.
-static void next_clear(oracle_impl *o, uint32_t j, uint32_t n) {
+static void next_clear(const linkmap *l, uint32_t j, uint32_t n) {
     for (uint32_t b = 0; b < n; b += NEXT_BLOCK)
-        memset((char *)o->nexts + next_index(o, j, b) * o->lw, 0, (size_t)BP_MIN(NEXT_BLOCK, n - b) * o->lw);
+        memset((char *)l->p + next_index(l, j, b) * l->lw, 0, (size_t)BP_MIN(NEXT_BLOCK, n - b) * l->lw);
 }
 // Bytes of the blocks of n occurrences a slot in each of R slots.
 static size_t nexts_bytes(uint64_t n, uint64_t R) {
@@ -495,9 +503,9 @@ static void far_push(oracle_impl *o, uint32_t j, uint32_t back, uint32_t oc) {
 // Links the previous occurrence pr, d batches back, to occurrence oc of the batch of slot j being
 // linked (pass 2 or link_batch), with a far-list entry when the link reaches more than W batches
 // back but within the horizon of pr's completion.
-static inline void link_prev(oracle_impl *o, uint32_t j, uint32_t pr, uint32_t oc, uint32_t d) {
-    next_set(o, pr, d);
-    if (d > o->W && d <= o->P + o->W + 1) far_push(o, j, pr, oc);
+static inline void link_prev(oracle_impl *o, const linkmap *l, uint32_t j, uint32_t pr, uint32_t oc, uint32_t d) {
+    next_set(l, pr, d);
+    if (__builtin_expect(d > l->far_lo && d <= l->far_hi, 0)) far_push(o, j, pr, oc);
 }
 // For the completion of batch t = s - 1 (slot jl), at its first private key that comes back: the
 // position of the next occurrence of each occurrence of t whose link reaches more than W batches
@@ -706,7 +714,8 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         }
         phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_DEDUPE);
     }
-    next_clear(o, j, cnt); // no later occurrence yet
+    const linkmap lk = o->lk; // in registers through the loop (see linkmap)
+    next_clear(&lk, j, cnt);  // no later occurrence yet
     if (link) o->far_n[j] = 0;
     // Second pass, in occurrence order with the targets prefetched: record each key's previous
     // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
@@ -724,12 +733,12 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
             uint64_t v2 = prevw[oc + IDX_AHEAD_LINK];
             uint32_t a2 = sact[oc + IDX_AHEAD_LINK];
             if (!(v2 & KM_ACTIVE)) __builtin_prefetch(&act_gate[a2], 1);
-            else if (link) next_prefetch(o, (uint32_t)v2);
+            else if (link) next_prefetch(&lk, (uint32_t)v2);
         }
         uint64_t v = prevw[oc];
         if (v & KM_ACTIVE) {
             const uint32_t pr = (uint32_t)v;
-            if (link) link_prev(o, j, pr, oc, occ_back(pr, j, R, pos_bits));
+            if (link) link_prev(o, &lk, j, pr, oc, occ_back(pr, j, R, pos_bits));
             sprev[oc] = pr;
         } else {
             uint32_t a = sact[oc];
@@ -759,20 +768,21 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
     const uint32_t R = o->R, j = b % R, pos_bits = o->pos_bits;
     slot *sl = &o->slots[j];
     const uint32_t *sprev = sl->prev, n = sl->n, dmax = b - lo, keep = o->P + o->W + 1; // links: b - lu <= dmax
+    const linkmap lk = o->lk;
     miss_acc ma = {0, 0};
     BP_ASSERT(sl->batch == b && lo <= b);
     o->far_n[j] = 0;
     for (uint32_t oc = 0; oc < n; oc++) {
         if (oc + IDX_AHEAD_LINK < n) {
             uint32_t p2 = sprev[oc + IDX_AHEAD_LINK];
-            if (p2 != NIL) next_prefetch(o, p2);
+            if (p2 != NIL) next_prefetch(&lk, p2);
         }
         uint32_t pr = sprev[oc];
         miss_add(sl, &ma, oc, miss_bit(pr, j, R, pos_bits, keep), users_bits(o, slot_users(o, sl, oc)));
         if (pr == NIL) continue;
         const uint32_t d = occ_back(pr, j, R, pos_bits);
         if (d > dmax) continue; // b - lu > dmax: no longer read
-        link_prev(o, j, pr, oc, d);
+        link_prev(o, &lk, j, pr, oc, d);
     }
     miss_end(sl, &ma, n);
 }
@@ -841,9 +851,9 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
     uint32_t *last = (uint32_t *)o->prevw, m = 0; // (m) positions in the slot
     for (uint32_t b = 0; b < sl->n; b += NEXT_BLOCK) { // a block's links are consecutive
         const uint32_t e = BP_MIN(b + NEXT_BLOCK, sl->n);
-        const size_t i0 = next_index(o, j, b) - b;
+        const size_t i0 = next_index(&o->lk, j, b) - b;
         for (uint32_t oc = b; oc < e; oc++) // without a branch: a third of them are last
-            last[m] = oc, m += link_at(o, i0 + oc) == 0;
+            last[m] = oc, m += link_at(&o->lk, i0 + oc) == 0;
     }
     for (uint32_t k = 0; k < m; k++) {
         if (k + RETIRE_AHEAD < m) {
@@ -918,8 +928,8 @@ static void *indexer_thread(void *arg) {
 // Planner
 
 // 1 when occurrence oc of batch u (slot j) has no next use in (u, H].
-static inline int no_use_until(const oracle_impl *o, uint32_t u, uint32_t j, uint32_t oc, uint32_t H) {
-    const uint32_t d = next_d(o, j, oc);
+static inline int no_use_until(const linkmap *l, uint32_t u, uint32_t j, uint32_t oc, uint32_t H) {
+    const uint32_t d = next_d(l, j, oc);
     return d == 0 || u + d > H;
 }
 
@@ -1194,6 +1204,7 @@ static int plan_step(oracle_impl *o) {
     uint64_t *gate = o->act_gate;
     uint64_t shared = o->shared_count;
     oracle_stats st = o->st; // counters kept in registers through the loops
+    const linkmap lk = o->lk;
     o->ph_plan_t = bp_now();
 
     // (a) keys used at s-1: private ones and those with no use in [s, H] are evicted after s-1;
@@ -1238,15 +1249,15 @@ static int plan_step(oracle_impl *o) {
             // In vector registers with one thread (with two, the indexer may be storing links from
             // beyond H into these, which only atomic loads may read).
             if (o->avx2 && o->threads == 1) { // 64 | NEXT_BLOCK: the links are consecutive
-                const outcome64 r = outcome64_avx2((const char *)o->nexts + next_index(o, jl, lo) * o->lw, o->lw, hd);
+                const outcome64 r = outcome64_avx2((const char *)lk.p + next_index(&lk, jl, lo) * lk.lw, lk.lw, hd);
                 e = r.ev, nb = r.now;
                 if (hi - lo < 64) e &= (1ull << (hi - lo)) - 1, nb &= (1ull << (hi - lo)) - 1;
             } else
 #endif
             {
-                const size_t i0 = next_index(o, jl, lo);
+                const size_t i0 = next_index(&lk, jl, lo);
                 for (uint32_t k = 0; k < hi - lo; k++) {
-                    uint32_t d = link_at(o, i0 + k);
+                    uint32_t d = link_at(&lk, i0 + k);
                     e |= (uint64_t)(d - 1 >= hd) << k, nb |= (uint64_t)(d == 1) << k;
                 }
             }
@@ -1259,14 +1270,14 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) { // the keymap word of a key to retire, or its gate
                 uint32_t oc2 = cand[k + AHEAD_GATE];
-                if (retire && next_d(o, jl, oc2) == 0)
+                if (retire && next_d(&lk, jl, oc2) == 0)
                     __builtin_prefetch(&km[slot_key(o, sl, oc2)], 1);
                 else
                     __builtin_prefetch(&gate[sact[oc2]], 1);
             }
             uint32_t oc = cand[k], a = sact[oc];
             uint64_t key = slot_key(o, sl, oc);
-            uint32_t d = next_d(o, jl, oc);
+            uint32_t d = next_d(&lk, jl, oc);
             if (occ_bit(spriv, oc)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(slot_users(o, sl, oc));
                 private_push(o, key, (uint16_t)tr);
@@ -1300,9 +1311,10 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t w = 0; w < nw; w++) {
             uint64_t b = ~(spriv[w] | bnow[w]);
             if (w == nw - 1 && (n & 63)) b &= (1ull << (n & 63)) - 1;
+            const size_t i0 = next_index(&lk, jl, w * 64) - w * 64; // 64 | NEXT_BLOCK: one block
             for (; b; b &= b - 1) {
                 uint32_t oc = w * 64 + (uint32_t)__builtin_ctzll(b);
-                uint32_t d = next_d(o, jl, oc);
+                uint32_t d = link_at(&lk, i0 + oc);
                 if (d - 1 >= hd) { // evicted: its gradient of s-1 is written back after s
                     *later++ = (plan_sync){slot_key(o, sl, oc), s - 1, s};
                     continue;
@@ -1349,7 +1361,7 @@ static int plan_step(oracle_impl *o) {
             // input has ended and the horizon was cut there: nothing comes after it).  The test
             // is on the cut, not on H = N - 1 alone: the step whose horizon is exactly the last
             // batch may run before oracle_finish, and plans must not depend on when it is called.
-            if (nu == 1 && no_use_until(o, u, ju, oc, H) && (H >= u + P || s + P + o->W >= N)) {
+            if (nu == 1 && no_use_until(&lk, u, ju, oc, H) && (H >= u + P || s + P + o->W >= N)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(users);
                 spriv[oc >> 6] |= 1ull << (oc & 63);
                 o->priv_count[tr]++;
@@ -1491,15 +1503,16 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->act_free = big_alloc((size_t)o->act_cap * sizeof *o->act_free);
     o->slots = bp_xcalloc(R, sizeof *o->slots);
     size_t per = (size_t)per_batch;
-    o->nexts_bytes = nexts_bytes(per, R), o->lw = link_width(R);
-    o->nexts = big_alloc(o->nexts_bytes);
+    o->nexts_bytes = nexts_bytes(per, R);
+    o->lk = (linkmap){big_alloc(o->nexts_bytes), (size_t)R << NEXT_BITS, link_width(R), pos_bits, o->pos_mask,
+                      cfg->W, cfg->P + cfg->W + 1};
     o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
 #if BP_SIMD_AVX2
     o->avx2 = simd_on && __builtin_cpu_supports("avx2");
     o->avx2_cols = o->avx2 && cfg->F >= 8;
 #endif
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
-    int oom = !o->act_free || !o->act_gate || !o->nexts;
+    int oom = !o->act_free || !o->act_gate || !o->lk.p;
     for (uint32_t j = 0; j < R && !oom; j++) {
         o->slots[j].key = big_alloc(per * kw);
         o->slots[j].act = big_alloc(per * sizeof(uint32_t));
@@ -1599,7 +1612,7 @@ void oracle_free(oracle *out) {
     free(o->slots);
     big_free(o->act_free, (size_t)o->act_cap * sizeof *o->act_free);
     big_free(o->act_gate, (size_t)o->act_cap * sizeof *o->act_gate);
-    big_free(o->nexts, o->nexts_bytes);
+    big_free(o->lk.p, o->nexts_bytes);
     if (o->km) big_free(o->km, o->km_bytes);
     hmap_free(&o->hm);
     for (uint32_t j = 0; o->bucket && j < o->R; j++) free(o->bucket[j]);
