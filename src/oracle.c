@@ -192,7 +192,7 @@ struct oracle_impl {
     uint32_t *lz_sync;    // (per batch) sync-later index of each occurrence of s-1 kept for later
     uint32_t *cand;       // (per batch) positions of the misses of the batch being fetched for, or of
                           // the evictions of the batch being completed
-    uint64_t *bits_ev, *bits_now; // (per batch / 64 + 1) outcomes of the batch being completed
+    uint64_t *bits_ev, *bits_now, *bits_last; // (per batch / 64 + 1) outcomes of the batch being completed
     uint64_t *lz_tmp;     // (lz_cap) scratch of bucket_fill
     uint32_t lz_cap;
     uint32_t rr_fetch, rr_owner;
@@ -431,15 +431,15 @@ static inline uint32_t link_at(const linkmap *l, size_t i) {
                       : __atomic_load_n((const uint32_t *)l->p + i, __ATOMIC_RELAXED);
 }
 static inline uint32_t next_d(const linkmap *l, uint32_t j, uint32_t oc) { return link_at(l, next_index(l, j, oc)); }
-// Links occurrence occ to the one d batches later.
-static inline void next_set(const linkmap *l, uint32_t occ, uint32_t d) {
-    const size_t i = next_index(l, occ >> l->pos_bits, occ & l->pos_mask);
+// The index of occurrence occ's link; the link at index i set to d, or its line asked for.
+static inline size_t occ_index(const linkmap *l, uint32_t occ) {
+    return next_index(l, occ >> l->pos_bits, occ & l->pos_mask);
+}
+static inline void link_set(const linkmap *l, size_t i, uint32_t d) {
     if (l->lw == 1) __atomic_store_n((uint8_t *)l->p + i, (uint8_t)d, __ATOMIC_RELAXED);
     else __atomic_store_n((uint32_t *)l->p + i, d, __ATOMIC_RELAXED);
 }
-static inline void next_prefetch(const linkmap *l, uint32_t occ) {
-    __builtin_prefetch((const char *)l->p + next_index(l, occ >> l->pos_bits, occ & l->pos_mask) * l->lw, 1);
-}
+static inline void link_prefetch(const linkmap *l, size_t i) { __builtin_prefetch((const char *)l->p + i * l->lw, 1); }
 // Slot j's links [0, n) set to none.
 static void next_clear(const linkmap *l, uint32_t j, uint32_t n) {
     for (uint32_t b = 0; b < n; b += NEXT_BLOCK)
@@ -478,9 +478,9 @@ static inline uint32_t users_bits(const oracle_impl *o, uint64_t users) {
 typedef struct {
     uint64_t word, accesses;
 } miss_acc;
-static inline void miss_add(const slot *sl, miss_acc *m, uint32_t oc, uint64_t miss, uint32_t users) {
+static inline void miss_add(uint64_t *smiss, uint64_t *spriv, miss_acc *m, uint32_t oc, uint64_t miss, uint32_t users) {
     m->word |= miss << (oc & 63), m->accesses += users;
-    if ((oc & 63) == 63) sl->miss[oc >> 6] = m->word, sl->priv[oc >> 6] = 0, m->word = 0;
+    if ((oc & 63) == 63) smiss[oc >> 6] = m->word, spriv[oc >> 6] = 0, m->word = 0;
 }
 static inline void miss_end(slot *sl, const miss_acc *m, uint32_t n) {
     if (n & 63) sl->miss[n >> 6] = m->word, sl->priv[n >> 6] = 0;
@@ -500,11 +500,12 @@ static void far_push(oracle_impl *o, uint32_t j, uint32_t back, uint32_t oc) {
     }
     o->far[j][o->far_n[j]++] = (uint64_t)back << 32 | oc;
 }
-// Links the previous occurrence pr, d batches back, to occurrence oc of the batch of slot j being
-// linked (pass 2 or link_batch), with a far-list entry when the link reaches more than W batches
-// back but within the horizon of pr's completion.
-static inline void link_prev(oracle_impl *o, const linkmap *l, uint32_t j, uint32_t pr, uint32_t oc, uint32_t d) {
-    next_set(l, pr, d);
+// Links the previous occurrence pr (its link at index i), d batches back, to occurrence oc of the
+// batch of slot j being linked (pass 2 or link_batch), with a far-list entry when the link reaches
+// more than W batches back but within the horizon of pr's completion.
+static inline void link_prev(oracle_impl *o, const linkmap *l, uint32_t j, uint32_t pr, uint32_t oc, uint32_t d,
+                             size_t i) {
+    link_set(l, i, d);
     if (__builtin_expect(d > l->far_lo && d <= l->far_hi, 0)) far_push(o, j, pr, oc);
 }
 // For the completion of batch t = s - 1 (slot jl), at its first private key that comes back: the
@@ -578,15 +579,17 @@ __attribute__((target("avx2"))) static uint32_t transpose_avx2(const uint32_t *i
 #endif
 
 // The completion step's outcome bits of 64 next links (plan_step, step (a)): bit k of ev for no
-// use within hd batches (d - 1 >= hd, unsigned: d = 0 wraps), of now for a use in the next (d = 1).
+// use within hd batches (d - 1 >= hd, unsigned: d = 0 wraps), of now for a use in the next (d = 1),
+// of last for no later use linked (d = 0).
 typedef struct {
-    uint64_t ev, now;
+    uint64_t ev, now, last;
 } outcome64;
 
 #if BP_SIMD_AVX2
 // outcome64 of the links at p (lw bytes each), in vector registers.
 __attribute__((target("avx2"))) static outcome64 outcome64_avx2(const void *p, uint32_t lw, uint32_t hd) {
-    outcome64 r = {0, 0};
+    outcome64 r = {0, 0, 0};
+    const __m256i zero = _mm256_setzero_si256();
     if (lw == 1) { // hd < R - 1 <= 255
         const __m256i one = _mm256_set1_epi8(1), h = _mm256_set1_epi8((char)hd);
         for (int k = 0; k < 2; k++) {
@@ -594,6 +597,7 @@ __attribute__((target("avx2"))) static outcome64 outcome64_avx2(const void *p, u
             const __m256i x = _mm256_sub_epi8(d, one);
             r.ev |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(x, h), x)) << 32 * k;
             r.now |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(d, one)) << 32 * k;
+            r.last |= (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(d, zero)) << 32 * k;
         }
     } else {
         const __m256i one = _mm256_set1_epi32(1), h = _mm256_set1_epi32((int)hd);
@@ -603,6 +607,7 @@ __attribute__((target("avx2"))) static outcome64 outcome64_avx2(const void *p, u
             const __m256i e = _mm256_cmpeq_epi32(_mm256_max_epu32(x, h), x), nb = _mm256_cmpeq_epi32(d, one);
             r.ev |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(e)) << 8 * k;
             r.now |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(nb)) << 8 * k;
+            r.last |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(d, zero))) << 8 * k;
         }
     }
     return r;
@@ -690,13 +695,14 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
             const uint32_t *col = cols + (size_t)f * ld;
             const uint64_t base = off[f];
             uint64_t *kmb = flat ? km + base : NULL; // the table's part of the flat keymap
-            for (uint32_t s = 0; s < len; s++) {
+            const uint32_t *ahead = col + IDX_AHEAD_KM; // the padding reads id 0
+            for (size_t s = 0; s < len; s++) {           // (size_t: addresses without extensions)
                 uint32_t id = col[s];
-                if (flat) __builtin_prefetch(&kmb[col[s + IDX_AHEAD_KM]]); // the padding reads id 0
-                else hmap_prefetch(&o->hm, base + col[s + IDX_AHEAD_KM]);
+                if (flat) __builtin_prefetch(&kmb[ahead[s]]);
+                else hmap_prefetch(&o->hm, base + ahead[s]);
                 uint64_t *w = flat ? &kmb[id] : hmap_upsert(&o->hm, base + id);
                 uint64_t v = *w;
-                if ((v & rep_mask) == rep_val) {
+                if (__builtin_expect((v & rep_mask) == rep_val, 1)) { // laid out in line
                     if (u8) susers8[(uint32_t)v & pos_mask] |= (uint8_t)bit; // seen earlier in this batch
                     else susers64[(uint32_t)v & pos_mask] |= bit;
                     continue;
@@ -720,34 +726,36 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     // Second pass, in occurrence order with the targets prefetched: record each key's previous
     // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
     // planner's thread does: link_batch), or fill the new active record.
-    uint64_t *act_gate = o->act_gate;
+    uint64_t *act_gate = o->act_gate, *smiss = sl->miss, *spriv = sl->priv;
     const uint32_t R = o->R, keep = o->P + o->W + 1, pos_bits = o->pos_bits;
     miss_acc ma = {0, 0};
     // A new active record needs only its gate.  Whoever links the batch also writes its miss and
     // private bits (miss_add): an occurrence misses when the step that fetches for this batch
     // cannot find the key resident whatever happens before: new to the window, or last used too
     // far back to have been kept (see "Residency" above; the planner sets the bits of the rarer
-    // misses it causes itself later).
-    for (uint32_t oc = 0; oc < cnt; oc++) {
-        if (oc + IDX_AHEAD_LINK < cnt) {
-            uint64_t v2 = prevw[oc + IDX_AHEAD_LINK];
-            uint32_t a2 = sact[oc + IDX_AHEAD_LINK];
-            if (!(v2 & KM_ACTIVE)) __builtin_prefetch(&act_gate[a2], 1);
-            else if (link) next_prefetch(&lk, (uint32_t)v2);
+    // misses it causes itself later).  Occurrence x's targets are asked for IDX_AHEAD_LINK
+    // occurrences before its stores; the link index computed then waits in li.
+    size_t li[16];
+    _Static_assert(IDX_AHEAD_LINK < 16, "li holds the link indices in flight");
+    for (uint32_t x = 0; x < cnt + IDX_AHEAD_LINK; x++) {
+        if (x < cnt) {
+            const uint64_t v2 = prevw[x];
+            if (!(v2 & KM_ACTIVE)) __builtin_prefetch(&act_gate[sact[x]], 1);
+            else if (link) li[x & 15] = occ_index(&lk, (uint32_t)v2), link_prefetch(&lk, li[x & 15]);
         }
-        uint64_t v = prevw[oc];
+        if (x < IDX_AHEAD_LINK) continue;
+        const uint32_t oc = x - IDX_AHEAD_LINK;
+        const uint64_t v = prevw[oc];
+        uint64_t miss = 1;
         if (v & KM_ACTIVE) {
-            const uint32_t pr = (uint32_t)v;
-            if (link) link_prev(o, &lk, j, pr, oc, occ_back(pr, j, R, pos_bits));
-            sprev[oc] = pr;
+            const uint32_t pr = (uint32_t)v, d = occ_back(pr, j, R, pos_bits);
+            if (link) link_prev(o, &lk, j, pr, oc, d, li[oc & 15]);
+            sprev[oc] = pr, miss = d > keep;
         } else {
-            uint32_t a = sact[oc];
-            act_gate[a] = v;
+            act_gate[sact[oc]] = v;
             sprev[oc] = NIL;
         }
-        if (link)
-            miss_add(sl, &ma, oc, miss_bit(sprev[oc], j, R, pos_bits, keep),
-                     u8 ? pop8[susers8[oc]] : popcount64(susers64[oc]));
+        if (link) miss_add(smiss, spriv, &ma, oc, miss, u8 ? pop8[susers8[oc]] : popcount64(susers64[oc]));
     }
     if (link) miss_end(sl, &ma, cnt);
     sl->n = cnt;
@@ -775,14 +783,14 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
     for (uint32_t oc = 0; oc < n; oc++) {
         if (oc + IDX_AHEAD_LINK < n) {
             uint32_t p2 = sprev[oc + IDX_AHEAD_LINK];
-            if (p2 != NIL) next_prefetch(&lk, p2);
+            if (p2 != NIL) link_prefetch(&lk, occ_index(&lk, p2));
         }
         uint32_t pr = sprev[oc];
-        miss_add(sl, &ma, oc, miss_bit(pr, j, R, pos_bits, keep), users_bits(o, slot_users(o, sl, oc)));
+        miss_add(sl->miss, sl->priv, &ma, oc, miss_bit(pr, j, R, pos_bits, keep), users_bits(o, slot_users(o, sl, oc)));
         if (pr == NIL) continue;
         const uint32_t d = occ_back(pr, j, R, pos_bits);
         if (d > dmax) continue; // b - lu > dmax: no longer read
-        link_prev(o, &lk, j, pr, oc, d);
+        link_prev(o, &lk, j, pr, oc, d, occ_index(&lk, pr));
     }
     miss_end(sl, &ma, n);
 }
@@ -1241,16 +1249,16 @@ static int plan_step(oracle_impl *o) {
         // With next link d (v = s - 1 + d), "no use in [s, H]" is d - 1 >= H - (s - 1) in unsigned
         // arithmetic (d = 0, none, wraps), and "used at s" is d = 1.
         const uint32_t nw = (n + 63) / 64, hd = H - (s - 1), R = o->R;
-        uint64_t *bev = o->bits_ev, *bnow = o->bits_now;
+        uint64_t *bev = o->bits_ev, *bnow = o->bits_now, *blast = o->bits_last;
         for (uint32_t w = 0; w < nw; w++) {
             uint32_t lo = w * 64, hi = lo + 64 < n ? lo + 64 : n;
-            uint64_t e = 0, nb = 0;
+            uint64_t e = 0, nb = 0, la = 0;
 #if BP_SIMD_AVX2
             // In vector registers with one thread (with two, the indexer may be storing links from
             // beyond H into these, which only atomic loads may read).
             if (o->avx2 && o->threads == 1) { // 64 | NEXT_BLOCK: the links are consecutive
                 const outcome64 r = outcome64_avx2((const char *)lk.p + next_index(&lk, jl, lo) * lk.lw, lk.lw, hd);
-                e = r.ev, nb = r.now;
+                e = r.ev, nb = r.now, la = r.last;
                 if (hi - lo < 64) e &= (1ull << (hi - lo)) - 1, nb &= (1ull << (hi - lo)) - 1;
             } else
 #endif
@@ -1258,10 +1266,10 @@ static int plan_step(oracle_impl *o) {
                 const size_t i0 = next_index(&lk, jl, lo);
                 for (uint32_t k = 0; k < hi - lo; k++) {
                     uint32_t d = link_at(&lk, i0 + k);
-                    e |= (uint64_t)(d - 1 >= hd) << k, nb |= (uint64_t)(d == 1) << k;
+                    e |= (uint64_t)(d - 1 >= hd) << k, nb |= (uint64_t)(d == 1) << k, la |= (uint64_t)(d == 0) << k;
                 }
             }
-            bev[w] = e | spriv[w], bnow[w] = nb & ~spriv[w];
+            bev[w] = e | spriv[w], bnow[w] = nb & ~spriv[w], blast[w] = la;
         }
         uint32_t *cand = o->cand, m = 0;
         for (uint32_t w = 0; w < nw; w++)
@@ -1270,25 +1278,26 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) { // the keymap word of a key to retire, or its gate
                 uint32_t oc2 = cand[k + AHEAD_GATE];
-                if (retire && next_d(&lk, jl, oc2) == 0)
+                if (retire && occ_bit(blast, oc2))
                     __builtin_prefetch(&km[slot_key(o, sl, oc2)], 1);
                 else
                     __builtin_prefetch(&gate[sact[oc2]], 1);
             }
             uint32_t oc = cand[k], a = sact[oc];
             uint64_t key = slot_key(o, sl, oc);
-            uint32_t d = next_d(&lk, jl, oc);
+            const int last = occ_bit(blast, oc); // no later use: d = 0
             if (occ_bit(spriv, oc)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(slot_users(o, sl, oc));
                 private_push(o, key, (uint16_t)tr);
                 *ev++ = (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE};
                 o->priv_count[tr]--;
-                if (retire && d == 0) {
+                if (retire && last) {
                     retire_key(o, &km[key], a, gate_of(tr, s - 1));
                 } else {
                     gate[a] = gate_of(tr, s - 1);
                     // A next use within the horizon would read the key as kept: tell it (rare: a
                     // private fetch saw no use within W batches, so the link is in a far list).
+                    const uint32_t d = last ? 0 : next_d(&lk, jl, oc);
                     if (d && d <= hd) {
                         const uint32_t jv = jl + d < R ? jl + d : jl + d - R;
                         BP_ASSERT(d > o->W); // private: no use within W batches
@@ -1300,7 +1309,7 @@ static int plan_step(oracle_impl *o) {
             } else {
                 uint32_t owner = rr_next(&o->rr_owner, T);
                 *ev++ = (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT};
-                if (retire && d == 0) retire_key(o, &km[key], a, gate_of(owner, s - 1));
+                if (retire && last) retire_key(o, &km[key], a, gate_of(owner, s - 1));
                 else gate[a] = gate_of(owner, s - 1);
                 shared--;
             }
@@ -1547,7 +1556,8 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->far_pos = big_alloc(per * sizeof *o->far_pos);
     o->bits_ev = big_alloc((per / 64 + 1) * sizeof *o->bits_ev);
     o->bits_now = big_alloc((per / 64 + 1) * sizeof *o->bits_now);
-    if (!o->prevw || !o->lz_sync || !o->cand || !o->far_pos || !o->bits_ev || !o->bits_now) {
+    o->bits_last = big_alloc((per / 64 + 1) * sizeof *o->bits_last);
+    if (!o->prevw || !o->lz_sync || !o->cand || !o->far_pos || !o->bits_ev || !o->bits_now || !o->bits_last) {
         oracle_free(out);
         return bp_fail(BP_ENOMEM, "oracle: cannot map %zu bytes",
                        per * (sizeof *o->prevw + sizeof *o->lz_sync + sizeof *o->cand + sizeof *o->far_pos));
@@ -1628,6 +1638,7 @@ void oracle_free(oracle *out) {
     big_free(o->far_pos, per * sizeof *o->far_pos);
     big_free(o->bits_ev, (per / 64 + 1) * sizeof *o->bits_ev);
     big_free(o->bits_now, (per / 64 + 1) * sizeof *o->bits_now);
+    big_free(o->bits_last, (per / 64 + 1) * sizeof *o->bits_last);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
     free(o->offset), free(o->card), free(o->cols), free(o->card32);
     big_free(o->prevw, per * sizeof *o->prevw);
