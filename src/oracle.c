@@ -389,12 +389,19 @@ static const uint8_t pop8[256] = {
 #undef P6
 };
 
-// Slot entry accessors (the widths are fixed at init, so the branches are always predicted).
+// Slot entry accessors (the widths are fixed at init, so the branches are always predicted):
+// key_at and users_at for the loops that keep the arrays and widths in locals (see linkmap).
+static inline uint64_t key_at(const void *keys, int key32, uint32_t oc) {
+    return key32 ? ((const uint32_t *)keys)[oc] : ((const uint64_t *)keys)[oc];
+}
+static inline uint64_t users_at(const void *users, int users8, uint32_t oc) {
+    return users8 ? ((const uint8_t *)users)[oc] : ((const uint64_t *)users)[oc];
+}
 static inline uint64_t slot_key(const oracle_impl *o, const slot *sl, uint32_t oc) {
-    return o->key32 ? ((const uint32_t *)sl->key)[oc] : ((const uint64_t *)sl->key)[oc];
+    return key_at(sl->key, o->key32, oc);
 }
 static inline uint64_t slot_users(const oracle_impl *o, const slot *sl, uint32_t oc) {
-    return o->users8 ? ((const uint8_t *)sl->users)[oc] : ((const uint64_t *)sl->users)[oc];
+    return users_at(sl->users, o->users8, oc);
 }
 
 // Marks the occurrence at pos of sl as a miss when its batch is fetched for: its previous occurrence
@@ -1224,6 +1231,8 @@ static int plan_step(oracle_impl *o) {
         slot *slots = o->slots;
         const uint32_t jl = (s - 1) % o->R, *sact = sl->act, n = sl->n;
         const uint64_t *spriv = sl->priv;
+        const void *skeys = sl->key, *susers = sl->users;
+        const int k32 = o->key32, u8 = o->users8;
         uint32_t *lz_sync = o->lz_sync;
         // The lists are appended to through local cursors (room for every occurrence reserved
         // first): through the record's own counters, each append would reload and store them.
@@ -1279,15 +1288,15 @@ static int plan_step(oracle_impl *o) {
             if (k + AHEAD_GATE < m) { // the keymap word of a key to retire, or its gate
                 uint32_t oc2 = cand[k + AHEAD_GATE];
                 if (retire && occ_bit(blast, oc2))
-                    __builtin_prefetch(&km[slot_key(o, sl, oc2)], 1);
+                    __builtin_prefetch(&km[key_at(skeys, k32, oc2)], 1);
                 else
                     __builtin_prefetch(&gate[sact[oc2]], 1);
             }
             uint32_t oc = cand[k], a = sact[oc];
-            uint64_t key = slot_key(o, sl, oc);
+            uint64_t key = key_at(skeys, k32, oc);
             const int last = occ_bit(blast, oc); // no later use: d = 0
             if (occ_bit(spriv, oc)) {
-                uint32_t tr = (uint32_t)__builtin_ctzll(slot_users(o, sl, oc));
+                uint32_t tr = (uint32_t)__builtin_ctzll(users_at(susers, u8, oc));
                 private_push(o, key, (uint16_t)tr);
                 *ev++ = (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE};
                 o->priv_count[tr]--;
@@ -1316,7 +1325,7 @@ static int plan_step(oracle_impl *o) {
         }
         st.evictions += m;
         for (uint32_t w = 0; w < nw; w++)
-            for (uint64_t b = bnow[w]; b; b &= b - 1) *now++ = slot_key(o, sl, w * 64 + (uint32_t)__builtin_ctzll(b));
+            for (uint64_t b = bnow[w]; b; b &= b - 1) *now++ = key_at(skeys, k32, w * 64 + (uint32_t)__builtin_ctzll(b));
         for (uint32_t w = 0; w < nw; w++) {
             uint64_t b = ~(spriv[w] | bnow[w]);
             if (w == nw - 1 && (n & 63)) b &= (1ull << (n & 63)) - 1;
@@ -1325,12 +1334,12 @@ static int plan_step(oracle_impl *o) {
                 uint32_t oc = w * 64 + (uint32_t)__builtin_ctzll(b);
                 uint32_t d = link_at(&lk, i0 + oc);
                 if (d - 1 >= hd) { // evicted: its gradient of s-1 is written back after s
-                    *later++ = (plan_sync){slot_key(o, sl, oc), s - 1, s};
+                    *later++ = (plan_sync){key_at(skeys, k32, oc), s - 1, s};
                     continue;
                 }
                 uint32_t v = s - 1 + d;
                 if (v > s + P) lz_sync[oc] = (uint32_t)(later - later0); // for bucket_fill at this step
-                *later++ = (plan_sync){slot_key(o, sl, oc), s - 1, v - 1};
+                *later++ = (plan_sync){key_at(skeys, k32, oc), s - 1, v - 1};
             }
         }
         st.sync_now += (uint64_t)(now - (prev->sync_now + prev->n_sync_now));
@@ -1349,6 +1358,8 @@ static int plan_step(oracle_impl *o) {
         const uint32_t *sact = su->act, n = su->n;
         const uint64_t *smiss = su->miss;
         uint64_t *spriv = su->priv;
+        const void *skeys = su->key, *susers = su->users;
+        const int k32 = o->key32, u8 = o->users8;
         // The misses, in occurrence order, from the slot's miss bits: every other occurrence is a
         // hit (see "Residency" above), so only these are visited.
         uint32_t *cand = o->cand, m = 0;
@@ -1360,11 +1371,11 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) __builtin_prefetch(&gate[sact[cand[k + AHEAD_GATE]]], 1);
             uint32_t oc = cand[k], a = sact[oc];
-            uint64_t users = slot_users(o, su, oc);
+            uint64_t users = users_at(susers, u8, oc);
             uint32_t nu = users_bits(o, users);
             miss_users += nu;
             uint64_t g = gate[a];
-            plan_fetch f = {slot_key(o, su, oc), u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
+            plan_fetch f = {key_at(skeys, k32, oc), u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
             // Private needs the window to show that no fetch decision for u+1..u+P can see the
             // key resident: no use in (u, H] with H >= u + P, or with H the last batch (the
             // input has ended and the horizon was cut there: nothing comes after it).  The test
