@@ -202,6 +202,7 @@ struct oracle_impl {
     uint32_t pv_n, pv_cap;
     uint32_t *pv_cursor;  // (T) scratch for grouping private keys by trainer
     plan_sync *sync_tmp;  // (sync_cap) scratch for putting sync-later entries in group order
+    uint32_t *sync_bk;    // (sync_cap) and each entry's group
     uint32_t sync_cap;
     uint32_t *sync_cnt;   // (2 (P + W + 2)) counting-sort buckets
     oracle_stats st;
@@ -1149,8 +1150,9 @@ static void sort_sync(oracle_impl *o, plan *r, uint32_t t) {
     if (r->cap_sync_later > o->sync_cap) {
         o->sync_cap = r->cap_sync_later;
         o->sync_tmp = bp_xrealloc(o->sync_tmp, (size_t)o->sync_cap * sizeof *o->sync_tmp);
+        o->sync_bk = bp_xrealloc(o->sync_bk, (size_t)o->sync_cap * sizeof *o->sync_bk);
     }
-    uint32_t *cnt = o->sync_cnt; // locals: stores into the lists could alias o's fields
+    uint32_t *cnt = o->sync_cnt, *bk = o->sync_bk; // locals: stores into the lists could alias o's fields
     plan_sync *out = o->sync_tmp;
     memset(cnt, 0, (nb + 1) * sizeof *cnt);
     const plan_sync *e = r->sync_later;
@@ -1158,7 +1160,7 @@ static void sort_sync(oracle_impl *o, plan *r, uint32_t t) {
     for (uint32_t i = 0; i < n; i++) {
         uint32_t b = SYNC_BUCKET(e[i]);
         BP_ASSERT(b < nb);
-        cnt[b + 1]++;
+        cnt[b + 1]++, bk[i] = b;
     }
     for (uint32_t b = 0; b < nb; b++) cnt[b + 1] += cnt[b];
     // The scratch list was last written batches ago, so its lines are cold, and the stores go to
@@ -1168,7 +1170,7 @@ static void sort_sync(oracle_impl *o, plan *r, uint32_t t) {
         if (cnt[b + 1] > cnt[b])
             __builtin_prefetch(&out[cnt[b]], 1), __builtin_prefetch(&out[BP_MIN(cnt[b] + 4, n - 1)], 1);
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t c = cnt[SYNC_BUCKET(e[i])]++;
+        uint32_t c = cnt[bk[i]]++;
         out[c] = e[i];
         __builtin_prefetch(&out[BP_MIN(c + 8, n - 1)], 1);
     }
@@ -1650,7 +1652,7 @@ void oracle_free(oracle *out) {
     big_free(o->bits_ev, (per / 64 + 1) * sizeof *o->bits_ev);
     big_free(o->bits_now, (per / 64 + 1) * sizeof *o->bits_now);
     big_free(o->bits_last, (per / 64 + 1) * sizeof *o->bits_last);
-    free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
+    free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_bk), free(o->sync_cnt);
     free(o->offset), free(o->card), free(o->cols), free(o->card32);
     big_free(o->prevw, per * sizeof *o->prevw);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);
@@ -1808,7 +1810,7 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     // The planner's two records and its scratch for private keys and sorted sync-later lists, and
     // the input copies of the two-thread queue.
     mem += plan_list_bytes(&o->rec[0]) + plan_list_bytes(&o->rec[1]);
-    mem += (uint64_t)o->pv_cap * (sizeof *o->pv_key + sizeof *o->pv_tr) + (uint64_t)o->sync_cap * sizeof(plan_sync);
+    mem += (uint64_t)o->pv_cap * (sizeof *o->pv_key + sizeof *o->pv_tr) + (uint64_t)o->sync_cap * (sizeof(plan_sync) + sizeof(uint32_t));
     if (o->threads == 2 && !o->borrow) mem += (uint64_t)INQ * o->B * o->F * sizeof(uint32_t);
     st->active_peak = o->pub_acts;
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
@@ -1870,7 +1872,7 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     mem += R * (GRP_CAP(unique) * sizeof(uint64_t) + (BP_MIN(GRP_SPAN_MAX, R) + 3) * sizeof(uint32_t)); // groups
     uint64_t lists = 1024; // the lists and the scratch double up to a batch's unique keys (and pv from 1024)
     while (lists < unique) lists *= 2;
-    mem += lists * (2 * PLAN_BYTES_PER_KEY + sizeof(uint64_t) + sizeof(uint16_t) + sizeof(plan_sync));
+    mem += lists * (2 * PLAN_BYTES_PER_KEY + sizeof(uint64_t) + sizeof(uint16_t) + sizeof(plan_sync) + sizeof(uint32_t));
     if (cfg->threads == 2 && !cfg->borrow_input) mem += (uint64_t)INQ * per_batch * sizeof(uint32_t);
     return mem;
 }
