@@ -480,20 +480,7 @@ static inline uint32_t users_bits(const oracle_impl *o, uint64_t users) {
     return o->users8 ? pop8[users] : popcount64(users);
 }
 
-// A batch's miss bits, written a word at a time in occurrence order with its private bits cleared
-// (whoever links the batch writes them), and its (key, trainer) pairs counted for the hit rate:
-// miss_add for each occurrence, then miss_end.
-typedef struct {
-    uint64_t word, accesses;
-} miss_acc;
-static inline void miss_add(uint64_t *smiss, uint64_t *spriv, miss_acc *m, uint32_t oc, uint64_t miss, uint32_t users) {
-    m->word |= miss << (oc & 63), m->accesses += users;
-    if ((oc & 63) == 63) smiss[oc >> 6] = m->word, spriv[oc >> 6] = 0, m->word = 0;
-}
-static inline void miss_end(slot *sl, const miss_acc *m, uint32_t n) {
-    if (n & 63) sl->miss[n >> 6] = m->word, sl->priv[n >> 6] = 0;
-    sl->accesses = m->accesses;
-}
+static void slot_misses(const oracle_impl *o, slot *sl, uint32_t j, uint32_t n);
 
 // A link of batch v (slot j) that reaches back more than W batches, to the occurrence `back` at
 // distance d: if that occurrence is fetched private (no use in the W batches after it) and d <=
@@ -621,6 +608,13 @@ __attribute__((target("avx2"))) static outcome64 outcome64_avx2(const void *p, u
     return r;
 }
 
+// occ_back of 8 back links p (not NIL) from slot j (vj), with R (vr) and pos_bits (sh).
+__attribute__((target("avx2"))) static inline __m256i occ_back_avx2(__m256i p, __m256i vj, __m256i vr, __m128i sh) {
+    const __m256i k = _mm256_srl_epi32(p, sh);
+    const __m256i d = _mm256_sub_epi32(vj, k); // slot numbers < 2^31: signed compares are exact
+    return _mm256_add_epi32(d, _mm256_and_si256(_mm256_cmpgt_epi32(k, vj), vr));
+}
+
 // back_in_range for the links [0, n / 8 * 8), 8 at a time; back_in_range does the rest.
 __attribute__((target("avx2"))) static uint32_t back_in_range_avx2(const uint32_t *prev, uint32_t n, uint32_t j,
                                                                   uint32_t R, uint32_t pos_bits, uint32_t lo,
@@ -630,9 +624,7 @@ __attribute__((target("avx2"))) static uint32_t back_in_range_avx2(const uint32_
     const __m128i sh = _mm_cvtsi32_si128((int)pos_bits);
     uint32_t m = 0, i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256i p = _mm256_loadu_si256((const __m256i *)(prev + i)), k = _mm256_srl_epi32(p, sh);
-        __m256i d = _mm256_sub_epi32(vj, k); // slot numbers < 2^31: signed compares are exact
-        d = _mm256_add_epi32(d, _mm256_and_si256(_mm256_cmpgt_epi32(k, vj), vr));
+        const __m256i p = _mm256_loadu_si256((const __m256i *)(prev + i)), d = occ_back_avx2(p, vj, vr, sh);
         const __m256i x = _mm256_sub_epi32(d, vlo), in = _mm256_cmpeq_epi32(_mm256_max_epu32(x, span), span);
         const __m256i ok = _mm256_andnot_si256(_mm256_cmpeq_epi32(p, nil), in);
         uint32_t mask = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(ok));
@@ -640,7 +632,69 @@ __attribute__((target("avx2"))) static uint32_t back_in_range_avx2(const uint32_
     }
     return m;
 }
+
+// slot_misses for the words [0, nw) of the miss bits (64 back links each), in vector registers.
+__attribute__((target("avx2"))) static void misses_avx2(const uint32_t *prev, uint32_t nw, uint32_t j, uint32_t R,
+                                                        uint32_t pos_bits, uint32_t keep, uint64_t *miss) {
+    const __m256i vj = _mm256_set1_epi32((int)j), vr = _mm256_set1_epi32((int)R), nil = _mm256_set1_epi32(-1);
+    const __m256i vk = _mm256_set1_epi32((int)keep);
+    const __m128i sh = _mm_cvtsi32_si128((int)pos_bits);
+    for (uint32_t w = 0; w < nw; w++) {
+        uint64_t word = 0;
+        for (uint32_t q = 0; q < 8; q++) {
+            const __m256i p = _mm256_loadu_si256((const __m256i *)(prev + 64 * w + 8 * q));
+            const __m256i far = _mm256_cmpgt_epi32(occ_back_avx2(p, vj, vr, sh), vk); // d < R: signed is exact
+            const __m256i m = _mm256_or_si256(_mm256_cmpeq_epi32(p, nil), far);
+            word |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(m)) << 8 * q;
+        }
+        miss[w] = word;
+    }
+}
+
+// The bits set in the one-byte users masks [0, n / 32 * 32), 32 at a time (a nibble table, then
+// sums of eight bytes).
+__attribute__((target("avx2"))) static uint64_t users_count_avx2(const uint8_t *users, uint32_t n) {
+    const __m256i lut = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2,
+                                         2, 3, 2, 3, 3, 4);
+    const __m256i low = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
+    __m256i sum = zero;
+    for (uint32_t i = 0; i + 32 <= n; i += 32) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(users + i));
+        const __m256i c = _mm256_add_epi8(_mm256_shuffle_epi8(lut, _mm256_and_si256(x, low)),
+                                          _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(x, 4), low)));
+        sum = _mm256_add_epi64(sum, _mm256_sad_epu8(c, zero));
+    }
+    uint64_t s4[4];
+    _mm256_storeu_si256((__m256i *)s4, sum);
+    return s4[0] + s4[1] + s4[2] + s4[3];
+}
 #endif
+
+// The miss bits of a batch of n occurrences (slot j), from its back links, with its private bits
+// cleared, and its (key, trainer) pairs counted for the hit rate.  Whoever links the batch writes
+// them.  An occurrence misses when the step that fetches for its batch cannot find the key
+// resident whatever happens before: new to the window, or last used more than keep = P + W + 1
+// batches back, too far to have been kept (see "Residency" above; the planner sets the bits of the
+// rarer misses it causes itself later).
+static void slot_misses(const oracle_impl *o, slot *sl, uint32_t j, uint32_t n) {
+    const uint32_t R = o->R, pos_bits = o->pos_bits, keep = o->P + o->W + 1, *prev = sl->prev, nw = (n + 63) / 64;
+    uint32_t w = 0, i = 0;
+    uint64_t acc = 0;
+#if BP_SIMD_AVX2
+    if (o->avx2) {
+        w = n / 64, misses_avx2(prev, w, j, R, pos_bits, keep, sl->miss);
+        if (o->users8) i = n / 32 * 32, acc = users_count_avx2(sl->users, i);
+    }
+#endif
+    for (; w < nw; w++) {
+        uint64_t word = 0;
+        for (uint32_t k = 0; k < 64 && 64 * w + k < n; k++) word |= miss_bit(prev[64 * w + k], j, R, pos_bits, keep) << k;
+        sl->miss[w] = word;
+    }
+    memset(sl->priv, 0, nw * sizeof *sl->priv);
+    for (; i < n; i++) acc += users_bits(o, slot_users(o, sl, i));
+    sl->accesses = acc;
+}
 
 static uint32_t back_in_range(const uint32_t *prev, uint32_t n, uint32_t j, uint32_t R, uint32_t pos_bits, uint32_t lo,
                               uint32_t hi, uint32_t *out, int avx2) {
@@ -734,14 +788,10 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     // Second pass, in occurrence order with the targets prefetched: record each key's previous
     // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
     // planner's thread does: link_batch), or fill the new active record.
-    uint64_t *act_gate = o->act_gate, *smiss = sl->miss, *spriv = sl->priv;
-    const uint32_t R = o->R, keep = o->P + o->W + 1, pos_bits = o->pos_bits;
-    miss_acc ma = {0, 0};
-    // A new active record needs only its gate.  Whoever links the batch also writes its miss and
-    // private bits (miss_add): an occurrence misses when the step that fetches for this batch
-    // cannot find the key resident whatever happens before: new to the window, or last used too
-    // far back to have been kept (see "Residency" above; the planner sets the bits of the rarer
-    // misses it causes itself later).  Occurrence x's targets are asked for IDX_AHEAD_LINK
+    uint64_t *act_gate = o->act_gate;
+    const uint32_t R = o->R, pos_bits = o->pos_bits;
+    // A new active record needs only its gate.  Whoever links the batch also writes its miss bits
+    // (slot_misses, after the back links).  Occurrence x's targets are asked for IDX_AHEAD_LINK
     // occurrences before its stores; the link index computed then waits in li.
     size_t li[16];
     _Static_assert(IDX_AHEAD_LINK < 16, "li holds the link indices in flight");
@@ -754,18 +804,16 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         if (x < IDX_AHEAD_LINK) continue;
         const uint32_t oc = x - IDX_AHEAD_LINK;
         const uint64_t v = prevw[oc];
-        uint64_t miss = 1;
         if (v & KM_ACTIVE) {
-            const uint32_t pr = (uint32_t)v, d = occ_back(pr, j, R, pos_bits);
-            if (link) link_prev(o, &lk, j, pr, oc, d, li[oc & 15]);
-            sprev[oc] = pr, miss = d > keep;
+            const uint32_t pr = (uint32_t)v;
+            if (link) link_prev(o, &lk, j, pr, oc, occ_back(pr, j, R, pos_bits), li[oc & 15]);
+            sprev[oc] = pr;
         } else {
             act_gate[sact[oc]] = v;
             sprev[oc] = NIL;
         }
-        if (link) miss_add(smiss, spriv, &ma, oc, miss, u8 ? pop8[susers8[oc]] : popcount64(susers64[oc]));
     }
-    if (link) miss_end(sl, &ma, cnt);
+    if (link) slot_misses(o, sl, j, cnt);
     sl->n = cnt;
     if (cnt > o->occ_hw) o->occ_hw = cnt;
     phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_BACKLINK);
@@ -783,9 +831,8 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
 static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
     const uint32_t R = o->R, j = b % R, pos_bits = o->pos_bits;
     slot *sl = &o->slots[j];
-    const uint32_t *sprev = sl->prev, n = sl->n, dmax = b - lo, keep = o->P + o->W + 1; // links: b - lu <= dmax
+    const uint32_t *sprev = sl->prev, n = sl->n, dmax = b - lo; // links: b - lu <= dmax
     const linkmap lk = o->lk;
-    miss_acc ma = {0, 0};
     BP_ASSERT(sl->batch == b && lo <= b);
     o->far_n[j] = 0;
     for (uint32_t oc = 0; oc < n; oc++) {
@@ -794,13 +841,12 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
             if (p2 != NIL) link_prefetch(&lk, occ_index(&lk, p2));
         }
         uint32_t pr = sprev[oc];
-        miss_add(sl->miss, sl->priv, &ma, oc, miss_bit(pr, j, R, pos_bits, keep), users_bits(o, slot_users(o, sl, oc)));
         if (pr == NIL) continue;
         const uint32_t d = occ_back(pr, j, R, pos_bits);
         if (d > dmax) continue; // b - lu > dmax: no longer read
         link_prev(o, &lk, j, pr, oc, d, occ_index(&lk, pr));
     }
-    miss_end(sl, &ma, n);
+    slot_misses(o, sl, j, n);
 }
 
 // Links batch n_linked (link_batch, into the batches from step - 1 on), or counts it where the
