@@ -710,6 +710,51 @@ static uint32_t back_in_range(const uint32_t *prev, uint32_t n, uint32_t j, uint
     return m;
 }
 
+// The second pass of index_batch over the n occurrences of the batch in slot j, in occurrence order
+// with the targets prefetched: records each key's previous occurrence (the back link) and, if
+// `link`, links that occurrence to the new one (else the planner's thread does: link_batch), or
+// fills the new active record, which needs only its gate.  Whoever links the batch also writes its
+// miss bits (slot_misses).  Occurrence x's targets are asked for IDX_AHEAD_LINK occurrences before
+// its stores; the link index computed then waits in li.  Not inlined into index_batch_impl, whose
+// many live values would crowd its registers; `link` and the link width lw are constants at each
+// call site (back_links), so that the loop holds neither in a register.
+static inline __attribute__((always_inline)) void back_links_impl(oracle_impl *o, slot *sl, uint32_t j, uint32_t n,
+                                                                  const int link, const uint32_t lw) {
+    linkmap lk = o->lk; // in registers through the loop (see linkmap)
+    lk.lw = lw;
+    const uint64_t *prevw = o->prevw;
+    const uint32_t R = o->R, pos_bits = o->pos_bits, *sact = sl->act;
+    uint64_t *act_gate = o->act_gate;
+    uint32_t *sprev = sl->prev;
+    next_clear(&lk, j, n); // no later occurrence yet
+    if (link) o->far_n[j] = 0;
+    size_t li[16];
+    _Static_assert(IDX_AHEAD_LINK < 16, "li holds the link indices in flight");
+    for (uint32_t x = 0; x < n + IDX_AHEAD_LINK; x++) {
+        if (x < n) {
+            const uint64_t v2 = prevw[x];
+            if (!(v2 & KM_ACTIVE)) __builtin_prefetch(&act_gate[sact[x]], 1);
+            else if (link) li[x & 15] = occ_index(&lk, (uint32_t)v2), link_prefetch(&lk, li[x & 15]);
+        }
+        if (x < IDX_AHEAD_LINK) continue;
+        const uint32_t oc = x - IDX_AHEAD_LINK;
+        const uint64_t v = prevw[oc];
+        if (v & KM_ACTIVE) {
+            const uint32_t pr = (uint32_t)v;
+            if (link) link_prev(o, &lk, j, pr, oc, occ_back(pr, j, R, pos_bits), li[oc & 15]);
+            sprev[oc] = pr;
+        } else {
+            act_gate[sact[oc]] = v;
+            sprev[oc] = NIL;
+        }
+    }
+    if (link) slot_misses(o, sl, j, n);
+}
+static __attribute__((noinline)) void back_links(oracle_impl *o, slot *sl, uint32_t j, uint32_t n, int link) {
+    if (o->lk.lw == 1) link ? back_links_impl(o, sl, j, n, 1, 1) : back_links_impl(o, sl, j, n, 0, 1);
+    else link ? back_links_impl(o, sl, j, n, 1, 4) : back_links_impl(o, sl, j, n, 0, 4);
+}
+
 // Indexes batch number n_indexed (ids: (n, F)) into its slot.  The slot must be free.  `flat`,
 // `k32` and `u8` (keymap kind, slot entry widths) are constants at each call site, so their tests
 // leave the inner loop.
@@ -725,7 +770,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     uint64_t *skey64 = sl->key;
     uint8_t *susers8 = sl->users;
     uint64_t *susers64 = sl->users;
-    uint32_t *sact = sl->act, *sprev = sl->prev, *cols = o->cols;
+    uint32_t *sact = sl->act, *cols = o->cols;
     uint64_t *prevw = o->prevw;
     const uint32_t *maxid = o->card32;
     sl->batch = bnum, sl->samples = n, sl->n = 0, sl->linked = link;
@@ -782,38 +827,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         }
         phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_DEDUPE);
     }
-    const linkmap lk = o->lk; // in registers through the loop (see linkmap)
-    next_clear(&lk, j, cnt);  // no later occurrence yet
-    if (link) o->far_n[j] = 0;
-    // Second pass, in occurrence order with the targets prefetched: record each key's previous
-    // occurrence (the back link) and, if `link`, link that occurrence to the new one (else the
-    // planner's thread does: link_batch), or fill the new active record.
-    uint64_t *act_gate = o->act_gate;
-    const uint32_t R = o->R, pos_bits = o->pos_bits;
-    // A new active record needs only its gate.  Whoever links the batch also writes its miss bits
-    // (slot_misses, after the back links).  Occurrence x's targets are asked for IDX_AHEAD_LINK
-    // occurrences before its stores; the link index computed then waits in li.
-    size_t li[16];
-    _Static_assert(IDX_AHEAD_LINK < 16, "li holds the link indices in flight");
-    for (uint32_t x = 0; x < cnt + IDX_AHEAD_LINK; x++) {
-        if (x < cnt) {
-            const uint64_t v2 = prevw[x];
-            if (!(v2 & KM_ACTIVE)) __builtin_prefetch(&act_gate[sact[x]], 1);
-            else if (link) li[x & 15] = occ_index(&lk, (uint32_t)v2), link_prefetch(&lk, li[x & 15]);
-        }
-        if (x < IDX_AHEAD_LINK) continue;
-        const uint32_t oc = x - IDX_AHEAD_LINK;
-        const uint64_t v = prevw[oc];
-        if (v & KM_ACTIVE) {
-            const uint32_t pr = (uint32_t)v;
-            if (link) link_prev(o, &lk, j, pr, oc, occ_back(pr, j, R, pos_bits), li[oc & 15]);
-            sprev[oc] = pr;
-        } else {
-            act_gate[sact[oc]] = v;
-            sprev[oc] = NIL;
-        }
-    }
-    if (link) slot_misses(o, sl, j, cnt);
+    back_links(o, sl, j, cnt, link);
     sl->n = cnt;
     if (cnt > o->occ_hw) o->occ_hw = cnt;
     phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_BACKLINK);
