@@ -716,40 +716,47 @@ static uint32_t back_in_range(const uint32_t *prev, uint32_t n, uint32_t j, uint
 // with the targets prefetched: records each key's previous occurrence (the back link) and, if
 // `link`, links that occurrence to the new one (else the planner's thread does: link_batch), or
 // fills the new active record, which needs only its gate.  Whoever links the batch also writes its
-// miss bits (slot_misses).  Occurrence x's targets are asked for IDX_AHEAD_LINK occurrences before
-// its stores; the link index computed then waits in li.  Not inlined into index_batch_impl, whose
-// many live values would crowd its registers; `link` and the link width lw are constants at each
-// call site (back_links), so that the loop holds neither in a register.
+// miss bits (slot_misses).  Occurrence x's targets are asked for (bl_ahead) IDX_AHEAD_LINK
+// occurrences before its stores (bl_store); the link index computed then waits in li.  Not inlined
+// into index_batch_impl, whose many live values would crowd its registers; `link` and the link
+// width lw are constants at each call site (back_links), so that the loop holds neither in a
+// register, and the loop is split where the two parts start and end instead of testing for them.
+typedef struct {
+    linkmap lk;
+    const uint64_t *prevw; // the keymap word each new occurrence replaced
+    const uint32_t *sact;
+    uint64_t *act_gate;
+    uint32_t *sprev;
+    uint32_t j, R, pos_bits;
+    size_t li[16];
+} backlinker;
+_Static_assert(IDX_AHEAD_LINK < 16, "li holds the link indices in flight");
+static inline __attribute__((always_inline)) void bl_ahead(backlinker *c, uint32_t x, const int link) {
+    const uint64_t v = c->prevw[x];
+    if (!(v & KM_ACTIVE)) __builtin_prefetch(&c->act_gate[c->sact[x]], 1);
+    else if (link) c->li[x & 15] = occ_index(&c->lk, (uint32_t)v), link_prefetch(&c->lk, c->li[x & 15]);
+}
+static inline __attribute__((always_inline)) void bl_store(oracle_impl *o, backlinker *c, uint32_t oc, const int link) {
+    const uint64_t v = c->prevw[oc];
+    if (v & KM_ACTIVE) {
+        const uint32_t pr = (uint32_t)v;
+        if (link) link_prev(o, &c->lk, c->j, pr, oc, occ_back(pr, c->j, c->R, c->pos_bits), c->li[oc & 15]);
+        c->sprev[oc] = pr;
+    } else {
+        c->act_gate[c->sact[oc]] = v;
+        c->sprev[oc] = NIL;
+    }
+}
 static inline __attribute__((always_inline)) void back_links_impl(oracle_impl *o, slot *sl, uint32_t j, uint32_t n,
                                                                   const int link, const uint32_t lw) {
-    linkmap lk = o->lk; // in registers through the loop (see linkmap)
-    lk.lw = lw;
-    const uint64_t *prevw = o->prevw;
-    const uint32_t R = o->R, pos_bits = o->pos_bits, *sact = sl->act;
-    uint64_t *act_gate = o->act_gate;
-    uint32_t *sprev = sl->prev;
-    next_clear(&lk, j, n); // no later occurrence yet
+    backlinker c = {o->lk, o->prevw, sl->act, o->act_gate, sl->prev, j, o->R, o->pos_bits, {0}};
+    c.lk.lw = lw;
+    next_clear(&c.lk, j, n); // no later occurrence yet
     if (link) o->far_n[j] = 0;
-    size_t li[16];
-    _Static_assert(IDX_AHEAD_LINK < 16, "li holds the link indices in flight");
-    for (uint32_t x = 0; x < n + IDX_AHEAD_LINK; x++) {
-        if (x < n) {
-            const uint64_t v2 = prevw[x];
-            if (!(v2 & KM_ACTIVE)) __builtin_prefetch(&act_gate[sact[x]], 1);
-            else if (link) li[x & 15] = occ_index(&lk, (uint32_t)v2), link_prefetch(&lk, li[x & 15]);
-        }
-        if (x < IDX_AHEAD_LINK) continue;
-        const uint32_t oc = x - IDX_AHEAD_LINK;
-        const uint64_t v = prevw[oc];
-        if (v & KM_ACTIVE) {
-            const uint32_t pr = (uint32_t)v;
-            if (link) link_prev(o, &lk, j, pr, oc, occ_back(pr, j, R, pos_bits), li[oc & 15]);
-            sprev[oc] = pr;
-        } else {
-            act_gate[sact[oc]] = v;
-            sprev[oc] = NIL;
-        }
-    }
+    uint32_t x = 0;
+    for (; x < n && x < IDX_AHEAD_LINK; x++) bl_ahead(&c, x, link);
+    for (; x < n; x++) bl_ahead(&c, x, link), bl_store(o, &c, x - IDX_AHEAD_LINK, link);
+    for (uint32_t oc = n >= IDX_AHEAD_LINK ? n - IDX_AHEAD_LINK : 0; oc < n; oc++) bl_store(o, &c, oc, link);
     if (link) slot_misses(o, sl, j, n);
 }
 static __attribute__((noinline)) void back_links(oracle_impl *o, slot *sl, uint32_t j, uint32_t n, int link) {
