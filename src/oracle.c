@@ -147,6 +147,7 @@ struct oracle_impl {
     hmap hm;
     uint32_t *cols;     // (F, COLS_LD(B / T + 1)) one trainer's slice of a batch, transposed
     uint32_t *dist;     // (COLS_LD(B / T + 1)) the distinct ids of a tiny table's column (tiny_distinct)
+    uint32_t *back_tab; // (R) back_links's distances by slot
     uint32_t *card32;   // (F) card - 1: the largest valid id of each table
     uint64_t *prevw;    // (B F) keymap word each new occurrence of the batch being indexed replaced
     uint32_t *act_free; // (act_cap) stack of free indices
@@ -727,9 +728,11 @@ typedef struct {
     const uint32_t *sact;
     uint64_t *act_gate;
     uint32_t *sprev;
-    uint32_t j, R, pos_bits;
+    const uint32_t *back; // (R) by slot: occ_back from slot j, with BACK_FAR where the link is far
+    uint32_t j, pos_bits;
     size_t li[16];
 } backlinker;
+#define BACK_FAR 0x80000000u
 _Static_assert(IDX_AHEAD_LINK < 16, "li holds the link indices in flight");
 static inline __attribute__((always_inline)) void bl_ahead(backlinker *c, uint32_t x, const int link) {
     const uint64_t v = c->prevw[x];
@@ -740,7 +743,11 @@ static inline __attribute__((always_inline)) void bl_store(oracle_impl *o, backl
     const uint64_t v = c->prevw[oc];
     if (v & KM_ACTIVE) {
         const uint32_t pr = (uint32_t)v;
-        if (link) link_prev(o, &c->lk, c->j, pr, oc, occ_back(pr, c->j, c->R, c->pos_bits), c->li[oc & 15]);
+        if (link) {
+            const uint32_t b = c->back[pr >> c->pos_bits], d = b & ~BACK_FAR;
+            link_set(&c->lk, c->li[oc & 15], d);
+            if (__builtin_expect(b & BACK_FAR, 0)) far_push(o, c->j, pr, oc);
+        }
         c->sprev[oc] = pr;
     } else {
         c->act_gate[c->sact[oc]] = v;
@@ -749,7 +756,12 @@ static inline __attribute__((always_inline)) void bl_store(oracle_impl *o, backl
 }
 static inline __attribute__((always_inline)) void back_links_impl(oracle_impl *o, slot *sl, uint32_t j, uint32_t n,
                                                                   const int link, const uint32_t lw) {
-    backlinker c = {o->lk, o->prevw, sl->act, o->act_gate, sl->prev, j, o->R, o->pos_bits, {0}};
+    const uint32_t R = o->R;
+    for (uint32_t k = 0; k < R; k++) {
+        const uint32_t d = j >= k ? j - k : j + R - k; // occ_back
+        o->back_tab[k] = d | (d > o->lk.far_lo && d <= o->lk.far_hi ? BACK_FAR : 0);
+    }
+    backlinker c = {o->lk, o->prevw, sl->act, o->act_gate, sl->prev, o->back_tab, j, o->pos_bits, {0}};
     c.lk.lw = lw;
     next_clear(&c.lk, j, n); // no later occurrence yet
     if (link) o->far_n[j] = 0;
@@ -1672,6 +1684,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     }
     o->cols = bp_xmalloc((size_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof *o->cols);
     o->dist = bp_xmalloc((size_t)COLS_LD(cfg->B / cfg->T + 1) * sizeof *o->dist);
+    o->back_tab = bp_xmalloc(R * sizeof *o->back_tab);
     o->card32 = bp_xmalloc(cfg->F * sizeof *o->card32);
     for (uint32_t f = 0; f < cfg->F; f++) o->card32[f] = (uint32_t)(cfg->card[f] - 1);
     o->prevw = big_alloc(per * sizeof *o->prevw);
@@ -1765,7 +1778,7 @@ void oracle_free(oracle *out) {
     big_free(o->bits_last, (per / 64 + 1) * sizeof *o->bits_last);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_bk),
         free(o->sync_cnt);
-    free(o->offset), free(o->card), free(o->cols), free(o->dist), free(o->card32);
+    free(o->offset), free(o->card), free(o->cols), free(o->dist), free(o->back_tab), free(o->card32);
     big_free(o->prevw, per * sizeof *o->prevw);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);
     free(o);
