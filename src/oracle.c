@@ -23,20 +23,23 @@
 //            replaced keymap word of each new occurrence of the batch being indexed (8 bytes).
 //
 // Speed (docs/oracle.md has the profile).  The work is a few random memory touches per id and per
-// unique key, so the code is arranged for memory-level parallelism: the indexer reads a slice's
-// ids once (transposing them so each table's ids are consecutive and can be prefetched into the
-// keymap ahead of use), dedupes in a first pass that only touches the keymap and the new slot, and
-// in a second pass writes the scattered targets (the previous occurrence's next link, into one
-// mapping on huge pages, or a new active record) with prefetches a few occurrences ahead, and the
-// batch's miss bits.  The planner reads residency from the slots in order, not per key: the fetch
+// unique key, so the code is arranged for memory-level parallelism: the indexer reads a slice's ids
+// once (transposing them so each table's ids are consecutive and can be prefetched into the keymap
+// ahead of use), dedupes in a first pass that only touches the keymap and the new slot, and in a
+// second pass writes the scattered targets (the previous occurrence's next link, into one mapping
+// on huge pages, or a new active record) with prefetches a few occurrences ahead; the batch's miss
+// bits follow from its back links, 64 at a time.  The passes after the dedupe run at about three
+// instructions per cycle (docs/oracle.md, round 12), so their loops also keep in locals what their
+// stores would have them read again through the oracle (linkmap, key_at), and the second pass is a
+// function of its own.  The planner reads residency from the slots in order, not per key: the fetch
 // step visits only the miss bits, and the completion step writes each occurrence's outcome as bits
 // and then fills each list from its bits, so no step branches on unpredictable outcomes per key
-// (with one thread, 64 outcomes at a time in vector registers); it prefetches
-// the gate words of keys it is about to fetch or evict.  Retiring lists the keys that
-// leave the window first and then prefetches their targets (with one thread and the flat keymap
-// the planner retires each such key where it evicts it: retire_key).  Entries are as narrow as the
-// key space, T and R allow, since most of the cost is bytes moved to and from memory.  oracle_ref.c
-// keeps the planner before these changes; tests require byte-identical plans.
+// (with one thread, 64 outcomes at a time in vector registers); it prefetches the gate words of
+// keys it is about to fetch or evict.  Retiring lists the keys that leave the window first and then
+// prefetches their targets (with one thread and the flat keymap the planner retires each such key
+// where it evicts it: retire_key).  Entries are as narrow as the key space, T and R allow, since
+// much of the cost is bytes moved to and from memory.  oracle_ref.c keeps the planner before these
+// changes; tests require byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
 // free list and the slots being filled; the planner owns the gates and miss and private bits of
@@ -691,7 +694,8 @@ static void slot_misses(const oracle_impl *o, slot *sl, uint32_t j, uint32_t n) 
 #endif
     for (; w < nw; w++) {
         uint64_t word = 0;
-        for (uint32_t k = 0; k < 64 && 64 * w + k < n; k++) word |= miss_bit(prev[64 * w + k], j, R, pos_bits, keep) << k;
+        for (uint32_t k = 0; k < 64 && 64 * w + k < n; k++)
+            word |= miss_bit(prev[64 * w + k], j, R, pos_bits, keep) << k;
         sl->miss[w] = word;
     }
     memset(sl->priv, 0, nw * sizeof *sl->priv);
@@ -1008,7 +1012,8 @@ static double thread_cpu(void) {
 
 static void publish_mem(oracle_impl *o) {
     memcpy(o->ph_pub, o->ph_idx, sizeof o->ph_pub);
-    o->pub_acts = o->act_hw, o->pub_occ = o->occ_hw, o->pub_hm_cap = o->hm.cap + o->hm.old_cap + o->hm.next_touched / sizeof(hent);
+    o->pub_acts = o->act_hw, o->pub_occ = o->occ_hw;
+    o->pub_hm_cap = o->hm.cap + o->hm.old_cap + o->hm.next_touched / sizeof(hent);
 }
 
 static void *indexer_thread(void *arg) {
@@ -1236,7 +1241,8 @@ static inline void sync_move(oracle_impl *o, uint32_t i, uint32_t b) {
 // owner writes it back after s once that reduction is applied, so the deadline becomes s.
 static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, plan *prev) {
     const slot *sv = &o->slots[v % o->R];
-    uint32_t pos = (uint32_t)e & o->pos_mask, last_use = v - ((uint32_t)e >> o->pos_bits), sync_idx = (uint32_t)(e >> 32);
+    uint32_t pos = (uint32_t)e & o->pos_mask, last_use = v - ((uint32_t)e >> o->pos_bits);
+    uint32_t sync_idx = (uint32_t)(e >> 32);
     uint32_t a = sv->act[pos];
     uint64_t key = slot_key(o, sv, pos);
     BP_ASSERT(sv->batch == v && !occ_bit(sv->miss, pos) && s >= 1 && v > s);
@@ -1446,7 +1452,8 @@ static int plan_step(oracle_impl *o) {
         }
         st.evictions += m;
         for (uint32_t w = 0; w < nw; w++)
-            for (uint64_t b = bnow[w]; b; b &= b - 1) *now++ = key_at(skeys, k32, w * 64 + (uint32_t)__builtin_ctzll(b));
+            for (uint64_t b = bnow[w]; b; b &= b - 1)
+                *now++ = key_at(skeys, k32, w * 64 + (uint32_t)__builtin_ctzll(b));
         for (uint32_t w = 0; w < nw; w++) {
             uint64_t b = ~(spriv[w] | bnow[w]);
             if (w == nw - 1 && (n & 63)) b &= (1ull << (n & 63)) - 1;
@@ -1998,7 +2005,8 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     mem += R * (GRP_CAP(unique) * sizeof(uint64_t) + (BP_MIN(GRP_SPAN_MAX, R) + 3) * sizeof(uint32_t)); // groups
     uint64_t lists = 1024; // the lists and the scratch double up to a batch's unique keys (and pv from 1024)
     while (lists < unique) lists *= 2;
-    mem += lists * (2 * PLAN_BYTES_PER_KEY + sizeof(uint64_t) + sizeof(uint16_t) + sizeof(plan_sync) + sizeof(uint32_t));
+    mem += lists * (2 * PLAN_BYTES_PER_KEY + sizeof(uint64_t) + sizeof(uint16_t) + sizeof(plan_sync) +
+                    sizeof(uint32_t));
     if (cfg->threads == 2 && !cfg->borrow_input) mem += (uint64_t)INQ * per_batch * sizeof(uint32_t);
     return mem;
 }
