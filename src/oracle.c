@@ -463,11 +463,12 @@ static void next_clear(const linkmap *l, uint32_t j, uint32_t n) {
 static size_t nexts_bytes(uint64_t n, uint64_t R) {
     return (size_t)(((n + NEXT_BLOCK - 1) >> NEXT_BITS) * R << NEXT_BITS) * link_width(R);
 }
-// How many batches back from slot j the occurrence occ lies: (j - its slot) mod R, in [1, R) for
-// an occurrence of another held batch (no division: both slot numbers are below R).
+// How many batches back from slot j slot k lies (slot_back) or the occurrence occ does (occ_back):
+// (j - its slot) mod R, in [1, R) for an occurrence of another held batch (no division: both slot
+// numbers are below R).
+static inline uint32_t slot_back(uint32_t k, uint32_t j, uint32_t R) { return j >= k ? j - k : j + R - k; }
 static inline uint32_t occ_back(uint32_t occ, uint32_t j, uint32_t R, uint32_t pos_bits) {
-    uint32_t k = occ >> pos_bits;
-    return j >= k ? j - k : j + R - k;
+    return slot_back(occ >> pos_bits, j, R);
 }
 
 // The positions k < n of the back links prev[k] that are not NIL and reach back d batches from
@@ -501,13 +502,15 @@ static void far_push(oracle_impl *o, uint32_t j, uint32_t back, uint32_t oc) {
     }
     o->far[j][o->far_n[j]++] = (uint64_t)back << 32 | oc;
 }
+// Whether a link of d batches goes into a far list (far_push).
+static inline int link_far(const linkmap *l, uint32_t d) { return d > l->far_lo && d <= l->far_hi; }
 // Links the previous occurrence pr (its link at index i), d batches back, to occurrence oc of the
 // batch of slot j being linked (pass 2 or link_batch), with a far-list entry when the link reaches
 // more than W batches back but within the horizon of pr's completion.
 static inline void link_prev(oracle_impl *o, const linkmap *l, uint32_t j, uint32_t pr, uint32_t oc, uint32_t d,
                              size_t i) {
     link_set(l, i, d);
-    if (__builtin_expect(d > l->far_lo && d <= l->far_hi, 0)) far_push(o, j, pr, oc);
+    if (__builtin_expect(link_far(l, d), 0)) far_push(o, j, pr, oc);
 }
 // For the completion of batch t = s - 1 (slot jl), at its first private key that comes back: the
 // position of the next occurrence of each occurrence of t whose link reaches more than W batches
@@ -762,8 +765,8 @@ static inline __attribute__((always_inline)) void back_links_impl(oracle_impl *o
                                                                   const int link, const uint32_t lw) {
     const uint32_t R = o->R;
     for (uint32_t k = 0; k < R; k++) {
-        const uint32_t d = j >= k ? j - k : j + R - k; // occ_back
-        o->back_tab[k] = d | (d > o->lk.far_lo && d <= o->lk.far_hi ? BACK_FAR : 0);
+        const uint32_t d = slot_back(k, j, R);
+        o->back_tab[k] = d | (link_far(&o->lk, d) ? BACK_FAR : 0);
     }
     backlinker c = {o->lk, o->prevw, sl->act, o->act_gate, sl->prev, o->back_tab, j, o->pos_bits, {0}};
     c.lk.lw = lw;
@@ -1395,7 +1398,8 @@ static int plan_step(oracle_impl *o) {
             if (o->avx2 && o->threads == 1) { // 64 | NEXT_BLOCK: the links are consecutive
                 const outcome64 r = outcome64_avx2((const char *)lk.p + next_index(&lk, jl, lo) * lk.lw, lk.lw, hd);
                 e = r.ev, nb = r.now, la = r.last;
-                if (hi - lo < 64) e &= (1ull << (hi - lo)) - 1, nb &= (1ull << (hi - lo)) - 1;
+                const uint64_t in = hi - lo < 64 ? (1ull << (hi - lo)) - 1 : ~0ull;
+                e &= in, nb &= in, la &= in;
             } else
 #endif
             {
