@@ -483,9 +483,7 @@ static inline uint64_t miss_bit(uint32_t pr, uint32_t j, uint32_t R, uint32_t po
 }
 
 // Bits set in a users mask: the trainers that use a key at its batch.
-static inline uint32_t users_bits(const oracle_impl *o, uint64_t users) {
-    return o->users8 ? pop8[users] : popcount64(users);
-}
+static inline uint32_t users_bits(int users8, uint64_t users) { return users8 ? pop8[users] : popcount64(users); }
 
 static void slot_misses(const oracle_impl *o, slot *sl, uint32_t j, uint32_t n);
 
@@ -702,7 +700,7 @@ static void slot_misses(const oracle_impl *o, slot *sl, uint32_t j, uint32_t n) 
         sl->miss[w] = word;
     }
     memset(sl->priv, 0, nw * sizeof *sl->priv);
-    for (; i < n; i++) acc += users_bits(o, slot_users(o, sl, i));
+    for (; i < n; i++) acc += users_bits(o->users8, slot_users(o, sl, i));
     sl->accesses = acc;
 }
 
@@ -1415,6 +1413,8 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t w = 0; w < nw; w++)
             for (uint64_t b = bev[w]; b; b &= b - 1) cand[m++] = w * 64 + (uint32_t)__builtin_ctzll(b);
         int far_ready = 0; // far_pos holds this batch's far links
+        uint64_t *pcount = o->priv_count;
+        uint32_t rr = o->rr_owner;
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) { // the keymap word of a key to retire, or its gate
                 uint32_t oc2 = cand[k + AHEAD_GATE];
@@ -1430,7 +1430,7 @@ static int plan_step(oracle_impl *o) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(users_at(susers, u8, oc));
                 private_push(o, key, (uint16_t)tr);
                 *ev++ = (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE};
-                o->priv_count[tr]--;
+                pcount[tr]--;
                 if (retire && last) {
                     retire_key(o, &km[key], a, gate_of(tr, s - 1));
                 } else {
@@ -1447,13 +1447,14 @@ static int plan_step(oracle_impl *o) {
                 }
                 st.evictions_private++;
             } else {
-                uint32_t owner = rr_next(&o->rr_owner, T);
+                uint32_t owner = rr_next(&rr, T);
                 *ev++ = (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT};
                 if (retire && last) retire_key(o, &km[key], a, gate_of(owner, s - 1));
                 else gate[a] = gate_of(owner, s - 1);
                 shared--;
             }
         }
+        o->rr_owner = rr;
         st.evictions += m;
         for (uint32_t w = 0; w < nw; w++)
             for (uint64_t b = bnow[w]; b; b &= b - 1)
@@ -1502,12 +1503,14 @@ static int plan_step(oracle_impl *o) {
             for (uint64_t b = smiss[w]; b; b &= b - 1) cand[m++] = w * 64 + (uint32_t)__builtin_ctzll(b);
         plan_reserve(cur, PLAN_LIST_FETCH, m);
         plan_fetch *fe = cur->fetch + cur->n_fetch; // a local cursor, as in (a)
-        uint64_t miss_users = 0;
+        uint64_t miss_users = 0, *pcount = o->priv_count;
+        uint32_t rr = o->rr_fetch;
+        const int covered = H >= u + P || s + P + o->W >= N; // the horizon shows u + 1 .. u + P (below)
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) __builtin_prefetch(&gate[sact[cand[k + AHEAD_GATE]]], 1);
             uint32_t oc = cand[k], a = sact[oc];
             uint64_t users = users_at(susers, u8, oc);
-            uint32_t nu = users_bits(o, users);
+            uint32_t nu = users_bits(u8, users);
             miss_users += nu;
             uint64_t g = gate[a];
             plan_fetch f = {key_at(skeys, k32, oc), u, (uint32_t)g - 1, 0, g ? (uint16_t)(g >> 32) : PLAN_NO_WRITER, 0};
@@ -1516,19 +1519,20 @@ static int plan_step(oracle_impl *o) {
             // input has ended and the horizon was cut there: nothing comes after it).  The test
             // is on the cut, not on H = N - 1 alone: the step whose horizon is exactly the last
             // batch may run before oracle_finish, and plans must not depend on when it is called.
-            if (nu == 1 && no_use_until(&lk, u, ju, oc, H) && (H >= u + P || s + P + o->W >= N)) {
+            if (nu == 1 && no_use_until(&lk, u, ju, oc, H) && covered) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(users);
                 spriv[oc >> 6] |= 1ull << (oc & 63);
-                o->priv_count[tr]++;
+                pcount[tr]++;
                 f.fetcher = (uint16_t)tr, f.flags = PLAN_PRIVATE;
                 st.fetches_private++;
             } else {
                 shared++;
-                f.fetcher = (uint16_t)rr_next(&o->rr_fetch, T);
+                f.fetcher = (uint16_t)rr_next(&rr, T);
             }
             st.fetches++;
             *fe++ = f;
         }
+        o->rr_fetch = rr;
         cur->n_fetch = (uint32_t)(fe - cur->fetch);
         st.unique += n, st.accesses += su->accesses, st.hits += su->accesses - miss_users;
     }
