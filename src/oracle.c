@@ -1221,7 +1221,8 @@ static void private_push(oracle_impl *o, uint64_t key, uint16_t tr) {
 // (sort_sync) whose groups and counts are kept by the steps that append or change entries:
 // sync_note for entry i appended in group b, sync_move when it changes group.  The groups:
 // gradients of t by deadline (t + 1 + b), then restatements of older gradients (all due at t + 1)
-// from the newest to the oldest (b = span + t - 1 - the gradient's iteration, span = P + W + 2).
+// from the newest to the oldest (b = span + t - 1 - the gradient's iteration, span = sync_span).
+static inline uint32_t sync_span(const oracle_impl *o) { return o->P + o->W + 2; } // groups: 2 span
 static void sync_room(oracle_impl *o, uint32_t cap) {
     if (cap > o->sync_bk_cap) {
         o->sync_bk_cap = cap;
@@ -1229,7 +1230,7 @@ static void sync_room(oracle_impl *o, uint32_t cap) {
     }
 }
 static inline void sync_note(oracle_impl *o, uint32_t i, uint32_t b) {
-    BP_ASSERT(b < 2 * (o->P + o->W + 2));
+    BP_ASSERT(b < 2 * sync_span(o));
     o->sync_bk[i] = b, o->sync_cnt[b + 1]++;
 }
 static inline void sync_move(oracle_impl *o, uint32_t i, uint32_t b) {
@@ -1255,7 +1256,7 @@ static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, pla
     } else if (v - 1 > s) {
         plan_add_sync_later(prev, (plan_sync){key, last_use, s});
         sync_room(o, prev->cap_sync_later);
-        sync_note(o, prev->n_sync_later - 1, o->P + o->W + 2 + (s - 2 - last_use));
+        sync_note(o, prev->n_sync_later - 1, sync_span(o) + (s - 2 - last_use));
         o->st.sync_restated++;
     }
     plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
@@ -1275,7 +1276,7 @@ static uint64_t max_private(const oracle_impl *o, uint32_t *who) {
 // Puts record t's sync-later entries in group order (see sync_note).  A stable counting sort:
 // within a group, entries keep their occurrence order.
 static void sort_sync(oracle_impl *o, plan *r) {
-    uint32_t n = r->n_sync_later, nb = 2 * (o->P + o->W + 2);
+    uint32_t n = r->n_sync_later, nb = 2 * sync_span(o);
     if (n < 2) return;
     if (r->cap_sync_later > o->sync_cap) {
         o->sync_cap = r->cap_sync_later;
@@ -1365,7 +1366,7 @@ static int plan_step(oracle_impl *o) {
         BP_ASSERT(prev->n_sync_later == 0);
         sync_room(o, prev->cap_sync_later);
         uint32_t *sbk = o->sync_bk, *scnt = o->sync_cnt; // sync_note's, in locals
-        memset(scnt, 0, (2 * (o->P + o->W + 2) + 1) * sizeof *scnt);
+        memset(scnt, 0, (2 * sync_span(o) + 1) * sizeof *scnt);
         plan_evict *ev = prev->evict + prev->n_evict;
         uint64_t *now = prev->sync_now + prev->n_sync_now;
         plan_sync *const later0 = prev->sync_later;
@@ -1716,7 +1717,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     }
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
-    o->sync_cnt = bp_xcalloc(2 * (o->P + o->W + 2) + 1, sizeof *o->sync_cnt);
+    o->sync_cnt = bp_xcalloc(2 * sync_span(o) + 1, sizeof *o->sync_cnt);
     o->bucket = bp_xcalloc(o->R, sizeof *o->bucket);
     o->bucket_n = bp_xcalloc(o->R, sizeof *o->bucket_n);
     o->bucket_cap = bp_xcalloc(o->R, sizeof *o->bucket_cap);
