@@ -503,12 +503,12 @@ static void far_push(oracle_impl *o, uint32_t j, uint32_t back, uint32_t oc) {
 // Whether a link of d batches goes into a far list (far_push).
 static inline int link_far(const linkmap *l, uint32_t d) { return d > l->far_lo && d <= l->far_hi; }
 // Links the previous occurrence pr (its link at index i), d batches back, to occurrence oc of the
-// batch of slot j being linked (pass 2 or link_batch), with a far-list entry when the link reaches
-// more than W batches back but within the horizon of pr's completion.
+// batch of slot j being linked (pass 2 or link_batch), with a far-list entry when the link is far
+// (link_far: more than W batches back but within the horizon of pr's completion).
 static inline void link_prev(oracle_impl *o, const linkmap *l, uint32_t j, uint32_t pr, uint32_t oc, uint32_t d,
-                             size_t i) {
+                             size_t i, int far) {
     link_set(l, i, d);
-    if (__builtin_expect(link_far(l, d), 0)) far_push(o, j, pr, oc);
+    if (__builtin_expect(far, 0)) far_push(o, j, pr, oc);
 }
 // For the completion of batch t = s - 1 (slot jl), at its first private key that comes back: the
 // position of the next occurrence of each occurrence of t whose link reaches more than W batches
@@ -749,9 +749,8 @@ static inline __attribute__((always_inline)) void bl_store(oracle_impl *o, backl
     if (v & KM_ACTIVE) {
         const uint32_t pr = (uint32_t)v;
         if (link) {
-            const uint32_t b = c->back[pr >> c->pos_bits], d = b & ~BACK_FAR;
-            link_set(&c->lk, c->li[oc & 15], d);
-            if (__builtin_expect(b & BACK_FAR, 0)) far_push(o, c->j, pr, oc);
+            const uint32_t b = c->back[pr >> c->pos_bits];
+            link_prev(o, &c->lk, c->j, pr, oc, b & ~BACK_FAR, c->li[oc & 15], (b & BACK_FAR) != 0);
         }
         c->sprev[oc] = pr;
     } else {
@@ -904,7 +903,7 @@ static void link_batch(oracle_impl *o, uint32_t b, uint32_t lo) {
         if (pr == NIL) continue;
         const uint32_t d = occ_back(pr, j, R, pos_bits);
         if (d > dmax) continue; // b - lu > dmax: no longer read
-        link_prev(o, &lk, j, pr, oc, d, occ_index(&lk, pr));
+        link_prev(o, &lk, j, pr, oc, d, occ_index(&lk, pr), link_far(&lk, d));
     }
     slot_misses(o, sl, j, n);
 }
