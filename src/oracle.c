@@ -153,6 +153,7 @@ struct oracle_impl {
     uint32_t *back_tab; // (R) back_links's distances by slot
     uint32_t *card32;   // (F) card - 1: the largest valid id of each table
     uint64_t *prevw;    // (B F) keymap word each new occurrence of the batch being indexed replaced
+    uint32_t *bl_list;  // (2 B F + 8) back_links's occurrences, split (split_occ)
     uint32_t *act_free; // (act_cap) stack of free indices
     uint32_t act_cap, act_hw, n_free;
     slot *slots; // (R)
@@ -640,6 +641,45 @@ __attribute__((target("avx2"))) static uint32_t back_in_range_avx2(const uint32_
     return m;
 }
 
+// For split_occ: the lanes of an 8-bit mask's set bits, in order, one byte each (split_perm_init).
+static uint64_t split_perm[256];
+static pthread_once_t split_perm_once = PTHREAD_ONCE_INIT;
+static void split_perm_init(void) {
+    for (uint32_t m = 0; m < 256; m++) {
+        uint64_t p = 0;
+        for (uint32_t k = 0, q = 0; k < 8; k++)
+            if (m >> k & 1) p |= (uint64_t)k << 8 * q++;
+        split_perm[m] = p;
+    }
+}
+
+// split_occ for the occurrences [0, n) (n a multiple of 8), 8 at a time: the back links chosen from
+// the keymap words' low halves by their sign, the positions packed by a permutation per mask (the
+// new ones into fresh).  Returns the count with a previous occurrence; *nf gets the other count.
+__attribute__((target("avx2"))) static uint32_t split_occ_avx2(const uint64_t *prevw, uint32_t n, uint32_t *prev,
+                                                              uint32_t *lst, uint32_t *fresh, uint32_t *nf) {
+    const __m256 nil = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    uint32_t no = 0, nn = 0;
+    for (uint32_t oc = 0; oc < n; oc += 8) {
+        const __m256 a = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(prevw + oc)));
+        const __m256 b = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(prevw + oc + 4)));
+        const __m256i lo = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(a, b, 0x88)), 0xD8);
+        const __m256i hi = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8);
+        const __m256 sel = _mm256_blendv_ps(nil, _mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi)); // by sign
+        _mm256_storeu_si256((__m256i *)(prev + oc), _mm256_castps_si256(sel));
+        const uint32_t m = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(hi));
+        const __m256i ids = _mm256_add_epi32(_mm256_set1_epi32((int)oc), iota);
+        const __m256i po = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&split_perm[m]));
+        const __m256i pf = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&split_perm[m ^ 0xFF]));
+        _mm256_storeu_si256((__m256i *)(lst + no), _mm256_permutevar8x32_epi32(ids, po));
+        _mm256_storeu_si256((__m256i *)(fresh + nn), _mm256_permutevar8x32_epi32(ids, pf));
+        no += pop8[m], nn += 8 - pop8[m];
+    }
+    *nf = nn;
+    return no;
+}
+
 // slot_misses for the words [0, nw) of the miss bits (64 back links each), in vector registers.
 __attribute__((target("avx2"))) static void misses_avx2(const uint32_t *prev, uint32_t nw, uint32_t j, uint32_t R,
                                                         uint32_t pos_bits, uint32_t keep, uint64_t *miss) {
@@ -676,6 +716,25 @@ __attribute__((target("avx2"))) static uint64_t users_count_avx2(const uint8_t *
     return s4[0] + s4[1] + s4[2] + s4[3];
 }
 #endif
+
+// The back links of the n occurrences whose replaced keymap words are prevw, into prev (NIL for a
+// key new to the window), and the occurrences split into lst: those with a previous occurrence
+// (returns how many, m) in [0, m), then the new ones in [n, 2n - m), each in order.  lst holds 2n + 8.
+static uint32_t split_occ(const oracle_impl *o, const uint64_t *prevw, uint32_t n, uint32_t *prev, uint32_t *lst) {
+    uint32_t no = 0, nf = 0, oc = 0;
+#if BP_SIMD_AVX2
+    if (o->avx2) oc = n / 8 * 8, no = split_occ_avx2(prevw, oc, prev, lst, lst + n, &nf);
+#endif
+    (void)o;
+    for (; oc < n; oc++) {
+        const uint64_t v = prevw[oc];
+        const uint32_t act = (uint32_t)(v >> 63);
+        prev[oc] = act ? (uint32_t)v : NIL;
+        lst[no] = oc, lst[n + nf] = oc;
+        no += act, nf += act ^ 1;
+    }
+    return no;
+}
 
 // The miss bits of a batch of n occurrences (slot j), from its back links, with its private bits
 // cleared, and its (key, trainer) pairs counted for the hit rate.  Whoever links the batch writes
@@ -718,61 +777,44 @@ static uint32_t back_in_range(const uint32_t *prev, uint32_t n, uint32_t j, uint
     return m;
 }
 
-// The second pass of index_batch over the n occurrences of the batch in slot j, in occurrence order
-// with the targets prefetched: records each key's previous occurrence (the back link) and, if
-// `link`, links that occurrence to the new one (else the planner's thread does: link_batch), or
-// fills the new active record, which needs only its gate.  Whoever links the batch also writes its
-// miss bits (slot_misses).  Occurrence x's targets are asked for (bl_ahead) IDX_AHEAD_LINK
-// occurrences before its stores (bl_store); the link index computed then waits in li.  Not inlined
-// into index_batch_impl, whose many live values would crowd its registers; `link` and the link
-// width lw are constants at each call site (back_links), so that the loop holds neither in a
-// register, and the loop is split where the two parts start and end instead of testing for them.
-typedef struct {
-    linkmap lk;
-    const uint64_t *prevw; // the keymap word each new occurrence replaced
-    const uint32_t *sact;
-    uint64_t *act_gate;
-    uint32_t *sprev;
-    const uint32_t *back; // (R) by slot: occ_back from slot j, with BACK_FAR where the link is far
-    uint32_t j, pos_bits;
-    size_t li[16];
-} backlinker;
-#define BACK_FAR 0x80000000u
-_Static_assert(IDX_AHEAD_LINK < 16, "li holds the link indices in flight");
-static inline __attribute__((always_inline)) void bl_ahead(backlinker *c, uint32_t x, const int link) {
-    const uint64_t v = c->prevw[x];
-    if (!(v & KM_ACTIVE)) __builtin_prefetch(&c->act_gate[c->sact[x]], 1);
-    else if (link) c->li[x & 15] = occ_index(&c->lk, (uint32_t)v), link_prefetch(&c->lk, c->li[x & 15]);
-}
-static inline __attribute__((always_inline)) void bl_store(oracle_impl *o, backlinker *c, uint32_t oc, const int link) {
-    const uint64_t v = c->prevw[oc];
-    if (v & KM_ACTIVE) {
-        const uint32_t pr = (uint32_t)v;
-        if (link) {
-            const uint32_t b = c->back[pr >> c->pos_bits];
-            link_prev(o, &c->lk, c->j, pr, oc, b & ~BACK_FAR, c->li[oc & 15], (b & BACK_FAR) != 0);
-        }
-        c->sprev[oc] = pr;
-    } else {
-        c->act_gate[c->sact[oc]] = v;
-        c->sprev[oc] = NIL;
-    }
-}
+// The second pass of index_batch over the n occurrences of the batch in slot j: records each key's
+// previous occurrence (the back link) and, if `link`, links that occurrence to the new one (else the
+// planner's thread does: link_batch), or fills the new active record, which needs only its gate.
+// Whoever links the batch also writes its miss bits (slot_misses).  Whether a key is new to the
+// window is not predictable (one in five), so the occurrences are first split without a branch
+// (split_occ): those with a previous occurrence to the front of bl_list, the new ones to its
+// second half, and each kind is then stored in a loop of its own, its targets asked for IDX_AHEAD_LINK
+// occurrences ahead.  Not inlined into index_batch_impl, whose many live values would crowd its
+// registers; `link` and the link width lw are constants at each call site (back_links).
+#define BACK_FAR 0x80000000u // in back_tab: a link that far is far (link_far)
 static inline __attribute__((always_inline)) void back_links_impl(oracle_impl *o, slot *sl, uint32_t j, uint32_t n,
                                                                   const int link, const uint32_t lw) {
-    const uint32_t R = o->R;
+    const uint32_t R = o->R, pos_bits = o->pos_bits;
     for (uint32_t k = 0; k < R; k++) {
         const uint32_t d = slot_back(k, j, R);
         o->back_tab[k] = d | (link_far(&o->lk, d) ? BACK_FAR : 0);
     }
-    backlinker c = {o->lk, o->prevw, sl->act, o->act_gate, sl->prev, o->back_tab, j, o->pos_bits, {0}};
-    c.lk.lw = lw;
-    next_clear(&c.lk, j, n); // no later occurrence yet
+    linkmap lk = o->lk;
+    lk.lw = lw;
+    next_clear(&lk, j, n); // no later occurrence yet
     if (link) o->far_n[j] = 0;
-    uint32_t x = 0;
-    for (; x < n && x < IDX_AHEAD_LINK; x++) bl_ahead(&c, x, link);
-    for (; x < n; x++) bl_ahead(&c, x, link), bl_store(o, &c, x - IDX_AHEAD_LINK, link);
-    for (uint32_t oc = n >= IDX_AHEAD_LINK ? n - IDX_AHEAD_LINK : 0; oc < n; oc++) bl_store(o, &c, oc, link);
+    const uint64_t *prevw = o->prevw;
+    const uint32_t *sact = sl->act, *back = o->back_tab, *lst = o->bl_list, *fresh = lst + n;
+    uint32_t *sprev = sl->prev;
+    uint64_t *gate = o->act_gate;
+    const uint32_t no = split_occ(o, prevw, n, sprev, o->bl_list), nf = n - no;
+    if (link) {
+        for (uint32_t k = 0; k < no; k++) {
+            if (k + IDX_AHEAD_LINK < no) link_prefetch(&lk, occ_index(&lk, sprev[lst[k + IDX_AHEAD_LINK]]));
+            const uint32_t oc = lst[k], pr = sprev[oc], b = back[pr >> pos_bits];
+            link_prev(o, &lk, j, pr, oc, b & ~BACK_FAR, occ_index(&lk, pr), (b & BACK_FAR) != 0);
+        }
+    }
+    for (uint32_t k = 0; k < nf; k++) {
+        if (k + IDX_AHEAD_LINK < nf) __builtin_prefetch(&gate[sact[fresh[k + IDX_AHEAD_LINK]]], 1);
+        const uint32_t oc = fresh[k];
+        gate[sact[oc]] = prevw[oc];
+    }
     if (link) slot_misses(o, sl, j, n);
 }
 static __attribute__((noinline)) void back_links(oracle_impl *o, slot *sl, uint32_t j, uint32_t n, int link) {
@@ -1668,6 +1710,9 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
 #if BP_SIMD_AVX2
     o->avx2 = simd_on && __builtin_cpu_supports("avx2");
+#if BP_SIMD_AVX2
+    if (o->avx2) pthread_once(&split_perm_once, split_perm_init);
+#endif
     o->avx2_cols = o->avx2 && cfg->F >= 8;
 #endif
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
@@ -1703,6 +1748,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->card32 = bp_xmalloc(cfg->F * sizeof *o->card32);
     for (uint32_t f = 0; f < cfg->F; f++) o->card32[f] = (uint32_t)(cfg->card[f] - 1);
     o->prevw = big_alloc(per * sizeof *o->prevw);
+    o->bl_list = big_alloc((2 * per + 8) * sizeof *o->bl_list);
     o->lz_sync = big_alloc(per * sizeof *o->lz_sync);
     o->cand = big_alloc(per * sizeof *o->cand);
     o->far_pos = big_alloc(per * sizeof *o->far_pos);
@@ -1795,6 +1841,7 @@ void oracle_free(oracle *out) {
         free(o->sync_cnt);
     free(o->offset), free(o->card), free(o->cols), free(o->dist), free(o->back_tab), free(o->card32);
     big_free(o->prevw, per * sizeof *o->prevw);
+    big_free(o->bl_list, (2 * per + 8) * sizeof *o->bl_list);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);
     free(o);
     out->impl = NULL;
@@ -1941,7 +1988,8 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += nexts_bytes(o->pub_occ, o->R);
     mem += (uint64_t)o->R * (o->pub_occ / 64 + 1) * 2 * sizeof(uint64_t); // the miss and private bits
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
-    mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 3 * sizeof(uint32_t)); // prevw, lz_sync, cand, far_pos
+    // prevw, lz_sync, cand, far_pos, and bl_list's two parts
+    mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 5 * sizeof(uint32_t));
     mem += (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
@@ -2007,7 +2055,7 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     mem += nexts_bytes(unique, R);
     mem += R * (unique / 64 + 1) * 2 * sizeof(uint64_t);
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
-    mem += unique * (sizeof(uint64_t) + 3 * sizeof(uint32_t));
+    mem += unique * (sizeof(uint64_t) + 5 * sizeof(uint32_t));
     mem += (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
     mem += R * (GRP_CAP(unique) * sizeof(uint64_t) + (BP_MIN(GRP_SPAN_MAX, R) + 3) * sizeof(uint32_t)); // groups
