@@ -1509,15 +1509,13 @@ static int plan_step(oracle_impl *o) {
                 uint32_t oc = w * 64 + (uint32_t)__builtin_ctzll(b);
                 uint32_t d = link_at(&lk, i0 + oc);
                 const uint32_t i = (uint32_t)(later - later0);
-                if (d - 1 >= hd) { // evicted: its gradient of s-1 is written back after s (group 0)
-                    *later++ = (plan_sync){key_at(skeys, k32, oc), s - 1, s};
-                    sbk[i] = 0, scnt[1]++;
-                    continue;
-                }
-                uint32_t v = s - 1 + d;
-                if (v > s + P) lz_sync[oc] = i; // for bucket_fill at this step
-                *later++ = (plan_sync){key_at(skeys, k32, oc), s - 1, v - 1};
-                sbk[i] = d - 2, scnt[d - 1]++; // deadline v - 1 = s + (d - 2)
+                // Evicted (group 0): its gradient of s-1 is written back after s; else its deadline
+                // is the step before its next use v = s - 1 + d: s + (d - 2).  Without a branch:
+                // which of the two is not predictable.
+                const uint32_t g = d - 1 >= hd ? 0 : d - 2;
+                *later++ = (plan_sync){key_at(skeys, k32, oc), s - 1, s + g};
+                sbk[i] = g, scnt[g + 1]++;
+                lz_sync[oc] = i; // for bucket_fill at this step (read where v > s + P)
             }
         }
         st.sync_now += (uint64_t)(now - (prev->sync_now + prev->n_sync_now));
