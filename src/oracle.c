@@ -19,8 +19,9 @@
 //            8 bytes each (bentry).  Lazy: a bucket is built and brought up to date (bucket_fill,
 //            from its batch's back links and miss bits) only when capacity pressure reaches its
 //            level, so without pressure no entry is ever written.
-//   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each) and the
-//            replaced keymap word of each new occurrence of the batch being indexed (8 bytes).
+//   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each), the
+//            replaced keymap word of each new occurrence of the batch being indexed (8 bytes) and
+//            its position in one of pass 2's two lists (8 bytes for both).
 //
 // Speed (docs/oracle.md has the profile).  The work is a few random memory touches per id and per
 // unique key, so the code is arranged for memory-level parallelism: the indexer reads a slice's ids
@@ -31,15 +32,17 @@
 // bits follow from its back links, 64 at a time.  The passes after the dedupe run at about three
 // instructions per cycle (docs/oracle.md, round 12), so their loops also keep in locals what their
 // stores would have them read again through the oracle (linkmap, key_at), and the second pass is a
-// function of its own.  The planner reads residency from the slots in order, not per key: the fetch
-// step visits only the miss bits, and the completion step writes each occurrence's outcome as bits
-// and then fills each list from its bits, so no step branches on unpredictable outcomes per key
-// (with one thread, 64 outcomes at a time in vector registers); it prefetches the gate words of
-// keys it is about to fetch or evict.  Retiring lists the keys that leave the window first and then
-// prefetches their targets (with one thread and the flat keymap the planner retires each such key
-// where it evicts it: retire_key).  Entries are as narrow as the key space, T and R allow, since
-// much of the cost is bytes moved to and from memory.  oracle_ref.c keeps the planner before these
-// changes; tests require byte-identical plans.
+// function of its own, which first splits the occurrences by whether the key is new to the window
+// (split_occ, round 13) so that neither of its store loops branches on it.  The planner reads
+// residency from the slots in order, not per key: the fetch step visits only the miss bits, and
+// the completion step writes each occurrence's outcome as bits and then fills each list from its
+// bits, so no step branches on unpredictable outcomes per key (with one thread, 64 outcomes at a
+// time in vector registers); it prefetches the gate words of keys it is about to fetch or evict.
+// Retiring lists the keys that leave the window first and then prefetches their targets (with one
+// thread and the flat keymap the planner retires each such key where it evicts it: retire_key).
+// Entries are as narrow as the key space, T and R allow, since much of the cost is bytes moved to
+// and from memory.  oracle_ref.c keeps the planner before these changes; tests require
+// byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
 // free list and the slots being filled; the planner owns the gates and miss and private bits of
