@@ -722,7 +722,8 @@ __attribute__((target("avx2"))) static uint64_t users_count_avx2(const uint8_t *
 
 // The back links of the n occurrences whose replaced keymap words are prevw, into prev (NIL for a
 // key new to the window), and the occurrences split into lst: those with a previous occurrence
-// (returns how many, m) in [0, m), then the new ones in [n, 2n - m), each in order.  lst holds 2n + 8.
+// (returns how many, m) in [0, m), then the new ones in [n, 2n - m), each in order.  lst holds
+// 2n + 8 entries (the vector path stores 8 at a time).
 static uint32_t split_occ(const oracle_impl *o, const uint64_t *prevw, uint32_t n, uint32_t *prev, uint32_t *lst) {
     uint32_t no = 0, nf = 0, oc = 0;
 #if BP_SIMD_AVX2
@@ -786,9 +787,10 @@ static uint32_t back_in_range(const uint32_t *prev, uint32_t n, uint32_t j, uint
 // Whoever links the batch also writes its miss bits (slot_misses).  Whether a key is new to the
 // window is not predictable (one in five), so the occurrences are first split without a branch
 // (split_occ): those with a previous occurrence to the front of bl_list, the new ones to its
-// second half, and each kind is then stored in a loop of its own, its targets asked for IDX_AHEAD_LINK
-// occurrences ahead.  Not inlined into index_batch_impl, whose many live values would crowd its
-// registers; `link` and the link width lw are constants at each call site (back_links).
+// second half; each kind is then stored in a loop of its own, its targets asked for
+// IDX_AHEAD_LINK occurrences ahead.  Not inlined into index_batch_impl, whose many live values
+// would crowd its registers; `link` and the link width lw are constants at each call site
+// (back_links).
 #define BACK_FAR 0x80000000u // in back_tab: a link that far is far (link_far)
 static inline __attribute__((always_inline)) void back_links_impl(oracle_impl *o, slot *sl, uint32_t j, uint32_t n,
                                                                   const int link, const uint32_t lw) {
@@ -1711,9 +1713,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
 #if BP_SIMD_AVX2
     o->avx2 = simd_on && __builtin_cpu_supports("avx2");
-#if BP_SIMD_AVX2
     if (o->avx2) pthread_once(&split_perm_once, split_perm_init);
-#endif
     o->avx2_cols = o->avx2 && cfg->F >= 8;
 #endif
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
