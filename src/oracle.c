@@ -791,7 +791,7 @@ static uint32_t back_in_range(const uint32_t *prev, uint32_t n, uint32_t j, uint
 // IDX_AHEAD_LINK occurrences ahead.  Not inlined into index_batch_impl, whose many live values
 // would crowd its registers; `link` and the link width lw are constants at each call site
 // (back_links).
-#define BACK_FAR 0x80000000u // in back_tab: a link that far is far (link_far)
+#define BACK_FAR 0x80000000u // in back_tab: a link from that slot is far (link_far)
 static inline __attribute__((always_inline)) void back_links_impl(oracle_impl *o, slot *sl, uint32_t j, uint32_t n,
                                                                   const int link, const uint32_t lw) {
     const uint32_t R = o->R, pos_bits = o->pos_bits;
@@ -1756,10 +1756,12 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->bits_ev = big_alloc((per / 64 + 1) * sizeof *o->bits_ev);
     o->bits_now = big_alloc((per / 64 + 1) * sizeof *o->bits_now);
     o->bits_last = big_alloc((per / 64 + 1) * sizeof *o->bits_last);
-    if (!o->prevw || !o->lz_sync || !o->cand || !o->far_pos || !o->bits_ev || !o->bits_now || !o->bits_last) {
+    if (!o->prevw || !o->bl_list || !o->lz_sync || !o->cand || !o->far_pos || !o->bits_ev || !o->bits_now ||
+        !o->bits_last) {
         oracle_free(out);
         return bp_fail(BP_ENOMEM, "oracle: cannot map %zu bytes",
-                       per * (sizeof *o->prevw + sizeof *o->lz_sync + sizeof *o->cand + sizeof *o->far_pos));
+                       per * (sizeof *o->prevw + 2 * sizeof *o->bl_list + sizeof *o->lz_sync + sizeof *o->cand +
+                              sizeof *o->far_pos));
     }
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
