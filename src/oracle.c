@@ -38,8 +38,9 @@
 // the completion step writes each occurrence's outcome as bits and then fills each list from its
 // bits, so no step branches on unpredictable outcomes per key (with one thread, 64 outcomes at a
 // time in vector registers); it prefetches the gate words of keys it is about to fetch or evict.
-// Retiring lists the keys that leave the window first and then prefetches their targets (with one
-// thread and the flat keymap the planner retires each such key where it evicts it: retire_key).
+// Retiring reads the keys that leave the window from a list the planner wrote in place when it
+// completed their batch, with their write-back trainers, and prefetches their keymap words (with
+// one thread and the flat keymap the planner retires each such key where it evicts it: retire_key).
 // Entries are as narrow as the key space, T and R allow, since much of the cost is bytes moved to
 // and from memory.  oracle_ref.c keeps the planner before these changes; tests require
 // byte-identical plans.
@@ -96,6 +97,9 @@ typedef struct {
     uint64_t *priv;  // (cap / 64 + 1) bit oc: occurrence oc was fetched private (0 when indexed)
     uint64_t accesses; // (key, trainer) pairs of the batch: the sum of its users' bits
     uint32_t n;      // unique keys in the batch
+    uint32_t n_last; // once the planner has completed the batch (without planner_retires): the
+                     // occurrences with no later use linked then, whose positions it has put in prev
+                     // and the trainer that writes them back in users (retire_batch)
     uint32_t batch;  // which batch the slot holds
     uint32_t samples;
     int linked;      // 1: the indexer linked the previous occurrences to these (pass 2)
@@ -989,6 +993,10 @@ static int index_batch(oracle_impl *o, const uint32_t *ids, uint32_t n, int link
 // retire_key); otherwise the indexer does, when their last held batch leaves the ring.
 static inline int planner_retires(const oracle_impl *o) { return o->threads == 1 && o->km_flat; }
 
+static inline uint64_t gate_of(uint32_t owner, uint32_t evict_iter) {
+    return (uint64_t)owner << 32 | ((uint64_t)evict_iter + 1);
+}
+
 // The keymap word of key, whose active record is a (asserted).
 static inline uint64_t *km_active(oracle_impl *o, uint64_t key, uint32_t a) {
     uint64_t *w = o->km_flat ? &o->km[key] : hmap_find(&o->hm, key);
@@ -1012,23 +1020,18 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
         sl->n = 0;
         return;
     }
-    // First the occurrences with no later use linked (a sequential scan), then their scattered
-    // targets (keymap word, gate) with prefetches a few ahead.  With two threads a later
-    // occurrence may not be linked yet (link_batch): the keymap word, which names the key's
-    // latest occurrence, is the test.  The indexer's prevw is free here.
-    uint32_t *last = (uint32_t *)o->prevw, m = 0; // (m) positions in the slot
-    for (uint32_t b = 0; b < sl->n; b += NEXT_BLOCK) { // a block's links are consecutive
-        const uint32_t e = BP_MIN(b + NEXT_BLOCK, sl->n);
-        const size_t i0 = next_index(&o->lk, j, b) - b;
-        for (uint32_t oc = b; oc < e; oc++) // without a branch: a third of them are last
-            last[m] = oc, m += link_at(&o->lk, i0 + oc) == 0;
-    }
+    // The occurrences with no later use linked when the planner completed the batch (it listed
+    // them: n_last) and their scattered targets (keymap word), with prefetches a few ahead.  With
+    // two threads a later occurrence may not be linked yet (link_batch): the keymap word, which
+    // names the key's latest occurrence, is the test.  The gate is the planner's eviction of the
+    // batch, by the trainer it wrote in users.
+    const uint32_t *last = sl->prev, m = sl->n_last;
+    BP_ASSERT(m <= sl->n);
     for (uint32_t k = 0; k < m; k++) {
         if (k + RETIRE_AHEAD < m) {
-            uint32_t oc2 = last[k + RETIRE_AHEAD], a2 = sl->act[oc2];
+            uint32_t oc2 = last[k + RETIRE_AHEAD];
             if (o->km_flat) __builtin_prefetch(&o->km[slot_key(o, sl, oc2)], 1);
             else hmap_prefetch(&o->hm, slot_key(o, sl, oc2));
-            __builtin_prefetch(&o->act_gate[a2]);
         }
         uint32_t oc = last[k], a = sl->act[oc];
         uint64_t key = slot_key(o, sl, oc);
@@ -1037,7 +1040,7 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
             BP_ASSERT(o->threads == 2);
             continue;
         }
-        retire_key(o, w, a, o->act_gate[a]);
+        retire_key(o, w, a, gate_of((uint32_t)slot_users(o, sl, oc), bnum));
     }
     sl->n = 0;
 }
@@ -1250,10 +1253,6 @@ static uint32_t rr_next(uint32_t *rr, uint32_t T) {
     return r;
 }
 
-static inline uint64_t gate_of(uint32_t owner, uint32_t evict_iter) {
-    return (uint64_t)owner << 32 | ((uint64_t)evict_iter + 1);
-}
-
 static void private_push(oracle_impl *o, uint64_t key, uint16_t tr) {
     if (o->pv_n == o->pv_cap) {
         o->pv_cap = o->pv_cap ? 2 * o->pv_cap : 1024;
@@ -1398,11 +1397,12 @@ static int plan_step(oracle_impl *o) {
     if (s >= 1) {
         o->bucket_n[(s - 1) % o->R] = 0, o->bucket_upto[(s - 1) % o->R] = 0;
         o->pv_n = 0;
-        const slot *sl = &o->slots[(s - 1) % o->R];
+        slot *sl = &o->slots[(s - 1) % o->R];
         slot *slots = o->slots;
         const uint32_t jl = (s - 1) % o->R, *sact = sl->act, n = sl->n;
         const uint64_t *spriv = sl->priv;
-        const void *skeys = sl->key, *susers = sl->users;
+        const void *skeys = sl->key;
+        void *susers = sl->users;
         const int k32 = o->key32, u8 = o->users8;
         uint32_t *lz_sync = o->lz_sync;
         // The lists are appended to through local cursors (room for every occurrence reserved
@@ -1462,6 +1462,10 @@ static int plan_step(oracle_impl *o) {
         int far_ready = 0; // far_pos holds this batch's far links
         uint64_t *pcount = o->priv_count;
         uint32_t rr = o->rr_owner;
+        // Without planner_retires, the occurrences with no later use (linked now) are listed in
+        // place for retire_batch (their back links are no longer read: n_last), each with its
+        // write-back trainer in place of its users.
+        uint32_t *rlist = sl->prev, nl = 0;
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) { // the keymap word of a key to retire, or its gate
                 uint32_t oc2 = cand[k + AHEAD_GATE];
@@ -1473,8 +1477,10 @@ static int plan_step(oracle_impl *o) {
             uint32_t oc = cand[k], a = sact[oc];
             uint64_t key = key_at(skeys, k32, oc);
             const int last = occ_bit(blast, oc); // no later use: d = 0
+            uint32_t wb; // the trainer that writes it back
             if (occ_bit(spriv, oc)) {
                 uint32_t tr = (uint32_t)__builtin_ctzll(users_at(susers, u8, oc));
+                wb = tr;
                 private_push(o, key, (uint16_t)tr);
                 *ev++ = (plan_evict){key, (uint16_t)tr, PLAN_PRIVATE};
                 pcount[tr]--;
@@ -1495,12 +1501,19 @@ static int plan_step(oracle_impl *o) {
                 st.evictions_private++;
             } else {
                 uint32_t owner = rr_next(&rr, T);
+                wb = owner;
                 *ev++ = (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT};
                 if (retire && last) retire_key(o, &km[key], a, gate_of(owner, s - 1));
                 else gate[a] = gate_of(owner, s - 1);
                 shared--;
             }
+            if (!retire) {
+                rlist[nl] = oc, nl += (uint32_t)last;
+                if (u8) ((uint8_t *)susers)[oc] = (uint8_t)wb;
+                else ((uint64_t *)susers)[oc] = wb;
+            }
         }
+        sl->n_last = nl;
         o->rr_owner = rr;
         st.evictions += m;
         for (uint32_t w = 0; w < nw; w++)
