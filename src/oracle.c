@@ -1020,27 +1020,26 @@ static void retire_batch(oracle_impl *o, uint32_t bnum) {
         sl->n = 0;
         return;
     }
-    // The occurrences with no later use linked when the planner completed the batch (it listed
-    // them: n_last) and their scattered targets (keymap word), with prefetches a few ahead.  With
-    // two threads a later occurrence may not be linked yet (link_batch): the keymap word, which
-    // names the key's latest occurrence, is the test.  The gate is the planner's eviction of the
-    // batch, by the trainer it wrote in users.
+    // The occurrences with no later use linked when the planner completed the batch: it listed
+    // them at the front of the slot's arrays (n_last: position, key, active index, write-back
+    // trainer), read here in sequence, and their scattered targets (keymap words) are prefetched a
+    // few ahead.  With two threads a later occurrence may not be linked yet (link_batch): the
+    // keymap word, which names the key's latest occurrence, is the test.  The gate is the
+    // planner's eviction of the batch.
     const uint32_t *last = sl->prev, m = sl->n_last;
     BP_ASSERT(m <= sl->n);
     for (uint32_t k = 0; k < m; k++) {
         if (k + RETIRE_AHEAD < m) {
-            uint32_t oc2 = last[k + RETIRE_AHEAD];
-            if (o->km_flat) __builtin_prefetch(&o->km[slot_key(o, sl, oc2)], 1);
-            else hmap_prefetch(&o->hm, slot_key(o, sl, oc2));
+            if (o->km_flat) __builtin_prefetch(&o->km[slot_key(o, sl, k + RETIRE_AHEAD)], 1);
+            else hmap_prefetch(&o->hm, slot_key(o, sl, k + RETIRE_AHEAD));
         }
-        uint32_t oc = last[k], a = sl->act[oc];
-        uint64_t key = slot_key(o, sl, oc);
-        uint64_t *w = km_active(o, key, a);
+        const uint32_t oc = last[k], a = sl->act[k];
+        uint64_t *w = km_active(o, slot_key(o, sl, k), a);
         if ((uint32_t)*w != (tag | oc)) { // a later occurrence, not linked yet
             BP_ASSERT(o->threads == 2);
             continue;
         }
-        retire_key(o, w, a, gate_of((uint32_t)slot_users(o, sl, oc), bnum));
+        retire_key(o, w, a, gate_of((uint32_t)slot_users(o, sl, k), bnum));
     }
     sl->n = 0;
 }
@@ -1462,10 +1461,11 @@ static int plan_step(oracle_impl *o) {
         int far_ready = 0; // far_pos holds this batch's far links
         uint64_t *pcount = o->priv_count;
         uint32_t rr = o->rr_owner;
-        // Without planner_retires, the occurrences with no later use (linked now) are listed in
-        // place for retire_batch (their back links are no longer read: n_last), each with its
-        // write-back trainer in place of its users.
-        uint32_t *rlist = sl->prev, nl = 0;
+        // Without planner_retires, the occurrences with no later use (linked now) are listed for
+        // retire_batch at the front of the slot's arrays, which nothing reads after this step
+        // (n_last): positions in prev, active indices in act, write-back trainers in users, keys
+        // in key (below).
+        uint32_t *rlist = sl->prev, *sact_w = sl->act, nl = 0;
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) { // the keymap word of a key to retire, or its gate
                 uint32_t oc2 = cand[k + AHEAD_GATE];
@@ -1507,20 +1507,14 @@ static int plan_step(oracle_impl *o) {
                 else gate[a] = gate_of(owner, s - 1);
                 shared--;
             }
-            if (!retire) {
-                rlist[nl] = oc, nl += (uint32_t)last;
-                if (u8) ((uint8_t *)susers)[oc] = (uint8_t)wb;
-                else ((uint64_t *)susers)[oc] = wb;
+            if (!retire) { // (k <= oc: what is read later in this loop is not overwritten)
+                rlist[nl] = oc, sact_w[nl] = a;
+                if (u8) ((uint8_t *)susers)[nl] = (uint8_t)wb;
+                else ((uint64_t *)susers)[nl] = wb;
+                nl += (uint32_t)last;
             }
         }
         sl->n_last = nl;
-        // With two threads the indexer retires these keys when it next runs, and their keymap
-        // words have not been touched for W batches: asked for here, from the planner's idle
-        // time, the lines come to the indexer from the shared cache, not from memory (retire
-        // 0.31 -> 0.18 ms per batch).  A prefetch only moves lines, so the keymap stays the
-        // indexer's.
-        if (!retire && o->threads == 2 && km)
-            for (uint32_t k = 0; k < nl; k++) __builtin_prefetch(&km[key_at(skeys, k32, rlist[k])]);
         o->rr_owner = rr;
         st.evictions += m;
         for (uint32_t w = 0; w < nw; w++)
@@ -1547,6 +1541,21 @@ static int plan_step(oracle_impl *o) {
         st.sync_later += (uint64_t)(later - (later0 + prev->n_sync_later));
         prev->n_evict = (uint32_t)(ev - prev->evict), prev->n_sync_now = (uint32_t)(now - prev->sync_now);
         prev->n_sync_later = (uint32_t)(later - later0);
+        if (!retire) { // the listed keys too, now that the loops above have read theirs
+            void *skw = sl->key;
+            const int pf = o->threads == 2 && km;
+            for (uint32_t k = 0; k < nl; k++) {
+                const uint64_t key = key_at(skeys, k32, rlist[k]);
+                if (k32) ((uint32_t *)skw)[k] = (uint32_t)key;
+                else ((uint64_t *)skw)[k] = key;
+                // With two threads the indexer retires these keys when it next runs, and their
+                // keymap words have not been touched for W batches: asked for here, from the
+                // planner's idle time, the lines come to the indexer from the shared cache, not
+                // from memory (retire 0.31 -> 0.18 ms per batch).  A prefetch only moves lines, so
+                // the keymap stays the indexer's.
+                if (pf) __builtin_prefetch(&km[key]);
+            }
+        }
     }
 
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_COMPLETE);
