@@ -47,12 +47,13 @@
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
 // free list and the slots being filled; the planner owns the gates and miss and private bits of
-// published keys, buckets and records.  With threads = 2 the indexer runs on its own thread:
-// batches are published through a mutex (release/acquire) and the only field both touch
-// concurrently, an occurrence's next link, is atomic; the thread that waits for the other writes
-// the next links and the batch's far list (the indexer in pass 2, or the planner, link_batch, from
-// the back links), and retiring tests the keymap word, not only a missing link, for a later
-// occurrence.  The planner never looks past its horizon H(s), so its output does not depend on how
+// published keys, buckets and records, and a batch's slot from its completion until it is
+// released (the list of keys to retire goes there).  With threads = 2 the indexer runs on its own
+// thread: batches are published and released through a mutex (release/acquire) and the only field
+// both touch concurrently, an occurrence's next link, is atomic; the thread that waits for the
+// other writes the next links and the batch's far list (the indexer in pass 2, or the planner,
+// link_batch, from the back links), and retiring tests the keymap word, not only a missing link,
+// for a later occurrence.  The planner never looks past its horizon H(s), so its output does not depend on how
 // far ahead the indexer is: plans are identical with one or two threads.
 #include "oracle.h"
 
@@ -98,8 +99,9 @@ typedef struct {
     uint64_t accesses; // (key, trainer) pairs of the batch: the sum of its users' bits
     uint32_t n;      // unique keys in the batch
     uint32_t n_last; // once the planner has completed the batch (without planner_retires): the
-                     // occurrences with no later use linked then, whose positions it has put in prev
-                     // and the trainer that writes them back in users (retire_batch)
+                     // occurrences with no later use linked then, listed at the front of prev
+                     // (positions), key, act and users (the trainer that writes each back), for
+                     // retire_batch
     uint32_t batch;  // which batch the slot holds
     uint32_t samples;
     int linked;      // 1: the indexer linked the previous occurrences to these (pass 2)
@@ -1507,7 +1509,7 @@ static int plan_step(oracle_impl *o) {
                 else gate[a] = gate_of(owner, s - 1);
                 shared--;
             }
-            if (!retire) { // (k <= oc: what is read later in this loop is not overwritten)
+            if (!retire) { // (nl <= oc, and later iterations read positions after oc)
                 rlist[nl] = oc, sact_w[nl] = a;
                 if (u8) ((uint8_t *)susers)[nl] = (uint8_t)wb;
                 else ((uint64_t *)susers)[nl] = wb;
