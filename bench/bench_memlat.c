@@ -20,6 +20,7 @@
 #include "common.h"
 
 enum { MAX_CHAINS = 64, READS = 1 << 21 };
+static volatile size_t g_sink; // keeps the reads
 
 typedef struct {
     const char *p;
@@ -56,12 +57,10 @@ static double run(const char *p, const size_t *order, size_t lines, int chains, 
         }
     }
     double worst = 0;
-    size_t sink = 0;
     for (int t = 0; t < threads; t++) {
         pthread_join(th[t], NULL);
-        worst = BP_MAX(worst, w[t].seconds), sink += w[t].sink;
+        worst = BP_MAX(worst, w[t].seconds), g_sink += w[t].sink;
     }
-    if (sink == 1) printf("(unlikely)\n"); // keeps the reads
     return 1e9 * worst / ((double)(READS / chains * chains) * threads);
 }
 

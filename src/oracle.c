@@ -53,8 +53,8 @@
 // both touch concurrently, an occurrence's next link, is atomic; the thread that waits for the
 // other writes the next links and the batch's far list (the indexer in pass 2, or the planner,
 // link_batch, from the back links), and retiring tests the keymap word, not only a missing link,
-// for a later occurrence.  The planner never looks past its horizon H(s), so its output does not depend on how
-// far ahead the indexer is: plans are identical with one or two threads.
+// for a later occurrence.  The planner never looks past its horizon H(s), so its output does not
+// depend on how far ahead the indexer is: plans are identical with one or two threads.
 #include "oracle.h"
 
 #include <pthread.h>
@@ -1400,10 +1400,10 @@ static int plan_step(oracle_impl *o) {
         o->pv_n = 0;
         slot *sl = &o->slots[(s - 1) % o->R];
         slot *slots = o->slots;
-        const uint32_t jl = (s - 1) % o->R, *sact = sl->act, n = sl->n;
+        const uint32_t jl = (s - 1) % o->R, n = sl->n;
+        uint32_t *sact = sl->act; // (written only by the retire list below)
         const uint64_t *spriv = sl->priv;
-        const void *skeys = sl->key;
-        void *susers = sl->users;
+        void *skeys = sl->key, *susers = sl->users;
         const int k32 = o->key32, u8 = o->users8;
         uint32_t *lz_sync = o->lz_sync;
         // The lists are appended to through local cursors (room for every occurrence reserved
@@ -1467,7 +1467,7 @@ static int plan_step(oracle_impl *o) {
         // retire_batch at the front of the slot's arrays, which nothing reads after this step
         // (n_last): positions in prev, active indices in act, write-back trainers in users, keys
         // in key (below).
-        uint32_t *rlist = sl->prev, *sact_w = sl->act, nl = 0;
+        uint32_t *rlist = sl->prev, nl = 0;
         for (uint32_t k = 0; k < m; k++) {
             if (k + AHEAD_GATE < m) { // the keymap word of a key to retire, or its gate
                 uint32_t oc2 = cand[k + AHEAD_GATE];
@@ -1510,7 +1510,7 @@ static int plan_step(oracle_impl *o) {
                 shared--;
             }
             if (!retire) { // (nl <= oc, and later iterations read positions after oc)
-                rlist[nl] = oc, sact_w[nl] = a;
+                rlist[nl] = oc, sact[nl] = a;
                 if (u8) ((uint8_t *)susers)[nl] = (uint8_t)wb;
                 else ((uint64_t *)susers)[nl] = wb;
                 nl += (uint32_t)last;
@@ -1544,12 +1544,11 @@ static int plan_step(oracle_impl *o) {
         prev->n_evict = (uint32_t)(ev - prev->evict), prev->n_sync_now = (uint32_t)(now - prev->sync_now);
         prev->n_sync_later = (uint32_t)(later - later0);
         if (!retire) { // the listed keys too, now that the loops above have read theirs
-            void *skw = sl->key;
             const int pf = o->threads == 2 && km;
             for (uint32_t k = 0; k < nl; k++) {
                 const uint64_t key = key_at(skeys, k32, rlist[k]);
-                if (k32) ((uint32_t *)skw)[k] = (uint32_t)key;
-                else ((uint64_t *)skw)[k] = key;
+                if (k32) ((uint32_t *)skeys)[k] = (uint32_t)key;
+                else ((uint64_t *)skeys)[k] = key;
                 // With two threads the indexer retires these keys when it next runs, and their
                 // keymap words have not been touched for W batches: asked for here, from the
                 // planner's idle time, the lines come to the indexer from the shared cache, not
