@@ -19,21 +19,21 @@
 //            8 bytes each (bentry).  Lazy: a bucket is built and brought up to date (bucket_fill,
 //            from its batch's back links and miss bits) only when capacity pressure reaches its
 //            level, so without pressure no entry is ever written.
-//   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each), the
-//            replaced keymap word of each new occurrence of the batch being indexed (8 bytes) and
-//            its position in one of pass 2's two lists (8 bytes for both).
+//   scratch  of the indexer: one trainer's slice transposed (F columns, ~B/T ids each), and the
+//            positions of the batch's occurrences that have a previous one (pass 2's list, 4 bytes).
 //
 // Speed (docs/oracle.md has the profile).  The work is a few random memory touches per id and per
 // unique key, so the code is arranged for memory-level parallelism: the indexer reads a slice's ids
 // once (transposing them so each table's ids are consecutive and can be prefetched into the keymap
-// ahead of use), dedupes in a first pass that only touches the keymap and the new slot, and in a
-// second pass writes the scattered targets (the previous occurrence's next link, into one mapping
-// on huge pages, or a new active record) with prefetches a few occurrences ahead; the batch's miss
-// bits follow from its back links, 64 at a time.  The passes after the dedupe run at about three
-// instructions per cycle (docs/oracle.md, round 12), so their loops also keep in locals what their
-// stores would have them read again through the oracle (linkmap, key_at), and the second pass is a
-// function of its own, which first splits the occurrences by whether the key is new to the window
-// (split_occ, round 13) so that neither of its store loops branches on it.  The planner reads
+// ahead of use), dedupes in a first pass that touches the keymap, the new slot and the gate of each
+// fresh active record (the free list says which records come next, so their lines are asked for
+// ahead), and in a second pass writes the scattered next links of the previous occurrences (one
+// mapping on huge pages) with prefetches a few occurrences ahead; the batch's miss bits follow
+// from its back links, 64 at a time.  The passes after the dedupe run at about three instructions
+// per cycle (docs/oracle.md, round 12), so their loops also keep in locals what their stores would
+// have them read again through the oracle (linkmap, key_at), and the second pass is a function of
+// its own, which first lists the occurrences that have a previous one so that its store loop does
+// not branch on it.  The planner reads
 // residency from the slots in order, not per key: the fetch step visits only the miss bits, and
 // the completion step writes each occurrence's outcome as bits and then fills each list from its
 // bits, so no step branches on unpredictable outcomes per key (with one thread, 64 outcomes at a
@@ -161,8 +161,7 @@ struct oracle_impl {
     uint32_t *dist;     // (COLS_LD(B / T + 1)) the distinct ids of a tiny table's column (tiny_distinct)
     uint32_t *back_tab; // (R) back_links's distances by slot
     uint32_t *card32;   // (F) card - 1: the largest valid id of each table
-    uint64_t *prevw;    // (B F) keymap word each new occurrence of the batch being indexed replaced
-    uint32_t *bl_list;  // (2 B F + 8) back_links's occurrences, split (split_occ)
+    uint32_t *bl_list;  // (B F) back_links's occurrences with a previous one
     uint32_t *act_free; // (act_cap) stack of free indices
     uint32_t act_cap, act_hw, n_free;
     slot *slots; // (R)
@@ -534,9 +533,11 @@ static void far_map(const oracle_impl *o, uint32_t t, uint32_t H, uint32_t *map)
     }
 }
 
-// Prefetch distances (samples) of the indexer: keymap words, then the previous occurrence's link.
+// Prefetch distances of the indexer: keymap words (ids), the previous occurrence's link
+// (occurrences), a fresh active record's gate (records taken).
 #define IDX_AHEAD_KM 32
 #define IDX_AHEAD_LINK 12
+#define IDX_AHEAD_GATE 16
 
 // Column stride of the transposed slice: room for IDX_AHEAD_KM ids of padding after each column (so
 // the prefetch ahead needs no bounds test), and not a multiple of 4 KiB, so columns do not alias in L1.
@@ -650,45 +651,6 @@ __attribute__((target("avx2"))) static uint32_t back_in_range_avx2(const uint32_
     return m;
 }
 
-// For split_occ: the lanes of an 8-bit mask's set bits, in order, one byte each (split_perm_init).
-static uint64_t split_perm[256];
-static pthread_once_t split_perm_once = PTHREAD_ONCE_INIT;
-static void split_perm_init(void) {
-    for (uint32_t m = 0; m < 256; m++) {
-        uint64_t p = 0;
-        for (uint32_t k = 0, q = 0; k < 8; k++)
-            if (m >> k & 1) p |= (uint64_t)k << 8 * q++;
-        split_perm[m] = p;
-    }
-}
-
-// split_occ for the occurrences [0, n) (n a multiple of 8), 8 at a time: the back links chosen from
-// the keymap words' low halves by their sign, the positions packed by a permutation per mask (the
-// new ones into fresh).  Returns the count with a previous occurrence; *nf gets the other count.
-__attribute__((target("avx2"))) static uint32_t split_occ_avx2(const uint64_t *prevw, uint32_t n, uint32_t *prev,
-                                                              uint32_t *lst, uint32_t *fresh, uint32_t *nf) {
-    const __m256 nil = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    uint32_t no = 0, nn = 0;
-    for (uint32_t oc = 0; oc < n; oc += 8) {
-        const __m256 a = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(prevw + oc)));
-        const __m256 b = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(prevw + oc + 4)));
-        const __m256i lo = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(a, b, 0x88)), 0xD8);
-        const __m256i hi = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8);
-        const __m256 sel = _mm256_blendv_ps(nil, _mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi)); // by sign
-        _mm256_storeu_si256((__m256i *)(prev + oc), _mm256_castps_si256(sel));
-        const uint32_t m = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(hi));
-        const __m256i ids = _mm256_add_epi32(_mm256_set1_epi32((int)oc), iota);
-        const __m256i po = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&split_perm[m]));
-        const __m256i pf = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&split_perm[m ^ 0xFF]));
-        _mm256_storeu_si256((__m256i *)(lst + no), _mm256_permutevar8x32_epi32(ids, po));
-        _mm256_storeu_si256((__m256i *)(fresh + nn), _mm256_permutevar8x32_epi32(ids, pf));
-        no += pop8[m], nn += 8 - pop8[m];
-    }
-    *nf = nn;
-    return no;
-}
-
 // slot_misses for the words [0, nw) of the miss bits (64 back links each), in vector registers.
 __attribute__((target("avx2"))) static void misses_avx2(const uint32_t *prev, uint32_t nw, uint32_t j, uint32_t R,
                                                         uint32_t pos_bits, uint32_t keep, uint64_t *miss) {
@@ -725,26 +687,6 @@ __attribute__((target("avx2"))) static uint64_t users_count_avx2(const uint8_t *
     return s4[0] + s4[1] + s4[2] + s4[3];
 }
 #endif
-
-// The back links of the n occurrences whose replaced keymap words are prevw, into prev (NIL for a
-// key new to the window), and the occurrences split into lst: those with a previous occurrence
-// (returns how many, m) in [0, m), then the new ones in [n, 2n - m), each in order.  lst holds
-// 2n + 8 entries (the vector path stores 8 at a time).
-static uint32_t split_occ(const oracle_impl *o, const uint64_t *prevw, uint32_t n, uint32_t *prev, uint32_t *lst) {
-    uint32_t no = 0, nf = 0, oc = 0;
-#if BP_SIMD_AVX2
-    if (o->avx2) oc = n / 8 * 8, no = split_occ_avx2(prevw, oc, prev, lst, lst + n, &nf);
-#endif
-    (void)o;
-    for (; oc < n; oc++) {
-        const uint64_t v = prevw[oc];
-        const uint32_t act = (uint32_t)(v >> 63);
-        prev[oc] = act ? (uint32_t)v : NIL;
-        lst[no] = oc, lst[n + nf] = oc;
-        no += act, nf += act ^ 1;
-    }
-    return no;
-}
 
 // The miss bits of a batch of n occurrences (slot j), from its back links, with its private bits
 // cleared, and its (key, trainer) pairs counted for the hit rate.  Whoever links the batch writes
@@ -787,46 +729,36 @@ static uint32_t back_in_range(const uint32_t *prev, uint32_t n, uint32_t j, uint
     return m;
 }
 
-// The second pass of index_batch over the n occurrences of the batch in slot j: records each key's
-// previous occurrence (the back link) and, if `link`, links that occurrence to the new one (else the
-// planner's thread does: link_batch), or fills the new active record, which needs only its gate.
-// Whoever links the batch also writes its miss bits (slot_misses).  Whether a key is new to the
-// window is not predictable (one in five), so the occurrences are first split without a branch
-// (split_occ): those with a previous occurrence to the front of bl_list, the new ones to its
-// second half; each kind is then stored in a loop of its own, its targets asked for
-// IDX_AHEAD_LINK occurrences ahead.  Not inlined into index_batch_impl, whose many live values
-// would crowd its registers; `link` and the link width lw are constants at each call site
+// The second pass of index_batch over the n occurrences of the batch in slot j, whose back links the
+// dedupe wrote (and the gates of its new active records): clears the batch's next links and, if
+// `link`, links each previous occurrence to the new one (else the planner's thread does:
+// link_batch).  Whoever links the batch also writes its miss bits (slot_misses).  Whether a key is
+// new to the window is not predictable (one in five), so the occurrences with a previous one are
+// first listed without a branch (in bl_list), and the link stores, scattered over the ring, are
+// asked for IDX_AHEAD_LINK occurrences ahead.  Not inlined into index_batch_impl, whose many live
+// values would crowd its registers; `link` and the link width lw are constants at each call site
 // (back_links).
 #define BACK_FAR 0x80000000u // in back_tab: a link from that slot is far (link_far)
 static inline __attribute__((always_inline)) void back_links_impl(oracle_impl *o, slot *sl, uint32_t j, uint32_t n,
                                                                   const int link, const uint32_t lw) {
-    const uint32_t R = o->R, pos_bits = o->pos_bits;
-    for (uint32_t k = 0; k < R; k++) {
-        const uint32_t d = slot_back(k, j, R);
-        o->back_tab[k] = d | (link_far(&o->lk, d) ? BACK_FAR : 0);
-    }
     linkmap lk = o->lk;
     lk.lw = lw;
     next_clear(&lk, j, n); // no later occurrence yet
-    if (link) o->far_n[j] = 0;
-    const uint64_t *prevw = o->prevw;
-    const uint32_t *sact = sl->act, *back = o->back_tab, *lst = o->bl_list, *fresh = lst + n;
-    uint32_t *sprev = sl->prev;
-    uint64_t *gate = o->act_gate;
-    const uint32_t no = split_occ(o, prevw, n, sprev, o->bl_list), nf = n - no;
-    if (link) {
-        for (uint32_t k = 0; k < no; k++) {
-            if (k + IDX_AHEAD_LINK < no) link_prefetch(&lk, occ_index(&lk, sprev[lst[k + IDX_AHEAD_LINK]]));
-            const uint32_t oc = lst[k], pr = sprev[oc], b = back[pr >> pos_bits];
-            link_prev(o, &lk, j, pr, oc, b & ~BACK_FAR, occ_index(&lk, pr), (b & BACK_FAR) != 0);
-        }
+    if (!link) return;
+    const uint32_t R = o->R, pos_bits = o->pos_bits, *sprev = sl->prev;
+    uint32_t *back = o->back_tab, *lst = o->bl_list, no = 0;
+    for (uint32_t k = 0; k < R; k++) {
+        const uint32_t d = slot_back(k, j, R);
+        back[k] = d | (link_far(&lk, d) ? BACK_FAR : 0);
     }
-    for (uint32_t k = 0; k < nf; k++) {
-        if (k + IDX_AHEAD_LINK < nf) __builtin_prefetch(&gate[sact[fresh[k + IDX_AHEAD_LINK]]], 1);
-        const uint32_t oc = fresh[k];
-        gate[sact[oc]] = prevw[oc];
+    o->far_n[j] = 0;
+    for (uint32_t oc = 0; oc < n; oc++) lst[no] = oc, no += sprev[oc] != NIL;
+    for (uint32_t k = 0; k < no; k++) {
+        if (k + IDX_AHEAD_LINK < no) link_prefetch(&lk, occ_index(&lk, sprev[lst[k + IDX_AHEAD_LINK]]));
+        const uint32_t oc = lst[k], pr = sprev[oc], b = back[pr >> pos_bits];
+        link_prev(o, &lk, j, pr, oc, b & ~BACK_FAR, occ_index(&lk, pr), (b & BACK_FAR) != 0);
     }
-    if (link) slot_misses(o, sl, j, n);
+    slot_misses(o, sl, j, n);
 }
 static __attribute__((noinline)) void back_links(oracle_impl *o, slot *sl, uint32_t j, uint32_t n, int link) {
     if (o->lk.lw == 1) link ? back_links_impl(o, sl, j, n, 1, 1) : back_links_impl(o, sl, j, n, 0, 1);
@@ -867,7 +799,8 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     uint8_t *susers8 = sl->users;
     uint64_t *susers64 = sl->users;
     uint32_t *sact = sl->act, *cols = o->cols;
-    uint64_t *prevw = o->prevw;
+    uint32_t *sprev = sl->prev;
+    uint64_t *gate = o->act_gate;
     const uint32_t *maxid = o->card32;
     sl->batch = bnum, sl->samples = n, sl->n = 0, sl->linked = link;
     uint32_t cnt = 0;
@@ -912,14 +845,23 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
                     else susers64[(uint32_t)v & pos_mask] |= bit;
                     continue;
                 }
-                // A new occurrence: its active record (new or not) is settled in the second pass.
-                uint32_t a = (v & KM_ACTIVE) ? KM_ACT(v) : act_take(o);
+                // A new occurrence: its back link, or for a key new to the window a fresh active
+                // record, whose gate is the key's last eviction (the inactive word).  The free
+                // list is a stack filled before the dedupe, so the record IDX_AHEAD_GATE takes
+                // later is known, and its gate's line is asked for now.
+                uint32_t a;
+                if (v & KM_ACTIVE) a = KM_ACT(v);
+                else {
+                    a = act_take(o), gate[a] = v;
+                    if (o->n_free > IDX_AHEAD_GATE)
+                        __builtin_prefetch(&gate[o->act_free[o->n_free - IDX_AHEAD_GATE]], 1);
+                }
                 uint32_t oc = cnt++;
                 if (k32) skey32[oc] = (uint32_t)(base + id);
                 else skey64[oc] = base + id;
                 if (u8) susers8[oc] = (uint8_t)bit;
                 else susers64[oc] = bit;
-                sact[oc] = a, prevw[oc] = v;
+                sact[oc] = a, sprev[oc] = (v & KM_ACTIVE) ? (uint32_t)v : NIL;
                 *w = KM_ACTIVE | (uint64_t)a << 32 | (tag | oc);
             }
         }
@@ -1138,7 +1080,7 @@ static void sort_small(uint64_t *x, uint32_t n) {
 // P would happen at step lu + 1, in step order and within a step in batch lu's occurrence order;
 // the key then stays resident until v unless a pressure eviction pops that entry (and leaves it
 // not resident).  So at step s the bucket of v holds the occurrences of batch v whose previous
-// occurrence (the back link of pass 2) lies in a batch lu <= s - 1 and whose key is resident
+// occurrence (the back link of the dedupe) lies in a batch lu <= s - 1 and whose key is resident
 // (shared), in (lu, position in lu) order.
 //
 // The first fill of a bucket (bucket_upto 0) scans batch v's back links for those with lu <= s - 1.
@@ -1743,7 +1685,6 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->key32 = K <= (1ull << 32), o->users8 = cfg->T <= 8;
 #if BP_SIMD_AVX2
     o->avx2 = simd_on && __builtin_cpu_supports("avx2");
-    if (o->avx2) pthread_once(&split_perm_once, split_perm_init);
     o->avx2_cols = o->avx2 && cfg->F >= 8;
 #endif
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
@@ -1778,19 +1719,18 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->back_tab = bp_xmalloc(R * sizeof *o->back_tab);
     o->card32 = bp_xmalloc(cfg->F * sizeof *o->card32);
     for (uint32_t f = 0; f < cfg->F; f++) o->card32[f] = (uint32_t)(cfg->card[f] - 1);
-    o->prevw = big_alloc(per * sizeof *o->prevw);
-    o->bl_list = big_alloc((2 * per + 8) * sizeof *o->bl_list);
+    o->bl_list = big_alloc(per * sizeof *o->bl_list);
     o->lz_sync = big_alloc(per * sizeof *o->lz_sync);
     o->cand = big_alloc(per * sizeof *o->cand);
     o->far_pos = big_alloc(per * sizeof *o->far_pos);
     o->bits_ev = big_alloc((per / 64 + 1) * sizeof *o->bits_ev);
     o->bits_now = big_alloc((per / 64 + 1) * sizeof *o->bits_now);
     o->bits_last = big_alloc((per / 64 + 1) * sizeof *o->bits_last);
-    if (!o->prevw || !o->bl_list || !o->lz_sync || !o->cand || !o->far_pos || !o->bits_ev || !o->bits_now ||
+    if (!o->bl_list || !o->lz_sync || !o->cand || !o->far_pos || !o->bits_ev || !o->bits_now ||
         !o->bits_last) {
         oracle_free(out);
         return bp_fail(BP_ENOMEM, "oracle: cannot map %zu bytes",
-                       per * (sizeof *o->prevw + 2 * sizeof *o->bl_list + sizeof *o->lz_sync + sizeof *o->cand +
+                       per * (sizeof *o->bl_list + sizeof *o->lz_sync + sizeof *o->cand +
                               sizeof *o->far_pos));
     }
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
@@ -1873,8 +1813,7 @@ void oracle_free(oracle *out) {
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_bk),
         free(o->sync_cnt);
     free(o->offset), free(o->card), free(o->cols), free(o->dist), free(o->back_tab), free(o->card32);
-    big_free(o->prevw, per * sizeof *o->prevw);
-    big_free(o->bl_list, (2 * per + 8) * sizeof *o->bl_list);
+    big_free(o->bl_list, per * sizeof *o->bl_list);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);
     free(o);
     out->impl = NULL;
@@ -2021,8 +1960,8 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += nexts_bytes(o->pub_occ, o->R);
     mem += (uint64_t)o->R * (o->pub_occ / 64 + 1) * 2 * sizeof(uint64_t); // the miss and private bits
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
-    // prevw, lz_sync, cand, far_pos, and bl_list's two parts
-    mem += (uint64_t)o->pub_occ * (sizeof(uint64_t) + 5 * sizeof(uint32_t));
+    // lz_sync, cand, far_pos and bl_list
+    mem += (uint64_t)o->pub_occ * 4 * sizeof(uint32_t);
     mem += (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
     mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
@@ -2088,7 +2027,7 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     mem += nexts_bytes(unique, R);
     mem += R * (unique / 64 + 1) * 2 * sizeof(uint64_t);
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
-    mem += unique * (sizeof(uint64_t) + 5 * sizeof(uint32_t));
+    mem += unique * 4 * sizeof(uint32_t);
     mem += (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
     mem += R * (GRP_CAP(unique) * sizeof(uint64_t) + (BP_MIN(GRP_SPAN_MAX, R) + 3) * sizeof(uint32_t)); // groups
