@@ -771,11 +771,20 @@ static __attribute__((noinline)) void back_links(oracle_impl *o, slot *sl, uint3
 // set, so the dedupe needs each id once, and a bitmap in a register finds them for less than the
 // keymap word and users mask of every appearance cost (dedupe 1.51 -> 1.48 ms per batch; a bitmap
 // in L1 for the tables up to 4096 ids made it slower, 1.50 -> 1.70: its branch is not predictable).
+// The set of ids comes first, from a pass without branches or dependent steps (four bitmaps), so
+// that the ordered scan can stop at the last first appearance, usually within the first few dozen
+// ids of the 2048 (the scan to the end cost 0.8% of the dedupe per tiny table, 2.5 cycles an id).
 #define TINY_IDS 64
 static uint32_t tiny_distinct(const uint32_t *col, uint32_t len, uint32_t *out) {
+    uint64_t b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    uint32_t s = 0;
+    for (; s + 4 <= len; s += 4)
+        b0 |= 1ull << col[s], b1 |= 1ull << col[s + 1], b2 |= 1ull << col[s + 2], b3 |= 1ull << col[s + 3];
+    for (; s < len; s++) b0 |= 1ull << col[s];
+    const uint64_t all = b0 | b1 | b2 | b3;
     uint32_t m = 0;
     uint64_t seen = 0;
-    for (uint32_t s = 0; s < len; s++) {
+    for (s = 0; seen != all; s++) {
         const uint64_t b = 1ull << col[s];
         if (!(seen & b)) seen |= b, out[m++] = col[s];
     }
