@@ -28,22 +28,21 @@
 // ahead of use), dedupes in a first pass that touches the keymap, the new slot and the gate of each
 // fresh active record (the free list says which records come next, so their lines are asked for
 // ahead), and in a second pass writes the scattered next links of the previous occurrences (one
-// mapping on huge pages) with prefetches a few occurrences ahead; the batch's miss bits follow
-// from its back links, 64 at a time.  The passes after the dedupe run at about three instructions
-// per cycle (docs/oracle.md, round 12), so their loops also keep in locals what their stores would
-// have them read again through the oracle (linkmap, key_at), and the second pass is a function of
-// its own, which first lists the occurrences that have a previous one so that its store loop does
-// not branch on it.  The planner reads
-// residency from the slots in order, not per key: the fetch step visits only the miss bits, and
-// the completion step writes each occurrence's outcome as bits and then fills each list from its
-// bits, so no step branches on unpredictable outcomes per key (with one thread, 64 outcomes at a
-// time in vector registers); it prefetches the gate words of keys it is about to fetch or evict.
-// Retiring reads the keys that leave the window from a list the planner wrote in place when it
-// completed their batch, with their write-back trainers, and prefetches their keymap words (with
-// one thread and the flat keymap the planner retires each such key where it evicts it: retire_key).
-// Entries are as narrow as the key space, T and R allow, since much of the cost is bytes moved to
-// and from memory.  oracle_ref.c keeps the planner before these changes; tests require
-// byte-identical plans.
+// mapping on huge pages) with prefetches a few occurrences ahead; the batch's miss bits follow from
+// its back links, 64 at a time.  The passes after the dedupe run at about three instructions per
+// cycle (docs/oracle.md, round 12), so their loops also keep in locals what their stores would have
+// them read again through the oracle (linkmap, key_at), and the second pass is a function of its
+// own, which first lists the occurrences that have a previous one so that its store loop does not
+// branch on it.  The planner reads residency from the slots in order, not per key: the fetch step
+// visits only the miss bits, and the completion step writes each occurrence's outcome as bits and
+// then fills each list from its bits, so no step branches on unpredictable outcomes per key (with
+// one thread, 64 outcomes at a time in vector registers); it prefetches the gate words of keys it
+// is about to fetch or evict.  Retiring reads the keys that leave the window from a list the planner
+// wrote in place when it completed their batch, with their write-back trainers, and prefetches
+// their keymap words (with one thread and the flat keymap the planner retires each such key where
+// it evicts it: retire_key).  Entries are as narrow as the key space, T and R allow, since much of
+// the cost is bytes moved to and from memory.  oracle_ref.c keeps the planner before these changes;
+// tests require byte-identical plans.
 //
 // Two halves.  The indexer (dedupe + linking + retiring held batches) owns keymap, tails, the
 // free list and the slots being filled; the planner owns the gates and miss and private bits of
