@@ -57,8 +57,8 @@
 // otherwise.  Belady bucket entries (resident keys not needed soon), 8 bytes each, exist only for
 // the levels that capacity pressure has reached (a level's bucket is built from the back links of
 // its batch when pressure reaches it, with the occurrences that can enter it later grouped by
-// distance, 8 bytes each, for the next steps).  Indexer scratch: 8 bytes per unique key of one
-// batch plus one transposed trainer slice (4 bytes per id).  The planner's two records (their
+// distance, 8 bytes each, for the next steps).  Indexer scratch: 4 bytes per unique key of one
+// batch (pass 2's list) plus one transposed trainer slice (4 bytes per id).  The planner's two records (their
 // lists about 72 bytes per unique key of a batch, grown by doubling) and its scratch; with two
 // threads and copied input, the queue's copies of the batches (4 bytes per id).
 // Only the per-key words grow with the run (with the distinct keys touched); the rest is bounded
