@@ -1306,7 +1306,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             bs.t_wait = bs.t_sync = bs.t_ar = bs.t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
-        if (su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
+        if (train_eval_due(su, t + 1)) {
             double e0 = bp_now(); // every trainer takes part: its dirty rows are part of the model
             if ((rc = bs_eval_rows(&bs, t + 1))) break;
             if (writer) {

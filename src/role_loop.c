@@ -386,7 +386,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             st->t_wait = st->t_sync = st->t_ar = st->t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
-        if (su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
+        if (train_eval_due(su, t + 1)) {
             double e0 = bp_now();
             if ((rc = rl->collect(rl->ctx, t + 1))) break;
             if (writer) {

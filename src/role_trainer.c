@@ -386,7 +386,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             ts.t_wait = ts.t_sync = ts.t_ar = ts.t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
-        if (writer && su->eval_every && (t + 1) % su->eval_every == 0 && t + 1 < su->total_iters) {
+        if (writer && train_eval_due(su, t + 1)) {
             double e0 = bp_now();
             if ((rc = ts_collect(&ts, t + 1))) break;
             trainer_eval(&ts.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);

@@ -409,6 +409,10 @@ int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const m
     return jsonl_end(&j, mf);
 }
 
+int train_eval_due(const train_setup *su, int64_t done) {
+    return su->eval_every && done % su->eval_every == 0 && (done < su->total_iters || !su->do_eval);
+}
+
 // Opens the dataset and derives everything a run needs from the flags (no output but warnings).
 static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, const char *data_path) {
     memset(su, 0, sizeof *su);
@@ -561,9 +565,29 @@ static int metrics_probe(const char *path) {
     return rc ? rc : jsonl_close(&jf, 0);
 }
 
+// The --checkpoint-dir that this process created to lock it (train_lock_roots), and whether the run
+// ended well (cmd_train).  The lock comes before the flags, the dataset and the root itself are
+// checked (the root is read under it), so a refused run has made the directory already.
+static struct {
+    char *path;
+    int ok;
+} made_root;
+
+// At exit: a run that failed leaves no --checkpoint-dir that it made itself.  rmdir removes only an
+// empty directory, so nothing goes that holds a checkpoint, a part of one or another file.  It runs
+// after ckpt.c's removal of the lock file this run created (an atexit handler registered after
+// this one, when the lock file is made), which empties a root without checkpoints.
+static void drop_made_root(void) {
+    if (made_root.path && !made_root.ok) rmdir(made_root.path);
+}
+
 // Locks the run's checkpoint roots (ckpt_lock_root), in the one process of the job that holds them.
 static int train_lock_roots(const train_flags *fl) {
     int rc = 0;
+    if (fl->ck.dir && !made_root.path && mkdir(fl->ck.dir, 0777) == 0) { // never one that existed before
+        made_root.path = bp_xstrdup(fl->ck.dir);
+        atexit(drop_made_root);
+    }
     if (fl->ck.dir) rc = ckpt_lock_root(fl->ck.dir, 1, "--checkpoint-dir");
     if (!rc && fl->ck.resume && (!fl->ck.dir || strcmp(fl->ck.resume, fl->ck.dir) != 0))
         rc = ckpt_lock_root(fl->ck.resume, 0, "--resume");
@@ -652,7 +676,15 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     CLI_HINT("use-gpu", "training runs on CPUs: --threads N sets the BLAS threads, --mode and --trainers " \
              "the ranks")
 
+static int train_cmd(int argc, char **argv);
+
 int cmd_train(int argc, char **argv) {
+    const int code = train_cmd(argc, argv);
+    made_root.ok = code == 0; // a failed run's new --checkpoint-dir goes at exit (drop_made_root)
+    return code;
+}
+
+static int train_cmd(int argc, char **argv) {
     train_flags fl;
     const cli_opt opts[] = {
         CLI_CHOICE("mode", 0, &fl.mode, 0, "local|sync|sharded|static|bagpipe|async",
@@ -849,7 +881,7 @@ int cmd_train(int argc, char **argv) {
             train_progress_window(&prog, t, win_loss / (double)win_n);
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
-        if (eval_every && (t + 1) % eval_every == 0 && t + 1 < total_iters) {
+        if (train_eval_due(&su, t + 1)) {
             double t0 = bp_now();
             trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
             t_eval += bp_now() - t0;

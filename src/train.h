@@ -130,5 +130,9 @@ int train_loss_check(int64_t t, double loss);
 void train_json_result(jsonl *j, const char *prefix, const metric_result *r);
 // One "eval" line of the metrics file (mf may be NULL): the split, iteration, samples and result.
 int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const metric_result *r);
+// Whether an --eval-every evaluation (an "eval" line) falls after `done` iterations, in every mode.
+// After the last iteration the final evaluation (the summary's) stands for it, unless --no-eval
+// leaves that out: then it is done as at every other multiple of N.
+int train_eval_due(const train_setup *su, int64_t done);
 
 #endif

@@ -743,7 +743,7 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
     EXPECT(0, cmd("%s train %s " TINY " --batch-size 16 --epochs 2 --eval-every 10 --eval-batch-size 50 --save %s "
                   "-m %s", test_bin(), d, test_path("b"), m2), "iterations of 16 (2.00 epochs)");
     EXPECT(0, cmd("cmp %s/dense.bin %s/dense.bin && grep -c event.:.eval %s %s", test_path("a"),
-                  test_path("b"), m1, m2), "m1.jsonl:4", "m2.jsonl:4");
+                  test_path("b"), m1, m2), "m1.jsonl:5", "m2.jsonl:5");
     EXPECT(2, cmd("%s train %s --mini-batch-size 0", test_bin(), d), "--mini-batch-size: 0 is out of range [1, 1048576]");
     EXPECT(0, cmd("%s train --help", test_bin()), "--nepochs N                same as --epochs (the DLRM reference's name)");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --num-batches 100", test_bin(), d),

@@ -305,6 +305,64 @@ TEST(ckpt_root_is_locked_by_its_job) {
     ASSERT_TRUE(ckpt_valid(root, 10) && !ckpt_exists(root, 20) && !ckpt_exists(root, 30) && !ckpt_is_root(fresh));
 }
 
+// A refused run leaves no --checkpoint-dir behind.  The launcher (the process of a local run, rank
+// 0 under the user's mpirun) makes the directory to lock it before the flags, the dataset and the
+// root are checked, and a run refused there used to leave it, empty; so did one whose ranks failed
+// before its first checkpoint.  A directory that existed before stays, empty or not, and so does
+// the new one of a run that wrote a checkpoint into it before it failed.
+TEST(ckpt_refused_run_leaves_no_checkpoint_dir) {
+    ASSERT_OK(make_data());
+    char ck[512], none[512];
+    snprintf(ck, sizeof ck, "%s", test_path("newck"));
+    snprintf(none, sizeof none, "%s", test_path("none"));
+    static const struct {
+        const char *env, *args; // args: printf format of the root (%s), then of a missing --resume root
+        int code;               // exit status, or -1: any but 0 (under mpirun, the failing rank's)
+    } refused[] = {
+        {"", "--batch-size 99999 --checkpoint-every 5 --checkpoint-dir %s", 2},
+        {"", "--arch-mlp-bot 13-8-4 --checkpoint-every 5 --checkpoint-dir %s", 2},
+        {"", "--checkpoint-every 5 --checkpoint-dir %s --resume %s", 1},
+        {"", "--checkpoint-dir %s", 2},
+        {"", SYNC " --batch-size 99999 --checkpoint-every 5 --checkpoint-dir %s", 2},
+        {"", BAGPIPE " --cache-rows 1 --iters 20 --checkpoint-every 10 --checkpoint-dir %s", 1}, // fails in its ranks
+        {"mpirun -np 5 --oversubscribe", SYNC " --batch-size 99999 --checkpoint-every 5 --checkpoint-dir %s", -1},
+        {"mpirun -np 1", "--batch-size 99999 --checkpoint-every 5 --checkpoint-dir %s", -1},
+    };
+    struct stat st;
+    for (size_t k = 0; k < BP_ARRAY_LEN(refused); k++) {
+        char args[1200];
+        snprintf(args, sizeof args, refused[k].args, ck, none);
+        char *out = NULL;
+        int rc = train(&out, refused[k].env, "%s", args);
+        ASSERT_MSG(refused[k].code < 0 ? rc != 0 : rc == refused[k].code, "%s %s: exit %d:\n%s", refused[k].env, args,
+                   rc, out ? out : "");
+        ASSERT_MSG(stat(ck, &st) != 0, "%s %s: left %s behind:\n%s", refused[k].env, args, ck, out ? out : "");
+        free(out);
+    }
+    // Directories that were there: an empty one, one with a file of the user's.
+    char old[512], kept[600];
+    snprintf(old, sizeof old, "%s", test_path("old"));
+    snprintf(kept, sizeof kept, "%s/notes.txt", old);
+    ASSERT_TRUE(mkdir(old, 0755) == 0);
+    for (int with_file = 0; with_file < 2; with_file++) {
+        FILE *f = with_file ? fopen(kept, "w") : NULL;
+        if (f) fclose(f);
+        char *out = NULL;
+        int rc = train(&out, "", "--batch-size 99999 --checkpoint-every 5 --checkpoint-dir %s", old);
+        ASSERT_MSG(rc == 2, "exit %d:\n%s", rc, out ? out : "");
+        free(out);
+        ASSERT_MSG(stat(old, &st) == 0 && S_ISDIR(st.st_mode), "%s: removed", old);
+        ASSERT_TRUE(!with_file || stat(kept, &st) == 0);
+    }
+    // A new directory with a checkpoint in it, of a run that failed at its end (its --save).
+    char *out = NULL;
+    int rc = train(&out, "BAGPIPE_TEST_SAVE_FAIL=1", "--iters 20 --checkpoint-every 10 --checkpoint-dir %s --save %s",
+                   ck, test_path("m"));
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out ? out : "");
+    free(out);
+    ASSERT_TRUE(ckpt_valid(ck, 10));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mode local
 

@@ -188,7 +188,8 @@ static char *eval_lines(const char *path, int *n) {
 }
 
 // --no-eval skips only the final evaluation: the --eval-every ones still happen, in every mode
-// (they used to be skipped too), and the summary carries no metrics.
+// (they used to be skipped too, and then the one on the last iteration still was), and the
+// summary carries no metrics.
 TEST(modes_no_eval_keeps_eval_every) {
     char data[512];
     ASSERT_OK(make_data(data, sizeof data, 15));
@@ -213,8 +214,9 @@ TEST(modes_no_eval_keeps_eval_every) {
         free(out);
         int n;
         char *ev = eval_lines(mpath, &n);
-        ASSERT_MSG(n == 3, "%s: %d eval lines, expected 3 (iterations 50, 100, 150):\n%s", modes[m][0], n, ev);
+        ASSERT_MSG(n == 4, "%s: %d eval lines, expected 4 (iterations 50, 100, 150, 200):\n%s", modes[m][0], n, ev);
         ASSERT_STR_CONTAINS(ev, "\"iter\":150");
+        ASSERT_STR_CONTAINS(ev, "\"iter\":200");
         ASSERT_TRUE(isnan(dist_test_summary_num(mpath, "auc")));
         if (m == 1) sync_evals = ev, ev = NULL;
         else if (m > 1 && m < 5) // sharded, static and bagpipe give sync's model at every boundary
@@ -223,4 +225,59 @@ TEST(modes_no_eval_keeps_eval_every) {
         free(ev);
     }
     free(sync_evals);
+}
+
+// The value of "key" in the eval line of iteration iter among the lines ev (NAN: none).
+static double eval_num(const char *ev, int iter, const char *key) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"iter\":%d,", iter);
+    const char *l = strstr(ev, pat), *nl = l ? strchr(l, '\n') : NULL;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = l ? strstr(l, pat) : NULL;
+    return p && (!nl || p < nl) ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+// The --eval-every evaluation that falls on the last iteration is done once, in every mode: the
+// final evaluation stands for it (the summary's figures, no eval line), and with --no-eval, which
+// leaves that one out, it is an eval line, printed, with the same figures (the same model).  With
+// --no-eval it used to be skipped as well: 20 iterations with --eval-every 10 evaluated at 10 only.
+TEST(modes_eval_every_on_the_last_iteration_is_done_once) {
+    char data[512];
+    ASSERT_OK(make_data(data, sizeof data, 15));
+    static const char *const modes[][2] = {
+        {"local", "--mode local"},
+        {"sync", "--mode sync --trainers 2 --servers 1"},
+        {"sharded", "--mode sharded --trainers 2"},
+        {"static", "--mode static --trainers 2 --servers 1 --static-rows 20"},
+        {"bagpipe", "--mode bagpipe --trainers 2 --servers 1 --cache-rows 300 --lookahead 8"},
+        {"async", "--mode async --trainers 2 --servers 1 --cache-rows 300"},
+    };
+    for (size_t m = 0; m < BP_ARRAY_LEN(modes); m++) {
+        char *out[2] = {NULL, NULL}, *ev[2] = {NULL, NULL}, mpath[2][600];
+        int n[2];
+        for (int no_eval = 0; no_eval < 2; no_eval++) {
+            char a[1600], dir[64];
+            snprintf(mpath[no_eval], sizeof mpath[no_eval], "%s/%s%d.jsonl", test_tmpdir(), modes[m][0], no_eval);
+            snprintf(dir, sizeof dir, "%s%d", modes[m][0], no_eval);
+            snprintf(a, sizeof a, "%s --batch-size 24 --iters 20 --eval-every 10 %s -m %s", modes[m][1],
+                     no_eval ? "--no-eval" : "", mpath[no_eval]);
+            int rc = run_train(&out[no_eval], data, dir, a);
+            ASSERT_MSG(rc == 0, "%s exited %d:\n%s", a, rc, out[no_eval]);
+            ev[no_eval] = eval_lines(mpath[no_eval], &n[no_eval]);
+        }
+        // the final evaluation: at 20, not an eval line nor an "iteration 20:" line besides
+        ASSERT_MSG(n[0] == 1 && strstr(ev[0], "\"iter\":10,"), "%s: eval lines:\n%s", modes[m][0], ev[0]);
+        ASSERT_MSG(strstr(out[0], "val   AUC") && !strstr(out[0], "iteration 20:"), "%s:\n%s", modes[m][0], out[0]);
+        // --no-eval: the one at 20 is an eval line, printed
+        ASSERT_MSG(n[1] == 2 && strncmp(ev[1], ev[0], strlen(ev[0])) == 0 && strstr(ev[1], "\"iter\":20,"),
+                   "%s --no-eval: eval lines:\n%s", modes[m][0], ev[1]);
+        ASSERT_MSG(strstr(out[1], "iteration 20: val AUC") && !strstr(out[1], "val   AUC"), "%s --no-eval:\n%s",
+                   modes[m][0], out[1]);
+        ASSERT_TRUE(isnan(summary_num(mpath[1], "auc")));
+        static const char *const keys[] = {"auc", "logloss", "accuracy"};
+        for (size_t k = 0; k < BP_ARRAY_LEN(keys); k++)
+            ASSERT_MSG(eval_num(ev[1], 20, keys[k]) == summary_num(mpath[0], keys[k]), "%s: %s at 20 %.9g, final %.9g",
+                       modes[m][0], keys[k], eval_num(ev[1], 20, keys[k]), summary_num(mpath[0], keys[k]));
+        for (int k = 0; k < 2; k++) free(out[k]), free(ev[k]);
+    }
 }
