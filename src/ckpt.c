@@ -93,7 +93,18 @@ int ckpt_save_dir_check(const char *dir) {
     char path[4200];
     join(path, sizeof path, dir, "MANIFEST");
     struct stat st;
-    if (lstat(path, &st) != 0 || (S_ISREG(st.st_mode) && st.st_size == 0)) return 0;
+    if (lstat(path, &st) != 0 || (S_ISREG(st.st_mode) && st.st_size == 0)) {
+        // No model here: a file under a part's name is not one (it may be the dataset itself, or
+        // a part of a save killed before its MANIFEST), and the save would replace it unasked.
+        static const char *const parts[] = {"dense.bin", "emb.bin"};
+        for (size_t i = 0; i < BP_ARRAY_LEN(parts); i++) {
+            join(path, sizeof path, dir, parts[i]);
+            if (lstat(path, &st) == 0)
+                return bp_fail(BP_EUSAGE, "%s: exists, and no bagpipe MANIFEST beside it makes it a saved model's "
+                               "part; the save would replace it: move it away or choose another directory", path);
+        }
+        return 0;
+    }
     char head[sizeof magic - 1];
     int fd = S_ISREG(st.st_mode) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     int ours = fd >= 0 && read(fd, head, sizeof head) == (ssize_t)sizeof head && memcmp(head, magic, sizeof head) == 0;

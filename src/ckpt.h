@@ -41,7 +41,8 @@ int ckpt_mkdir(const char *dir);
 int ckpt_dir_check(const char *dir);
 // For --save dir, before any work: a dir/MANIFEST that is not empty and not a bagpipe manifest
 // (another tool's file of that name) would be replaced by the saved model's, or removed with the
-// model it seems to be: refused (BP_EUSAGE, naming it).  0 when there is none or it is bagpipe's.
+// model it seems to be: refused (BP_EUSAGE, naming it), as is a dense.bin or emb.bin without a
+// MANIFEST (not a model's part: the dataset, another file).  0 when there is none or it is bagpipe's.
 int ckpt_save_dir_check(const char *dir);
 
 // Writes one part from n buffers laid end to end; fills *out (name, size, crc).

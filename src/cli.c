@@ -113,7 +113,8 @@ static int set_value(const cli_opt *o, const char *name, const char *val) {
         if (errno || end == val || *end || !isfinite(v))
             return bp_fail(BP_EUSAGE, "--%s: expected a decimal number, got '%s'", name, val);
         if (v < o->min_d || v > o->max_d)
-            return bp_fail(BP_EUSAGE, "--%s: %g is out of range [%g, %g]", name, v, o->min_d, o->max_d);
+            // As given, and bounds to 15 digits: %g printed 1000000.5 as 1e+06, inside [0, 1e+06].
+            return bp_fail(BP_EUSAGE, "--%s: %s is out of range [%.15g, %.15g]", name, val, o->min_d, o->max_d);
         *(double *)o->ptr = v;
         return 0;
     }

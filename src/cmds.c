@@ -10,16 +10,13 @@
 
 int cmd_exit(int rc) {
     if (rc == 0) return 0;
+    fflush(stdout); // what the run printed (its memory plan...) comes before the error in a shared log
     fprintf(stderr, "bagpipe: %s\n", bp_errmsg(rc));
     return rc == BP_EUSAGE ? 2 : 1;
 }
 
 int cmd_open_dataset(bp_dataset *ds, const char *path) {
-    int rc = bp_ds_open(ds, path, BP_DS_VERIFY);
-    if (rc == BP_EFORMAT)
-        return bp_fail(rc, "%s (a raw Criteo/Avazu file must be converted first: bagpipe prep -o DATA.bin %s)",
-                       bp_errmsg(rc), path);
-    return rc;
+    return bp_ds_open(ds, path, BP_DS_VERIFY); // a raw log's message says how to convert it (bp_ds_header_decode)
 }
 
 int cmd_info(int argc, char **argv) {

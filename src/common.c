@@ -288,6 +288,14 @@ const char *bp_file_kind(unsigned m) {
          : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "an unknown kind";
 }
 
+// 1 when path names an open file descriptor (/dev/fd/N, /proc/PID/fd/N; /dev/stdout leads there).
+static int names_fd(const char *p) {
+    if (strncmp(p, "/dev/fd/", 8) == 0) return 1;
+    if (strncmp(p, "/proc/", 6) != 0) return 0;
+    const char *slash = strchr(p + 6, '/');
+    return slash && slash > p + 6 && strncmp(slash, "/fd/", 4) == 0;
+}
+
 int bp_afile_target(const char *path, char **target) {
     *target = NULL;
     struct stat st;
@@ -302,6 +310,12 @@ int bp_afile_target(const char *path, char **target) {
     // create.
     char *p = bp_xstrdup(path);
     for (int hops = 0; lstat(p, &st) == 0 && S_ISLNK(st.st_mode); hops++) {
+        if (names_fd(p)) { // a shell's redirection: the rename would unlink the file it writes to
+            free(p);
+            return bp_fail(BP_EINVAL, "%s: names an open file descriptor (standard output or a redirection); this "
+                           "output is written whole and then takes its file's place, which would lose what else "
+                           "goes there: give the file's own name", path);
+        }
         char link[4096];
         ssize_t n = hops < 40 ? readlink(p, link, sizeof link - 1) : -1;
         if (n < 0) {

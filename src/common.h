@@ -129,7 +129,8 @@ typedef struct {
     uint64_t written;
 } bp_afile;
 // The file an atomic write of path replaces (*target, malloc'd), or an error naming path when
-// it exists and is not a regular file.  Nothing is created.
+// it exists and is not a regular file, or when it names an open descriptor (/dev/stdout,
+// /proc/self/fd/N: replacing its file would lose what else is written there).  Nothing is created.
 int bp_afile_target(const char *path, char **target);
 // What a file that is not regular nor a directory is, for messages: "a FIFO", "a character device"...
 const char *bp_file_kind(unsigned m); // m: st_mode

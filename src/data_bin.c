@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "common.h"
 
@@ -93,13 +94,36 @@ void bp_ds_header_encode(const bp_ds_info *in, uint8_t *b) {
     bp_put_u32(b + H_CRC, bp_crc32(0, b, H_CRC));
 }
 
+// The first bytes of the gzip stream b[0, n), decompressed into out[0, cap): how many came out.
+static size_t gz_head(const uint8_t *b, size_t n, uint8_t *out, size_t cap) {
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 16) != Z_OK) return 0; // 16: a gzip header
+    z.next_in = (Bytef *)(uintptr_t)b, z.avail_in = (uInt)BP_MIN(n, (size_t)1 << 30);
+    z.next_out = out, z.avail_out = (uInt)cap;
+    inflate(&z, Z_SYNC_FLUSH);
+    const size_t got = cap - z.avail_out;
+    inflateEnd(&z);
+    return got;
+}
+
 int bp_ds_header_decode(bp_ds_info *out, const uint8_t *b, size_t n, const char *what) {
     bp_ds_info in;
     memset(&in, 0, sizeof in);
     if (n < BP_DS_HEADER_SIZE)
         return bp_fail(BP_ECORRUPT, "%s: too short for a bagpipe dataset header (%zu bytes)", what, n);
-    if (memcmp(b + H_MAGIC, BP_DS_MAGIC, 8) != 0)
-        return bp_fail(BP_EFORMAT, "%s: not a bagpipe binary dataset (bad magic; raw files go through 'bagpipe prep')", what);
+    if (memcmp(b + H_MAGIC, BP_DS_MAGIC, 8) != 0) {
+        if (b[0] == 0x1f && b[1] == 0x8b) { // gzip: of a dataset, or of a raw log
+            uint8_t head[8];
+            if (gz_head(b, n, head, sizeof head) == sizeof head && memcmp(head, BP_DS_MAGIC, 8) == 0)
+                return bp_fail(BP_EFORMAT, "%s: a gzip-compressed bagpipe dataset; a dataset is mapped as it is, not "
+                               "read through gzip: decompress it first (gzip -d)", what);
+            return bp_fail(BP_EFORMAT, "%s: not a bagpipe binary dataset but gzip data; a raw Criteo/Avazu log, plain "
+                           "or gzip, must be converted first: bagpipe prep -o DATA.bin %s", what, what);
+        }
+        return bp_fail(BP_EFORMAT, "%s: not a bagpipe binary dataset (bad magic); a raw Criteo/Avazu log must be "
+                       "converted first: bagpipe prep -o DATA.bin %s", what, what);
+    }
     in.version = bp_get_u32(b + H_VERSION);
     int crc_ok = bp_get_u32(b + H_CRC) == bp_crc32(0, b, H_CRC);
     // A damaged version field must not pass for a dataset of another version.

@@ -573,7 +573,7 @@ int cmd_synth(int argc, char **argv) {
         CLI_I64("rows", 'n', &rows, 1000000, INT64_MIN, INT64_MAX, "samples to generate"),
         CLI_I64("seed", 's', &seed, 1, 0, INT64_MAX, "random seed (same flags and seed: same bytes)"),
         CLI_STR("skew", 0, &skew, "auto", "Zipf exponent of row popularity, or auto (calibrated to --hot-share)"),
-        CLI_DBL("hot-share", 0, &hot_share, 0.90, 0, 1, "auto skew: share of accesses taken by the top 1% of rows"),
+        CLI_DBL("hot-share", 0, &hot_share, 0.90, -1e9, 1e9, "auto skew: share of accesses taken by the top 1% of rows"),
         CLI_DBL("drift", 0, &drift, 0, -1e9, 1e9, "popularity drift: fraction of each table's top 1% replaced per day"),
         CLI_STR("ctr", 0, &ctr, NULL, "base click rate of the planted model (default 0.256; avazu 0.17)"),
         CLI_INT("pairs", 0, &pairs, 4, 0, SYNTH_MAX_PAIRS, "planted pairwise interactions between tables"),
@@ -645,6 +645,10 @@ int cmd_synth(int argc, char **argv) {
     if (split && (rc = parse_split(split, &o))) return cmd_exit(rc);
     if (format == 3) o.format = p == SYNTH_PRESET_AVAZU ? SYNTH_FMT_CSV : SYNTH_FMT_TSV;
     else o.format = (synth_format)format;
+    // A text file holds no split (prep cuts one from it): a split asked of one would be ignored.
+    if (split && o.format != SYNTH_FMT_BIN && o.split != SYNTH_SPLIT_NONE)
+        return cmd_exit(bp_fail(BP_EUSAGE, "--split %s: only with --format bin; a text file holds no split: give "
+                                "--split to prep when converting it", split));
     if (threads == 0) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
         threads = nc < 1 ? 1 : nc > 64 ? 64 : (int)nc;
@@ -658,10 +662,12 @@ int cmd_synth(int argc, char **argv) {
     rc = synth_run(&o, &rep);
     if (rc) return cmd_exit(rc);
     char b[32], rate[32], secs[32];
-    printf("synth: %llu row%s (train %llu, val %llu, test %llu) -> %s (%s) in %s, %s rows/s\n",
-           (unsigned long long)rep.rows, rep.rows == 1 ? "" : "s", (unsigned long long)rep.split[0],
-           (unsigned long long)rep.split[1], (unsigned long long)rep.split[2], o.out,
-           bp_fmt_bytes(b, sizeof b, (double)rep.bytes), bp_fmt_seconds(secs, sizeof secs, rep.seconds),
+    char cut[96] = ""; // a binary dataset's split (a text file has none)
+    if (o.format == SYNTH_FMT_BIN)
+        snprintf(cut, sizeof cut, " (train %llu, val %llu, test %llu)", (unsigned long long)rep.split[0],
+                 (unsigned long long)rep.split[1], (unsigned long long)rep.split[2]);
+    printf("synth: %llu row%s%s -> %s (%s) in %s, %s rows/s\n", (unsigned long long)rep.rows, rep.rows == 1 ? "" : "s",
+           cut, o.out, bp_fmt_bytes(b, sizeof b, (double)rep.bytes), bp_fmt_seconds(secs, sizeof secs, rep.seconds),
            bp_fmt_rate(rate, sizeof rate, rep.rows / rep.seconds));
     uint64_t total = 0;
     for (uint32_t f = 0; f < o.n_tables; f++) total += o.card[f];

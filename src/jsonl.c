@@ -101,6 +101,19 @@ int jsonl_open(jsonl_file *jf, const char *flag, const char *path) {
         memset(jf, 0, sizeof *jf);
         return rc;
     }
+    // A last line without its newline (a run killed mid-line, a full disk) would swallow the
+    // first new one: start on a line of its own.
+    struct stat st;
+    char last = '\n';
+    int rd = jf->created ? -1 : open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); // fd is write-only
+    if (rd >= 0 && fstat(rd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+        if (pread(rd, &last, 1, st.st_size - 1) != 1) last = '\n';
+    if (rd >= 0) close(rd);
+    if (last != '\n') {
+        fprintf(stderr, "bagpipe: warning: %s %s: its last line is cut short (no newline at the end); the new "
+                "lines start on a line of their own\n", flag, path);
+        fputc('\n', jf->f);
+    }
     jf->path = bp_xstrdup(path);
     return 0;
 }

@@ -952,6 +952,10 @@ static int pred_check(const char *path) {
     if (strcmp(path, "-") == 0) // it would be a file named "-"
         return bp_fail(BP_EUSAGE, "--predictions -: expected a file name (the predictions are written to a file, "
                        "which takes their place whole at the end; not to standard output)");
+    char *target; // what the commit would replace: /dev/stdout's file is refused now, not after the work
+    int rc = bp_afile_target(path, &target);
+    if (rc) return bp_fail(BP_EUSAGE, "--predictions %s", bp_errmsg(rc));
+    free(target);
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return 0; // missing (created at the end) or unreadable: bp_afile_open says why
     struct stat st;

@@ -151,7 +151,19 @@ TEST(badinput_avazu_without_header) {
 
 TEST(badinput_text_log_given_to_train) {
     const char *in = criteo_file("raw.tsv", 3, NULL, 0, 0);
-    EXPECT(1, cmd("%s train %s", test_bin(), in), "raw.tsv", "bagpipe prep");
+    EXPECT(1, cmd("%s train %s", test_bin(), in), "raw.tsv: not a bagpipe binary dataset (bad magic); a raw",
+           "bagpipe prep -o DATA.bin");
+}
+
+// A gzipped dataset is told to be decompressed (prep, which the raw-log hint names, refuses it
+// too); a gzipped raw log is sent to prep, which reads gzip.
+TEST(badinput_gzipped_dataset_given_to_train) {
+    const char *d = dataset("d.bin", 300), *gz = test_path("d.bin.gz"), *raw = criteo_file("raw.tsv", 3, NULL, 0, 0);
+    ASSERT_EQ(test_run(NULL, 30, "gzip -c %s > %s && gzip -c %s > %s.gz", d, gz, raw, raw), 0);
+    EXPECT(1, cmd("%s train %s", test_bin(), gz), "d.bin.gz: a gzip-compressed bagpipe dataset", "(gzip -d)");
+    EXPECT(1, cmd("%s info %s", test_bin(), gz), "d.bin.gz: a gzip-compressed bagpipe dataset");
+    EXPECT(1, cmd("%s train %s.gz", test_bin(), raw), "raw.tsv.gz: not a bagpipe binary dataset but gzip data",
+           "bagpipe prep -o DATA.bin");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -254,6 +266,22 @@ TEST(badinput_huge_flag_values) {
     EXPECT(2, cmd("%s train %s --arch-sparse-feature-size 1000000", test_bin(), d), "--arch-sparse-feature-size: 1000000 is out of range");
     EXPECT(2, cmd("%s train %s " TINY " --batch-size 100000", test_bin(), d), "--batch-size");
     EXPECT(2, cmd("%s train %s --learning-rate 1e999", test_bin(), d), "--learning-rate");
+    // The value as given: %g printed it as 1e+06, which looked inside [0, 1e+06].
+    EXPECT(2, cmd("%s train %s --learning-rate 1000000.5", test_bin(), d),
+           "--learning-rate: 1000000.5 is out of range [0, 1000000]");
+    EXPECT(2, cmd("%s synth --hot-share 1.0000001 -o %s", test_bin(), test_path("s.bin")),
+           "--hot-share: expected a share in (0.01, 1), got 1.0000001");
+}
+
+// synth writes a split only into a binary dataset: a text file holds none, so --split ratio or
+// kaggle with --format tsv/csv/raw is refused (it used to be ignored while the summary claimed
+// it); --split none is what a text file is anyway.
+TEST(badinput_synth_split_of_a_text_file) {
+    const char *t = test_path("s.tsv");
+    EXPECT(2, cmd("%s synth -n 100 -f tsv --split ratio:0.5,0.25,0.25 -o %s", test_bin(), t),
+           "--split ratio:0.5,0.25,0.25: only with --format bin", "give --split to prep");
+    ASSERT_TRUE(access(t, F_OK) != 0);
+    EXPECT(0, cmd("%s synth -n 100 -f tsv --split none -o %s", test_bin(), t), "synth: 100 rows -> ");
 }
 
 // An embedding size the embedding layer cannot store is a usage error naming the flag, with the
@@ -427,6 +455,48 @@ TEST(badinput_metrics_file_is_not_metrics) {
     EXPECT(0, cmd("%s train %s " TINY " --iters 2 -m %s && %s train %s " TINY " --iters 2 -m %s && "
                   "grep -c summary %s %s", test_bin(), d, empty, test_bin(), d, old, empty, old), "empty.jsonl:1", "old.jsonl:1");
     EXPECT(0, cmd("%s train %s " TINY " --iters 2 -m /dev/stdout", test_bin(), d), "\"event\":\"summary\"");
+}
+
+// A metrics file whose last line was cut short (a run killed mid-line, a full disk): the new lines
+// start on a line of their own, with a warning; they used to be glued to the cut one.
+TEST(badinput_metrics_file_with_a_cut_last_line) {
+    const char *d = dataset("d.bin", 500);
+    static const char cut[] = "{\"event\":\"train\",\"iter\":1";
+    const char *m = write_file("cut.jsonl", cut, strlen(cut));
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 -m %s", test_bin(), d, m), "cut.jsonl: its last line is cut short");
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "sed -n 1,2p %s", m), 0);
+    ASSERT_STR_CONTAINS(out, "{\"event\":\"train\",\"iter\":1\n{\"event\":\"train\",\"iter\":2,");
+    free(out);
+}
+
+// An output written whole and renamed into place (predictions, datasets) is refused at
+// /dev/stdout: with standard output redirected to a file, the rename used to unlink that file
+// and with it everything else the command printed there.
+TEST(badinput_predictions_to_redirected_stdout) {
+    const char *d = dataset("d.bin", 500), *m = test_path("model"), *log = test_path("log.txt");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 --save %s", test_bin(), d, m), "saved model");
+    EXPECT(0, cmd("(echo before; %s eval --load %s --rows 3 -p /dev/stdout %s; echo after) > %s 2>&1; cat %s",
+                  test_bin(), m, d, log, log),
+           "before", "--predictions /dev/stdout: names an open file descriptor", "after");
+    EXPECT(2, cmd("%s eval --load %s --rows 3 -p /dev/stdout %s > %s", test_bin(), m, d, test_path("fresh.txt")),
+           "--predictions /dev/stdout: names an open file descriptor");
+    EXPECT(1, cmd("%s prep -q -o /proc/self/fd/1 %s > %s", test_bin(), criteo_file("raw.tsv", 3, NULL, 0, 0), log),
+           "names an open file descriptor");
+}
+
+// --save into a directory holding a dense.bin or emb.bin that no bagpipe MANIFEST lists (here the
+// dataset itself, named emb.bin) is refused before training; the save used to replace it.
+TEST(badinput_save_over_foreign_part_names) {
+    const char *d = dataset("d.bin", 500), *dir = test_path("sv");
+    ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s && cp %s %s/emb.bin", dir, d, dir), 0);
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s/emb.bin " TINY " --iters 2 --save %s", test_bin(), dir, dir),
+                           "sv/emb.bin: exists, and no bagpipe MANIFEST beside it");
+    EXPECT(0, cmd("%s info %s/emb.bin", test_bin(), dir), "checksums verified");
+    ASSERT_EQ(test_run(NULL, 10, "rm %s/emb.bin && echo notes > %s/dense.bin", dir, dir), 0);
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s " TINY " --iters 2 --save %s", test_bin(), d, dir),
+                           "sv/dense.bin: exists, and no bagpipe MANIFEST");
+    EXPECT(0, cmd("cat %s/dense.bin", dir), "notes");
 }
 
 // ---------------------------------------------------------------------------------------------
