@@ -26,11 +26,21 @@ static void usage(FILE *f) {
                "Trains deep recommendation models with lookahead embedding caching (BagPipe).\n\n"
                "commands:\n");
     for (size_t i = 0; i < BP_ARRAY_LEN(commands); i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n'bagpipe COMMAND --help' describes a command's options.\n");
+    fprintf(f, "\n'bagpipe COMMAND --help' (or 'bagpipe help COMMAND') describes a command's options.\n");
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "help") == 0 && argc > 2) { // "bagpipe help train": that command's --help
+        for (size_t i = 0; i < BP_ARRAY_LEN(commands); i++)
+            if (strcmp(argv[2], commands[i].name) == 0) {
+                char *args[] = {argv[2], "--help", NULL};
+                return commands[i].fn(2, args);
+            }
+        fprintf(stderr, "bagpipe: help: unknown command '%s'\n\n", argv[2]);
         usage(stderr);
         return 2;
     }

@@ -63,6 +63,9 @@ static int produce(role_oracle *ro) {
     const int F = su->mc.F;
     for (;;) {
         int rc = oracle_next_plan(&ro->o, &ro->p);
+        if (rc == BP_ECAPACITY) // the planner's words, then the flag that sets its capacity
+            return bp_fail(rc, "%s (--cache-rows %llu: give at least that minimum; a later batch may need more)",
+                           bp_errmsg(rc), (unsigned long long)su->cache_rows);
         if (rc < 0) return rc;
         if (rc == 1) break;
         if (oracle_done(&ro->o)) return 0;

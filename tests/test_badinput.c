@@ -943,6 +943,7 @@ TEST(badinput_cache_of_one_row) {
     ASSERT_STR_CONTAINS(out, "cache too small");
     ASSERT_STR_CONTAINS(out, "but the cache holds 1");
     ASSERT_STR_CONTAINS(out, "the minimum cache size for this batch is");
+    ASSERT_STR_CONTAINS(out, "rows (--cache-rows 1: give at least that minimum"); // the flag that sets it
     // the launcher names the oracle, whose error it is (it used to name whichever rank left first)
     ASSERT_STR_CONTAINS(out, "job failed: rank 0 (oracle)");
     free(out);

@@ -433,6 +433,21 @@ TEST(cli_unknown_command_suggests) {
     free(out);
 }
 
+// `bagpipe help COMMAND` is that command's --help (it used to print the list of commands); an
+// unknown one is a usage error with the list.
+TEST(cli_help_command_is_its_help) {
+    char *out = NULL, *want = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s help train", test_bin()), 0);
+    ASSERT_EQ(test_run(&want, 10, "%s train --help", test_bin()), 0);
+    ASSERT_STR_EQ(out, want);
+    ASSERT_STR_CONTAINS(out, "--cache-rows");
+    free(out), free(want), out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s help trian", test_bin()), 2);
+    ASSERT_STR_CONTAINS(out, "help: unknown command 'trian'");
+    ASSERT_STR_CONTAINS(out, "commands:");
+    free(out);
+}
+
 // --eval-every's evaluations are printed, in every mode (they went only to the -m metrics file:
 // without one they were computed and shown nowhere, where the DLRM reference's --test-freq prints).
 TEST(cli_train_eval_every_prints) {
