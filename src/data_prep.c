@@ -171,14 +171,14 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
     lines_bad bad;
     const char *s;
     size_t len;
-    uint64_t nlines = 0;
+    uint64_t nlines = 0, used = 0; // used: text bytes of the lines taken (read ahead is more)
     for (;;) {
         int k = lines_next(&r, &s, &len);
         if (k <= 0) {
             rc = k;
             break;
         }
-        nlines++;
+        nlines++, used += len + 1;
         if (k == LINES_LONG && need_header) {
             rc = bp_fail(BP_EFORMAT, "%s:%llu: header line longer than %u bytes; expected the Avazu header",
                          r.path, (unsigned long long)r.line_no, LINES_MAX);
@@ -219,7 +219,12 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
             break;
         }
     }
-    if (!rc && nlines == 0) rc = bp_fail(BP_EFORMAT, "%s: empty input file (no lines after decompression)", r.path);
+    if (!rc && nlines == 0)
+        rc = bp_fail(BP_EFORMAT, "%s: empty input file%s", r.path, r.gz ? " (no lines after decompression)" : "");
+    if (*stop && used < r.bytes_text) { // --max-rows: what was read ahead is not input taken
+        r.bytes_text = used;
+        if (!r.gz) r.bytes_file = used;
+    }
     c->st.bytes_file += r.bytes_file;
     c->st.bytes_text += r.bytes_text;
     c->st.lines += nlines;

@@ -1033,6 +1033,12 @@ TEST(prep_cli_flags) {
     // --max-rows and the summary.
     ASSERT_EQ(test_run(&msg, 10, "%s prep --max-rows 4 --split kaggle -o %s %s", test_bin(), out, good), 0);
     ASSERT_STR_CONTAINS(msg, "prep: 4 rows (train 4, val 0, test 0)");
+    // the input's size is that of the 4 lines taken, not of the block read ahead (the whole file here)
+    char *head = NULL, want[64], b[32];
+    ASSERT_EQ(test_run(&head, 10, "head -n 4 %s | wc -c", good), 0);
+    snprintf(want, sizeof want, "input: %s text in ", bp_fmt_bytes(b, sizeof b, strtod(head, NULL)));
+    free(head);
+    ASSERT_STR_CONTAINS(msg, want);
     ASSERT_STR_CONTAINS(msg, "ids: by frequency, min count 1; 26 tables");
     free(msg);
     ASSERT_EQ(test_run(&msg, 10, "%s info %s", test_bin(), out), 0);
