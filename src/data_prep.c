@@ -238,7 +238,13 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
 // after the first pass, before the second.
 static int days_check(const prep_ctx *c) {
     const prep_opts *o = c->o;
-    if (o->split != PREP_SPLIT_DAYS || c->files_read >= 2) return 0;
+    if (o->split != PREP_SPLIT_DAYS) return 0;
+    // A last day without a row (every line bad, skipped) would leave val and test empty unsaid.
+    if (c->files_read >= 2 && c->file_rows[c->files_read - 1] == 0)
+        return bp_fail(BP_EFORMAT, "--split days: the last day reached (%s) gave no rows (%s), and its halves are val "
+                       "and test: both would be empty; give a day with rows last", o->inputs[c->files_read - 1],
+                       o->skip_bad ? "its lines were skipped as bad" : "no data lines");
+    if (c->files_read >= 2) return 0;
     return bp_fail(BP_EUSAGE, "--split days: --max-rows %llu ends inside the first input (%s), the day that would "
                    "be halved into val and test: no day is left for train; raise --max-rows or use --split ratio:A,B,C",
                    (unsigned long long)o->max_rows, o->inputs[0]);
@@ -308,6 +314,15 @@ static int prep_check_opts(const prep_opts *o) {
                        (unsigned long long)o->max_ind_range);
     if (o->split == PREP_SPLIT_DAYS && o->n_inputs < 2)
         return bp_fail(BP_EUSAGE, "--split days: expected one input file per day (at least 2), got %d", o->n_inputs);
+    // One file given twice (by one name or two) would repeat its rows, with --split days in
+    // train and in val/test both.  Before the day order, which a repeated day would break.
+    for (int i = 1; i < o->n_inputs; i++) {
+        struct stat a, b;
+        for (int j = 0; j < i && stat(o->inputs[i], &a) == 0; j++)
+            if (stat(o->inputs[j], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+                return bp_fail(BP_EUSAGE, "%s: the same file as input %d (%s); give each input once (its rows "
+                               "would be there twice)", o->inputs[i], j + 1, o->inputs[j]);
+    }
     return days_order_check(o);
 }
 
@@ -325,15 +340,6 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
         uint64_t size;
         if ((rc = lines_check(o->inputs[i], o->max_ind_range == 0, &size)) != 0) return rc;
         c.total_bytes += size;
-    }
-    // One file given twice (by one name or two) would repeat its rows, with --split days in
-    // train and in val/test both.
-    for (int i = 1; i < o->n_inputs; i++) {
-        struct stat a, b;
-        for (int j = 0; j < i && stat(o->inputs[i], &a) == 0; j++)
-            if (stat(o->inputs[j], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-                return bp_fail(BP_EUSAGE, "%s: the same file as input %d (%s); give each input once (its rows "
-                               "would be there twice)", o->inputs[i], j + 1, o->inputs[j]);
     }
     if ((rc = prep_check_out(o->out)) != 0) return rc;
     struct stat so, si;
@@ -390,7 +396,7 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
                      (unsigned long long)c.st.bad_total);
     }
     if (!rc) {
-        c.st.rows = c.rows;
+        c.st.rows = c.rows, c.st.inputs_read = c.files_read;
         prep_split_sizes(o, c.rows, c.file_rows, c.files_read, c.st.split);
         rc = bp_ds_writer_finish(c.w, c.st.card, c.st.split); // frees the writer
         c.w = NULL;
@@ -415,9 +421,11 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
 static void prep_print_summary(const prep_opts *o, const prep_stats *st) {
     char a[32], b[32];
     double mb = (double)st->bytes_text / 1e6, secs = st->seconds > 0 ? st->seconds : 1e-9;
-    printf("prep: %llu row%s (train %llu, val %llu, test %llu) from %d input file%s\n", (unsigned long long)st->rows,
+    char of[48] = ""; // --max-rows may stop before the last input
+    if (st->inputs_read < o->n_inputs) snprintf(of, sizeof of, "%d of ", st->inputs_read);
+    printf("prep: %llu row%s (train %llu, val %llu, test %llu) from %s%d input file%s\n", (unsigned long long)st->rows,
            st->rows == 1 ? "" : "s", (unsigned long long)st->split[0], (unsigned long long)st->split[1], (unsigned long long)st->split[2],
-           o->n_inputs, o->n_inputs == 1 ? "" : "s");
+           of, o->n_inputs, o->n_inputs == 1 ? "" : "s");
     printf("input: %s text", bp_fmt_bytes(a, sizeof a, (double)st->bytes_text));
     if (st->bytes_file != st->bytes_text) printf(" (%s compressed)", bp_fmt_bytes(b, sizeof b, (double)st->bytes_file));
     char t1[32], t2[32];

@@ -47,6 +47,7 @@ typedef struct {
     uint64_t distinct;         // distinct values over all tables (frequency mapping)
     double seconds;            // whole run
     double seconds_count;      // the counting pass (frequency mapping)
+    int inputs_read;           // inputs reached (fewer than given when --max-rows stops early)
 } prep_stats;
 
 // Sets o to the defaults (criteo, min_count 1, no hashing, split none).

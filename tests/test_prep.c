@@ -1221,6 +1221,29 @@ TEST(prep_days_max_rows_inside_the_first_file) {
     bp_ds_close(&ds);
 }
 
+// --split days with a last day that gives no rows (every line bad, skipped) is refused: its halves
+// are val and test, which were written empty without a word.  A day given twice is named as such,
+// with no warning that the days are out of order before it.  A --max-rows that stops before the
+// last input says how many inputs it read.
+TEST(prep_days_empty_last_day_repeated_day_and_inputs_read) {
+    const char *d[3] = {criteo_file("day_0", 0, 40), criteo_file("day_1", 40, 30), write_text("day_2", "x\nx\n")};
+    const char *out = tpath("s.bin");
+    char *msg = NULL;
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q --skip-bad --split days -o %s %s %s %s", test_bin(), out, d[0], d[1], d[2]),
+              1);
+    ASSERT_STR_CONTAINS(msg, "--split days: the last day reached (");
+    ASSERT_STR_CONTAINS(msg, "day_2) gave no rows (its lines were skipped as bad)");
+    free(msg);
+    ASSERT_TRUE(!file_exists(out));
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s %s", test_bin(), out, d[0], d[0]), 2);
+    ASSERT_STR_CONTAINS(msg, "the same file as input 1");
+    ASSERT_TRUE(strstr(msg, "comes after") == NULL);
+    free(msg);
+    ASSERT_EQ(test_run(&msg, 20, "%s prep --max-rows 50 -o %s %s %s %s", test_bin(), out, d[0], d[1], d[2]), 0);
+    ASSERT_STR_CONTAINS(msg, "prep: 50 rows (train 50, val 0, test 0) from 2 of 3 input files");
+    free(msg);
+}
+
 // A chunk boundary (PREP_CHUNK rows) and a read-block boundary inside one run, with frequency
 // ids: the result must equal a brute-force mapping of a file that spans both.
 // Terabyte days given as a shell glob (day_*) come in text order, day_10 before day_2: with
