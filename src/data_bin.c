@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -497,6 +498,12 @@ int bp_ds_open(bp_dataset *ds, const char *path, unsigned flags) {
                 rc = bp_fail(BP_ECORRUPT, "%s: %s section checksum mismatch (file damaged)", path, sec[s].name);
         for (uint64_t r = 0; r < in->rows && !rc; r++) {
             if (ds->label[r] > 1) rc = bp_fail(BP_ECORRUPT, "%s: row %llu: label %u", path, (unsigned long long)r, ds->label[r]);
+            // prep and synth write finite values; another writer's NaN would make every metric NaN
+            const float *dv = ds->dense + r * in->n_dense;
+            for (uint32_t f = 0; f < in->n_dense && !rc; f++)
+                if (!isfinite(dv[f]))
+                    rc = bp_fail(BP_ECORRUPT, "%s: row %llu: dense feature %u is %s, expected a finite value", path,
+                                 (unsigned long long)r, f, isnan(dv[f]) ? "NaN" : "infinite");
             const uint32_t *row = ds->sparse + r * in->n_sparse;
             for (uint32_t f = 0; f < in->n_sparse && !rc; f++)
                 if (row[f] >= in->card[f])
