@@ -452,6 +452,16 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
         bp_log(BP_LOG_WARN, "--%s has no effect: this run evaluates nothing (--no-eval, and no --eval-every N)",
                fl->unread_eval);
     if (fl->overridden[0]) bp_log(BP_LOG_WARN, "%s", fl->overridden);
+    // Checkpoints are taken at boundaries within the run, never after its last iteration (--save
+    // keeps the final model): a run that checkpoints without --save ends with its model lost, and a
+    // --resume without a checkpoint schedule writes none of its own.
+    const int writes_ckpt = fl->ck.every || fl->ck.minutes > 0;
+    if (writes_ckpt && !fl->save)
+        bp_log(BP_LOG_WARN, "checkpoints are taken within the run, never after its last iteration: without --save "
+               "DIR the final model is not kept");
+    if (fl->ck.resume && !writes_ckpt)
+        bp_log(BP_LOG_WARN, "--resume: this run writes no checkpoint of its own (give --checkpoint-every N or "
+               "--checkpoint-minutes M to go on checkpointing)");
     su->emb_lr = fl->emb_lr >= 0 ? fl->emb_lr : fl->lr;
     static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
     su->eopt = emb_opt_make(ekinds[fl->emb_opt], (float)su->emb_lr, su->mc.E);

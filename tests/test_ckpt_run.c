@@ -363,6 +363,29 @@ TEST(ckpt_refused_run_leaves_no_checkpoint_dir) {
     ASSERT_TRUE(ckpt_valid(ck, 10));
 }
 
+// Checkpoints are never taken after the last iteration, so a run that checkpoints without --save
+// ends with its final model lost, and a --resume without a schedule writes no checkpoint: each says
+// so, once, where both used to be silent (the README's own example lost the final model).
+TEST(ckpt_warns_where_the_final_model_or_later_checkpoints_are_not_kept) {
+    ASSERT_OK(make_data());
+    const char *ck = test_path("ckw"), *model = test_path("mw");
+    const char *lost = "warning: checkpoints are taken within the run, never after its last iteration: without "
+                       "--save DIR the final model is not kept";
+    const char *none = "warning: --resume: this run writes no checkpoint of its own";
+    char *out = NULL;
+    ASSERT_EQ(train(&out, "", "--iters 20 --checkpoint-every 10 --checkpoint-dir %s", ck), 0);
+    ASSERT_STR_CONTAINS(out, lost);
+    ASSERT_TRUE(strstr(strstr(out, lost) + 1, lost) == NULL);
+    free(out), out = NULL;
+    ASSERT_EQ(train(&out, "", "--iters 30 --resume %s --save %s", ck, model), 0);
+    ASSERT_STR_CONTAINS(out, none);
+    ASSERT_TRUE(strstr(out, lost) == NULL);
+    free(out), out = NULL;
+    ASSERT_EQ(train(&out, "", "--iters 40 --resume %s --checkpoint-every 35 --save %s", ck, model), 0);
+    ASSERT_TRUE(strstr(out, lost) == NULL && strstr(out, none) == NULL);
+    free(out);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mode local
 
