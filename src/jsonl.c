@@ -67,8 +67,17 @@ void jsonl_num(jsonl *j, const char *key, double val) {
     else put(j, b, (size_t)snprintf(b, sizeof b, "%.9g", val));
 }
 
+// 1 when path is this process's standard output (-m /dev/stdout, or its file by name): the lines
+// then go through stdout itself.  A second open of a redirected stdout's file would write at its
+// own offset, over the text that stdout writes at the other, and its content (that text) is no
+// reason to refuse it.
+static int names_stdout(const char *path) {
+    struct stat a, b;
+    return stat(path, &a) == 0 && fstat(STDOUT_FILENO, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 int jsonl_check(const char *flag, const char *path) {
-    if (!path) return 0;
+    if (!path || names_stdout(path)) return 0;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return 0; // missing (created later) or unreadable: jsonl_open says why
     struct stat st;
@@ -89,6 +98,11 @@ int jsonl_open(jsonl_file *jf, const char *flag, const char *path) {
     if (!path) return 0;
     int chk = jsonl_check(flag, path);
     if (chk) return chk;
+    if (names_stdout(path)) {
+        fflush(stdout);
+        jf->f = stdout, jf->is_stdout = 1, jf->path = bp_xstrdup(path);
+        return 0;
+    }
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     jf->created = fd >= 0;
     // EEXIST: an existing file is appended to; so is a symbolic link, whose target is created if
@@ -140,6 +154,12 @@ int jsonl_close(jsonl_file *jf, int rc) {
     if (!jf->f) return rc ? rc : jf->rc;
     errno = 0;
     if (fflush(jf->f) != 0 || ferror(jf->f)) write_failed(jf, errno, rc != 0);
+    if (jf->is_stdout) { // stdout stays open for the rest of the output
+        if (!rc) rc = jf->rc;
+        free(jf->path);
+        memset(jf, 0, sizeof *jf);
+        return rc;
+    }
     // A file this run created and never wrote to (it failed first) is not left behind.
     struct stat st, now;
     if (jf->created && fstat(fileno(jf->f), &st) == 0 && st.st_size == 0 && stat(jf->path, &now) == 0 &&

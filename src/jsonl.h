@@ -31,6 +31,7 @@ typedef struct {
     const char *flag; // the flag that named it, for messages ("--metrics")
     int created;      // this open created the file: removed at close if still empty
     int rc;           // the first write error, or 0
+    int is_stdout;    // the path is this process's standard output: f is stdout, not closed
 } jsonl_file;
 
 int jsonl_open(jsonl_file *jf, const char *flag, const char *path);

@@ -471,6 +471,18 @@ TEST(badinput_metrics_file_with_a_cut_last_line) {
     free(out);
 }
 
+// -m /dev/stdout with standard output redirected to a file: the lines go through stdout itself,
+// between the text lines.  A second open of that file used to write at its own offset, over the
+// text (local), and the distributed launcher refused the file for the text it had printed there.
+TEST(badinput_metrics_to_redirected_stdout) {
+    const char *d = dataset("d.bin", 500), *log = test_path("so.txt");
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 -m /dev/stdout > %s; cat %s", test_bin(), d, log, log),
+           "\ntrained 2 iterations", "\n{\"event\":\"summary\",\"mode\":\"local\"");
+    EXPECT(0, cmd("%s %s train %s " TINY " --iters 2 --mode sync --trainers 2 -m /dev/stdout > %s; cat %s",
+                  dist_test_env(), test_bin(), d, log, log),
+           "memory plan: ", "\n{\"event\":\"summary\",\"mode\":\"sync\"");
+}
+
 // An output written whole and renamed into place (predictions, datasets) is refused at
 // /dev/stdout: with standard output redirected to a file, the rename used to unlink that file
 // and with it everything else the command printed there.
