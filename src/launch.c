@@ -365,9 +365,11 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
         role(f.rank, ctx, r, sizeof r);
         snprintf(what, sizeof what, "rank %d (%s)", f.rank, r);
     }
-    if (f.signal > 0)
+    if (f.signal > 0) { // exit 1, as any failed job: mpirun's 128 + signal read as this launcher killed
         fprintf(stderr, "bagpipe: job failed: %s was killed by signal %d (%s)\n", what, f.signal, strsignal(f.signal));
-    else if (f.aborted || reported)
+        return 1;
+    }
+    if (f.aborted || reported)
         fprintf(stderr, "bagpipe: job failed: %s stopped the job after an error (message above)\n", what);
     else if (f.exit_code >= 0)
         fprintf(stderr, "bagpipe: job failed: %s was the first to exit, with code %d (its message is above)\n", what,

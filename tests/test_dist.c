@@ -326,6 +326,8 @@ static void check_signal_named(int rank, const char *role, int sig, const char *
     size_t len;
     char *out = dist_test_slurp(outp, &len);
     ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 124, "status %d:\n%s", st, out);
+    // a rank killed: exit 1, as any failed job (mpirun's 137 read as the launcher itself killed)
+    ASSERT_MSG(sig != SIGKILL || WEXITSTATUS(st) == 1, "exit %d for a killed rank:\n%s", WEXITSTATUS(st), out);
     ASSERT_MSG(dt < (sig == SIGSTOP ? 20 : 10), "the job took %.1f s to end after signal %d", dt, sig);
     char want[96];
     if (sig == SIGSTOP) snprintf(want, sizeof want, "with no progress (--stall-timeout 3): a peer is stopped");
