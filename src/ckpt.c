@@ -560,6 +560,20 @@ static int no_ckpt_here(const char *root) {
                    "write under --checkpoint-dir", root);
 }
 
+// 1 when another live process holds root's lock: a job writing checkpoints there now, whose newest
+// one may be unfinished (no MANIFEST yet) or pruned while it is read.
+static int root_busy(const char *root) {
+    char path[4200];
+    join(path, sizeof path, root, ".lock");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat st;
+    const int busy = fstat(fd, &st) == 0 && held_find(&st) < 0 && flock(fd, LOCK_SH | LOCK_NB) != 0 &&
+                     errno == EWOULDBLOCK;
+    close(fd); // (and with it a shared lock this took)
+    return busy;
+}
+
 int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m) {
     int64_t *its;
     int n, rc = list_ckpts(root, &its, &n);
@@ -576,8 +590,14 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
             free(its);
             return 0;
         }
-        // once per job: the ranks of a job scan too, with warnings off (train.c)
-        if (bp_log_level >= BP_LOG_WARN) fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, bp_errmsg(rc));
+        // once per job: the ranks of a job scan too, with warnings off (train.c).  A checkpoint that a
+        // live job is writing is not one whose run stopped before committing it.
+        if (bp_log_level >= BP_LOG_WARN) {
+            if (i == n - 1 && root_busy(root))
+                fprintf(stderr, "bagpipe: skipping checkpoint %s: not complete yet (a running job is writing into %s)\n",
+                        dir, root);
+            else fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, bp_errmsg(rc));
+        }
         if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", bp_errmsg(rc));
     }
     free(its);

@@ -230,17 +230,31 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
 
 // Reads a saved model's configuration, checks it against the dataset, builds the trainer and
 // loads the parameters.
+static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch);
+
 int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch) {
-    ckpt_manifest man;
-    char latest[4096];
-    int rc = 0;
-    if (ckpt_is_root(dir)) {
-        int64_t it; // a --checkpoint-dir root: its newest valid checkpoint
-        if ((rc = ckpt_latest(dir, latest, sizeof latest, &it, &man))) return rc;
+    if (!ckpt_is_root(dir)) return trainer_load_dir(tr, dir, ds, max_batch);
+    // A --checkpoint-dir root: its newest valid checkpoint.  A job still writing there may prune that
+    // one while it is read (--keep): the newest is then another, and is taken instead.
+    for (int attempt = 0;; attempt++) {
+        ckpt_manifest man;
+        char latest[4096];
+        int64_t it;
+        int rc = ckpt_latest(dir, latest, sizeof latest, &it, &man);
+        if (rc) return rc;
         printf("loading checkpoint %s (iteration %lld)\n", latest, (long long)it);
-        dir = latest;
+        rc = trainer_load_dir(tr, latest, ds, max_batch);
+        char man_path[4200]; // pruning removes the MANIFEST first
+        snprintf(man_path, sizeof man_path, "%s/MANIFEST", latest);
+        if (!rc || attempt == 4 || access(man_path, F_OK) == 0) return rc; // a failure of a checkpoint still there
+        fprintf(stderr, "bagpipe: %s was removed while it was read (a job writing into %s pruned it); taking the "
+                "newest again\n", latest, dir);
     }
-    rc = ckpt_manifest_load(dir, &man);
+}
+
+static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch) {
+    ckpt_manifest man;
+    int rc = ckpt_manifest_load(dir, &man);
     if (rc) return rc;
     const char *fmt = ckpt_get(&man, "format"), *model_flags_s = ckpt_get(&man, "model"),
                *cards = ckpt_get(&man, "cardinalities"), *eo = ckpt_get(&man, "emb_optimizer"),
