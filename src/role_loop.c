@@ -365,6 +365,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         if ((rc = rl->step ? rl->step(rl->ctx, t, &loss) : role_loop_step(su, rl, t, &loss))) break;
         if ((rc = train_loss_check(t, loss)) || (rc = dist_alive_tick(&alive, 0))) break;
         win_loss += loss, win_n++;
+        train_progress_window(&prog, t, win_loss / (double)win_n); // redrawn at most 10 times a second
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
             double c[W_N];
             if ((rc = window_counters(rl, prev, c))) break;

@@ -370,6 +370,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
         if ((rc = ts_step(&ts, t, &loss))) break;
         if ((rc = train_loss_check(t, loss))) break;
         win_loss += loss, win_n++;
+        train_progress_window(&prog, t, win_loss / (double)win_n); // redrawn at most 10 times a second
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
             double bytes[4];
             if ((rc = window_bytes(&ts, bytes))) break;

@@ -897,6 +897,7 @@ static int train_cmd(int argc, char **argv) {
         double loss = trainer_step(&tr, t, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
         if ((rc = train_loss_check(t, loss))) break;
         win_loss += loss, win_n++;
+        train_progress_window(&prog, t, win_loss / (double)win_n); // redrawn at most 10 times a second
         if ((t + 1) % fl.print_every == 0 || t + 1 == total_iters) {
             double now = bp_now();
             jsonl j;

@@ -945,6 +945,21 @@ TEST(ckpt_resumed_progress_rate) {
     }
 }
 
+// The progress line is drawn from the first iteration on (then at most 10 times a second), not
+// first at --print-every (default 100: a slow run showed nothing for its first hundred
+// iterations).  Local and sync (drawn by trainer 0).
+TEST(ckpt_progress_from_the_first_iteration) {
+    ASSERT_OK(make_data());
+    static const char *const modes[] = {"", SYNC};
+    for (int m = 0; m < 2; m++) {
+        char *out = NULL;
+        int rc = train(&out, "BAGPIPE_PROGRESS=1", "%s --iters 50 --print-every 1000", modes[m]);
+        ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out ? out : "");
+        ASSERT_MSG(strstr(out, " 1/50 it "), "mode '%s': no progress line at iteration 1:\n%s", modes[m], out);
+        free(out);
+    }
+}
+
 // Mode static checkpoints the pinned rows it chose (trainer 0's replica): a resume that would pin
 // another number of rows (another --static-rows, or none given: 1% of the rows) is refused before
 // any rank starts, naming the flag, as other configuration changes are.  It used to start the job
