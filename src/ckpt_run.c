@@ -200,6 +200,8 @@ int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, 
     char kept[96] = ""; // only where there is one: this run's last, or the one it resumed from
     if (s->prev_iter >= 0)
         snprintf(kept, sizeof kept, "; the previous checkpoint is kept (iteration %lld)", (long long)s->prev_iter);
+    if (rc == BP_EPEER) // a peer stalled or gone: no run can go on, whatever --on-checkpoint-error says
+        return bp_fail(rc, "checkpoint at iteration %lld failed: %s%s; stopping", (long long)iter, msg, kept);
     if (s->ck->on_error == CKPT_ON_ERROR_CONTINUE) {
         fprintf(stderr, "bagpipe: warning: checkpoint at iteration %lld failed: %s%s; training goes on "
                 "(--on-checkpoint-error continue)\n", (long long)iter, msg, kept);
