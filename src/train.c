@@ -605,6 +605,22 @@ static void drop_made_root(void) {
     if (made_root.path && !made_root.ok) rmdir(made_root.path);
 }
 
+// After a failed job (a rank killed, a peer stalled): where a --resume would go on from, if the run
+// has a valid checkpoint (its --checkpoint-dir, or the root it resumed from).
+static void train_resume_hint(const train_flags *fl) {
+    const char *root = fl->ck.dir ? fl->ck.dir : fl->ck.resume;
+    char latest[4096];
+    int64_t it;
+    ckpt_manifest man;
+    if (!root || !ckpt_is_root(root)) return;
+    if (ckpt_latest(root, latest, sizeof latest, &it, &man)) {
+        bp_clear_error();
+        return;
+    }
+    fprintf(stderr, "bagpipe: the newest valid checkpoint is %s (iteration %lld): the same flags with --resume %s go "
+            "on from it\n", latest, (long long)it, root);
+}
+
 // Locks the run's checkpoint roots (ckpt_lock_root), in the one process of the job that holds them.
 static int train_lock_roots(const train_flags *fl) {
     int rc = 0;
@@ -647,7 +663,9 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
         bp_ds_close(&ds);
         if (!rc) rc = metrics_probe(fl->metrics);
         if (rc) return cmd_exit(rc);
-        return launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
+        const int code = launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
+        if (code) train_resume_hint(fl);
+        return code;
     }
     comm_set_stall_timeout(fl->stall_timeout);
     launch_watch_launcher();

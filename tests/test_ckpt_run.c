@@ -712,6 +712,8 @@ TEST(ckpt_sync_kill_server) {
                    root);
     ASSERT_MSG(st != 0, "status %d:\n%s", st, out);
     ASSERT_STR_CONTAINS(out, "rank 1 (server 0) was killed by signal 9");
+    // and where a resume goes on from (the failure used to leave that to the user)
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000150 (iteration 150): the same flags with --resume");
     free(out);
     ASSERT_TRUE(ckpt_valid(root, 150) && !ckpt_valid(root, 200));
     st = train(&out, "", SYNC " --iters 400 --resume %s --save %s", root, res);
