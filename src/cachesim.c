@@ -299,8 +299,7 @@ static int run_none_static(cachesim *cs, int is_static, const cachesim_config *c
         r->batches++;
     }
     uint64_t pinned = is_static ? BP_MIN(C, cs->touched) : 0;
-    r->fetched_rows += (uint64_t)c->T * pinned; // every trainer reads its replica before the first batch
-    r->written_rows += pinned;                   // and one copy goes back at the end
+    r->written_rows += pinned; // the pinned rows go back at the end
     r->peak_rows = pinned + max_transient;
     return 0;
 }
