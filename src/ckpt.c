@@ -562,23 +562,26 @@ static int no_ckpt_here(const char *root) {
 
 // 1 when another live process holds root's lock: a job writing checkpoints there now, whose newest
 // one may be unfinished (no MANIFEST yet) or pruned while it is read.
+// Judged by the pid that the holder wrote into the lock file, not by taking the lock: a lock
+// taken here, even shared and for an instant, would refuse a job starting at that moment.
 static int root_busy(const char *root) {
-    char path[4200];
+    char path[4200], who[32] = "";
     join(path, sizeof path, root, ".lock");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
     struct stat st;
-    const int busy = fstat(fd, &st) == 0 && held_find(&st) < 0 && flock(fd, LOCK_SH | LOCK_NB) != 0 &&
-                     errno == EWOULDBLOCK;
-    close(fd); // (and with it a shared lock this took)
-    return busy;
+    const int mine = fstat(fd, &st) == 0 && held_find(&st) >= 0;
+    const ssize_t got = pread(fd, who, sizeof who - 1, 0);
+    close(fd);
+    const long pid = got > 0 ? strtol(who, NULL, 10) : 0;
+    return !mine && pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
 }
 
 int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m) {
     int64_t *its;
     int n, rc = list_ckpts(root, &its, &n);
     if (rc) return rc;
-    char first_bad[1024] = "";
+    char first_bad[1200] = "";
     for (int i = n - 1; i >= 0; i--) {
         ckpt_dir_path(dir, cap, root, its[i]);
         int64_t it = -1;
@@ -592,17 +595,41 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
         }
         // once per job: the ranks of a job scan too, with warnings off (train.c).  A checkpoint that a
         // live job is writing is not one whose run stopped before committing it.
+        char man[4200];
+        join(man, sizeof man, dir, "MANIFEST");
+        const int busy = i == n - 1 && access(man, F_OK) != 0 && root_busy(root);
         if (bp_log_level >= BP_LOG_WARN) {
-            if (i == n - 1 && root_busy(root))
+            if (busy)
                 fprintf(stderr, "bagpipe: skipping checkpoint %s: not complete yet (a running job is writing into %s)\n",
                         dir, root);
             else fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, bp_errmsg(rc));
         }
-        if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", bp_errmsg(rc));
+        if (!first_bad[0] && busy)
+            snprintf(first_bad, sizeof first_bad, "%s: not complete yet (a running job is writing into %s)", dir, root);
+        else if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", bp_errmsg(rc));
     }
     free(its);
     if (n == 0) return no_ckpt_here(root);
     return bp_fail(BP_EIO, "%s: no valid checkpoint among %d (newest: %s)", root, n, first_bad);
+}
+
+int ckpt_latest_committed(const char *root, char *dir, size_t cap, int64_t *iter) {
+    int64_t *its;
+    int n, rc = list_ckpts(root, &its, &n);
+    if (rc) return rc;
+    for (int i = n - 1; i >= 0; i--) {
+        ckpt_manifest m;
+        int64_t it = -1;
+        ckpt_dir_path(dir, cap, root, its[i]);
+        if (ckpt_manifest_load(dir, &m) == 0 && ckpt_get_i64(&m, dir, "iteration", &it) == 0 && it == its[i]) {
+            *iter = it;
+            free(its);
+            return 0;
+        }
+        bp_clear_error();
+    }
+    free(its);
+    return bp_fail(BP_EIO, "%s: no committed checkpoint", root);
 }
 
 int ckpt_remove_dir(const char *dir) {
@@ -841,10 +868,15 @@ int ckpt_lock_root(const char *root, int create, const char *flag) {
     char path[4200];
     join(path, sizeof path, root, ".lock");
     int created = 0, fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) {
+    for (int tries = 0; fd < 0 && errno == ENOENT && tries < 3; tries++) {
         fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         created = fd >= 0;
         if (fd < 0 && errno == EEXIST) fd = open(path, O_RDWR | O_CLOEXEC); // another job's, just now
+        if (fd >= 0 || errno != ENOENT || !create) break;
+        // ENOENT: the directory went between its mkdir and this open (a refused job removing the
+        // empty root it made, at its exit): make it again
+        if (mkdir(root, 0777) != 0 && errno != EEXIST) break;
+        errno = ENOENT;
     }
     if (fd < 0) return 0; // missing (nothing to guard yet) or not writable: the checks that follow say why
     // A root this process holds already (--resume and --checkpoint-dir naming one directory in two

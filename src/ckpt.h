@@ -122,6 +122,9 @@ int ckpt_verify(const char *dir, ckpt_manifest *m);
 // BP_EIO when root cannot be read or holds no valid checkpoint (the message names root and the
 // newest invalid candidate's problem).
 int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m);
+// The newest checkpoint under root whose MANIFEST loads and names its iteration, without reading
+// its parts (ckpt_latest verifies them): for a message, not for loading.  Quiet; BP_EIO if none.
+int ckpt_latest_committed(const char *root, char *dir, size_t cap, int64_t *iter);
 // After the commit of checkpoint `committed` (-1: none): keeps the `keep` newest checkpoints whose
 // manifest loads and whose parts have their sizes, removes the older ones and any older leftover
 // without a valid manifest.  Never removes one of the `keep` newest valid ones, nor anything newer

@@ -454,7 +454,7 @@ int bp_ds_open(bp_dataset *ds, const char *path, unsigned flags) {
                      "itself", path, bp_file_kind(st.st_mode));
         goto out_close;
     }
-    uint8_t hdr[BP_DS_HEADER_SIZE];
+    uint8_t hdr[BP_DS_HEADER_SIZE] = {0}; // a short file leaves zeros (the gzip sniff reads it whole)
     size_t have = st.st_size < BP_DS_HEADER_SIZE ? (size_t)st.st_size : BP_DS_HEADER_SIZE;
     if (have < 8 || (rc = bp_pread_all(fd, hdr, have, 0, path)) != 0) {
         if (!rc) rc = bp_fail(BP_ECORRUPT, "%s: empty or truncated dataset (%lld bytes)", path, (long long)st.st_size);

@@ -171,14 +171,14 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
     lines_bad bad;
     const char *s;
     size_t len;
-    uint64_t nlines = 0, used = 0; // used: text bytes of the lines taken (read ahead is more)
+    uint64_t nlines = 0;
     for (;;) {
         int k = lines_next(&r, &s, &len);
         if (k <= 0) {
             rc = k;
             break;
         }
-        nlines++, used += len + 1;
+        nlines++;
         if (k == LINES_LONG && need_header) {
             rc = bp_fail(BP_EFORMAT, "%s:%llu: header line longer than %u bytes; expected the Avazu header",
                          r.path, (unsigned long long)r.line_no, LINES_MAX);
@@ -221,9 +221,9 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
     }
     if (!rc && nlines == 0)
         rc = bp_fail(BP_EFORMAT, "%s: empty input file%s", r.path, r.gz ? " (no lines after decompression)" : "");
-    if (*stop && used < r.bytes_text) { // --max-rows: what was read ahead is not input taken
-        r.bytes_text = used;
-        if (!r.gz) r.bytes_file = used;
+    if (*stop) { // --max-rows: the text read ahead of the last line taken is not input taken
+        r.bytes_text -= r.len - r.pos;
+        r.bytes_file = r.bytes_text; // (gzip: the compressed bytes of those lines are not known)
     }
     c->st.bytes_file += r.bytes_file;
     c->st.bytes_text += r.bytes_text;
@@ -243,7 +243,7 @@ static int days_check(const prep_ctx *c) {
     if (c->files_read >= 2 && c->file_rows[c->files_read - 1] == 0)
         return bp_fail(BP_EFORMAT, "--split days: the last day reached (%s) gave no rows (%s), and its halves are val "
                        "and test: both would be empty; give a day with rows last", o->inputs[c->files_read - 1],
-                       o->skip_bad ? "its lines were skipped as bad" : "no data lines");
+                       o->skip_bad ? "every line skipped as bad, or a header only" : "no data lines");
     if (c->files_read >= 2) return 0;
     return bp_fail(BP_EUSAGE, "--split days: --max-rows %llu ends inside the first input (%s), the day that would "
                    "be halved into val and test: no day is left for train; raise --max-rows or use --split ratio:A,B,C",

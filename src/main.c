@@ -29,6 +29,14 @@ static void usage(FILE *f) {
     fprintf(f, "\n'bagpipe COMMAND --help' (or 'bagpipe help COMMAND') describes a command's options.\n");
 }
 
+// The command a misspelt name is within two edits of, or NULL.
+static const char *nearest_command(const char *name) {
+    size_t near = 0;
+    for (size_t i = 1; i < BP_ARRAY_LEN(commands); i++)
+        if (cli_edit_distance(name, commands[i].name) < cli_edit_distance(name, commands[near].name)) near = i;
+    return cli_edit_distance(name, commands[near].name) <= 2 ? commands[near].name : NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -40,7 +48,9 @@ int main(int argc, char **argv) {
                 char *args[] = {argv[2], "--help", NULL};
                 return commands[i].fn(2, args);
             }
-        fprintf(stderr, "bagpipe: help: unknown command '%s'\n\n", argv[2]);
+        const char *near = nearest_command(argv[2]);
+        if (near) fprintf(stderr, "bagpipe: help: unknown command '%s'; did you mean '%s'?\n\n", argv[2], near);
+        else fprintf(stderr, "bagpipe: help: unknown command '%s'\n\n", argv[2]);
         usage(stderr);
         return 2;
     }
@@ -50,14 +60,12 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < BP_ARRAY_LEN(commands); i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
-    size_t near = 0;
-    for (size_t i = 1; i < BP_ARRAY_LEN(commands); i++)
-        if (cli_edit_distance(argv[1], commands[i].name) < cli_edit_distance(argv[1], commands[near].name)) near = i;
+    const char *near = nearest_command(argv[1]);
     if (argv[1][0] == '-') // "bagpipe --arch-mlp-bot ...", as the DLRM reference's script takes its flags
         fprintf(stderr, "bagpipe: '%s' before a command: the flags follow it ('bagpipe train [options] DATA')\n\n",
                 argv[1]);
-    else if (cli_edit_distance(argv[1], commands[near].name) <= 2)
-        fprintf(stderr, "bagpipe: unknown command '%s'; did you mean '%s'?\n\n", argv[1], commands[near].name);
+    else if (near)
+        fprintf(stderr, "bagpipe: unknown command '%s'; did you mean '%s'?\n\n", argv[1], near);
     else fprintf(stderr, "bagpipe: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -26,6 +26,10 @@ static const char *si(char *buf, size_t cap, double x) {
     return buf;
 }
 
+int bp_progress_due(const bp_progress *p, uint64_t done) {
+    return p->enabled && (!p->drawn || bp_now() - p->t_last >= 0.1 || (p->total && done >= p->total));
+}
+
 void bp_progress_update(bp_progress *p, uint64_t done, const char *note) {
     p->done = done;
     if (!p->enabled) return;

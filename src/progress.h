@@ -28,6 +28,8 @@ void bp_progress_init(bp_progress *p, const char *what, const char *unit, uint64
 void bp_progress_start_at(bp_progress *p, uint64_t done);
 // Sets done and redraws if due; note (may be NULL) is appended, e.g. "loss 0.4512".
 void bp_progress_update(bp_progress *p, uint64_t done, const char *note);
+// Whether bp_progress_update(p, done, ...) would redraw now (a caller's note can be skipped if not).
+int bp_progress_due(const bp_progress *p, uint64_t done);
 // Clears the line (the caller prints its own summary).
 void bp_progress_finish(bp_progress *p);
 // Elapsed seconds since init.

@@ -388,6 +388,10 @@ void train_json_window(jsonl *j, const train_setup *su, int64_t t, double loss, 
 }
 
 void train_progress_window(bp_progress *p, int64_t t, double loss) {
+    if (!bp_progress_due(p, (uint64_t)(t + 1))) { // called every iteration: the note is made only to draw
+        p->done = (uint64_t)(t + 1);
+        return;
+    }
     char note[64];
     snprintf(note, sizeof note, "loss %.4f", loss);
     bp_progress_update(p, (uint64_t)(t + 1), note);
@@ -466,16 +470,6 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
         bp_log(BP_LOG_WARN, "--%s has no effect: this run evaluates nothing (--no-eval, and no --eval-every N)",
                fl->unread_eval);
     if (fl->overridden[0]) bp_log(BP_LOG_WARN, "%s", fl->overridden);
-    // Checkpoints are taken at boundaries within the run, never after its last iteration (--save
-    // keeps the final model): a run that checkpoints without --save ends with its model lost, and a
-    // --resume without a checkpoint schedule writes none of its own.
-    const int writes_ckpt = fl->ck.every || fl->ck.minutes > 0;
-    if (writes_ckpt && !fl->save)
-        bp_log(BP_LOG_WARN, "checkpoints are taken within the run, never after its last iteration: without --save "
-               "DIR the final model is not kept");
-    if (fl->ck.resume && !writes_ckpt)
-        bp_log(BP_LOG_WARN, "--resume: this run writes no checkpoint of its own (give --checkpoint-every N or "
-               "--checkpoint-minutes M to go on checkpointing)");
     su->emb_lr = fl->emb_lr >= 0 ? fl->emb_lr : fl->lr;
     static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
     su->eopt = emb_opt_make(ekinds[fl->emb_opt], (float)su->emb_lr, su->mc.E);
@@ -500,7 +494,20 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
         su->static_rows = (int64_t)want;
     }
     su->ck = fl->ck;
-    return ckpt_run_setup(su);
+    rc = ckpt_run_setup(su);
+    if (rc) return rc;
+    // Checkpoints are taken at boundaries within the run, never after its last iteration (--save
+    // keeps the final model): a run that checkpoints without --save ends with its model lost, and a
+    // --resume without a checkpoint schedule writes none of its own.  (After the checkpoint flags
+    // are found right: a refused run says only why.)
+    const int writes_ckpt = fl->ck.every || fl->ck.minutes > 0;
+    if (writes_ckpt && !fl->save)
+        bp_log(BP_LOG_WARN, "checkpoints are taken within the run, never after its last iteration: without --save "
+               "DIR the final model is not kept");
+    if (fl->ck.resume && !writes_ckpt)
+        bp_log(BP_LOG_WARN, "--resume: this run writes no checkpoint of its own (give --checkpoint-every N or "
+               "--checkpoint-minutes M to go on checkpointing)");
+    return 0;
 }
 
 // The schedule's flags (optim.h): the decay must not start inside the warmup (the DLRM reference
@@ -607,18 +614,22 @@ static void drop_made_root(void) {
 
 // After a failed job (a rank killed, a peer stalled): where a --resume would go on from, if the run
 // has a valid checkpoint (its --checkpoint-dir, or the root it resumed from).
+// Its MANIFEST is read, not its parts (a large model's would take long to check here; --resume
+// checks them).
 static void train_resume_hint(const train_flags *fl) {
-    const char *root = fl->ck.dir ? fl->ck.dir : fl->ck.resume;
-    char latest[4096];
-    int64_t it;
-    ckpt_manifest man;
-    if (!root || !ckpt_is_root(root)) return;
-    if (ckpt_latest(root, latest, sizeof latest, &it, &man)) {
-        bp_clear_error();
+    const char *const roots[] = {fl->ck.dir, fl->ck.resume}; // this run's own first, then where it came from
+    for (size_t i = 0; i < BP_ARRAY_LEN(roots); i++) {
+        char latest[4096];
+        int64_t it;
+        if (!roots[i] || !ckpt_is_root(roots[i])) continue;
+        if (ckpt_latest_committed(roots[i], latest, sizeof latest, &it)) {
+            bp_clear_error();
+            continue;
+        }
+        fprintf(stderr, "bagpipe: the newest checkpoint is %s (iteration %lld): once the cause is dealt with, the same "
+                "flags with --resume %s go on from it\n", latest, (long long)it, roots[i]);
         return;
     }
-    fprintf(stderr, "bagpipe: the newest valid checkpoint is %s (iteration %lld): the same flags with --resume %s go "
-            "on from it\n", latest, (long long)it, root);
 }
 
 // Locks the run's checkpoint roots (ckpt_lock_root), in the one process of the job that holds them.
@@ -997,7 +1008,7 @@ static int pred_check(const char *path) {
                        "which takes their place whole at the end; not to standard output)");
     char *target; // what the commit would replace: /dev/stdout's file is refused now, not after the work
     int rc = bp_afile_target(path, &target);
-    if (rc) return bp_fail(BP_EUSAGE, "--predictions %s", bp_errmsg(rc));
+    if (rc) return bp_fail(rc, "--predictions %s", bp_errmsg(rc));
     free(target);
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return 0; // missing (created at the end) or unreadable: bp_afile_open says why

@@ -443,7 +443,7 @@ TEST(cli_help_command_is_its_help) {
     ASSERT_STR_CONTAINS(out, "--cache-rows");
     free(out), free(want), out = NULL;
     ASSERT_EQ(test_run(&out, 10, "%s help trian", test_bin()), 2);
-    ASSERT_STR_CONTAINS(out, "help: unknown command 'trian'");
+    ASSERT_STR_CONTAINS(out, "help: unknown command 'trian'; did you mean 'train'?");
     ASSERT_STR_CONTAINS(out, "commands:");
     free(out);
 }
