@@ -228,8 +228,6 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     return staged ? ckpt_stage_commit(dir, stage) : rc;
 }
 
-// Reads a saved model's configuration, checks it against the dataset, builds the trainer and
-// loads the parameters.
 static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch);
 
 int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch) {
@@ -252,6 +250,8 @@ int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_bat
     }
 }
 
+// Reads a saved model's configuration (dir: a saved model or one checkpoint), checks it against the
+// dataset, builds the trainer and loads the parameters.
 static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch) {
     ckpt_manifest man;
     int rc = ckpt_manifest_load(dir, &man);
@@ -612,8 +612,8 @@ static void drop_made_root(void) {
     if (made_root.path && !made_root.ok) rmdir(made_root.path);
 }
 
-// After a failed job (a rank killed, a peer stalled): where a --resume would go on from, if the run
-// has a valid checkpoint (its --checkpoint-dir, or the root it resumed from).
+// After a failed job: where a --resume would go on from once the cause is dealt with, if the run
+// has a checkpoint (its --checkpoint-dir, or the root it resumed from).
 // Its MANIFEST is read, not its parts (a large model's would take long to check here; --resume
 // checks them).
 static void train_resume_hint(const train_flags *fl) {
