@@ -320,6 +320,7 @@ typedef struct {
     const char *save, *metrics;
     int no_eval;
     const char *unread_eval; // an evaluation flag this run does not read (unread_eval_flag), or NULL
+    int dense_only_adagrad;  // --optimizer adagrad without --emb-optimizer: the embeddings stay on SGD
     char overridden[192];    // cli_given.overridden: one option given two values under two names, or ""
     ckpt_opts ck;
 } train_flags;
@@ -470,6 +471,10 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
         bp_log(BP_LOG_WARN, "--%s has no effect: this run evaluates nothing (--no-eval, and no --eval-every N)",
                fl->unread_eval);
     if (fl->overridden[0]) bp_log(BP_LOG_WARN, "%s", fl->overridden);
+    // The DLRM reference's --optimizer adagrad covers the embeddings too; here it is the dense part's.
+    if (fl->dense_only_adagrad)
+        bp_log(BP_LOG_WARN, "--optimizer adagrad: the dense part's optimizer; the embeddings keep --emb-optimizer sgd "
+               "(the DLRM reference's --optimizer adagrad covers both: add --emb-optimizer adagrad)");
     su->emb_lr = fl->emb_lr >= 0 ? fl->emb_lr : fl->lr;
     static const emb_opt_kind ekinds[] = {EMB_OPT_SGD, EMB_OPT_ADAGRAD, EMB_OPT_ROWWISE_ADAGRAD};
     su->eopt = emb_opt_make(ekinds[fl->emb_opt], (float)su->emb_lr, su->mc.E);
@@ -707,6 +712,9 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
 #define DLRM_DATA_HINT                                                                                     \
     "the dataset is the DATA argument, a binary dataset made once from raw Criteo/Avazu files by "       \
     "'bagpipe prep' (or a synthetic one by 'bagpipe synth'): 'bagpipe train [options] DATA'"
+#define DLRM_LOADER_HINT                                                                                   \
+    "the dataset is mapped and read in place, with no loader processes (its conversion is 'bagpipe "     \
+    "prep', done once); leave the flag out"
 #define DLRM_TRAIN_HINTS                                                                                   \
     CLI_HINT("num-batches", "the DLRM reference's batches per epoch; here --iters N (-n) runs N "          \
              "iterations in all, across epochs (the reference's --nepochs 1 --num-batches N is --iters N alone), or --epochs E "  \
@@ -727,7 +735,18 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
              "--resume DIR (its --checkpoint-dir)"),                                                         \
     CLI_HINT("inference-only", "use 'bagpipe eval --load DIR DATA'"),                                      \
     CLI_HINT("use-gpu", "training runs on CPUs: --threads N sets the BLAS threads, --mode and --trainers " \
-             "the ranks")
+             "the ranks"),                                                                                  \
+    CLI_HINT("round-targets", "the labels are 0 or 1 already (prep writes them so); leave the flag out"),   \
+    CLI_HINT("print-time", "each --print-every window's rate is on the progress line and in the -m "      \
+             "metrics file (samples_per_s); leave the flag out"),                                           \
+    CLI_HINT("num-workers", DLRM_LOADER_HINT), CLI_HINT("test-num-workers", DLRM_LOADER_HINT),             \
+    CLI_HINT("dataset-multiprocessing", DLRM_LOADER_HINT), CLI_HINT("memory-map", DLRM_LOADER_HINT),       \
+    CLI_HINT("mlperf-logging", "metrics go to a JSON-lines file: -m FILE (docs/metrics.md)"),              \
+    CLI_HINT("loss-threshold", "not supported: a run ends after --iters N or --epochs E"),                 \
+    CLI_HINT("arch-interaction-itself", "not supported: the dot interaction takes each pair of two "      \
+             "distinct features (the reference's default); leave the flag out"),                            \
+    CLI_HINT("data-size", "the DLRM reference's random data; a synthetic dataset here: "                   \
+             "'bagpipe synth -n ROWS -o DATA'")
 
 static int train_cmd(int argc, char **argv);
 
@@ -824,6 +843,7 @@ static int train_cmd(int argc, char **argv) {
     const char *data_path = pos[0];
     free(pos);
     fl.unread_eval = unread_eval_flag(&fl, opts, &given);
+    fl.dense_only_adagrad = fl.dense_opt == 1 && !cli_was_given(&given, opts, "emb-optimizer");
     memcpy(fl.overridden, given.overridden, sizeof fl.overridden);
     if ((rc = check_lr_flags(&fl))) return cmd_exit(rc);
     // DCN's cross layers multiply the raw dense features (log counts, up to ~14) into each other:

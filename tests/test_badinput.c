@@ -872,6 +872,21 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
                            "unknown flag '--lerning-rate'; did you mean '--learning-rate'? (see 'bagpipe train --help')");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s -batch-size 64", test_bin(), d), "did you mean '--batch-size'?");
     EXPECT(2, cmd("%s synth --row 100 -o x.bin", test_bin()), "did you mean '--rows'?");
+    // The reference's Kaggle script's other flags are named with what to do (they were "unknown flag",
+    // or a misleading "did you mean": --arch-interaction-op for --arch-interaction-itself)
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --round-targets=True", test_bin(), d),
+                           "--round-targets: the labels are 0 or 1 already");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --test-num-workers 16", test_bin(), d),
+                           "--test-num-workers: the dataset is mapped and read in place");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --arch-interaction-itself", test_bin(), d),
+                           "--arch-interaction-itself: not supported");
+    // --optimizer adagrad is the dense part's here, where the reference's covers the embeddings too
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 --optimizer adagrad", test_bin(), d),
+           "warning: --optimizer adagrad: the dense part's optimizer; the embeddings keep --emb-optimizer sgd");
+    static const char *const trained[] = {"trained 2 iterations", NULL}; // and no warning once it is chosen
+    if (!expect(__LINE__, 0, "warning: --optimizer", trained,
+                cmd("%s train %s " TINY " --iters 2 --optimizer adagrad --emb-optimizer sgd", test_bin(), d)))
+        return;
 }
 
 // An empty value or argument (an unset shell variable) is refused before anything runs; "--save ''"
