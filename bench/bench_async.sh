@@ -19,6 +19,8 @@
 # "none": no emulation, as bench/suite.sh asks when it emulates none).
 # Timings are lower bounds on a shared machine (every rank shares its cores, oversubscribed);
 # the ratios measured side by side in one run are the figures to quote.
+# --help: the comment above, before anything runs.
+case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;; esac
 set -eu
 if [ "$#" -lt 1 ] || [ "$#" -gt 2 ] || { [ "$#" = 2 ] && [ "$2" != --quick ]; }; then
     echo "usage: $0 OUTDIR [--quick]" >&2

@@ -36,6 +36,8 @@
 # ROWS (200000), EMB_OPT (sgd), BAGPIPE_EXTRA (more bagpipe flags), DATA (an existing dataset;
 # default: the criteo-small shape, `bagpipe synth`, Zipf calibrated to 90% of lookups on the
 # top 1% of rows).  Timings are lower bounds on a shared machine; quote the ratios.
+# --help: the comment above, before anything runs.
+case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;; esac
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)

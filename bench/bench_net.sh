@@ -12,6 +12,8 @@
 # 300000), TABLES (rows per table).  The defaults are communication-bound: wide rows, 26 skewed
 # lookups per sample, a small MLP.  Timings are lower bounds on a shared machine; all ranks share
 # its cores (oversubscribed), which every mode pays.
+# --help: the comment above, before anything runs.
+case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;; esac
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:-build/bagpipe}

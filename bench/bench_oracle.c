@@ -14,8 +14,8 @@
 // The headline runs the reference planner (oracle_ref.h: the planner before its fast path) and
 // the oracle back to back at 1 and 2 threads and prints oracle / reference; --reps N keeps the
 // fastest (CPU) of N runs of each configuration, --no-ref skips the reference, --threads runs the
-// headline at one thread count only, --trace FILE reuses a trace saved by an earlier run (same
-// --batches and --zipf) instead of generating it, --keymap hash runs the headline with the hash
+// headline at one thread count only, --trace FILE reuses a trace saved by an earlier run (at least
+// as many --batches, the same --zipf: kept in FILE.zipf) instead of generating it, --keymap hash runs the headline with the hash
 // keymap that key spaces beyond 2^28 use (hashed Terabyte ids; the flat array otherwise), and
 // --scatter spreads each table's hot ids over the table, as hashed ids are (the trace file keeps
 // the ranked ids; the scatter is applied after loading), and --cache ROWS sets the capacity per
@@ -281,9 +281,18 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W] [--no-ref] [--reps N] "
                             "[--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS] "
-                            "[--links auto|indexer|planner]\n");
-            return 2;
+                            "[--links auto|indexer|planner]\n"
+                            "  (the comment at the top of bench/bench_oracle.c describes each; --trace FILE keeps the "
+                            "generated trace and its exponent in FILE.zipf, and reuses it when they match)\n");
+            return strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ? 0 : 2;
         }
+    }
+    // Values that would run nothing (and exit 0 as if measured) are refused.
+    if (batches < 2 || W0 < 1 || reps < 1 || (only_threads != 0 && only_threads != 1 && only_threads != 2) ||
+        !(zipf_s > 0 && zipf_s < 10 && zipf_s != 1)) {
+        fprintf(stderr, "bench_oracle: expected --batches >= 2, --window >= 1, --reps >= 1, --threads 1 or 2 and "
+                        "--zipf in (0, 10), not 1\n");
+        return 2;
     }
     const uint32_t BIG = 16384;
     uint64_t total = (uint64_t)batches * BIG;
@@ -298,7 +307,15 @@ int main(int argc, char **argv) {
     float ztop[NF];
     for (int f = 0; f < NF; f++) ztop[f] = (float)pow((double)kaggle_card[f] + 1.0, 1.0 - zipf_s);
     size_t ids_bytes = (size_t)total * NF * sizeof *ids;
-    FILE *tf = trace_path ? fopen(trace_path, "rb") : NULL;
+    // A saved trace is reused only for the same exponent, kept beside it in FILE.zipf (a longer trace
+    // of it serves: the draws are sequential, so its first batches are these).
+    char zpath[4200], zsaved[64] = "", zwant[64];
+    snprintf(zwant, sizeof zwant, "%.17g\n", zipf_s);
+    if (trace_path) snprintf(zpath, sizeof zpath, "%s.zipf", trace_path);
+    FILE *zf = trace_path ? fopen(zpath, "r") : NULL;
+    if (zf && !fgets(zsaved, sizeof zsaved, zf)) zsaved[0] = 0;
+    if (zf) fclose(zf);
+    FILE *tf = trace_path && strcmp(zsaved, zwant) == 0 ? fopen(trace_path, "rb") : NULL;
     int loaded = tf && fread(ids, 1, ids_bytes, tf) == ids_bytes;
     if (tf) fclose(tf);
     if (!loaded) {
@@ -307,6 +324,7 @@ int main(int argc, char **argv) {
         if (trace_path && (tf = fopen(trace_path, "wb")) != NULL) {
             if (fwrite(ids, 1, ids_bytes, tf) != ids_bytes) fprintf(stderr, "bench_oracle: cannot write %s\n", trace_path);
             fclose(tf);
+            if ((zf = fopen(zpath, "w")) != NULL) fputs(zwant, zf), fclose(zf);
         }
     }
     // --scatter: ids as a hashed id space has them (--max-ind-range, Terabyte): the same
@@ -338,9 +356,9 @@ int main(int argc, char **argv) {
     }
     uint64_t touched = 0;
     for (int b = 0; b < 64; b++) touched += hist[b];
-    printf("trace: %.1f s to generate; hottest 1%% of rows (%llu) take %.1f%% of accesses; %.1f%% of rows touched "
+    printf("trace: %.1f s to %s; hottest 1%% of rows (%llu) take %.1f%% of accesses; %.1f%% of rows touched "
            "in %llu samples\n\n",
-           bp_now() - tg, (unsigned long long)top, 100.0 * (double)share / (double)acc, 100.0 * (double)touched / (double)K,
+           bp_now() - tg, loaded ? "load" : "generate", (unsigned long long)top, 100.0 * (double)share / (double)acc, 100.0 * (double)touched / (double)K,
            (unsigned long long)ns);
     free(byc), free(cnt);
 

@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
         CLI_INT("threads", 't', &threads, 1, 1, 2, "planner threads"),
         CLI_END,
     };
-    char **pos;
+    char **pos = NULL; // (cli_parse leaves it unset when it fails)
     int npos;
     int rc = cli_parse("bench_plan", "[options] DATASET", opts, argc, argv, &pos, &npos);
     if (rc == 1) return 0;
@@ -67,8 +67,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     uint64_t ws[MAX_SWEEP], ts[MAX_SWEEP];
-    int nw = cli_parse_u64_list("--windows", wl, ws, MAX_SWEEP);
-    int nt = cli_parse_u64_list("--trainers", tl, ts, MAX_SWEEP);
+    int nw = cli_parse_u64_list("windows", wl, ws, MAX_SWEEP);
+    int nt = cli_parse_u64_list("trainers", tl, ts, MAX_SWEEP);
     if (nw < 0 || nt < 0) {
         fprintf(stderr, "bench_plan: %s\n", bp_errmsg(nw < 0 ? nw : nt));
         free(pos);

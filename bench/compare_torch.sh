@@ -10,6 +10,8 @@
 # and 2 threads of its own, each under OPENBLAS_NUM_THREADS=1 and =2 (its BLAS pool is separate:
 # one BLAS thread is its best at batch 128, two at 2048 here), and its best pair is the yardstick;
 # bagpipe runs at 1 and 2 threads (--threads: its products and stages share one pool).
+# --help: the comment above, before anything runs.
+case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${1:-40}

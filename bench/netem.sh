@@ -10,6 +10,8 @@
 # touched.  The namespace is deleted on every exit path (trap), also on Ctrl-C, TERM and HUP,
 # after the command is stopped.  Exits with the command's status.
 # The kernel here has no netem qdisc, so no latency is added; only bandwidth is emulated.
+# --help: the comment above, before anything runs.
+case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;; esac
 set -eu
 . "$(dirname "$0")/netem_lib.sh"
 

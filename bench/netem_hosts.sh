@@ -23,6 +23,8 @@
 # HOST_CPUS (optional) gives each host its own CPUs as well, colon-separated in host order, each a
 # taskset list, e.g. 0:1 (host 0 on CPU 0, host 1 on CPU 1): every rank of a host runs there, as
 # on a machine of its own.  Hosts left out run anywhere.
+# --help: the comment above, before anything runs.
+case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;; esac
 set -eu
 . "$(dirname "$0")/netem_lib.sh"
 

@@ -28,6 +28,7 @@
 # found as the descendants of the launcher with OMPI_COMM_WORLD_RANK in their environment; rank
 # 0 is the oracle, rank 1 the server, ranks 2-3 the trainers.
 set -u
+CALLER_DIR=$PWD
 cd "$(dirname "$0")/.."
 
 ITERS=3000000 MINUTES=0 EVERY=10 OUTDIR=results/soak BATCH=32 CACHE=256
@@ -39,11 +40,20 @@ while [ $# -gt 0 ]; do
     --out) OUTDIR="$2"; shift 2 ;;
     --batch-size) BATCH="$2"; shift 2 ;;
     --cache-rows) CACHE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak: unknown option '$1' (see bench/soak.sh --help)" >&2; exit 2 ;;
   esac
 done
+# Whole numbers only (bash arithmetic), checked before any work starts.
+for v in "--iters:$ITERS" "--minutes:$MINUTES" "--every:$EVERY" "--batch-size:$BATCH" "--cache-rows:$CACHE"; do
+  case "${v#*:}" in
+    ''|*[!0-9]*) echo "soak: ${v%%:*}: expected a whole number, got '${v#*:}'" >&2; exit 2 ;;
+  esac
+done
+# Relative paths are the caller's, not the repository's (this script works from the repository).
+case "$OUTDIR" in /*) ;; *) OUTDIR="$CALLER_DIR/$OUTDIR" ;; esac
 BIN="${BAGPIPE_BIN:-build/bagpipe}"
+case "$BIN" in /*|build/bagpipe) ;; *) BIN="$CALLER_DIR/$BIN" ;; esac
 [ -x "$BIN" ] || { echo "soak: $BIN not found: run make first" >&2; exit 2; }
 mkdir -p "$OUTDIR"
 DATA="$OUTDIR/soak.bin" TSV="$OUTDIR/soak.tsv" MET="$OUTDIR/metrics.jsonl" LOG="$OUTDIR/train.log"
@@ -61,6 +71,8 @@ PRINT_EVERY=$(( ITERS >= 100000 ? 1000 : (ITERS >= 1000 ? ITERS / 100 : 10) ))
   --learning-rate 0.05 --emb-optimizer adagrad --iters "$ITERS" --print-every "$PRINT_EVERY" --no-eval \
   -m "$MET" "$DATA" > "$LOG" 2>&1 &
 JOB=$!
+# However this script ends (an error, a signal), the job it started does not run on alone.
+trap 'kill -TERM "$JOB" 2>/dev/null' EXIT
 
 # Descendants of $1 (pids, one a line).
 descendants() {

@@ -863,6 +863,12 @@ def main():
     if unknown:
         ap.error(f"--only {a.only}: no experiment {', '.join(unknown)} (numbers 1-{len(EXPERIMENTS)} or names: "
                  + ", ".join(name for _, name, _ in EXPERIMENTS) + ")")
+    # Relative paths are the caller's (bench/suite.sh runs this from the repository root).
+    caller = os.environ.get("BAGPIPE_CALLER_DIR", os.getcwd())
+    if a.out and not os.path.isabs(a.out):
+        a.out = os.path.join(caller, a.out)
+    if a.bin and not os.path.isabs(a.bin) and os.path.exists(os.path.join(caller, a.bin)):
+        a.bin = os.path.join(caller, a.bin)
     if not a.out:
         a.out = os.path.join(ROOT, "results", "bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     os.makedirs(a.out, exist_ok=True)

@@ -10,7 +10,11 @@
 # binary.  Without --quick it takes ~20-30 min on a 2-core machine and, as root, emulates 1 and 10 Gbit/s networks (bench/netem.sh); --quick takes
 # about a minute (tiny data, few iterations, no emulation) and is what the tests run.
 # Default DIR: results/bench-YYYYMMDD-HHMMSS.
+# --help: the comment above, before anything runs.
+case "${1:-}" in -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;; esac
 set -eu
+BAGPIPE_CALLER_DIR=$PWD # relative --out and BAGPIPE_BIN are the caller's (suite.py)
+export BAGPIPE_CALLER_DIR
 cd "$(dirname "$0")/.."
 if [ -z "${BAGPIPE_BIN:-}" ]; then
     scripts/deps.sh --bench

@@ -301,7 +301,10 @@ class Fuzz:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bin", default="build/bagpipe", help="the binary (copy it first if you rebuild while this runs)")
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build",
+                                                  "bagpipe"),
+                    help="the binary (default: the repository's build/bagpipe; copy it first if you rebuild while this "
+                         "runs)")
     ap.add_argument("-n", type=int, default=20, help="configurations to draw (default 20)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dir", default=None, help="work directory (default: a new temporary one)")

@@ -25,11 +25,18 @@ def load(path):
     """(train [(samples, loss, lr or None)], evals [(samples, logloss, auc)], split name) of one file."""
     train, ev, split, went_back = [], [], None, False
     try:
-        f = open(path)
+        f = open(path, errors="strict")
     except OSError as e:
         sys.exit(f"{path}: cannot open: {e.strerror}")
     with f:
-        for n, line in enumerate(f, 1):
+        lines = enumerate(f, 1)
+        while True:
+            try:
+                n, line = next(lines)
+            except StopIteration:
+                break
+            except UnicodeDecodeError:
+                sys.exit(f"{path}: not text (a metrics file is JSON lines, from train -m FILE)")
             line = line.strip()
             if not line:
                 continue
@@ -37,6 +44,10 @@ def load(path):
                 r = json.loads(line)
             except json.JSONDecodeError as e:
                 sys.exit(f"{path}:{n}: not a JSON line ({e})")
+            if not isinstance(r, dict):
+                sys.exit(f"{path}:{n}: a JSON line that is not an object, as every metrics line is")
+            if not all(isinstance(r.get(k, 0), (int, float)) for k in ("samples", "loss", "logloss", "auc")):
+                sys.exit(f"{path}:{n}: samples, loss, logloss or auc is not a number")
             kind = r.get("event")
             if kind == "train" and r.get("loss") is not None:
                 went_back |= supersede(train, r["samples"], path, n, went_back)
@@ -165,7 +176,8 @@ unset multiplot
             script = f"""set terminal {term}
 set output {gp_str(part)}
 set xlabel 'samples'
-{x_axis(runs)}set key top right
+{x_axis(runs)}set key top right noenhanced
+set termoption noenhanced
 set grid
 {panels}set output
 """

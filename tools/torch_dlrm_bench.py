@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Yardstick for `bench/`: DLRM training throughput in PyTorch on this machine.
 
 The DLRM reference's model (EmbeddingBag with sparse gradients, dot interaction, ReLU MLPs,
