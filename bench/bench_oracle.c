@@ -15,8 +15,9 @@
 // the oracle back to back at 1 and 2 threads and prints oracle / reference; --reps N keeps the
 // fastest (CPU) of N runs of each configuration, --no-ref skips the reference, --threads runs the
 // headline at one thread count only, --trace FILE reuses a trace saved by an earlier run (at least
-// as many --batches, the same --zipf: kept in FILE.zipf) instead of generating it, --keymap hash runs the headline with the hash
-// keymap that key spaces beyond 2^28 use (hashed Terabyte ids; the flat array otherwise), and
+// as many --batches, the same --zipf: kept in FILE.zipf) instead of generating it, --keymap hash
+// runs the headline with the hash keymap that key spaces beyond 2^28 use (hashed Terabyte ids; the
+// flat array otherwise), and
 // --scatter spreads each table's hot ids over the table, as hashed ids are (the trace file keeps
 // the ranked ids; the scatter is applied after loading), and --cache ROWS sets the capacity per
 // trainer (2M by default; the quick trace's window then needs no eviction under pressure, 1.5M
@@ -358,7 +359,8 @@ int main(int argc, char **argv) {
     for (int b = 0; b < 64; b++) touched += hist[b];
     printf("trace: %.1f s to %s; hottest 1%% of rows (%llu) take %.1f%% of accesses; %.1f%% of rows touched "
            "in %llu samples\n\n",
-           bp_now() - tg, loaded ? "load" : "generate", (unsigned long long)top, 100.0 * (double)share / (double)acc, 100.0 * (double)touched / (double)K,
+           bp_now() - tg, loaded ? "load" : "generate", (unsigned long long)top, 100.0 * (double)share / (double)acc,
+           100.0 * (double)touched / (double)K,
            (unsigned long long)ns);
     free(byc), free(cnt);
 

@@ -600,8 +600,8 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
         const int busy = i == n - 1 && access(man, F_OK) != 0 && root_busy(root);
         if (bp_log_level >= BP_LOG_WARN) {
             if (busy)
-                fprintf(stderr, "bagpipe: skipping checkpoint %s: not complete yet (a running job is writing into %s)\n",
-                        dir, root);
+                fprintf(stderr, "bagpipe: skipping checkpoint %s: not complete yet (a running job is writing into "
+                        "%s)\n", dir, root);
             else fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, bp_errmsg(rc));
         }
         if (!first_bad[0] && busy)

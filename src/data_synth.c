@@ -573,7 +573,8 @@ int cmd_synth(int argc, char **argv) {
         CLI_I64("rows", 'n', &rows, 1000000, INT64_MIN, INT64_MAX, "samples to generate"),
         CLI_I64("seed", 's', &seed, 1, 0, INT64_MAX, "random seed (same flags and seed: same bytes)"),
         CLI_STR("skew", 0, &skew, "auto", "Zipf exponent of row popularity, or auto (calibrated to --hot-share)"),
-        CLI_DBL("hot-share", 0, &hot_share, 0.90, -1e9, 1e9, "auto skew: share of accesses taken by the top 1% of rows"),
+        CLI_DBL("hot-share", 0, &hot_share, 0.90, -1e9, 1e9,
+                "auto skew: share of accesses taken by the top 1% of rows"), // range: synth_opts_check
         CLI_DBL("drift", 0, &drift, 0, -1e9, 1e9, "popularity drift: fraction of each table's top 1% replaced per day"),
         CLI_STR("ctr", 0, &ctr, NULL, "base click rate of the planted model (default 0.256; avazu 0.17)"),
         CLI_INT("pairs", 0, &pairs, 4, 0, SYNTH_MAX_PAIRS, "planted pairwise interactions between tables"),

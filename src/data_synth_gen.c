@@ -81,8 +81,10 @@ int synth_opts_check(synth_opts *o) {
         return bp_fail(BP_EUSAGE, "--skew: expected an exponent in [0, 8] or 'auto'");
     if (!(o->hot_share > 0.01 && o->hot_share < 1))
         return bp_fail(BP_EUSAGE, "--hot-share: expected a share in (0.01, 1), got %.15g", o->hot_share);
-    if (!(o->drift >= 0 && o->drift <= 100)) return bp_fail(BP_EUSAGE, "--drift: expected a rate in [0, 100], got %.15g", o->drift);
-    if (!(o->ctr > 0.001 && o->ctr < 0.999)) return bp_fail(BP_EUSAGE, "--ctr: expected a rate in (0.001, 0.999), got %.15g", o->ctr);
+    if (!(o->drift >= 0 && o->drift <= 100))
+        return bp_fail(BP_EUSAGE, "--drift: expected a rate in [0, 100], got %.15g", o->drift);
+    if (!(o->ctr > 0.001 && o->ctr < 0.999))
+        return bp_fail(BP_EUSAGE, "--ctr: expected a rate in (0.001, 0.999), got %.15g", o->ctr);
     if (o->n_pairs < 0 || o->n_pairs > SYNTH_MAX_PAIRS)
         return bp_fail(BP_EUSAGE, "--pairs: expected 0-%d, got %d", SYNTH_MAX_PAIRS, o->n_pairs);
     if (o->split == SYNTH_SPLIT_RATIO) {

@@ -376,8 +376,8 @@ TEST(ckpt_eval_of_a_root_being_written) {
     free(out), out = NULL;
     ASSERT_EQ(test_run(NULL, 10, "mkdir %s/ckpt-000000000015 && echo x > %s/ckpt-000000000015/dense.bin", ck, ck), 0);
     // a live holder: its pid in the lock file, as a job writes it
-    ASSERT_EQ(test_run(&out, 60, "sleep 60 & echo $! > %s/.lock; %s eval --load %s %s; rc=$?; kill $!; wait $!; exit $rc", ck,
-                       test_bin(), ck, data_path), 0);
+    ASSERT_EQ(test_run(&out, 60, "sleep 60 & echo $! > %s/.lock; %s eval --load %s %s; rc=$?; kill $!; wait $!; "
+                       "exit $rc", ck, test_bin(), ck, data_path), 0);
     ASSERT_STR_CONTAINS(out, "skipping checkpoint");
     ASSERT_STR_CONTAINS(out, "ckpt-000000000015: not complete yet (a running job is writing into");
     ASSERT_STR_CONTAINS(out, "loading checkpoint");

@@ -1229,8 +1229,8 @@ TEST(prep_days_empty_last_day_repeated_day_and_inputs_read) {
     const char *d[3] = {criteo_file("day_0", 0, 40), criteo_file("day_1", 40, 30), write_text("day_2", "x\nx\n")};
     const char *out = tpath("s.bin");
     char *msg = NULL;
-    ASSERT_EQ(test_run(&msg, 20, "%s prep -q --skip-bad --split days -o %s %s %s %s", test_bin(), out, d[0], d[1], d[2]),
-              1);
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q --skip-bad --split days -o %s %s %s %s", test_bin(), out, d[0], d[1],
+                       d[2]), 1);
     ASSERT_STR_CONTAINS(msg, "--split days: the last day reached (");
     ASSERT_STR_CONTAINS(msg, "day_2) gave no rows (every line skipped as bad, or a header only)");
     free(msg);
