@@ -16,7 +16,9 @@ int main(int argc, char **argv) {
                    "access analysis speed (samples/s of analyze_run) on criteo-kaggle synthetic data, 1 and "
                    "2 threads; ROWS default 4000000"))
         return 0;
-    uint64_t rows = argc > 1 ? strtoull(argv[1], NULL, 10) : 4000000;
+    const double rows_arg = bench_num_arg(argc, argv, 1, 4000000, 1, "ROWS");
+    if (rows_arg < 0) return 2;
+    uint64_t rows = (uint64_t)rows_arg;
     synth_opts o;
     synth_opts_default(&o, SYNTH_PRESET_CRITEO_KAGGLE);
     o.rows = rows;

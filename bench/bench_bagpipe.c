@@ -55,8 +55,9 @@ int main(int argc, char **argv) {
                    "defaults build/bagpipe, 300, 60000"))
         return 0;
     const char *bin = argc > 1 ? argv[1] : getenv("BAGPIPE_BIN") ? getenv("BAGPIPE_BIN") : "build/bagpipe";
-    int iters = argc > 2 ? atoi(argv[2]) : 300;
-    long cache = argc > 3 ? atol(argv[3]) : 60000;
+    const int iters = (int)bench_num_arg(argc, argv, 2, 300, 1, "ITERS");
+    const long cache = (long)bench_num_arg(argc, argv, 3, 60000, 1, "CACHE");
+    if (iters < 0 || cache < 0) return 2;
     char dir[] = "/tmp/bench-bagpipe-XXXXXX";
     if (!mkdtemp(dir)) return 1;
     char data[256];

@@ -152,8 +152,9 @@ int main(int argc, char **argv) {
                    "T = 2 S = 2; defaults build/bagpipe, 600, 1000000"))
         return 0;
     bin = argc > 1 ? argv[1] : getenv("BAGPIPE_BIN") ? getenv("BAGPIPE_BIN") : "build/bagpipe";
-    int iters = argc > 2 ? atoi(argv[2]) : 600;
-    long rows = argc > 3 ? atol(argv[3]) : 1000000; // table rows in all (8 tables)
+    const int iters = (int)bench_num_arg(argc, argv, 2, 600, 1, "ITERS");
+    const long rows = (long)bench_num_arg(argc, argv, 3, 1000000, 8, "ROWS"); // table rows in all (8 tables)
+    if (iters < 0 || rows < 0) return 2;
     static char tmpl[] = "/tmp/bench-ckpt-XXXXXX";
     if (!(dir = mkdtemp(tmpl))) return 1;
     char cmd[4096];

@@ -17,6 +17,7 @@
 #include "common.h"
 #include "emb.h"
 #include "optim.h"
+#include "bench_util.h"
 
 static const uint64_t kaggle_card[26] = {1460,    583,   10131227, 2202608, 305,    24,   12517,
                                          633,     3,     93145,    5683,    8351593, 3194, 27,
@@ -470,8 +471,12 @@ static void bench_init(void) {
 }
 
 int main(int argc, char **argv) {
-    double gib = argc > 1 ? atof(argv[1]) : 2.0;
-    if (argc > 2) g_seconds = atof(argv[2]);
+    if (bench_help(argc, argv, "[GIB [SECONDS [SECTIONS]]]",
+                   "embedding gather, coalescing, optimizer apply and init throughput: GIB of table (default 2),\n"
+                   "SECONDS per figure (0.4), SECTIONS a comma-separated subset of gather,padding,coalesce,apply,init"))
+        return 0;
+    const double gib = bench_num_arg(argc, argv, 1, 2.0, 0.001, "GIB");
+    if (gib < 0 || (g_seconds = bench_num_arg(argc, argv, 2, g_seconds, 0.001, "SECONDS")) < 0) return 2;
     if (!(gib > 0) || !(g_seconds > 0)) {
         fprintf(stderr, "usage: bench_gather [GIB [SECONDS]]\n");
         return 2;

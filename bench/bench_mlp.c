@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
                    "dense-part throughput: sgemm peak, the DLRM MLPs forward + backward, the dot "
                    "interaction, 1 and 2 OpenBLAS threads; MIN_SECONDS per measurement"))
         return 0;
-    if (argc > 1) min_time = atof(argv[1]);
+    if ((min_time = bench_num_arg(argc, argv, 1, min_time, 0.001, "SECONDS")) < 0) return 2;
     if (!(min_time > 0)) min_time = 0.5;
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("bench_mlp: OpenBLAS core %s (OPENBLAS_CORETYPE=%s), %.2f s per measurement, best of 5 rounds\n",

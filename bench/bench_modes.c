@@ -30,7 +30,8 @@ int main(int argc, char **argv) {
                    "build/bagpipe, 300"))
         return 0;
     const char *bin = argc > 1 ? argv[1] : getenv("BAGPIPE_BIN") ? getenv("BAGPIPE_BIN") : "build/bagpipe";
-    int iters = argc > 2 ? atoi(argv[2]) : 300;
+    const int iters = (int)bench_num_arg(argc, argv, 2, 300, 1, "ITERS");
+    if (iters < 0) return 2;
     char dir[] = "/tmp/bench-modes-XXXXXX";
     if (!mkdtemp(dir)) return 1;
     char data[256], cmd[2048];

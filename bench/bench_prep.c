@@ -19,6 +19,7 @@
 #include "data_criteo.h"
 #include "data_lines.h"
 #include "data_prep.h"
+#include "bench_util.h"
 
 static const uint32_t kaggle_card[CRITEO_F] = {
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
@@ -147,7 +148,12 @@ static void bench_prep(const char *what, const char *in, const char *out, uint64
 }
 
 int main(int argc, char **argv) {
-    double mb = argc > 1 ? atof(argv[1]) : 200;
+    if (bench_help(argc, argv, "[MB [DIR]]",
+                   "raw Criteo TSV -> binary dataset throughput of prep: MB of generated text (default 200) in DIR\n"
+                   "($TMPDIR or /tmp); read+parse, hashed ids, frequency ids and a gzip copy, in MB/s and rows/s"))
+        return 0;
+    const double mb = bench_num_arg(argc, argv, 1, 200, 1, "MB");
+    if (mb < 0) return 2;
     const char *base = argc > 2 ? argv[2] : getenv("TMPDIR");
     if (!base || !*base) base = "/tmp";
     if (!(mb > 0)) {

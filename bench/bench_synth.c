@@ -85,7 +85,9 @@ int main(int argc, char **argv) {
                    "synthetic data generation speed (rows/s) in memory, to the binary dataset and to Criteo "
                    "TSV, 1 and 2 threads; defaults 2000000 rows, $TMPDIR or /tmp"))
         return 0;
-    uint64_t rows = argc > 1 ? strtoull(argv[1], NULL, 10) : 2000000;
+    const double rows_arg = bench_num_arg(argc, argv, 1, 2000000, 1, "ROWS");
+    if (rows_arg < 0) return 2;
+    uint64_t rows = (uint64_t)rows_arg;
     const char *dir = argc > 2 ? argv[2] : getenv("TMPDIR");
     if (!dir || !*dir) dir = "/tmp";
     char path[512];

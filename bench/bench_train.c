@@ -25,6 +25,7 @@
 #include "common.h"
 #include "nn.h"
 #include "train.h"
+#include "bench_util.h"
 
 enum { ST_GATHER, ST_BOT_F, ST_INT_F, ST_TOP_F, ST_LOSS, ST_ZERO, ST_BWD, ST_DOPT, ST_COAL, ST_SOPT, ST_N };
 static const char *const st_names[ST_N] = {"gather",    "bot_fwd",  "interact_fwd", "top_fwd",   "loss",
@@ -98,7 +99,14 @@ static double time_steps(trainer *tr, const float *dense, const uint32_t *ids, c
 }
 
 int main(int argc, char **argv) {
-    int iters = argc > 1 ? atoi(argv[1]) : 50, warm = 5;
+    if (bench_help(argc, argv, "[ITERS] [BATCHES] [THREADS] [stages,ab,wall]",
+                   "training-step throughput of the local trainer on the DLRM Kaggle configuration, one JSON line per\n"
+                   "(batch, threads); e.g. 50 128,2048 1,2.  stages: per-stage milliseconds; ab: also products on\n"
+                   "OpenBLAS's threads; wall: with stages, the stages timed by the wall clock instead of CPU time\n"
+                   "(the comment at the top of bench/bench_train.c says more)"))
+        return 0;
+    int iters = (int)bench_num_arg(argc, argv, 1, 50, 1, "ITERS"), warm = 5;
+    if (iters < 0) return 2;
     uint64_t bl[8], tl[8];
     int nb = cli_parse_u64_list("batches", argc > 2 ? argv[2] : "128,2048", bl, 8);
     int nt = cli_parse_u64_list("threads", argc > 3 ? argv[3] : "1,2", tl, 8);

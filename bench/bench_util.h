@@ -2,6 +2,7 @@
 #ifndef BP_BENCH_UTIL_H
 #define BP_BENCH_UTIL_H
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,22 @@ static inline int bench_help(int argc, char **argv, const char *args, const char
             return 1;
         }
     return 0;
+}
+
+// Positional argument i as a number of at least min (def when it is absent); -1 after a message
+// naming it when it is not one (atoi read "abc" as 0 and "10x" as 10, and the bench ran on them).
+static inline double bench_num_arg(int argc, char **argv, int i, double def, double min, const char *name) {
+    if (i >= argc) return def;
+    char *end;
+    errno = 0;
+    const double v = strtod(argv[i], &end);
+    if (errno || end == argv[i] || *end || !(v >= min)) {
+        const char *prog = strrchr(argv[0], '/');
+        fprintf(stderr, "%s: %s: expected a number of at least %g, got '%s' (see --help)\n", prog ? prog + 1 : argv[0],
+                name, min, argv[i]);
+        return -1;
+    }
+    return v;
 }
 
 // The number after "key": in the last line of the metrics file at path that contains "summary"
