@@ -365,7 +365,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         if ((rc = rl->step ? rl->step(rl->ctx, t, &loss) : role_loop_step(su, rl, t, &loss))) break;
         if ((rc = train_loss_check(t, loss)) || (rc = dist_alive_tick(&alive, 0))) break;
         win_loss += loss, win_n++;
-        train_progress_window(&prog, t, win_loss / (double)win_n); // redrawn at most 10 times a second
+        train_progress_window(&prog, t, win_loss / (double)win_n); // every iteration: redrawn at most 10 times a second
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
             double c[W_N];
             if ((rc = window_counters(rl, prev, c))) break;
@@ -382,7 +382,6 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
                 json_window(&j, rl, st, c, win_n);
                 if (rl->json) rl->json(rl->ctx, &j, 0);
                 if ((rc = jsonl_end(&j, &mf))) break;
-                train_progress_window(&prog, t, win_loss / (double)win_n);
             }
             st->t_wait = st->t_sync = st->t_ar = st->t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();

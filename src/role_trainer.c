@@ -370,7 +370,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
         if ((rc = ts_step(&ts, t, &loss))) break;
         if ((rc = train_loss_check(t, loss))) break;
         win_loss += loss, win_n++;
-        train_progress_window(&prog, t, win_loss / (double)win_n); // redrawn at most 10 times a second
+        train_progress_window(&prog, t, win_loss / (double)win_n); // every iteration: redrawn at most 10 times a second
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
             double bytes[4];
             if ((rc = window_bytes(&ts, bytes))) break;
@@ -382,7 +382,6 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
                 train_json_window(&j, su, t, win_loss / (double)win_n, (double)win_n * B / (now - t_window));
                 json_window(&j, &ts, bytes, win_n);
                 if ((rc = jsonl_end(&j, &mf))) break;
-                train_progress_window(&prog, t, win_loss / (double)win_n);
             }
             ts.t_wait = ts.t_sync = ts.t_ar = ts.t_compute = 0;
             win_loss = 0, win_n = 0, t_window = bp_now();

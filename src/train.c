@@ -946,13 +946,12 @@ static int train_cmd(int argc, char **argv) {
         double loss = trainer_step(&tr, t, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
         if ((rc = train_loss_check(t, loss))) break;
         win_loss += loss, win_n++;
-        train_progress_window(&prog, t, win_loss / (double)win_n); // redrawn at most 10 times a second
+        train_progress_window(&prog, t, win_loss / (double)win_n); // every iteration: redrawn at most 10 times a second
         if ((t + 1) % fl.print_every == 0 || t + 1 == total_iters) {
             double now = bp_now();
             jsonl j;
             train_json_window(&j, &su, t, win_loss / (double)win_n, (double)win_n * B / (now - t_window));
             if ((rc = jsonl_end(&j, &mf))) break;
-            train_progress_window(&prog, t, win_loss / (double)win_n);
             win_loss = 0, win_n = 0, t_window = bp_now();
         }
         if (train_eval_due(&su, t + 1)) {
