@@ -597,15 +597,12 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
         // live job is writing is not one whose run stopped before committing it.
         char man[4200];
         join(man, sizeof man, dir, "MANIFEST");
-        const int busy = i == n - 1 && access(man, F_OK) != 0 && root_busy(root);
-        if (bp_log_level >= BP_LOG_WARN) {
-            if (busy)
-                fprintf(stderr, "bagpipe: skipping checkpoint %s: not complete yet (a running job is writing into "
-                        "%s)\n", dir, root);
-            else fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, bp_errmsg(rc));
-        }
-        if (!first_bad[0] && busy)
-            snprintf(first_bad, sizeof first_bad, "%s: not complete yet (a running job is writing into %s)", dir, root);
+        char busy[600] = ""; // what is wrong, when a live job is still writing it (else rc's message)
+        if (i == n - 1 && access(man, F_OK) != 0 && root_busy(root))
+            snprintf(busy, sizeof busy, "not complete yet (a running job is writing into %s)", root);
+        if (bp_log_level >= BP_LOG_WARN)
+            fprintf(stderr, "bagpipe: skipping checkpoint %s: %s\n", dir, busy[0] ? busy : bp_errmsg(rc));
+        if (!first_bad[0] && busy[0]) snprintf(first_bad, sizeof first_bad, "%s: %s", dir, busy);
         else if (!first_bad[0]) snprintf(first_bad, sizeof first_bad, "%s", bp_errmsg(rc));
     }
     free(its);
