@@ -717,17 +717,21 @@ TEST(badinput_corrupt_dataset) {
     EXPECT(1, cmd("%s info %s", test_bin(), text), "text.bin: not a bagpipe binary dataset");
 }
 
-// Sets sparse id (row, table) of the dataset at path and rewrites the section and header
-// checksums to match: a file whose only damage is an id outside its table.
-static int plant_id(const char *path, uint64_t row, uint32_t table, uint32_t id) {
+// Sets the 4-byte value at (row, column) of the dataset's sparse or dense section at path and
+// rewrites that section's and the header's checksums to match: a file whose only damage is that
+// value (an id outside its table, a dense value that is not finite).
+static int plant_word(const char *path, int dense, uint64_t row, uint32_t col, uint32_t word) {
     size_t len;
     uint8_t *buf = (uint8_t *)dist_test_slurp(path, &len);
     bp_ds_info in;
     int rc = !buf || bp_ds_header_decode(&in, buf, len, path) != 0;
     if (!rc) {
-        uint32_t *sparse = (uint32_t *)(buf + in.off_sparse);
-        sparse[row * in.n_sparse + table] = id;
-        in.crc_sparse = bp_crc32(0, sparse, in.rows * in.n_sparse * 4);
+        const uint32_t width = dense ? in.n_dense : in.n_sparse;
+        uint8_t *sec = buf + (dense ? in.off_dense : in.off_sparse);
+        memcpy(sec + (row * width + col) * 4, &word, 4);
+        const uint32_t crc = bp_crc32(0, sec, in.rows * width * 4);
+        if (dense) in.crc_dense = crc;
+        else in.crc_sparse = crc;
         bp_ds_header_encode(&in, buf);
         FILE *f = fopen(path, "wb");
         rc = !f || fwrite(buf, 1, len, f) != len;
@@ -736,24 +740,13 @@ static int plant_id(const char *path, uint64_t row, uint32_t table, uint32_t id)
     free(buf);
     return rc ? -1 : 0;
 }
-
-// Sets dense value (row, feature) of the dataset at path and rewrites the checksums to match.
+static int plant_id(const char *path, uint64_t row, uint32_t table, uint32_t id) {
+    return plant_word(path, 0, row, table, id);
+}
 static int plant_dense(const char *path, uint64_t row, uint32_t feature, float v) {
-    size_t len;
-    uint8_t *buf = (uint8_t *)dist_test_slurp(path, &len);
-    bp_ds_info in;
-    int rc = !buf || bp_ds_header_decode(&in, buf, len, path) != 0;
-    if (!rc) {
-        float *dense = (float *)(buf + in.off_dense);
-        dense[row * in.n_dense + feature] = v;
-        in.crc_dense = bp_crc32(0, dense, in.rows * in.n_dense * 4);
-        bp_ds_header_encode(&in, buf);
-        FILE *f = fopen(path, "wb");
-        rc = !f || fwrite(buf, 1, len, f) != len;
-        if (f) rc |= fclose(f) != 0;
-    }
-    free(buf);
-    return rc ? -1 : 0;
+    uint32_t word;
+    memcpy(&word, &v, 4);
+    return plant_word(path, 1, row, feature, word);
 }
 
 // A dense value that is not finite, under matching checksums (prep and synth never write one;

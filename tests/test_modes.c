@@ -187,6 +187,17 @@ static char *eval_lines(const char *path, int *n) {
     return out;
 }
 
+// Every mode, as the evaluation tests below run it: a name (for the metrics file) and its flags;
+// sync's model is sharded's, static's and bagpipe's at every boundary.
+static const char *const modes[][2] = {
+    {"local", "--mode local"},
+    {"sync", "--mode sync --trainers 2 --servers 1"},
+    {"sharded", "--mode sharded --trainers 2"},
+    {"static", "--mode static --trainers 2 --servers 1 --static-rows 20"},
+    {"bagpipe", "--mode bagpipe --trainers 2 --servers 1 --cache-rows 300 --lookahead 8"},
+    {"async", "--mode async --trainers 2 --servers 1 --cache-rows 300"},
+};
+
 // --no-eval skips only the final evaluation: the --eval-every ones still happen, in every mode
 // (they used to be skipped too, and then the one on the last iteration still was), and the
 // summary carries no metrics.
@@ -194,14 +205,6 @@ TEST(modes_no_eval_keeps_eval_every) {
     char data[512];
     ASSERT_OK(make_data(data, sizeof data, 15));
     const char *common = "--batch-size 24 --iters 200 --eval-every 50 --no-eval";
-    static const char *const modes[][2] = {
-        {"local", "--mode local"},
-        {"sync", "--mode sync --trainers 2 --servers 1"},
-        {"sharded", "--mode sharded --trainers 2"},
-        {"static", "--mode static --trainers 2 --servers 1 --static-rows 20"},
-        {"bagpipe", "--mode bagpipe --trainers 2 --servers 1 --cache-rows 300 --lookahead 8"},
-        {"async", "--mode async --trainers 2 --servers 1 --cache-rows 300"},
-    };
     char *sync_evals = NULL;
     for (size_t m = 0; m < BP_ARRAY_LEN(modes); m++) {
         char a[1024], mpath[600];
@@ -244,14 +247,6 @@ static double eval_num(const char *ev, int iter, const char *key) {
 TEST(modes_eval_every_on_the_last_iteration_is_done_once) {
     char data[512];
     ASSERT_OK(make_data(data, sizeof data, 15));
-    static const char *const modes[][2] = {
-        {"local", "--mode local"},
-        {"sync", "--mode sync --trainers 2 --servers 1"},
-        {"sharded", "--mode sharded --trainers 2"},
-        {"static", "--mode static --trainers 2 --servers 1 --static-rows 20"},
-        {"bagpipe", "--mode bagpipe --trainers 2 --servers 1 --cache-rows 300 --lookahead 8"},
-        {"async", "--mode async --trainers 2 --servers 1 --cache-rows 300"},
-    };
     for (size_t m = 0; m < BP_ARRAY_LEN(modes); m++) {
         char *out[2] = {NULL, NULL}, *ev[2] = {NULL, NULL}, mpath[2][600];
         int n[2];
