@@ -58,9 +58,9 @@ int main(int argc, char **argv) {
     const int iters = (int)bench_num_arg(argc, argv, 2, 300, 1, "ITERS");
     const long cache = (long)bench_num_arg(argc, argv, 3, 60000, 1, "CACHE");
     if (iters < 0 || cache < 0) return 2;
-    char dir[] = "/tmp/bench-bagpipe-XXXXXX";
-    if (!mkdtemp(dir)) return 1;
-    char data[256];
+    const char *dir = bench_scratch("/tmp", "bench-bagpipe");
+    if (!dir) return 1;
+    char data[600];
     snprintf(data, sizeof data, "%s/d.bin", dir);
     int rc = write_dataset(data, 200000);
     if (rc) {
@@ -78,11 +78,11 @@ int main(int argc, char **argv) {
     printf("%-16s %8s %8s %8s %8s %8s %11s %11s %11s %11s %11s %11s %6s\n", "mode", "ms/iter", "wait_ms", "sync_ms",
            "allred_ms", "comp_ms", "fetch_B/it", "push_B/it", "fwd_B/it", "wb_B/it", "esync_B/it", "dense_B/it", "hit%");
     for (int m = 0; m < 2; m++) {
-        char mpath[300], cmd[2048];
+        char mpath[600], cmd[2048];
         snprintf(mpath, sizeof mpath, "%s/m%d.jsonl", dir, m);
         snprintf(cmd, sizeof cmd, "%s train %s %s --iters %d --metrics %s %s > /dev/null", bin, modes[m][1], model, iters,
                  mpath, data);
-        if (system(cmd) != 0) {
+        if (bench_system(cmd) != 0) {
             fprintf(stderr, "bench_bagpipe: failed: %s\n", cmd);
             return 1;
         }
@@ -100,8 +100,5 @@ int main(int argc, char **argv) {
                hit);
     }
     printf("time per iteration, bagpipe / sync (T=2, S=1): %.2fx\n", spi[1] / spi[0]);
-    char rm[300];
-    snprintf(rm, sizeof rm, "rm -rf %s", dir);
-    if (system(rm) != 0) fprintf(stderr, "bench_bagpipe: could not remove %s\n", dir);
     return 0;
 }

@@ -32,13 +32,13 @@ static double now(void) {
 }
 
 static const char *bin, *dir;
-static char data[512];
+static char data[600];
 #define MODEL                                                                                               \
     "--mode sync --trainers 2 --servers 2 --arch-mlp-bot 13-64-16 --arch-mlp-top 64-1 "                      \
     "--arch-sparse-feature-size 16 --emb-optimizer adagrad --batch-size 512 --no-eval"
 
 static int run(const char *cmd) {
-    int st = system(cmd);
+    int st = bench_system(cmd);
     if (st != 0) fprintf(stderr, "bench_ckpt: failed (%d): %s\n", st, cmd);
     return st;
 }
@@ -155,8 +155,7 @@ int main(int argc, char **argv) {
     const int iters = (int)bench_num_arg(argc, argv, 2, 600, 1, "ITERS");
     const long rows = (long)bench_num_arg(argc, argv, 3, 1000000, 8, "ROWS"); // table rows in all (8 tables)
     if (iters < 0 || rows < 0) return 2;
-    static char tmpl[] = "/tmp/bench-ckpt-XXXXXX";
-    if (!(dir = mkdtemp(tmpl))) return 1;
+    if (!(dir = bench_scratch("/tmp", "bench-ckpt"))) return 1;
     char cmd[4096];
     snprintf(data, sizeof data, "%s/d.bin", dir);
     snprintf(cmd, sizeof cmd,
@@ -199,15 +198,16 @@ int main(int argc, char **argv) {
     for (int m = 0; m < 2; m++) {
         recovery r;
         if (measure_recovery(methods[m][1], every[0], iters * 3, &r, &seed)) {
-            printf("%-7s failed (output kept in %s)\n", methods[m][0], dir);
+            printf("%-7s failed\n", methods[m][0]);
             failed = 1;
             continue;
         }
         printf("%-7s %10.2f %10.2f %12.2f %10ld %10ld\n", methods[m][0], r.detect_s, r.restart_s,
                r.detect_s + r.restart_s, r.at, r.lost);
     }
-    if (failed) return 1;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    run(cmd);
+    if (failed) {
+        bench_keep_scratch(); // the runs' output and metrics say why
+        return 1;
+    }
     return 0;
 }

@@ -32,14 +32,14 @@ int main(int argc, char **argv) {
     const char *bin = argc > 1 ? argv[1] : getenv("BAGPIPE_BIN") ? getenv("BAGPIPE_BIN") : "build/bagpipe";
     const int iters = (int)bench_num_arg(argc, argv, 2, 300, 1, "ITERS");
     if (iters < 0) return 2;
-    char dir[] = "/tmp/bench-modes-XXXXXX";
-    if (!mkdtemp(dir)) return 1;
-    char data[256], cmd[2048];
+    const char *dir = bench_scratch("/tmp", "bench-modes");
+    if (!dir) return 1;
+    char data[600], cmd[2048];
     snprintf(data, sizeof data, "%s/d.bin", dir);
     snprintf(cmd, sizeof cmd,
              "%s synth --preset custom --tables 1000,5000,20000,100000,100000,300,50,200000 --dense 13 -n 200000 "
              "--seed 42 -o %s > /dev/null", bin, data);
-    if (system(cmd) != 0) {
+    if (bench_system(cmd) != 0) {
         fprintf(stderr, "bench_modes: failed: %s\n", cmd);
         return 1;
     }
@@ -56,11 +56,11 @@ int main(int argc, char **argv) {
     printf("%-15s %8s %8s %8s %8s %8s %11s %11s %11s %11s %11s %6s\n", "mode", "ms/iter", "wait_ms", "sync_ms",
            "ar_ms", "comp_ms", "fetch_B/it", "push_B/it", "allred_B/it", "hot_B/it", "total_B/it", "hit");
     for (int m = 0; m < NM; m++) {
-        char mpath[300];
+        char mpath[600];
         snprintf(mpath, sizeof mpath, "%s/m%d.jsonl", dir, m);
         snprintf(cmd, sizeof cmd, "%s train %s %s --iters %d --metrics %s %s > /dev/null", bin, modes[m][1], model,
                  iters, mpath, data);
-        if (system(cmd) != 0) {
+        if (bench_system(cmd) != 0) {
             fprintf(stderr, "bench_modes: failed: %s\n", cmd);
             return 1;
         }
@@ -80,7 +80,5 @@ int main(int argc, char **argv) {
     }
     printf("time per iteration / sync T=2: local %.2fx, sharded %.2fx, static %.2fx\n", spi[0] / spi[1],
            spi[2] / spi[1], spi[3] / spi[1]);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "bench_modes: could not remove %s\n", dir);
     return 0;
 }

@@ -154,18 +154,13 @@ int main(int argc, char **argv) {
         return 0;
     const double mb = bench_num_arg(argc, argv, 1, 200, 1, "MB");
     if (mb < 0) return 2;
-    const char *base = argc > 2 ? argv[2] : getenv("TMPDIR");
-    if (!base || !*base) base = "/tmp";
     if (!(mb > 0)) {
         fprintf(stderr, "usage: bench_prep [MB [DIR]]\n");
         return 2;
     }
-    char dir[512], txt[600], gz[600], out[600];
-    snprintf(dir, sizeof dir, "%s/bench_prep-XXXXXX", base);
-    if (!mkdtemp(dir)) {
-        perror(dir);
-        return 1;
-    }
+    const char *dir = bench_scratch(argc > 2 ? argv[2] : NULL, "bench_prep");
+    if (!dir) return 1;
+    char txt[600], gz[600], out[600];
     snprintf(txt, sizeof txt, "%s/day.tsv", dir);
     snprintf(gz, sizeof gz, "%s/day.tsv.gz", dir);
     snprintf(out, sizeof out, "%s/day.bin", dir);
@@ -183,8 +178,5 @@ int main(int argc, char **argv) {
     bench_prep("prep, frequency ids (min count 1)", txt, out, 1, 0);
     bench_prep("prep, frequency ids (min count 4)", txt, out, 4, 0);
     bench_prep("prep gzip input, hashed ids", gz, out, 1, 10000000);
-    unlink(txt);
-    unlink(gz);
-    rmdir(dir);
     return 0;
 }

@@ -4,9 +4,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 // -h or --help anywhere in argv: prints "usage: PROG ARGS" and what the bench measures, returns 1
 // (main then returns 0); else 0.  The arguments are positional and optional.
@@ -49,6 +52,63 @@ static inline double bench_summary_num(const char *path, const char *key) {
     snprintf(pat, sizeof pat, "\"%s\":", key);
     const char *p = strstr(last, pat);
     return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+// The bench's scratch folder, made by bench_scratch and removed at exit whatever the path out (a
+// failure, Ctrl-C or SIGTERM, also during a command that bench_system runs), unless
+// bench_keep_scratch said that it is kept for its logs.
+static char bench_scratch_dir[512];
+static volatile sig_atomic_t bench_scratch_kept;
+
+// rm -rf by fork and exec, which a signal handler may call.
+static void bench_scratch_rm(void) {
+    if (!bench_scratch_dir[0] || bench_scratch_kept) return;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/rm", "rm", "-rf", bench_scratch_dir, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    if (pid > 0) waitpid(pid, &st, 0);
+}
+
+static void bench_scratch_signal(int sig) {
+    bench_scratch_rm();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+// mkdtemp of BASE/NAME-XXXXXX (BASE: $TMPDIR, else /tmp, when base is NULL); NULL after a message.
+static inline const char *bench_scratch(const char *base, const char *name) {
+    if (!base) base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    snprintf(bench_scratch_dir, sizeof bench_scratch_dir, "%s/%s-XXXXXX", base, name);
+    if (!mkdtemp(bench_scratch_dir)) {
+        perror(bench_scratch_dir);
+        bench_scratch_dir[0] = 0;
+        return NULL;
+    }
+    atexit(bench_scratch_rm);
+    signal(SIGINT, bench_scratch_signal);
+    signal(SIGTERM, bench_scratch_signal);
+    return bench_scratch_dir;
+}
+
+static inline void bench_keep_scratch(void) {
+    bench_scratch_kept = 1;
+    fprintf(stderr, "output kept in %s\n", bench_scratch_dir);
+}
+
+// system(cmd), except that a command ended by SIGINT or SIGTERM ends the bench too (system()
+// ignores Ctrl-C in the caller, which would otherwise report a failure and go on, or return
+// and leave its scratch folder): exit 130 after the scratch folder is removed.
+static inline int bench_system(const char *cmd) {
+    const int st = system(cmd);
+    if (st == -1) return -1;
+    int sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+    if (!sig && WIFEXITED(st) && WEXITSTATUS(st) > 128) sig = WEXITSTATUS(st) - 128; // through sh
+    if (sig == SIGINT || sig == SIGTERM) exit(130);
+    return st;
 }
 
 #endif
