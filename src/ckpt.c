@@ -610,6 +610,29 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
     return bp_fail(BP_EIO, "%s: no valid checkpoint among %d (newest: %s)", root, n, first_bad);
 }
 
+int ckpt_latest_wait(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m, double wait_s) {
+    const int level = bp_log_level;
+    const double t0 = bp_now();
+    int rc;
+    for (int attempt = 0;; attempt++) {
+        rc = ckpt_latest(root, dir, cap, iter, m);
+        if (!rc || bp_now() - t0 > wait_s || !root_busy(root)) break;
+        int64_t *its;
+        int n;
+        if (list_ckpts(root, &its, &n)) break;
+        free(its);
+        if (n == 0) break; // a job that has written none yet: nothing to wait for
+        if (attempt == 0)
+            fprintf(stderr, "bagpipe: %s: waiting for the running job to commit its checkpoint (up to %.0f s)\n", root,
+                    wait_s);
+        bp_log_level = BP_LOG_ERROR; // each skip was reported once already
+        bp_clear_error();
+        usleep(100000);
+    }
+    bp_log_level = level;
+    return rc;
+}
+
 int ckpt_latest_committed(const char *root, char *dir, size_t cap, int64_t *iter) {
     int64_t *its;
     int n, rc = list_ckpts(root, &its, &n);

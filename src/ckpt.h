@@ -122,6 +122,12 @@ int ckpt_verify(const char *dir, ckpt_manifest *m);
 // BP_EIO when root cannot be read or holds no valid checkpoint (the message names root and the
 // newest invalid candidate's problem).
 int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m);
+// ckpt_latest for a reader beside a live job that writes into root (its pid in root's lock): when
+// no checkpoint there is valid, because the job's newest is unfinished and the one before was
+// pruned while it was read, it waits for the next commit, scanning again every 0.1 s for up to
+// wait_s seconds (said once on stderr).  Fails at once, as ckpt_latest, when no job is writing or
+// root holds no checkpoint yet.
+int ckpt_latest_wait(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m, double wait_s);
 // The newest checkpoint under root whose MANIFEST loads and names its iteration, without reading
 // its parts (ckpt_latest verifies them): for a message, not for loading.  Quiet; BP_EIO if none.
 int ckpt_latest_committed(const char *root, char *dir, size_t cap, int64_t *iter);

@@ -233,12 +233,13 @@ static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, 
 int trainer_load(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch) {
     if (!ckpt_is_root(dir)) return trainer_load_dir(tr, dir, ds, max_batch);
     // A --checkpoint-dir root: its newest valid checkpoint.  A job still writing there may prune that
-    // one while it is read (--keep): the newest is then another, and is taken instead.
+    // one while it is read (--keep): the newest is then another, and is taken instead; and when none
+    // is valid at the moment of the scan, the job's next commit is awaited (ckpt_latest_wait).
     for (int attempt = 0;; attempt++) {
         ckpt_manifest man;
         char latest[4096];
         int64_t it;
-        int rc = ckpt_latest(dir, latest, sizeof latest, &it, &man);
+        int rc = ckpt_latest_wait(dir, latest, sizeof latest, &it, &man, 60);
         if (rc) return rc;
         printf("loading checkpoint %s (iteration %lld)\n", latest, (long long)it);
         rc = trainer_load_dir(tr, latest, ds, max_batch);

@@ -367,7 +367,7 @@ TEST(ckpt_refused_run_leaves_no_checkpoint_dir) {
 // checkpoint directory without its MANIFEST is one being written, not "an incomplete save or
 // checkpoint (its run stopped before committing it)", as the skip used to say; the newest valid
 // one is loaded.  (A checkpoint pruned while it is read is taken again from the newest: that race
-// is not reproducible here.)
+// is not reproducible here; the next test waits for a commit.)
 TEST(ckpt_eval_of_a_root_being_written) {
     ASSERT_OK(make_data());
     const char *ck = test_path("ckb");
@@ -385,6 +385,37 @@ TEST(ckpt_eval_of_a_root_being_written) {
     free(out), out = NULL;
     ASSERT_EQ(test_run(&out, 60, "%s eval --load %s %s", test_bin(), ck, data_path), 0); // no job: as before
     ASSERT_STR_CONTAINS(out, "its run stopped before committing it");
+    free(out);
+}
+
+// eval --load of a root that a running job holds, where no checkpoint is valid at the moment of the
+// scan: the job's newest is unfinished and the one before was pruned while it was read (1 eval of 40
+// failed so beside a job checkpointing every 20 iterations with --keep 1).  eval waits for the
+// job's commit and loads it; without a live job it fails at once, as before.
+TEST(ckpt_eval_waits_for_the_commit_of_a_running_job) {
+    ASSERT_OK(make_data());
+    const char *ck = test_path("ckc"), *side = test_path("ckc-MANIFEST");
+    char *out = NULL;
+    ASSERT_EQ(train(&out, "", "--iters 12 --checkpoint-every 5 --keep 1 --checkpoint-dir %s --save %s", ck,
+                    test_path("mc")), 0);
+    free(out), out = NULL;
+    // the one checkpoint, uncommitted: its MANIFEST comes back 0.5 s after eval starts
+    ASSERT_EQ(test_run(NULL, 10, "mv %s/ckpt-000000000010/MANIFEST %s", ck, side), 0);
+    ASSERT_EQ(test_run(&out, 60, "sleep 60 & p=$!; echo $p > %s/.lock; "
+                       "(sleep 0.5; mv %s %s/ckpt-000000000010/MANIFEST) & "
+                       "%s eval --load %s %s; rc=$?; kill $p; wait; exit $rc", ck, side, ck, test_bin(), ck, data_path),
+              0);
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000010: not complete yet (a running job is writing into");
+    ASSERT_STR_CONTAINS(out, "waiting for the running job to commit its checkpoint");
+    ASSERT_STR_CONTAINS(out, "loading checkpoint");
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000010 (iteration 10)");
+    free(out), out = NULL;
+    ASSERT_EQ(test_run(NULL, 10, "mv %s/ckpt-000000000010/MANIFEST %s", ck, side), 0);
+    double t0 = bp_now();
+    ASSERT_TRUE(test_run(&out, 60, "%s eval --load %s %s", test_bin(), ck, data_path) != 0); // no job: no wait
+    ASSERT_MSG(bp_now() - t0 < 5, "took %.1f s", bp_now() - t0);
+    ASSERT_STR_CONTAINS(out, "no valid checkpoint among 1");
+    ASSERT_TRUE(strstr(out, "waiting for") == NULL);
     free(out);
 }
 
