@@ -1074,6 +1074,8 @@ static int pred_sink(void *ctx, uint64_t row0, const float *logit, int n) {
     return 0;
 }
 
+#define TRAIN_NAME "train's name for it"
+
 int cmd_eval(int argc, char **argv) {
     const char *load = NULL, *pred = NULL;
     int split, batch, threads;
@@ -1088,6 +1090,9 @@ int cmd_eval(int argc, char **argv) {
                 "evaluation batch size (the scores' last bits depend on it and on --threads: a training run's "
                 "figures come back with its --eval-batch-size and --threads)"),
         CLI_ALIAS("test-mini-batch-size", "batch-size", DLRM_NAME),
+        CLI_ALIAS("eval-split", "split", TRAIN_NAME),
+        CLI_ALIAS("eval-rows", "rows", TRAIN_NAME),
+        CLI_ALIAS("eval-batch-size", "batch-size", TRAIN_NAME),
         CLI_INT("threads", 0, &threads, 1, 1, 256, "BLAS threads"),
         CLI_STR("predictions", 'p', &pred, NULL,
                 "write a CSV of the evaluated rows, \"row,label,probability,logit\" (row: index in the dataset; logit: "

@@ -852,6 +852,12 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
                   "-m %s", test_bin(), d, test_path("b"), m2), "iterations of 16 (2.00 epochs)");
     EXPECT(0, cmd("cmp %s/dense.bin %s/dense.bin && grep -c event.:.eval %s %s", test_path("a"),
                   test_path("b"), m1, m2), "m1.jsonl:5", "m2.jsonl:5");
+    // eval takes train's names of its evaluation flags (they were "unknown flag")
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", test_path("a"));
+    EXPECT(0, cmd("a=$(%s eval --load %s --eval-split val --eval-rows 30 --eval-batch-size 8 %s | grep AUC); "
+                  "b=$(%s eval --load %s --split val --rows 30 --batch-size 8 %s | grep AUC); [ \"$a\" = \"$b\" ] && "
+                  "echo \"same: $a\"", test_bin(), saved, d, test_bin(), saved, d), "same: val ", "(30 samples");
     EXPECT(2, cmd("%s train %s --mini-batch-size 0", test_bin(), d), "--mini-batch-size: 0 is out of range [1, 1048576]");
     EXPECT(0, cmd("%s train --help", test_bin()), "--nepochs N                same as --epochs (the DLRM reference's name)");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --num-batches 100", test_bin(), d),
