@@ -211,38 +211,60 @@ static int open_spill(const char *path, int *fd) {
     return rc;
 }
 
-// A writer with no file open yet, or NULL (and an error) when tmpl or path cannot make a dataset.
-static bp_ds_writer *writer_new(const char *path, const bp_ds_info *tmpl) {
-    if (tmpl->n_dense > BP_DS_MAX_DENSE || tmpl->n_sparse == 0 || tmpl->n_sparse > BP_DS_MAX_SPARSE) {
-        bp_fail(BP_EINVAL, "%s: a dataset needs 0-%d dense and 1-%d sparse features (got %u, %u)", path,
-                BP_DS_MAX_DENSE, BP_DS_MAX_SPARSE, tmpl->n_dense, tmpl->n_sparse);
-        return NULL;
-    }
+int bp_ds_replace_check(const char *path, int text) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0; // missing: created; unreadable: the write says why
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        bp_fail(BP_EINVAL, "%s: is a directory, expected a file name for the dataset", path);
-        return NULL;
-    }
+    uint8_t head[4096];
+    ssize_t n = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) n = read(fd, head, sizeof head);
+    close(fd);
+    if (n <= 0) return 0;
+    const char *held = n >= 8 && memcmp(head, BP_DS_MAGIC, 8) == 0 ? "a bagpipe dataset"
+                       : n >= 2 && head[0] == 0x1f && head[1] == 0x8b ? "gzip data"
+                       : memchr(head, 0, (size_t)n)                   ? "binary data"
+                                                                      : "text";
+    if (!text && strcmp(held, "a bagpipe dataset") != 0)
+        return bp_fail(BP_EUSAGE, "%s: exists and is not a bagpipe dataset (it holds %s); only a dataset is replaced: "
+                       "remove it first or choose another output name", path, held);
+    if (text && strcmp(held, "text") != 0)
+        return bp_fail(BP_EUSAGE, "%s: exists and is not a text file (it holds %s); only a text file is replaced: "
+                       "remove it first or choose another output name", path, held);
+    return 0;
+}
+
+// A writer with no file open yet in *out, or an error (and *out NULL) when tmpl or path cannot
+// make a dataset.
+static int writer_new(bp_ds_writer **out, const char *path, const bp_ds_info *tmpl) {
+    *out = NULL;
+    if (tmpl->n_dense > BP_DS_MAX_DENSE || tmpl->n_sparse == 0 || tmpl->n_sparse > BP_DS_MAX_SPARSE)
+        return bp_fail(BP_EINVAL, "%s: a dataset needs 0-%d dense and 1-%d sparse features (got %u, %u)", path,
+                       BP_DS_MAX_DENSE, BP_DS_MAX_SPARSE, tmpl->n_dense, tmpl->n_sparse);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return bp_fail(BP_EINVAL, "%s: is a directory, expected a file name for the dataset", path);
     char *target; // a device, FIFO or socket at path is refused now, not after the work
-    if (bp_afile_target(path, &target) != 0) return NULL;
+    int rc = bp_afile_target(path, &target);
+    if (rc) return rc;
     free(target);
-    bp_ds_writer *w = bp_xcalloc(1, sizeof *w);
+    if ((rc = bp_ds_replace_check(path, 0)) != 0) return rc;
+    bp_ds_writer *w = *out = bp_xcalloc(1, sizeof *w);
     w->info = *tmpl;
     w->info.version = BP_DS_VERSION;
     w->path = bp_xstrdup(path);
     w->af.fd = -1;
     for (int s = 0; s < N_SEC; s++) w->spill[s] = -1;
     w->max_id = bp_xcalloc(tmpl->n_sparse, sizeof *w->max_id);
-    return w;
+    return 0;
 }
 
 int bp_ds_writer_open(bp_ds_writer **out, const char *path, const bp_ds_info *tmpl) {
-    bp_ds_writer *w = *out = writer_new(path, tmpl);
-    if (!w) return BP_EINVAL;
+    int rc = writer_new(out, path, tmpl);
+    if (rc) return rc;
+    bp_ds_writer *w = *out;
     int nsec = (tmpl->flags & BP_DS_HAS_PROB) ? N_SEC : SEC_PROB;
     for (int s = 0; s < nsec; s++) {
-        int rc = open_spill(path, &w->spill[s]);
-        if (rc) {
+        if ((rc = open_spill(path, &w->spill[s])) != 0) {
             bp_ds_writer_abort(w);
             *out = NULL;
             return rc;
@@ -259,11 +281,12 @@ static int spill_write(bp_ds_writer *w, int s, const void *buf, size_t n) {
 
 // Sized writer: the open temporary file, pre-sized to the final layout.
 int bp_ds_writer_open_sized(bp_ds_writer **out, const char *path, const bp_ds_info *tmpl, uint64_t rows) {
-    bp_ds_writer *w = *out = writer_new(path, tmpl);
-    if (!w) return BP_EINVAL;
+    int rc = writer_new(out, path, tmpl);
+    if (rc) return rc;
+    bp_ds_writer *w = *out;
     w->info.rows = w->expect = rows;
     bp_ds_layout(&w->info);
-    int rc = bp_afile_open(&w->af, path);
+    rc = bp_afile_open(&w->af, path);
     if (!rc && ftruncate(w->af.fd, (off_t)w->info.file_size) != 0)
         rc = bp_fail(BP_EIO, "%s: cannot size the file to %llu bytes: %s", path,
                      (unsigned long long)w->info.file_size, strerror(errno));

@@ -433,7 +433,8 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
         source_text(&o, m, t.source, sizeof t.source);
         rc = bp_ds_writer_open_sized(&w, o.out, &t, o.rows);
     } else {
-        rc = bp_afile_open(&af, o.out);
+        rc = bp_ds_replace_check(o.out, 1);
+        if (!rc) rc = bp_afile_open(&af, o.out);
         if (!rc && o.format == SYNTH_FMT_CSV) rc = bp_afile_write(&af, avazu_header, sizeof avazu_header - 1);
     }
     if (rc) {

@@ -512,6 +512,29 @@ TEST(badinput_save_over_foreign_part_names) {
     EXPECT(0, cmd("cat %s/dense.bin", dir), "notes");
 }
 
+// An output name that is a raw log or its gzip (`prep -o day_1.gz day_0` for `prep -o tb.bin day_0
+// day_1.gz`) replaced it whole with a dataset: a dataset output now replaces only a dataset and a
+// text output only text; the file is left as it was.
+TEST(badinput_output_over_a_raw_log) {
+    const char *log = criteo_file("day_0", 20, NULL, 0, 0), *d = dataset("d.bin", 500);
+    char gz[512], bin[512];
+    snprintf(gz, sizeof gz, "%s", test_path("day_1.gz"));
+    snprintf(bin, sizeof bin, "%s", test_path("s.bin"));
+    ASSERT_EQ(test_run(NULL, 10, "gzip -c %s > %s && cp %s %s.orig && cp %s %s.orig", log, gz, log, log, gz, gz), 0);
+    EXPECT(2, cmd("%s prep -q -o %s %s", test_bin(), gz, log),
+           "day_1.gz: exists and is not a bagpipe dataset (it holds gzip data); only a dataset is replaced");
+    EXPECT(2, cmd("%s synth -n 10 -o %s", test_bin(), log), "day_0: exists and is not a bagpipe dataset (it holds text)");
+    EXPECT(2, cmd("%s synth -n 10 -f tsv -o %s", test_bin(), gz),
+           "day_1.gz: exists and is not a text file (it holds gzip data)");
+    EXPECT(2, cmd("%s synth -n 10 -f tsv -o %s", test_bin(), d), "exists and is not a text file (it holds a bagpipe dataset)");
+    EXPECT(0, cmd("cmp %s %s.orig && cmp %s %s.orig && %s info %s", log, log, gz, gz, test_bin(), d), "checksums verified");
+    // what each replaces: a dataset, text, an empty file
+    EXPECT(0, cmd("%s synth -n 10 -o %s && %s prep -q -o %s %s && echo replaced", test_bin(), bin, test_bin(), bin, log),
+           "replaced");
+    EXPECT(0, cmd("%s synth -n 10 -f tsv -o %s && echo replaced", test_bin(), log), "replaced");
+    EXPECT(0, cmd(": > %s && %s synth -n 10 -o %s && echo replaced", gz, test_bin(), gz), "replaced");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unreadable paths
 

@@ -138,9 +138,10 @@ TEST(synth_same_seed_same_bytes_any_threads) {
     ASSERT_MSG(same_bytes(a, c), "3 threads and 2 threads differ");
     ASSERT_MSG(!same_bytes(a, d), "seeds 7 and 8 gave the same bytes");
     // Text output is deterministic too.
-    ASSERT_OK(write_custom(a, 9000, 7, 1, SYNTH_FMT_TSV));
-    ASSERT_OK(write_custom(b, 9000, 7, 2, SYNTH_FMT_TSV));
-    ASSERT_MSG(same_bytes(a, b), "TSV differs between thread counts");
+    const char *ta = test_path("a.tsv"), *tb = test_path("b.tsv");
+    ASSERT_OK(write_custom(ta, 9000, 7, 1, SYNTH_FMT_TSV));
+    ASSERT_OK(write_custom(tb, 9000, 7, 2, SYNTH_FMT_TSV));
+    ASSERT_MSG(same_bytes(ta, tb), "TSV differs between thread counts");
 }
 
 TEST(synth_skew_calibrated_on_a_medium_custom_config) {
