@@ -76,6 +76,10 @@ static int criteo_bad(const char *s, size_t n, int field, lines_bad *bad) {
         if (fields == CRITEO_FIELDS - 1)
             bad->first_line_hint = ": no label column (Kaggle's test.txt has no labels; prep train.txt, whose "
                                    "last week --split kaggle holds out)";
+        size_t commas = 0;
+        for (size_t i = 0; i < n; i++) commas += s[i] == ',';
+        if (fields == 1 && commas >= 8) // an Avazu file (its header, or a row) given as Criteo
+            bad->first_line_hint = ": comma-separated values, not Criteo's tabs: an Avazu CSV? (prep -f avazu)";
         return 1;
     }
     const char *f = s;

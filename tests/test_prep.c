@@ -739,6 +739,14 @@ TEST(prep_kaggle_test_file_is_explained) {
                              "--skip-bad to skip bad lines)");
     ASSERT_MSG(!strstr(msg, "test.txt"), "%s", msg);
     free(msg);
+    // an Avazu CSV without -f avazu: the hint was --skip-bad, which would skip every line
+    const char *av = tpath("train.csv");
+    ASSERT_EQ(test_run(NULL, 20, "%s synth -p avazu -n 20 -f csv -o %s", test_bin(), av), 0);
+    ASSERT_EQ(test_run(&msg, 20, "%s prep -q -o %s %s", test_bin(), tpath("t.bin"), av), 1);
+    ASSERT_STR_CONTAINS(msg, "train.csv:1: 1 field, expected 40 (label, I1-I13, C1-C26 separated by tabs): "
+                             "comma-separated values, not Criteo's tabs: an Avazu CSV? (prep -f avazu)");
+    ASSERT_MSG(!strstr(msg, "--skip-bad"), "%s", msg);
+    free(msg);
 }
 
 TEST(prep_skip_bad_counts_every_kind) {
