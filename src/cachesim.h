@@ -3,8 +3,10 @@
 // Policies (capacity C rows per trainer, T trainers, global batch B split as in oracle.h):
 //   none      no cache: every access reads its row from the servers and pushes its gradient.
 //   static    FAE-style: the C most frequent rows of the whole trace (profiled first; ties by
-//             key) are pinned and replicated on every trainer; other rows are read per batch
-//             into a transient buffer (reported in peak_rows, not counted against C).
+//             key) are pinned and replicated on every trainer, initialised there from the seed
+//             as mode static does (no fetch: their first use is a hit), and written back once at
+//             the end; other rows are read per batch into a transient buffer (reported in
+//             peak_rows, not counted against C).
 //   lru       one LRU cache of C rows per trainer; a batch's rows are looked up in order of
 //             first appearance in the trainer's slice; a miss is fetched and becomes the most
 //             recently used; replicas on several trainers are kept coherent by synchronising.
@@ -16,7 +18,7 @@
 //   fetched_rows  rows read from the servers (the oracle fetches a shared row once for all
 //                 trainers; lru/static/none once per trainer that misses)
 //   written_rows  rows or row gradients sent to the servers: none/static push the gradient of
-//                 every uncached access; lru writes a row back when its last replica is evicted
+//                 every uncached access (static also writes its pinned rows at the end); lru writes a row back when its last replica is evicted
 //                 or at the end; the oracle writes every evicted row once (the end flushes)
 //   synced_rows   row gradients reduced among trainers: static, every pinned row used in a
 //                 batch; lru, every row used in a batch that two or more trainers use or hold
