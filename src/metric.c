@@ -81,9 +81,9 @@ double metric_logloss_prob(const float *p, const uint8_t *labels, size_t n) {
 double metric_logloss_logit(const float *z, const uint8_t *labels, size_t n) {
     if (n == 0) return NAN;
     double sum = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = z[i];
-        sum += (x > 0 ? x : 0) - (labels[i] ? x : 0) + log1p(exp(-fabs(x)));
+    for (size_t i = 0; i < n; i++) { // softplus(x) for a 0, softplus(-x) for a 1: no inf - inf at |x| = inf
+        double x = labels[i] ? -(double)z[i] : z[i];
+        sum += (x > 0 ? x : 0) + log1p(exp(-fabs(x)));
     }
     return sum / (double)n;
 }
@@ -91,7 +91,10 @@ double metric_logloss_logit(const float *z, const uint8_t *labels, size_t n) {
 static double accuracy(const float *s, const uint8_t *labels, size_t n, float threshold) {
     if (n == 0) return NAN;
     uint64_t right = 0;
-    for (size_t i = 0; i < n; i++) right += (s[i] > threshold) == (labels[i] != 0);
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(s[i])) return NAN; // no prediction (it used to count as "no click")
+        right += (s[i] > threshold) == (labels[i] != 0);
+    }
     return (double)right / (double)n;
 }
 
@@ -152,7 +155,7 @@ void metric_acc_merge(metric_acc *dst, const metric_acc *src) {
 void metric_acc_compute(const metric_acc *a, metric_result *out) {
     memset(out, 0, sizeof *out);
     out->n = a->n;
-    for (size_t i = 0; i < a->n; i++) out->pos += a->labels[i];
+    for (size_t i = 0; i < a->n; i++) out->pos += a->labels[i], out->n_nan += isnan(a->scores[i]);
     out->auc = metric_auc(a->scores, a->labels, a->n, &out->auc_defined);
     if (a->is_logit) {
         out->logloss = metric_logloss_logit(a->scores, a->labels, a->n);

@@ -11,9 +11,11 @@
 //     Undefined when the set holds one class only (or nothing): auc = NaN, auc_defined = 0.
 //     -0.0 and +0.0 are one score; a NaN score makes the AUC NaN (auc_defined = 0).
 //   - logloss: mean binary cross-entropy in double.  From probabilities, p is clamped to
-//     [1e-7, 1 - 1e-7]; from logits, the stable form max(z, 0) - z * y + log1p(exp(-|z|)).
+//     [1e-7, 1 - 1e-7]; from logits, the stable form softplus(x) = max(x, 0) + log1p(exp(-|x|))
+//     of x = z for a 0 and x = -z for a 1 (equal to max(z, 0) - z * y + log1p(exp(-|z|)) for a
+//     finite z, and right at z = +-inf: 0 where the label agrees, inf where it does not).
 //   - accuracy: predicted click iff p > 0.5 (z > 0); p = 0.5 counts as no click, as
-//     round-half-to-even in the DLRM reference does.
+//     round-half-to-even in the DLRM reference does.  NaN when a score is NaN.
 #ifndef BP_METRIC_H
 #define BP_METRIC_H
 
@@ -26,7 +28,8 @@ typedef struct {
     double auc;        // NaN when undefined
     int auc_defined;   // 0 when one class only, no samples, or a NaN score
     double logloss;    // NaN when n = 0
-    double accuracy;   // NaN when n = 0
+    double accuracy;   // NaN when n = 0 or a score is NaN
+    uint64_t n_nan;    // NaN scores (a model that is not finite)
 } metric_result;
 
 // One-shot functions over arrays.  labels are 0 or 1.

@@ -1,3 +1,4 @@
+#include <math.h>
 #include <stdlib.h>
 
 #include "common.h"
@@ -137,6 +138,42 @@ TEST(metric_logloss_and_accuracy) {
     ASSERT_NEAR(metric_accuracy_logit(za, ya, 4), 0.5, 0);
     uint8_t yb2[4] = {1, 1, 0, 1};
     ASSERT_NEAR(metric_accuracy_prob(pa, yb2, 4), 0.75, 0);
+}
+
+// Scores of a model that overflowed: an infinite logit costs 0 where its label agrees and inf
+// where it does not (the stable form's max(z, 0) - z * y made inf - inf = NaN of the first); a NaN
+// score leaves accuracy undefined (it counted as "no click") and is counted in n_nan.
+TEST(metric_infinite_and_nan_scores) {
+    float zi[4] = {INFINITY, -INFINITY, INFINITY, -INFINITY};
+    uint8_t agree[4] = {1, 0, 1, 0}, disagree[4] = {0, 1, 1, 0};
+    ASSERT_TRUE(metric_logloss_logit(zi, agree, 4) == 0.0);
+    ASSERT_TRUE(isinf(metric_logloss_logit(zi, disagree, 4)) && metric_logloss_logit(zi, disagree, 4) > 0);
+    ASSERT_NEAR(metric_accuracy_logit(zi, disagree, 4), 0.5, 0);
+    // finite scores: the same bits as the textbook stable form
+    bp_rng r;
+    bp_rng_seed(&r, 5, 0);
+    for (int i = 0; i < 1000; i++) {
+        float z = (float)(bp_rng_normal(&r) * 30);
+        uint8_t y = bp_rng_below(&r, 2);
+        double x = z, textbook = (x > 0 ? x : 0) - (y ? x : 0) + log1p(exp(-fabs(x)));
+        ASSERT_MSG(metric_logloss_logit(&z, &y, 1) == textbook, "z %.9g y %d", (double)z, y);
+    }
+    float zn[3] = {1.0f, NAN, -1.0f};
+    uint8_t yn[3] = {1, 1, 0};
+    ASSERT_TRUE(isnan(metric_accuracy_logit(zn, yn, 3)));
+    ASSERT_TRUE(isnan(metric_logloss_logit(zn, yn, 3)));
+    metric_acc a;
+    metric_acc_init(&a, 1, 4);
+    metric_acc_add(&a, zn, yn, 3);
+    metric_result res;
+    metric_acc_compute(&a, &res);
+    ASSERT_EQ(res.n_nan, 1);
+    ASSERT_TRUE(!res.auc_defined && isnan(res.accuracy));
+    metric_acc_reset(&a);
+    metric_acc_add(&a, zi, disagree, 4);
+    metric_acc_compute(&a, &res);
+    ASSERT_EQ(res.n_nan, 0);
+    metric_acc_free(&a);
 }
 
 TEST(metric_acc_batches_equal_one_shot) {
