@@ -2,6 +2,7 @@
 #include "ckpt_run.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,7 +258,20 @@ int ckpt_run_abandon(const char *dir, int rc) {
     return bp_fail(rc, "%s", msg);
 }
 
+// 0, or the error of a part that is not finite (its floats p[0, n)): a checkpoint of a model whose
+// last update diverged is not written (the next iteration's loss would stop the run, too late
+// for a checkpoint committed in between, then the newest a resume or eval takes).
+static int part_finite(const char *dir, const char *name, const float *p, size_t n) {
+    const size_t i = bp_first_nonfinite(p, n);
+    if (i == n) return 0;
+    return bp_fail(BP_ERANGE, "%s/%s: value %zu of %zu is %s: the model is not finite (its last update diverged; "
+                   "%s), and is not checkpointed", dir, name, i, n, isnan(p[i]) ? "NaN" : "infinite", train_lr_hint());
+}
+
 int ckpt_run_write_dense(const trainer *tr, const char *dir, ckpt_file *f) {
+    int rc = part_finite(dir, "dense.bin", tr->m.params, tr->m.n_params);
+    if (!rc && tr->n_dstate) rc = part_finite(dir, "dense.bin", tr->dstate, tr->n_dstate);
+    if (rc) return rc;
     const void *bufs[2] = {tr->m.params, tr->dstate};
     size_t lens[2] = {tr->m.n_params * sizeof(float), tr->n_dstate * sizeof(float)};
     return ckpt_write_part(dir, "dense.bin", bufs, lens, tr->n_dstate ? 2 : 1, f);
@@ -288,7 +302,8 @@ int ckpt_run_write_all(const trainer *tr, const train_setup *su, int64_t iter, i
     if (!rc) {
         const void *ebuf[1] = {tr->table.data};
         size_t elen[1] = {(size_t)emb_layout_bytes(&tr->L)};
-        rc = ckpt_write_part(dir, "emb.bin", ebuf, elen, 1, &f[1]);
+        rc = part_finite(dir, "emb.bin", tr->table.data, elen[0] / sizeof(float));
+        if (!rc) rc = ckpt_write_part(dir, "emb.bin", ebuf, elen, 1, &f[1]);
     }
     if (rc) return dir[0] ? ckpt_run_abandon(dir, rc) : rc;
     ckpt_test_kill_point(rank, iter);
@@ -304,6 +319,7 @@ int ckpt_run_write_shard(const train_setup *su, int64_t iter, int s, const float
     snprintf(name, sizeof name, "server-%d.bin", s);
     const void *bufs[1] = {rows};
     size_t lens[1] = {(size_t)n * (size_t)stride * sizeof(float)};
+    if ((rc = part_finite(dir, name, rows, (size_t)n * (size_t)stride)) != 0) return rc;
     return ckpt_write_part(dir, name, bufs, lens, 1, f);
 }
 
@@ -315,6 +331,7 @@ int ckpt_run_write_rows(const train_setup *su, int64_t iter, int i, const uint64
     snprintf(name, sizeof name, "trainer-%d.bin", i);
     const void *bufs[2] = {keys, rows};
     size_t lens[2] = {(size_t)n * sizeof *keys, (size_t)n * (size_t)stride * sizeof(float)};
+    if ((rc = part_finite(dir, name, rows, (size_t)n * (size_t)stride)) != 0) return rc;
     return ckpt_write_part(dir, name, bufs, lens, 2, f);
 }
 

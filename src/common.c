@@ -479,6 +479,24 @@ void bp_afile_abort(bp_afile *af) {
     afile_free(af);
 }
 
+size_t bp_first_nonfinite(const float *p, size_t n) {
+    // by the exponent bits, in blocks without an exit so that the loop vectorises
+    enum { BLOCK = 4096 };
+    for (size_t i0 = 0; i0 < n; i0 += BLOCK) {
+        const size_t i1 = n - i0 < BLOCK ? n : i0 + BLOCK;
+        uint32_t any = 0;
+        for (size_t i = i0; i < i1; i++) {
+            uint32_t u;
+            memcpy(&u, p + i, sizeof u);
+            any |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+        }
+        if (any)
+            for (size_t i = i0; i < i1; i++)
+                if (!isfinite(p[i])) return i;
+    }
+    return n;
+}
+
 uint32_t bp_crc32(uint32_t crc, const void *buf, size_t n) {
     return (uint32_t)crc32_z(crc, buf, n);
 }

@@ -153,6 +153,10 @@ uint32_t bp_crc32(uint32_t crc, const void *buf, size_t n);
 // The CRC-32 of A followed by B from crc_a, crc_b and B's length.
 uint32_t bp_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
+// Index of the first NaN or infinite value of p[0, n) (n when all are finite): a model or
+// checkpoint part is checked with it before it is written.
+size_t bp_first_nonfinite(const float *p, size_t n);
+
 // Little-endian field access for on-disk and on-wire formats.
 static inline void bp_put_u32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);

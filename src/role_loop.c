@@ -422,31 +422,35 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         ckpt_sched_print(&cks, train_s);
     }
     if (!rc && (su->do_eval || su->save)) rc = rl->collect(rl->ctx, iters);
+    if (!rc && writer && (su->do_eval || su->save)) rc = trainer_check_finite(tr, iters);
     if (!rc && writer) {
         int have_res = 0;
         if (su->do_eval) {
             trainer_eval(tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
             have_res = 1;
-            train_print_result(bp_split_name(su->eval_split), &res, &bayes);
+            rc = train_eval_check(iters, su->eval_split, &res);
+            if (!rc) train_print_result(bp_split_name(su->eval_split), &res, &bayes);
         }
-        jsonl j;
-        jsonl_begin(&j);
-        jsonl_str(&j, "event", "summary");
-        jsonl_str(&j, "mode", rl->mode);
-        jsonl_str(&j, "model", model_kind_name(su->mc.kind));
-        jsonl_int(&j, "iters", iters);
-        jsonl_int(&j, "samples", iters * B);
-        jsonl_num(&j, "train_s", train_s);
-        jsonl_num(&j, "samples_per_s", sps);
-        ckpt_sched_json(&j, &cks);
-        json_window(&j, rl, &tot, tot_c, run_iters);
-        if (rl->json) rl->json(rl->ctx, &j, 1);
-        if (have_res) {
-            jsonl_str(&j, "split", bp_split_name(su->eval_split));
-            train_json_result(&j, "", &res);
-            if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
+        if (!rc) {
+            jsonl j;
+            jsonl_begin(&j);
+            jsonl_str(&j, "event", "summary");
+            jsonl_str(&j, "mode", rl->mode);
+            jsonl_str(&j, "model", model_kind_name(su->mc.kind));
+            jsonl_int(&j, "iters", iters);
+            jsonl_int(&j, "samples", iters * B);
+            jsonl_num(&j, "train_s", train_s);
+            jsonl_num(&j, "samples_per_s", sps);
+            ckpt_sched_json(&j, &cks);
+            json_window(&j, rl, &tot, tot_c, run_iters);
+            if (rl->json) rl->json(rl->ctx, &j, 1);
+            if (have_res) {
+                jsonl_str(&j, "split", bp_split_name(su->eval_split));
+                train_json_result(&j, "", &res);
+                if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
+            }
+            rc = jsonl_end(&j, &mf);
         }
-        rc = jsonl_end(&j, &mf);
         if (!rc && su->save) {
             rc = trainer_save(tr, su->save, su->ds, iters, iters * B, su->seed);
             if (!rc) printf("saved model to %s\n", su->save);

@@ -405,10 +405,36 @@ emb_opt train_eopt_at(const train_setup *su, int64_t t) {
     return o;
 }
 
+// What a diverged run should lower: the embeddings' rate too where it is their own (set up by
+// setup_build in every process of a run).
+static char lr_hint[160] = "lower --learning-rate";
+
 int train_loss_check(int64_t t, double loss) {
     if (isfinite(loss)) return 0;
-    return bp_fail(BP_ERANGE, "iteration %lld: the loss is %s; lower --learning-rate", (long long)t + 1,
-                   isnan(loss) ? "not a number (NaN)" : loss > 0 ? "infinite" : "-infinite");
+    return bp_fail(BP_ERANGE, "iteration %lld: the loss is %s; %s", (long long)t + 1,
+                   isnan(loss) ? "not a number (NaN)" : loss > 0 ? "infinite" : "-infinite", lr_hint);
+}
+
+const char *train_lr_hint(void) { return lr_hint; }
+
+static const char *nonfinite_name(float v) { return isnan(v) ? "NaN" : v > 0 ? "infinite" : "-infinite"; }
+
+int trainer_check_finite(const trainer *tr, int64_t iter) {
+    const struct {
+        const char *what;
+        const float *p;
+        size_t n;
+    } parts[] = {{"dense parameter", tr->m.params, tr->m.n_params},
+                 {"dense optimizer state value", tr->dstate, tr->n_dstate},
+                 {"embedding table value", tr->table.data, (size_t)emb_layout_bytes(&tr->L) / sizeof(float)}};
+    for (size_t k = 0; k < BP_ARRAY_LEN(parts); k++) {
+        const size_t i = parts[k].p ? bp_first_nonfinite(parts[k].p, parts[k].n) : parts[k].n;
+        if (i < parts[k].n)
+            return bp_fail(BP_ERANGE, "after iteration %lld the model is not finite (%s %zu of %zu is %s): the last "
+                           "update diverged; %s", (long long)iter, parts[k].what, i, parts[k].n,
+                           nonfinite_name(parts[k].p[i]), lr_hint);
+    }
+    return 0;
 }
 
 void train_json_result(jsonl *j, const char *prefix, const metric_result *r) {
@@ -418,7 +444,16 @@ void train_json_result(jsonl *j, const char *prefix, const metric_result *r) {
     snprintf(k, sizeof k, "%saccuracy", prefix), jsonl_num(j, k, r->accuracy);
 }
 
+int train_eval_check(int64_t iter, bp_split split, const metric_result *r) {
+    if (!r->n_nan) return 0;
+    return bp_fail(BP_ERANGE, "iteration %lld: the model scores NaN on %llu of %llu %s samples (its parameters or "
+                   "activations are not finite: training diverged); %s", (long long)iter,
+                   (unsigned long long)r->n_nan, (unsigned long long)r->n, bp_split_name(split), lr_hint);
+}
+
 int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const metric_result *r) {
+    int rc = train_eval_check(iter, split, r);
+    if (rc) return rc;
     jsonl j;
     jsonl_begin(&j);
     jsonl_str(&j, "event", "eval");
@@ -486,6 +521,10 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
     su->print_every = fl->print_every, su->threads = fl->threads;
     su->seed = (uint64_t)fl->seed, su->lr = fl->lr, su->save = fl->save, su->metrics = fl->metrics;
     su->emb_lr_inherited = fl->emb_lr < 0;
+    if (su->emb_lr_inherited) snprintf(lr_hint, sizeof lr_hint, "lower --learning-rate");
+    else
+        snprintf(lr_hint, sizeof lr_hint, "lower --learning-rate (the dense part's, %g) or --emb-learning-rate (the "
+                 "embeddings', %g)", fl->lr, su->emb_lr);
     // A warmup of 0 or 1 iteration changes no rate: both are recorded as none (a resume compares them).
     su->sched = (lr_schedule){fl->lr_warmup > 1 ? fl->lr_warmup : 0, fl->lr_decay_start, fl->lr_decay_steps};
     su->trainers = fl->trainers, su->servers = fl->servers, su->mode = fl->mode;
@@ -519,6 +558,9 @@ static int setup_build(train_setup *su, const train_flags *fl, bp_dataset *ds, c
 // The schedule's flags (optim.h): the decay must not start inside the warmup (the DLRM reference
 // refuses it too), and a decay start without a decay would be ignored.
 static int check_lr_flags(const train_flags *fl) {
+    if (fl->emb_lr < 0 && fl->emb_lr != -1) // it used to mean -1, silently
+        return bp_fail(BP_EUSAGE, "--emb-learning-rate: %g is neither -1 (the --learning-rate) nor a rate of at "
+                       "least 0", fl->emb_lr);
     if (fl->lr_decay_steps == 0 && fl->lr_decay_start)
         return bp_fail(BP_EUSAGE, "--lr-decay-start-step %lld: there is no decay without --lr-num-decay-steps",
                        (long long)fl->lr_decay_start);
@@ -977,9 +1019,11 @@ static int train_cmd(int argc, char **argv) {
     double sps = (double)run_iters * B / train_s;
     train_print_trained(run_iters, B, train_s);
     ckpt_sched_print(&cks, train_s);
+    if ((do_eval || fl.save) && (rc = trainer_check_finite(&tr, total_iters))) goto out;
     if (do_eval) {
         trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
         have_res = 1;
+        if ((rc = train_eval_check(total_iters, (bp_split)fl.eval_split, &res))) goto out;
         train_print_result(bp_split_name((bp_split)fl.eval_split), &res, &bayes);
     }
     {
@@ -1137,11 +1181,15 @@ int cmd_eval(int argc, char **argv) {
                 rc = bp_afile_write(&po.af, PRED_HEADER, sizeof PRED_HEADER - 1);
             }
             if (!rc) rc = trainer_eval_to(&tr, &ds, r0, r1, batch, &res, &bayes, pred ? pred_sink : NULL, &po);
-            if (pred && !rc && !(rc = pred_flush(&po))) rc = bp_afile_commit(&po.af);
-            if (pred && rc) {
+            if (pred && !rc && !(rc = pred_flush(&po)) && !res.n_nan) rc = bp_afile_commit(&po.af);
+            if (pred && (rc || res.n_nan)) {
                 bp_afile_abort(&po.af);
-                rc = bp_fail(rc, "--predictions: %s", bp_errmsg(rc));
+                if (rc) rc = bp_fail(rc, "--predictions: %s", bp_errmsg(rc));
             }
+            if (!rc && res.n_nan) // a model of a run that diverged (saves and checkpoints refuse most of them)
+                rc = bp_fail(BP_ERANGE, "%s: the model scores NaN on %llu of %llu samples (its parameters or "
+                             "activations are not finite: its training diverged); nothing is written", load,
+                             (unsigned long long)res.n_nan, (unsigned long long)res.n);
             free(po.buf);
             if (!rc) {
                 train_print_result(bp_split_name((bp_split)split), &res, &bayes);

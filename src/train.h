@@ -127,8 +127,19 @@ void train_progress_window(bp_progress *p, int64_t t, double loss);
 // 0, or the error of a loss that is not finite at iteration t (0-based; named 1-based, as the
 // iterations of the metrics lines).
 int train_loss_check(int64_t t, double loss);
+// What a diverged run should lower ("lower --learning-rate", naming --emb-learning-rate too where
+// the embeddings have a rate of their own), for the messages of train_loss_check and the others.
+const char *train_lr_hint(void);
+// 0, or the error of a model whose parameters (dense, embedding rows, optimizer state) are not all
+// finite after `iter` iterations: the last update diverged, which no loss shows (each loss comes
+// before its update).  Checked before a run's final evaluation and save.
+int trainer_check_finite(const trainer *tr, int64_t iter);
 void train_json_result(jsonl *j, const char *prefix, const metric_result *r);
 // One "eval" line of the metrics file (mf may be NULL): the split, iteration, samples and result.
+// 0, or the error of an evaluation after `iter` iterations with NaN scores (a run with it fails:
+// nothing is saved, no metrics line written).
+int train_eval_check(int64_t iter, bp_split split, const metric_result *r);
+// A result with NaN scores is not written: train_eval_check's error instead.
 int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const metric_result *r);
 // Whether an --eval-every evaluation (an "eval" line) falls after `done` iterations, in every mode.
 // After the last iteration the final evaluation (the summary's) stands for it, unless --no-eval

@@ -851,6 +851,8 @@ TEST(badinput_negative_and_zero_sizes) {
         {"--eval-batch-size 0", "--eval-batch-size: 0 is out of range"},
         {"--threads 0", "--threads: 0 is out of range [1, 256]"},
         {"--learning-rate -1", "--learning-rate"},
+        {"--emb-learning-rate -0.5", "--emb-learning-rate: -0.5 is neither -1 (the --learning-rate) nor a rate of at "
+                                     "least 0"}, // it used to mean -1
         {"--batch-size ten", "--batch-size: expected a decimal integer, got 'ten'"},
         {"--no-such-flag", "unknown flag '--no-such-flag'"},
         {"--batch-size", "--batch-size"},

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "ckpt_run.h"
 #include "common.h"
 #include "dist_util.h"
 #include "test.h"
@@ -424,7 +425,7 @@ TEST(ckpt_eval_waits_for_the_commit_of_a_running_job) {
 // so, once, where both used to be silent (the README's own example lost the final model).
 TEST(ckpt_warns_where_the_final_model_or_later_checkpoints_are_not_kept) {
     ASSERT_OK(make_data());
-    const char *ck = test_path("ckw"), *model = test_path("mw");
+    const char *ck = test_path("ckw"), *saved = test_path("mw");
     const char *lost = "warning: checkpoints are taken within the run, never after its last iteration: without "
                        "--save DIR the final model is not kept";
     const char *none = "warning: --resume: this run writes no checkpoint of its own";
@@ -433,11 +434,11 @@ TEST(ckpt_warns_where_the_final_model_or_later_checkpoints_are_not_kept) {
     ASSERT_STR_CONTAINS(out, lost);
     ASSERT_TRUE(strstr(strstr(out, lost) + 1, lost) == NULL);
     free(out), out = NULL;
-    ASSERT_EQ(train(&out, "", "--iters 30 --resume %s --save %s", ck, model), 0);
+    ASSERT_EQ(train(&out, "", "--iters 30 --resume %s --save %s", ck, saved), 0);
     ASSERT_STR_CONTAINS(out, none);
     ASSERT_TRUE(strstr(out, lost) == NULL);
     free(out), out = NULL;
-    ASSERT_EQ(train(&out, "", "--iters 40 --resume %s --checkpoint-every 35 --save %s", ck, model), 0);
+    ASSERT_EQ(train(&out, "", "--iters 40 --resume %s --checkpoint-every 35 --save %s", ck, saved), 0);
     ASSERT_TRUE(strstr(out, lost) == NULL && strstr(out, none) == NULL);
     free(out);
 }
@@ -1100,4 +1101,46 @@ TEST(ckpt_trainer_part_huge_manifest_size_is_refused) {
     ASSERT_MSG(rc == 1, "eval exited %d:\n%s", rc, out ? out : "");
     ASSERT_STR_CONTAINS(out, "trainer-0.bin: 46880 bytes, the manifest says 2882303761517117440 (truncated or replaced)");
     free(out);
+}
+
+// A model whose last update left a NaN or infinity in it (the loss, computed before each update,
+// is finite) is neither checkpointed nor evaluated and saved at a run's end: the checkpoint
+// directory begun for it is removed, and the error names the part and the value.
+TEST(ckpt_a_model_that_is_not_finite_is_not_checkpointed) {
+    model_config mc;
+    ASSERT_OK(model_config_parse(&mc, "--model wdl --arch-sparse-feature-size 4", 3, 2));
+    uint64_t card[2] = {10, 20};
+    emb_opt eopt = emb_opt_make(EMB_OPT_ADAGRAD, 0.1f, mc.E);
+    dense_opt dopt = dense_opt_make(DENSE_OPT_SGD, 0.1f);
+    emb_layout_cfg lc = {.F = 2, .card = card, .D = mc.D, .E = mc.E, .S = emb_opt_state_floats(&eopt), .seed = 1};
+    trainer tr;
+    ASSERT_OK(trainer_init(&tr, &mc, &lc, &dopt, &eopt, 8, 0));
+    ASSERT_OK(trainer_check_finite(&tr, 5));
+    train_setup su;
+    memset(&su, 0, sizeof su);
+    char root[512];
+    snprintf(root, sizeof root, "%s", test_path("ckf"));
+    ASSERT_TRUE(mkdir(root, 0755) == 0);
+    su.ck.dir = root, su.ck.keep = 2;
+    const size_t table_n = (size_t)emb_layout_bytes(&tr.L) / sizeof(float);
+    for (int k = 0; k < 2; k++) {
+        float *at = k == 0 ? &tr.m.params[3] : &tr.table.data[table_n - 1];
+        const float was = *at;
+        *at = k == 0 ? NAN : -INFINITY;
+        int rc = trainer_check_finite(&tr, 5);
+        ASSERT_TRUE(rc != 0);
+        ASSERT_STR_CONTAINS(bp_errmsg(rc), k == 0 ? "after iteration 5 the model is not finite (dense parameter 3 of "
+                                                  : "after iteration 5 the model is not finite (embedding table value ");
+        ASSERT_STR_CONTAINS(bp_errmsg(rc), k == 0 ? " is NaN): the last update diverged; lower --learning-rate"
+                                                  : " is -infinite): the last update diverged");
+        rc = ckpt_run_write_all(&tr, &su, 5, 0);
+        ASSERT_TRUE(rc != 0);
+        ASSERT_STR_CONTAINS(bp_errmsg(rc), k == 0 ? "ckpt-000000000005/dense.bin: value 3 of "
+                                                  : "ckpt-000000000005/emb.bin: value ");
+        ASSERT_STR_CONTAINS(bp_errmsg(rc), "the model is not finite (its last update diverged; lower --learning-rate), "
+                                           "and is not checkpointed");
+        ASSERT_EQ(test_run(NULL, 10, "test -z \"$(ls -A %s)\"", root), 0); // the begun checkpoint is gone
+        *at = was;
+    }
+    trainer_free(&tr);
 }

@@ -412,6 +412,52 @@ TEST(train_nan_names_the_metrics_iteration) {
     }
 }
 
+// A run whose last update diverged (each loss, computed before its update, is finite) used to
+// print "AUC nan logloss -nan", exit 0 and save the model; it now fails at the evaluation, in
+// every mode and at an --eval-every one, and saves nothing.  eval refuses such a model (here a
+// checkpoint's) and writes no predictions.
+TEST(train_diverged_last_update_saves_nothing) {
+    const char *data = test_path("div.bin");
+    ASSERT_EQ(synth(data, 3000, ""), 0);
+    static const char *const runs[] = {"--mode local", "--mode local --no-eval --eval-every 2",
+                                       "--mode sync --trainers 2 --servers 1", "--mode bagpipe --trainers 2 --servers 1"};
+    for (size_t m = 0; m < BP_ARRAY_LEN(runs); m++) {
+        char metrics[600], saved[600];
+        snprintf(metrics, sizeof metrics, "%s/div%zu.jsonl", test_tmpdir(), m);
+        snprintf(saved, sizeof saved, "%s/div%zu", test_tmpdir(), m);
+        char *out = NULL;
+        RUN_EXPECT(1, 120, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s train %s " SMALL_ARCH
+                   " %s --learning-rate 1e5 --batch-size 32 --iters 2 -m %s --save %s", test_bin(), data, runs[m],
+                   metrics, saved);
+        ASSERT_STR_CONTAINS(out, "iteration 2: the model scores NaN on 300 of 300 val samples (its parameters or "
+                                 "activations are not finite: training diverged); lower --learning-rate");
+        ASSERT_MSG(!strstr(out, "AUC nan") && !strstr(out, "saved model"), "%s:\n%s", runs[m], out);
+        free(out);
+        struct stat st;
+        ASSERT_MSG(stat(saved, &st) != 0, "%s: %s saved", runs[m], saved);
+        ASSERT_EQ(test_run(NULL, 10, "grep -q -e summary -e nan %s", metrics), 1);
+    }
+    char *out = NULL;
+    // where the embeddings have a rate of their own, the hint names it too
+    RUN_EXPECT(1, 120, "%s train %s " SMALL_ARCH " --learning-rate 0.01 --emb-learning-rate 1e5 --batch-size 32 "
+               "--iters 20", test_bin(), data);
+    ASSERT_STR_CONTAINS(out, "lower --learning-rate (the dense part's, 0.01) or --emb-learning-rate (the embeddings', "
+                             "100000)");
+    free(out), out = NULL;
+    const char *ck = test_path("divck");
+    RUN_EXPECT(1, 120, "%s train %s " SMALL_ARCH " --learning-rate 1e5 --batch-size 32 --iters 3 --checkpoint-every 1 "
+               "--checkpoint-dir %s", test_bin(), data, ck);
+    free(out), out = NULL;
+    char pred[600];
+    snprintf(pred, sizeof pred, "%s/div.csv", test_tmpdir());
+    RUN_EXPECT(1, 60, "%s eval --load %s --split val -p %s %s", test_bin(), ck, pred, data);
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000002 (iteration 2)");
+    ASSERT_STR_CONTAINS(out, "the model scores NaN on 300 of 300 samples (its parameters or activations are not "
+                             "finite: its training diverged); nothing is written");
+    free(out);
+    ASSERT_TRUE(access(pred, F_OK) != 0);
+}
+
 // Writes at path a gnuplot stand-in that keeps the script it is given in $GP_SCRIPT and writes a
 // one-line "image" where the script says.
 static int write_gnuplot_keeper(const char *path) {
