@@ -78,6 +78,9 @@ static void forward_signal(int sig) {
     if (child_pid > 0) kill((pid_t)child_pid, sig);
 }
 
+// Seconds that mpirun has to end after a forwarded SIGINT or SIGTERM before it is killed.
+enum { STOP_GRACE_S = 15 };
+
 // What the launcher learnt about the failure from mpirun's stderr.
 typedef struct {
     int rank;       // -1: unknown
@@ -172,10 +175,23 @@ static void feed(out_stream *s, const char *p, size_t len, int *shown, failure *
 static void forward_output(int err_fd, int out_fd, failure *f) {
     out_stream st[2] = {{.fd = err_fd, .to = stderr, .scan = 1}, {.fd = out_fd, .to = stdout}};
     int shown = 0, open_n = 2;
+    double signal_at = 0; // when a forwarded signal was first seen here
+    int killed = 0;
+    const char *gv = getenv("BAGPIPE_TEST_STOP_GRACE_S"); // tests: a shorter grace
+    const int grace = gv && atoi(gv) > 0 ? atoi(gv) : STOP_GRACE_S;
     while (open_n > 0) {
+        // mpirun can hang after a forwarded signal, its ranks ended but never reaped (seen under
+        // load: every rank a zombie, mpirun waiting on a futex): the launcher then waited on its
+        // pipes for good.  STOP_GRACE_S after the signal it is killed; end_orphans does the rest.
+        if (got_signal && !signal_at) signal_at = bp_now();
+        if (signal_at && !killed && bp_now() - signal_at > grace && child_pid > 0) {
+            fprintf(stderr, "bagpipe: mpirun has not ended %d s after signal %d; killing it\n", grace, (int)got_signal);
+            kill((pid_t)child_pid, SIGKILL);
+            killed = 1;
+        }
         struct pollfd pf[2];
         for (int k = 0; k < 2; k++) pf[k] = (struct pollfd){.fd = st[k].fd, .events = POLLIN};
-        if (poll(pf, 2, -1) < 0) {
+        if (poll(pf, 2, signal_at ? 250 : -1) < 0) {
             if (errno == EINTR) continue;
             break;
         }

@@ -4,6 +4,7 @@
 //   test_bagpipe [FILTER...]
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,10 @@ static int test_selected(const char *name, int argc, char **argv) {
 
 int main(int argc, char **argv) {
     int passed = 0, failed = 0, skipped = 0;
+    // A test that hangs (a peer process that never ends) fails after this many seconds instead of
+    // holding up the whole run: its longest take well under a minute, under sanitizers too.
+    const char *tv = getenv("BAGPIPE_TEST_TIMEOUT");
+    const unsigned timeout_s = tv && atoi(tv) > 0 ? (unsigned)atoi(tv) : 600;
     double t_all = bp_now();
     for (int i = 0; i < n_tests; i++) {
         test_case *t = &tests[i];
@@ -139,6 +144,7 @@ int main(int argc, char **argv) {
         if (pid == 0) {
             tmpdir[0] = 0;
             cur_failed = cur_skipped = 0;
+            alarm(timeout_s);
             t->fn();
             if (test_leaked()) {
                 fprintf(stderr, "    memory leaked (LeakSanitizer report above)\n");
@@ -160,7 +166,9 @@ int main(int argc, char **argv) {
         else {
             verdict = "FAIL";
             failed++;
-            if (WIFSIGNALED(st)) fprintf(stderr, "    killed by signal %d\n", WTERMSIG(st));
+            if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+                fprintf(stderr, "    timed out after %u s (BAGPIPE_TEST_TIMEOUT)\n", timeout_s);
+            else if (WIFSIGNALED(st)) fprintf(stderr, "    killed by signal %d\n", WTERMSIG(st));
         }
         printf("%-4s %-48s %7.2fs  (%s)\n", verdict, t->name, dt, t->file);
         fflush(stdout);

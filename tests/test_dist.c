@@ -698,6 +698,49 @@ TEST(dist_launcher_names_the_reporting_rank_when_mpirun_loses_its_report) {
     free(out);
 }
 
+// mpirun can hang after the launcher forwards it a signal (seen under load: its ranks ended, never
+// reaped), and the launcher waited on it for good.  A fake mpirun that ignores SIGINT and SIGTERM
+// stands for it: the launcher kills it after the grace (here 1 s), and says so.
+TEST(dist_launcher_kills_an_mpirun_that_hangs_after_a_signal) {
+    char data[512], dir[512], fake[600], outp[512], cmd[4096];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    snprintf(dir, sizeof dir, "%s", test_path("bin"));
+    ASSERT_EQ(mkdir(dir, 0755), 0);
+    snprintf(fake, sizeof fake, "%s/mpirun", dir);
+    FILE *f = fopen(fake, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("#!/bin/sh\ntrap '' INT TERM\necho 'fake mpirun up' >&2\nwhile :; do sleep 0.1; done\n", f);
+    fclose(f);
+    ASSERT_EQ(chmod(fake, 0755), 0);
+    snprintf(cmd, sizeof cmd, "PATH=%s:\"$PATH\" BAGPIPE_TEST_STOP_GRACE_S=1 exec %s train --mode sync --trainers 2 "
+             "--servers 1 " TINY_MODEL " %s > %s 2>&1", dir, test_bin(), data, outp);
+    pid_t job = spawn_sh(cmd, 0, 0);
+    ASSERT_MSG(job > 0, "cannot start the job");
+    char *out = NULL;
+    size_t len;
+    for (double t0 = bp_now(); bp_now() - t0 < 30; usleep(20000)) { // the fake is up
+        free(out);
+        out = dist_test_slurp(outp, &len);
+        if (out && strstr(out, "fake mpirun up")) break;
+    }
+    ASSERT_EQ(kill(job, SIGINT), 0);
+    int st = 0;
+    double t1 = bp_now();
+    for (; bp_now() - t1 < 30 && waitpid(job, &st, WNOHANG) == 0; usleep(20000)) {
+    }
+    const double took = bp_now() - t1;
+    if (took >= 30) kill(job, SIGKILL), waitpid(job, &st, 0);
+    free(out);
+    out = dist_test_slurp(outp, &len);
+    ASSERT_MSG(took < 10, "the launcher took %.1f s:\n%s", took, out);
+    ASSERT_STR_CONTAINS(out, "bagpipe: mpirun has not ended 1 s after signal 2; killing it");
+    ASSERT_STR_CONTAINS(out, "bagpipe: interrupted by signal 2 (Interrupt): the job is stopped");
+    ASSERT_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT, "status %d:\n%s", st, out);
+    free(out);
+}
+
 // Runs cmd with its stdout and stderr on a new terminal (a pseudo-terminal, as in an interactive
 // shell); *out gets what the terminal received.  Returns the exit status.
 static int run_on_terminal(char **out, const char *cmd) {
