@@ -71,6 +71,47 @@ TEST(ckpt_roundtrip_and_damage) {
     ASSERT_STR_CONTAINS(bp_errmsg(BP_EIO), "no saved model");
 }
 
+// ckpt_verify reads each part in 1 MiB pieces: a part of several (an embedding table's) verifies
+// whole, and a byte flipped past the first MiB is found.
+TEST(ckpt_verify_reads_parts_of_several_mebibytes) {
+    enum { N = 650000 }; // 2.6 MB of floats
+    float *a = malloc(N * sizeof *a);
+    ASSERT_TRUE(a != NULL);
+    for (int i = 0; i < N; i++) a[i] = (float)i * 0.25f;
+    uint8_t b[5] = {1, 2, 3, 4, 5};
+    const char *dir = test_path("big");
+    ASSERT_OK(save_two_parts(dir, a, N, b, 5));
+    free(a);
+    ckpt_manifest m;
+    ASSERT_OK(ckpt_verify(dir, &m));
+    ASSERT_EQ(test_run(NULL, 10, "printf Z | dd of=%s/dense.bin bs=1 seek=2000000 conv=notrunc status=none", dir), 0);
+    ASSERT_EQ(ckpt_verify(dir, &m), BP_ECORRUPT);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECORRUPT), "dense.bin: checksum mismatch");
+}
+
+// A checkpoint directory whose MANIFEST names another iteration (copied or renamed by hand) is
+// skipped: resuming at the name's iteration with the other one's state would break the run.
+TEST(ckpt_latest_skips_a_checkpoint_named_for_another_iteration) {
+    char root[512], dir[600], copy[600];
+    snprintf(root, sizeof root, "%s", test_path("root"));
+    ASSERT_OK(ckpt_mkdir(root));
+    ASSERT_OK(ckpt_dir_create(root, 50, dir, sizeof dir));
+    ckpt_manifest m;
+    ckpt_manifest_init(&m);
+    ckpt_set(&m, "iteration", "%d", 50);
+    ASSERT_OK(ckpt_manifest_commit(dir, &m));
+    snprintf(copy, sizeof copy, "%s/ckpt-000000000060", root);
+    ASSERT_EQ(test_run(NULL, 10, "cp -r %s %s", dir, copy), 0);
+    char got[600];
+    int64_t it = -1;
+    ASSERT_OK(ckpt_latest(root, got, sizeof got, &it, &m));
+    ASSERT_EQ(it, 50);
+    ASSERT_STR_CONTAINS(got, "ckpt-000000000050");
+    ASSERT_EQ(test_run(NULL, 10, "rm -r %s", dir), 0);
+    ASSERT_EQ(ckpt_latest(root, got, sizeof got, &it, &m), BP_EIO);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EIO), "MANIFEST: iteration 50 does not match the directory name");
+}
+
 // Writes DIR/MANIFEST = body + a correct end line (crlf: every "\n" written as "\r\n", as a
 // text-mode copy leaves it); returns ckpt_manifest_load's result.
 static int manifest_try(const char *dir, const char *body, int crlf, ckpt_manifest *m) {

@@ -84,6 +84,16 @@ TEST(emb_init_values_bound_and_state) {
     emb_row_init(&L2, 200, r2);
     ASSERT_TRUE(r2[8] != 0.0f && fabsf(r2[8]) <= L2.bound[2]);
     ASSERT_TRUE(memcmp(r2, rows + 200 * 12, 8 * sizeof(float)) == 0); // elements < D unchanged
+    // the documented scheme, value for value: draw k = splitmix64's k-th output from the row's seed,
+    // float 2k from bits 40..63, 2k + 1 from bits 8..31; an odd last one (element 8 here) takes
+    // the first half of draw 4 (runs with one --seed must keep their values across versions)
+    const uint64_t h = bp_hash2(42, 200);
+    for (int j = 0; j < 9; j++) {
+        const uint64_t r = bp_mix64(h + (uint64_t)(j / 2) * 0x9e3779b97f4a7c15ull);
+        const uint64_t u = j % 2 ? (r >> 8) & 0xffffff : r >> 40;
+        const float want = (float)((double)((int64_t)u * 2 - (1 << 24)) / (1 << 24)) * L2.bound[2];
+        ASSERT_MSG(r2[j] == want, "element %d: %.9g, the scheme gives %.9g", j, (double)r2[j], (double)want);
+    }
     c.seed = 43;
     ASSERT_OK(emb_layout_init(&L2, &c));
     emb_row_init(&L2, 200, r2);
@@ -226,6 +236,19 @@ static void gather_bad_id(void) {
     emb_gather(&t, ids, 2, out);
 }
 
+// The same early in a batch long enough for the gather's prefetching loop (the one above reaches
+// only its tail loop): an id equal to the table's size.
+static void gather_bad_id_early(void) {
+    uint64_t card[2] = {10, 10};
+    emb_layout L;
+    make_layout(&L, 2, card, 16, 16, 0, 1);
+    emb_table t;
+    emb_table_init(&t, &L, 1);
+    uint32_t ids[64] = {1, 10}; // the rest 0
+    float out[64 * 16];
+    emb_gather(&t, ids, 32, out);
+}
+
 static void coalesce_bad_id(void) {
     uint64_t card[2] = {10, 10};
     emb_layout L;
@@ -239,6 +262,7 @@ static void coalesce_bad_id(void) {
 
 TEST(emb_bad_id_aborts) {
     ASSERT_TRUE(aborts(gather_bad_id));
+    ASSERT_TRUE(aborts(gather_bad_id_early));
     ASSERT_TRUE(aborts(coalesce_bad_id));
 }
 

@@ -626,6 +626,7 @@ static const bad_case criteo_bad_cases[] = {
     {NULL, 0, "label", LINES_BAD_LABEL, "label 'label', expected 0 or 1: a header line? (Criteo files have none"},
     {NULL, 3, "12x", LINES_BAD_INT, "I3 '12x' is not an integer"},
     {NULL, 1, "99999999999999999999", LINES_BAD_INT, "I1 '99999999999999999999' is out of range"},
+    {NULL, 2, "9223372036854775808", LINES_BAD_INT, "I2 '9223372036854775808' is out of range"}, // INT64_MAX + 1
     {NULL, 15, "zz123456", LINES_BAD_CAT, "C2 'zz123456' is not a hex value"},
     {NULL, 39, "123456789", LINES_BAD_CAT, "C26 '123456789' has 9 hex digits, expected at most 8"},
     {NULL, CASE_NUL, NULL, LINES_BAD_BINARY, "NUL byte at column 5"},
@@ -785,6 +786,7 @@ TEST(prep_avazu_bad_lines) {
         {"1,2,14102100,1005", "4 fields, expected 24"},
         {"1,x,14102100,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "click 'x', expected 0 or 1"},
         {"1,1,14102199,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '14102199' is not a time"},
+        {"1,1,14102124,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '14102124' is not a time"},
         {"1,1,14023100,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '14023100' is not a time"},
         {"1,1,2014102,1005,0,a,b,c,d,e,f,g,h,i,1,2,3,4,5,6,7,8,9,10", "hour '2014102' is not a time"},
         // A second header (`cat a.csv b.csv`) is named as one.
