@@ -736,13 +736,27 @@ int ckpt_stage_warn_leftovers(const char *dir) {
         snprintf(path, sizeof path, "%s%s", plen ? parent : "", e->d_name);
         DIR *l = opendir(path);
         if (!l) continue;
-        int files = 0;
+        int files = 0, others = 0; // others: not a model part, so the user's, from dir before the exchange
         struct dirent *f;
-        while ((f = readdir(l))) files += strcmp(f->d_name, ".") != 0 && strcmp(f->d_name, "..") != 0;
+        while ((f = readdir(l))) {
+            const char *nm = f->d_name;
+            if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0) continue;
+            files++;
+            others += !(strcmp(nm, "MANIFEST") == 0 || strcmp(nm, "dense.bin") == 0 || strcmp(nm, "emb.bin") == 0 ||
+                        strstr(nm, ".tmp."));
+        }
         closedir(l);
-        fprintf(stderr, "bagpipe: warning: %s is left from a save into %.*s that was interrupted (process %ld is "
-                "gone): it holds %d entr%s that were in %.*s before that save; move back what you need, then remove it\n",
-                path, (int)n, dir, pid, files, files == 1 ? "y" : "ies", (int)n, dir);
+        // Killed before the exchange, it holds the new model's parts; after it, the old directory's
+        // entries on their way back.  Either way dir holds a whole model (the exchange is one step).
+        if (others)
+            fprintf(stderr, "bagpipe: warning: %s is left from a save into %.*s that was interrupted (process %ld "
+                    "is gone): it holds %d entr%s that were in %.*s before that save; move back what you need (not "
+                    "MANIFEST, dense.bin or emb.bin: %.*s holds a whole model), then remove it\n", path, (int)n, dir,
+                    pid, others, others == 1 ? "y" : "ies", (int)n, dir, (int)n, dir);
+        else
+            fprintf(stderr, "bagpipe: warning: %s is left from a save into %.*s that was interrupted (process %ld "
+                    "is gone): it holds only model files (%d), none of yours, and %.*s holds a whole model: remove "
+                    "it\n", path, (int)n, dir, pid, files, (int)n, dir);
         named++;
     }
     closedir(d);

@@ -162,6 +162,7 @@ TEST(train_failed_save_leaves_nothing) {
 // A save killed between the exchange of the directories and the end of the commit leaves
 // <dir>.saving-<pid> holding what dir held before.  The next save into dir names it, with its
 // number of entries, and touches nothing in it; one of a process that still runs is not named.
+// One killed before the exchange holds the new model's parts only, and is named as such.
 TEST(train_save_names_leftover_of_interrupted_save) {
     const char *data = test_path("d.bin");
     ASSERT_EQ(synth(data, 2000, ""), 0);
@@ -176,7 +177,7 @@ TEST(train_save_names_leftover_of_interrupted_save) {
     snprintf(live, sizeof live, "%s.saving-%ld", dir, (long)getpid());
     ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s %s && echo mine > %s/notes.txt", left, live, left), 0);
     ASSERT_EQ(test_run(&out, 120, "%s train %s %s --iters 5 --no-eval --save %s/", test_bin(), data, arch, dir), 0);
-    char want[1600];
+    char want[2400];
     snprintf(want, sizeof want, "warning: %s is left from a save into %s that was interrupted (process %ld is gone): "
              "it holds 1 entry", left, dir, gone);
     ASSERT_STR_CONTAINS(out, want);
@@ -184,6 +185,15 @@ TEST(train_save_names_leftover_of_interrupted_save) {
     free(out), out = NULL;
     ASSERT_EQ(test_run(&out, 10, "cat %s/notes.txt", left), 0);
     ASSERT_STR_CONTAINS(out, "mine");
+    free(out), out = NULL;
+    // Killed before the exchange: the new model's parts alone, which must not be moved back (a
+    // dense.bin of another model breaks dir's); it was told to move them back.
+    ASSERT_EQ(test_run(NULL, 10, "rm -r %s && mkdir %s && echo partial > %s/dense.bin", left, left, left), 0);
+    ASSERT_EQ(test_run(&out, 120, "%s train %s %s --iters 5 --no-eval --save %s", test_bin(), data, arch, dir), 0);
+    snprintf(want, sizeof want, "warning: %s is left from a save into %s that was interrupted (process %ld is gone): "
+             "it holds only model files (1), none of yours, and %s holds a whole model: remove it", left, dir, gone,
+             dir);
+    ASSERT_STR_CONTAINS(out, want);
     free(out);
 }
 
