@@ -316,6 +316,7 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     else if (r == DIST_TRAINER && l->mode == DIST_MODE_ASYNC) rc = role_async_run(su, l, idx);
     else if (r == DIST_TRAINER) rc = role_trainer_run(su, l, idx);
     else if (ro) rc = role_oracle_run(ro);
+    if (!rc && me == dist_trainer_rank(l, 0)) launch_report_results(); // summary, metrics, --save: written
     if (rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);

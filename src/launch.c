@@ -89,10 +89,20 @@ typedef struct {
     int aborted;    // called MPI_Abort
     int said;       // the first rank that printed an error of its own, -1: none
     int done;       // the writer reported the job done (launch_report_done)
+    int results;    // the writer reported its results written (launch_report_results)
 } failure;
 
-// The line launch_report_done prints; the launcher takes it out of the output.
+// The lines launch_report_done and launch_report_results print; the launcher takes them out of
+// the output.
 #define DONE_LINE "bagpipe: launch: job done\n"
+#define RESULTS_LINE "bagpipe: launch: results written\n"
+
+void launch_report_results(void) {
+    if (!getenv(LAUNCH_ENV_SELF)) return;
+    fflush(stdout);
+    fputs(RESULTS_LINE, stderr);
+    fflush(stderr);
+}
 
 void launch_report_done(void) {
     if (!getenv(LAUNCH_ENV_SELF)) return;
@@ -150,9 +160,13 @@ static void pass_segment(out_stream *s, int redraw, int *shown, failure *f) {
     }
     // The line may come after a prefix that the user's Open MPI settings add (orte_tag_output:
     // "[1,3]<stderr>:", timestamps).
-    const size_t len = strlen(s->buf), dl = sizeof DONE_LINE - 1;
+    const size_t len = strlen(s->buf), dl = sizeof DONE_LINE - 1, rl = sizeof RESULTS_LINE - 1;
     if (s->scan && len >= dl && strcmp(s->buf + len - dl, DONE_LINE) == 0) {
         f->done = 1;
+        return;
+    }
+    if (s->scan && len >= rl && strcmp(s->buf + len - rl, RESULTS_LINE) == 0) {
+        f->results = 1;
         return;
     }
     if (s->scan) scan_line(s->buf, f);
@@ -347,7 +361,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     for (size_t i = 0; i < BP_ARRAY_LEN(fwd); i++)
         if (sigaction(fwd[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(fwd[i], &sa, NULL);
 
-    failure f = {-1, 0, -1, 0, -1, 0};
+    failure f = {-1, 0, -1, 0, -1, 0, 0};
     forward_output(pfd[0], ofd[0], &f);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
@@ -356,7 +370,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     end_orphans();
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (code == 0) return 0;
-    if (got_signal && f.done) {
+    if (got_signal && (f.done || f.results)) {
         // The signal came after the job's end, when its results were written: it stopped
         // nothing the user asked for, so the job succeeded.
         fprintf(stderr, "bagpipe: signal %d (%s) came after the job had finished: its results are written\n",
@@ -380,6 +394,14 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
         char r[64] = "?";
         role(f.rank, ctx, r, sizeof r);
         snprintf(what, sizeof what, "rank %d (%s)", f.rank, r);
+    }
+    if (f.results) {
+        // The writer had written the results (summary, metrics, --save) when a rank failed in the
+        // job's end: nothing asked for is lost, and a resume would only redo finished work.
+        if (f.signal > 0) snprintf(what + strlen(what), sizeof what - strlen(what), ", killed by signal %d", f.signal);
+        fprintf(stderr, "bagpipe: warning: %s failed at the job's end, after its results were written (the summary "
+                "and any --save are complete): the job is done\n", what);
+        return 0;
     }
     if (f.signal > 0) { // exit 1, as any failed job: mpirun's 128 + signal read as this launcher killed
         fprintf(stderr, "bagpipe: job failed: %s was killed by signal %d (%s)\n", what, f.signal, strsignal(f.signal));

@@ -34,6 +34,10 @@ int launch_under_mpi(void);
 // Nothing happens under another launcher.  Test hook: BAGPIPE_TEST_STOP_AFTER_DONE=1 stops the
 // rank (SIGSTOP) right after.
 void launch_report_done(void);
+// In the same rank, as soon as its own part has written the job's results (its summary, metrics
+// and --save), before the end of the job: a rank that fails after that (in the end-of-job
+// handshake) stopped nothing that was asked for, and the launcher says so and returns 0.
+void launch_report_results(void);
 
 // Names the role of a rank into buf ("server 1").
 typedef void (*launch_role_fn)(int rank, const void *ctx, char *buf, size_t cap);
@@ -42,7 +46,8 @@ typedef void (*launch_role_fn)(int rank, const void *ctx, char *buf, size_t cap)
 // waits.  Returns the process exit code for the whole job: 0 when every rank succeeded,
 // otherwise mpirun's non-zero code (or 1), after printing "bagpipe: job failed: rank R (ROLE) ...".
 // Stopped by a SIGINT/SIGTERM it forwarded (Ctrl-C), it says so and dies by that signal instead
-// (or, when the job had reported itself done, launch_report_done, says that and returns 0),
+// (or, when the job had reported itself done, launch_report_done, or its results written,
+// launch_report_results, says that and returns 0, as after a rank failing then),
 // once every rank has ended: mpirun (in a process group of its own, its standard input /dev/null)
 // stops them, and any it leaves behind (this process is a child subreaper) get SIGTERM, then
 // SIGKILL.
