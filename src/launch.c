@@ -31,6 +31,10 @@ int launch_under_mpi(void) {
 }
 
 static volatile sig_atomic_t child_pid, got_signal;
+static void (*interrupt_note)(const void *);
+static const void *interrupt_arg;
+
+void launch_on_interrupt(void (*fn)(const void *arg), const void *arg) { interrupt_note = fn, interrupt_arg = arg; }
 
 // The value of LAUNCH_ENV_SELF: "PID@HOST" of the launcher.
 static void launcher_id(char *buf, size_t cap) {
@@ -382,6 +386,7 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
         // mpirun's own exit code (1) would say "job failed".  Die by the signal, as one process does.
         const int sig = got_signal;
         fprintf(stderr, "bagpipe: interrupted by signal %d (%s): the job is stopped\n", sig, strsignal(sig));
+        if (interrupt_note) interrupt_note(interrupt_arg);
         fflush(stderr);
         signal(sig, SIG_DFL);
         raise(sig);

@@ -39,6 +39,10 @@ void launch_report_done(void);
 // handshake) stopped nothing that was asked for, and the launcher says so and returns 0.
 void launch_report_results(void);
 
+// What the launcher says after "interrupted by signal S: the job is stopped", before it dies by that
+// signal (where a --resume would go on from): fn(arg).
+void launch_on_interrupt(void (*fn)(const void *arg), const void *arg);
+
 // Names the role of a rank into buf ("server 1").
 typedef void (*launch_role_fn)(int rank, const void *ctx, char *buf, size_t cap);
 

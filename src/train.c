@@ -664,7 +664,7 @@ static void drop_made_root(void) {
 // has a checkpoint (its --checkpoint-dir, or the root it resumed from).
 // Its MANIFEST is read, not its parts (a large model's would take long to check here; --resume
 // checks them).
-static void train_resume_hint(const train_flags *fl) {
+static void train_resume_hint(const train_flags *fl, int interrupted) {
     const char *const roots[] = {fl->ck.dir, fl->ck.resume}; // this run's own first, then where it came from
     for (size_t i = 0; i < BP_ARRAY_LEN(roots); i++) {
         char latest[4096];
@@ -674,11 +674,13 @@ static void train_resume_hint(const train_flags *fl) {
             bp_clear_error();
             continue;
         }
-        fprintf(stderr, "bagpipe: the newest checkpoint is %s (iteration %lld): once the cause is dealt with, the same "
-                "flags with --resume %s go on from it\n", latest, (long long)it, roots[i]);
+        fprintf(stderr, "bagpipe: the newest checkpoint is %s (iteration %lld): %sthe same flags with --resume %s go "
+                "on from it\n", latest, (long long)it, interrupted ? "" : "once the cause is dealt with, ", roots[i]);
         return;
     }
 }
+
+static void resume_hint_interrupted(const void *fl) { train_resume_hint(fl, 1); }
 
 // Locks the run's checkpoint roots (ckpt_lock_root), in the one process of the job that holds them.
 static int train_lock_roots(const train_flags *fl) {
@@ -722,8 +724,9 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
         bp_ds_close(&ds);
         if (!rc) rc = metrics_probe(fl->metrics);
         if (rc) return cmd_exit(rc);
+        launch_on_interrupt(resume_hint_interrupted, fl);
         const int code = launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
-        if (code) train_resume_hint(fl);
+        if (code) train_resume_hint(fl, 0);
         return code;
     }
     comm_set_stall_timeout(fl->stall_timeout);

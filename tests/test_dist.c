@@ -673,6 +673,38 @@ TEST(dist_interrupt_launcher_sigint_ignored) { check_interrupt(SIGTERM, 1, 0); }
 TEST(dist_interrupt_process_group_sigint) { check_interrupt(SIGINT, 0, 1); }
 TEST(dist_interrupt_process_group_sigterm) { check_interrupt(SIGTERM, 0, 1); }
 
+// An interrupted job that checkpoints names its newest checkpoint and the --resume that goes on
+// from it, as a failed one does (it said only that the job was stopped).
+TEST(dist_interrupt_names_the_newest_checkpoint) {
+    char data[512], outp[512], ck[512], cmd[4096];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
+    snprintf(ck, sizeof ck, "%s", test_path("ck"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    snprintf(cmd, sizeof cmd, "exec env " OMPI_ENV " %s train %s " TINY_MODEL " --iters 1000000 --no-eval " SYNC_T2S2
+             " --checkpoint-every 200 --checkpoint-dir %s > %s 2>&1", dist_test_env(), test_bin(), data, ck, outp);
+    pid_t job = spawn_sh(cmd, 0, 0);
+    ASSERT_MSG(job > 0, "cannot start the job");
+    char man[600];
+    snprintf(man, sizeof man, "%s/ckpt-000000000200/MANIFEST", ck);
+    for (double t0 = bp_now(); bp_now() - t0 < 60 && access(man, F_OK) != 0 && waitpid(job, NULL, WNOHANG) == 0;)
+        usleep(20000);
+    ASSERT_EQ(kill(job, SIGINT), 0);
+    int st = 0;
+    double t0 = bp_now();
+    while (waitpid(job, &st, WNOHANG) == 0 && bp_now() - t0 < 30) usleep(50000);
+    if (bp_now() - t0 >= 30) kill(job, SIGKILL), waitpid(job, &st, 0);
+    size_t len;
+    char *out = dist_test_slurp(outp, &len);
+    ASSERT_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "bagpipe: interrupted by signal 2 (Interrupt): the job is stopped\nbagpipe: the newest "
+                             "checkpoint is ");
+    char want[700];
+    snprintf(want, sizeof want, "): the same flags with --resume %s go on from it", ck);
+    ASSERT_STR_CONTAINS(out, want);
+    free(out);
+}
+
 // mpirun sometimes loses an aborting rank's report and prints an ORTE_ERROR_LOG line about its help
 // message instead.  A fake mpirun, first on PATH, prints what such a run printed and fails: the
 // launcher drops that line and names the rank that reported an error of its own.
