@@ -768,7 +768,7 @@ TEST(prep_skip_bad_counts_every_kind) {
     ASSERT_EQ(st.bad_total, BP_ARRAY_LEN(criteo_bad_cases));
     ASSERT_EQ(st.bad[LINES_BAD_FIELDS], 3);
     ASSERT_EQ(st.bad[LINES_BAD_LABEL], 2);
-    ASSERT_EQ(st.bad[LINES_BAD_INT], 2);
+    ASSERT_EQ(st.bad[LINES_BAD_INT], 3);
     ASSERT_EQ(st.bad[LINES_BAD_CAT], 2);
     ASSERT_EQ(st.bad[LINES_BAD_BINARY], 1);
     ASSERT_EQ(st.bad[LINES_BAD_LONG], 1);
