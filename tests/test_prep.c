@@ -776,7 +776,7 @@ TEST(prep_skip_bad_counts_every_kind) {
     o.max_ind_range = 50;
     ASSERT_OK(prep_run(&o, &st));
     ASSERT_EQ(st.bad_total, BP_ARRAY_LEN(criteo_bad_cases));
-    ASSERT_EQ(st.bad[LINES_BAD_INT], 2);
+    ASSERT_EQ(st.bad[LINES_BAD_INT], 3);
 }
 
 TEST(prep_avazu_bad_lines) {
