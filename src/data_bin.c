@@ -212,12 +212,17 @@ static int open_spill(const char *path, int *fd) {
 }
 
 int bp_ds_replace_check(const char *path, int text) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return 0; // missing: created; unreadable: the write says why
+    // Missing: created; not a regular file: bp_afile_target refuses it; empty: nothing to lose.
+    // Through a symlink, the file it names is what would be replaced.
     struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) // the rename over it needs no right on the file itself: what it holds must be known
+        return bp_fail(BP_EUSAGE, "%s: exists and cannot be read to check what it holds (%s); only a %s is "
+                       "replaced: remove it first or choose another output name", path, strerror(errno),
+                       text ? "text file" : "bagpipe dataset");
     uint8_t head[4096];
-    ssize_t n = 0;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) n = read(fd, head, sizeof head);
+    const ssize_t n = read(fd, head, sizeof head);
     close(fd);
     if (n <= 0) return 0;
     const char *held = n >= 8 && memcmp(head, BP_DS_MAGIC, 8) == 0 ? "a bagpipe dataset"

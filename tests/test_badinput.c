@@ -531,6 +531,10 @@ TEST(badinput_output_over_a_raw_log) {
     // what each replaces: a dataset, text, an empty file
     EXPECT(0, cmd("%s synth -n 10 -o %s && %s prep -q -o %s %s && echo replaced", test_bin(), bin, test_bin(), bin, log),
            "replaced");
+    // one that cannot be read (the rename over it needs no right on it) is refused too
+    ASSERT_EQ(test_run(NULL, 10, "cp %s %s.locked && chmod 000 %s.locked", gz, gz, gz), 0);
+    EXPECT(2, cmd("%s%s synth -n 10 -o %s.locked", as_user(), test_bin(), gz),
+           "exists and cannot be read to check what it holds (Permission denied)");
     EXPECT(0, cmd("%s synth -n 10 -f tsv -o %s && echo replaced", test_bin(), log), "replaced");
     EXPECT(0, cmd(": > %s && %s synth -n 10 -o %s && echo replaced", gz, test_bin(), gz), "replaced");
 }
