@@ -613,21 +613,32 @@ int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_man
 int ckpt_latest_wait(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m, double wait_s) {
     const int level = bp_log_level;
     const double t0 = bp_now();
-    int rc;
-    for (int attempt = 0;; attempt++) {
+    int rc, said = 0, rescanned = 0;
+    for (;;) {
         rc = ckpt_latest(root, dir, cap, iter, m);
-        if (!rc || bp_now() - t0 > wait_s || !root_busy(root)) break;
+        if (!rc || !root_busy(root)) break;
+        // Worth waiting for only while the newest is unfinished (no MANIFEST: the job is writing
+        // it); committed since the scan, one more scan takes it.  Checkpoints that are all
+        // damaged are not waited for.
         int64_t *its;
         int n;
         if (list_ckpts(root, &its, &n)) break;
+        char newest[4200] = "";
+        if (n) ckpt_dir_path(newest, sizeof newest, root, its[n - 1]);
         free(its);
-        if (n == 0) break; // a job that has written none yet: nothing to wait for
-        if (attempt == 0)
+        if (!n) break;
+        char man[4300];
+        join(man, sizeof man, newest, "MANIFEST");
+        const int committed = access(man, F_OK) == 0;
+        if (committed && rescanned) break;
+        rescanned = committed;
+        if (!committed && bp_now() - t0 > wait_s) break;
+        if (!committed && !said++)
             fprintf(stderr, "bagpipe: %s: waiting for the running job to commit its checkpoint (up to %.0f s)\n", root,
                     wait_s);
         bp_log_level = BP_LOG_ERROR; // each skip was reported once already
         bp_clear_error();
-        usleep(100000);
+        if (!committed) usleep(100000);
     }
     bp_log_level = level;
     return rc;

@@ -123,10 +123,11 @@ int ckpt_verify(const char *dir, ckpt_manifest *m);
 // newest invalid candidate's problem).
 int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m);
 // ckpt_latest for a reader beside a live job that writes into root (its pid in root's lock): when
-// no checkpoint there is valid, because the job's newest is unfinished and the one before was
-// pruned while it was read, it waits for the next commit, scanning again every 0.1 s for up to
-// wait_s seconds (said once on stderr).  Fails at once, as ckpt_latest, when no job is writing or
-// root holds no checkpoint yet.
+// no checkpoint there is valid, because the job's newest is unfinished (no MANIFEST) and the one
+// before was pruned while it was read, it waits for that one's commit, scanning again every 0.1 s
+// for up to wait_s seconds (said once on stderr), or scans once more if it was committed
+// meanwhile.  Fails as ckpt_latest when no job is writing, root holds no checkpoint yet, or the
+// newest is committed and still nothing is valid (damaged checkpoints are not waited for).
 int ckpt_latest_wait(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m, double wait_s);
 // The newest checkpoint under root whose MANIFEST loads and names its iteration, without reading
 // its parts (ckpt_latest verifies them): for a message, not for loading.  Quiet; BP_EIO if none.

@@ -400,12 +400,18 @@ TEST(ckpt_eval_waits_for_the_commit_of_a_running_job) {
     ASSERT_EQ(train(&out, "", "--iters 12 --checkpoint-every 5 --keep 1 --checkpoint-dir %s --save %s", ck,
                     test_path("mc")), 0);
     free(out), out = NULL;
-    // the one checkpoint, uncommitted: its MANIFEST comes back 0.5 s after eval starts
+    // the one checkpoint, uncommitted: its MANIFEST comes back once eval says it waits
+    const char *log = test_path("ckc-eval.txt");
     ASSERT_EQ(test_run(NULL, 10, "mv %s/ckpt-000000000010/MANIFEST %s", ck, side), 0);
-    ASSERT_EQ(test_run(&out, 60, "sleep 60 & p=$!; echo $p > %s/.lock; "
-                       "(sleep 0.5; mv %s %s/ckpt-000000000010/MANIFEST) & "
-                       "%s eval --load %s %s; rc=$?; kill $p; wait; exit $rc", ck, side, ck, test_bin(), ck, data_path),
+    ASSERT_EQ(test_run(NULL, 60, "sleep 60 & p=$!; echo $p > %s/.lock; "
+                       "(i=0; until grep -q \"waiting for\" %s 2>/dev/null || [ $i -ge 400 ]; do sleep 0.05; i=$((i+1)); "
+                       "done; mv %s %s/ckpt-000000000010/MANIFEST) & "
+                       "%s eval --load %s %s > %s 2>&1; rc=$?; kill $p; wait; exit $rc", ck, log, side, ck, test_bin(),
+                       ck, data_path, log),
               0);
+    size_t len;
+    out = dist_test_slurp(log, &len);
+    ASSERT_TRUE(out != NULL);
     ASSERT_STR_CONTAINS(out, "ckpt-000000000010: not complete yet (a running job is writing into");
     ASSERT_STR_CONTAINS(out, "waiting for the running job to commit its checkpoint");
     ASSERT_STR_CONTAINS(out, "loading checkpoint");
@@ -414,6 +420,16 @@ TEST(ckpt_eval_waits_for_the_commit_of_a_running_job) {
     ASSERT_EQ(test_run(NULL, 10, "mv %s/ckpt-000000000010/MANIFEST %s", ck, side), 0);
     double t0 = bp_now();
     ASSERT_TRUE(test_run(&out, 60, "%s eval --load %s %s", test_bin(), ck, data_path) != 0); // no job: no wait
+    ASSERT_MSG(bp_now() - t0 < 5, "took %.1f s", bp_now() - t0);
+    ASSERT_STR_CONTAINS(out, "no valid checkpoint among 1");
+    ASSERT_TRUE(strstr(out, "waiting for") == NULL);
+    free(out), out = NULL;
+    // a live job, but the newest committed and damaged: nothing to wait for
+    ASSERT_EQ(test_run(NULL, 10, "mv %s %s/ckpt-000000000010/MANIFEST && truncate -s 8 %s/ckpt-000000000010/dense.bin",
+                       side, ck, ck), 0);
+    t0 = bp_now();
+    ASSERT_TRUE(test_run(&out, 60, "sleep 60 & p=$!; echo $p > %s/.lock; %s eval --load %s %s; rc=$?; kill $p; wait; "
+                         "exit $rc", ck, test_bin(), ck, data_path) != 0);
     ASSERT_MSG(bp_now() - t0 < 5, "took %.1f s", bp_now() - t0);
     ASSERT_STR_CONTAINS(out, "no valid checkpoint among 1");
     ASSERT_TRUE(strstr(out, "waiting for") == NULL);
