@@ -188,28 +188,33 @@ static void feed(out_stream *s, const char *p, size_t len, int *shown, failure *
     }
 }
 
+// mpirun can hang after a forwarded signal, its ranks ended but never reaped (seen under load:
+// every rank a zombie, mpirun waiting on a futex): the launcher then waited on it for good.  Called
+// while the launcher waits, it kills mpirun STOP_GRACE_S after the signal (end_orphans does the
+// rest).
+static void stop_watch(void) {
+    static double signal_at; // when a forwarded signal was first seen here
+    static int killed;
+    if (!got_signal || killed || child_pid <= 0) return;
+    if (!signal_at) signal_at = bp_now();
+    const char *gv = getenv("BAGPIPE_TEST_STOP_GRACE_S"); // tests: a shorter grace
+    const int grace = gv && atoi(gv) > 0 ? atoi(gv) : STOP_GRACE_S;
+    if (bp_now() - signal_at <= grace) return;
+    fprintf(stderr, "bagpipe: mpirun has not ended %d s after signal %d; killing it\n", grace, (int)got_signal);
+    kill((pid_t)child_pid, SIGKILL);
+    killed = 1;
+}
+
 // Copies mpirun's stderr and stdout to ours until both end; its stderr first when both have
 // something (a progress line's last redraw before the line that follows it).
 static void forward_output(int err_fd, int out_fd, failure *f) {
     out_stream st[2] = {{.fd = err_fd, .to = stderr, .scan = 1}, {.fd = out_fd, .to = stdout}};
     int shown = 0, open_n = 2;
-    double signal_at = 0; // when a forwarded signal was first seen here
-    int killed = 0;
-    const char *gv = getenv("BAGPIPE_TEST_STOP_GRACE_S"); // tests: a shorter grace
-    const int grace = gv && atoi(gv) > 0 ? atoi(gv) : STOP_GRACE_S;
     while (open_n > 0) {
-        // mpirun can hang after a forwarded signal, its ranks ended but never reaped (seen under
-        // load: every rank a zombie, mpirun waiting on a futex): the launcher then waited on its
-        // pipes for good.  STOP_GRACE_S after the signal it is killed; end_orphans does the rest.
-        if (got_signal && !signal_at) signal_at = bp_now();
-        if (signal_at && !killed && bp_now() - signal_at > grace && child_pid > 0) {
-            fprintf(stderr, "bagpipe: mpirun has not ended %d s after signal %d; killing it\n", grace, (int)got_signal);
-            kill((pid_t)child_pid, SIGKILL);
-            killed = 1;
-        }
+        stop_watch();
         struct pollfd pf[2];
         for (int k = 0; k < 2; k++) pf[k] = (struct pollfd){.fd = st[k].fd, .events = POLLIN};
-        if (poll(pf, 2, signal_at ? 250 : -1) < 0) {
+        if (poll(pf, 2, 250) < 0) { // (a timeout: a signal may come between stop_watch and poll)
             if (errno == EINTR) continue;
             break;
         }
@@ -368,7 +373,9 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     failure f = {-1, 0, -1, 0, -1, 0, 0};
     forward_output(pfd[0], ofd[0], &f);
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    for (pid_t w; (w = waitpid(pid, &st, WNOHANG)) == 0 || (w < 0 && errno == EINTR);) { // its pipes closed
+        stop_watch();
+        usleep(20000);
     }
     child_pid = 0;
     end_orphans();
