@@ -201,7 +201,9 @@ int ckpt_sched_done(ckpt_sched *s, const train_setup *su, int64_t iter, int rc, 
     char kept[96] = ""; // only where there is one: this run's last, or the one it resumed from
     if (s->prev_iter >= 0)
         snprintf(kept, sizeof kept, "; the previous checkpoint is kept (iteration %lld)", (long long)s->prev_iter);
-    if (rc == BP_EPEER) // a peer stalled or gone: no run can go on, whatever --on-checkpoint-error says
+    // A peer stalled or gone, or a model that is not finite (part_finite): no run can go on,
+    // whatever --on-checkpoint-error says.
+    if (rc == BP_EPEER || rc == BP_ERANGE)
         return bp_fail(rc, "checkpoint at iteration %lld failed: %s%s; stopping", (long long)iter, msg, kept);
     if (s->ck->on_error == CKPT_ON_ERROR_CONTINUE) {
         fprintf(stderr, "bagpipe: warning: checkpoint at iteration %lld failed: %s%s; training goes on "
@@ -270,7 +272,7 @@ static int part_finite(const char *dir, const char *name, const float *p, size_t
 
 int ckpt_run_write_dense(const trainer *tr, const char *dir, ckpt_file *f) {
     int rc = part_finite(dir, "dense.bin", tr->m.params, tr->m.n_params);
-    if (!rc && tr->n_dstate) rc = part_finite(dir, "dense.bin", tr->dstate, tr->n_dstate);
+    if (!rc && tr->n_dstate) rc = part_finite(dir, "dense.bin (its optimizer state)", tr->dstate, tr->n_dstate);
     if (rc) return rc;
     const void *bufs[2] = {tr->m.params, tr->dstate};
     size_t lens[2] = {tr->m.n_params * sizeof(float), tr->n_dstate * sizeof(float)};

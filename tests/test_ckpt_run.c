@@ -1156,6 +1156,15 @@ TEST(ckpt_a_model_that_is_not_finite_is_not_checkpointed) {
         ASSERT_STR_CONTAINS(bp_errmsg(rc), "the model is not finite (its last update diverged; lower --learning-rate), "
                                            "and is not checkpointed");
         ASSERT_EQ(test_run(NULL, 10, "test -z \"$(ls -A %s)\"", root), 0); // the begun checkpoint is gone
+        // it stops the run whatever --on-checkpoint-error says (going on would train a diverged model)
+        su.ck.on_error = CKPT_ON_ERROR_CONTINUE;
+        ckpt_sched cks;
+        ckpt_sched_init(&cks, &su.ck);
+        rc = ckpt_sched_done(&cks, &su, 5, rc, 0.0, NULL);
+        ASSERT_TRUE(rc != 0);
+        ASSERT_STR_CONTAINS(bp_errmsg(rc), "checkpoint at iteration 5 failed: ");
+        ASSERT_STR_CONTAINS(bp_errmsg(rc), "and is not checkpointed; stopping");
+        ASSERT_TRUE(strstr(bp_errmsg(rc), "--on-checkpoint-error") == NULL);
         *at = was;
     }
     trainer_free(&tr);
