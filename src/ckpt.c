@@ -758,8 +758,21 @@ int ckpt_stage_warn_leftovers(const char *dir) {
         }
         closedir(l);
         // Killed before the exchange, it holds the new model's parts; after it, the old directory's
-        // entries on their way back.  Either way dir holds a whole model (the exchange is one step).
-        if (others)
+        // entries on their way back: either way dir holds a whole model (the exchange is one step).
+        // Where the file system has no exchange, the new parts move into dir one by one, MANIFEST
+        // last: killed then, dir's model does not verify and the rest of the new one is here.
+        char dname[4096];
+        snprintf(dname, sizeof dname, "%.*s", (int)n, dir);
+        ckpt_manifest *m = bp_xmalloc(sizeof *m);
+        const int whole = ckpt_verify(dname, m) == 0;
+        free(m);
+        bp_clear_error();
+        if (!whole && !others)
+            fprintf(stderr, "bagpipe: warning: %s is left from a save into %s that was interrupted (process %ld "
+                    "is gone) while it moved the new model in file by file: %s's model is incomplete and the rest "
+                    "is here (%d file%s): move them into %s, MANIFEST last, then remove it\n", path, dname, pid,
+                    dname, files, files == 1 ? "" : "s", dname);
+        else if (others)
             fprintf(stderr, "bagpipe: warning: %s is left from a save into %.*s that was interrupted (process %ld "
                     "is gone): it holds %d entr%s that were in %.*s before that save; move back what you need (not "
                     "MANIFEST, dense.bin or emb.bin: %.*s holds a whole model), then remove it\n", path, (int)n, dir,

@@ -162,7 +162,8 @@ TEST(train_failed_save_leaves_nothing) {
 // A save killed between the exchange of the directories and the end of the commit leaves
 // <dir>.saving-<pid> holding what dir held before.  The next save into dir names it, with its
 // number of entries, and touches nothing in it; one of a process that still runs is not named.
-// One killed before the exchange holds the new model's parts only, and is named as such.
+// One killed before the exchange holds the new model's parts only, and is named as such; one of a
+// save that moved its parts in one by one and was killed half way, with dir's model incomplete.
 TEST(train_save_names_leftover_of_interrupted_save) {
     const char *data = test_path("d.bin");
     ASSERT_EQ(synth(data, 2000, ""), 0);
@@ -177,7 +178,7 @@ TEST(train_save_names_leftover_of_interrupted_save) {
     snprintf(live, sizeof live, "%s.saving-%ld", dir, (long)getpid());
     ASSERT_EQ(test_run(NULL, 10, "mkdir -p %s %s && echo mine > %s/notes.txt", left, live, left), 0);
     ASSERT_EQ(test_run(&out, 120, "%s train %s %s --iters 5 --no-eval --save %s/", test_bin(), data, arch, dir), 0);
-    char want[2400];
+    char want[4000];
     snprintf(want, sizeof want, "warning: %s is left from a save into %s that was interrupted (process %ld is gone): "
              "it holds 1 entry", left, dir, gone);
     ASSERT_STR_CONTAINS(out, want);
@@ -193,6 +194,15 @@ TEST(train_save_names_leftover_of_interrupted_save) {
     snprintf(want, sizeof want, "warning: %s is left from a save into %s that was interrupted (process %ld is gone): "
              "it holds only model files (1), none of yours, and %s holds a whole model: remove it", left, dir, gone,
              dir);
+    ASSERT_STR_CONTAINS(out, want);
+    free(out), out = NULL;
+    // Killed while it moved the new parts in one by one (no directory exchange on the file system):
+    // dir's model does not verify (here: a part of another model in it), the rest is left over.
+    ASSERT_EQ(test_run(NULL, 10, "cp %s/dense.bin %s/dense.bin", left, dir), 0);
+    ASSERT_EQ(test_run(&out, 120, "%s train %s %s --iters 5 --no-eval --save %s", test_bin(), data, arch, dir), 0);
+    snprintf(want, sizeof want, "warning: %s is left from a save into %s that was interrupted (process %ld is gone) "
+             "while it moved the new model in file by file: %s's model is incomplete and the rest is here (1 file): "
+             "move them into %s, MANIFEST last, then remove it", left, dir, gone, dir, dir);
     ASSERT_STR_CONTAINS(out, want);
     free(out);
 }
