@@ -316,14 +316,17 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     else if (r == DIST_TRAINER && l->mode == DIST_MODE_ASYNC) rc = role_async_run(su, l, idx);
     else if (r == DIST_TRAINER) rc = role_trainer_run(su, l, idx);
     else if (ro) rc = role_oracle_run(ro);
-    if (!rc && me == dist_trainer_rank(l, 0)) launch_report_results(); // summary, metrics, --save: written
+    // Summary, metrics and --save are written: a rank failing from here on, or a Ctrl-C, stops nothing
+    // that was asked for (the launcher says so and exits 0), though rank 0's oracle report below
+    // may then be cut off.
+    if (!rc && me == dist_trainer_rank(l, 0)) launch_report_results();
     if (rc) {
         fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(rc));
         comm_abort(1);
     }
     rc = dist_end(l, me, me == 0 && !ro);
     // The oracle's report goes out before the barrier after which the writer tells the launcher
-    // that the job is done (launch_report_done): a Ctrl-C after that must not cut it off.
+    // that the job is done (launch_report_done): a Ctrl-C after that does not cut it off.
     if (!rc && ro) role_oracle_report(ro), fflush(stdout);
     if (!rc) rc = comm_barrier();
     if (rc) {
