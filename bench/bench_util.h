@@ -58,7 +58,7 @@ static inline double bench_summary_num(const char *path, const char *key) {
 // failure, Ctrl-C or SIGTERM, also during a command that bench_system runs), unless
 // bench_keep_scratch said that it is kept for its logs.
 static char bench_scratch_dir[512];
-static volatile sig_atomic_t bench_scratch_kept;
+static volatile sig_atomic_t bench_scratch_kept, bench_child; // bench_child: bench_system's command
 
 // rm -rf by fork and exec, which a signal handler may call.
 static void bench_scratch_rm(void) {
@@ -73,6 +73,11 @@ static void bench_scratch_rm(void) {
 }
 
 static void bench_scratch_signal(int sig) {
+    if (bench_child > 0) { // still writing into the folder: ended first (a signal to the bench alone)
+        kill((pid_t)bench_child, SIGTERM);
+        int st;
+        waitpid((pid_t)bench_child, &st, 0);
+    }
     bench_scratch_rm();
     signal(sig, SIG_DFL);
     raise(sig);
@@ -99,15 +104,27 @@ static inline void bench_keep_scratch(void) {
     fprintf(stderr, "output kept in %s\n", bench_scratch_dir);
 }
 
-// system(cmd), except that a command ended by SIGINT or SIGTERM ends the bench too (system()
-// ignores Ctrl-C in the caller, which would otherwise report a failure and go on, or return
-// and leave its scratch folder): exit 130 after the scratch folder is removed.
+// system(cmd) (its status as system() gives it), except that the bench keeps its handlers: a
+// Ctrl-C or SIGTERM ends the command, then removes the scratch folder and ends the bench by that
+// signal (system() ignores SIGINT in the caller, which then reported a failure and went on).  A
+// command ended by SIGINT or SIGTERM alone ends the bench too, with 128 + the signal.
 static inline int bench_system(const char *cmd) {
-    const int st = system(cmd);
-    if (st == -1) return -1;
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    bench_child = pid;
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return bench_child = 0, -1;
+    bench_child = 0;
     int sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
     if (!sig && WIFEXITED(st) && WEXITSTATUS(st) > 128) sig = WEXITSTATUS(st) - 128; // through sh
-    if (sig == SIGINT || sig == SIGTERM) exit(130);
+    if (sig == SIGINT || sig == SIGTERM) exit(128 + sig);
     return st;
 }
 
