@@ -1355,7 +1355,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
                "%llu rows\n", tot[6] > 0 ? 100.0 * (1.0 - tot[7] / tot[6]) : 0.0, tot[7], tot[6],
                run_iters > 0 ? tot[8] / (double)run_iters / bs.T : 0.0, (unsigned long long)bs.c.C);
         if (su->do_eval || su->save) rc = dist_collect_rows(&bs.tr, bs.S, bs.first_server, bs.dump, bs.dump_cap, iters);
-        if (!rc && (su->do_eval || su->save)) rc = trainer_check_finite(&bs.tr, iters);
+        if (!rc && (su->do_eval || su->save)) rc = train_check_final(&bs.tr, su, iters);
         if (!rc && su->do_eval) {
             trainer_eval(&bs.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
             rc = train_eval_check(iters, su->eval_split, &res);

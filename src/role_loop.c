@@ -422,7 +422,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         ckpt_sched_print(&cks, train_s);
     }
     if (!rc && (su->do_eval || su->save)) rc = rl->collect(rl->ctx, iters);
-    if (!rc && writer && (su->do_eval || su->save)) rc = trainer_check_finite(tr, iters);
+    if (!rc && writer && (su->do_eval || su->save)) rc = train_check_final(tr, su, iters);
     if (!rc && writer) {
         int have_res = 0;
         if (su->do_eval) {

@@ -409,7 +409,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
         train_print_trained(run_iters, B, train_s);
         ckpt_sched_print(&cks, train_s);
         if (su->do_eval || su->save) rc = ts_collect(&ts, iters);
-        if (!rc && (su->do_eval || su->save)) rc = trainer_check_finite(&ts.tr, iters);
+        if (!rc && (su->do_eval || su->save)) rc = train_check_final(&ts.tr, su, iters);
         if (!rc && su->do_eval) {
             trainer_eval(&ts.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
             have_res = 1;

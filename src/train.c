@@ -444,6 +444,21 @@ void train_json_result(jsonl *j, const char *prefix, const metric_result *r) {
     snprintf(k, sizeof k, "%saccuracy", prefix), jsonl_num(j, k, r->accuracy);
 }
 
+int train_check_final(trainer *tr, const train_setup *su, int64_t iter) {
+    int rc = trainer_check_finite(tr, iter);
+    if (rc || su->do_eval || su->tr1 == su->tr0) return rc;
+    // No evaluation follows to show a model whose parameters are finite but whose activations are
+    // not (parameters huge after a diverged update): a probe of the first train rows does.
+    const int b = BP_MIN(tr->m.max_batch, 256); // the trainer's buffers hold a training slice
+    const uint64_t r1 = su->tr0 + BP_MIN(su->tr1 - su->tr0, (uint64_t)b);
+    metric_result res, bayes;
+    trainer_eval(tr, su->ds, su->tr0, r1, b, &res, &bayes);
+    if (!res.n_nan) return 0;
+    return bp_fail(BP_ERANGE, "after iteration %lld the model scores NaN on %llu of the first %llu train samples (its "
+                   "parameters or activations are not finite: training diverged); %s", (long long)iter,
+                   (unsigned long long)res.n_nan, (unsigned long long)res.n, lr_hint);
+}
+
 int train_eval_check(int64_t iter, bp_split split, const metric_result *r) {
     if (!r->n_nan) return 0;
     return bp_fail(BP_ERANGE, "iteration %lld: the model scores NaN on %llu of %llu %s samples (its parameters or "
@@ -1022,7 +1037,7 @@ static int train_cmd(int argc, char **argv) {
     double sps = (double)run_iters * B / train_s;
     train_print_trained(run_iters, B, train_s);
     ckpt_sched_print(&cks, train_s);
-    if ((do_eval || fl.save) && (rc = trainer_check_finite(&tr, total_iters))) goto out;
+    if ((do_eval || fl.save) && (rc = train_check_final(&tr, &su, total_iters))) goto out;
     if (do_eval) {
         trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
         have_res = 1;

@@ -134,6 +134,9 @@ const char *train_lr_hint(void);
 // finite after `iter` iterations: the last update diverged, which no loss shows (each loss comes
 // before its update).  Checked before a run's final evaluation and save.
 int trainer_check_finite(const trainer *tr, int64_t iter);
+// trainer_check_finite, and where no final evaluation follows (--no-eval), the scores of the first
+// train rows: the checks of trainer 0's full model before the final evaluation and save.
+int train_check_final(trainer *tr, const train_setup *su, int64_t iter);
 void train_json_result(jsonl *j, const char *prefix, const metric_result *r);
 // One "eval" line of the metrics file (mf may be NULL): the split, iteration, samples and result.
 // 0, or the error of an evaluation after `iter` iterations with NaN scores (a run with it fails:

@@ -434,8 +434,8 @@ TEST(train_nan_names_the_metrics_iteration) {
 
 // A run whose last update diverged (each loss, computed before its update, is finite) used to
 // print "AUC nan logloss -nan", exit 0 and save the model; it now fails at the evaluation, in
-// every mode and at an --eval-every one, and saves nothing.  eval refuses such a model (here a
-// checkpoint's) and writes no predictions.
+// every mode and at an --eval-every one (with --no-eval, at a probe of the first train rows), and
+// saves nothing.  eval refuses such a model (here a checkpoint's) and writes no predictions.
 TEST(train_diverged_last_update_saves_nothing) {
     const char *data = test_path("div.bin");
     ASSERT_EQ(synth(data, 3000, ""), 0);
@@ -458,6 +458,19 @@ TEST(train_diverged_last_update_saves_nothing) {
         ASSERT_EQ(test_run(NULL, 10, "grep -q -e summary -e nan %s", metrics), 1);
     }
     char *out = NULL;
+    // --no-eval and --save: a probe of the first train rows shows it (it saved a model that scores NaN)
+    static const char *const quiet[] = {"--mode local", "--mode bagpipe --trainers 2 --servers 1"};
+    for (size_t m = 0; m < BP_ARRAY_LEN(quiet); m++) {
+        char saved[600];
+        snprintf(saved, sizeof saved, "%s/divq%zu", test_tmpdir(), m);
+        RUN_EXPECT(1, 120, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 %s train %s " SMALL_ARCH
+                   " %s --learning-rate 1e5 --batch-size 32 --iters 2 --no-eval --save %s", test_bin(), data, quiet[m],
+                   saved);
+        ASSERT_STR_CONTAINS(out, "after iteration 2 the model scores NaN on ");
+        ASSERT_STR_CONTAINS(out, " train samples (its parameters or activations are not finite: training diverged)");
+        free(out), out = NULL;
+        ASSERT_TRUE(access(saved, F_OK) != 0);
+    }
     // where the embeddings have a rate of their own, the hint names it too
     RUN_EXPECT(1, 120, "%s train %s " SMALL_ARCH " --learning-rate 0.01 --emb-learning-rate 1e5 --batch-size 32 "
                "--iters 20", test_bin(), data);
