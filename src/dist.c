@@ -81,7 +81,7 @@ static void print_layout(const train_setup *su, const dist_layout *l) {
     model_config_format(&su->mc, arch, sizeof arch);
     char sched[128];
     printf("model: %s (%d-float rows, %s/%s optimizers, lr %g%s)\n", arch, su->mc.E,
-           su->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(su->eopt.kind), su->lr,
+           su->dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_flag(su->eopt.kind), su->lr,
            train_lr_note(su, sched, sizeof sched));
     printf("data: %s, train %llu rows, %lld iteration%s of %d (%.2f epochs), mode %s\n", su->data_path,
            (unsigned long long)(su->tr1 - su->tr0), (long long)su->total_iters, su->total_iters == 1 ? "" : "s", su->B,

@@ -37,6 +37,10 @@ const char *emb_opt_kind_name(emb_opt_kind kind) {
     return (unsigned)kind < BP_ARRAY_LEN(kind_names) ? kind_names[kind] : "?";
 }
 
+const char *emb_opt_kind_flag(emb_opt_kind kind) {
+    return kind == EMB_OPT_ROWWISE_ADAGRAD ? "rowwise-adagrad" : emb_opt_kind_name(kind);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Row updates.  One body for a compile-time E (inlined into a function per specialised E) and a
 // runtime-E fallback, as in emb.c's gather.

@@ -44,6 +44,8 @@ int emb_opt_state_floats(const emb_opt *o);
 // Parses "sgd", "adagrad", "rowwise_adagrad" (also "rowwise-adagrad"); -1 when unknown.
 int emb_opt_kind_parse(const char *name);
 const char *emb_opt_kind_name(emb_opt_kind kind);
+// The same as --emb-optimizer spells it ("rowwise-adagrad"), for what a user reads and copies.
+const char *emb_opt_kind_flag(emb_opt_kind kind);
 
 // Updates one row wherever it lives: row = [E model floats | state], grad = (E).
 void emb_opt_apply_row(const emb_opt *o, float *row, const float *grad);

@@ -984,7 +984,7 @@ static int train_cmd(int argc, char **argv) {
         model_config_format(&mc, arch, sizeof arch);
         char sched[128];
         printf("model: %s (%zu dense parameters, %d-float rows, %s/%s optimizers, lr %g%s)\n", arch, tr.m.n_weights,
-               mc.E, dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_name(eopt.kind), fl.lr,
+               mc.E, dopt.kind == DENSE_OPT_SGD ? "sgd" : "adagrad", emb_opt_kind_flag(eopt.kind), fl.lr,
                train_lr_note(&su, sched, sizeof sched));
         printf("data: %s, train %llu rows, %lld iteration%s of %d (%.2f epochs), BLAS %s x%d\n", data_path,
                (unsigned long long)(tr1 - tr0), (long long)total_iters, total_iters == 1 ? "" : "s", fl.batch,

@@ -881,6 +881,9 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
                   "-m %s", test_bin(), d, test_path("b"), m2), "iterations of 16 (2.00 epochs)");
     EXPECT(0, cmd("cmp %s/dense.bin %s/dense.bin && grep -c event.:.eval %s %s", test_path("a"),
                   test_path("b"), m1, m2), "m1.jsonl:5", "m2.jsonl:5");
+    // the model line spells the embedding optimizer as the flag does (it said rowwise_adagrad)
+    EXPECT(0, cmd("%s train %s " TINY " --iters 1 --emb-optimizer rowwise-adagrad", test_bin(), d),
+           "sgd/rowwise-adagrad optimizers");
     // eval takes train's names of its evaluation flags (they were "unknown flag")
     char saved[512];
     snprintf(saved, sizeof saved, "%s", test_path("a"));
