@@ -146,6 +146,15 @@ static void on_stop(int sig) {
 
 int main(int argc, char **argv) {
     int passed = 0, failed = 0, skipped = 0;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf("usage: %s [FILTER...]\n"
+                   "Runs every test, or those whose name contains a FILTER (=NAME: that test alone), each in a\n"
+                   "process of its own; prints one line per test and \"N passed, N failed\" last.\n"
+                   "BAGPIPE_TEST_TIMEOUT=S fails a test that runs past S seconds (default 1500);\n"
+                   "BAGPIPE_BIN names the bagpipe binary the tests run (default build/bagpipe).\n", argv[0]);
+            return 0;
+        }
     // A test that hangs (a peer process that never ends) fails after this many seconds instead of
     // holding up the whole run; the longest set limits of their own of 900 s (fuzz_short_run, which
     // compiles) and 1200 s (suite_quick_writes_every_table_and_plot, under sanitizers).
