@@ -18,8 +18,9 @@
 //   fetched_rows  rows read from the servers (the oracle fetches a shared row once for all
 //                 trainers; lru/static/none once per trainer that misses)
 //   written_rows  rows or row gradients sent to the servers: none/static push the gradient of
-//                 every uncached access (static also writes its pinned rows at the end); lru writes a row back when its last replica is evicted
-//                 or at the end; the oracle writes every evicted row once (the end flushes)
+//                 every uncached access (static also writes its pinned rows at the end); lru
+//                 writes a row back when its last replica is evicted or at the end; the oracle
+//                 writes every evicted row once (the end flushes)
 //   synced_rows   row gradients reduced among trainers: static, every pinned row used in a
 //                 batch; lru, every row used in a batch that two or more trainers use or hold
 //                 afterwards; the oracle, its sync-now plus sync-later entries; 0 when T = 1

@@ -138,11 +138,11 @@ int trainer_check_finite(const trainer *tr, int64_t iter);
 // train rows: the checks of trainer 0's full model before the final evaluation and save.
 int train_check_final(trainer *tr, const train_setup *su, int64_t iter);
 void train_json_result(jsonl *j, const char *prefix, const metric_result *r);
-// One "eval" line of the metrics file (mf may be NULL): the split, iteration, samples and result.
 // 0, or the error of an evaluation after `iter` iterations with NaN scores (a run with it fails:
 // nothing is saved, no metrics line written).
 int train_eval_check(int64_t iter, bp_split split, const metric_result *r);
-// A result with NaN scores is not written: train_eval_check's error instead.
+// One "eval" line of the metrics file (mf may be NULL): the split, iteration, samples and result;
+// a result with NaN scores is not written: train_eval_check's error instead.
 int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const metric_result *r);
 // Whether an --eval-every evaluation (an "eval" line) falls after `done` iterations, in every mode.
 // After the last iteration the final evaluation (the summary's) stands for it, unless --no-eval
