@@ -491,7 +491,7 @@ static int issue_fetches(bstate *bs) {
             g->fin_n[f->fetcher]++;
         }
     }
-    qsort(g->mf, g->mn, sizeof *g->mf, cmp_myfetch);
+    if (g->mn) qsort(g->mf, g->mn, sizeof *g->mf, cmp_myfetch); // (g->mf is NULL until a first fetch of mine)
     memset(g->req_n, 0, (size_t)S * sizeof *g->req_n);
     for (uint32_t k = 0; k < g->mn; k++) g->req_n[g->mf[k].server]++;
     for (int s = 0, off = 0; s < S; s++) g->req_off[s] = (uint32_t)off, off += (int)g->req_n[s];
@@ -987,7 +987,7 @@ static int evict_and_write_back(bstate *bs, int64_t t) {
             bs->wbl[n++] = (myfetch){e->key, (uint32_t)slot, 0, 0, msg_server_of(e->key, S)};
         else cache_remove(&bs->c, e->key); // a replica: just leaves
     }
-    qsort(bs->wbl, n, sizeof *bs->wbl, cmp_myfetch);
+    if (n) qsort(bs->wbl, n, sizeof *bs->wbl, cmp_myfetch); // (bs->wbl is NULL until a first eviction)
     int rc = 0;
     const int set = (int)(t & 1) * S;
     for (uint32_t k0 = 0, s = 0; s < (uint32_t)S && !rc; s++) {
