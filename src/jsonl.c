@@ -70,11 +70,18 @@ void jsonl_num(jsonl *j, const char *key, double val) {
 // 1 when path is this process's standard output (-m /dev/stdout, or its file by name): the lines
 // then go through stdout itself.  A second open of a redirected stdout's file would write at its
 // own offset, over the text that stdout writes at the other, and its content (that text) is no
-// reason to refuse it.  (A distributed job's ranks write to a pipe to the launcher: there only
-// /dev/stdout names it, and -m FILE > FILE still opens FILE apart.)
+// reason to refuse it.  A distributed job's ranks write to a pipe to the launcher, whose stdout
+// the file is: the launcher names the path in JSONL_ENV_STDOUT (jsonl_pass_stdout).
 static int names_stdout(const char *path) {
     struct stat a, b;
-    return stat(path, &a) == 0 && fstat(STDOUT_FILENO, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    if (stat(path, &a) == 0 && fstat(STDOUT_FILENO, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return 1;
+    const char *via = getenv(JSONL_ENV_STDOUT);
+    return via && strcmp(via, path) == 0;
+}
+
+void jsonl_pass_stdout(const char *path) {
+    if (path && names_stdout(path)) setenv(JSONL_ENV_STDOUT, path, 1);
 }
 
 int jsonl_check(const char *flag, const char *path) {

@@ -39,6 +39,11 @@ int jsonl_open(jsonl_file *jf, const char *flag, const char *path);
 // '{'): a dataset, a model part or a raw log named by mistake would be damaged by the lines.
 // jsonl_open checks it too; commands call it before any work.  path NULL is fine.
 int jsonl_check(const char *flag, const char *path);
+// In a launcher whose stdout is the file at path (-m FILE > FILE): tells the processes it starts,
+// whose stdout is a pipe to it, that path is their stdout too (JSONL_ENV_STDOUT), so that the
+// lines go through it rather than through a second open of FILE.
+#define JSONL_ENV_STDOUT "BAGPIPE_STDOUT_IS"
+void jsonl_pass_stdout(const char *path);
 // Flushes and closes; returns rc, the caller's own error, if set (a failure of the close then
 // does not replace its message), else the first write error (0 if none).  Safe on a zeroed or
 // closed file.

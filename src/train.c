@@ -740,6 +740,7 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
         if (!rc) rc = metrics_probe(fl->metrics);
         if (rc) return cmd_exit(rc);
         launch_on_interrupt(resume_hint_interrupted, fl);
+        jsonl_pass_stdout(fl->metrics);
         const int code = launch_job(dist_ranks(&lay), argc, argv, dist_role_name, &lay);
         if (code) train_resume_hint(fl, 0);
         return code;

@@ -481,6 +481,11 @@ TEST(badinput_metrics_to_redirected_stdout) {
     EXPECT(0, cmd("%s %s train %s " TINY " --iters 2 --mode sync --trainers 2 -m /dev/stdout > %s && cat %s",
                   dist_test_env(), test_bin(), d, log, log),
            "memory plan: ", "\n{\"event\":\"summary\",\"mode\":\"sync\"");
+    // the file by name (-m FILE > FILE): trainer 0 writes into a pipe to the launcher, whose stdout
+    // FILE is; it used to open FILE apart and refuse it for the launcher's text in it
+    EXPECT(0, cmd("%s %s train %s " TINY " --iters 2 --mode sync --trainers 2 -m %s > %s && cat %s", dist_test_env(),
+                  test_bin(), d, log, log, log),
+           "memory plan: ", "\n{\"event\":\"summary\",\"mode\":\"sync\"");
 }
 
 // An output written whole and renamed into place (predictions, datasets) is refused at
