@@ -1355,12 +1355,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
                "%llu rows\n", tot[6] > 0 ? 100.0 * (1.0 - tot[7] / tot[6]) : 0.0, tot[7], tot[6],
                run_iters > 0 ? tot[8] / (double)run_iters / bs.T : 0.0, (unsigned long long)bs.c.C);
         if (su->do_eval || su->save) rc = dist_collect_rows(&bs.tr, bs.S, bs.first_server, bs.dump, bs.dump_cap, iters);
-        if (!rc && (su->do_eval || su->save)) rc = train_check_final(&bs.tr, su, iters);
-        if (!rc && su->do_eval) {
-            trainer_eval(&bs.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
-            rc = train_eval_check(iters, su->eval_split, &res);
-            if (!rc) train_print_result(bp_split_name(su->eval_split), &res, &bayes);
-        }
+        if (!rc) rc = train_final_eval(&bs.tr, su, iters, &res, &bayes);
         if (!rc) {
             jsonl j;
             jsonl_begin(&j);
@@ -1374,11 +1369,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             ckpt_sched_json(&j, &cks);
             bs.t_wait = tot_wait, bs.t_sync = tot_sync, bs.t_ar = tot_ar, bs.t_compute = tot_compute;
             json_window(&j, &bs, tot, run_iters);
-            if (su->do_eval) {
-                jsonl_str(&j, "split", bp_split_name(su->eval_split));
-                train_json_result(&j, "", &res);
-                if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
-            }
+            train_json_summary_result(&j, su, &res, &bayes);
             rc = jsonl_end(&j, &mf);
         }
         if (!rc && su->save) {

@@ -422,15 +422,8 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         ckpt_sched_print(&cks, train_s);
     }
     if (!rc && (su->do_eval || su->save)) rc = rl->collect(rl->ctx, iters);
-    if (!rc && writer && (su->do_eval || su->save)) rc = train_check_final(tr, su, iters);
     if (!rc && writer) {
-        int have_res = 0;
-        if (su->do_eval) {
-            trainer_eval(tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
-            have_res = 1;
-            rc = train_eval_check(iters, su->eval_split, &res);
-            if (!rc) train_print_result(bp_split_name(su->eval_split), &res, &bayes);
-        }
+        rc = train_final_eval(tr, su, iters, &res, &bayes);
         if (!rc) {
             jsonl j;
             jsonl_begin(&j);
@@ -444,11 +437,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             ckpt_sched_json(&j, &cks);
             json_window(&j, rl, &tot, tot_c, run_iters);
             if (rl->json) rl->json(rl->ctx, &j, 1);
-            if (have_res) {
-                jsonl_str(&j, "split", bp_split_name(su->eval_split));
-                train_json_result(&j, "", &res);
-                if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
-            }
+            train_json_summary_result(&j, su, &res, &bayes);
             rc = jsonl_end(&j, &mf);
         }
         if (!rc && su->save) {

@@ -357,7 +357,6 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     double tot_wait = 0, tot_sync = 0, tot_ar = 0, tot_compute = 0, tot_bytes[4] = {0};
     int64_t win_n = 0;
     metric_result res = {0}, bayes = {0};
-    int have_res = 0;
     ckpt_sched cks;
     ckpt_sched_init(&cks, &su->ck);
     if (writer && su->ck.from[0])
@@ -409,13 +408,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
         train_print_trained(run_iters, B, train_s);
         ckpt_sched_print(&cks, train_s);
         if (su->do_eval || su->save) rc = ts_collect(&ts, iters);
-        if (!rc && (su->do_eval || su->save)) rc = train_check_final(&ts.tr, su, iters);
-        if (!rc && su->do_eval) {
-            trainer_eval(&ts.tr, su->ds, su->ev0, su->ev1, su->eval_batch, &res, &bayes);
-            have_res = 1;
-            rc = train_eval_check(iters, su->eval_split, &res);
-            if (!rc) train_print_result(bp_split_name(su->eval_split), &res, &bayes);
-        }
+        if (!rc) rc = train_final_eval(&ts.tr, su, iters, &res, &bayes);
         if (!rc) {
             jsonl j;
             jsonl_begin(&j);
@@ -429,11 +422,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             ckpt_sched_json(&j, &cks);
             ts.t_wait = tot_wait, ts.t_sync = tot_sync, ts.t_ar = tot_ar, ts.t_compute = tot_compute;
             json_window(&j, &ts, tot_bytes, run_iters);
-            if (have_res) {
-                jsonl_str(&j, "split", bp_split_name(su->eval_split));
-                train_json_result(&j, "", &res);
-                if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
-            }
+            train_json_summary_result(&j, su, &res, &bayes);
             rc = jsonl_end(&j, &mf);
         }
         if (!rc && su->save) {

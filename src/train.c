@@ -444,7 +444,9 @@ void train_json_result(jsonl *j, const char *prefix, const metric_result *r) {
     snprintf(k, sizeof k, "%saccuracy", prefix), jsonl_num(j, k, r->accuracy);
 }
 
-int train_check_final(trainer *tr, const train_setup *su, int64_t iter) {
+// trainer_check_finite, and where no final evaluation follows (--no-eval), the scores of the first
+// train rows.
+static int train_check_final(trainer *tr, const train_setup *su, int64_t iter) {
     int rc = trainer_check_finite(tr, iter);
     if (rc || su->do_eval || su->tr1 == su->tr0) return rc;
     // No evaluation follows to show a model whose parameters are finite but whose activations are
@@ -459,11 +461,29 @@ int train_check_final(trainer *tr, const train_setup *su, int64_t iter) {
                    (unsigned long long)res.n_nan, (unsigned long long)res.n, lr_hint);
 }
 
-int train_eval_check(int64_t iter, bp_split split, const metric_result *r) {
+// 0, or the error of an evaluation after `iter` iterations with NaN scores.
+static int train_eval_check(int64_t iter, bp_split split, const metric_result *r) {
     if (!r->n_nan) return 0;
     return bp_fail(BP_ERANGE, "iteration %lld: the model scores NaN on %llu of %llu %s samples (its parameters or "
                    "activations are not finite: training diverged); %s", (long long)iter,
                    (unsigned long long)r->n_nan, (unsigned long long)r->n, bp_split_name(split), lr_hint);
+}
+
+int train_final_eval(trainer *tr, const train_setup *su, int64_t iter, metric_result *res, metric_result *bayes) {
+    if (!su->do_eval && !su->save) return 0;
+    int rc = train_check_final(tr, su, iter);
+    if (rc || !su->do_eval) return rc;
+    trainer_eval(tr, su->ds, su->ev0, su->ev1, su->eval_batch, res, bayes);
+    if ((rc = train_eval_check(iter, su->eval_split, res))) return rc;
+    train_print_result(bp_split_name(su->eval_split), res, bayes);
+    return 0;
+}
+
+void train_json_summary_result(jsonl *j, const train_setup *su, const metric_result *res, const metric_result *bayes) {
+    if (!su->do_eval) return;
+    jsonl_str(j, "split", bp_split_name(su->eval_split));
+    train_json_result(j, "", res);
+    if (bayes->auc_defined) train_json_result(j, "bayes_", bayes);
 }
 
 int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const metric_result *r) {
@@ -1000,7 +1020,6 @@ static int train_cmd(int argc, char **argv) {
     double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
     int64_t win_n = 0;
     metric_result res = {0}, bayes = {0};
-    int have_res = 0;
     ckpt_sched cks;
     ckpt_sched_init(&cks, &su.ck);
     for (int64_t t = t0_iter; t < total_iters; t++) {
@@ -1038,13 +1057,7 @@ static int train_cmd(int argc, char **argv) {
     double sps = (double)run_iters * B / train_s;
     train_print_trained(run_iters, B, train_s);
     ckpt_sched_print(&cks, train_s);
-    if ((do_eval || fl.save) && (rc = train_check_final(&tr, &su, total_iters))) goto out;
-    if (do_eval) {
-        trainer_eval(&tr, &ds, ev0, ev1, fl.eval_batch, &res, &bayes);
-        have_res = 1;
-        if ((rc = train_eval_check(total_iters, (bp_split)fl.eval_split, &res))) goto out;
-        train_print_result(bp_split_name((bp_split)fl.eval_split), &res, &bayes);
-    }
+    if ((rc = train_final_eval(&tr, &su, total_iters, &res, &bayes))) goto out;
     {
         jsonl j;
         jsonl_begin(&j);
@@ -1056,11 +1069,7 @@ static int train_cmd(int argc, char **argv) {
         jsonl_num(&j, "train_s", train_s);
         jsonl_num(&j, "samples_per_s", sps);
         ckpt_sched_json(&j, &cks);
-        if (have_res) {
-            jsonl_str(&j, "split", bp_split_name((bp_split)fl.eval_split));
-            train_json_result(&j, "", &res);
-            if (bayes.auc_defined) train_json_result(&j, "bayes_", &bayes);
-        }
+        train_json_summary_result(&j, &su, &res, &bayes);
         if ((rc = jsonl_end(&j, &mf))) goto out;
     }
     if (fl.save) {

@@ -134,15 +134,16 @@ const char *train_lr_hint(void);
 // finite after `iter` iterations: the last update diverged, which no loss shows (each loss comes
 // before its update).  Checked before a run's final evaluation and save.
 int trainer_check_finite(const trainer *tr, int64_t iter);
-// trainer_check_finite, and where no final evaluation follows (--no-eval), the scores of the first
-// train rows: the checks of trainer 0's full model before the final evaluation and save.
-int train_check_final(trainer *tr, const train_setup *su, int64_t iter);
+// The end of a run, in trainer 0 with the whole model (every mode): before the final evaluation and
+// save, trainer_check_finite, and with --no-eval the scores of the first train rows; then the
+// final evaluation (--no-eval: none), printed.  0, or the error of a model that is not finite or
+// scores NaN (nothing is printed or saved then).
+int train_final_eval(trainer *tr, const train_setup *su, int64_t iter, metric_result *res, metric_result *bayes);
+// The final evaluation's fields of the "summary" line (none with --no-eval).
+void train_json_summary_result(jsonl *j, const train_setup *su, const metric_result *res, const metric_result *bayes);
 void train_json_result(jsonl *j, const char *prefix, const metric_result *r);
-// 0, or the error of an evaluation after `iter` iterations with NaN scores (a run with it fails:
-// nothing is saved, no metrics line written).
-int train_eval_check(int64_t iter, bp_split split, const metric_result *r);
 // One "eval" line of the metrics file (mf may be NULL): the split, iteration, samples and result;
-// a result with NaN scores is not written: train_eval_check's error instead.
+// a result with NaN scores is not written: an error naming them instead (a run with it fails).
 int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const metric_result *r);
 // Whether an --eval-every evaluation (an "eval" line) falls after `done` iterations, in every mode.
 // After the last iteration the final evaluation (the summary's) stands for it, unless --no-eval
