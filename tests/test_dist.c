@@ -705,26 +705,31 @@ TEST(dist_interrupt_names_the_newest_checkpoint) {
     free(out);
 }
 
+// A fake mpirun, the shell script `script`, as <tmp>/bin/mpirun; the directory (to put first on
+// PATH) into dir.  Returns 0, or -1 when it cannot be written.
+static int write_fake_mpirun(char *dir, size_t cap, const char *script) {
+    char fake[600];
+    snprintf(dir, cap, "%s", test_path("bin"));
+    snprintf(fake, sizeof fake, "%s/mpirun", dir);
+    FILE *f = mkdir(dir, 0755) == 0 ? fopen(fake, "w") : NULL;
+    if (!f) return -1;
+    fputs(script, f);
+    return fclose(f) == 0 && chmod(fake, 0755) == 0 ? 0 : -1;
+}
+
 // mpirun sometimes loses an aborting rank's report and prints an ORTE_ERROR_LOG line about its help
 // message instead.  A fake mpirun, first on PATH, prints what such a run printed and fails: the
 // launcher drops that line and names the rank that reported an error of its own.
 TEST(dist_launcher_names_the_reporting_rank_when_mpirun_loses_its_report) {
-    char data[512], dir[512], fake[600];
+    char data[512], dir[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     ASSERT_OK(write_dataset(data, 2000, 5));
-    snprintf(dir, sizeof dir, "%s", test_path("bin"));
-    ASSERT_EQ(mkdir(dir, 0755), 0);
-    snprintf(fake, sizeof fake, "%s/mpirun", dir);
-    FILE *f = fopen(fake, "w");
-    ASSERT_TRUE(f != NULL);
-    fputs("#!/bin/sh\n"
-          "echo 'bagpipe: rank 2 (trainer 0): trainer 0: a planted error' >&2\n"
-          "echo '[vm:1] [[115,0],0] ORTE_ERROR_LOG: Data unpack would read past end of buffer in file "
-          "../../../orte/util/show_help.c at line 501' >&2\n"
-          "exit 1\n",
-          f);
-    fclose(f);
-    ASSERT_EQ(chmod(fake, 0755), 0);
+    ASSERT_OK(write_fake_mpirun(dir, sizeof dir,
+                                "#!/bin/sh\n"
+                                "echo 'bagpipe: rank 2 (trainer 0): trainer 0: a planted error' >&2\n"
+                                "echo '[vm:1] [[115,0],0] ORTE_ERROR_LOG: Data unpack would read past end of buffer "
+                                "in file ../../../orte/util/show_help.c at line 501' >&2\n"
+                                "exit 1\n"));
     char *out = NULL;
     int rc = test_run(&out, 60, "PATH=%s:\"$PATH\" %s train --mode sync --trainers 2 --servers 1 " TINY_MODEL " %s", dir,
                       test_bin(), data);
@@ -739,18 +744,12 @@ TEST(dist_launcher_names_the_reporting_rank_when_mpirun_loses_its_report) {
 // reaped), and the launcher waited on it for good.  A fake mpirun that ignores SIGINT and SIGTERM
 // stands for it: the launcher kills it after the grace (here 1 s), and says so.
 TEST(dist_launcher_kills_an_mpirun_that_hangs_after_a_signal) {
-    char data[512], dir[512], fake[600], outp[512], cmd[4096];
+    char data[512], dir[512], outp[512], cmd[4096];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     snprintf(outp, sizeof outp, "%s", test_path("out.txt"));
     ASSERT_OK(write_dataset(data, 2000, 5));
-    snprintf(dir, sizeof dir, "%s", test_path("bin"));
-    ASSERT_EQ(mkdir(dir, 0755), 0);
-    snprintf(fake, sizeof fake, "%s/mpirun", dir);
-    FILE *f = fopen(fake, "w");
-    ASSERT_TRUE(f != NULL);
-    fputs("#!/bin/sh\ntrap '' INT TERM\necho 'fake mpirun up' >&2\nwhile :; do sleep 0.1; done\n", f);
-    fclose(f);
-    ASSERT_EQ(chmod(fake, 0755), 0);
+    ASSERT_OK(write_fake_mpirun(dir, sizeof dir,
+                                "#!/bin/sh\ntrap '' INT TERM\necho 'fake mpirun up' >&2\nwhile :; do sleep 0.1; done\n"));
     snprintf(cmd, sizeof cmd, "PATH=%s:\"$PATH\" BAGPIPE_TEST_STOP_GRACE_S=1 exec %s train --mode sync --trainers 2 "
              "--servers 1 " TINY_MODEL " %s > %s 2>&1", dir, test_bin(), data, outp);
     pid_t job = spawn_sh(cmd, 0, 0);

@@ -225,28 +225,27 @@ static int aborts(void (*fn)(void)) {
     return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
 }
 
-static void gather_bad_id(void) {
+// Gathers B samples of ids from two tables of 10 rows.
+static void gather_two_tables(const uint32_t *ids, int B) {
     uint64_t card[2] = {10, 10};
     emb_layout L;
     make_layout(&L, 2, card, 16, 16, 0, 1);
     emb_table t;
     emb_table_init(&t, &L, 1);
-    uint32_t ids[4] = {1, 2, 3, 10}; // table 1 has ids 0..9
-    float out[4 * 16];
-    emb_gather(&t, ids, 2, out);
+    float out[64 * 16];
+    emb_gather(&t, ids, B, out);
+}
+
+static void gather_bad_id(void) {
+    static const uint32_t ids[4] = {1, 2, 3, 10}; // table 1 has ids 0..9
+    gather_two_tables(ids, 2);
 }
 
 // The same early in a batch long enough for the gather's prefetching loop (the one above reaches
 // only its tail loop): an id equal to the table's size.
 static void gather_bad_id_early(void) {
-    uint64_t card[2] = {10, 10};
-    emb_layout L;
-    make_layout(&L, 2, card, 16, 16, 0, 1);
-    emb_table t;
-    emb_table_init(&t, &L, 1);
-    uint32_t ids[64] = {1, 10}; // the rest 0
-    float out[64 * 16];
-    emb_gather(&t, ids, 32, out);
+    static const uint32_t ids[64] = {1, 10}; // the rest 0
+    gather_two_tables(ids, 32);
 }
 
 static void coalesce_bad_id(void) {
