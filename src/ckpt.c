@@ -773,14 +773,14 @@ int ckpt_stage_warn_leftovers(const char *dir) {
                     "is here (%d file%s): move them into %s, MANIFEST last, then remove it\n", path, dname, pid,
                     dname, files, files == 1 ? "" : "s", dname);
         else if (others)
-            fprintf(stderr, "bagpipe: warning: %s is left from a save into %.*s that was interrupted (process %ld "
-                    "is gone): it holds %d entr%s that were in %.*s before that save; move back what you need (not "
-                    "MANIFEST, dense.bin or emb.bin: %.*s holds a whole model), then remove it\n", path, (int)n, dir,
-                    pid, others, others == 1 ? "y" : "ies", (int)n, dir, (int)n, dir);
+            fprintf(stderr, "bagpipe: warning: %s is left from a save into %s that was interrupted (process %ld "
+                    "is gone): it holds %d entr%s that were in %s before that save; move back what you need (not "
+                    "MANIFEST, dense.bin or emb.bin: %s holds a whole model), then remove it\n", path, dname, pid,
+                    others, others == 1 ? "y" : "ies", dname, dname);
         else
-            fprintf(stderr, "bagpipe: warning: %s is left from a save into %.*s that was interrupted (process %ld "
-                    "is gone): it holds only model files (%d), none of yours, and %.*s holds a whole model: remove "
-                    "it\n", path, (int)n, dir, pid, files, (int)n, dir);
+            fprintf(stderr, "bagpipe: warning: %s is left from a save into %s that was interrupted (process %ld "
+                    "is gone): it holds only model files (%d), none of yours, and %s holds a whole model: remove "
+                    "it\n", path, dname, pid, files, dname);
         named++;
     }
     closedir(d);
