@@ -10,6 +10,10 @@
 //   chase    one chain: each read waits for the one before (the latency)
 //   chains   CHAINS chains interleaved on one thread (what prefetching ahead can reach)
 //   2 thr    the same on each of two threads, aggregate (what two cores reach together)
+//   pf t0    a stream of random lines (their indices read in sequence, as the dedupe reads ids),
+//            each asked for 64 reads ahead by __builtin_prefetch(p, 0, 3) (prefetcht0), then read
+//   pf t2    the same with locality 1 (prefetcht2), which on this machine's cores keeps more
+//            lines in flight; docs/oracle.md, round 18, for why the dedupe does not gain from it
 // with the region on huge pages and on 4 KiB pages.  The machine is shared: run it a few times.
 #include <pthread.h>
 #include <stdio.h>
@@ -41,6 +45,23 @@ static void *walk_run(void *arg) {
     w->seconds = bp_now() - t0;
     for (int q = 0; q < k; q++) w->sink += c[q];
     return NULL;
+}
+
+// ns per line read of a stream of random lines, each prefetched PF_AHEAD reads ahead with the
+// locality hint LOC (3: prefetcht0, 1: prefetcht2), then read.
+enum { PF_AHEAD = 64 };
+#define PF_STREAM(LOC)                                                                             \
+    for (size_t i = 0; i < n; i++) {                                                               \
+        __builtin_prefetch(p + idx[i + PF_AHEAD] * 64, 0, LOC);                                    \
+        sink += *(const size_t *)(p + idx[i] * 64);                                                \
+    }
+static double pf_run(const char *p, const uint32_t *idx, size_t n, int loc) {
+    size_t sink = 0;
+    double t0 = bp_now();
+    if (loc == 3) PF_STREAM(3) else PF_STREAM(1)
+    double t = bp_now() - t0;
+    g_sink += sink;
+    return 1e9 * t / (double)n;
 }
 
 // ns per line read with `chains` chains on each of `threads` threads (aggregate).
@@ -84,6 +105,9 @@ int main(int argc, char **argv) {
         size_t j = (size_t)(bp_rng_u64(&rng) % (i + 1)), t = order[i];
         order[i] = order[j], order[j] = t;
     }
+    const size_t n_pf = READS; // the prefetched stream's line indices, PF_AHEAD more as padding
+    uint32_t *idx = bp_xmalloc((n_pf + PF_AHEAD) * sizeof *idx);
+    for (size_t i = 0; i < n_pf + PF_AHEAD; i++) idx[i] = (uint32_t)(bp_rng_u64(&rng) % lines);
     printf("region %zu MiB (%zu lines), %d chains per thread; ns per line read\n", mib, lines, chains);
     for (int huge = 1; huge >= 0; huge--) {
         char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -95,10 +119,12 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < lines; i++) *(size_t *)(p + order[i] * 64) = order[(i + 1) % lines] * 64;
         const double chase = run(p, order, lines, 1, 1), one = run(p, order, lines, chains, 1);
         const double two = run(p, order, lines, chains, 2);
-        printf("%-10s chase %6.1f   chains %5.1f   2 thr %5.1f   (2 threads / 1: %.2fx the reads per second)\n",
-               huge ? "huge pages" : "4 KiB", chase, one, two, one / two);
+        const double pf0 = pf_run(p, idx, n_pf, 3), pf2 = pf_run(p, idx, n_pf, 1);
+        printf("%-10s chase %6.1f   chains %5.1f   2 thr %5.1f   (2 threads / 1: %.2fx the reads per second)"
+               "   pf t0 %5.1f   pf t2 %5.1f\n",
+               huge ? "huge pages" : "4 KiB", chase, one, two, one / two, pf0, pf2);
         munmap(p, bytes);
     }
-    free(order);
+    free(order), free(idx);
     return 0;
 }
