@@ -330,7 +330,9 @@ static int run_lru(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
                 cs->holders[k]++;
                 if (x == 2 && --cs->holders[ev] == 0) r->written_rows++;
             }
-            r->peak_rows = BP_MAX(r->peak_rows, L[i].n);
+            // A trainer holds its slice's m rows while it computes, in the cache or beside it
+            // when the cache is smaller (as the static policy's misses): peak rows count them.
+            r->peak_rows = BP_MAX(r->peak_rows, BP_MAX(L[i].n, m));
         }
         // Replicas stay coherent: a row used in the batch is reduced among trainers when more
         // than one trainer uses or holds it, or when its one user no longer holds it.
@@ -418,6 +420,41 @@ int cachesim_run(cachesim *cs, cachesim_policy pol, const cachesim_config *c, ca
     }
 }
 
+// What the batch of the last BP_ECAPACITY needs, from the oracle's message (0 if it names none).
+static uint64_t capacity_need(int rc) {
+    static const char key[] = "minimum cache size for this batch is ";
+    const char *m = strstr(bp_errmsg(rc), key);
+    return m ? strtoull(m + sizeof key - 1, NULL, 10) : 0;
+}
+
+int cachesim_lookahead_min_cache(cachesim *cs, const cachesim_config *cfg, uint64_t *min) {
+    cachesim_config c = *cfg;
+    cachesim_result r;
+    uint64_t bad = 0; // the largest size known to fail (0: none tried)
+    for (c.C = 1;;) {
+        int rc = cachesim_run(cs, CS_LOOKAHEAD, &c, &r);
+        if (rc == 0) break;
+        if (rc != BP_ECAPACITY) return rc;
+        const uint64_t need = capacity_need(rc);
+        bad = c.C;
+        c.C = need > c.C ? need : c.C + 1;
+        if (c.C > CACHESIM_MAX_CACHE)
+            return bp_fail(BP_EINVAL, "cachesim: the lookahead policy needs more than %llu rows per trainer",
+                           (unsigned long long)CACHESIM_MAX_CACHE);
+    }
+    uint64_t good = c.C;
+    if (c.T == 1) bad = good - 1; // the batch that needed `good` rows needs them at any size
+    while (good - bad > 1) {
+        c.C = bad + (good - bad) / 2;
+        int rc = cachesim_run(cs, CS_LOOKAHEAD, &c, &r);
+        if (rc && rc != BP_ECAPACITY) return rc;
+        if (rc) bad = c.C;
+        else good = c.C;
+    }
+    *min = good;
+    return 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The command
 
@@ -427,6 +464,7 @@ typedef struct {
     uint32_t W; // lookahead only
     int rc;
     char err[256];
+    uint64_t min_cache; // lookahead, rc BP_ECAPACITY: the smallest cache that works for W
     cachesim_result r;
 } sim_run;
 
@@ -462,6 +500,7 @@ static void json_run(FILE *f, const sim_run *s, uint32_t D, int last) {
     if (s->rc) {
         fprintf(f, ", \"error\": ");
         jsonl_fput_string(f, s->err);
+        if (s->min_cache) fprintf(f, ", \"min_cache\": %llu", (unsigned long long)s->min_cache);
         fprintf(f, "}%s\n", last ? "" : ",");
         return;
     }
@@ -510,22 +549,36 @@ static void csv_hit(FILE *f, const sim_run *s) {
     else fprintf(f, ",%.4f", 100.0 * hit_rate(&s->r));
 }
 
-// Writes text produced by fn into dir/name atomically.
-static int write_file(const char *dir, const char *name, void (*fn)(FILE *, const void *), const void *arg) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&buf, &len);
-    if (!mem) return bp_fail(BP_ENOMEM, "analyze: cannot buffer %s", path);
-    fn(mem, arg);
-    fclose(mem);
-    bp_afile af;
-    int rc = bp_afile_open(&af, path);
-    if (!rc) rc = bp_afile_write(&af, buf, len);
-    if (!rc) rc = bp_afile_commit(&af);
-    else bp_afile_abort(&af);
-    free(buf);
+// A file of the --plot-dir and the function that writes its text.
+typedef struct {
+    const char *name;
+    void (*fn)(FILE *, const void *);
+} out_file;
+
+// Writes dir/name for each file, every one or none: each is made whole in its temporary file
+// first, and only when all are are they renamed into place (a full disk or a bad name leaves
+// the directory as it was, not this run's JSON beside an earlier run's CSV).
+static int write_files(const char *dir, const out_file *files, int n, const void *arg) {
+    bp_afile af[4];
+    int rc = 0, opened = 0;
+    BP_ASSERT(n <= (int)BP_ARRAY_LEN(af));
+    for (; opened < n && !rc; opened++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, files[opened].name);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&buf, &len);
+        if (!mem) {
+            rc = bp_fail(BP_ENOMEM, "analyze: cannot buffer %s", path);
+            break;
+        }
+        files[opened].fn(mem, arg);
+        fclose(mem);
+        if (!(rc = bp_afile_open(&af[opened], path))) rc = bp_afile_write(&af[opened], buf, len);
+        free(buf);
+    }
+    for (int i = 0; i < opened; i++)
+        if (rc || (rc = bp_afile_commit(&af[i]))) bp_afile_abort(&af[i]);
     return rc;
 }
 
@@ -594,9 +647,42 @@ static int find_plot_script(char *out, size_t cap) {
     return access(out, R_OK) == 0;
 }
 
+static const char *const chart_names[] = {"hit_vs_capacity.png", "hit_vs_capacity.svg", "hit_vs_lookahead.png",
+                                           "hit_vs_lookahead.svg"};
+
+// Removes the charts in dir: an earlier run's would otherwise stand beside this run's data when
+// gnuplot is missing or fails, and a chart gnuplot could not finish is no chart.
+static void remove_charts(const char *dir) {
+    char path[4200];
+    for (size_t i = 0; i < BP_ARRAY_LEN(chart_names); i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, chart_names[i]);
+        struct stat cs;
+        if (lstat(path, &cs) == 0 && S_ISREG(cs.st_mode)) unlink(path);
+    }
+}
+
+// 1 when the chart at path is whole: a PNG that ends in its IEND chunk, an SVG that ends in
+// </svg>.  gnuplot exits 0 when it could not write its output (a full disk), leaving a PNG cut
+// short or empty.
+static int chart_complete(const char *path, int png) {
+    static const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82};
+    unsigned char tail[64];
+    int fd = open(path, O_RDONLY | O_CLOEXEC), ok = 0;
+    struct stat st;
+    if (fd < 0) return 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= (off_t)sizeof tail &&
+        pread(fd, tail, sizeof tail, st.st_size - (off_t)sizeof tail) == (ssize_t)sizeof tail) {
+        if (png) ok = memcmp(tail + sizeof tail - sizeof iend, iend, sizeof iend) == 0;
+        else ok = memmem(tail, sizeof tail, "</svg>", 6) != NULL;
+    }
+    close(fd);
+    return ok;
+}
+
 // Runs gnuplot on the CSV files in dir (the window chart's cache size C named in its title).
-// Returns 1 if the charts were made.
-static int run_gnuplot(const char *dir, uint64_t C) {
+// Returns 1 if the charts were made, 0 if gnuplot is missing or failed (a warning; the data files
+// are the result), and sets *rc when gnuplot ran but its charts are not whole: they are removed.
+static int run_gnuplot(const char *dir, uint64_t C, int *rc) {
     char script[4096], arg[4200];
     if (!find_plot_script(script, sizeof script)) {
         bp_log(BP_LOG_WARN, "analyze: tools/plot_cachesim.gp not found (set BAGPIPE_TOOLS); the CSV files are in %s", dir);
@@ -621,18 +707,28 @@ static int run_gnuplot(const char *dir, uint64_t C) {
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         bp_log(BP_LOG_WARN, "analyze: gnuplot %s (try: gnuplot -e \"%s\" %s)",
                WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "is not installed" : "failed", arg, script);
-        // A chart gnuplot opened and then failed to draw is empty: no chart rather than a blank one.
-        static const char *const charts[] = {"hit_vs_capacity.png", "hit_vs_capacity.svg", "hit_vs_lookahead.png",
-                                              "hit_vs_lookahead.svg"};
-        char path[4200];
-        for (size_t i = 0; i < sizeof charts / sizeof *charts; i++) {
-            snprintf(path, sizeof path, "%s/%s", dir, charts[i]);
-            struct stat cs;
-            if (stat(path, &cs) == 0 && S_ISREG(cs.st_mode) && cs.st_size == 0) unlink(path);
-        }
+        remove_charts(dir);
         return 0;
     }
-    return 1;
+    // Both charts, in the one format the script chose, each whole.
+    char path[4200];
+    for (int png = 1; png >= 0; png--) {
+        int whole = 0, found = 0;
+        for (size_t i = png ? 0 : 1; i < BP_ARRAY_LEN(chart_names); i += 2) {
+            snprintf(path, sizeof path, "%s/%s", dir, chart_names[i]);
+            if (access(path, F_OK) != 0) continue;
+            found++;
+            if (chart_complete(path, png)) whole++;
+            else break;
+        }
+        if (found == 0) continue;
+        if (whole == 2) return 1;
+        break;
+    }
+    *rc = bp_fail(BP_EIO, "--plot-dir %s: gnuplot did not finish %s (is the disk full?); the charts are removed, "
+                  "the JSON and CSV files are whole", dir, path);
+    remove_charts(dir);
+    return 0;
 }
 
 int cachesim_cmd(const cachesim_cmd_opts *o) {
@@ -671,6 +767,11 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         rc = bp_fail(BP_EINVAL, "analyze: %s has no rows in the %s split", path, bp_split_name((bp_split)split));
         goto out;
     }
+    if ((uint64_t)trainers > e - b) { // a split smaller than the batch is one batch of its rows
+        rc = bp_fail(BP_EUSAGE, "--trainers %d: more trainers than samples in a batch (the %llu rows simulated are "
+                     "one batch)", trainers, (unsigned long long)(e - b));
+        goto out;
+    }
     if ((rc = cachesim_open(&cs, ds.sparse + b * ds.info.n_sparse, e - b, ds.info.n_sparse, ds.info.card))) goto out;
     // The oracle takes batches of fewer ids the longer its window: refused now, naming the flags,
     // rather than after the other policies have run.
@@ -693,9 +794,13 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         cachesim_config c = {(uint32_t)trainers, (uint32_t)batch, runs[i].C, runs[i].W, (uint32_t)prefetch, threads};
         runs[i].rc = cachesim_run(cs, runs[i].pol, &c, &runs[i].r);
         if (runs[i].rc == BP_ECAPACITY) {
-            const char *m = strstr(bp_errmsg(runs[i].rc), "minimum cache size for this batch is ");
-            snprintf(runs[i].err, sizeof runs[i].err, "cache too small: a batch needs %llu rows",
-                     m ? strtoull(m + 37, NULL, 10) : 0ull);
+            // The smallest size that works for this window, found once per window (a sweep's
+            // sizes below it share it), instead of a batch's need that a rerun may exceed.
+            for (int k = 0; k < i && !runs[i].min_cache; k++)
+                if (runs[k].rc == BP_ECAPACITY && runs[k].W == runs[i].W) runs[i].min_cache = runs[k].min_cache;
+            if (!runs[i].min_cache && (rc = cachesim_lookahead_min_cache(cs, &c, &runs[i].min_cache))) goto out;
+            snprintf(runs[i].err, sizeof runs[i].err, "cache too small: the smallest that works is %llu rows",
+                     (unsigned long long)runs[i].min_cache);
         } else if (runs[i].rc) {
             rc = runs[i].rc; // anything else is a real failure
             goto out;
@@ -732,16 +837,22 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         }
     }
     if (plot_dir) {
-        if (mkdir(plot_dir, 0777) != 0 && errno != EEXIST) {
+        const int made = mkdir(plot_dir, 0777) == 0;
+        if (!made && errno != EEXIST) {
             rc = bp_fail(BP_EIO, "--plot-dir %s: %s", plot_dir, strerror(errno));
             goto out;
         }
         plot_data d = {&meta, runs, n, caches, nc, windows, nw};
-        if ((rc = write_file(plot_dir, "cachesim.json", emit_json, &d)) ||
-            (rc = write_file(plot_dir, "cachesim_capacity.csv", emit_capacity_csv, &d)) ||
-            (rc = write_file(plot_dir, "cachesim_lookahead.csv", emit_lookahead_csv, &d)))
+        static const out_file files[] = {{"cachesim.json", emit_json},
+                                         {"cachesim_capacity.csv", emit_capacity_csv},
+                                         {"cachesim_lookahead.csv", emit_lookahead_csv}};
+        if ((rc = write_files(plot_dir, files, (int)BP_ARRAY_LEN(files), &d))) {
+            if (made) rmdir(plot_dir); // the directory this run made, left empty
             goto out;
-        int plotted = run_gnuplot(plot_dir, meta.C);
+        }
+        remove_charts(plot_dir); // this run's charts, or none: never an earlier run's beside this data
+        int plotted = run_gnuplot(plot_dir, meta.C, &rc);
+        if (rc) goto out;
         fprintf(json ? stderr : stdout, "\nwrote %s/cachesim.json, cachesim_capacity.csv, cachesim_lookahead.csv%s\n",
                 plot_dir, plotted ? ", hit_vs_capacity and hit_vs_lookahead charts" : "");
     }

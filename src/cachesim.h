@@ -57,6 +57,14 @@ void cachesim_close(cachesim *cs); // NULL is fine
 // lookahead returns the oracle's BP_ECAPACITY when C is below what a batch needs.
 int cachesim_run(cachesim *cs, cachesim_policy pol, const cachesim_config *cfg, cachesim_result *res);
 const char *cachesim_policy_name(cachesim_policy pol);
+// The smallest cache (rows per trainer) with which the lookahead policy plans the whole trace
+// under cfg's T, B, W and P (cfg->C is not read): *min works and *min - 1 does not.  Each failing
+// simulation names what the batch it stopped at needs, and the next tries that much; for T = 1
+// that need does not depend on C (the distinct keys of batches s..s+P), so every smaller cache
+// fails and the first size that works is the minimum.  For T > 1 which keys are private depends
+// on earlier decisions, so the sizes between the last that failed and the first that worked are
+// bisected.  Returns 0, or an error other than BP_ECAPACITY from the simulation.
+int cachesim_lookahead_min_cache(cachesim *cs, const cachesim_config *cfg, uint64_t *min);
 // Whether the lookahead policy can plan a trace of `rows` rows in batches of B samples x F tables
 // with window W, prefetch P and `threads`: the oracle takes fewer ids per batch the longer its
 // window (oracle_max_batch_ids); a trace shorter than B is one batch of its rows, and a window

@@ -173,16 +173,17 @@ int cli_edit_distance(const char *a, const char *b) {
     return la < 64 && lb < 64 ? edit_distance(a, la, b, lb) : INT32_MAX;
 }
 
-// The long name nearest to name[0..len) (a typo: at most a third of its letters off), or NULL.
-static const char *nearest_long(const cli_opt *opts, const char *name, size_t len) {
-    const char *best = NULL;
+// The option whose long name is nearest to name[0..len) (a typo: at most a third of its letters
+// off), or NULL.
+static const cli_opt *nearest_long(const cli_opt *opts, const char *name, size_t len) {
+    const cli_opt *best = NULL;
     int best_d = INT32_MAX;
     if (len == 0 || len > 63) return NULL;
     for (const cli_opt *o = opts; o->type != CLI_T_END; o++) {
         size_t ol = o->type == CLI_T_GROUP ? 0 : strlen(o->name);
         if (ol == 0 || ol > 63) continue;
         int d = edit_distance(name, len, o->name, ol);
-        if (d < best_d && (size_t)d * 3 <= BP_MAX(len, ol)) best = o->name, best_d = d;
+        if (d < best_d && (size_t)d * 3 <= BP_MAX(len, ol)) best = o, best_d = d;
     }
     return best;
 }
@@ -194,10 +195,13 @@ static int unknown_flag(const cli_opt *opts, const char *prog, const char *typed
             strncmp(o->name + 3, name, len) == 0)
             return bp_fail(BP_EUSAGE, "unknown flag '%.*s': it is the default ('--%s' turns it off)",
                            (int)(name - typed + len), typed, o->name);
-    const char *near = nearest_long(opts, name, len);
+    const cli_opt *near = nearest_long(opts, name, len);
+    if (near && near->type == CLI_T_HINT) // another tool's flag, which this command refuses: its hint
+        return bp_fail(BP_EUSAGE, "unknown flag '%.*s' (near '--%s', which is not taken here either: %s)",
+                       (int)(name - typed + len), typed, near->name, near->help);
     if (near)
         return bp_fail(BP_EUSAGE, "unknown flag '%.*s'; did you mean '--%s'? (see '%s --help')",
-                       (int)(name - typed + len), typed, near, prog);
+                       (int)(name - typed + len), typed, near->name, prog);
     return bp_fail(BP_EUSAGE, "unknown flag '%.*s' (see '%s --help')", (int)(name - typed + len), typed, prog);
 }
 

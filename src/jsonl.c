@@ -22,24 +22,47 @@ static void put(jsonl *j, const char *s, size_t n) {
     j->len += n;
 }
 
-// One character of a JSON string literal into out: '"', backslash and control characters escaped.
-static size_t escape_char(unsigned char c, char out[8]) {
-    if (c == '"' || c == '\\') return out[0] = '\\', out[1] = (char)c, 2;
-    if (c < 0x20) return (size_t)snprintf(out, 8, "\\u%04x", c);
-    return out[0] = (char)c, 1;
+// The length of the well-formed UTF-8 sequence at s (1-4 bytes), or 0 where s starts none
+// (a stray continuation byte, an overlong form, a surrogate, a code point above U+10FFFF, or a
+// sequence cut short, by the NUL that ends s among others).
+static size_t utf8_len(const unsigned char *s) {
+    if (s[0] < 0x80) return 1;
+    size_t n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    if (n == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))) return 0; // overlong, surrogate
+    if (n == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))) return 0; // overlong, > U+10FFFF
+    return n;
+}
+
+// The start of s as it goes into a JSON string literal: out gets the bytes to write (their count
+// returned) and *used the bytes of s they stand for.  '"', backslash and control characters are
+// escaped; a byte that is not UTF-8 (a file name in another encoding) becomes U+FFFD, so that the
+// line stays valid JSON.
+static size_t escape_next(const char *s, char out[8], size_t *used) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = utf8_len(u);
+    *used = n ? n : 1;
+    if (n == 0) return memcpy(out, "\\ufffd", 6), 6;
+    if (n > 1) return memcpy(out, s, n), n;
+    if (u[0] == '"' || u[0] == '\\') return out[0] = '\\', out[1] = (char)u[0], 2;
+    if (u[0] < 0x20) return (size_t)snprintf(out, 8, "\\u%04x", u[0]);
+    return out[0] = (char)u[0], 1;
 }
 
 static void put_string(jsonl *j, const char *s) {
     char esc[8];
+    size_t used;
     put(j, "\"", 1);
-    for (; *s; s++) put(j, esc, escape_char((unsigned char)*s, esc));
+    for (; *s; s += used) put(j, esc, escape_next(s, esc, &used));
     put(j, "\"", 1);
 }
 
 void jsonl_fput_string(FILE *f, const char *s) {
     char esc[8];
+    size_t used;
     fputc('"', f);
-    for (; *s; s++) fwrite(esc, 1, escape_char((unsigned char)*s, esc), f);
+    for (; *s; s += used) fwrite(esc, 1, escape_next(s, esc, &used), f);
     fputc('"', f);
 }
 

@@ -310,9 +310,9 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     // when our stderr is a terminal (or BAGPIPE_PROGRESS=1 says so), as one process does, on its
     // stdout, so that it comes in order with the lines trainer 0 prints (progress.h);
     // forward_output draws it on our stderr.
-    const char *progress = getenv("BAGPIPE_PROGRESS");
-    if (progress && *progress ? strcmp(progress, "1") == 0 : isatty(STDERR_FILENO))
-        setenv("BAGPIPE_PROGRESS", "stdout", 1);
+    const char *progress = getenv("BAGPIPE_PROGRESS"); // values as bp_progress_init reads them
+    const int off = progress && strcmp(progress, "0") == 0, forced = progress && strcmp(progress, "1") == 0;
+    if (!off && (forced || isatty(STDERR_FILENO))) setenv("BAGPIPE_PROGRESS", "stdout", 1);
 
     char npbuf[16];
     snprintf(npbuf, sizeof npbuf, "%d", np);

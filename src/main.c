@@ -1,4 +1,5 @@
 // bagpipe: subcommand dispatch.
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +38,16 @@ static const char *nearest_command(const char *name) {
     return cli_edit_distance(name, commands[near].name) <= 2 ? commands[near].name : NULL;
 }
 
+// A command's exit status, once what it printed is out: output lost to a full disk or a closed
+// descriptor (`> /dev/full`, a full tmpfs: a truncated report or JSON) is an error, exit 1.
+static int stdout_done(int rc) {
+    const int flushed = fflush(stdout) == 0, e = errno;
+    if (flushed && !ferror(stdout)) return rc;
+    fprintf(stderr, "bagpipe: cannot write standard output%s%s; what it printed is incomplete\n", flushed ? "" : ": ",
+            flushed ? "" : strerror(e));
+    return rc ? rc : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -46,7 +57,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < BP_ARRAY_LEN(commands); i++)
             if (strcmp(argv[2], commands[i].name) == 0) {
                 char *args[] = {argv[2], "--help", NULL};
-                return commands[i].fn(2, args);
+                return stdout_done(commands[i].fn(2, args));
             }
         const char *near = nearest_command(argv[2]);
         if (near) fprintf(stderr, "bagpipe: help: unknown command '%s'; did you mean '%s'?\n\n", argv[2], near);
@@ -56,10 +67,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
         usage(stdout);
-        return 0;
+        return stdout_done(0);
     }
     for (size_t i = 0; i < BP_ARRAY_LEN(commands); i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+        if (strcmp(argv[1], commands[i].name) == 0) return stdout_done(commands[i].fn(argc - 1, argv + 1));
     const char *near = nearest_command(argv[1]);
     if (argv[1][0] == '-') // "bagpipe --arch-mlp-bot ...", as the DLRM reference's script takes its flags
         fprintf(stderr, "bagpipe: '%s' before a command: the flags follow it ('bagpipe train [options] DATA')\n\n",

@@ -8,11 +8,14 @@
 #include "common.h"
 
 void bp_progress_init(bp_progress *p, const char *what, const char *unit, uint64_t total) {
-    const char *env = getenv("BAGPIPE_PROGRESS"); // "0" disables, "1" forces, "stdout" forces it there
+    // "0" disables, "1" forces it on stderr, "stdout" forces it there; unset or anything else: on
+    // when stderr is a terminal ("true" used to turn it off).
+    const char *env = getenv("BAGPIPE_PROGRESS");
     p->what = what, p->unit = unit, p->total = total, p->done = 0, p->base = 0;
     p->t_start = p->t_last = bp_now();
     p->out = env && strcmp(env, "stdout") == 0 ? stdout : stderr;
-    p->enabled = env && *env ? env[0] == '1' || p->out == stdout : isatty(STDERR_FILENO);
+    const int off = env && strcmp(env, "0") == 0, forced = p->out == stdout || (env && strcmp(env, "1") == 0);
+    p->enabled = !off && (forced || isatty(STDERR_FILENO));
     p->drawn = 0;
 }
 

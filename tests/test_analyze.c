@@ -258,6 +258,11 @@ TEST(analyze_cli_errors_and_cachesim_hook) {
     ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 50 --trainers 4 -b 2 %s", test_bin(), path), 2);
     ASSERT_STR_CONTAINS(out, "--trainers 4: more trainers than samples in a batch (--batch-size 2)");
     free(out);
+    // ... and where the rows simulated are fewer than the batch size (one batch of them).
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 50 --trainers 4 -b 100 --rows 3 %s", test_bin(), path), 2);
+    ASSERT_STR_CONTAINS(out, "--trainers 4: more trainers than samples in a batch (the 3 rows simulated are one "
+                             "batch)");
+    free(out);
 }
 
 // --plot-dir is checked before the simulation, as train checks --save before training: a file in

@@ -435,6 +435,22 @@ TEST(badinput_metrics_write_error) {
     EXPECT(0, cmd("cat %s", old), "{}");
 }
 
+// What a command prints to standard output is checked at its end: a full disk there (a report or
+// JSON redirected to a full tmpfs) used to leave it cut short with exit 0.
+TEST(badinput_stdout_write_error) {
+    const char *d = dataset("d.bin", 500);
+    if (access("/dev/full", W_OK) != 0) {
+        test_skip("/dev/full is missing: no device answers every write with ENOSPC");
+        return;
+    }
+    static const char *const cmds[] = {"info", "analyze --json", "analyze --cache 50 -b 24"};
+    for (size_t k = 0; k < BP_ARRAY_LEN(cmds); k++)
+        EXPECT(1, cmd("%s %s %s > /dev/full", test_bin(), cmds[k], d),
+               "bagpipe: cannot write standard output: No space left on device");
+    EXPECT(1, cmd("%s train --help > /dev/full", test_bin()), "cannot write standard output");
+    EXPECT(0, cmd("%s info %s > /dev/null", test_bin(), d), "");
+}
+
 // A metrics file that is something else (the dataset itself, a model part, a raw log) is refused
 // before training and left as it was: the lines used to be appended to it, which damaged the
 // dataset (`info` then said it was truncated or damaged).  An empty file, a metrics file and a
@@ -908,6 +924,11 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
                            "unknown flag '--lerning-rate'; did you mean '--learning-rate'? (see 'bagpipe train --help')");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s -batch-size 64", test_bin(), d), "did you mean '--batch-size'?");
     EXPECT(2, cmd("%s synth --row 100 -o x.bin", test_bin()), "did you mean '--rows'?");
+    // A typo nearest to another tool's flag, which is refused too: its hint, not "did you mean"
+    // a flag that would be refused in turn.
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --print-fre 10", test_bin(), d),
+                           "unknown flag '--print-fre' (near '--print-freq', which is not taken here either: use "
+                           "--print-every N");
     // The reference's Kaggle script's other flags are named with what to do (they were "unknown flag",
     // or a misleading "did you mean": --arch-interaction-op for --arch-interaction-itself)
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --round-targets=True", test_bin(), d),

@@ -119,6 +119,22 @@ TEST(bagpipe_cache_too_small) {
         ASSERT_STR_CONTAINS(out, "cache too small");
         ASSERT_STR_CONTAINS(out, "the minimum cache size for this batch is");
         ASSERT_STR_CONTAINS(out, "holds 5");
+        // The error names the analysis that finds the smallest cache; run as given, its size trains.
+        const char *a = strstr(out, "'bagpipe analyze "), *z = a ? strchr(a + 1, '\'') : NULL;
+        ASSERT_MSG(a && z, "no analyze command in:\n%s", out);
+        char args[1024];
+        snprintf(args, sizeof args, "%.*s", (int)(z - a - 17), a + 17);
+        free(out);
+        ASSERT_STR_CONTAINS(args, "--cache 5 --trainers 2 --batch-size 16 --lookahead 32 --prefetch 2 ");
+        ASSERT_EQ(test_run(&out, 60, "%s analyze --json %s", test_bin(), args), 0);
+        const char *m = strstr(out, "\"min_cache\": ");
+        ASSERT_MSG(m != NULL, "%s", out);
+        const unsigned long long min = strtoull(m + 13, NULL, 10);
+        free(out);
+        ASSERT_TRUE(min > 5);
+        rc = test_run(&out, 60, "%s %s train --mode bagpipe --trainers 2 --servers 1 --cache-rows %llu "
+                      "--oracle-threads %d " BP_MODEL " %s", dist_test_env(), test_bin(), min, threads, data);
+        ASSERT_MSG(rc == 0, "--cache-rows %llu (analyze's smallest): exit %d:\n%s", min, rc, out);
         free(out);
     }
 }

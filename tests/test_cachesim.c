@@ -29,6 +29,42 @@ static uint32_t *powerlaw_trace(uint64_t rows, uint32_t F, const uint64_t *card,
 
 static double hit(const cachesim_result *r) { return (double)r->hits / (double)r->accesses; }
 
+// The smallest cache the lookahead policy works with (what `analyze --cache` names when the
+// cache is too small), against a scan of every size from 1: the first size that works, on random
+// traces for T = 1..4, several windows and prefetch distances.  Every size from there to twice
+// it works too (the search is not told so; a size above the minimum that failed would show that
+// "the smallest that works" does not mean "every larger works").
+TEST(cachesim_lookahead_min_cache_matches_a_scan) {
+    int checked = 0;
+    for (uint64_t seed = 1; seed <= 24; seed++) {
+        bp_rng g;
+        bp_rng_seed(&g, seed, 77);
+        uint64_t card[3] = {5 + bp_rng_u64(&g) % 40, 3 + bp_rng_u64(&g) % 10, 20 + bp_rng_u64(&g) % 200};
+        const uint64_t rows = 40 + bp_rng_u64(&g) % 200;
+        uint32_t *ids = powerlaw_trace(rows, 3, card, 1.5 + (double)(seed % 4), seed);
+        cachesim *cs;
+        ASSERT_OK(cachesim_open(&cs, ids, rows, 3, card));
+        cachesim_config c = {.T = 1 + (uint32_t)(seed % 4), .B = 4 + (uint32_t)(bp_rng_u64(&g) % 12),
+                             .W = (uint32_t)(bp_rng_u64(&g) % 8), .P = (uint32_t)(bp_rng_u64(&g) % 3), .threads = 1};
+        uint64_t min = 0;
+        ASSERT_OK(cachesim_lookahead_min_cache(cs, &c, &min));
+        cachesim_result r;
+        uint64_t first = 0;
+        for (c.C = 1; !first; c.C++) {
+            int rc = cachesim_run(cs, CS_LOOKAHEAD, &c, &r);
+            ASSERT_TRUE(rc == 0 || rc == BP_ECAPACITY);
+            if (rc == 0) first = c.C;
+        }
+        ASSERT_MSG(min == first, "seed %llu T=%u B=%u W=%u P=%u: search %llu, scan %llu", (unsigned long long)seed, c.T,
+                   c.B, c.W, c.P, (unsigned long long)min, (unsigned long long)first);
+        for (c.C = first; c.C <= 2 * first; c.C++) ASSERT_OK(cachesim_run(cs, CS_LOOKAHEAD, &c, &r));
+        checked++;
+        cachesim_close(cs);
+        free(ids);
+    }
+    ASSERT_EQ(checked, 24);
+}
+
 TEST(cachesim_lookahead_beats_lru_beats_none) {
     uint64_t card[3] = {2000, 10000, 300};
     uint64_t rows = 64 * 200;
@@ -342,11 +378,13 @@ TEST(cachesim_analyze_command_outputs) {
         snprintf(path, sizeof path, "%s/hit_vs_lookahead.svg", dir);
         ASSERT_MSG(png || stat(path, &sb) == 0, "gnuplot is installed but no chart was written");
     }
-    // The table.
-    char *argv2[] = {"analyze", "--cache", "300", "--trainers", "2", "--batch-size", "64", (char *)data, NULL};
+    // The table, with train's defaults for the window and prefetch (W = 32, P = 2).
+    char *argv2[] = {"analyze", "--cache", "400", "--trainers", "2", "--batch-size", "64", (char *)data, NULL};
     ASSERT_EQ(run_cmd(out, 8, argv2), 0);
     char *tab = slurp(out);
-    ASSERT_STR_CONTAINS(tab, "lookahead        300    100");
+    ASSERT_STR_CONTAINS(tab, "prefetch 2,");
+    ASSERT_STR_CONTAINS(tab, "lookahead        400     32   ");
+    ASSERT_MSG(!strstr(tab, "cache too small"), "%s", tab);
     ASSERT_STR_CONTAINS(tab, "none               -      -    0.00%");
     free(tab);
     // Usage errors.
@@ -440,6 +478,85 @@ TEST(cachesim_failed_chart_leaves_no_empty_file) {
     ASSERT_MSG(stat(path, &sb) == 0 && sb.st_size > 0, "no CSV: %s", path);
 }
 
+// Writes a small text file.
+static int put_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return BP_EIO;
+    fputs(text, f);
+    return fclose(f) == 0 ? 0 : BP_EIO;
+}
+
+// gnuplot exits 0 when it could not write its output (a full disk: a PNG cut short, or empty).
+// Such charts are removed and the run fails, naming the chart, where it used to print that it
+// wrote them and exit 0.  An earlier run's charts never stay beside a new run's data: gone when
+// gnuplot cannot run.  And the three data files are written all or none (a name taken by a
+// directory: none of them, and the directory this run made removed).
+TEST(cachesim_charts_whole_or_none) {
+    if (test_run(NULL, 10, "command -v gnuplot") != 0) {
+        test_skip("gnuplot is not installed");
+        return;
+    }
+    const char *data = test_path("d.bin");
+    ASSERT_OK(write_powerlaw_dataset(data));
+    char tools[600], script[700], dir[600], path[800];
+    snprintf(tools, sizeof tools, "%s", test_path("tools"));
+    snprintf(dir, sizeof dir, "%s", test_path("plots"));
+    ASSERT_EQ(mkdir(tools, 0755), 0);
+    snprintf(script, sizeof script, "%s/plot_cachesim.gp", tools);
+    FILE *f = fopen(script, "w"); // as gnuplot leaves a PNG on a full disk: a prefix, exit 0
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "system(\"printf '\\\\211PNG' > \".dir.\"/hit_vs_capacity.png\")\n");
+    fclose(f);
+    ASSERT_EQ(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/hit_vs_lookahead.svg", dir); // an earlier run's chart
+    ASSERT_OK(put_text(path, "<svg></svg>\n"));
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "BAGPIPE_TOOLS=%s %s analyze --cache 400 --trainers 2 -b 32 -t 1 --plot-dir %s %s",
+                       tools, test_bin(), dir, data),
+              1);
+    ASSERT_STR_CONTAINS(out, "gnuplot did not finish");
+    ASSERT_STR_CONTAINS(out, "hit_vs_capacity.png");
+    ASSERT_MSG(!strstr(out, "charts\n"), "it said it wrote the charts: %s", out);
+    free(out);
+    struct stat sb;
+    static const char *const gone[] = {"hit_vs_capacity.png", "hit_vs_lookahead.svg"};
+    for (size_t k = 0; k < BP_ARRAY_LEN(gone); k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, gone[k]);
+        ASSERT_MSG(lstat(path, &sb) != 0, "left: %s", path);
+    }
+    snprintf(path, sizeof path, "%s/cachesim_capacity.csv", dir);
+    ASSERT_MSG(stat(path, &sb) == 0 && sb.st_size > 0, "no CSV: %s", path);
+    // Without gnuplot (an empty PATH but for the shell's own directory): an earlier chart is removed.
+    snprintf(path, sizeof path, "%s/hit_vs_capacity.png", dir);
+    ASSERT_OK(put_text(path, "old"));
+    ASSERT_EQ(test_run(&out, 60, "PATH=/nonexistent-dir %s analyze --cache 400 --trainers 2 -b 32 -t 1 "
+                       "--plot-dir %s %s", test_bin(), dir, data),
+              0);
+    ASSERT_STR_CONTAINS(out, "gnuplot is not installed");
+    free(out);
+    ASSERT_MSG(lstat(path, &sb) != 0, "an earlier run's chart was left: %s", path);
+    // cachesim_lookahead.csv taken by a directory: no file of this run is written (neither the
+    // JSON before it nor the CSV before that, which keeps the earlier run's text).
+    snprintf(path, sizeof path, "%s/cachesim_capacity.csv", dir);
+    char *before = slurp(path);
+    ASSERT_TRUE(before != NULL);
+    snprintf(path, sizeof path, "%s/cachesim_lookahead.csv", dir);
+    ASSERT_EQ(unlink(path), 0);
+    ASSERT_EQ(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/cachesim.json", dir);
+    ASSERT_EQ(unlink(path), 0);
+    ASSERT_EQ(test_run(&out, 60, "%s analyze --cache 300 --trainers 2 -b 32 -t 1 --plot-dir %s %s", test_bin(), dir,
+                       data),
+              1);
+    ASSERT_STR_CONTAINS(out, "cachesim_lookahead.csv");
+    free(out);
+    ASSERT_MSG(lstat(path, &sb) != 0, "cachesim.json was written beside the failed CSV: %s", path);
+    snprintf(path, sizeof path, "%s/cachesim_capacity.csv", dir);
+    char *after = slurp(path);
+    ASSERT_TRUE(after != NULL && strcmp(before, after) == 0);
+    free(before), free(after);
+}
+
 // --json names the dataset as a JSON string: a quote or a backslash in the path used to become '_'
 // (another file's name) and a tab or newline went out raw (not JSON), where plain analyze --json
 // escapes them.
@@ -452,7 +569,8 @@ TEST(cachesim_json_escapes_the_dataset_path) {
     char *j = slurp(out);
     ASSERT_TRUE(j != NULL);
     ASSERT_STR_CONTAINS(j, "a\\\"b\\\\c\\u0009d.bin\",\n");
-    ASSERT_STR_CONTAINS(j, "\"error\": \"cache too small: a batch needs ");
+    ASSERT_STR_CONTAINS(j, "\"error\": \"cache too small: the smallest that works is ");
+    ASSERT_STR_CONTAINS(j, "\"min_cache\": ");
     free(j);
 }
 

@@ -202,7 +202,8 @@ TEST(cli_aliases_hints_and_suggestions) {
         {"--batchsize=3", "unknown flag '--batchsize'; did you mean '--batch-size'?"},
         {"--learning_rate", "did you mean '--learning-rate'?"},
         {"-batch-size", "unknown flag '-batch-size'; did you mean '--batch-size'?"},
-        {"--num-batch", "did you mean '--num-batches'?"},
+        {"--num-batch", "unknown flag '--num-batch' (near '--num-batches', which is not taken here either: use "
+                        "--iters)"},
         {"-b64", "unknown flag '-b64'; did you mean '-b 64'?"},
         {"-b=64", "unknown flag '-b=64'; did you mean '-b 64'?"},
         {"--verify", "unknown flag '--verify': it is the default ('--no-verify' turns it off)"},
@@ -268,6 +269,44 @@ TEST(jsonl_escapes_and_nulls) {
     jsonl_end(&j, NULL);
     j.buf[j.len] = 0;
     ASSERT_TRUE(strcmp(j.buf, "{\"event\":\"a\\\"b\\\\c\\u000a\",\"iter\":-3,\"loss\":0.25,\"auc\":null}\n") == 0);
+}
+
+// A string that is not UTF-8 (a file name in another encoding) still makes valid JSON: each byte
+// that starts no well-formed sequence becomes U+FFFD; well-formed multibyte characters pass as
+// they are.  Both writers (the line buffer and jsonl_fput_string) do the same.
+TEST(jsonl_strings_that_are_not_utf8) {
+    static const char *const in[] = {
+        "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", // 2-, 3- and 4-byte characters: unchanged
+        "a\xffz",                                      // a byte that starts nothing
+        "\x80\xbf",                                    // two stray continuation bytes
+        "\xc0\xaf\xe0\x80\xaf",                         // overlong forms of '/'
+        "\xed\xa0\x80",                                // a surrogate (U+D800)
+        "\xf4\x90\x80\x80",                            // above U+10FFFF
+        "x\xe2\x82",                                   // cut short by the end of the string
+    };
+    static const char *const want[] = {
+        "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"", "\"a\\ufffdz\"", "\"\\ufffd\\ufffd\"",
+        "\"\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\"", "\"\\ufffd\\ufffd\\ufffd\"",
+        "\"\\ufffd\\ufffd\\ufffd\\ufffd\"", "\"x\\ufffd\\ufffd\"",
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(in); i++) {
+        jsonl j;
+        jsonl_begin(&j);
+        jsonl_str(&j, "p", in[i]);
+        jsonl_end(&j, NULL);
+        j.buf[j.len] = 0;
+        char line[128];
+        snprintf(line, sizeof line, "{\"p\":%s}\n", want[i]);
+        ASSERT_TRUE(strcmp(j.buf, line) == 0);
+        char *mem = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&mem, &len);
+        ASSERT_TRUE(f != NULL);
+        jsonl_fput_string(f, in[i]);
+        fclose(f);
+        ASSERT_TRUE(strcmp(mem, want[i]) == 0);
+        free(mem);
+    }
 }
 
 // A metrics path that is a symbolic link to a file not yet there: the file is created and
