@@ -193,6 +193,18 @@ const ckpt_file *ckpt_find(const ckpt_manifest *m, const char *name) {
 }
 
 int ckpt_manifest_commit(const char *dir, const ckpt_manifest *m) {
+    // Every part it lists is here, at its size: a rank that wrote its part into a directory this
+    // process does not see (a node-local disk in a multi-host job) used to have its checkpoints
+    // committed, listed as written, and then found unusable at the resume.
+    char part[4200];
+    for (int i = 0; i < m->n_files; i++) {
+        struct stat st;
+        join(part, sizeof part, dir, m->files[i].name);
+        if (stat(part, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != m->files[i].size)
+            return bp_fail(BP_EIO, "%s: written (%llu bytes) but %s here; every rank must see the one directory "
+                           "(on a shared file system), and nothing else may change it", part,
+                           (unsigned long long)m->files[i].size, stat(part, &st) != 0 ? "not found" : "of another size");
+    }
     size_t cap = 4096 + (size_t)m->n_kv * (CKPT_NAME_MAX + CKPT_VAL_MAX + 4) + (size_t)m->n_files * (CKPT_NAME_MAX + 48);
     char *buf = bp_xmalloc(cap);
     size_t len = (size_t)snprintf(buf, cap, "%s\n", MANIFEST_MAGIC);
@@ -847,9 +859,11 @@ int ckpt_stage_commit(const char *dir, const char *stage) {
 
 // A checkpoint whose manifest loads and whose parts all have the sizes it lists (the cheap test:
 // CRCs are checked when a checkpoint is loaded).
-static int looks_valid(const char *dir) {
+// A manifest that loads, and parts of the sizes it lists; and, given run_id, written by that run.
+static int looks_valid(const char *dir, const char *run_id) {
     ckpt_manifest *m = bp_xmalloc(sizeof *m);
     int ok = ckpt_manifest_load(dir, m) == 0;
+    if (ok && run_id) ok = ckpt_get(m, "run") && strcmp(ckpt_get(m, "run"), run_id) == 0;
     char path[4200];
     for (int i = 0; ok && i < m->n_files; i++) {
         struct stat st;
@@ -871,13 +885,13 @@ int64_t ckpt_newest_valid(const char *root) {
     char dir[4096];
     for (int i = n - 1; i >= 0 && newest < 0; i--) {
         ckpt_dir_path(dir, sizeof dir, root, its[i]);
-        if (looks_valid(dir)) newest = its[i];
+        if (looks_valid(dir, NULL)) newest = its[i];
     }
     free(its);
     return newest;
 }
 
-int ckpt_prune(const char *root, int keep, int64_t committed) {
+int ckpt_prune(const char *root, int keep, int64_t committed, int64_t since, const char *run_id) {
     BP_ASSERT(keep >= 1);
     int64_t *its;
     int n, rc = list_ckpts(root, &its, &n);
@@ -889,7 +903,7 @@ int ckpt_prune(const char *root, int keep, int64_t committed) {
     for (int i = n - 1; i >= 0; i--) {
         if (committed >= 0 && its[i] > committed) continue; // not this run's history: left alone
         ckpt_dir_path(dir, sizeof dir, root, its[i]);
-        valid[i] = looks_valid(dir) || its[i] == committed;
+        valid[i] = looks_valid(dir, run_id && its[i] > since ? run_id : NULL) || its[i] == committed;
         if (valid[i] && newest_valid < 0) newest_valid = its[i];
     }
     for (int i = n - 1; i >= 0 && !rc; i--) {

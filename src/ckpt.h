@@ -108,6 +108,7 @@ typedef struct {
     const char *resume;  // --resume ROOT (NULL: a fresh start)
     int64_t start_iter;  // resuming: the checkpoint's iteration (0 otherwise)
     char from[4096];     // resuming: the checkpoint directory
+    char run_id[64];     // writing: this run's name in its manifests ("run"; pid, host and start time)
 } ckpt_opts;
 // ROOT/ckpt-<iter>.
 void ckpt_dir_path(char *buf, size_t cap, const char *root, int64_t iter);
@@ -132,14 +133,18 @@ int ckpt_latest_wait(const char *root, char *dir, size_t cap, int64_t *iter, ckp
 // The newest checkpoint under root whose MANIFEST loads and names its iteration, without reading
 // its parts (ckpt_latest verifies them): for a message, not for loading.  Quiet; BP_EIO if none.
 int ckpt_latest_committed(const char *root, char *dir, size_t cap, int64_t *iter);
-// After the commit of checkpoint `committed` (-1: none): keeps the `keep` newest checkpoints whose
-// manifest loads and whose parts have their sizes, removes the older ones and any older leftover
-// without a valid manifest.  Never removes one of the `keep` newest valid ones, nor anything newer
-// than the newest valid one, nor `committed`; checkpoints newer than `committed` (of a history this
-// run left: it resumed from an older one because they were damaged) are neither kept nor removed,
-// so that one of them cannot push out what this run writes.  Returns the number of directories
-// removed, or a negative code.
-int ckpt_prune(const char *root, int keep, int64_t committed);
+// After the commit of checkpoint `committed` (-1: none) by the run named run_id (NULL: any), which
+// began at iteration `since` (the checkpoint it resumed from; -1 for a fresh run): keeps the `keep`
+// newest checkpoints whose manifest loads and whose parts have their sizes, removes the older ones
+// and any older leftover without a valid manifest.  Never removes one of the `keep` newest valid
+// ones, nor anything newer than the newest valid one, nor `committed`; checkpoints newer than
+// `committed` (of a history this run left: it resumed from an older one because they were
+// damaged) are neither kept nor removed, so that one of them cannot push out what this run writes.
+// Between `since` and `committed` only this run's own (their manifest's "run" is run_id) count as
+// valid: one there that it did not write is what it skipped as damaged when it resumed (a flipped
+// byte passes the size check), and counting it kept one valid checkpoint fewer than `keep`.
+// Returns the number of directories removed, or a negative code.
+int ckpt_prune(const char *root, int keep, int64_t committed, int64_t since, const char *run_id);
 // Locks the checkpoint root for the rest of this process's life (flock on ROOT/.lock, which says
 // the holder's pid; ROOT created first if `create`): a second job writing or resuming the same
 // root is refused with BP_EUSAGE naming `flag`, ROOT and that pid, where two jobs used to prune

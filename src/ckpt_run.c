@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -134,7 +135,18 @@ int ckpt_run_setup(train_setup *su) {
     // Checked now, not at the first checkpoint: a file in the way, or a place where nothing can
     // be created, is refused before any training.
     int rc = want ? ckpt_dir_check(ck->dir) : 0;
-    if (rc) return bp_fail(rc, "%s %s", ck->dir == ck->resume ? "--resume" : "--checkpoint-dir", bp_errmsg(rc));
+    if (want) { // this run's name in its manifests, which pruning tells from a skipped run's (ckpt_prune)
+        char host[64] = "";
+        gethostname(host, sizeof host - 1);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(ck->run_id, sizeof ck->run_id, "%.32s-%ld-%lld.%09ld", host, (long)getpid(), (long long)ts.tv_sec,
+                 ts.tv_nsec);
+    }
+    if (rc && ck->dir == ck->resume) // read it may be; the run writes its checkpoints there too
+        return bp_fail(rc, "--resume %s (without --checkpoint-dir this run writes its checkpoints there too: give "
+                       "--checkpoint-dir with an empty or new directory to write them elsewhere)", bp_errmsg(rc));
+    if (rc) return bp_fail(rc, "--checkpoint-dir %s", bp_errmsg(rc));
     // A new run into another run's checkpoints would mix the two: pruning keeps the newest, which
     // may be the other run's (this run's own were removed as soon as written), and a --resume
     // after a failure would take them.  So would a resumed run writing into a directory other than
@@ -153,6 +165,9 @@ int ckpt_run_setup(train_setup *su) {
     ckpt_manifest *m = bp_xmalloc(sizeof *m);
     int64_t it = 0;
     rc = ckpt_latest(ck->resume, ck->from, sizeof ck->from, &it, m);
+    if (rc && strstr(bp_errmsg(rc), ": no valid checkpoint among ")) // each damaged: say what is left to do
+        rc = bp_fail(rc, "%s; nothing to resume from: train anew (without --resume) with an empty or new "
+                     "--checkpoint-dir; these are left as they are", bp_errmsg(rc));
     if (!rc) rc = config_check(m, ck->from, su);
     if (!rc && it > su->total_iters)
         rc = bp_fail(BP_EUSAGE, "--resume %s: the checkpoint is at iteration %lld, beyond this run's %lld (--iters, "
@@ -285,12 +300,14 @@ int ckpt_run_commit(const trainer *tr, const train_setup *su, int64_t iter, cons
     ckpt_manifest_init(m);
     trainer_manifest_fill(tr, m, su->ds, iter, iter * su->B, su->seed);
     ckpt_set(m, "kind", "checkpoint");
+    ckpt_set(m, "run", "%s", su->ck.run_id);
     config_keys(m, su);
     for (int i = 0; i < n; i++) ckpt_add_file(m, &files[i]);
     int rc = ckpt_manifest_commit(dir, m);
     free(m);
     if (rc) return rc;
-    int removed = ckpt_prune(su->ck.dir, su->ck.keep, iter);
+    const int64_t since = su->ck.from[0] ? su->ck.start_iter : -1;
+    int removed = ckpt_prune(su->ck.dir, su->ck.keep, iter, since, su->ck.run_id);
     if (removed < 0) // the checkpoint is committed; a failed prune only leaves old ones behind
         fprintf(stderr, "bagpipe: warning: pruning old checkpoints: %s\n", bp_errmsg(removed));
     return 0;

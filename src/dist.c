@@ -219,9 +219,12 @@ static int dist_end(const dist_layout *l, int me, int idle) {
 // (it waits for the slowest rank meanwhile); an all-gather used to wait for it for ever.  Test
 // hook: BAGPIPE_TEST_STOP_AT_START=R stops rank R here (SIGSTOP), before it reports.
 typedef struct {
-    int32_t rc, pad;
+    int32_t rc;
+    int32_t start; // the iteration its --resume checkpoint is at (0: none; -1: beyond 32 bits, not compared)
     dist_host host;
 } start_msg;
+
+static int32_t start_field(const train_setup *su) { return su->ck.start_iter <= INT32_MAX ? (int32_t)su->ck.start_iter : -1; }
 _Static_assert(sizeof(start_msg) == 80, "tests/test_badinput.c's stand-in peer sends an 80-byte START");
 
 static int dist_agree(const train_setup *su, const dist_layout *l, int me, int n, int *setup_rc, role_oracle **ro,
@@ -232,7 +235,7 @@ static int dist_agree(const train_setup *su, const dist_layout *l, int me, int n
     int rc = 0;
     comm_req q;
     if (me != 0) {
-        start_msg mine = {.rc = *setup_rc};
+        start_msg mine = {.rc = *setup_rc, .start = start_field(su)};
         dist_host_self(&mine.host, me);
         rc = comm_isend(&mine, sizeof mine, 0, MSG_START, &q);
         if (!rc) rc = comm_wait(&q, NULL);
@@ -255,11 +258,23 @@ static int dist_agree(const train_setup *su, const dist_layout *l, int me, int n
         hosts[r] = m.host;
         hosts[r].name[sizeof hosts[r].name - 1] = 0;
         if (m.rc && out[0] < 0) out[0] = r, out[1] = m.rc;
+        // Every rank must resume from the same checkpoint: ranks that see the --resume directory
+        // differently (node-local disks, a stale NFS view) each took their own newest, and the job
+        // then hung or failed on a message of the wrong iteration.
+        const int32_t s0 = start_field(su);
+        if (!m.rc && !*setup_rc && out[0] < 0 && m.start != s0 && m.start >= 0 && s0 >= 0) {
+            char rr[64];
+            dist_role_name(r, l, rr, sizeof rr);
+            *setup_rc = bp_fail(BP_EMISMATCH, "--resume %s: rank %d (%s) resumes from the checkpoint at iteration %d, "
+                                "rank 0 from the one at %d: the ranks do not see the same checkpoint directory; every "
+                                "rank must see one directory, on a shared file system", su->ck.resume, r, rr, m.start,
+                                s0);
+        }
     }
     // Rank 0's own setup, once every rank could start: the launcher has checked the memory of a
     // job it started itself (every rank on this host); under the user's mpirun/srun the ranks may
     // be on several hosts, each held to its own memory here.
-    if (!rc && out[0] < 0 && !getenv(LAUNCH_ENV_SELF)) *setup_rc = dist_mem_check(su, l, hosts);
+    if (!rc && out[0] < 0 && !*setup_rc && !getenv(LAUNCH_ENV_SELF)) *setup_rc = dist_mem_check(su, l, hosts);
     if (!rc && out[0] < 0 && !*setup_rc && su->mode == TRAIN_MODE_BAGPIPE) *setup_rc = role_oracle_prepare(ro, su, l);
     if (!rc && out[0] < 0 && *setup_rc) out[0] = 0, out[1] = *setup_rc;
     free(hosts);

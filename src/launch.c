@@ -424,7 +424,11 @@ int launch_job(int np, int argc, char **argv, launch_role_fn role, const void *c
     else if (f.exit_code >= 0)
         fprintf(stderr, "bagpipe: job failed: %s was the first to exit, with code %d (its message is above)\n", what,
                 f.exit_code);
-    else
+    else if (WIFSIGNALED(st)) { // mpirun itself killed (the OOM killer, kill -9): its 128 + signal
+        fprintf(stderr, "bagpipe: job failed: mpirun was killed by signal %d (%s); the ranks stop with it\n",
+                WTERMSIG(st), strsignal(WTERMSIG(st)));
+        return 1; // not 128 + signal, which would read as this launcher killed
+    } else
         fprintf(stderr, "bagpipe: job failed: mpirun exited with code %d\n", code);
     return code;
 }

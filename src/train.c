@@ -166,7 +166,14 @@ void trainer_manifest_fill(const trainer *tr, ckpt_manifest *m, const bp_dataset
     ckpt_set(&man, "seed", "%llu", (unsigned long long)seed);
     ckpt_set(&man, "iteration", "%lld", (long long)iter);
     ckpt_set(&man, "samples", "%lld", (long long)samples);
-    ckpt_set(&man, "dataset", "%s", ds ? ds->path : "");
+    // The dataset's path, for messages only: a manifest value is one line, so a newline or other
+    // control character in the name becomes '?' (a path with a newline used to abort the run at
+    // its save, after training).
+    char path[CKPT_VAL_MAX];
+    snprintf(path, sizeof path, "%s", ds ? ds->path : "");
+    for (char *c = path; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    ckpt_set(&man, "dataset", "%s", path);
     ckpt_set(&man, "n_params", "%zu", tr->m.n_params);
     for (int i = 0; i < man.n_kv; i++) ckpt_set(m, man.key[i], "%s", man.val[i]);
 }
@@ -779,7 +786,12 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     // made of a root that another job is writing.
     memset(&ds, 0, sizeof ds), memset(&su, 0, sizeof su);
     rc = !getenv(LAUNCH_ENV_SELF) && comm_rank() == 0 ? train_lock_roots(fl) : 0;
-    if (!rc) rc = setup_build(&su, fl, &ds, data_path);
+    // test hook (tests/test_ckpt_run.c): BAGPIPE_TEST_RESUME_AS=R:DIR makes rank R resume from DIR,
+    // as a rank that sees the --resume directory otherwise (a node-local disk) would
+    train_flags own = *fl;
+    const char *as = getenv("BAGPIPE_TEST_RESUME_AS");
+    if (as && *as && own.ck.resume && atoi(as) == comm_rank() && strchr(as, ':')) own.ck.resume = strchr(as, ':') + 1;
+    if (!rc) rc = setup_build(&su, &own, &ds, data_path);
     bp_log_level = level;
     // under the user's launcher, rank 0 holds the memory plan against each host in dist_run
     rc = dist_run(&su, &lay, rc);

@@ -435,6 +435,24 @@ TEST(badinput_metrics_write_error) {
     EXPECT(0, cmd("cat %s", old), "{}");
 }
 
+// A dataset whose name holds a newline trains, saves and checkpoints: the manifest records the name
+// with '?' for it (the save used to abort the run after training, losing the model, and a
+// checkpoint left a half-written ckpt-K).
+TEST(badinput_dataset_path_with_a_newline) {
+    const char *d = dataset("d.bin", 500);
+    char nl[600], dir[600], ck[600];
+    snprintf(nl, sizeof nl, "%s", test_path("d\nx.bin"));
+    snprintf(dir, sizeof dir, "%s", test_path("m"));
+    snprintf(ck, sizeof ck, "%s", test_path("ck"));
+    ASSERT_EQ(rename(d, nl), 0);
+    EXPECT(0, cmd("%s train \"%s\" " TINY " --iters 20 --checkpoint-every 10 --checkpoint-dir %s --save %s", test_bin(),
+                  nl, ck, dir),
+           "saved model");
+    EXPECT(0, cmd("grep -x \"set dataset .*/d?x.bin\" %s/MANIFEST", dir), "d?x.bin");
+    EXPECT(0, cmd("%s eval --load %s \"%s\"", test_bin(), dir, nl), "AUC");
+    EXPECT(0, cmd("%s train \"%s\" " TINY " --iters 30 --resume %s", test_bin(), nl, ck), "resumed");
+}
+
 // What a command prints to standard output is checked at its end: a full disk there (a report or
 // JSON redirected to a full tmpfs) used to leave it cut short with exit 0.
 TEST(badinput_stdout_write_error) {

@@ -170,6 +170,37 @@ TEST(ckpt_manifest_versions_and_strict_entries) {
     }
 }
 
+// A manifest is committed only when every part it lists is there at its size: a part another rank
+// wrote where this process does not see it (a node-local disk) used to be committed as written,
+// and the checkpoint was found unusable only at the resume.
+TEST(ckpt_manifest_commit_needs_its_parts_here) {
+    const char *dir = test_tmpdir();
+    static ckpt_manifest m;
+    ckpt_manifest_init(&m);
+    ckpt_set(&m, "kind", "checkpoint");
+    ckpt_file f = {.size = 4, .crc = 0};
+    snprintf(f.name, sizeof f.name, "server-0.bin");
+    ckpt_add_file(&m, &f);
+    ASSERT_EQ(ckpt_manifest_commit(dir, &m), BP_EIO);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EIO), "server-0.bin: written (4 bytes) but not found here; every rank must see "
+                                          "the one directory");
+    char path[600];
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    ASSERT_MSG(access(path, F_OK) != 0, "the manifest was committed");
+    snprintf(path, sizeof path, "%s/server-0.bin", dir);
+    FILE *p = fopen(path, "wb");
+    ASSERT_TRUE(p != NULL);
+    fputs("abc", p); // 3 bytes, where the rank wrote 4
+    fclose(p);
+    ASSERT_EQ(ckpt_manifest_commit(dir, &m), BP_EIO);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EIO), "but of another size here");
+    p = fopen(path, "ab");
+    ASSERT_TRUE(p != NULL);
+    fputc('d', p);
+    fclose(p);
+    ASSERT_OK(ckpt_manifest_commit(dir, &m));
+}
+
 // Bytes appended after the end line are named as such, and a MANIFEST that cannot be opened for
 // another reason than its absence (a symbolic link loop) says why: both used to read as
 // "incomplete manifest (no end line)" and "no saved model or checkpoint here".

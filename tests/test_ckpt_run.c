@@ -234,7 +234,7 @@ TEST(ckpt_prune_keeps_newest_valid) {
     ASSERT_OK(fake_ckpt(root, 40, 1));
     ASSERT_OK(fake_ckpt(root, 50, 0)); // newer than every valid one: not pruning's to judge
     damage(root, 40, "dense.bin", 1);  // wrong size: not counted among the kept
-    ASSERT_EQ(ckpt_prune(root, 1, -1), 2);  // 10 and 20 go; 30 is the newest valid, 40 and 50 are newer
+    ASSERT_EQ(ckpt_prune(root, 1, -1, -1, NULL), 2);  // 10 and 20 go; 30 is the newest valid, 40 and 50 are newer
     ASSERT_TRUE(!ckpt_exists(root, 10) && !ckpt_exists(root, 20));
     ASSERT_TRUE(ckpt_valid(root, 30) && ckpt_exists(root, 40) && ckpt_exists(root, 50));
     char dir[4096];
@@ -242,8 +242,44 @@ TEST(ckpt_prune_keeps_newest_valid) {
     ckpt_manifest m;
     ASSERT_OK(ckpt_latest(root, dir, sizeof dir, &it, &m));
     ASSERT_EQ(it, 30);
-    ASSERT_EQ(ckpt_prune(root, 1, -1), 0);
+    ASSERT_EQ(ckpt_prune(root, 1, -1, -1, NULL), 0);
     ASSERT_TRUE(ckpt_valid(root, 30));
+}
+
+// A resumed run that skipped a damaged checkpoint (a flipped byte: sizes intact) and then writes
+// its own on both sides of it keeps --keep valid ones: the skipped one is not its own, so pruning
+// does not count it (it used to keep the damaged 90 and 91, removing 84 and 80: one valid left).
+TEST(ckpt_prune_does_not_count_what_the_resume_skipped) {
+    ASSERT_OK(make_data());
+    const char *root = test_path("ck");
+    TRAIN_OK("", "--iters 100 --checkpoint-every 10 --keep 2 --checkpoint-dir %s", root);
+    damage(root, 90, "emb.bin", 0);
+    char *out = NULL;
+    int st = train(&out, "", "--iters 95 --resume %s --checkpoint-every 7", root);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "ckpt-000000000090: ");
+    free(out);
+    ASSERT_TRUE(ckpt_valid(root, 84) && ckpt_valid(root, 91));
+    ASSERT_MSG(!ckpt_exists(root, 90), "the damaged checkpoint was kept in place of a valid one");
+}
+
+// Ranks that see the --resume directory differently (node-local disks, a stale NFS view) take
+// different checkpoints: the job used to hang (sync) or fail on a message of the wrong iteration
+// (bagpipe).  The start-up agreement compares them and refuses, naming the rank, before training.
+TEST(ckpt_resume_ranks_must_agree_on_the_checkpoint) {
+    ASSERT_OK(make_data());
+    const char *root = test_path("ck"), *other = test_path("ck2");
+    TRAIN_OK("", SYNC " --iters 30 --checkpoint-every 10 --keep 3 --checkpoint-dir %s", root);
+    ASSERT_EQ(test_run(NULL, 10, "cp -r %s %s && rm -r %s/ckpt-000000000020", root, other, other), 0);
+    char *out = NULL, env[700];
+    snprintf(env, sizeof env, "BAGPIPE_TEST_RESUME_AS=3:%s", other); // rank 3: trainer 0
+    double t0 = bp_now();
+    int st = train(&out, env, SYNC " --iters 40 --resume %s", root);
+    ASSERT_MSG(st == 1 && bp_now() - t0 < 60, "status %d after %.0f s:\n%s", st, bp_now() - t0, out);
+    ASSERT_STR_CONTAINS(out, "rank 3 (trainer 0) resumes from the checkpoint at iteration 10, rank 0 from the one at "
+                             "20: the ranks do not see the same checkpoint directory");
+    ASSERT_MSG(!strstr(out, "resumed from"), "it trained:\n%s", out);
+    free(out);
 }
 
 // A run that resumed from an older checkpoint (the newer one was damaged past what its sizes show:
@@ -255,7 +291,7 @@ TEST(ckpt_prune_keeps_the_commit_over_a_newer_damaged_one) {
     const char *root = test_path("ck");
     static const int64_t its[] = {100, 130, 160, 200};
     for (size_t i = 0; i < BP_ARRAY_LEN(its); i++) ASSERT_OK(fake_ckpt(root, its[i], 1));
-    ASSERT_EQ(ckpt_prune(root, 1, 160), 2); // 100 and 130 go
+    ASSERT_EQ(ckpt_prune(root, 1, 160, -1, NULL), 2); // 100 and 130 go
     ASSERT_TRUE(!ckpt_exists(root, 100) && !ckpt_exists(root, 130));
     ASSERT_TRUE(ckpt_valid(root, 160) && ckpt_exists(root, 200));
 }
@@ -559,6 +595,9 @@ TEST(ckpt_damaged_picks_newest_valid) {
     ASSERT_MSG(st != 0, "resumed from nothing valid:\n%s", out);
     ASSERT_STR_CONTAINS(out, "no valid checkpoint among 4");
     ASSERT_STR_CONTAINS(out, "manifest checksum mismatch");
+    // and what is left to do (a new run into the same directory is refused, as it holds checkpoints)
+    ASSERT_STR_CONTAINS(out, "nothing to resume from: train anew (without --resume) with an empty or new "
+                             "--checkpoint-dir; these are left as they are");
     free(out);
     for (int64_t k = 100; k <= 250; k += 50) ASSERT_TRUE(ckpt_exists(root, k));
     // eval on a single damaged checkpoint names the file

@@ -740,6 +740,21 @@ TEST(dist_launcher_names_the_reporting_rank_when_mpirun_loses_its_report) {
     free(out);
 }
 
+// mpirun itself killed (the OOM killer, kill -9): the launcher says so and exits 1, as for any
+// failed job (it used to print "mpirun exited with code 137" and exit 137, read as itself killed).
+TEST(dist_launcher_reports_mpirun_killed) {
+    char data[512], dir[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    ASSERT_OK(write_fake_mpirun(dir, sizeof dir, "#!/bin/sh\nkill -9 $$\n"));
+    char *out = NULL;
+    int rc = test_run(&out, 60, "PATH=%s:\"$PATH\" %s train --mode sync --trainers 2 --servers 1 " TINY_MODEL " %s", dir,
+                      test_bin(), data);
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "bagpipe: job failed: mpirun was killed by signal 9 (Killed)");
+    free(out);
+}
+
 // mpirun can hang after the launcher forwards it a signal (seen under load: its ranks ended, never
 // reaped), and the launcher waited on it for good.  A fake mpirun that ignores SIGINT and SIGTERM
 // stands for it: the launcher kills it after the grace (here 1 s), and says so.
