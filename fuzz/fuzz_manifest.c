@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(ckpt_find(&m1, m1.files[i].name) != NULL);
     }
     // Round trip through the writer.
-    FUZZ_CHECK(ckpt_manifest_commit(dir2, &m1) == 0);
+    FUZZ_CHECK(ckpt_manifest_write(dir2, &m1) == 0); // its parts are not there: the write alone
     rc = ckpt_manifest_load(dir2, &m2);
     if (rc) fprintf(stderr, "%s\n", bp_errmsg(rc));
     FUZZ_CHECK(rc == 0);

@@ -192,19 +192,7 @@ const ckpt_file *ckpt_find(const ckpt_manifest *m, const char *name) {
     return NULL;
 }
 
-int ckpt_manifest_commit(const char *dir, const ckpt_manifest *m) {
-    // Every part it lists is here, at its size: a rank that wrote its part into a directory this
-    // process does not see (a node-local disk in a multi-host job) used to have its checkpoints
-    // committed, listed as written, and then found unusable at the resume.
-    char part[4200];
-    for (int i = 0; i < m->n_files; i++) {
-        struct stat st;
-        join(part, sizeof part, dir, m->files[i].name);
-        if (stat(part, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != m->files[i].size)
-            return bp_fail(BP_EIO, "%s: written (%llu bytes) but %s here; every rank must see the one directory "
-                           "(on a shared file system), and nothing else may change it", part,
-                           (unsigned long long)m->files[i].size, stat(part, &st) != 0 ? "not found" : "of another size");
-    }
+int ckpt_manifest_write(const char *dir, const ckpt_manifest *m) {
     size_t cap = 4096 + (size_t)m->n_kv * (CKPT_NAME_MAX + CKPT_VAL_MAX + 4) + (size_t)m->n_files * (CKPT_NAME_MAX + 48);
     char *buf = bp_xmalloc(cap);
     size_t len = (size_t)snprintf(buf, cap, "%s\n", MANIFEST_MAGIC);
@@ -223,6 +211,22 @@ int ckpt_manifest_commit(const char *dir, const ckpt_manifest *m) {
     else bp_afile_abort(&af);
     free(buf);
     return rc;
+}
+
+int ckpt_manifest_commit(const char *dir, const ckpt_manifest *m) {
+    // Every part it lists is here, at its size: a rank that wrote its part into a directory this
+    // process does not see (a node-local disk in a multi-host job) used to have its checkpoints
+    // committed, listed as written, and then found unusable at the resume.
+    char part[4200];
+    for (int i = 0; i < m->n_files; i++) {
+        struct stat st;
+        join(part, sizeof part, dir, m->files[i].name);
+        if (stat(part, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != m->files[i].size)
+            return bp_fail(BP_EIO, "%s: written (%llu bytes) but %s here; every rank must see the one directory "
+                           "(on a shared file system), and nothing else may change it", part,
+                           (unsigned long long)m->files[i].size, stat(part, &st) != 0 ? "not found" : "of another size");
+    }
+    return ckpt_manifest_write(dir, m);
 }
 
 // 1 when dir holds a part (a *.bin file): parts without a MANIFEST are a save or checkpoint whose
