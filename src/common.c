@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -349,11 +350,40 @@ int bp_afile_target(const char *path, char **target) {
 #define AFILE_LIVE_MAX 64
 static char *afile_live[AFILE_LIVE_MAX]; // tmp_path of each named temporary file open, or NULL
 
+static char *signal_dir; // bp_signal_remove_dir's, or NULL
+static pthread_once_t afile_signals_once = PTHREAD_ONCE_INIT;
+
+// Removes dir's entries (files; readdir is not async-signal-safe, getdents64 is a system call),
+// then dir.
+static void remove_dir_in_signal(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct entry { // the kernel's linux_dirent64
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[];
+    };
+    static _Alignas(8) char buf[4096];
+    for (long n; (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;)
+        for (long off = 0; off < n;) {
+            const struct entry *e = (const struct entry *)(buf + off);
+            const char *name = e->name;
+            if (!(name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2])))) unlinkat(fd, name, 0);
+            off += e->reclen;
+        }
+    close(fd);
+    rmdir(dir);
+}
+
 static void afile_on_signal(int sig) {
     for (int i = 0; i < AFILE_LIVE_MAX; i++) {
         const char *p = __atomic_load_n(&afile_live[i], __ATOMIC_ACQUIRE);
         if (p) unlink(p);
     }
+    const char *d = __atomic_load_n(&signal_dir, __ATOMIC_ACQUIRE);
+    if (d) remove_dir_in_signal(d);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -371,13 +401,20 @@ static void afile_signals_install(void) {
 }
 
 static void afile_live_add(char *tmp_path) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, afile_signals_install);
+    pthread_once(&afile_signals_once, afile_signals_install);
     for (int i = 0; i < AFILE_LIVE_MAX; i++) {
         char *none = NULL;
         if (__atomic_compare_exchange_n(&afile_live[i], &none, tmp_path, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) return;
     }
     // More at once than slots: this one is left behind by a signal, as before.
+}
+
+void bp_signal_cleanup_init(void) { pthread_once(&afile_signals_once, afile_signals_install); }
+
+void bp_signal_remove_dir(const char *dir) {
+    pthread_once(&afile_signals_once, afile_signals_install);
+    char *next = dir ? bp_xstrdup(dir) : NULL;
+    free(__atomic_exchange_n(&signal_dir, next, __ATOMIC_ACQ_REL));
 }
 
 static void afile_live_remove(char *tmp_path) {

@@ -139,6 +139,14 @@ int bp_afile_write(bp_afile *af, const void *buf, size_t n);
 int bp_afile_pwrite(bp_afile *af, const void *buf, size_t n, uint64_t off);
 int bp_afile_commit(bp_afile *af);
 void bp_afile_abort(bp_afile *af); // safe after commit or a failed open
+// A directory of this process's own files (a --save's staging directory before it takes the
+// model's place) that SIGINT, SIGTERM and SIGHUP remove with its entries, as they remove named
+// temporary files (when the program leaves them at their default action); NULL: none any more.
+void bp_signal_remove_dir(const char *dir);
+// Installs now the signal actions that remove those (where SIGINT, SIGTERM, SIGHUP are at their
+// default), which the first temporary file installs otherwise: before a caller puts actions of its
+// own in place for a while (the installation sees those and leaves them) and restores these.
+void bp_signal_cleanup_init(void);
 
 // Full-length I/O wrappers that retry on EINTR/short counts; they return 0 or BP_EIO with a
 // message naming `what` (a path).

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -189,9 +190,11 @@ static int trainer_save_into(const trainer *tr, const char *dir, const bp_datase
     int rc = ckpt_write_part(dir, "dense.bin", dbufs, dlens, tr->n_dstate ? 2 : 1, &f);
     if (rc) return rc;
     ckpt_add_file(&man, &f);
-    // BAGPIPE_TEST_SAVE_FAIL=1 (tests): a save that fails between its parts, as a full disk would.
+    // BAGPIPE_TEST_SAVE_FAIL=1 (tests): a save that fails between its parts, as a full disk would;
+    // =2: one interrupted there, as by a Ctrl-C (SIGINT).
     const char *fail = getenv("BAGPIPE_TEST_SAVE_FAIL");
     if (fail && *fail == '1') return bp_fail(BP_EIO, "%s/emb.bin: cannot write: test failure", dir);
+    if (fail && *fail == '2') raise(SIGINT);
     const void *ebuf[1] = {tr->table.data};
     size_t elen[1] = {(size_t)emb_layout_bytes(&tr->L)};
     rc = ckpt_write_part(dir, "emb.bin", ebuf, elen, 1, &f);
@@ -216,7 +219,9 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     ckpt_stage_warn_leftovers(dir);
     char stage[4200];
     int staged = ckpt_stage_begin(dir, stage, sizeof stage);
+    if (staged) bp_signal_remove_dir(stage); // until it takes the old model's place: a Ctrl-C removes it
     rc = trainer_save_into(tr, staged ? stage : dir, ds, iter, samples, seed);
+    if (staged) bp_signal_remove_dir(NULL);
     if (rc && (staged || fresh)) {
         char msg[1536];
         snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
@@ -724,6 +729,43 @@ static void train_resume_hint(const train_flags *fl, int interrupted) {
 
 static void resume_hint_interrupted(const void *fl) { train_resume_hint(fl, 1); }
 
+// A local run's training loop, interrupted (SIGINT, SIGTERM, SIGHUP): the loop stops at the next
+// iteration and says so, with where a --resume goes on from, as the launcher does for a
+// distributed job (a local run used to die in silence).  A second signal ends it at once.
+static volatile sig_atomic_t local_stop;
+static void local_on_signal(int sig) {
+    if (local_stop) signal(sig, SIG_DFL), raise(sig);
+    local_stop = sig;
+}
+
+static const int local_sigs[] = {SIGINT, SIGTERM, SIGHUP};
+
+// install: the loop's handlers (the previous actions into old); else the previous ones back.
+static void local_signals(int install, struct sigaction old[3]) {
+    for (int i = 0; i < 3; i++) {
+        if (!install) {
+            sigaction(local_sigs[i], &old[i], NULL);
+            continue;
+        }
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = local_on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(local_sigs[i], &sa, &old[i]);
+        if (old[i].sa_handler == SIG_IGN) sigaction(local_sigs[i], &old[i], NULL); // nohup: left ignored
+    }
+}
+
+// After the loop stopped for signal sig at iteration t: the message and the hint, then the
+// signal's own end (the previous actions are back: a named temporary file is removed).
+static void local_interrupted(const train_flags *fl, int sig, int64_t t) {
+    fprintf(stderr, "bagpipe: interrupted by signal %d (%s) at iteration %lld: the run is stopped\n", sig,
+            strsignal(sig), (long long)t);
+    train_resume_hint(fl, 1);
+    fflush(stderr), fflush(stdout);
+    raise(sig);
+}
+
 // Locks the run's checkpoint roots (ckpt_lock_root), in the one process of the job that holds them.
 static int train_lock_roots(const train_flags *fl) {
     int rc = 0;
@@ -1034,7 +1076,16 @@ static int train_cmd(int argc, char **argv) {
     metric_result res = {0}, bayes = {0};
     ckpt_sched cks;
     ckpt_sched_init(&cks, &su.ck);
+    struct sigaction old_sig[3];
+    local_stop = 0;
+    bp_signal_cleanup_init(); // the temporary files' clean-up, restored after the loop
+    local_signals(1, old_sig);
+    int64_t t_stop = -1;
     for (int64_t t = t0_iter; t < total_iters; t++) {
+        if (local_stop) {
+            t_stop = t;
+            break;
+        }
         uint64_t r = tr0 + (uint64_t)(t % (int64_t)per_epoch) * (uint64_t)B;
         double loss = trainer_step(&tr, t, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
         if ((rc = train_loss_check(t, loss))) break;
@@ -1063,6 +1114,12 @@ static int train_cmd(int argc, char **argv) {
         }
     }
     bp_progress_finish(&prog);
+    local_signals(0, old_sig);
+    if (t_stop < 0 && local_stop) t_stop = total_iters; // during the last iteration
+    if (t_stop >= 0) {
+        local_interrupted(&fl, local_stop, t_stop);
+        if (!rc) rc = bp_fail(BP_EIO, "interrupted by signal %d", (int)local_stop); // its action did not end us
+    }
     if (rc) goto out;
     double train_s = bp_now() - t_start - t_eval;
     const int64_t run_iters = total_iters - t0_iter;

@@ -263,6 +263,35 @@ TEST(ckpt_prune_does_not_count_what_the_resume_skipped) {
     ASSERT_MSG(!ckpt_exists(root, 90), "the damaged checkpoint was kept in place of a valid one");
 }
 
+// Ctrl-C in a local run stops it at the next iteration and says so, with the --resume that goes on
+// (a local run used to die in silence, where a distributed job's launcher says both); it still
+// ends by the signal.  The resumed run ends with the model of a run never interrupted.
+TEST(ckpt_local_interrupt_says_where_to_resume) {
+    ASSERT_OK(make_data());
+    const char *root = test_path("ck"), *outp = test_path("out.txt"), *ref = test_path("ref"), *res = test_path("res");
+    char args[4200];
+    snprintf(args, sizeof args, "--iters 100000 --checkpoint-every 10 --checkpoint-dir %s", root);
+    pid_t job = train_bg(outp, "", args);
+    ASSERT_TRUE(job > 0);
+    for (double t0 = bp_now(); bp_now() - t0 < 60 && newest_committed(root) < 20; usleep(20000)) {
+    }
+    ASSERT_EQ(kill(job, SIGINT), 0);
+    const int st = wait_status(job);
+    size_t len;
+    char *out = dist_test_slurp(outp, &len);
+    ASSERT_MSG(st == 128 + SIGINT || st == 130, "status %d:\n%s", st, out ? out : "");
+    ASSERT_STR_CONTAINS(out, "bagpipe: interrupted by signal 2 (Interrupt) at iteration ");
+    ASSERT_STR_CONTAINS(out, "bagpipe: the newest checkpoint is ");
+    char want[4300];
+    snprintf(want, sizeof want, "the same flags with --resume %s go on from it", root);
+    ASSERT_STR_CONTAINS(out, want);
+    free(out);
+    const int64_t k = newest_committed(root);
+    TRAIN_OK("", "--iters %lld --resume %s --save %s", (long long)k + 25, root, res);
+    TRAIN_OK("", "--iters %lld --save %s", (long long)k + 25, ref);
+    ASSERT_TRUE(same_model(ref, res));
+}
+
 // Ranks that see the --resume directory differently (node-local disks, a stale NFS view) take
 // different checkpoints: the job used to hang (sync) or fail on a message of the wrong iteration
 // (bagpipe).  The start-up agreement compares them and refuses, naming the rank, before training.
