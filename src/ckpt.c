@@ -587,10 +587,18 @@ static int root_busy(const char *root) {
     if (fd < 0) return 0;
     struct stat st;
     const int mine = fstat(fd, &st) == 0 && held_find(&st) >= 0;
-    const ssize_t got = pread(fd, who, sizeof who - 1, 0);
+    // The job's flock says it is alive, where the pid in the file may have been reused by another
+    // process (or be another host's): a shared lock taken at once means no job holds the root.
+    if (!mine && flock(fd, LOCK_SH | LOCK_NB) == 0) {
+        close(fd);
+        return 0;
+    }
+    const int taken = !mine && (errno == EWOULDBLOCK || errno == EAGAIN);
+    const ssize_t got = taken ? 0 : pread(fd, who, sizeof who - 1, 0);
     close(fd);
-    const long pid = got > 0 ? strtol(who, NULL, 10) : 0;
-    return !mine && pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+    if (mine || taken) return taken;
+    const long pid = got > 0 ? strtol(who, NULL, 10) : 0; // no flock here (ENOLCK): the pid's process
+    return pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
 }
 
 int ckpt_latest(const char *root, char *dir, size_t cap, int64_t *iter, ckpt_manifest *m) {

@@ -429,7 +429,15 @@ TEST(ckpt_refused_run_leaves_no_checkpoint_dir) {
     ASSERT_TRUE(ckpt_valid(ck, 10));
 }
 
-// eval --load of a root that a running job holds (its pid in the .lock, here a sleep's): the newest
+// Shell text that stands for a running job on a checkpoint root (its three %s: the root): a
+// process holding the flock of ROOT/.lock (a sleep that inherits the locked descriptor), whose pid
+// the file names, as a job's; DROP_LOCK ends it.
+#define HOLD_LOCK                                                                                   \
+    "sh -c \"exec 9>>%s/.lock; flock -x 9; exec sleep 60\" & p=$!; "                                 \
+    "while flock -n -s %s/.lock true; do sleep 0.02; done; echo $p > %s/.lock; "
+#define DROP_LOCK "kill $p; wait $p; "
+
+// eval --load of a root that a running job holds (the flock of its .lock, held here by flock(1)): the newest
 // checkpoint directory without its MANIFEST is one being written, not "an incomplete save or
 // checkpoint (its run stopped before committing it)", as the skip used to say; the newest valid
 // one is loaded.  (A checkpoint pruned while it is read is taken again from the newest: that race
@@ -442,8 +450,9 @@ TEST(ckpt_eval_of_a_root_being_written) {
     free(out), out = NULL;
     ASSERT_EQ(test_run(NULL, 10, "mkdir %s/ckpt-000000000015 && echo x > %s/ckpt-000000000015/dense.bin", ck, ck), 0);
     // a live holder: its pid in the lock file, as a job writes it
-    ASSERT_EQ(test_run(&out, 60, "sleep 60 & echo $! > %s/.lock; %s eval --load %s %s; rc=$?; kill $!; wait $!; "
-                       "exit $rc", ck, test_bin(), ck, data_path), 0);
+    ASSERT_EQ(test_run(&out, 60, HOLD_LOCK "%s eval --load %s %s; rc=$?; " DROP_LOCK "exit $rc", ck, ck, ck, test_bin(),
+                       ck, data_path),
+              0);
     ASSERT_STR_CONTAINS(out, "skipping checkpoint");
     ASSERT_STR_CONTAINS(out, "ckpt-000000000015: not complete yet (a running job is writing into");
     ASSERT_STR_CONTAINS(out, "loading checkpoint");
@@ -451,6 +460,14 @@ TEST(ckpt_eval_of_a_root_being_written) {
     free(out), out = NULL;
     ASSERT_EQ(test_run(&out, 60, "%s eval --load %s %s", test_bin(), ck, data_path), 0); // no job: as before
     ASSERT_STR_CONTAINS(out, "its run stopped before committing it");
+    free(out), out = NULL;
+    // A live process whose pid the lock file names but that holds no lock (the pid reused after the
+    // job ended, or another host's): no job; it used to be taken for one (and eval waited 60 s).
+    ASSERT_EQ(test_run(&out, 60, "sleep 60 & p=$!; echo $p > %s/.lock; %s eval --load %s %s; rc=$?; kill $p; wait $p; "
+                       "exit $rc", ck, test_bin(), ck, data_path),
+              0);
+    ASSERT_STR_CONTAINS(out, "its run stopped before committing it");
+    ASSERT_TRUE(strstr(out, "a running job") == NULL);
     free(out);
 }
 
@@ -468,11 +485,11 @@ TEST(ckpt_eval_waits_for_the_commit_of_a_running_job) {
     // the one checkpoint, uncommitted: its MANIFEST comes back once eval says it waits
     const char *log = test_path("ckc-eval.txt");
     ASSERT_EQ(test_run(NULL, 10, "mv %s/ckpt-000000000010/MANIFEST %s", ck, side), 0);
-    ASSERT_EQ(test_run(NULL, 60, "sleep 60 & p=$!; echo $p > %s/.lock; "
+    ASSERT_EQ(test_run(NULL, 60, HOLD_LOCK
                        "(i=0; until grep -q \"waiting for\" %s 2>/dev/null || [ $i -ge 400 ]; do sleep 0.05; i=$((i+1)); "
                        "done; mv %s %s/ckpt-000000000010/MANIFEST) & "
-                       "%s eval --load %s %s > %s 2>&1; rc=$?; kill $p; wait; exit $rc", ck, log, side, ck, test_bin(),
-                       ck, data_path, log),
+                       "%s eval --load %s %s > %s 2>&1; rc=$?; " DROP_LOCK "wait; exit $rc", ck, ck, ck, log, side, ck,
+                       test_bin(), ck, data_path, log),
               0);
     size_t len;
     out = dist_test_slurp(log, &len);
@@ -493,8 +510,8 @@ TEST(ckpt_eval_waits_for_the_commit_of_a_running_job) {
     ASSERT_EQ(test_run(NULL, 10, "mv %s %s/ckpt-000000000010/MANIFEST && truncate -s 8 %s/ckpt-000000000010/dense.bin",
                        side, ck, ck), 0);
     t0 = bp_now();
-    ASSERT_TRUE(test_run(&out, 60, "sleep 60 & p=$!; echo $p > %s/.lock; %s eval --load %s %s; rc=$?; kill $p; wait; "
-                         "exit $rc", ck, test_bin(), ck, data_path) != 0);
+    ASSERT_TRUE(test_run(&out, 60, HOLD_LOCK "%s eval --load %s %s; rc=$?; " DROP_LOCK "exit $rc", ck, ck, ck,
+                         test_bin(), ck, data_path) != 0);
     ASSERT_MSG(bp_now() - t0 < 5, "took %.1f s", bp_now() - t0);
     ASSERT_STR_CONTAINS(out, "no valid checkpoint among 1");
     ASSERT_TRUE(strstr(out, "waiting for") == NULL);
