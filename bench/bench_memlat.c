@@ -52,8 +52,8 @@ static void *walk_run(void *arg) {
 enum { PF_AHEAD = 64 };
 #define PF_STREAM(LOC)                                                                             \
     for (size_t i = 0; i < n; i++) {                                                               \
-        __builtin_prefetch(p + idx[i + PF_AHEAD] * 64, 0, LOC);                                    \
-        sink += *(const size_t *)(p + idx[i] * 64);                                                \
+        __builtin_prefetch(p + (size_t)idx[i + PF_AHEAD] * 64, 0, LOC);                            \
+        sink += *(const size_t *)(p + (size_t)idx[i] * 64);                                        \
     }
 static double pf_run(const char *p, const uint32_t *idx, size_t n, int loc) {
     size_t sink = 0;

@@ -413,7 +413,7 @@ void analyze_print_json(FILE *f, const analyze_result *r, const char *path, bp_s
 
 int cmd_analyze(int argc, char **argv) {
     int batch, split, json, threads;
-    int64_t cache, max_rows;
+    int64_t cache, max_rows, iters;
     int window, trainers, prefetch, dim;
     const char *sweep_c, *sweep_w, *plot_dir;
     const cli_opt opts[] = {
@@ -436,6 +436,9 @@ int cmd_analyze(int argc, char **argv) {
         CLI_STR("sweep-cache", 0, &sweep_c, NULL, "also simulate these cache sizes (a,b,c)"),
         CLI_STR("sweep-lookahead", 0, &sweep_w, NULL, "also run the lookahead policy with these windows (a,b,c)"),
         CLI_I64("rows", 0, &max_rows, 0, 0, INT64_MAX, "simulate only the first N rows of the split (0: all)"),
+        CLI_I64("iters", 'n', &iters, 0, 0, INT64_MAX,
+                "simulate N iterations as train takes them: the split's whole batches in turn, across epochs, "
+                "its partial last batch dropped (0: one pass, with it)"),
         CLI_STR("plot-dir", 0, &plot_dir, NULL, "write JSON, CSV and gnuplot charts into this directory"),
         CLI_END,
     };
@@ -480,6 +483,7 @@ int cmd_analyze(int argc, char **argv) {
         cachesim_cmd_opts so = {.path = pos[0], .split = splits[split], .batch = batch, .json = json,
                                 .threads = threads, .cache = (uint64_t)cache, .rows = (uint64_t)max_rows,
                                 .window = window, .trainers = trainers, .prefetch = prefetch, .dim = dim,
+                                .iters = (uint64_t)iters,
                                 .sweep_cache = sweep_c, .sweep_lookahead = sweep_w, .plot_dir = plot_dir};
         rc = cachesim_cmd(&so);
         free(pos);

@@ -273,14 +273,28 @@ static int lru_access(lru *L, uint64_t key, uint64_t *evicted) {
 // ---------------------------------------------------------------------------------------------
 // Policies
 
+// The batches a run simulates (c->iters of B rows in train's order, or one pass) and batch t's
+// first row and size; cachesim_run has checked that an iters run has a whole batch.
+static uint64_t sim_batches(const cachesim *cs, const cachesim_config *c) {
+    return c->iters ? c->iters : (cs->rows + c->B - 1) / c->B;
+}
+
+static uint64_t sim_batch(const cachesim *cs, const cachesim_config *c, uint64_t t, uint32_t *n) {
+    if (c->iters) return *n = c->B, (t % (cs->rows / c->B)) * c->B;
+    const uint64_t r0 = t * c->B;
+    *n = (uint32_t)BP_MIN((uint64_t)c->B, cs->rows - r0);
+    return r0;
+}
+
 static int run_none_static(cachesim *cs, int is_static, const cachesim_config *c, cachesim_result *r) {
     if (is_static) {
         int rc = build_rank(cs);
         if (rc) return rc;
     }
     uint64_t C = is_static ? c->C : 0, max_transient = 0;
-    for (uint64_t r0 = 0; r0 < cs->rows; r0 += c->B) {
-        uint32_t n = (uint32_t)BP_MIN((uint64_t)c->B, cs->rows - r0), nu = 0;
+    for (uint64_t t = 0, nb = sim_batches(cs, c); t < nb; t++) {
+        uint32_t n, nu = 0;
+        const uint64_t r0 = sim_batch(cs, c, t, &n);
         batch_begin(cs);
         for (uint32_t i = 0; i < c->T; i++) {
             uint32_t m = slice_unique(cs, r0, (uint32_t)((uint64_t)i * n / c->T), (uint32_t)((uint64_t)(i + 1) * n / c->T));
@@ -312,8 +326,9 @@ static int run_lru(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
     // far above the dataset's rows took minutes and gigabytes, or failed, for the same result).
     const uint64_t cap = BP_MAX(1, BP_MIN(c->C, BP_MIN(cs->K, cs->rows * cs->F)));
     for (uint32_t i = 0; i < c->T && !rc; i++) rc = lru_init(&L[i], cap);
-    for (uint64_t r0 = 0; r0 < cs->rows && !rc; r0 += c->B) {
-        uint32_t n = (uint32_t)BP_MIN((uint64_t)c->B, cs->rows - r0), nu = 0;
+    for (uint64_t t = 0, nb = sim_batches(cs, c); t < nb && !rc; t++) {
+        uint32_t n, nu = 0;
+        const uint64_t r0 = sim_batch(cs, c, t, &n);
         batch_begin(cs);
         for (uint32_t i = 0; i < c->T; i++) {
             uint32_t m = slice_unique(cs, r0, (uint32_t)((uint64_t)i * n / c->T), (uint32_t)((uint64_t)(i + 1) * n / c->T));
@@ -357,19 +372,22 @@ static int run_lru(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
 // The batch size the oracle is given: a trace shorter than B is one batch of its rows, planned
 // the same (slices are cut from the samples a batch has), and the oracle's limit on B x F for a
 // window applies to the batches there are.
-static uint32_t lookahead_batch(uint64_t rows, uint32_t B) { return (uint32_t)BP_MIN((uint64_t)B, rows); }
+static uint32_t lookahead_batch(uint64_t rows, uint32_t B, uint64_t iters) {
+    return iters ? B : (uint32_t)BP_MIN((uint64_t)B, rows);
+}
 
 // The window the oracle is given: one beyond the trace's N batches sees nothing more (every step's
 // horizon is the last batch either way, so the plan is the same), and the oracle keeps a slot per
 // batch of its window (W = 65536 on a 40-batch trace took 30 s of page mapping for W = 40's plan).
-static uint32_t lookahead_window(uint64_t rows, uint32_t B, uint32_t W) {
-    uint64_t n = lookahead_batch(rows, B), N = (rows + n - 1) / n;
+static uint32_t lookahead_window(uint64_t rows, uint32_t B, uint32_t W, uint64_t iters) {
+    uint64_t n = lookahead_batch(rows, B, iters), N = iters ? iters : (rows + n - 1) / n;
     return (uint32_t)BP_MIN((uint64_t)W, N);
 }
 
-int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, uint32_t P, int threads, const char *flag) {
-    const uint64_t n = lookahead_batch(rows, B), ids = n * F;
-    const uint64_t most = oracle_max_batch_ids(lookahead_window(rows, B, W), P, threads);
+int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, uint32_t P, int threads, uint64_t iters,
+                            const char *flag) {
+    const uint64_t n = lookahead_batch(rows, B, iters), ids = n * F;
+    const uint64_t most = oracle_max_batch_ids(lookahead_window(rows, B, W, iters), P, threads);
     if (ids <= most) return 0;
     return bp_fail(BP_EUSAGE, "--%s %u: a window this long takes batches of at most %llu ids (samples x tables), and "
                    "batches of %llu samples x %u tables have %llu; use a shorter window or a smaller --batch-size",
@@ -377,16 +395,17 @@ int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, u
 }
 
 static int run_lookahead(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
-    oracle_config oc = {.T = c->T, .B = lookahead_batch(cs->rows, c->B), .F = cs->F, .card = cs->card,
-                        .W = lookahead_window(cs->rows, c->B, c->W), .P = c->P, .C = c->C,
+    oracle_config oc = {.T = c->T, .B = lookahead_batch(cs->rows, c->B, c->iters), .F = cs->F, .card = cs->card,
+                        .W = lookahead_window(cs->rows, c->B, c->W, c->iters), .P = c->P, .C = c->C,
                         .threads = c->threads ? c->threads : 1, .borrow_input = 1};
     oracle o;
     int rc = oracle_init(&o, &oc);
     if (rc) return rc;
     plan p;
     plan_init(&p);
-    for (uint64_t r0 = 0; r0 < cs->rows && !rc; r0 += c->B) {
-        uint32_t n = (uint32_t)BP_MIN((uint64_t)c->B, cs->rows - r0);
+    for (uint64_t t = 0, nb = sim_batches(cs, c); t < nb && !rc; t++) {
+        uint32_t n;
+        const uint64_t r0 = sim_batch(cs, c, t, &n);
         rc = oracle_push_samples(&o, cs->ids + r0 * cs->F, n);
         while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) rc = 0;
     }
@@ -410,6 +429,9 @@ int cachesim_run(cachesim *cs, cachesim_policy pol, const cachesim_config *c, ca
     if (c->T < 1 || c->T > ORACLE_MAX_TRAINERS || c->B < 1)
         return bp_fail(BP_EINVAL, "cachesim: %u trainers, batch %u", c->T, c->B);
     if (pol != CS_NONE && c->C < 1) return bp_fail(BP_EINVAL, "cachesim: cache of 0 rows");
+    if (c->iters && cs->rows < c->B)
+        return bp_fail(BP_EINVAL, "cachesim: %llu iterations of %u samples, from %llu rows: not one whole batch",
+                       (unsigned long long)c->iters, c->B, (unsigned long long)cs->rows);
     scratch_reserve(cs, (size_t)c->B * cs->F);
     switch (pol) {
     case CS_NONE: return run_none_static(cs, 0, c, r);
@@ -556,12 +578,16 @@ typedef struct {
 } out_file;
 
 // Writes dir/name for each file, every one or none: each is made whole in its temporary file
-// first, and only when all are are they renamed into place (a full disk or a bad name leaves
-// the directory as it was, not this run's JSON beside an earlier run's CSV).
+// first; then each file it replaces is kept under a second name (a hard link) until all are
+// renamed into place, so that a rename or fsync failing partway puts the earlier ones back (a
+// full disk or a bad name leaves the directory as it was, not this run's JSON beside an earlier
+// run's CSV).
 static int write_files(const char *dir, const out_file *files, int n, const void *arg) {
-    bp_afile af[4];
-    int rc = 0, opened = 0;
-    BP_ASSERT(n <= (int)BP_ARRAY_LEN(af));
+    enum { MAX_FILES = 4 };
+    bp_afile af[MAX_FILES];
+    char target[MAX_FILES][4200], kept[MAX_FILES][4300];
+    int had[MAX_FILES] = {0}, rc = 0, opened = 0, done = 0;
+    BP_ASSERT(n <= MAX_FILES);
     for (; opened < n && !rc; opened++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, files[opened].name);
@@ -574,11 +600,28 @@ static int write_files(const char *dir, const out_file *files, int n, const void
         }
         files[opened].fn(mem, arg);
         fclose(mem);
-        if (!(rc = bp_afile_open(&af[opened], path))) rc = bp_afile_write(&af[opened], buf, len);
+        if (!(rc = bp_afile_open(&af[opened], path))) {
+            snprintf(target[opened], sizeof target[opened], "%s", af[opened].target);
+            rc = bp_afile_write(&af[opened], buf, len);
+        }
         free(buf);
     }
-    for (int i = 0; i < opened; i++)
-        if (rc || (rc = bp_afile_commit(&af[i]))) bp_afile_abort(&af[i]);
+    for (int i = 0; i < opened && !rc; i++) { // the files replaced, kept until every commit is done
+        snprintf(kept[i], sizeof kept[i], "%.4199s.prev-%ld", target[i], (long)getpid());
+        unlink(kept[i]);
+        had[i] = link(target[i], kept[i]) == 0;
+    }
+    for (; done < opened && !rc; done++)
+        if ((rc = bp_afile_commit(&af[done]))) break;
+    for (int i = done; i < opened; i++) bp_afile_abort(&af[i]); // the failed one (freed already) and the rest
+    for (int i = 0; i < opened; i++) {
+        if (rc && i < done) { // committed, then another failed: back to what was there
+            if (had[i] ? rename(kept[i], target[i]) != 0 : unlink(target[i]) != 0)
+                bp_log(BP_LOG_WARN, "analyze: %s: cannot put back the file it replaced (%s)", target[i], kept[i]);
+        } else if (had[i]) {
+            unlink(kept[i]);
+        }
+    }
     return rc;
 }
 
@@ -734,6 +777,7 @@ static int run_gnuplot(const char *dir, uint64_t C, int *rc) {
 int cachesim_cmd(const cachesim_cmd_opts *o) {
     const uint64_t cache = o->cache, max_rows = o->rows;
     const int window = o->window, trainers = o->trainers, batch = o->batch, prefetch = o->prefetch, dim = o->dim;
+    const uint64_t iters = o->iters;
     const int threads = BP_MIN(o->threads, 2), split = (int)o->split, json = o->json;
     const char *sweep_c = o->sweep_cache, *sweep_w = o->sweep_lookahead, *plot_dir = o->plot_dir, *path = o->path;
     int rc = 0;
@@ -767,6 +811,11 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         rc = bp_fail(BP_EINVAL, "analyze: %s has no rows in the %s split", path, bp_split_name((bp_split)split));
         goto out;
     }
+    if (iters && e - b < (uint64_t)batch) { // train refuses it too: no whole batch to take
+        rc = bp_fail(BP_EUSAGE, "--iters %llu: the %llu rows simulated hold no whole batch of %d (--batch-size)",
+                     (unsigned long long)iters, (unsigned long long)(e - b), batch);
+        goto out;
+    }
     if ((uint64_t)trainers > e - b) { // a split smaller than the batch is one batch of its rows
         rc = bp_fail(BP_EUSAGE, "--trainers %d: more trainers than samples in a batch (the %llu rows simulated are "
                      "one batch)", trainers, (unsigned long long)(e - b));
@@ -777,7 +826,7 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
     // rather than after the other policies have run.
     for (int i = 0; i < nw; i++)
         if ((rc = cachesim_lookahead_fits(e - b, (uint32_t)batch, ds.info.n_sparse, (uint32_t)windows[i],
-                                          (uint32_t)prefetch, threads,
+                                          (uint32_t)prefetch, threads, iters,
                                           windows[i] == (uint64_t)window ? "lookahead" : "sweep-lookahead")))
             goto out;
 
@@ -791,7 +840,8 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
     for (int i = 0; i < nw; i++)
         if (windows[i] != (uint64_t)window) runs[n++] = (sim_run){.pol = CS_LOOKAHEAD, .C = (uint64_t)cache, .W = (uint32_t)windows[i]};
     for (int i = 0; i < n; i++) {
-        cachesim_config c = {(uint32_t)trainers, (uint32_t)batch, runs[i].C, runs[i].W, (uint32_t)prefetch, threads};
+        cachesim_config c = {(uint32_t)trainers, (uint32_t)batch, runs[i].C, runs[i].W, (uint32_t)prefetch, threads,
+                             iters};
         runs[i].rc = cachesim_run(cs, runs[i].pol, &c, &runs[i].r);
         if (runs[i].rc == BP_ECAPACITY) {
             // The smallest size that works for this window, found once per window (a sweep's
@@ -813,9 +863,10 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         json_write(stdout, &meta, runs, n);
     } else {
         char b1[32], b2[32];
-        printf("cache simulation of %s: %s split, %llu rows in %llu batches of %d, %d trainers, prefetch %d, rows of "
+        printf("cache simulation of %s: %s split, %llu rows in %llu %s of %d%s, %d trainers, prefetch %d, rows of "
                "%d floats (%s)\n",
-               path, meta.split, (unsigned long long)meta.rows, (unsigned long long)meta.batches, batch, trainers,
+               path, meta.split, (unsigned long long)meta.rows, (unsigned long long)meta.batches,
+               iters ? "iterations" : "batches", batch, iters ? " (train's: the whole batches in turn)" : "", trainers,
                prefetch, dim, bp_fmt_bytes(b1, sizeof b1, dim * 4.0));
         printf("hit = (trainer, key, batch) accesses served from the trainer's cache without a fetch for that batch\n\n");
         printf("%-9s %10s %6s %8s %13s %11s %13s %13s %10s\n", "policy", "cache", "window", "hit", "fetched rows",

@@ -40,6 +40,8 @@ typedef struct {
     uint64_t C;      // rows per trainer
     uint32_t W, P;   // lookahead only
     int threads;     // lookahead only: 1 or 2
+    uint64_t iters;  // 0: one pass over the trace, its last batch possibly short; else this many batches of
+                     // B as training takes them: the trace's whole batches in turn, its partial last one dropped
 } cachesim_config;
 
 typedef struct {
@@ -70,7 +72,8 @@ int cachesim_lookahead_min_cache(cachesim *cs, const cachesim_config *cfg, uint6
 // window (oracle_max_batch_ids); a trace shorter than B is one batch of its rows, and a window
 // longer than the trace's batches is planned as one of that many (the same plan).  Returns 0 or
 // BP_EUSAGE naming --flag ("lookahead", "sweep-lookahead"), so a command refuses before simulating.
-int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, uint32_t P, int threads, const char *flag);
+int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, uint32_t P, int threads, uint64_t iters,
+                            const char *flag);
 
 // The largest cache size --cache and --sweep-cache take (rows per trainer).
 #define CACHESIM_MAX_CACHE ((uint64_t)1 << 40)
@@ -86,6 +89,7 @@ typedef struct {
     uint64_t cache;              // rows per trainer, >= 1
     uint64_t rows;               // simulate only the first N rows of the split (0: all)
     int window, trainers, prefetch, dim;
+    uint64_t iters;              // train's iterations (cachesim_config.iters; 0: one pass)
     const char *sweep_cache, *sweep_lookahead, *plot_dir; // lists "a,b,c" and a directory, or NULL
 } cachesim_cmd_opts;
 int cachesim_cmd(const cachesim_cmd_opts *o);

@@ -496,6 +496,12 @@ int bp_afile_commit(bp_afile *af) {
     BP_ASSERT(af->fd >= 0);
     int rc = 0, named = !af->unnamed;
     if (fsync(af->fd) != 0) rc = bp_fail(BP_EIO, "%s: fsync failed: %s", af->path, strerror(errno));
+    // test hook (tests/test_cachesim.c): BAGPIPE_TEST_AFILE_FAIL=SUFFIX fails the commit of a file whose
+    // name ends in SUFFIX, as a full disk fails its fsync
+    const char *hook = getenv("BAGPIPE_TEST_AFILE_FAIL");
+    const size_t hl = hook ? strlen(hook) : 0, tl = strlen(af->target);
+    if (rc == 0 && hl && tl >= hl && strcmp(af->target + tl - hl, hook) == 0)
+        rc = bp_fail(BP_EIO, "%s: fsync failed: %s (test hook)", af->path, strerror(ENOSPC));
     if (rc == 0 && !named) { // named from here to the rename: listed for the signal cleanup first
         afile_live_add(af->tmp_path), af->live = 1;
         named = (rc = afile_link(af)) == 0;

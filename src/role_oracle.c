@@ -63,12 +63,16 @@ static int produce(role_oracle *ro) {
     const int F = su->mc.F;
     for (;;) {
         int rc = oracle_next_plan(&ro->o, &ro->p);
-        if (rc == BP_ECAPACITY) // the planner's words, the flag that sets its capacity, and how to find the size
+        if (rc == BP_ECAPACITY) { // the planner's words, the flag that sets its capacity, and how to find the size
+            static const char safe[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-+=,:@";
+            const int plain = strspn(su->data_path, safe) == strlen(su->data_path); // else quoted, for a shell
             return bp_fail(rc, "%s (--cache-rows %llu: give at least that minimum; a later batch may need more: "
-                           "'bagpipe analyze --cache %llu --trainers %d --batch-size %d --lookahead %d --prefetch %d "
-                           "%s' names the smallest that works for one pass over the train split)",
+                           "`bagpipe analyze --cache %llu --trainers %d --batch-size %d --lookahead %d --prefetch %d "
+                           "--iters %lld %s%s%s` simulates this run's batches and names the smallest cache that works)",
                            bp_errmsg(rc), (unsigned long long)su->cache_rows, (unsigned long long)su->cache_rows,
-                           su->trainers, su->B, su->lookahead, su->prefetch, su->data_path);
+                           su->trainers, su->B, su->lookahead, su->prefetch, (long long)su->total_iters,
+                           plain ? "" : "\"", su->data_path, plain ? "" : "\"");
+        }
         if (rc < 0) return rc;
         if (rc == 1) break;
         if (oracle_done(&ro->o)) return 0;

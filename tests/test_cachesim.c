@@ -65,6 +65,39 @@ TEST(cachesim_lookahead_min_cache_matches_a_scan) {
     ASSERT_EQ(checked, 24);
 }
 
+// iters > 0 simulates train's batches: the trace's whole batches in turn, across epochs, its partial
+// last batch dropped.  The same as one pass over that sequence written out (none, LRU, lookahead;
+// static ranks by the rows of the trace, which the written-out sequence repeats unevenly).
+TEST(cachesim_iters_follow_train_order) {
+    uint64_t card[3] = {300, 40, 900};
+    const uint64_t rows = 250, iters = 20;
+    const uint32_t B = 32, per_epoch = (uint32_t)(rows / B);
+    uint32_t *ids = powerlaw_trace(rows, 3, card, 2.0, 4);
+    uint32_t *seq = bp_xmalloc((size_t)iters * B * 3 * sizeof *seq);
+    for (uint64_t t = 0; t < iters; t++)
+        memcpy(seq + t * B * 3, ids + (t % per_epoch) * B * 3, (size_t)B * 3 * sizeof *seq);
+    cachesim *cs, *flat;
+    ASSERT_OK(cachesim_open(&cs, ids, rows, 3, card));
+    ASSERT_OK(cachesim_open(&flat, seq, iters * B, 3, card));
+    static const cachesim_policy pols[] = {CS_NONE, CS_LRU, CS_LOOKAHEAD};
+    for (uint32_t T = 1; T <= 3; T++)
+        for (size_t k = 0; k < BP_ARRAY_LEN(pols); k++) {
+            cachesim_config c = {.T = T, .B = B, .C = 400, .W = 6, .P = 2, .threads = 1, .iters = iters};
+            cachesim_result a, b;
+            ASSERT_OK(cachesim_run(cs, pols[k], &c, &a));
+            c.iters = 0;
+            ASSERT_OK(cachesim_run(flat, pols[k], &c, &b));
+            ASSERT_MSG(a.batches == iters && memcmp(&a, &b, sizeof a) == 0, "T=%u %s: %llu batches, %llu/%llu fetched",
+                       T, cachesim_policy_name(pols[k]), (unsigned long long)a.batches,
+                       (unsigned long long)a.fetched_rows, (unsigned long long)b.fetched_rows);
+        }
+    cachesim_config c = {.T = 1, .B = 300, .C = 10, .W = 2, .P = 1, .threads = 1, .iters = 3}; // no whole batch
+    cachesim_result r;
+    ASSERT_EQ(cachesim_run(cs, CS_LRU, &c, &r), BP_EINVAL);
+    cachesim_close(cs), cachesim_close(flat);
+    free(ids), free(seq);
+}
+
 TEST(cachesim_lookahead_beats_lru_beats_none) {
     uint64_t card[3] = {2000, 10000, 300};
     uint64_t rows = 64 * 200;
@@ -250,18 +283,19 @@ TEST(cachesim_lru_matches_naive_reference) {
     uint32_t *ids = powerlaw_trace(rows, 2, card, 1.5, 5);
     const uint32_t T = 2, B = 10;
     for (uint64_t C = 1; C <= 40; C += 13) {
-        uint64_t hits = 0, fetched = 0, written = 0;
+        uint64_t hits = 0, fetched = 0, written = 0, peak = 0; // peak: cached rows, or a slice's rows
         uint64_t cache[2][64];
         uint64_t age[2][64], n[2] = {0, 0}, clock = 0;
         uint8_t holders[85] = {0};
         for (uint64_t r0 = 0; r0 < rows; r0 += B) {
             for (uint32_t i = 0; i < T; i++) {
                 uint8_t seen[85] = {0};
+                uint64_t m = 0; // the slice's distinct rows, all held while the trainer computes
                 for (uint32_t s = i * B / T; s < (i + 1) * B / T; s++)
                     for (uint32_t f = 0; f < 2; f++) {
                         uint64_t k = ids[(r0 + s) * 2 + f] + (f ? 60 : 0);
                         if (seen[k]) continue;
-                        seen[k] = 1;
+                        seen[k] = 1, m++;
                         uint64_t j = 0;
                         while (j < n[i] && cache[i][j] != k) j++;
                         if (j < n[i]) {
@@ -280,6 +314,7 @@ TEST(cachesim_lru_matches_naive_reference) {
                         }
                         cache[i][j] = k, age[i][j] = ++clock, holders[k]++;
                     }
+                peak = BP_MAX(peak, BP_MAX(n[i], m));
             }
         }
         for (int k = 0; k < 85; k++) written += holders[k] > 0;
@@ -288,10 +323,12 @@ TEST(cachesim_lru_matches_naive_reference) {
         cachesim_config c = {.T = T, .B = B, .C = C, .W = 4, .P = 0, .threads = 1};
         cachesim_result r;
         ASSERT_OK(cachesim_run(cs, CS_LRU, &c, &r));
-        ASSERT_MSG(r.hits == hits && r.fetched_rows == fetched && r.written_rows == written,
-                   "C=%llu: hits %llu/%llu fetched %llu/%llu written %llu/%llu", (unsigned long long)C,
+        ASSERT_MSG(r.hits == hits && r.fetched_rows == fetched && r.written_rows == written && r.peak_rows == peak,
+                   "C=%llu: hits %llu/%llu fetched %llu/%llu written %llu/%llu peak %llu/%llu", (unsigned long long)C,
                    (unsigned long long)r.hits, (unsigned long long)hits, (unsigned long long)r.fetched_rows,
-                   (unsigned long long)fetched, (unsigned long long)r.written_rows, (unsigned long long)written);
+                   (unsigned long long)fetched, (unsigned long long)r.written_rows, (unsigned long long)written,
+                   (unsigned long long)r.peak_rows, (unsigned long long)peak);
+        if (C == 1) ASSERT_TRUE(peak > C); // a slice above the cache: the case the peak once hid
         cachesim_close(cs);
     }
     free(ids);
@@ -555,6 +592,36 @@ TEST(cachesim_charts_whole_or_none) {
     char *after = slurp(path);
     ASSERT_TRUE(after != NULL && strcmp(before, after) == 0);
     free(before), free(after);
+    // A commit failing after others were renamed into place (the last file's fsync, as on a full
+    // disk: the hook BAGPIPE_TEST_AFILE_FAIL): those are put back, and nothing else is left.
+    snprintf(path, sizeof path, "%s/cachesim_lookahead.csv", dir);
+    ASSERT_EQ(rmdir(path), 0);
+    ASSERT_EQ(test_run(&out, 60, "%s analyze --cache 300 --trainers 2 -b 32 -t 1 --plot-dir %s %s", test_bin(), dir,
+                       data),
+              0);
+    free(out);
+    char *files[3];
+    static const char *const names[3] = {"cachesim.json", "cachesim_capacity.csv", "cachesim_lookahead.csv"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        files[k] = slurp(path);
+        ASSERT_TRUE(files[k] != NULL);
+    }
+    ASSERT_STR_CONTAINS(files[0], "\"cache\": 300,");
+    ASSERT_EQ(test_run(&out, 60, "BAGPIPE_TEST_AFILE_FAIL=cachesim_lookahead.csv %s analyze --cache 500 --trainers 2 "
+                       "-b 32 -t 1 --plot-dir %s %s", test_bin(), dir, data),
+              1);
+    ASSERT_STR_CONTAINS(out, "cachesim_lookahead.csv: fsync failed");
+    free(out);
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        char *now = slurp(path);
+        ASSERT_MSG(now && strcmp(now, files[k]) == 0, "%s is not the earlier run's", path);
+        free(now), free(files[k]);
+    }
+    ASSERT_EQ(test_run(&out, 10, "ls -a %s", dir), 0);
+    ASSERT_MSG(!strstr(out, ".prev-") && !strstr(out, ".tmp."), "left behind:\n%s", out);
+    free(out);
 }
 
 // --json names the dataset as a JSON string: a quote or a backslash in the path used to become '_'
@@ -583,14 +650,14 @@ TEST(cachesim_json_escapes_the_dataset_path) {
 // larger than the split is the one batch there is (it was refused for its nominal size).
 TEST(cachesim_window_too_long_for_the_batch) {
     const uint64_t terabyte = 4000000000ull; // rows of a Criteo Terabyte-sized split
-    ASSERT_EQ(cachesim_lookahead_fits(terabyte, 2048, 26, 65536, 1, 1, "sweep-lookahead"), BP_EUSAGE);
+    ASSERT_EQ(cachesim_lookahead_fits(terabyte, 2048, 26, 65536, 1, 1, 0, "sweep-lookahead"), BP_EUSAGE);
     ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "--sweep-lookahead 65536: a window this long takes batches of at most "
                                              "32767 ids (samples x tables), and batches of 2048 samples x 26 tables "
                                              "have 53248; use a shorter window or a smaller --batch-size");
-    ASSERT_OK(cachesim_lookahead_fits(terabyte, 1260, 26, 65536, 1, 1, "lookahead"));
-    ASSERT_OK(cachesim_lookahead_fits(terabyte, 2048, 26, 5000, 1, 2, "lookahead"));
-    ASSERT_EQ(cachesim_lookahead_fits(terabyte, 65536, 26, 4000, 1, 1, "lookahead"), BP_EUSAGE);
-    ASSERT_OK(cachesim_lookahead_fits(1000, 65536, 26, 4000, 1, 1, "lookahead")); // one batch of 1000
+    ASSERT_OK(cachesim_lookahead_fits(terabyte, 1260, 26, 65536, 1, 1, 0, "lookahead"));
+    ASSERT_OK(cachesim_lookahead_fits(terabyte, 2048, 26, 5000, 1, 2, 0, "lookahead"));
+    ASSERT_EQ(cachesim_lookahead_fits(terabyte, 65536, 26, 4000, 1, 1, 0, "lookahead"), BP_EUSAGE);
+    ASSERT_OK(cachesim_lookahead_fits(1000, 65536, 26, 4000, 1, 1, 0, "lookahead")); // one batch of 1000
 
     // 300 rows in a batch of 400000: one batch of 900 ids, which a window of 4000 takes (400000 x 3
     // would not).
