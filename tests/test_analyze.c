@@ -264,7 +264,8 @@ TEST(analyze_cli_errors_and_cachesim_hook) {
                              "batch)");
     free(out);
     // train's iterations need a whole batch, as train does
-    ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 50 --trainers 1 -b 100 --rows 3 --iters 2 %s", test_bin(), path), 2);
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 50 --trainers 1 -b 100 --rows 3 --iters 2 %s", test_bin(), path),
+              2);
     ASSERT_STR_CONTAINS(out, "--iters 2: the 3 rows simulated hold no whole batch of 100 (--batch-size)");
     free(out);
 }
