@@ -42,14 +42,12 @@ static uint64_t dump_bytes(uint64_t n, int stride) {
 // A trainer replica (train_replica_init: trainer_init without tables) for batches of max_batch:
 // the same terms as local mode's plan.
 static int replica_bytes(const train_setup *su, int max_batch, uint64_t *out, size_t *n_params) {
-    model probe;
-    int rc = model_init(&probe, &su->mc, max_batch);
+    size_t n_acts; // counted, not allocated (a batch too large to fit took its memory to be refused)
+    int rc = model_sizes(&su->mc, max_batch, n_params, &n_acts);
     if (rc) return rc;
     const int F = su->mc.F, E = su->mc.E;
-    *n_params = probe.n_params;
-    *out = (uint64_t)(probe.n_params * 2 + probe.n_acts) * 4 + (uint64_t)dense_opt_state_floats(&su->dopt, probe.n_params) * 4 +
+    *out = (uint64_t)(*n_params * 2 + n_acts) * 4 + (uint64_t)dense_opt_state_floats(&su->dopt, *n_params) * 4 +
            emb_grad_bytes(max_batch * F, E) + 2ull * max_batch * F * E * 4;
-    model_free(&probe);
     return 0;
 }
 
@@ -225,7 +223,9 @@ static const char *part_hint(const dist_layout *l, int k) {
                                              : "the trainers' caches: a smaller --cache-rows";
     case PART_WRITER: return "trainer 0's copy of every row for evaluation and saving: --no-eval and no --save";
     case PART_ORACLE: return "the oracle's window: a smaller --lookahead or --batch-size";
-    default: return "the trainers' models and batch buffers: a smaller --batch-size or fewer --trainers";
+    default:
+        return "the trainers' models and batch buffers: a smaller --batch-size (or --eval-batch-size: trainer 0 "
+               "evaluates) or fewer --trainers";
     }
 }
 

@@ -317,7 +317,8 @@ static float *alloc_floats(size_t n) {
     return p;
 }
 
-int model_init(model *m, const model_config *cfg, int max_batch) {
+// model_init up to the sizes: the parameter table and the counts of parameters and activations.
+static int model_layout(model *m, const model_config *cfg, int max_batch) {
     memset(m, 0, sizeof *m);
     int rc = model_config_validate(cfg);
     if (rc) return rc;
@@ -354,6 +355,20 @@ int model_init(model *m, const model_config *cfg, int max_batch) {
     carver count = {0};
     layout_acts(m, &count);
     m->n_acts = count.n;
+    return 0;
+}
+
+int model_sizes(const model_config *cfg, int max_batch, size_t *n_params, size_t *n_acts) {
+    model m;
+    int rc = model_layout(&m, cfg, max_batch);
+    if (!rc) *n_params = m.n_params, *n_acts = m.n_acts;
+    model_free(&m);
+    return rc;
+}
+
+int model_init(model *m, const model_config *cfg, int max_batch) {
+    int rc = model_layout(m, cfg, max_batch);
+    if (rc) return rc;
     m->params = alloc_floats(m->n_params);
     m->grads = alloc_floats(m->n_params);
     m->acts = alloc_floats(m->n_acts);

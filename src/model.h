@@ -164,6 +164,9 @@ typedef struct {
 // Allocates parameters, gradients and activations for batches up to max_batch.  Parameters are
 // zero until model_init_params.  Returns 0, BP_EUSAGE (invalid cfg) or BP_ENOMEM.
 int model_init(model *m, const model_config *cfg, int max_batch);
+// The parameters and activations (floats) model_init would allocate, without allocating them (a
+// memory plan for a batch too large to fit must not take that memory to find out).
+int model_sizes(const model_config *cfg, int max_batch, size_t *n_params, size_t *n_acts);
 void model_free(model *m); // safe on a zeroed or freed model
 // DLRM reference initialisation: Linear W ~ N(0, sqrt(2 / (out + in))), b ~ N(0, sqrt(1 / out));
 // cross W, U, V Glorot-normal with b = 0; wide weights and bias 0.  Draws in parameter-table order.

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "common.h"
 #include "dist_util.h"
 #include "metric.h"
@@ -263,6 +264,55 @@ TEST(train_dcn_defaults_do_not_diverge) {
         int st_ = test_run(&out, timeout, __VA_ARGS__);                             \
         ASSERT_MSG(st_ == (rc), "exit %d, expected %d:\n%s", st_, rc, out ? out : ""); \
     } while (0)
+
+// An evaluation batch above the rows evaluated takes buffers for those rows only (same scores):
+// -b 1048576 for 100 rows took 13 GB in eval, and in train before its memory plan could refuse.
+// Under a 2 GB address-space limit both used to fail to allocate.  And a memory plan that refuses
+// names the batch flags when the buffers are what does not fit.
+TEST(eval_batch_above_the_rows_takes_their_memory_only) {
+#if defined(__SANITIZE_ADDRESS__)
+    test_skip("AddressSanitizer's shadow memory does not fit an address-space limit");
+    return;
+#endif
+    const char *data = test_path("d.bin");
+    ASSERT_EQ(synth(data, 20000, ""), 0);
+    char *out = NULL;
+    const char *m = test_path("m");
+    RUN_EXPECT(0, 120, "%s train %s --iters 20 --no-eval --save %s", test_bin(), data, m);
+    free(out);
+    RUN_EXPECT(0, 120, "ulimit -v 2000000; %s eval --load %s --split val --rows 100 -b 1048576 %s", test_bin(), m, data);
+    ASSERT_STR_CONTAINS(out, "val   AUC");
+    free(out);
+    RUN_EXPECT(0, 120, "ulimit -v 2000000; %s train %s --iters 2 --eval-batch-size 1048576 --eval-rows 100", test_bin(),
+               data);
+    ASSERT_STR_CONTAINS(out, "(100 samples");
+    free(out);
+    RUN_EXPECT(1, 120, "BAGPIPE_MEM_AVAILABLE=100000000 %s train %s --iters 2 --batch-size 16000", test_bin(), data);
+    ASSERT_STR_CONTAINS(out, "most of it is the model's buffers for batches of that size: a smaller --batch-size or "
+                             "--eval-batch-size");
+    free(out);
+}
+
+// A model whose rows are laid out otherwise than this build lays them out for its settings (here:
+// a manifest that says sgd for rows saved with Adagrad's state) is refused naming both layouts;
+// this build's used to print as (0, 0), read after the trainer was freed.
+TEST(eval_row_layout_mismatch_names_both) {
+    const char *data = test_path("d.bin"), *m = test_path("m");
+    ASSERT_EQ(synth(data, 4000, ""), 0);
+    char *out = NULL;
+    RUN_EXPECT(0, 120, "%s train %s " SMALL_ARCH " --iters 5 --no-eval --emb-optimizer adagrad --save %s", test_bin(),
+               data, m);
+    free(out);
+    static ckpt_manifest man;
+    ASSERT_OK(ckpt_manifest_load(m, &man));
+    ckpt_set(&man, "emb_optimizer", "sgd");
+    ASSERT_OK(ckpt_manifest_commit(m, &man));
+    RUN_EXPECT(1, 60, "%s eval --load %s %s", test_bin(), m, data);
+    ASSERT_STR_CONTAINS(out, "row layout (stride ");
+    ASSERT_STR_CONTAINS(out, "differs from this build's (");
+    ASSERT_MSG(!strstr(out, "(0, 0)"), "%s", out);
+    free(out);
+}
 
 // eval --predictions writes one CSV line per evaluated row, from which the printed AUC, logloss
 // and accuracy are recomputed; it replaces a previous predictions file whole, and refuses to
