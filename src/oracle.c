@@ -164,6 +164,10 @@ struct oracle_impl {
     uint32_t *act_free; // (act_cap) stack of free indices
     uint32_t act_cap, act_hw, n_free;
     slot *slots; // (R)
+    // Slots whose arrays are small (below MAP_MIN each) have them carved from one mapping per
+    // array, all slots' together (slot_pool[k], slot_pool_bytes[k]); else each is its own.
+    char *slot_pool[6];
+    size_t slot_pool_bytes[6];
     int avx2;          // AVX2 for the planner's scans (outcome64_avx2, back_in_range_avx2)
     int avx2_cols;     // and transpose_avx2 for the slices (F >= 8)
     int key32, users8; // slot entry widths: 4-byte keys (K <= 2^32), 1-byte users masks (T <= 8)
@@ -1698,13 +1702,31 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
 #endif
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
     int oom = !o->act_free || !o->act_gate || !o->lk.p;
-    for (uint32_t j = 0; j < R && !oom; j++) {
-        o->slots[j].key = big_alloc(per * kw);
-        o->slots[j].act = big_alloc(per * sizeof(uint32_t));
-        o->slots[j].prev = big_alloc(per * sizeof(uint32_t));
-        o->slots[j].users = big_alloc(per * uw);
-        o->slots[j].miss = big_alloc((per / 64 + 1) * sizeof(uint64_t));
-        o->slots[j].priv = big_alloc((per / 64 + 1) * sizeof(uint64_t));
+    const size_t arr[6] = {per * kw, per * sizeof(uint32_t), per * sizeof(uint32_t), per * uw,
+                           (per / 64 + 1) * sizeof(uint64_t), (per / 64 + 1) * sizeof(uint64_t)};
+    if (arr[0] < MAP_MIN) {
+        // Small batches: each slot's arrays from heap blocks were all resident (calloc clears what
+        // it reuses), gigabytes for a long window of batches with few keys (W = 4000 of 30000 ids:
+        // 1 GiB for 23 MiB of entries); from one mapping per array, only the pages written are.
+        for (int k = 0; k < 6 && !oom; k++) {
+            const size_t step = (arr[k] + 63) / 64 * 64;
+            o->slot_pool_bytes[k] = step * R;
+            oom = !(o->slot_pool[k] = big_alloc(o->slot_pool_bytes[k]));
+        }
+        for (uint32_t j = 0; j < R && !oom; j++) {
+            void *at[6];
+            for (int k = 0; k < 6; k++) at[k] = o->slot_pool[k] + (size_t)j * ((arr[k] + 63) / 64 * 64);
+            o->slots[j] = (slot){.key = at[0], .act = at[1], .prev = at[2], .users = at[3], .miss = at[4],
+                                 .priv = at[5], .batch = NIL};
+        }
+    }
+    for (uint32_t j = 0; j < R && !oom && !o->slot_pool[0]; j++) {
+        o->slots[j].key = big_alloc(arr[0]);
+        o->slots[j].act = big_alloc(arr[1]);
+        o->slots[j].prev = big_alloc(arr[2]);
+        o->slots[j].users = big_alloc(arr[3]);
+        o->slots[j].miss = big_alloc(arr[4]);
+        o->slots[j].priv = big_alloc(arr[5]);
         o->slots[j].batch = NIL;
         oom = !o->slots[j].key || !o->slots[j].act || !o->slots[j].prev || !o->slots[j].users ||
               !o->slots[j].miss || !o->slots[j].priv;
@@ -1791,7 +1813,9 @@ void oracle_free(oracle *out) {
     }
     for (int i = 0; i < INQ; i++) free(o->inbuf[i]);
     size_t per = (size_t)o->B * o->F, kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
-    for (uint32_t j = 0; o->slots && j < o->R; j++) {
+    for (int k = 0; k < 6; k++)
+        if (o->slot_pool[k]) big_free(o->slot_pool[k], o->slot_pool_bytes[k]);
+    for (uint32_t j = 0; o->slots && j < o->R && !o->slot_pool[0]; j++) {
         big_free(o->slots[j].key, per * kw);
         big_free(o->slots[j].act, per * sizeof(uint32_t));
         big_free(o->slots[j].prev, per * sizeof(uint32_t));
@@ -1957,6 +1981,23 @@ const char *oracle_phase_name(int phase) {
     return phase >= 0 && phase < ORACLE_PHASES ? names[phase] : "?";
 }
 
+// The slots' arrays when a batch has up to occ unique keys, of per entries each (B x F): their
+// entries, where each slot's arrays are their own mappings or heap blocks of at least a megabyte
+// (oracle_init); where they are carved from one mapping per array, a page at least per slot and
+// array (only the pages written are resident), or all of it where that mapping is a heap block.
+static uint64_t slots_bytes(uint64_t R, uint64_t per, uint64_t occ, uint64_t kw, uint64_t uw) {
+    const uint64_t arr[6] = {per * kw, per * 4, per * 4, per * uw, (per / 64 + 1) * 8, (per / 64 + 1) * 8};
+    const uint64_t used[6] = {occ * kw, occ * 4, occ * 4, occ * uw, (occ / 64 + 1) * 8, (occ / 64 + 1) * 8};
+    uint64_t sum = 0;
+    for (int k = 0; k < 6; k++) {
+        const uint64_t step = (arr[k] + 63) / 64 * 64;
+        if (arr[0] >= MAP_MIN) sum += R * used[k];
+        else if (R * step < MAP_MIN) sum += R * step;
+        else sum += R * BP_MAX((uint64_t)4096, (used[k] + 4095) / 4096 * 4096);
+    }
+    return sum;
+}
+
 // The lists of a record, each grown to one batch's unique keys or more (oracle_mem_estimate).
 #define PLAN_BYTES_PER_KEY (sizeof(plan_fetch) + sizeof(plan_evict) + 2 * sizeof(uint64_t) + sizeof(plan_sync))
 
@@ -1965,9 +2006,8 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     lock(o);
     *st = o->st;
     uint64_t mem = o->pub_acts * (sizeof(uint32_t) + sizeof(uint64_t));
-    mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + (o->key32 ? 4 : 8) + (o->users8 ? 1 : 8));
+    mem += slots_bytes(o->R, (uint64_t)o->B * o->F, o->pub_occ, o->key32 ? 4 : 8, o->users8 ? 1 : 8);
     mem += nexts_bytes(o->pub_occ, o->R);
-    mem += (uint64_t)o->R * (o->pub_occ / 64 + 1) * 2 * sizeof(uint64_t); // the miss and private bits
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
     // lz_sync, cand, far_pos and bl_list
     mem += (uint64_t)o->pub_occ * 4 * sizeof(uint32_t);
@@ -2032,9 +2072,8 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
                                                      : cfg->keymap;
     // the same terms as oracle_get_stats, at these high-water marks
     uint64_t mem = acts * (sizeof(uint32_t) + sizeof(uint64_t));
-    mem += R * unique * (2 * sizeof(uint32_t) + (K <= (1ull << 32) ? 4 : 8) + (cfg->T <= 8 ? 1 : 8));
+    mem += slots_bytes(R, per_batch, unique, K <= (1ull << 32) ? 4 : 8, cfg->T <= 8 ? 1 : 8);
     mem += nexts_bytes(unique, R);
-    mem += R * (unique / 64 + 1) * 2 * sizeof(uint64_t);
     mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
     mem += unique * 4 * sizeof(uint32_t);
     mem += (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);

@@ -776,6 +776,39 @@ static uint64_t rss_bytes(void) {
     return n == 2 ? res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
+// A long window of small batches with few keys: each slot's arrays came from the heap, cleared by
+// calloc and so all resident (W = 4000 of batches of 30000 ids, every id the same key: 1 GiB for
+// entries that take pages, not megabytes); they are now carved from one mapping per array, of which
+// only the pages written are resident.  The oracle's accounting, a page per slot and array at
+// least, stays above what the process holds.
+TEST(oracle_long_window_of_small_batches_stays_small) {
+    const uint64_t card[1] = {100};
+    const uint32_t B = 30000, W = 4000;
+    oracle_config cfg = {.T = 1, .B = B, .F = 1, .card = card, .W = W, .P = 1, .C = 100, .threads = 1};
+    const uint64_t rss0 = rss_bytes();
+    oracle o;
+    ASSERT_OK(oracle_init(&o, &cfg));
+    uint32_t *ids = bp_xcalloc(B, sizeof *ids);
+    plan p;
+    plan_init(&p);
+    for (int b = 0; b < 50; b++) {
+        ASSERT_OK(oracle_push_batch(&o, ids));
+        int rc;
+        while ((rc = oracle_next_plan(&o, &p)) == 1) {
+        }
+        ASSERT_OK(rc);
+    }
+    oracle_stats st;
+    oracle_get_stats(&o, &st);
+    const uint64_t grew = rss_bytes() - rss0;
+    ASSERT_MSG(grew < ((uint64_t)64 << 20), "the process grew by %.1f MiB", grew / 1048576.0);
+    ASSERT_MSG(st.mem_bytes >= grew / 2, "mem_bytes %llu, the process grew by %llu",
+               (unsigned long long)st.mem_bytes, (unsigned long long)grew);
+    plan_free(&p);
+    oracle_free(&o);
+    free(ids);
+}
+
 // The memory bound measured from outside the oracle's own accounting: on a long run over a bounded
 // key set (every key touched before the first reading), under capacity pressure, the process's
 // resident memory and the oracle's mem_bytes stop growing once the window has filled: from batch
