@@ -225,6 +225,7 @@ struct oracle_impl {
     uint32_t *sync_cnt;   // (2 (P + W + 2) + 1) their counts by group, from index 1 (sync_note)
     oracle_stats st;
     uint64_t pub_acts, pub_occ, pub_hm_cap; // indexer memory high-water marks, published per batch
+    uint64_t mem_peak;                      // the largest mem_bytes reported (the plan lists swap sizes)
     double cpu_index, cpu_plan;             // CPU seconds of each half (thread CPU clocks)
     double ph_idx[ORACLE_PHASES], ph_idx_t; // the indexer's phase seconds, the last boundary (its thread)
     double ph_pub[ORACLE_PHASES];           // the same, published with the memory marks
@@ -1019,7 +1020,9 @@ static double thread_cpu(void) {
 static void publish_mem(oracle_impl *o) {
     memcpy(o->ph_pub, o->ph_idx, sizeof o->ph_pub);
     o->pub_acts = o->act_hw, o->pub_occ = o->occ_hw;
-    o->pub_hm_cap = o->hm.cap + o->hm.old_cap + o->hm.next_touched / sizeof(hent);
+    const uint64_t hm_now = o->hm.cap + o->hm.old_cap + o->hm.next_touched / sizeof(hent);
+    o->pub_hm_cap = BP_MAX(o->pub_hm_cap, hm_now); // a high-water mark: the old table's free lowers it
+
 }
 
 static void *indexer_thread(void *arg) {
@@ -2022,6 +2025,7 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += (uint64_t)o->pv_cap * (sizeof *o->pv_key + sizeof *o->pv_tr) + (uint64_t)o->sync_cap * sizeof(plan_sync) +
            (uint64_t)o->sync_bk_cap * sizeof(uint32_t);
     if (o->threads == 2 && !o->borrow) mem += (uint64_t)INQ * o->B * o->F * sizeof(uint32_t);
+    o->mem_peak = mem = BP_MAX(o->mem_peak, mem);
     st->active_peak = o->pub_acts;
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
     for (int k = 0; k < ORACLE_PHASES; k++) st->phase_s[k] = o->ph_pub[k] + o->ph_plan[k];
