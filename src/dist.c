@@ -222,10 +222,23 @@ typedef struct {
     int32_t rc;
     int32_t start; // the iteration its --resume checkpoint is at (0: none; -1: beyond 32 bits, not compared)
     dist_host host;
+    uint64_t data; // its dataset's contents (data_print; 0: none, not compared)
 } start_msg;
+_Static_assert(sizeof(start_msg) == 88, "tests/test_badinput.c's stand-in peer sends an 88-byte START");
 
-static int32_t start_field(const train_setup *su) { return su->ck.start_iter <= INT32_MAX ? (int32_t)su->ck.start_iter : -1; }
-_Static_assert(sizeof(start_msg) == 80, "tests/test_badinput.c's stand-in peer sends an 80-byte START");
+static int32_t start_field(const train_setup *su) {
+    return su->ck.start_iter <= INT32_MAX ? (int32_t)su->ck.start_iter : -1;
+}
+
+// The dataset a rank reads, by its header's section checksums and its rows (never 0), or 0 where
+// its setup did not open one.
+static uint64_t data_print(const train_setup *su) {
+    if (!su->ds) return 0;
+    const bp_ds_info *in = &su->ds->info;
+    uint64_t h = (uint64_t)in->crc_label << 32 ^ in->crc_dense;
+    h = h * 0x9E3779B97F4A7C15ull ^ in->crc_sparse ^ in->rows << 20;
+    return h | 1;
+}
 
 static int dist_agree(const train_setup *su, const dist_layout *l, int me, int n, int *setup_rc, role_oracle **ro,
                       int32_t out[2]) {
@@ -235,7 +248,7 @@ static int dist_agree(const train_setup *su, const dist_layout *l, int me, int n
     int rc = 0;
     comm_req q;
     if (me != 0) {
-        start_msg mine = {.rc = *setup_rc, .start = start_field(su)};
+        start_msg mine = {.rc = *setup_rc, .start = start_field(su), .data = *setup_rc ? 0 : data_print(su)};
         dist_host_self(&mine.host, me);
         rc = comm_isend(&mine, sizeof mine, 0, MSG_START, &q);
         if (!rc) rc = comm_wait(&q, NULL);
@@ -262,6 +275,17 @@ static int dist_agree(const train_setup *su, const dist_layout *l, int me, int n
         // differently (node-local disks, a stale NFS view) each took their own newest, and the job
         // then hung or failed on a message of the wrong iteration.
         const int32_t s0 = start_field(su);
+        const uint64_t d0 = *setup_rc ? 0 : data_print(su);
+        if (!m.rc && !*setup_rc && out[0] < 0 && m.data && d0 && m.data != d0) {
+            // A stale or other copy of the dataset at the same path on the rank's host: it trained
+            // on other samples than the rest of the job, silently (or failed on a plan's keys).
+            char rr[64];
+            dist_role_name(r, l, rr, sizeof rr);
+            *setup_rc = bp_fail(BP_EMISMATCH, "%s: rank %d (%s, host %s) reads another dataset at this path than rank "
+                                "0 (host %s): their headers' checksums or rows differ; every rank must read the same "
+                                "file (a stale copy on one host?)", su->data_path, r, rr, hosts[r].name,
+                                hosts[0].name);
+        }
         if (!m.rc && !*setup_rc && out[0] < 0 && m.start != s0 && m.start >= 0 && s0 >= 0) {
             char rr[64];
             dist_role_name(r, l, rr, sizeof rr);
@@ -286,6 +310,10 @@ static int dist_agree(const train_setup *su, const dist_layout *l, int me, int n
     return rc;
 }
 
+static int failed_at_start; // dist_failed_at_start
+
+int dist_failed_at_start(void) { return failed_at_start; }
+
 int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
     const int me = comm_rank(), n = comm_size();
     // test hook (tests/test_dist_mem.c): each rank reports its peak resident memory above what it
@@ -307,11 +335,15 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
         comm_abort(1);
     }
     const int first_bad = agreed[0], code = agreed[1];
+    failed_at_start = first_bad >= 0;
     if (first_bad >= 0) {
         // The lowest failing rank reports and alone exits non-zero, so that mpirun (and the
         // launcher's "job failed: rank R (ROLE)" line) names it, not whichever rank left first;
         // every rank leaves cleanly.
-        if (me == first_bad) fprintf(stderr, "bagpipe: %s\n", bp_errmsg(setup_rc));
+        // Under the user's own mpirun (or srun) nothing else names the rank: the launcher's line
+        // does that for a job it started.
+        if (me == first_bad && getenv(LAUNCH_ENV_SELF)) fprintf(stderr, "bagpipe: %s\n", bp_errmsg(setup_rc));
+        else if (me == first_bad) fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(setup_rc));
         role_oracle_free(ro);
         comm_finalize();
         return me != first_bad ? 0 : code == BP_EUSAGE ? 2 : 1;

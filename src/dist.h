@@ -57,6 +57,9 @@ int dist_begin(const dist_layout *l);
 // Agrees on setup_rc across ranks (a gather by rank 0 under the stall timeout), then runs this rank's role in mode l->mode, the end (a
 // handshake with trainer 0 under the stall timeout, then a barrier) and MPI_Finalize.  Returns the process exit code.
 int dist_run(const train_setup *su, const dist_layout *l, int setup_rc);
+// 1 after dist_run when the start-up agreement found a rank that could not start: the job failed,
+// though this rank (not the one named) exits 0 so that mpirun names that one.
+int dist_failed_at_start(void);
 
 // The roles (role_server.c, role_trainer.c, role_oracle.c, role_bagpipe.c).  Return 0 or a
 // negative code with a message.  role_server_run serves mode sync or bagpipe (su->mode).

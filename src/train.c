@@ -832,11 +832,13 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     // made of a root that another job is writing.
     memset(&ds, 0, sizeof ds), memset(&su, 0, sizeof su);
     rc = !getenv(LAUNCH_ENV_SELF) && comm_rank() == 0 ? train_lock_roots(fl) : 0;
-    // test hook (tests/test_ckpt_run.c): BAGPIPE_TEST_RESUME_AS=R:DIR makes rank R resume from DIR,
-    // as a rank that sees the --resume directory otherwise (a node-local disk) would
+    // test hooks (tests/test_ckpt_run.c, tests/test_dist.c): BAGPIPE_TEST_RESUME_AS=R:DIR makes rank
+    // R resume from DIR, BAGPIPE_TEST_DATA_AS=R:FILE read the dataset FILE, as a rank that sees the
+    // --resume directory or the dataset's path otherwise (a node-local disk, a stale copy) would
     train_flags own = *fl;
-    const char *as = getenv("BAGPIPE_TEST_RESUME_AS");
+    const char *as = getenv("BAGPIPE_TEST_RESUME_AS"), *das = getenv("BAGPIPE_TEST_DATA_AS");
     if (as && *as && own.ck.resume && atoi(as) == comm_rank() && strchr(as, ':')) own.ck.resume = strchr(as, ':') + 1;
+    if (das && *das && atoi(das) == comm_rank() && strchr(das, ':')) data_path = strchr(das, ':') + 1;
     if (!rc) rc = setup_build(&su, &own, &ds, data_path);
     bp_log_level = level;
     // under the user's launcher, rank 0 holds the memory plan against each host in dist_run
@@ -892,7 +894,9 @@ static int train_cmd(int argc, char **argv);
 
 int cmd_train(int argc, char **argv) {
     const int code = train_cmd(argc, argv);
-    made_root.ok = code == 0; // a failed run's new --checkpoint-dir goes at exit (drop_made_root)
+    // A failed run's new --checkpoint-dir goes at exit (drop_made_root); under the user's mpirun a
+    // rank that did not cause a start-up failure exits 0, and rank 0 holds the directory.
+    made_root.ok = code == 0 && !dist_failed_at_start();
     return code;
 }
 
@@ -999,6 +1003,18 @@ static int train_cmd(int argc, char **argv) {
         return cmd_exit(bp_fail(rc, "--save %s", bp_errmsg(rc)));
     // Nor is a metrics file that is something else (the dataset itself, a model part).
     if ((rc = jsonl_check("--metrics", fl.metrics))) return cmd_exit(rc);
+    // Mode local is one process: under a launcher of several ranks (mpirun -np 4 without --mode)
+    // each rank trained a copy of the job, all into the same --save, metrics and checkpoints.
+    // Refused, by the first rank only (the others leave quietly, with the same status).
+    const char *world = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+    if (fl.mode == TRAIN_MODE_LOCAL && world && atoi(world) > 1) {
+        const char *rank = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
+        if (!rank || atoi(rank) == 0)
+            fprintf(stderr, "bagpipe: --mode local (the default) runs in one process, and this launcher started %d: "
+                    "give the distributed mode (--mode sync, sharded, static, bagpipe or async), or start one "
+                    "process (-np 1)\n", atoi(world));
+        return 2;
+    }
     // One job per checkpoint root (the ranks of a job are covered by their launcher's lock, or
     // under the user's launcher by rank 0's: train_distributed; mode local is one process).
     if ((!launch_under_mpi() || fl.mode == TRAIN_MODE_LOCAL) && (rc = train_lock_roots(&fl))) return cmd_exit(rc);

@@ -1125,7 +1125,7 @@ TEST(badinput_model_for_another_dataset) {
 // ---------------------------------------------------------------------------------------------
 // A peer that sends garbage
 
-// A stand-in for trainer 0: takes part in the start-up agreement (dist.c: an 80-byte start_msg,
+// A stand-in for trainer 0: takes part in the start-up agreement (dist.c: an 88-byte start_msg,
 // here a zero result and an empty host, then the verdict), then sends one malformed
 // message (kind, tag, n, width, byte count and optionally the iteration from argv) to the server
 // (rank 1) and waits to be stopped.  Compiled with mpicc at test time (it is not part of the test binary).
@@ -1133,9 +1133,9 @@ static const char peer_src[] =
     "#include <mpi.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <unistd.h>\n"
     "int main(int argc, char **argv) {\n"
     "    int provided, agreed[2];\n"
-    "    static char start[80];\n"
+    "    static char start[88];\n"
     "    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);\n"
-    "    MPI_Send(start, 80, MPI_BYTE, 0, %d, MPI_COMM_WORLD);\n"
+    "    MPI_Send(start, 88, MPI_BYTE, 0, %d, MPI_COMM_WORLD);\n"
     "    MPI_Recv(agreed, 8, MPI_BYTE, 0, %d, MPI_COMM_WORLD, MPI_STATUS_IGNORE);\n"
     "    uint64_t buf[64] = {0};\n"
     "    uint32_t *h = (uint32_t *)buf;\n"

@@ -740,6 +740,65 @@ TEST(dist_launcher_names_the_reporting_rank_when_mpirun_loses_its_report) {
     free(out);
 }
 
+// A rank that reads another file at the dataset's path (a stale copy on its host: the hook
+// BAGPIPE_TEST_DATA_AS makes rank 3 read one of the same shape and other samples) used to train
+// on it silently, mixing the two (or fail on a plan's keys in bagpipe).  The start-up agreement
+// compares the datasets' checksums and refuses before training, naming the rank and its host.
+TEST(dist_ranks_must_read_the_same_dataset) {
+    char data[512], other[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    snprintf(other, sizeof other, "%s", test_path("e.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    ASSERT_OK(write_dataset(other, 2000, 6));
+    char *out = NULL;
+    int rc = test_run(&out, 60, "BAGPIPE_TEST_DATA_AS=3:%s %s train --mode sync --trainers 2 --servers 1 " TINY_MODEL
+                      " %s", other, test_bin(), data);
+    ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, ": rank 3 (trainer 1, host ");
+    ASSERT_STR_CONTAINS(out, ") reads another dataset at this path than rank 0 (host ");
+    ASSERT_MSG(!strstr(out, "trained"), "it trained:\n%s", out);
+    free(out);
+}
+
+// `mpirun -np 3 bagpipe train D` without --mode: each rank trained a copy of the job in mode local,
+// all into the same --save and metrics.  Refused once, saying what to give instead.
+TEST(dist_local_mode_under_several_ranks_is_refused) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    char *out = NULL;
+    int rc = test_run(&out, 60, "%s mpirun --oversubscribe -np 3 %s train " TINY_MODEL " -m %s %s", dist_test_env(),
+                      test_bin(), test_path("m.jsonl"), data);
+    ASSERT_MSG(rc != 0, "exit %d:\n%s", rc, out);
+    const char *msg = "bagpipe: --mode local (the default) runs in one process, and this launcher started 3: give the "
+                      "distributed mode";
+    const char *first = strstr(out, msg);
+    ASSERT_MSG(first && !strstr(first + 1, msg), "not said once:\n%s", out);
+    ASSERT_MSG(!strstr(out, "trained"), "it trained:\n%s", out);
+    free(out);
+}
+
+// Under the user's own mpirun, a rank that cannot start (here its dataset is missing on its host:
+// the hook BAGPIPE_TEST_DATA_AS) is named with its role (mpirun names only a number), and the
+// --checkpoint-dir the job made is removed again (rank 0, which made it, exits 0 so that mpirun
+// names the failing rank, and used to keep it).
+TEST(dist_own_mpirun_start_failure_names_the_rank_and_leaves_no_dir) {
+    char data[512], ck[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    snprintf(ck, sizeof ck, "%s", test_path("ckn"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    char *out = NULL;
+    int rc = test_run(&out, 60, "%s BAGPIPE_TEST_DATA_AS=3:%s/none.bin mpirun --oversubscribe -np 4 %s train --mode sync "
+                      "--trainers 2 --servers 1 " TINY_MODEL " --checkpoint-every 20 --checkpoint-dir %s %s",
+                      dist_test_env(), test_tmpdir(), test_bin(), ck, data);
+    ASSERT_MSG(rc != 0, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "bagpipe: rank 3 (trainer 1): ");
+    ASSERT_STR_CONTAINS(out, "none.bin");
+    free(out);
+    struct stat st;
+    ASSERT_MSG(stat(ck, &st) != 0, "the failed job left %s", ck);
+}
+
 // mpirun itself killed (the OOM killer, kill -9): the launcher says so and exits 1, as for any
 // failed job (it used to print "mpirun exited with code 137" and exit 137, read as itself killed).
 TEST(dist_launcher_reports_mpirun_killed) {
