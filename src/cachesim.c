@@ -578,10 +578,11 @@ typedef struct {
 } out_file;
 
 // Writes dir/name for each file, every one or none: each is made whole in its temporary file
-// first; then each file it replaces is kept under a second name (a hard link) until all are
-// renamed into place, so that a rename or fsync failing partway puts the earlier ones back (a
-// full disk or a bad name leaves the directory as it was, not this run's JSON beside an earlier
-// run's CSV).
+// first; then each file it replaces is kept under a second name (a hard link, or where the file
+// system has none the file itself, renamed) until all are renamed into place, so that a rename or
+// fsync failing partway puts the earlier ones back (a full disk or a bad name leaves the directory
+// as it was, not this run's JSON beside an earlier run's CSV).  SIGINT, SIGTERM and SIGHUP wait
+// for the end of that step (a few renames and fsyncs of small files), which they would cut in two.
 static int write_files(const char *dir, const out_file *files, int n, const void *arg) {
     enum { MAX_FILES = 4 };
     bp_afile af[MAX_FILES];
@@ -606,22 +607,35 @@ static int write_files(const char *dir, const out_file *files, int n, const void
         }
         free(buf);
     }
+    sigset_t stop, before;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT), sigaddset(&stop, SIGTERM), sigaddset(&stop, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &stop, &before);
     for (int i = 0; i < opened && !rc; i++) { // the files replaced, kept until every commit is done
+        struct stat st;
         snprintf(kept[i], sizeof kept[i], "%.4199s.prev-%ld", target[i], (long)getpid());
         unlink(kept[i]);
-        had[i] = link(target[i], kept[i]) == 0;
+        if (lstat(target[i], &st) != 0) continue; // none to keep
+        had[i] = link(target[i], kept[i]) == 0 ? 1 : rename(target[i], kept[i]) == 0 ? 2 : 0; // 2: moved
+        if (!had[i])
+            rc = bp_fail(BP_EIO, "%s: cannot keep the file it replaces until the others are written: %s", target[i],
+                         strerror(errno));
     }
     for (; done < opened && !rc; done++)
         if ((rc = bp_afile_commit(&af[done]))) break;
     for (int i = done; i < opened; i++) bp_afile_abort(&af[i]); // the failed one (freed already) and the rest
     for (int i = 0; i < opened; i++) {
-        if (rc && i < done) { // committed, then another failed: back to what was there
-            if (had[i] ? rename(kept[i], target[i]) != 0 : unlink(target[i]) != 0)
+        const int replaced = i < done; // its new file is in place
+        if (rc && had[i] && (replaced || had[i] == 2)) { // back to what was there
+            if (rename(kept[i], target[i]) != 0)
                 bp_log(BP_LOG_WARN, "analyze: %s: cannot put back the file it replaced (%s)", target[i], kept[i]);
-        } else if (had[i]) {
+        } else if (rc && replaced && !had[i]) { // committed where there was none
+            unlink(target[i]);
+        } else if (had[i] == 1 || (had[i] == 2 && !rc)) { // the second name of a file kept, or the old one moved
             unlink(kept[i]);
         }
     }
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
     return rc;
 }
 

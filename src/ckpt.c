@@ -578,8 +578,9 @@ static int no_ckpt_here(const char *root) {
 
 // 1 when another live process holds root's lock: a job writing checkpoints there now, whose newest
 // one may be unfinished (no MANIFEST yet) or pruned while it is read.
-// Judged by the pid that the holder wrote into the lock file, not by taking the lock: a lock
-// taken here, even shared and for an instant, would refuse a job starting at that moment.
+// Judged by taking the lock shared for an instant (the pid the holder wrote into the file may be
+// another process's by now, or another host's); a job starting at that instant retries its own
+// exclusive lock for a moment (ckpt_lock_root), so it is not refused for it.
 static int root_busy(const char *root) {
     char path[4200], who[32] = "";
     join(path, sizeof path, root, ".lock");
@@ -968,7 +969,13 @@ int ckpt_lock_root(const char *root, int create, const char *flag) {
     struct stat st;
     const int known = fstat(fd, &st) == 0;
     if (known && held_find(&st) >= 0) return close(fd), 0;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    // A reader (root_busy) may hold it shared for an instant: a holder for 0.2 s is a job.
+    int locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    for (int tries = 0; !locked && errno == EWOULDBLOCK && tries < 20; tries++) {
+        usleep(10000);
+        locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    }
+    if (!locked) {
         char who[32] = "";
         ssize_t got = pread(fd, who, sizeof who - 1, 0);
         who[got > 0 ? got : 0] = 0;

@@ -59,6 +59,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "common.h"
@@ -252,6 +253,17 @@ static void *big_alloc(size_t n) { return n >= MAP_MIN ? bp_alloc_huge(n) : call
 static void big_free(void *p, size_t n) {
     if (n >= MAP_MIN) bp_free_huge(p, n);
     else free(p);
+}
+
+// A pool of small slot arrays (oracle_init): mapped on 4 KiB pages even when large, since each slot
+// writes only the start of its part (with transparent huge pages every slot's first write made a
+// 2 MiB page resident: 1.5 GiB for a window that holds a page a slot).  Small pools: the heap.
+static void *pool_alloc(size_t n) {
+    if (n < MAP_MIN) return calloc(1, n ? n : 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    madvise(p, n, MADV_NOHUGEPAGE);
+    return p;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1714,7 +1726,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
         for (int k = 0; k < 6 && !oom; k++) {
             const size_t step = (arr[k] + 63) / 64 * 64;
             o->slot_pool_bytes[k] = step * R;
-            oom = !(o->slot_pool[k] = big_alloc(o->slot_pool_bytes[k]));
+            oom = !(o->slot_pool[k] = pool_alloc(o->slot_pool_bytes[k]));
         }
         for (uint32_t j = 0; j < R && !oom; j++) {
             void *at[6];

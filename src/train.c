@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -736,16 +737,33 @@ static void resume_hint_interrupted(const void *fl) { train_resume_hint(fl, 1); 
 // A local run's training loop, interrupted (SIGINT, SIGTERM, SIGHUP): the loop stops at the next
 // iteration and says so, with where a --resume goes on from, as the launcher does for a
 // distributed job (a local run used to die in silence).  A second signal ends it at once.
+// A second signal at least half a second after the first ends the run at once, by the action
+// the loop replaced (the temporary files' clean-up, or the default); one sooner is the same
+// signal delivered twice (timeout(1) sends it to the process and to its group), not a second
+// Ctrl-C.  The handler uses only async-signal-safe calls (clock_gettime, sigaction, raise).
 static volatile sig_atomic_t local_stop;
+static struct timespec local_first;
+static const int local_sigs[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction local_old[3]; // the actions the loop replaced
+
 static void local_on_signal(int sig) {
-    if (local_stop) signal(sig, SIG_DFL), raise(sig);
-    local_stop = sig;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!local_stop) {
+        local_first = now, local_stop = sig;
+        return;
+    }
+    const double since =
+        (double)(now.tv_sec - local_first.tv_sec) + 1e-9 * (double)(now.tv_nsec - local_first.tv_nsec);
+    if (since < 0.5) return;
+    for (int i = 0; i < 3; i++)
+        if (local_sigs[i] == sig) sigaction(sig, &local_old[i], NULL);
+    raise(sig);
 }
 
-static const int local_sigs[] = {SIGINT, SIGTERM, SIGHUP};
-
-// install: the loop's handlers (the previous actions into old); else the previous ones back.
-static void local_signals(int install, struct sigaction old[3]) {
+// install: the loop's handlers (the previous actions into local_old); else the previous ones back.
+static void local_signals(int install) {
+    struct sigaction *old = local_old;
     for (int i = 0; i < 3; i++) {
         if (!install) {
             sigaction(local_sigs[i], &old[i], NULL);
@@ -1100,10 +1118,9 @@ static int train_cmd(int argc, char **argv) {
     metric_result res = {0}, bayes = {0};
     ckpt_sched cks;
     ckpt_sched_init(&cks, &su.ck);
-    struct sigaction old_sig[3];
     local_stop = 0;
     bp_signal_cleanup_init(); // the temporary files' clean-up, restored after the loop
-    local_signals(1, old_sig);
+    local_signals(1);
     int64_t t_stop = -1;
     for (int64_t t = t0_iter; t < total_iters; t++) {
         if (local_stop) {
@@ -1138,7 +1155,7 @@ static int train_cmd(int argc, char **argv) {
         }
     }
     bp_progress_finish(&prog);
-    local_signals(0, old_sig);
+    local_signals(0);
     if (t_stop < 0 && local_stop) t_stop = total_iters; // during the last iteration
     if (t_stop >= 0) {
         local_interrupted(&fl, local_stop, t_stop);

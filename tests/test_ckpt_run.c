@@ -275,6 +275,9 @@ TEST(ckpt_local_interrupt_says_where_to_resume) {
     ASSERT_TRUE(job > 0);
     for (double t0 = bp_now(); bp_now() - t0 < 60 && newest_committed(root) < 20; usleep(20000)) {
     }
+    // Twice at once (job is timeout(1), which passes each on twice: to the process and its group):
+    // one interruption, said; a second Ctrl-C, ending the run at once, is one half a second later.
+    ASSERT_EQ(kill(job, SIGINT), 0);
     ASSERT_EQ(kill(job, SIGINT), 0);
     const int st = wait_status(job);
     size_t len;
@@ -436,6 +439,23 @@ TEST(ckpt_refused_run_leaves_no_checkpoint_dir) {
     "sh -c \"exec 9>>%s/.lock; flock -x 9; exec sleep 60\" & p=$!; "                                 \
     "while flock -n -s %s/.lock true; do sleep 0.02; done; echo $p > %s/.lock; "
 #define DROP_LOCK "kill $p; wait $p; "
+
+// eval --load (root_busy) takes a root's lock shared for an instant to see whether a job holds it;
+// a job starting at that instant waits a moment for it instead of being refused as if another
+// job held the root.  Here a reader holds it for 0.1 s as the job starts.
+TEST(ckpt_job_start_waits_out_a_reader_of_the_lock) {
+    ASSERT_OK(make_data());
+    const char *ck = test_path("ckr");
+    ASSERT_EQ(mkdir(ck, 0777), 0);
+    char *out = NULL;
+    char args[4200];
+    snprintf(args, sizeof args, "--iters 20 --checkpoint-every 10 --checkpoint-dir %s", ck);
+    int rc = test_run(&out, 60, "touch %s/.lock; flock -s %s/.lock sleep 0.1 & sleep 0.02; %s %s train " MODEL " %s %s",
+                      ck, ck, dist_test_env(), test_bin(), args, data_path);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    ASSERT_MSG(!strstr(out, "in use by another bagpipe job"), "%s", out);
+    free(out);
+}
 
 // eval --load of a root that a running job holds (the flock of its .lock, held here by flock(1)): the newest
 // checkpoint directory without its MANIFEST is one being written, not "an incomplete save or

@@ -778,12 +778,13 @@ static uint64_t rss_bytes(void) {
 
 // A long window of small batches with few keys: each slot's arrays came from the heap, cleared by
 // calloc and so all resident (W = 4000 of batches of 30000 ids, every id the same key: 1 GiB for
-// entries that take pages, not megabytes); they are now carved from one mapping per array, of which
-// only the pages written are resident.  The oracle's accounting, a page per slot and array at
-// least, stays above what the process holds.
+// entries that take pages, not megabytes); they are now carved from one mapping per array, on
+// 4 KiB pages (with huge pages each slot's first write took 2 MiB), of which only the pages
+// written are resident.  Measured once the window is full (W = 1000 here: 400 MiB before), against
+// the oracle's accounting, a page per slot and array at least.
 TEST(oracle_long_window_of_small_batches_stays_small) {
     const uint64_t card[1] = {100};
-    const uint32_t B = 30000, W = 4000;
+    const uint32_t B = 30000, W = 1000;
     oracle_config cfg = {.T = 1, .B = B, .F = 1, .card = card, .W = W, .P = 1, .C = 100, .threads = 1};
     const uint64_t rss0 = rss_bytes();
     oracle o;
@@ -791,7 +792,7 @@ TEST(oracle_long_window_of_small_batches_stays_small) {
     uint32_t *ids = bp_xcalloc(B, sizeof *ids);
     plan p;
     plan_init(&p);
-    for (int b = 0; b < 50; b++) {
+    for (int b = 0; b < (int)W + 100; b++) {
         ASSERT_OK(oracle_push_batch(&o, ids));
         int rc;
         while ((rc = oracle_next_plan(&o, &p)) == 1) {
@@ -802,7 +803,7 @@ TEST(oracle_long_window_of_small_batches_stays_small) {
     oracle_get_stats(&o, &st);
     const uint64_t grew = rss_bytes() - rss0;
     ASSERT_MSG(grew < ((uint64_t)64 << 20), "the process grew by %.1f MiB", grew / 1048576.0);
-    ASSERT_MSG(st.mem_bytes >= grew / 2, "mem_bytes %llu, the process grew by %llu",
+    ASSERT_MSG(st.mem_bytes >= grew * 3 / 4, "mem_bytes %llu, the process grew by %llu",
                (unsigned long long)st.mem_bytes, (unsigned long long)grew);
     plan_free(&p);
     oracle_free(&o);
