@@ -273,10 +273,16 @@ static int lru_access(lru *L, uint64_t key, uint64_t *evicted) {
 // ---------------------------------------------------------------------------------------------
 // Policies
 
-// The batches a run simulates (c->iters of B rows in train's order, or one pass) and batch t's
-// first row and size; cachesim_run has checked that an iters run has a whole batch.
+// The batches of a run over `rows` rows in batches of B: iters of them in train's order, or one
+// pass, its last batch possibly short.
+static uint64_t trace_batches(uint64_t rows, uint32_t B, uint64_t iters) {
+    return iters ? iters : (rows + B - 1) / B;
+}
+
+// Those of a simulation, and batch t's first row and size; cachesim_run has checked that an iters
+// run has a whole batch.
 static uint64_t sim_batches(const cachesim *cs, const cachesim_config *c) {
-    return c->iters ? c->iters : (cs->rows + c->B - 1) / c->B;
+    return trace_batches(cs->rows, c->B, c->iters);
 }
 
 static uint64_t sim_batch(const cachesim *cs, const cachesim_config *c, uint64_t t, uint32_t *n) {
@@ -380,8 +386,7 @@ static uint32_t lookahead_batch(uint64_t rows, uint32_t B, uint64_t iters) {
 // horizon is the last batch either way, so the plan is the same), and the oracle keeps a slot per
 // batch of its window (W = 65536 on a 40-batch trace took 30 s of page mapping for W = 40's plan).
 static uint32_t lookahead_window(uint64_t rows, uint32_t B, uint32_t W, uint64_t iters) {
-    uint64_t n = lookahead_batch(rows, B, iters), N = iters ? iters : (rows + n - 1) / n;
-    return (uint32_t)BP_MIN((uint64_t)W, N);
+    return (uint32_t)BP_MIN((uint64_t)W, trace_batches(rows, B, iters));
 }
 
 int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, uint32_t P, int threads, uint64_t iters,

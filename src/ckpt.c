@@ -221,10 +221,11 @@ int ckpt_manifest_commit(const char *dir, const ckpt_manifest *m) {
     for (int i = 0; i < m->n_files; i++) {
         struct stat st;
         join(part, sizeof part, dir, m->files[i].name);
-        if (stat(part, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != m->files[i].size)
+        const int found = stat(part, &st) == 0;
+        if (!found || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != m->files[i].size)
             return bp_fail(BP_EIO, "%s: written (%llu bytes) but %s here; every rank must see the one directory "
                            "(on a shared file system), and nothing else may change it", part,
-                           (unsigned long long)m->files[i].size, stat(part, &st) != 0 ? "not found" : "of another size");
+                           (unsigned long long)m->files[i].size, found ? "of another size" : "not found");
     }
     return ckpt_manifest_write(dir, m);
 }

@@ -30,6 +30,13 @@ int launch_under_mpi(void) {
     return 0;
 }
 
+int launch_world(int *rank) {
+    const char *size = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+    const char *me = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
+    *rank = me ? atoi(me) : 0;
+    return size ? atoi(size) : 0;
+}
+
 static volatile sig_atomic_t child_pid, got_signal;
 static void (*interrupt_note)(const void *);
 static const void *interrupt_arg;

@@ -27,6 +27,9 @@ void launch_watch_launcher(void);
 // 1 when this process is a rank of a launched job (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK,
 // PMI_RANK or SLURM_PROCID... set), 0 otherwise.
 int launch_under_mpi(void);
+// The ranks of the launched job this process is one of, as its launcher says (OMPI_COMM_WORLD_SIZE,
+// else PMI_SIZE; 0: not said), and in *rank its own (OMPI_COMM_WORLD_RANK, else PMI_RANK; 0: not said).
+int launch_world(int *rank);
 
 // In the rank that writes a launched job's results, once every rank has passed the job's end
 // (its model, metrics and checkpoints written): tells the launcher, by a line on stderr that it

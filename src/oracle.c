@@ -255,6 +255,16 @@ static void big_free(void *p, size_t n) {
     else free(p);
 }
 
+// The bytes of a slot's six arrays for n entries (key, act, prev, users, miss, priv: slot), with
+// keys of kw and users masks of uw bytes; and the step of one slot's part of a pool of such arrays.
+static void slot_arrays(uint64_t n, uint64_t kw, uint64_t uw, uint64_t out[6]) {
+    const uint64_t bits = (n / 64 + 1) * sizeof(uint64_t);
+    const uint64_t a[6] = {n * kw, n * sizeof(uint32_t), n * sizeof(uint32_t), n * uw, bits, bits};
+    memcpy(out, a, sizeof a);
+}
+
+static uint64_t pool_step(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
 // A pool of small slot arrays (oracle_init): mapped on 4 KiB pages even when large, since each slot
 // writes only the start of its part (with transparent huge pages every slot's first write made a
 // 2 MiB page resident: 1.5 GiB for a window that holds a page a slot).  Small pools: the heap.
@@ -1717,20 +1727,19 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
 #endif
     size_t kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
     int oom = !o->act_free || !o->act_gate || !o->lk.p;
-    const size_t arr[6] = {per * kw, per * sizeof(uint32_t), per * sizeof(uint32_t), per * uw,
-                           (per / 64 + 1) * sizeof(uint64_t), (per / 64 + 1) * sizeof(uint64_t)};
+    uint64_t arr[6];
+    slot_arrays(per, kw, uw, arr);
     if (arr[0] < MAP_MIN) {
         // Small batches: each slot's arrays from heap blocks were all resident (calloc clears what
         // it reuses), gigabytes for a long window of batches with few keys (W = 4000 of 30000 ids:
         // 1 GiB for 23 MiB of entries); from one mapping per array, only the pages written are.
         for (int k = 0; k < 6 && !oom; k++) {
-            const size_t step = (arr[k] + 63) / 64 * 64;
-            o->slot_pool_bytes[k] = step * R;
+            o->slot_pool_bytes[k] = pool_step(arr[k]) * R;
             oom = !(o->slot_pool[k] = pool_alloc(o->slot_pool_bytes[k]));
         }
         for (uint32_t j = 0; j < R && !oom; j++) {
             void *at[6];
-            for (int k = 0; k < 6; k++) at[k] = o->slot_pool[k] + (size_t)j * ((arr[k] + 63) / 64 * 64);
+            for (int k = 0; k < 6; k++) at[k] = o->slot_pool[k] + j * pool_step(arr[k]);
             o->slots[j] = (slot){.key = at[0], .act = at[1], .prev = at[2], .users = at[3], .miss = at[4],
                                  .priv = at[5], .batch = NIL};
         }
@@ -1830,13 +1839,15 @@ void oracle_free(oracle *out) {
     size_t per = (size_t)o->B * o->F, kw = o->key32 ? 4 : 8, uw = o->users8 ? 1 : 8;
     for (int k = 0; k < 6; k++)
         if (o->slot_pool[k]) big_free(o->slot_pool[k], o->slot_pool_bytes[k]);
+    uint64_t arr[6];
+    slot_arrays(per, kw, uw, arr);
     for (uint32_t j = 0; o->slots && j < o->R && !o->slot_pool[0]; j++) {
-        big_free(o->slots[j].key, per * kw);
-        big_free(o->slots[j].act, per * sizeof(uint32_t));
-        big_free(o->slots[j].prev, per * sizeof(uint32_t));
-        big_free(o->slots[j].users, per * uw);
-        big_free(o->slots[j].miss, (per / 64 + 1) * sizeof(uint64_t));
-        big_free(o->slots[j].priv, (per / 64 + 1) * sizeof(uint64_t));
+        big_free(o->slots[j].key, arr[0]);
+        big_free(o->slots[j].act, arr[1]);
+        big_free(o->slots[j].prev, arr[2]);
+        big_free(o->slots[j].users, arr[3]);
+        big_free(o->slots[j].miss, arr[4]);
+        big_free(o->slots[j].priv, arr[5]);
     }
     free(o->slots);
     big_free(o->act_free, (size_t)o->act_cap * sizeof *o->act_free);
@@ -2001,11 +2012,10 @@ const char *oracle_phase_name(int phase) {
 // (oracle_init); where they are carved from one mapping per array, a page at least per slot and
 // array (only the pages written are resident), or all of it where that mapping is a heap block.
 static uint64_t slots_bytes(uint64_t R, uint64_t per, uint64_t occ, uint64_t kw, uint64_t uw) {
-    const uint64_t arr[6] = {per * kw, per * 4, per * 4, per * uw, (per / 64 + 1) * 8, (per / 64 + 1) * 8};
-    const uint64_t used[6] = {occ * kw, occ * 4, occ * 4, occ * uw, (occ / 64 + 1) * 8, (occ / 64 + 1) * 8};
-    uint64_t sum = 0;
+    uint64_t arr[6], used[6], sum = 0;
+    slot_arrays(per, kw, uw, arr), slot_arrays(occ, kw, uw, used);
     for (int k = 0; k < 6; k++) {
-        const uint64_t step = (arr[k] + 63) / 64 * 64;
+        const uint64_t step = pool_step(arr[k]);
         if (arr[0] >= MAP_MIN) sum += R * used[k];
         else if (R * step < MAP_MIN) sum += R * step;
         else sum += R * BP_MAX((uint64_t)4096, (used[k] + 4095) / 4096 * 4096);

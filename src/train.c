@@ -736,7 +736,7 @@ static void resume_hint_interrupted(const void *fl) { train_resume_hint(fl, 1); 
 
 // A local run's training loop, interrupted (SIGINT, SIGTERM, SIGHUP): the loop stops at the next
 // iteration and says so, with where a --resume goes on from, as the launcher does for a
-// distributed job (a local run used to die in silence).  A second signal ends it at once.
+// distributed job (a local run used to die in silence).
 // A second signal at least half a second after the first ends the run at once, by the action
 // the loop replaced (the temporary files' clean-up, or the default); one sooner is the same
 // signal delivered twice (timeout(1) sends it to the process and to its group), not a second
@@ -763,18 +763,17 @@ static void local_on_signal(int sig) {
 
 // install: the loop's handlers (the previous actions into local_old); else the previous ones back.
 static void local_signals(int install) {
-    struct sigaction *old = local_old;
     for (int i = 0; i < 3; i++) {
         if (!install) {
-            sigaction(local_sigs[i], &old[i], NULL);
+            sigaction(local_sigs[i], &local_old[i], NULL);
             continue;
         }
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = local_on_signal;
         sigemptyset(&sa.sa_mask);
-        sigaction(local_sigs[i], &sa, &old[i]);
-        if (old[i].sa_handler == SIG_IGN) sigaction(local_sigs[i], &old[i], NULL); // nohup: left ignored
+        sigaction(local_sigs[i], &sa, &local_old[i]);
+        if (local_old[i].sa_handler == SIG_IGN) sigaction(local_sigs[i], &local_old[i], NULL); // nohup: left ignored
     }
 }
 
@@ -804,6 +803,12 @@ static int train_lock_roots(const train_flags *fl) {
 // --mode sync|sharded|static|bagpipe: without a launcher, start the job (launch.h); under one,
 // become a rank.  sharded runs no server ranks (the rows live on the trainers): it takes
 // --servers 0, and the default --servers 1 is read as 0; more servers are an error.
+// The value of a test hook NAME=R:VALUE when this process is rank R, else NULL.
+static const char *test_hook_for_rank(const char *name) {
+    const char *v = getenv(name), *colon = v ? strchr(v, ':') : NULL;
+    return colon && atoi(v) == comm_rank() ? colon + 1 : NULL;
+}
+
 static int train_distributed(const train_flags *fl, const char *data_path, int argc, char **argv) {
     static const dist_mode modes[] = {[TRAIN_MODE_SYNC] = DIST_MODE_SYNC, [TRAIN_MODE_SHARDED] = DIST_MODE_SHARDED,
                                       [TRAIN_MODE_STATIC] = DIST_MODE_STATIC, [TRAIN_MODE_BAGPIPE] = DIST_MODE_BAGPIPE,
@@ -854,9 +859,10 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     // R resume from DIR, BAGPIPE_TEST_DATA_AS=R:FILE read the dataset FILE, as a rank that sees the
     // --resume directory or the dataset's path otherwise (a node-local disk, a stale copy) would
     train_flags own = *fl;
-    const char *as = getenv("BAGPIPE_TEST_RESUME_AS"), *das = getenv("BAGPIPE_TEST_DATA_AS");
-    if (as && *as && own.ck.resume && atoi(as) == comm_rank() && strchr(as, ':')) own.ck.resume = strchr(as, ':') + 1;
-    if (das && *das && atoi(das) == comm_rank() && strchr(das, ':')) data_path = strchr(das, ':') + 1;
+    const char *resume_as = test_hook_for_rank("BAGPIPE_TEST_RESUME_AS");
+    const char *data_as = test_hook_for_rank("BAGPIPE_TEST_DATA_AS");
+    if (resume_as && own.ck.resume) own.ck.resume = resume_as;
+    if (data_as) data_path = data_as;
     if (!rc) rc = setup_build(&su, &own, &ds, data_path);
     bp_log_level = level;
     // under the user's launcher, rank 0 holds the memory plan against each host in dist_run
@@ -1024,13 +1030,13 @@ static int train_cmd(int argc, char **argv) {
     // Mode local is one process: under a launcher of several ranks (mpirun -np 4 without --mode)
     // each rank trained a copy of the job, all into the same --save, metrics and checkpoints.
     // Refused, by the first rank only (the others leave quietly, with the same status).
-    const char *world = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
-    if (fl.mode == TRAIN_MODE_LOCAL && world && atoi(world) > 1) {
-        const char *rank = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
-        if (!rank || atoi(rank) == 0)
+    int rank;
+    const int world = launch_world(&rank);
+    if (fl.mode == TRAIN_MODE_LOCAL && world > 1) {
+        if (rank == 0)
             fprintf(stderr, "bagpipe: --mode local (the default) runs in one process, and this launcher started %d: "
                     "give the distributed mode (--mode sync, sharded, static, bagpipe or async), or start one "
-                    "process (-np 1)\n", atoi(world));
+                    "process (-np 1)\n", world);
         return 2;
     }
     // One job per checkpoint root (the ranks of a job are covered by their launcher's lock, or

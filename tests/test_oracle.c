@@ -767,6 +767,14 @@ TEST(oracle_memory_bounded_by_window) {
     }
 }
 
+// Pushes one batch of ids (NULL: the end of the input) and takes the records it makes, dropping
+// them; 0 or the oracle's error.
+static int push_and_drop(oracle *o, const uint32_t *ids, plan *p) {
+    int rc = ids ? oracle_push_batch(o, ids) : oracle_finish(o);
+    while (!rc && (rc = oracle_next_plan(o, p)) == 1) rc = 0;
+    return rc;
+}
+
 // Resident memory of this process, bytes (/proc/self/statm), or 0.
 static uint64_t rss_bytes(void) {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -792,13 +800,7 @@ TEST(oracle_long_window_of_small_batches_stays_small) {
     uint32_t *ids = bp_xcalloc(B, sizeof *ids);
     plan p;
     plan_init(&p);
-    for (int b = 0; b < (int)W + 100; b++) {
-        ASSERT_OK(oracle_push_batch(&o, ids));
-        int rc;
-        while ((rc = oracle_next_plan(&o, &p)) == 1) {
-        }
-        ASSERT_OK(rc);
-    }
+    for (int b = 0; b < (int)W + 100; b++) ASSERT_OK(push_and_drop(&o, ids, &p));
     oracle_stats st;
     oracle_get_stats(&o, &st);
     const uint64_t grew = rss_bytes() - rss0;
@@ -840,19 +842,14 @@ TEST(oracle_memory_plateaus_on_a_long_run) {
                 double u = bp_rng_uniform(&r);
                 ids[s * F + 1] = (uint32_t)((double)card[1] * u * u);
             }
-            int rc = oracle_push_batch(&o, ids);
-            while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) rc = 0;
+            int rc = push_and_drop(&o, ids, &p);
             ASSERT_MSG(rc == 0, "batch %u: %s", t, bp_errmsg(rc));
             if (t + 1 == mark) {
                 oracle_get_stats(&o, &st);
                 rss0 = rss_bytes(), mem0 = st.mem_bytes;
             }
         }
-        ASSERT_OK(oracle_finish(&o));
-        int rc;
-        while ((rc = oracle_next_plan(&o, &p)) == 1) {
-        }
-        ASSERT_OK(rc);
+        ASSERT_OK(push_and_drop(&o, NULL, &p));
         oracle_get_stats(&o, &st);
         const uint64_t rss1 = rss_bytes();
         ASSERT_MSG(rss0 > 0 && st.evictions_pressure > (uint64_t)N * 10,
@@ -1536,11 +1533,7 @@ TEST(oracle_mem_bytes_never_falls) {
         uint64_t last = 0, next = 0;
         for (int b = 0; b < 400; b++) {
             for (uint32_t i = 0; i < cfg.B; i++) ids[i] = (uint32_t)(next++ * 2654435761u % card[0]);
-            ASSERT_OK(oracle_push_batch(&o, ids));
-            int rc;
-            while ((rc = oracle_next_plan(&o, &p)) == 1) {
-            }
-            ASSERT_OK(rc);
+            ASSERT_OK(push_and_drop(&o, ids, &p));
             oracle_stats st;
             oracle_get_stats(&o, &st);
             ASSERT_MSG(st.mem_bytes >= last, "keymap %d, batch %d: %llu after %llu", km, b,
