@@ -508,7 +508,7 @@ static int list_ckpts(const char *root, int64_t **out, int *n) {
 
 // The lock files this process holds (ckpt_lock_root), and whether it created them: one it created
 // is no sign of an earlier run in the root (no_ckpt_here), and goes at a normal exit if the root
-// holds no checkpoint then (drop_created_locks).  So a lock file left in a root without
+// holds no checkpoint then (ckpt_drop_created_locks).  So a lock file left in a root without
 // checkpoints says that a run was killed there before its first one.
 static struct {
     dev_t dev;
@@ -518,9 +518,10 @@ static struct {
 } held[4];
 static int n_held;
 
-static void drop_created_locks(void) {
+void ckpt_drop_created_locks(void) {
     for (int i = 0; i < n_held; i++) {
         if (!held[i].created) continue;
+        held[i].created = 0; // once
         char *root = bp_xstrdup(held[i].path);
         char *slash = strrchr(root, '/');
         if (slash) *slash = 0;
@@ -993,7 +994,7 @@ int ckpt_lock_root(const char *root, int create, const char *flag) {
         held[n_held].dev = st.st_dev, held[n_held].ino = st.st_ino, held[n_held].created = created;
         held[n_held++].path = created ? bp_xstrdup(path) : NULL;
         static int registered;
-        if (created && !registered) registered = atexit(drop_created_locks) == 0;
+        if (created && !registered) registered = atexit(ckpt_drop_created_locks) == 0;
     }
     return 0; // fd stays open: the lock lasts as long as this process
 }

@@ -159,6 +159,9 @@ int ckpt_prune(const char *root, int keep, int64_t committed, int64_t since, con
 // under the user's own mpirun/srun.  A lock file it created goes at its normal exit when the root
 // then holds no checkpoint.
 int ckpt_lock_root(const char *root, int create, const char *flag);
+// Removes now the lock files this process created in roots without a checkpoint, as its exit
+// would (a job that failed at start-up, before a peer's exit ends this process).
+void ckpt_drop_created_locks(void);
 // 1 when dir holds no MANIFEST but ckpt-<iteration> directories (a --checkpoint-dir root).
 int ckpt_is_root(const char *dir);
 // The iteration of the newest checkpoint under root that looks valid (its manifest loads and its

@@ -345,6 +345,8 @@ int dist_run(const train_setup *su, const dist_layout *l, int setup_rc) {
         if (me == first_bad && getenv(LAUNCH_ENV_SELF)) fprintf(stderr, "bagpipe: %s\n", bp_errmsg(setup_rc));
         else if (me == first_bad) fprintf(stderr, "bagpipe: rank %d (%s): %s\n", me, role, bp_errmsg(setup_rc));
         role_oracle_free(ro);
+        train_drop_made_roots(); // before the barrier: the failing rank's exit may end this one
+        (void)comm_barrier();
         comm_finalize();
         return me != first_bad ? 0 : code == BP_EUSAGE ? 2 : 1;
     }

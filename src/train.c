@@ -712,6 +712,12 @@ static void drop_made_root(void) {
     if (made_root.path && !made_root.ok) rmdir(made_root.path);
 }
 
+void train_drop_made_roots(void) {
+    ckpt_drop_created_locks();
+    drop_made_root();
+    free(made_root.path), made_root.path = NULL;
+}
+
 // After a failed job: where a --resume would go on from once the cause is dealt with, if the run
 // has a checkpoint (its --checkpoint-dir, or the root it resumed from).
 // Its MANIFEST is read, not its parts (a large model's would take long to check here; --resume

@@ -149,5 +149,9 @@ int train_json_eval(jsonl_file *mf, bp_split split, int64_t iter, int B, const m
 // After the last iteration the final evaluation (the summary's) stands for it, unless --no-eval
 // leaves that out: then it is done as at every other multiple of N.
 int train_eval_due(const train_setup *su, int64_t done);
+// A distributed job that failed at start-up: the lock file and --checkpoint-dir that this process
+// created go now, not at its exit, which comes after its peers' and may never run: mpirun ends
+// the other ranks once the failing one exits non-zero.  dist_run calls it before its barrier.
+void train_drop_made_roots(void);
 
 #endif
