@@ -922,6 +922,18 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
 
 static int train_cmd(int argc, char **argv);
 
+// An error in the command line itself.  Under the user's mpirun or srun every rank parses the same
+// line and printed the same message, once per rank: rank 0 says it, the others leave with the same
+// status.
+static int flags_exit(int rc) {
+    int rank;
+    if (launch_world(&rank) > 1 && rank != 0) {
+        bp_clear_error();
+        return rc == BP_EUSAGE ? 2 : 1;
+    }
+    return cmd_exit(rc);
+}
+
 int cmd_train(int argc, char **argv) {
     const int code = train_cmd(argc, argv);
     // A failed run's new --checkpoint-dir goes at exit (drop_made_root); under the user's mpirun a
@@ -1004,22 +1016,22 @@ static int train_cmd(int argc, char **argv) {
     cli_given given;
     int rc = cli_parse_given("bagpipe train", "[options] DATA", opts, argc, argv, &pos, &npos, &given);
     if (rc == 1) return 0;
-    if (rc) return cmd_exit(rc);
+    if (rc) return flags_exit(rc);
     if (npos != 1) {
         free(pos);
-        return cmd_exit(bp_fail(BP_EUSAGE, "train: expected one dataset file (see 'bagpipe train --help')"));
+        return flags_exit(bp_fail(BP_EUSAGE, "train: expected one dataset file (see 'bagpipe train --help')"));
     }
     // Before any rank starts: a flag the mode or model does not read, a limit of the mode.
     if ((rc = check_mode_flags(&fl, opts, &given)) || (rc = model_flags_check_given(&fl.mf, opts, &given))) {
         free(pos);
-        return cmd_exit(rc);
+        return flags_exit(rc);
     }
     const char *data_path = pos[0];
     free(pos);
     fl.unread_eval = unread_eval_flag(&fl, opts, &given);
     fl.dense_only_adagrad = fl.dense_opt == 1 && !cli_was_given(&given, opts, "emb-optimizer");
     memcpy(fl.overridden, given.overridden, sizeof fl.overridden);
-    if ((rc = check_lr_flags(&fl))) return cmd_exit(rc);
+    if ((rc = check_lr_flags(&fl))) return flags_exit(rc);
     // DCN's cross layers multiply the raw dense features (log counts, up to ~14) into each other:
     // plain SGD at the DLRM default 0.1 diverges within ten iterations of 128 samples on
     // Criteo-shaped data (and from about 0.065 up).  Its dense part defaults to a third of that

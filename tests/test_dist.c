@@ -778,6 +778,29 @@ TEST(dist_local_mode_under_several_ranks_is_refused) {
     free(out);
 }
 
+// Under the user's own mpirun every rank parses the command line: a mistake in it was printed once
+// per rank.  Rank 0 says it; the others leave with the same status (2, a usage error).
+TEST(dist_own_mpirun_flag_error_said_once) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    ASSERT_OK(write_dataset(data, 2000, 5));
+    const char *cases[][2] = {
+        {"--mode sync --trainers 2 --servers 1 --learning-rat 0.1", "unknown flag '--learning-rat'"},
+        {"--mode sync --trainers 2 --servers 1 --cache-rows 100", "--cache-rows"},
+        {"--mode sync --trainers 2 --servers 1 --learning-rate -1", "--learning-rate"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
+        char *out = NULL;
+        int rc = test_run(&out, 60, "%s mpirun --oversubscribe -np 3 %s train %s " TINY_MODEL " %s", dist_test_env(),
+                          test_bin(), cases[i][0], data);
+        ASSERT_MSG(rc != 0, "%s: exit %d:\n%s", cases[i][0], rc, out);
+        const char *first = strstr(out, cases[i][1]);
+        ASSERT_MSG(first && !strstr(first + 1, cases[i][1]), "%s: not said once:\n%s", cases[i][0], out);
+        ASSERT_MSG(!strstr(out, "memory plan"), "%s: it started:\n%s", cases[i][0], out);
+        free(out);
+    }
+}
+
 // Under the user's own mpirun, a rank that cannot start (here its dataset is missing on its host:
 // the hook BAGPIPE_TEST_DATA_AS) is named with its role (mpirun names only a number), and the
 // --checkpoint-dir the job made is removed again (rank 0, which made it, exits 0 so that mpirun
