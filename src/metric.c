@@ -26,23 +26,22 @@ double metric_auc(const float *scores, const uint8_t *labels, size_t n, int *def
     }
     uint64_t N = n - P;
     if (P == 0 || N == 0) return NAN;
-    BP_ASSERTF(n < ((uint64_t)1 << 32), "metric: %zu samples exceed the AUC's 2^32", n);
 
     // Items are (order key << 1 | label); a stable LSD radix sort on bits 1..32 in three passes.
     uint64_t *a = bp_xmalloc(n * sizeof *a), *b = bp_xmalloc(n * sizeof *b); // (n) each
     enum { W = AUC_RADIX_BITS, NB = 1 << AUC_RADIX_BITS, PASSES = 3 };
-    uint32_t *hist = bp_xcalloc((size_t)PASSES * NB, sizeof *hist);
+    uint64_t *hist = bp_xcalloc((size_t)PASSES * NB, sizeof *hist); // 64-bit: 2^32 rows and more
     for (size_t i = 0; i < n; i++) {
         uint64_t k = float_order_key(scores[i]);
         a[i] = k << 1 | (labels[i] != 0);
         for (int p = 0; p < PASSES; p++) hist[p * NB + ((k >> (p * W)) & (NB - 1))]++;
     }
     for (int p = 0; p < PASSES; p++) {
-        uint32_t *h = hist + p * NB, sum = 0;
+        uint64_t *h = hist + p * NB, sum = 0;
         int shift = 1 + p * W;
         if (h[(a[0] >> shift) & (NB - 1)] == n) continue;
         for (int d = 0; d < NB; d++) {
-            uint32_t c = h[d];
+            uint64_t c = h[d];
             h[d] = sum;
             sum += c;
         }
@@ -51,15 +50,17 @@ double metric_auc(const float *scores, const uint8_t *labels, size_t n, int *def
         a = b, b = t;
     }
     // Walk groups of equal scores from the lowest: each positive of a group beats the negatives
-    // below it and ties (1/2) with the negatives of its group.  u2 = 2 * U in integers.
-    uint64_t u2 = 0, neg_below = 0;
+    // below it and ties (1/2) with the negatives of its group.  u2 = 2 * U in integers, up to
+    // 2 P N: 128 bits, since P N passes 2^63 from about 2^32 rows.
+    unsigned __int128 u2 = 0;
+    uint64_t neg_below = 0;
     for (size_t i = 0; i < n;) {
         uint64_t key = a[i] >> 1, pg = 0, ng = 0;
         for (; i < n && a[i] >> 1 == key; i++) {
             if (a[i] & 1) pg++;
             else ng++;
         }
-        u2 += pg * (2 * neg_below + ng);
+        u2 += (unsigned __int128)pg * (2 * neg_below + ng);
         neg_below += ng;
     }
     free(a), free(b), free(hist);
