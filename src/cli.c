@@ -7,21 +7,31 @@
 
 #include "common.h"
 
-static void set_defaults(const cli_opt *opts) {
-    for (const cli_opt *o = opts; o->type != CLI_T_END; o++) {
-        switch (o->type) {
-        case CLI_T_INT: *(int *)o->ptr = (int)o->def_i; break;
-        case CLI_T_I64: *(int64_t *)o->ptr = o->def_i; break;
-        case CLI_T_DBL: *(double *)o->ptr = o->def_d; break;
-        case CLI_T_STR: *(const char **)o->ptr = o->def_s; break;
-        case CLI_T_FLAG: *(int *)o->ptr = 0; break;
-        case CLI_T_CHOICE: *(int *)o->ptr = (int)o->def_i; break;
-        case CLI_T_GROUP:
-        case CLI_T_ALIAS:
-        case CLI_T_HINT:
-        case CLI_T_END: break;
-        }
+static void set_default(const cli_opt *o) {
+    switch (o->type) {
+    case CLI_T_INT: *(int *)o->ptr = (int)o->def_i; break;
+    case CLI_T_I64: *(int64_t *)o->ptr = o->def_i; break;
+    case CLI_T_DBL: *(double *)o->ptr = o->def_d; break;
+    case CLI_T_STR: *(const char **)o->ptr = o->def_s; break;
+    case CLI_T_FLAG: *(int *)o->ptr = 0; break;
+    case CLI_T_CHOICE: *(int *)o->ptr = (int)o->def_i; break;
+    case CLI_T_GROUP:
+    case CLI_T_ALIAS:
+    case CLI_T_HINT:
+    case CLI_T_END: break;
     }
+}
+
+static void set_defaults(const cli_opt *opts) {
+    for (const cli_opt *o = opts; o->type != CLI_T_END; o++) set_default(o);
+}
+
+// "-1", "-20": a minus sign and decimal digits.
+static int negative_integer(const char *v) {
+    if (v[0] != '-' || !v[1]) return 0;
+    for (const char *p = v + 1; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
 }
 
 // Index of `val` among "a|b|c", or -1.
@@ -347,6 +357,13 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
             *(int *)o->ptr = !negated;
             continue;
         }
+        if (typed && typed->type == CLI_T_ALIAS && typed->min_i == 1 && (o->type == CLI_T_INT || o->type == CLI_T_I64) &&
+            negative_integer(val)) { // as not given
+            set_default(o);
+            if (g) g->given[k] = 0;
+            first[k].typed = last[k].typed = NULL;
+            continue;
+        }
         char shown[72];
         snprintf(shown, sizeof shown, "%.*s", (int)BP_MIN(len, 64), name);
         int rc = set_value(o, shown, val);
@@ -397,7 +414,9 @@ void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE
         if (o->short_name) snprintf(lhs, sizeof lhs, "-%c, --%s%s", o->short_name, o->name, arg);
         else snprintf(lhs, sizeof lhs, "    --%s%s", o->name, arg);
         const char *h = o->help; // long texts: not copied
-        if (t != o) snprintf(help, sizeof help, "same as --%s (%s)", t->name, o->help), h = help, def[0] = 0;
+        if (t != o)
+            snprintf(help, sizeof help, "same as --%s (%s%s)", t->name, o->help, o->min_i == 1 ? "; -1: its default" : ""),
+                h = help, def[0] = 0;
         if (strlen(lhs) > 30) fprintf(f, "  %s\n  %-30s %s%s\n", lhs, "", h, def); // too long to align
         else fprintf(f, "  %-30s %s%s\n", lhs, h, def);
     }

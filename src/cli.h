@@ -49,6 +49,9 @@ typedef struct {
 // Another name of flag `target` (an earlier entry), listed by --help as "same as --target (h)":
 // "--nepochs 3" is "--epochs 3", and cli_was_given reports it under the target's name.
 #define CLI_ALIAS(n, target, h) {n, 0, CLI_T_ALIAS, NULL, 0, 0, 0, 0, 0, 0, target, NULL, h}
+// The same for an integer flag, where a negative value given under this name stands for the
+// target's default, as not giving it (the DLRM reference's -1 for "unset": --test-freq -1).
+#define CLI_ALIAS_NEG_UNSET(n, target, h) {n, 0, CLI_T_ALIAS, NULL, 0, 1, 0, 0, 0, 0, target, NULL, h}
 // A name the command does not take but a user may type (another tool's flag): not in --help;
 // given, it is refused with "--n: h", which says what to use instead.
 #define CLI_HINT(n, h) {n, 0, CLI_T_HINT, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, h}

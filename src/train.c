@@ -996,11 +996,11 @@ static int train_cmd(int argc, char **argv) {
         CLI_INT("threads", 0, &fl.threads, 1, 1, 256, "BLAS threads (results are bit-reproducible for a fixed count)"),
         CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations, printed and in the -m metrics file (0: only at the end; --no-eval "
                 "leaves these)"),
-        CLI_ALIAS("test-freq", "eval-every", DLRM_NAME),
+        CLI_ALIAS_NEG_UNSET("test-freq", "eval-every", DLRM_NAME),
         CLI_CHOICE("eval-split", 0, &fl.eval_split, 1, "train|val|test", "split to evaluate on"),
         CLI_I64("eval-rows", 0, &fl.eval_rows, 0, 0, INT64_MAX, "evaluate on at most this many rows (0: all)"),
         CLI_INT("eval-batch-size", 0, &fl.eval_batch, 4096, 1, 1 << 20, "batch size for evaluation"),
-        CLI_ALIAS("test-mini-batch-size", "eval-batch-size", DLRM_NAME),
+        CLI_ALIAS_NEG_UNSET("test-mini-batch-size", "eval-batch-size", DLRM_NAME),
         CLI_FLAG("no-eval", 0, &fl.no_eval, "skip the final evaluation (--eval-every ones still run)"),
         CLI_INT("print-every", 0, &fl.print_every, 100, 1, INT32_MAX,
                 "every N iterations, the mean train loss since the last: a line of the -m metrics file and the "
@@ -1295,7 +1295,7 @@ int cmd_eval(int argc, char **argv) {
         CLI_INT("batch-size", 'b', &batch, 4096, 1, 1 << 20,
                 "evaluation batch size (the scores' last bits depend on it and on --threads: a training run's "
                 "figures come back with its --eval-batch-size and --threads, and its rows: --split val, --rows)"),
-        CLI_ALIAS("test-mini-batch-size", "batch-size", DLRM_NAME),
+        CLI_ALIAS_NEG_UNSET("test-mini-batch-size", "batch-size", DLRM_NAME),
         CLI_ALIAS("eval-split", "split", TRAIN_NAME),
         CLI_ALIAS("eval-rows", "rows", TRAIN_NAME),
         CLI_ALIAS("eval-batch-size", "batch-size", TRAIN_NAME),

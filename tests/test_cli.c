@@ -141,6 +141,51 @@ TEST(cli_given_and_groups) {
 // Another tool's spelling: an alias sets its target (reported given under the target's name,
 // messages name the flag as typed, --help lists it); a hint refuses the flag with what to use
 // instead and is not listed; an unknown flag names the nearest known one.
+// The DLRM reference's -1 for "unset" (--test-freq -1, --test-mini-batch-size -1, its defaults,
+// which scripts pass): under such an alias a negative value is the target's default, as not giving
+// it; under the flag's own name, or another negative value form, it stays out of range.
+TEST(cli_alias_negative_is_unset) {
+    int every, batch;
+    const cli_opt opts[] = {
+        CLI_INT("eval-every", 0, &every, 0, 0, 1000, "every"),
+        CLI_ALIAS_NEG_UNSET("test-freq", "eval-every", "other name"),
+        CLI_INT("eval-batch-size", 0, &batch, 4096, 1, 1 << 20, "batch"),
+        CLI_ALIAS_NEG_UNSET("test-mini-batch-size", "eval-batch-size", "other name"),
+        CLI_END,
+    };
+    char **pos;
+    int npos;
+    cli_given g;
+    char *argv[] = {"p", "--test-freq", "20", "--test-freq=-1", "--eval-batch-size", "8", "--test-mini-batch-size", "-1",
+                    "D", NULL};
+    ASSERT_OK(cli_parse_given("p", "", opts, 9, argv, &pos, &npos, &g));
+    ASSERT_TRUE(npos == 1 && strcmp(pos[0], "D") == 0);
+    free(pos);
+    ASSERT_EQ(every, 0);
+    ASSERT_EQ(batch, 4096);
+    ASSERT_TRUE(!cli_was_given(&g, opts, "eval-every") && !cli_was_given(&g, opts, "eval-batch-size"));
+    ASSERT_STR_EQ(g.overridden, // two names, two values: the slip's warning, as for any alias
+                  "--eval-batch-size 8 and --test-mini-batch-size -1 name one option (--eval-batch-size): the last, -1, "
+                  "is used");
+    char *later[] = {"p", "--test-freq", "-1", "--test-freq", "30", NULL};
+    ASSERT_OK(cli_parse_given("p", "", opts, 5, later, &pos, &npos, &g));
+    free(pos);
+    ASSERT_TRUE(every == 30 && cli_was_given(&g, opts, "eval-every"));
+    char *own[] = {"p", "--eval-every", "-1", NULL};
+    ASSERT_EQ(cli_parse("p", "", opts, 3, own, &pos, &npos), BP_EUSAGE);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "--eval-every");
+    char *odd[] = {"p", "--test-freq", "-x", NULL};
+    ASSERT_EQ(cli_parse("p", "", opts, 3, odd, &pos, &npos), BP_EUSAGE);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_EUSAGE), "--test-freq");
+    FILE *f = tmpfile();
+    cli_usage("p", "", opts, f);
+    rewind(f);
+    char text[2048] = "";
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+    ASSERT_STR_CONTAINS(text, "same as --eval-every (other name; -1: its default)");
+}
+
 TEST(cli_aliases_hints_and_suggestions) {
     int batch, flag;
     double lr;
