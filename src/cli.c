@@ -357,8 +357,8 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
             *(int *)o->ptr = !negated;
             continue;
         }
-        if (typed && typed->type == CLI_T_ALIAS && typed->min_i == 1 && (o->type == CLI_T_INT || o->type == CLI_T_I64) &&
-            negative_integer(val)) { // as not given
+        const int unset_alias = typed && typed->type == CLI_T_ALIAS && typed->min_i == 1;
+        if (unset_alias && (o->type == CLI_T_INT || o->type == CLI_T_I64) && negative_integer(val)) { // as not given
             set_default(o);
             if (g) g->given[k] = 0;
             first[k].typed = last[k].typed = NULL;
@@ -414,9 +414,10 @@ void cli_usage(const char *prog, const char *synopsis, const cli_opt *opts, FILE
         if (o->short_name) snprintf(lhs, sizeof lhs, "-%c, --%s%s", o->short_name, o->name, arg);
         else snprintf(lhs, sizeof lhs, "    --%s%s", o->name, arg);
         const char *h = o->help; // long texts: not copied
-        if (t != o)
-            snprintf(help, sizeof help, "same as --%s (%s%s)", t->name, o->help, o->min_i == 1 ? "; -1: its default" : ""),
-                h = help, def[0] = 0;
+        if (t != o) {
+            const char *unset = o->min_i == 1 ? "; -1: its default" : "";
+            snprintf(help, sizeof help, "same as --%s (%s%s)", t->name, o->help, unset), h = help, def[0] = 0;
+        }
         if (strlen(lhs) > 30) fprintf(f, "  %s\n  %-30s %s%s\n", lhs, "", h, def); // too long to align
         else fprintf(f, "  %-30s %s%s\n", lhs, h, def);
     }

@@ -156,8 +156,8 @@ TEST(cli_alias_negative_is_unset) {
     char **pos;
     int npos;
     cli_given g;
-    char *argv[] = {"p", "--test-freq", "20", "--test-freq=-1", "--eval-batch-size", "8", "--test-mini-batch-size", "-1",
-                    "D", NULL};
+    char *argv[] = {"p", "--test-freq", "20", "--test-freq=-1", "--eval-batch-size", "8",
+                    "--test-mini-batch-size", "-1", "D", NULL};
     ASSERT_OK(cli_parse_given("p", "", opts, 9, argv, &pos, &npos, &g));
     ASSERT_TRUE(npos == 1 && strcmp(pos[0], "D") == 0);
     free(pos);
@@ -165,8 +165,8 @@ TEST(cli_alias_negative_is_unset) {
     ASSERT_EQ(batch, 4096);
     ASSERT_TRUE(!cli_was_given(&g, opts, "eval-every") && !cli_was_given(&g, opts, "eval-batch-size"));
     ASSERT_STR_EQ(g.overridden, // two names, two values: the slip's warning, as for any alias
-                  "--eval-batch-size 8 and --test-mini-batch-size -1 name one option (--eval-batch-size): the last, -1, "
-                  "is used");
+                  "--eval-batch-size 8 and --test-mini-batch-size -1 name one option (--eval-batch-size): the "
+                  "last, -1, is used");
     char *later[] = {"p", "--test-freq", "-1", "--test-freq", "30", NULL};
     ASSERT_OK(cli_parse_given("p", "", opts, 5, later, &pos, &npos, &g));
     free(pos);
