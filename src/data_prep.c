@@ -124,6 +124,18 @@ static int prep_bad_line(prep_ctx *c, const lines_reader *r, const lines_bad *ba
     return 0;
 }
 
+// A vocabulary that ran out of memory (vocab_*'s message): which table, and what needs none.
+static int vocab_fail(const prep_ctx *c, uint32_t f, int rc) {
+    char table[48], held[32];
+    if (c->o->format == PREP_AVAZU) snprintf(table, sizeof table, "'%s'", avazu_feature_names[f]);
+    else snprintf(table, sizeof table, "C%u", f + 1);
+    uint64_t bytes = 0;
+    for (uint32_t g = 0; g < c->F; g++) bytes += vocab_mem_bytes(&c->voc[g]);
+    return bp_fail(rc, "table %s: %s, with %s held by the vocabularies of all tables; hashed ids need none "
+                   "(--max-ind-range N: 10000000 is the DLRM reference's for Terabyte), or give prep more memory",
+                   table, bp_errmsg(rc), bp_fmt_bytes(held, sizeof held, (double)bytes));
+}
+
 // Hands the parsed chunk on: counts values (first pass of the frequency mapping) or maps them
 // to ids and appends the rows to the dataset.
 static int prep_flush(prep_ctx *c) {
@@ -132,7 +144,10 @@ static int prep_flush(prep_ctx *c) {
     c->n = 0;
     if (!n) return 0;
     if (c->pass == PASS_COUNT) {
-        for (uint32_t f = 0; f < F; f++) vocab_count(&c->voc[f], c->keys + f, F, n);
+        for (uint32_t f = 0; f < F; f++) {
+            int rc = vocab_count(&c->voc[f], c->keys + f, F, n);
+            if (rc) return vocab_fail(c, f, rc);
+        }
         return 0;
     }
     if (c->voc) {
@@ -370,13 +385,14 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
     if (!o->max_ind_range) {
         // Avazu's hour and weekday features have small integer keys: narrow tables.
         c.voc = bp_xcalloc(c.F, sizeof *c.voc);
-        for (uint32_t f = 0; f < c.F; f++) vocab_init(&c.voc[f], o->format == PREP_AVAZU && f >= 2);
-        rc = prep_pass(&c, PASS_COUNT);
+        for (uint32_t f = 0; f < c.F && !rc; f++)
+            if ((rc = vocab_init(&c.voc[f], o->format == PREP_AVAZU && f >= 2))) rc = vocab_fail(&c, f, rc);
+        if (!rc) rc = prep_pass(&c, PASS_COUNT);
         c.st.seconds_count = bp_now() - t0;
         for (uint32_t f = 0; f < c.F && !rc; f++) {
             c.st.vocab_bytes += vocab_mem_bytes(&c.voc[f]);
             c.st.distinct += vocab_distinct(&c.voc[f]);
-            vocab_rank(&c.voc[f], o->min_count);
+            if ((rc = vocab_rank(&c.voc[f], o->min_count))) rc = vocab_fail(&c, f, rc);
             c.st.card[f] = c.voc[f].card;
         }
         c.count_bad = 0;

@@ -48,16 +48,22 @@ static size_t vocab_slot_bytes(const vocab *v) { return v->wide ? sizeof(vocab_w
 
 // Zeroed slots from anonymous memory (huge pages for big tables: probes are random, and the
 // TLB misses of 4 KiB pages would double their cost).
-static void vocab_alloc(vocab *v, uint32_t bits) {
-    BP_ASSERTF(bits <= VOCAB_MAX_BITS, "vocabulary table over 2^%d slots (%llu distinct values)", VOCAB_MAX_BITS,
-               (unsigned long long)v->n);
+// Out of memory, or past VOCAB_MAX_BITS: BP_ENOMEM, v unchanged.
+static int vocab_alloc(vocab *v, uint32_t bits) {
+    if (bits > VOCAB_MAX_BITS)
+        return bp_fail(BP_ENOMEM, "a vocabulary of more than 2^%d slots (%llu distinct values so far)", VOCAB_MAX_BITS,
+                       (unsigned long long)v->n);
     size_t bytes = ((size_t)1 << bits) * vocab_slot_bytes(v);
     void *p = bp_alloc_huge(bytes);
-    BP_ASSERTF(p, "out of memory: a vocabulary table of %zu bytes (%llu distinct values so far)", bytes,
-               (unsigned long long)v->n);
+    if (!p) {
+        char b[32];
+        return bp_fail(BP_ENOMEM, "out of memory: its vocabulary needs a table of %s (%llu distinct values so far)",
+                       bp_fmt_bytes(b, sizeof b, (double)bytes), (unsigned long long)v->n);
+    }
     v->bits = bits;
     if (v->wide) v->s64 = p;
     else v->s32 = p;
+    return 0;
 }
 
 static void vocab_release(vocab *v) {
@@ -66,11 +72,11 @@ static void vocab_release(vocab *v) {
     v->s32 = NULL, v->s64 = NULL;
 }
 
-void vocab_init(vocab *v, int wide) {
+int vocab_init(vocab *v, int wide) {
     memset(v, 0, sizeof *v);
     v->wide = wide;
     v->extra_id = UINT32_MAX;
-    vocab_alloc(v, VOCAB_INIT_BITS);
+    return vocab_alloc(v, VOCAB_INIT_BITS);
 }
 
 void vocab_free(vocab *v) {
@@ -80,9 +86,10 @@ void vocab_free(vocab *v) {
 
 // Doubles the slot count.  Slots are visited in order, and a key's home slot in the new table is
 // about twice its old one (the hash takes the top bits), so the reinsertion streams.
-static void vocab_grow(vocab *v) {
+static int vocab_grow(vocab *v) {
     vocab old = *v;
-    vocab_alloc(v, old.bits + 1);
+    int rc = vocab_alloc(v, old.bits + 1);
+    if (rc) return rc; // v is old
     for (size_t j = 0; j < (size_t)1 << old.bits; j++) {
         if (old.wide ? !old.s64[j].val : !(old.s32[j] >> 32)) continue;
         uint64_t key = old.wide ? old.s64[j].key : (uint32_t)old.s32[j];
@@ -91,38 +98,48 @@ static void vocab_grow(vocab *v) {
         else v->s32[k] = old.s32[j];
     }
     vocab_release(&old);
+    return 0;
 }
 
-static inline void vocab_count_one(vocab *v, uint64_t key) {
+static inline int vocab_count_one(vocab *v, uint64_t key) {
     if (!v->wide && key > UINT32_MAX) {
         BP_ASSERTF(key == VOCAB_KEY_EXTRA, "narrow vocabulary key %llu out of range", (unsigned long long)key);
         v->extra_count++;
-        return;
+        return 0;
     }
     size_t j = vocab_find(v, key);
     uint32_t c = slot_val(v, j);
     if (c) {
         if (c != UINT32_MAX) slot_set_val(v, j, c + 1);
-        return;
+        return 0;
     }
     if ((v->n + 1) * 4 > ((uint64_t)3 << v->bits)) {
-        vocab_grow(v);
+        int rc = vocab_grow(v);
+        if (rc) return rc;
         j = vocab_find(v, key);
     }
     slot_set(v, j, key, 1);
     v->n++;
+    return 0;
 }
 
-void vocab_count(vocab *v, const uint64_t *keys, size_t stride, size_t n) {
+int vocab_count(vocab *v, const uint64_t *keys, size_t stride, size_t n) {
     BP_ASSERT(!v->ranked);
     for (size_t i = 0; i < n; i++) {
         if (i + VOCAB_PREFETCH < n) vocab_prefetch(v, keys[(i + VOCAB_PREFETCH) * stride]);
-        vocab_count_one(v, keys[i * stride]);
+        int rc = vocab_count_one(v, keys[i * stride]);
+        if (rc) return rc;
     }
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Ranking
+
+static int rank_oom(size_t bytes) {
+    char b[32];
+    return bp_fail(BP_ENOMEM, "out of memory: ranking its vocabulary needs %s more", bp_fmt_bytes(b, sizeof b, (double)bytes));
+}
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -131,13 +148,17 @@ static int cmp_u64(const void *a, const void *b) {
 
 // Sorts a[0, n) ascending: LSD radix sort on 16-bit digits (skipping digits that are the same
 // everywhere), qsort for small n.
-static void sort_u64(uint64_t *a, size_t n) {
+static int sort_u64(uint64_t *a, size_t n) {
     if (n < 4096) {
         qsort(a, n, sizeof *a, cmp_u64);
-        return;
+        return 0;
     }
-    uint64_t *tmp = bp_xmalloc(n * sizeof *tmp);
-    size_t *count = bp_xmalloc(65536 * sizeof *count);
+    uint64_t *tmp = malloc(n * sizeof *tmp);
+    size_t *count = malloc(65536 * sizeof *count);
+    if (!tmp || !count) {
+        free(tmp), free(count);
+        return rank_oom(n * sizeof *tmp);
+    }
     uint64_t *src = a, *dst = tmp;
     for (int shift = 0; shift < 64; shift += 16) {
         memset(count, 0, 65536 * sizeof *count);
@@ -156,6 +177,7 @@ static void sort_u64(uint64_t *a, size_t n) {
     if (src != a) memcpy(a, src, n * sizeof *a);
     free(count);
     free(tmp);
+    return 0;
 }
 
 typedef struct {
@@ -168,26 +190,36 @@ static int cmp_wide_rank(const void *a, const void *b) {
     return x->key < y->key ? -1 : x->key > y->key;
 }
 
-// Fills keys[0, kept) with the values counted at least min_count times, in ranking order (count
-// descending, key ascending), the extra key included.
-static uint64_t *vocab_ranked_keys(const vocab *v, uint32_t min_count, size_t *kept_out) {
+// Fills *out[0, kept) with the values counted at least min_count times, in ranking order (count
+// descending, key ascending), the extra key included.  0, or BP_ENOMEM.
+static int vocab_ranked_keys(const vocab *v, uint32_t min_count, uint64_t **out, size_t *kept_out) {
     const size_t cap = (size_t)1 << v->bits;
     size_t kept = 0;
     uint64_t *keys;
     if (v->wide) {
-        wide_rank *w = bp_xmalloc((v->n + 1) * sizeof *w);
+        wide_rank *w = malloc((v->n + 1) * sizeof *w);
+        if (!w) return rank_oom((v->n + 1) * sizeof *w);
         for (size_t j = 0; j < cap; j++)
             if (v->s64[j].val >= min_count) w[kept++] = (wide_rank){v->s64[j].val, v->s64[j].key};
         qsort(w, kept, sizeof *w, cmp_wide_rank);
-        keys = bp_xmalloc((kept + 1) * sizeof *keys);
+        keys = malloc((kept + 1) * sizeof *keys);
+        if (!keys) {
+            free(w);
+            return rank_oom((kept + 1) * sizeof *keys);
+        }
         for (size_t r = 0; r < kept; r++) keys[r] = w[r].key;
         free(w);
     } else {
         // (2^32 - 1 - count) << 32 | key sorts as the ranking wants: flip the count half.
-        keys = bp_xmalloc((v->n + 1) * sizeof *keys);
+        keys = malloc((v->n + 1) * sizeof *keys);
+        if (!keys) return rank_oom((v->n + 1) * sizeof *keys);
         for (size_t j = 0; j < cap; j++)
             if ((v->s32[j] >> 32) >= min_count) keys[kept++] = v->s32[j] ^ VOCAB_HI;
-        sort_u64(keys, kept);
+        int rc = sort_u64(keys, kept);
+        if (rc) {
+            free(keys);
+            return rc;
+        }
         // The extra key goes after every value counted at least as often (it is the largest key).
         size_t pos = kept;
         if (v->extra_count >= min_count) {
@@ -206,14 +238,16 @@ static uint64_t *vocab_ranked_keys(const vocab *v, uint32_t min_count, size_t *k
             kept++;
         }
     }
-    *kept_out = kept;
-    return keys;
+    *out = keys, *kept_out = kept;
+    return 0;
 }
 
-void vocab_rank(vocab *v, uint32_t min_count) {
+int vocab_rank(vocab *v, uint32_t min_count) {
     BP_ASSERT(!v->ranked && min_count >= 1);
-    size_t kept;
-    uint64_t *keys = vocab_ranked_keys(v, min_count, &kept); // (kept) in id order
+    size_t kept = 0;
+    uint64_t *keys = NULL; // (kept) in id order
+    int rc = vocab_ranked_keys(v, min_count, &keys, &kept);
+    if (rc) return rc;
     BP_ASSERT(kept < UINT32_MAX);
     const uint32_t rare = (uint32_t)kept; // the rare bucket's id when min_count > 1
     // Rare values first, while kept slots still hold counts >= min_count.
@@ -238,6 +272,7 @@ void vocab_rank(vocab *v, uint32_t min_count) {
     v->kept = kept;
     v->card = kept + (min_count > 1);
     v->ranked = 1;
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------------

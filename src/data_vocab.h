@@ -45,12 +45,14 @@ typedef struct {
     int ranked;
 } vocab;
 
-void vocab_init(vocab *v, int wide);
+// The functions that allocate return 0, or BP_ENOMEM saying how much the table needed (the
+// caller names the table).
+int vocab_init(vocab *v, int wide);
 void vocab_free(vocab *v); // safe on a zeroed or freed vocab
 // Counts keys[i * stride] for i in [0, n).  Narrow: keys must be < 2^32 or VOCAB_KEY_EXTRA.
-void vocab_count(vocab *v, const uint64_t *keys, size_t stride, size_t n);
+int vocab_count(vocab *v, const uint64_t *keys, size_t stride, size_t n);
 // Turns counts into ids (see above).  min_count >= 1.
-void vocab_rank(vocab *v, uint32_t min_count);
+int vocab_rank(vocab *v, uint32_t min_count);
 // ids[i * ostride] = id of keys[i * stride].  Returns the number of leading keys mapped: n, or
 // the index of the first key that the counting pass never saw.
 size_t vocab_map(const vocab *v, const uint64_t *keys, size_t stride, size_t n, uint32_t *ids, size_t ostride);

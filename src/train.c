@@ -923,13 +923,14 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
 static int train_cmd(int argc, char **argv);
 
 // An error in the command line itself.  Under the user's mpirun or srun every rank parses the same
-// line and printed the same message, once per rank: rank 0 says it, the others leave with the same
-// status.
+// line and printed the same message, once per rank: rank 0 says it and exits with the error's
+// status, the others leave with 0.  Were they to fail too, mpirun would end rank 0 at the first
+// one's exit, maybe before its message.
 static int flags_exit(int rc) {
     int rank;
     if (launch_world(&rank) > 1 && rank != 0) {
         bp_clear_error();
-        return rc == BP_EUSAGE ? 2 : 1;
+        return 0;
     }
     return cmd_exit(rc);
 }
@@ -1047,14 +1048,14 @@ static int train_cmd(int argc, char **argv) {
     if ((rc = jsonl_check("--metrics", fl.metrics))) return cmd_exit(rc);
     // Mode local is one process: under a launcher of several ranks (mpirun -np 4 without --mode)
     // each rank trained a copy of the job, all into the same --save, metrics and checkpoints.
-    // Refused, by the first rank only (the others leave quietly, with the same status).
+    // Refused, by the first rank only (the others leave quietly with 0, as in flags_exit).
     int rank;
     const int world = launch_world(&rank);
     if (fl.mode == TRAIN_MODE_LOCAL && world > 1) {
-        if (rank == 0)
-            fprintf(stderr, "bagpipe: --mode local (the default) runs in one process, and this launcher started %d: "
-                    "give the distributed mode (--mode sync, sharded, static, bagpipe or async), or start one "
-                    "process (-np 1)\n", world);
+        if (rank != 0) return 0;
+        fprintf(stderr, "bagpipe: --mode local (the default) runs in one process, and this launcher started %d: "
+                "give the distributed mode (--mode sync, sharded, static, bagpipe or async), or start one "
+                "process (-np 1)\n", world);
         return 2;
     }
     // One job per checkpoint root (the ranks of a job are covered by their launcher's lock, or

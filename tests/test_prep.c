@@ -299,7 +299,7 @@ TEST(prep_vocab_grows_and_ranks_like_a_sort) {
     // Enough distinct keys to grow the table several times, narrow and wide.
     for (int wide = 0; wide <= 1; wide++) {
         vocab v;
-        vocab_init(&v, wide);
+        ASSERT_OK(vocab_init(&v, wide));
         const int n = 100000;
         uint64_t *keys = bp_xmalloc(n * sizeof *keys);
         uint32_t *ids = bp_xmalloc(n * sizeof *ids);
@@ -310,11 +310,11 @@ TEST(prep_vocab_grows_and_ranks_like_a_sort) {
             // The extra key about as often as the others: it ranks somewhere in the middle.
             keys[i] = wide ? bp_mix64(k) : (i % 8000 == 0 ? VOCAB_KEY_EXTRA : k);
         }
-        vocab_count(&v, keys, 1, n);
+        ASSERT_OK(vocab_count(&v, keys, 1, n));
         uint64_t distinct = vocab_distinct(&v);
         ASSERT_TRUE(distinct > 7900 && distinct <= 8001);
         ASSERT_TRUE(v.bits > 10); // grew
-        vocab_rank(&v, 5);
+        ASSERT_OK(vocab_rank(&v, 5));
         ASSERT_TRUE(v.kept > 4096); // the radix sort, not the small-array qsort
         if (!wide) ASSERT_TRUE(v.extra_id > 0 && v.extra_id < v.kept - 1);
         ASSERT_EQ(vocab_map(&v, keys, 1, n, ids, 1), n);
@@ -1312,4 +1312,58 @@ TEST(prep_large_input_spans_chunks_and_blocks) {
     }
     ASSERT_EQ(ds.info.card[2], 1);
     bp_ds_close(&ds);
+}
+
+// A vocabulary that runs out of memory (frequency ids of a log with many distinct values in a
+// small address space) is an error naming the table and what needs no vocabulary, exit 1 with
+// nothing written; it was an internal-error abort (SIGABRT, a core).  The limit is found from the
+// binary's own start-up size: the smallest of 50 MB, 75 MB, ... at which a one-line log preps,
+// plus 25 MB, under which 26 vocabularies of 150,000 distinct values (2 MiB each) cannot fit.
+// One BLAS thread: OpenBLAS's worker threads each map a buffer (64-128 MB), and at a limit below
+// them its worker spins, so that the process never exits (OpenBLAS's, not prep's; prep does no BLAS).
+TEST(prep_vocabulary_out_of_memory_is_an_error) {
+#if defined(__SANITIZE_ADDRESS__)
+    test_skip("AddressSanitizer's shadow memory does not fit an address-space limit");
+    return;
+#endif
+    const char *tiny = write_text("tiny.txt", "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\tb\tc\td\te\tf\t1\t2"
+                                              "\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t14\t15\t16\t17\t18\t19\t20\n");
+    char *path = bp_xstrdup(test_path("distinct.txt"));
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    bp_rng r;
+    bp_rng_seed(&r, 5, 0);
+    for (int i = 0; i < 150000; i++) {
+        fprintf(f, "%d", i & 1);
+        for (int k = 0; k < 13; k++) fprintf(f, "\t%d", k);
+        for (int k = 0; k < 26; k++) fprintf(f, "\t%08x", (unsigned)bp_rng_u64(&r));
+        fputc('\n', f);
+    }
+    ASSERT_EQ(fclose(f), 0);
+    char *out = NULL;
+    int limit_mb = 50;
+    for (; limit_mb <= 2000; limit_mb += 25) {
+        free(out);
+        if (test_run(&out, 20, "ulimit -v %d; OPENBLAS_NUM_THREADS=1 %s prep -q -o %s %s", limit_mb * 1024, test_bin(),
+                     test_path("t.bin"), tiny) == 0)
+            break;
+    }
+    ASSERT_MSG(limit_mb <= 2000, "a one-line log does not prep under 2 GB:\n%s", out);
+    free(out);
+    const char *x = test_path("x.bin");
+    int rc = test_run(&out, 120, "ulimit -v %d; OPENBLAS_NUM_THREADS=1 %s prep -q -o %s %s", (limit_mb + 25) * 1024,
+                      test_bin(), x, path);
+    ASSERT_MSG(rc == 1, "exit %d under %d MB:\n%s", rc, limit_mb + 25, out);
+    ASSERT_STR_CONTAINS(out, "bagpipe: table C");
+    ASSERT_STR_CONTAINS(out, ": out of memory: ");
+    ASSERT_STR_CONTAINS(out, "--max-ind-range");
+    ASSERT_MSG(!strstr(out, "internal error"), "%s", out);
+    free(out);
+    ASSERT_MSG(access(x, F_OK) != 0, "%s was left", x);
+    // Hashed ids need no vocabulary: the same log preps under the same limit.
+    rc = test_run(&out, 120, "ulimit -v %d; OPENBLAS_NUM_THREADS=1 %s prep -q --max-ind-range 1000000 -o %s %s",
+                  (limit_mb + 25) * 1024, test_bin(), x, path);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    free(out);
+    free(path);
 }
