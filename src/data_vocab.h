@@ -12,8 +12,8 @@
 // addressing with linear probing; a slot holds the key and a uint32 count/id (0 marks an empty
 // slot) side by side, so a probe touches one cache line: 8 bytes narrow, 16 bytes wide.  The
 // table doubles when 3/4 full, so its load stays in (3/8, 3/4] and a distinct value costs
-// 10.7-21.3 bytes (narrow) or 21.3-42.7 bytes (wide); ranking needs 16 (narrow) or 32 (wide)
-// more bytes per kept value of the table being ranked, for a while.  Counts saturate at
+// 10.7-21.3 bytes (narrow) or 21.3-42.7 bytes (wide); ranking needs 16 (narrow) or up to 40
+// (wide, with qsort's scratch) more bytes per kept value of the table being ranked, for a while.  Counts saturate at
 // 2^32 - 1, which keeps the ranking exact for fewer than 2 * (2^32 - 1) rows (two values cannot
 // both reach the cap).
 #ifndef BP_DATA_VOCAB_H

@@ -1367,3 +1367,46 @@ TEST(prep_vocabulary_out_of_memory_is_an_error) {
     free(out);
     free(path);
 }
+
+// A dataset needs its own size on the disk, not twice: prep spills each section to a temporary
+// file beside the output and copies it into place at the end, giving each copied piece's space
+// back (a punched hole).  It used to fail with "No space left on device" on a disk with room for
+// the dataset but not for the dataset and its spills.  A 300 KiB tmpfs in a private mount
+// namespace (root only) holds the 213 KB dataset of 1300 rows; pieces of 8 KiB (the test hook
+// BAGPIPE_TEST_COPY_PIECE) stand for 16 MiB pieces of a large dataset.
+TEST(prep_needs_the_dataset_size_on_disk_not_twice) {
+    if (geteuid() != 0 || test_run(NULL, 10, "unshare -m true") != 0) {
+        test_skip("needs root and unshare -m for a small tmpfs");
+        return;
+    }
+    char *path = bp_xstrdup(test_path("a.txt"));
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    bp_rng r;
+    bp_rng_seed(&r, 9, 0);
+    for (int i = 0; i < 1300; i++) {
+        fprintf(f, "%d", i & 1);
+        for (int k = 0; k < 13; k++) fprintf(f, "\t%d", (int)bp_rng_below(&r, 1000));
+        for (int k = 0; k < 26; k++) fprintf(f, "\t%08x", (unsigned)bp_rng_u64(&r));
+        fputc('\n', f);
+    }
+    ASSERT_EQ(fclose(f), 0);
+    const char *ref = test_path("ref.bin");
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s prep -q -o %s %s", test_bin(), ref, path), 0);
+    free(out);
+    struct stat st;
+    ASSERT_EQ(stat(ref, &st), 0);
+    ASSERT_MSG(st.st_size > 200000 && st.st_size < 250000, "%lld bytes", (long long)st.st_size);
+    char mnt[512];
+    snprintf(mnt, sizeof mnt, "%s", test_path("mnt"));
+    ASSERT_EQ(mkdir(mnt, 0755), 0);
+    char script[4096];
+    snprintf(script, sizeof script, "mount -t tmpfs -o size=300k tmpfs %s && BAGPIPE_TEST_COPY_PIECE=8192 %s prep -q "
+             "-o %s/x.bin %s && cmp %s/x.bin %s\n", mnt, test_bin(), mnt, path, mnt, ref);
+    const char *sh = write_text("in_tmpfs.sh", script);
+    int rc = test_run(&out, 60, "unshare -m sh %s", sh);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    free(out);
+    free(path);
+}
