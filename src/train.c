@@ -290,10 +290,16 @@ static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, 
     uint64_t card[BP_DS_MAX_SPARSE];
     int n = cli_parse_u64_list("cardinalities", cards, card, BP_DS_MAX_SPARSE);
     if (n != (int)nf) return bp_fail(BP_ECORRUPT, "%s/MANIFEST: bad cardinality list", dir);
+    // Frequency ids number each table's values by their counts in the files prepped together: a
+    // dataset prepped apart (a test day) numbers them its own way, which its table sizes show.
+    const char *apart = in->idmap != BP_IDMAP_FREQ ? ""
+                                                   : " (its ids are frequency ids, numbered by the counts of the files "
+                                                     "prepped with it: prep the training and evaluation files in one "
+                                                     "run, e.g. --split days, or hash both with one --max-ind-range)";
     for (int f = 0; f < n; f++)
         if (card[f] != in->card[f])
-            return bp_fail(BP_EMISMATCH, "%s: table %d has %llu rows in the model but %llu in dataset %s", dir, f,
-                           (unsigned long long)card[f], (unsigned long long)in->card[f], ds->path);
+            return bp_fail(BP_EMISMATCH, "%s: table %d has %llu rows in the model but %llu in dataset %s%s", dir, f,
+                           (unsigned long long)card[f], (unsigned long long)in->card[f], ds->path, apart);
     model_config mc;
     rc = model_config_parse(&mc, model_flags_s, (int)nd, (int)nf);
     if (rc) return bp_fail(BP_ECORRUPT, "%s/MANIFEST: bad model line: %s", dir, bp_errmsg(rc));

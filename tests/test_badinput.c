@@ -1120,6 +1120,15 @@ TEST(badinput_model_for_another_dataset) {
            "model expects 4 dense and 3 sparse features", "dense.bin has 5 and 3");
     EXPECT(2, cmd("%s train %s --arch-mlp-bot 13-8-4 --arch-sparse-feature-size 4", test_bin(), d),
            "--arch-mlp-bot: first size 13 must equal the dataset's 4 dense features");
+    // Frequency ids of a log prepped apart (a test day): the message says why the sizes differ.
+    ASSERT_EQ(test_run(NULL, 60, "%s synth -n 3000 -f tsv -o %s/a.tsv && %s synth -n 800 --seed 7 -f tsv -o %s/b.tsv && "
+                       "%s prep -q -o %s/a.bin %s/a.tsv && %s prep -q -o %s/b.bin %s/b.tsv && %s train %s/a.bin "
+                       "--arch-mlp-bot 13-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --iters 2 --no-eval "
+                       "--save %s/ma", test_bin(), dir, test_bin(), dir, test_bin(), dir, dir, test_bin(),
+                       dir, dir, test_bin(), dir, dir), 0);
+    EXPECT(1, cmd("%s eval --load %s/ma %s/b.bin", test_bin(), dir, dir), "rows in the model but",
+           "its ids are frequency ids, numbered by the counts of the files prepped with it: prep the training and "
+           "evaluation files in one run");
 }
 
 // ---------------------------------------------------------------------------------------------
