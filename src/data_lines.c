@@ -30,6 +30,15 @@ int lines_bad_set(lines_bad *bad, lines_bad_kind kind, const char *fmt, ...) {
     return 1;
 }
 
+int lines_bad_binary(const char *s, size_t n, const char *nul, lines_bad *bad) {
+    lines_bad_set(bad, LINES_BAD_BINARY, "NUL byte at column %zu: binary data, expected a text line",
+                  (size_t)(nul - s) + 1);
+    if (n >= 2 && (uint8_t)s[0] == 0x1f && (uint8_t)s[1] == 0x8b)
+        bad->first_line_hint = ": gzip data inside the gzip file, which was compressed twice: decompress it once "
+                               "(gunzip -c FILE > ONCE.gz) and give that";
+    return 1;
+}
+
 const char *lines_quote(char *out, size_t cap, const char *s, size_t n, size_t max) {
     BP_ASSERT(cap >= 8);
     size_t o = 0;

@@ -165,6 +165,13 @@ TEST(badinput_gzipped_dataset_given_to_train) {
     EXPECT(1, cmd("%s info %s", test_bin(), gz), "d.bin.gz: a gzip-compressed bagpipe dataset");
     EXPECT(1, cmd("%s train %s.gz", test_bin(), raw), "raw.tsv.gz: not a bagpipe binary dataset but gzip data",
            "bagpipe prep -o DATA.bin");
+    // A log compressed twice: prep reads the outer gzip and finds gzip data where text should be.
+    ASSERT_EQ(test_run(NULL, 30, "gzip -c %s.gz > %s.gz.gz", raw, raw), 0);
+    EXPECT(1, cmd("%s prep -o %s %s.gz.gz", test_bin(), test_path("x.bin"), raw),
+           "raw.tsv.gz.gz:1: NUL byte at column", "gzip data inside the gzip file, which was compressed twice: "
+           "decompress it once");
+    EXPECT(1, cmd("%s prep -f avazu -o %s %s.gz.gz", test_bin(), test_path("x.bin"), raw),
+           "gzip data inside the gzip file, which was compressed twice");
 }
 
 // ---------------------------------------------------------------------------------------------
