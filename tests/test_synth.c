@@ -200,6 +200,13 @@ TEST(synth_unreachable_hot_share_is_reported) {
     ASSERT_EQ(test_run(&out, 30, "%s synth --tables 1000,50,20000 --rows 100 -o %s", test_bin(), p), 0);
     ASSERT_STR_CONTAINS(out, "(calibrated to --hot-share)");
     free(out);
+    // Out of reach the other way: Criteo's small tables (3, 4, 10 rows...) give their top row a large
+    // share of the lookups even when popularity is uniform (exponent 0), so 50% cannot be had.
+    ASSERT_EQ(test_run(&out, 30, "%s synth --hot-share 0.5 --rows 100 -o %s", test_bin(), p), 0);
+    ASSERT_STR_CONTAINS(out, "Zipf exponent 0.0000 (the smallest, uniform: --hot-share 0.5 is below these tables' "
+                             "least, whose hottest 1% of rows take 77.");
+    ASSERT_MSG(!strstr(out, "calibrated"), "%s", out);
+    free(out);
 }
 
 TEST(synth_sampler_follows_zipf) {
