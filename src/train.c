@@ -1104,12 +1104,19 @@ static int train_cmd(int argc, char **argv) {
         if (avail > 0 && need > avail) {
             // The largest term names the cure: the tables, or the model's batch buffers.
             const int buffers = mbytes + gbytes > tbytes;
-            rc = bp_fail(BP_ENOMEM, "training needs %s but only %s is available; %s",
-                         bp_fmt_bytes(b1, sizeof b1, need), bp_fmt_bytes(b2, sizeof b2, avail),
-                         buffers ? "most of it is the model's buffers for batches of that size: a smaller --batch-size "
-                                   "or --eval-batch-size, or a smaller model"
-                                 : "use a smaller model, --arch-sparse-feature-size, or a dataset with smaller tables "
-                                   "(prep --max-ind-range)");
+            char tables[160];
+            if (in->idmap == BP_IDMAP_HASH) // hashed already: a smaller range
+                snprintf(tables, sizeof tables, "prep --max-ind-range below this dataset's %llu",
+                         (unsigned long long)in->max_ind_range);
+            else snprintf(tables, sizeof tables, "prep --max-ind-range");
+            if (buffers)
+                rc = bp_fail(BP_ENOMEM, "training needs %s but only %s is available; most of it is the model's "
+                             "buffers for batches of that size: a smaller --batch-size or --eval-batch-size, or a "
+                             "smaller model", bp_fmt_bytes(b1, sizeof b1, need), bp_fmt_bytes(b2, sizeof b2, avail));
+            else
+                rc = bp_fail(BP_ENOMEM, "training needs %s but only %s is available; use a smaller model, "
+                             "--arch-sparse-feature-size, or a dataset with smaller tables (%s)",
+                             bp_fmt_bytes(b1, sizeof b1, need), bp_fmt_bytes(b2, sizeof b2, avail), tables);
             goto out;
         }
     }
