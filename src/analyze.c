@@ -413,7 +413,7 @@ void analyze_print_json(FILE *f, const analyze_result *r, const char *path, bp_s
 
 int cmd_analyze(int argc, char **argv) {
     int batch, split, json, threads;
-    int64_t cache, max_rows, iters;
+    int64_t cache, max_rows, iters, start;
     int window, trainers, prefetch, dim;
     const char *sweep_c, *sweep_w, *plot_dir;
     const cli_opt opts[] = {
@@ -439,6 +439,9 @@ int cmd_analyze(int argc, char **argv) {
         CLI_I64("iters", 'n', &iters, 0, 0, INT64_MAX,
                 "simulate N iterations as train takes them: the split's whole batches in turn, across epochs, "
                 "its partial last batch dropped (0: one pass, with it)"),
+        CLI_I64("start-iter", 0, &start, 0, 0, INT64_MAX,
+                "with --iters N: simulate a run resumed at this iteration (train --resume): its batches up to N, "
+                "the caches empty at the start"),
         CLI_STR("plot-dir", 0, &plot_dir, NULL, "write JSON, CSV and gnuplot charts into this directory"),
         CLI_END,
     };
@@ -483,7 +486,7 @@ int cmd_analyze(int argc, char **argv) {
         cachesim_cmd_opts so = {.path = pos[0], .split = splits[split], .batch = batch, .json = json,
                                 .threads = threads, .cache = (uint64_t)cache, .rows = (uint64_t)max_rows,
                                 .window = window, .trainers = trainers, .prefetch = prefetch, .dim = dim,
-                                .iters = (uint64_t)iters,
+                                .iters = (uint64_t)iters, .start = (uint64_t)start,
                                 .sweep_cache = sweep_c, .sweep_lookahead = sweep_w, .plot_dir = plot_dir};
         rc = cachesim_cmd(&so);
         free(pos);

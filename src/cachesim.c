@@ -282,11 +282,11 @@ static uint64_t trace_batches(uint64_t rows, uint32_t B, uint64_t iters) {
 // Those of a simulation, and batch t's first row and size; cachesim_run has checked that an iters
 // run has a whole batch.
 static uint64_t sim_batches(const cachesim *cs, const cachesim_config *c) {
-    return trace_batches(cs->rows, c->B, c->iters);
+    return trace_batches(cs->rows, c->B, c->iters) - (c->iters ? c->start : 0);
 }
 
 static uint64_t sim_batch(const cachesim *cs, const cachesim_config *c, uint64_t t, uint32_t *n) {
-    if (c->iters) return *n = c->B, (t % (cs->rows / c->B)) * c->B;
+    if (c->iters) return *n = c->B, ((c->start + t) % (cs->rows / c->B)) * c->B;
     const uint64_t r0 = t * c->B;
     *n = (uint32_t)BP_MIN((uint64_t)c->B, cs->rows - r0);
     return r0;
@@ -437,6 +437,9 @@ int cachesim_run(cachesim *cs, cachesim_policy pol, const cachesim_config *c, ca
     if (c->iters && cs->rows < c->B)
         return bp_fail(BP_EINVAL, "cachesim: %llu iterations of %u samples, from %llu rows: not one whole batch",
                        (unsigned long long)c->iters, c->B, (unsigned long long)cs->rows);
+    if (c->start && c->start >= c->iters)
+        return bp_fail(BP_EINVAL, "cachesim: start at iteration %llu of %llu", (unsigned long long)c->start,
+                       (unsigned long long)c->iters);
     scratch_reserve(cs, (size_t)c->B * cs->F);
     switch (pol) {
     case CS_NONE: return run_none_static(cs, 0, c, r);
@@ -548,6 +551,7 @@ typedef struct {
     uint64_t rows, batches;
     uint32_t B, T, P, D, W;
     uint64_t C;
+    uint64_t start; // the first iteration simulated (--start-iter)
 } sim_meta;
 
 static void json_write(FILE *f, const sim_meta *m, const sim_run *runs, int n) {
@@ -555,11 +559,12 @@ static void json_write(FILE *f, const sim_meta *m, const sim_run *runs, int n) {
     jsonl_fput_string(f, m->data);
     fprintf(f,
             ",\n  \"split\": \"%s\", \"rows\": %llu, \"batches\": %llu, \"batch_size\": %u, \"trainers\": %u, "
-            "\"prefetch\": %u, \"dim\": %u, \"row_bytes\": %u, \"cache\": %llu, \"lookahead\": %u,\n  \"hit_definition\": "
+            "\"prefetch\": %u, \"dim\": %u, \"row_bytes\": %u, \"cache\": %llu, \"lookahead\": %u, \"start_iter\": %llu,"
+            "\n  \"hit_definition\": "
             "\"(trainer, key, batch) accesses served from the trainer's cache without a fetch for that batch\",\n"
             "  \"runs\": [\n",
             m->split, (unsigned long long)m->rows, (unsigned long long)m->batches, m->B, m->T, m->P, m->D, m->D * 4,
-            (unsigned long long)m->C, m->W);
+            (unsigned long long)m->C, m->W, (unsigned long long)m->start);
     for (int i = 0; i < n; i++) json_run(f, &runs[i], m->D, i == n - 1);
     fprintf(f, "  ]\n}\n");
 }
@@ -796,7 +801,7 @@ static int run_gnuplot(const char *dir, uint64_t C, int *rc) {
 int cachesim_cmd(const cachesim_cmd_opts *o) {
     const uint64_t cache = o->cache, max_rows = o->rows;
     const int window = o->window, trainers = o->trainers, batch = o->batch, prefetch = o->prefetch, dim = o->dim;
-    const uint64_t iters = o->iters;
+    const uint64_t iters = o->iters, start = o->start;
     const int threads = BP_MIN(o->threads, 2), split = (int)o->split, json = o->json;
     const char *sweep_c = o->sweep_cache, *sweep_w = o->sweep_lookahead, *plot_dir = o->plot_dir, *path = o->path;
     int rc = 0;
@@ -830,6 +835,11 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         rc = bp_fail(BP_EINVAL, "analyze: %s has no rows in the %s split", path, bp_split_name((bp_split)split));
         goto out;
     }
+    if (start && start >= iters) {
+        rc = bp_fail(BP_EUSAGE, "--start-iter %llu: %s", (unsigned long long)start,
+                     iters ? "at or past the run's end (--iters)" : "needs --iters N, the run's iterations");
+        goto out;
+    }
     if (iters && e - b < (uint64_t)batch) { // train refuses it too: no whole batch to take
         rc = bp_fail(BP_EUSAGE, "--iters %llu: the %llu rows simulated hold no whole batch of %d (--batch-size)",
                      (unsigned long long)iters, (unsigned long long)(e - b), batch);
@@ -860,7 +870,7 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         if (windows[i] != (uint64_t)window) runs[n++] = (sim_run){.pol = CS_LOOKAHEAD, .C = (uint64_t)cache, .W = (uint32_t)windows[i]};
     for (int i = 0; i < n; i++) {
         cachesim_config c = {(uint32_t)trainers, (uint32_t)batch, runs[i].C, runs[i].W, (uint32_t)prefetch, threads,
-                             iters};
+                             iters, start};
         runs[i].rc = cachesim_run(cs, runs[i].pol, &c, &runs[i].r);
         if (runs[i].rc == BP_ECAPACITY) {
             // The smallest size that works for this window, found once per window (a sweep's
@@ -877,16 +887,20 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
     }
 
     sim_meta meta = {path, bp_split_name((bp_split)split), e - b, runs[0].r.batches, (uint32_t)batch, (uint32_t)trainers,
-                     (uint32_t)prefetch, (uint32_t)dim, (uint32_t)window, (uint64_t)cache};
+                     (uint32_t)prefetch, (uint32_t)dim, (uint32_t)window, (uint64_t)cache, start};
     if (json) {
         json_write(stdout, &meta, runs, n);
     } else {
         char b1[32], b2[32];
-        printf("cache simulation of %s: %s split, %llu rows in %llu %s of %d%s, %d trainers, prefetch %d, rows of "
+        char from[96] = "";
+        if (start)
+            snprintf(from, sizeof from, " from iteration %llu (resumed there: the caches start empty)",
+                     (unsigned long long)start);
+        printf("cache simulation of %s: %s split, %llu rows in %llu %s of %d%s%s, %d trainers, prefetch %d, rows of "
                "%d floats (%s)\n",
                path, meta.split, (unsigned long long)meta.rows, (unsigned long long)meta.batches,
-               iters ? "iterations" : "batches", batch, iters ? " (train's: the whole batches in turn)" : "", trainers,
-               prefetch, dim, bp_fmt_bytes(b1, sizeof b1, dim * 4.0));
+               iters ? "iterations" : "batches", batch, iters ? " (train's: the whole batches in turn)" : "", from,
+               trainers, prefetch, dim, bp_fmt_bytes(b1, sizeof b1, dim * 4.0));
         printf("hit = (trainer, key, batch) accesses served from the trainer's cache without a fetch for that batch\n\n");
         printf("%-9s %10s %6s %8s %13s %11s %13s %13s %10s\n", "policy", "cache", "window", "hit", "fetched rows",
                "fetched", "written rows", "synced rows", "peak rows");

@@ -42,6 +42,8 @@ typedef struct {
     int threads;     // lookahead only: 1 or 2
     uint64_t iters;  // 0: one pass over the trace, its last batch possibly short; else this many batches of
                      // B as training takes them: the trace's whole batches in turn, its partial last one dropped
+    uint64_t start;  // with iters: simulate batches start..iters-1 only, the caches empty at start (as a
+                     // run resumed there starts)
 } cachesim_config;
 
 typedef struct {
@@ -90,6 +92,7 @@ typedef struct {
     uint64_t rows;               // simulate only the first N rows of the split (0: all)
     int window, trainers, prefetch, dim;
     uint64_t iters;              // train's iterations (cachesim_config.iters; 0: one pass)
+    uint64_t start;              // with iters: the iteration a resumed run starts at (cachesim_config.start)
     const char *sweep_cache, *sweep_lookahead, *plot_dir; // lists "a,b,c" and a directory, or NULL
 } cachesim_cmd_opts;
 int cachesim_cmd(const cachesim_cmd_opts *o);

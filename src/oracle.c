@@ -147,7 +147,7 @@ typedef struct {
 struct oracle_impl {
     uint32_t T, B, F, W, P, R, threads;
     int links; // ORACLE_LINKS_* (two threads)
-    uint64_t C, K, row_base;
+    uint64_t C, K, row_base, iter_base;
     uint64_t *offset; // (F) first key of each table
     uint64_t *card;   // (F)
     int borrow;
@@ -1626,12 +1626,13 @@ static int plan_step(oracle_impl *o) {
         o->grp_span = BP_MIN(o->grp_stride - 1, BP_MAX(GRP_SPAN_MIN, levels + levels / 4));
         if (need) {
             uint32_t ulo = s == 0 ? 0 : s + P, uhi = s + P < N ? s + P : N - 1;
+            const unsigned long long base = o->iter_base; // a resumed run's numbers
             o->err = bp_fail(BP_ECAPACITY,
-                             "oracle: cache too small: batch %u cannot be prefetched at iteration %u: trainer %u "
-                             "needs %llu rows (%llu shared + %llu private, pinned for batches %u..%u) but the "
+                             "oracle: cache too small: batch %llu cannot be prefetched at iteration %llu: trainer %u "
+                             "needs %llu rows (%llu shared + %llu private, pinned for batches %llu..%llu) but the "
                              "cache holds %llu; the minimum cache size for this batch is %llu rows",
-                             ulo, s, who, (unsigned long long)(o->shared_count + mp),
-                             (unsigned long long)o->shared_count, (unsigned long long)mp, s, uhi,
+                             base + ulo, base + s, who, (unsigned long long)(o->shared_count + mp),
+                             (unsigned long long)o->shared_count, (unsigned long long)mp, base + s, base + uhi,
                              (unsigned long long)o->C, (unsigned long long)(o->shared_count + mp));
             return o->err;
         }
@@ -1701,7 +1702,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->T = cfg->T, o->B = cfg->B, o->F = cfg->F, o->W = cfg->W, o->P = cfg->P, o->C = cfg->C;
     o->R = R, o->threads = (uint32_t)cfg->threads, o->K = K;
     o->links = cfg->links;
-    o->row_base = cfg->row_base, o->borrow = cfg->borrow_input;
+    o->row_base = cfg->row_base, o->iter_base = cfg->iter_base, o->borrow = cfg->borrow_input;
     o->pos_bits = pos_bits, o->pos_mask = (1u << pos_bits) - 1;
     o->offset = bp_xmalloc(cfg->F * sizeof *o->offset);
     o->card = bp_xmalloc(cfg->F * sizeof *o->card);

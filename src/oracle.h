@@ -93,6 +93,8 @@ typedef struct {
     uint32_t P;           // prefetch distance (iterations)
     uint64_t C;           // cache capacity per trainer (rows)
     uint64_t row_base;    // dataset row of sample 0 of batch 0 (copied into the records)
+    uint64_t iter_base;   // the training iteration of batch 0 (a resumed run's first): the messages count
+                          // batches and iterations from it, the records from 0
     int threads;          // 1, or 2 (one thread indexes incoming batches while the caller plans)
     int keymap;           // ORACLE_KEYMAP_*
     int borrow_input;     // 1: pushed ids stay valid until oracle_free (no copy)

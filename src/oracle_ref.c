@@ -46,7 +46,7 @@ typedef struct {
 
 struct oref_impl {
     uint32_t T, B, F, W, P, R, NB, threads;
-    uint64_t C, K, row_base;
+    uint64_t C, K, row_base, iter_base;
     uint64_t *offset; // (F) first key of each table
     uint64_t *card;   // (F)
     int borrow;
@@ -535,12 +535,13 @@ static int plan_step(oref_impl *o) {
         }
         if (need) {
             uint32_t ulo = s == 0 ? 0 : s + P, uhi = s + P < N ? s + P : N - 1;
+            const unsigned long long base = o->iter_base; // a resumed run's numbers
             o->err = bp_fail(BP_ECAPACITY,
-                             "oracle: cache too small: batch %u cannot be prefetched at iteration %u: trainer %u "
-                             "needs %llu rows (%llu shared + %llu private, pinned for batches %u..%u) but the "
+                             "oracle: cache too small: batch %llu cannot be prefetched at iteration %llu: trainer %u "
+                             "needs %llu rows (%llu shared + %llu private, pinned for batches %llu..%llu) but the "
                              "cache holds %llu; the minimum cache size for this batch is %llu rows",
-                             ulo, s, who, (unsigned long long)(o->shared_count + mp),
-                             (unsigned long long)o->shared_count, (unsigned long long)mp, s, uhi,
+                             base + ulo, base + s, who, (unsigned long long)(o->shared_count + mp),
+                             (unsigned long long)o->shared_count, (unsigned long long)mp, base + s, base + uhi,
                              (unsigned long long)o->C, (unsigned long long)(o->shared_count + mp));
             return o->err;
         }
@@ -592,7 +593,7 @@ int oracle_ref_init(oracle_ref *out, const oracle_config *cfg) {
     oref_impl *o = bp_xcalloc(1, sizeof *o);
     o->T = cfg->T, o->B = cfg->B, o->F = cfg->F, o->W = cfg->W, o->P = cfg->P, o->C = cfg->C;
     o->R = R, o->NB = cfg->P + cfg->W + 2, o->threads = (uint32_t)cfg->threads, o->K = K;
-    o->row_base = cfg->row_base, o->borrow = cfg->borrow_input;
+    o->row_base = cfg->row_base, o->iter_base = cfg->iter_base, o->borrow = cfg->borrow_input;
     o->pos_bits = pos_bits, o->pos_mask = (1u << pos_bits) - 1;
     o->offset = bp_xmalloc(cfg->F * sizeof *o->offset);
     o->card = bp_xmalloc(cfg->F * sizeof *o->card);

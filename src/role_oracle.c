@@ -66,12 +66,22 @@ static int produce(role_oracle *ro) {
         if (rc == BP_ECAPACITY) { // the planner's words, the flag that sets its capacity, and how to find the size
             static const char safe[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-+=,:@";
             const int plain = strspn(su->data_path, safe) == strlen(su->data_path); // else quoted, for a shell
+            // Resumed, the caches start empty at K: the plan from there is not the uninterrupted
+            // run's, and may need a little more cache; the model is the same at any cache size.
+            char resumed[320] = "", start[48] = "";
+            if (ro->K) {
+                snprintf(resumed, sizeof resumed, "; this run resumed at iteration %lld with empty caches, so its plan "
+                         "from there is not the one of the run it continues, which may have fitted (the model is "
+                         "the same at any cache size)", (long long)ro->K);
+                snprintf(start, sizeof start, " --start-iter %lld", (long long)ro->K);
+            }
             return bp_fail(rc, "%s (--cache-rows %llu: give at least that minimum; a later batch may need more: "
                            "`bagpipe analyze --cache %llu --trainers %d --batch-size %d --lookahead %d --prefetch %d "
-                           "--iters %lld %s%s%s` simulates this run's batches and names the smallest cache that works)",
+                           "--iters %lld%s %s%s%s` simulates this run's batches and names the smallest cache that "
+                           "works%s)",
                            bp_errmsg(rc), (unsigned long long)su->cache_rows, (unsigned long long)su->cache_rows,
-                           su->trainers, su->B, su->lookahead, su->prefetch, (long long)su->total_iters,
-                           plain ? "" : "\"", su->data_path, plain ? "" : "\"");
+                           su->trainers, su->B, su->lookahead, su->prefetch, (long long)su->total_iters, start,
+                           plain ? "" : "\"", su->data_path, plain ? "" : "\"", resumed);
         }
         if (rc < 0) return rc;
         if (rc == 1) break;
@@ -115,7 +125,7 @@ int role_oracle_prepare(role_oracle **out, const train_setup *su, const dist_lay
     plan_init(&ro->p);
     oracle_config cfg = {.T = (uint32_t)l->T, .B = (uint32_t)su->B, .F = (uint32_t)su->mc.F, .card = su->ds->info.card,
                          .W = (uint32_t)su->lookahead, .P = (uint32_t)su->prefetch, .C = su->cache_rows,
-                         .row_base = su->tr0, .threads = su->oracle_threads == 2 ? 2 : 1, .keymap = ORACLE_KEYMAP_AUTO, .borrow_input = 1};
+                         .row_base = su->tr0, .iter_base = (uint64_t)ro->K, .threads = su->oracle_threads == 2 ? 2 : 1, .keymap = ORACLE_KEYMAP_AUTO, .borrow_input = 1};
     int rc = oracle_init(&ro->o, &cfg);
     if (rc) return rc;
     const int A = ro->A, T = ro->T;

@@ -268,6 +268,14 @@ TEST(analyze_cli_errors_and_cachesim_hook) {
               2);
     ASSERT_STR_CONTAINS(out, "--iters 2: the 3 rows simulated hold no whole batch of 100 (--batch-size)");
     free(out);
+    // a resumed run's start needs the run's iterations, and to be before their end
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 50 --trainers 1 -b 2 --start-iter 3 %s", test_bin(), path), 2);
+    ASSERT_STR_CONTAINS(out, "--start-iter 3: needs --iters N, the run's iterations");
+    free(out);
+    ASSERT_EQ(test_run(&out, 30, "%s analyze --cache 50 --trainers 1 -b 2 --iters 3 --start-iter 3 %s", test_bin(),
+                       path), 2);
+    ASSERT_STR_CONTAINS(out, "--start-iter 3: at or past the run's end (--iters)");
+    free(out);
 }
 
 // --plot-dir is checked before the simulation, as train checks --save before training: a file in

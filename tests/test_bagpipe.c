@@ -143,6 +143,62 @@ TEST(bagpipe_cache_too_small) {
     }
 }
 
+// A run resumed from a checkpoint starts its caches empty, so its plan from there is not the one
+// of the run it continues, and at the smallest cache of the uninterrupted run (analyze's) it can
+// need a row more (found by a review: this data, T = 2, W = 32, P = 8, resumed at 18).  The
+// error counts the run's own iterations (it counted from the resume point: "batch 19 at
+// iteration 11" for batch 37 at 29), says why, and names the analysis of the resumed batches
+// (analyze --start-iter, which used to simulate from 0 and call the failing size enough); at the
+// size it names, the resumed run trains the uninterrupted run's model.
+TEST(bagpipe_resume_at_the_smallest_cache) {
+    char data[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s synth -p custom --tables 1000,50,2000,300,5000,20 -n 5000 -o %s", test_bin(), data),
+              0);
+    free(out);
+#define RS_FLAGS "--arch-mlp-bot 13-16-8 --arch-mlp-top 16-1 --arch-sparse-feature-size 8 -b 65 --mode bagpipe " \
+                 "--trainers 2 --servers 2 --lookahead 32 --prefetch 8 --no-eval"
+    ASSERT_EQ(test_run(&out, 60, "%s analyze --json --cache 1 --trainers 2 --batch-size 65 --lookahead 32 --prefetch 8 "
+                       "--iters 100 %s", test_bin(), data), 0);
+    const char *m = strstr(out, "\"min_cache\": ");
+    ASSERT_MSG(m != NULL, "%s", out);
+    const unsigned long long min = strtoull(m + 13, NULL, 10);
+    free(out);
+    const char *ck = test_path("ck");
+    int rc = test_run(&out, 120, "%s %s train " RS_FLAGS " --cache-rows %llu --iters 100 --save %s %s", dist_test_env(),
+                      test_bin(), min, test_path("full"), data);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    free(out);
+    rc = test_run(&out, 120, "%s %s train " RS_FLAGS " --cache-rows %llu --iters 20 --checkpoint-every 9 "
+                  "--checkpoint-dir %s %s", dist_test_env(), test_bin(), min, ck, data);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    free(out);
+    rc = test_run(&out, 120, "%s %s train " RS_FLAGS " --cache-rows %llu --iters 100 --resume %s --save %s %s",
+                  dist_test_env(), test_bin(), min, ck, test_path("res"), data);
+    ASSERT_MSG(rc != 0 && rc != 124, "resumed at %llu rows: exit %d (this data needed more):\n%s", min, rc, out);
+    ASSERT_STR_CONTAINS(out, "cache too small: batch 37 cannot be prefetched at iteration 29: ");
+    ASSERT_STR_CONTAINS(out, "this run resumed at iteration 18 with empty caches");
+    const char *a = strstr(out, "`bagpipe analyze "), *z = a ? strchr(a + 1, '`') : NULL;
+    ASSERT_MSG(a && z, "no analyze command in:\n%s", out);
+    char args[1024];
+    snprintf(args, sizeof args, "%.*s", (int)(z - a - 17), a + 17);
+    free(out);
+    ASSERT_STR_CONTAINS(args, "--iters 100 --start-iter 18 ");
+    ASSERT_EQ(test_run(&out, 60, "%s analyze --json %s", test_bin(), args), 0);
+    m = strstr(out, "\"min_cache\": ");
+    ASSERT_MSG(m != NULL, "%s", out);
+    const unsigned long long resumed_min = strtoull(m + 13, NULL, 10);
+    free(out);
+    ASSERT_MSG(resumed_min > min, "analyze --start-iter 18: %llu rows, the failing size %llu", resumed_min, min);
+    rc = test_run(&out, 120, "%s %s train " RS_FLAGS " --cache-rows %llu --iters 100 --resume %s --save %s %s",
+                  dist_test_env(), test_bin(), resumed_min, ck, test_path("res"), data);
+    ASSERT_MSG(rc == 0, "resumed at %llu rows: exit %d:\n%s", resumed_min, rc, out);
+    free(out);
+    DIST_SAME_MODEL("full", "res");
+#undef RS_FLAGS
+}
+
 // A plan record that does not list a key the trainer has a gradient for (the test hook
 // BAGPIPE_TEST_WRONG_KEY=N swaps one key listed for trainer 0 in record N for a key outside the
 // tables): the trainer's check fails with a message naming it and the iteration, and every rank

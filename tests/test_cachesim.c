@@ -91,8 +91,33 @@ TEST(cachesim_iters_follow_train_order) {
                        T, cachesim_policy_name(pols[k]), (unsigned long long)a.batches,
                        (unsigned long long)a.fetched_rows, (unsigned long long)b.fetched_rows);
         }
+    // A run resumed at iteration K (start = K): the batches K..iters-1 of train's order, the caches
+    // empty at K: the written-out sequence from its batch K on.  Its smallest cache likewise.
+    for (uint64_t K = 1; K < iters; K += 6) {
+        cachesim *tail;
+        ASSERT_OK(cachesim_open(&tail, seq + K * B * 3, (iters - K) * B, 3, card));
+        for (uint32_t T = 1; T <= 3; T += 2)
+            for (size_t k = 0; k < BP_ARRAY_LEN(pols); k++) {
+                cachesim_config c = {.T = T, .B = B, .C = 400, .W = 6, .P = 2, .threads = 1, .iters = iters, .start = K};
+                cachesim_result a, b;
+                ASSERT_OK(cachesim_run(cs, pols[k], &c, &a));
+                c.iters = 0, c.start = 0;
+                ASSERT_OK(cachesim_run(tail, pols[k], &c, &b));
+                ASSERT_MSG(a.batches == iters - K && memcmp(&a, &b, sizeof a) == 0, "K=%llu T=%u %s",
+                           (unsigned long long)K, T, cachesim_policy_name(pols[k]));
+            }
+        cachesim_config c = {.T = 2, .B = B, .W = 6, .P = 2, .threads = 1, .iters = iters, .start = K};
+        uint64_t m1, m2;
+        ASSERT_OK(cachesim_lookahead_min_cache(cs, &c, &m1));
+        c.iters = 0, c.start = 0;
+        ASSERT_OK(cachesim_lookahead_min_cache(tail, &c, &m2));
+        ASSERT_EQ(m1, m2);
+        cachesim_close(tail);
+    }
     cachesim_config c = {.T = 1, .B = 300, .C = 10, .W = 2, .P = 1, .threads = 1, .iters = 3}; // no whole batch
     cachesim_result r;
+    ASSERT_EQ(cachesim_run(cs, CS_LRU, &c, &r), BP_EINVAL);
+    c = (cachesim_config){.T = 1, .B = B, .C = 10, .W = 2, .P = 1, .threads = 1, .iters = 3, .start = 3}; // past the end
     ASSERT_EQ(cachesim_run(cs, CS_LRU, &c, &r), BP_EINVAL);
     cachesim_close(cs), cachesim_close(flat);
     free(ids), free(seq);
