@@ -50,11 +50,13 @@ int dist_begin(const dist_layout *l) {
         fprintf(stderr, "bagpipe: %s\n", bp_errmsg(rc));
         return rc;
     }
-    if (comm_size() != dist_ranks(l)) {
-        fprintf(stderr,
-                "bagpipe: rank %d: this job has %d ranks, but --servers %d --trainers %d needs 1 + %d + %d = %d "
-                "(mpirun -np %d, or run bagpipe without mpirun to start the job itself)\n",
-                comm_rank(), comm_size(), l->S, l->T, l->S, l->T, dist_ranks(l), dist_ranks(l));
+    if (comm_size() != dist_ranks(l)) { // said once, by rank 0, before the barrier (see dist.h)
+        if (comm_rank() == 0)
+            fprintf(stderr,
+                    "bagpipe: this job has %d ranks, but --servers %d --trainers %d needs 1 + %d + %d = %d "
+                    "(mpirun -np %d, or run bagpipe without mpirun to start the job itself)\n",
+                    comm_size(), l->S, l->T, l->S, l->T, dist_ranks(l), dist_ranks(l));
+        (void)comm_barrier();
         comm_finalize();
         return BP_EMISMATCH;
     }

@@ -51,8 +51,10 @@ dist_role dist_role_of(const dist_layout *l, int rank, int *index);
 // "oracle", "server 1", "trainer 0" (a launch_role_fn; ctx is the dist_layout).
 void dist_role_name(int rank, const void *ctx, char *buf, size_t cap);
 
-// Joins the job (comm_init) and checks the rank count against the layout.  On a mismatch every
-// rank prints the same clear error and leaves MPI; returns BP_EMISMATCH (exit 2).
+// Joins the job (comm_init) and checks the rank count against the layout.  On a mismatch rank 0
+// prints a clear error (every rank printed it), the ranks meet at a barrier and leave MPI, and
+// all return BP_EMISMATCH: rank 0 exits 2 and the others 0, so that no peer's exit lets mpirun
+// end rank 0 before its message (train_distributed).
 int dist_begin(const dist_layout *l);
 // Agrees on setup_rc across ranks (a gather by rank 0 under the stall timeout), then runs this rank's role in mode l->mode, the end (a
 // handshake with trainer 0 under the stall timeout, then a barrier) and MPI_Finalize.  Returns the process exit code.

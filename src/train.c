@@ -821,19 +821,32 @@ static const char *test_hook_for_rank(const char *name) {
     return colon && atoi(v) == comm_rank() ? colon + 1 : NULL;
 }
 
+// An error in the command line itself.  Under the user's mpirun or srun every rank parses the same
+// line and printed the same message, once per rank: rank 0 says it and exits with the error's
+// status, the others leave with 0 (as do a layout's limits, train_distributed).  Were they to fail too, mpirun would end rank 0 at the first
+// one's exit, maybe before its message.
+static int flags_exit(int rc) {
+    int rank;
+    if (launch_world(&rank) > 1 && rank != 0) {
+        bp_clear_error();
+        return 0;
+    }
+    return cmd_exit(rc);
+}
+
 static int train_distributed(const train_flags *fl, const char *data_path, int argc, char **argv) {
     static const dist_mode modes[] = {[TRAIN_MODE_SYNC] = DIST_MODE_SYNC, [TRAIN_MODE_SHARDED] = DIST_MODE_SHARDED,
                                       [TRAIN_MODE_STATIC] = DIST_MODE_STATIC, [TRAIN_MODE_BAGPIPE] = DIST_MODE_BAGPIPE,
                                       [TRAIN_MODE_ASYNC] = DIST_MODE_ASYNC};
     const dist_mode mode = modes[fl->mode];
     if (fl->trainers > fl->batch)
-        return cmd_exit(bp_fail(BP_EUSAGE, "--trainers %d: more trainers than samples in a batch (--batch-size %d)",
+        return flags_exit(bp_fail(BP_EUSAGE, "--trainers %d: more trainers than samples in a batch (--batch-size %d)",
                                 fl->trainers, fl->batch));
     if (mode == DIST_MODE_SHARDED && fl->servers > 1)
-        return cmd_exit(bp_fail(BP_EUSAGE, "--servers %d: --mode sharded keeps the rows on the trainers and runs no "
+        return flags_exit(bp_fail(BP_EUSAGE, "--servers %d: --mode sharded keeps the rows on the trainers and runs no "
                                 "server ranks (leave --servers out or pass --servers 0)", fl->servers));
     if (mode != DIST_MODE_SHARDED && fl->servers < 1)
-        return cmd_exit(bp_fail(BP_EUSAGE, "--servers %d: --mode %s needs at least one server rank", fl->servers,
+        return flags_exit(bp_fail(BP_EUSAGE, "--servers %d: --mode %s needs at least one server rank", fl->servers,
                                 dist_mode_name(mode)));
     dist_layout lay = {.S = mode == DIST_MODE_SHARDED ? 0 : fl->servers, .T = fl->trainers, .mode = mode,
                        .static_rows = fl->static_rows};
@@ -856,7 +869,7 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     comm_set_stall_timeout(fl->stall_timeout);
     launch_watch_launcher();
     int rc = dist_begin(&lay);
-    if (rc) return rc == BP_EMISMATCH ? 2 : 1;
+    if (rc) return rc != BP_EMISMATCH ? 1 : comm_rank() == 0 ? 2 : 0; // rank 0 said why (dist_begin)
     // Set-up warnings (an empty evaluation split) once per job: the launcher has given them
     // already when it started the job; under the user's mpirun/srun, rank 0 gives them.
     const int level = bp_log_level;
@@ -927,19 +940,6 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
              "'bagpipe synth -n ROWS -o DATA'")
 
 static int train_cmd(int argc, char **argv);
-
-// An error in the command line itself.  Under the user's mpirun or srun every rank parses the same
-// line and printed the same message, once per rank: rank 0 says it and exits with the error's
-// status, the others leave with 0.  Were they to fail too, mpirun would end rank 0 at the first
-// one's exit, maybe before its message.
-static int flags_exit(int rc) {
-    int rank;
-    if (launch_world(&rank) > 1 && rank != 0) {
-        bp_clear_error();
-        return 0;
-    }
-    return cmd_exit(rc);
-}
 
 int cmd_train(int argc, char **argv) {
     const int code = train_cmd(argc, argv);

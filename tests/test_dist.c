@@ -223,7 +223,9 @@ TEST(dist_wrong_rank_count) {
     int rc = test_run(&out, 30, OMPI_ENV " mpirun -np 3 --oversubscribe %s train --mode sync --trainers 2 --servers 1 "
                       TINY_MODEL " --iters 5 %s", dist_test_env(), test_bin(), data);
     ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
-    ASSERT_STR_CONTAINS(out, "this job has 3 ranks, but --servers 1 --trainers 2 needs 1 + 1 + 2 = 4");
+    const char *msg = "this job has 3 ranks, but --servers 1 --trainers 2 needs 1 + 1 + 2 = 4";
+    const char *first = strstr(out, msg);
+    ASSERT_MSG(first && !strstr(first + 1, msg), "not said once:\n%s", out); // (each rank said it)
     free(out);
 }
 
@@ -779,7 +781,8 @@ TEST(dist_local_mode_under_several_ranks_is_refused) {
 }
 
 // Under the user's own mpirun every rank parses the command line: a mistake in it was printed once
-// per rank.  Rank 0 says it; the others leave with the same status (2, a usage error).
+// per rank.  Rank 0 says it and exits 2 (a usage error); the others leave with 0, so that none
+// of their exits lets mpirun end rank 0 before its message.  Likewise a layout's limits.
 TEST(dist_own_mpirun_flag_error_said_once) {
     char data[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
@@ -788,10 +791,13 @@ TEST(dist_own_mpirun_flag_error_said_once) {
         {"--mode sync --trainers 2 --servers 1 --learning-rat 0.1", "unknown flag '--learning-rat'"},
         {"--mode sync --trainers 2 --servers 1 --cache-rows 100", "--cache-rows"},
         {"--mode sync --trainers 2 --servers 1 --learning-rate -1", "--learning-rate"},
+        {"--mode sync --trainers 4 --servers 1 --batch-size 2", "more trainers than samples in a batch"},
+        {"--mode sharded --trainers 2 --servers 2", "--mode sharded keeps the rows on the trainers"},
+        {"--mode sync --trainers 2 --servers 0", "needs at least one server rank"},
     };
     for (size_t i = 0; i < BP_ARRAY_LEN(cases); i++) {
         char *out = NULL;
-        int rc = test_run(&out, 60, "%s mpirun --oversubscribe -np 3 %s train %s " TINY_MODEL " %s", dist_test_env(),
+        int rc = test_run(&out, 60, "%s mpirun --oversubscribe -np 3 %s train " TINY_MODEL " %s %s", dist_test_env(),
                           test_bin(), cases[i][0], data);
         ASSERT_MSG(rc != 0, "%s: exit %d:\n%s", cases[i][0], rc, out);
         const char *first = strstr(out, cases[i][1]);
