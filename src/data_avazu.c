@@ -42,9 +42,6 @@ int avazu_header_parse(avazu_header *h, const char *s, size_t n, lines_bad *bad)
     static const char *const expect =
         "expected the Avazu header 'id,click,hour,C1,banner_pos,site_id,...,C21' (id optional, any order)";
     memset(h, 0, sizeof *h);
-    const char *nul = memchr(s, 0, n);
-    if (nul && n >= 2 && (uint8_t)s[0] == 0x1f && (uint8_t)s[1] == 0x8b) // gzip data: a log compressed twice
-        return lines_bad_binary(s, n, nul, bad);
     int seen_click = 0, seen_hour = 0, seen_id = 0, seen_cat[AVAZU_NCAT] = {0};
     const char *p = s, *end = s + n;
     for (;;) {
@@ -86,7 +83,8 @@ static int avazu_bad(const avazu_header *h, const char *s, size_t n, int col, co
                      lines_bad *bad) {
     const char *nul = memchr(s, 0, n);
     if (nul)
-        return lines_bad_binary(s, n, nul, bad);
+        return lines_bad_set(bad, LINES_BAD_BINARY, "NUL byte at column %zu: binary data, expected a text line",
+                             (size_t)(nul - s) + 1);
     size_t fields = 1;
     for (size_t i = 0; i < n; i++) fields += s[i] == ',';
     if (n == 0) return lines_bad_set(bad, LINES_BAD_FIELDS, "empty line, expected %d comma-separated fields", h->ncols);

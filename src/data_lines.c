@@ -30,15 +30,6 @@ int lines_bad_set(lines_bad *bad, lines_bad_kind kind, const char *fmt, ...) {
     return 1;
 }
 
-int lines_bad_binary(const char *s, size_t n, const char *nul, lines_bad *bad) {
-    lines_bad_set(bad, LINES_BAD_BINARY, "NUL byte at column %zu: binary data, expected a text line",
-                  (size_t)(nul - s) + 1);
-    if (n >= 2 && (uint8_t)s[0] == 0x1f && (uint8_t)s[1] == 0x8b)
-        bad->first_line_hint = ": gzip data inside the gzip file, which was compressed twice: decompress it once "
-                               "(gunzip -c FILE > ONCE.gz) and give that";
-    return 1;
-}
-
 const char *lines_quote(char *out, size_t cap, const char *s, size_t n, size_t max) {
     BP_ASSERT(cap >= 8);
     size_t o = 0;
@@ -235,6 +226,8 @@ static int lines_sniff(lines_reader *r) {
         {"\xfd" "7zXZ", 0, 5, "xz data", "decompress it first (xz -d) or re-compress it with gzip"},
         {"\x28\xb5\x2f\xfd", 0, 4, "zstd data", "decompress it first (zstd -d) or re-compress it with gzip"},
         {"7z\xbc\xaf\x27\x1c", 0, 6, "a 7-zip archive", "extract it (7z x) and give the files inside"},
+        {"\x1f\x8b", 0, 2, "gzip data", // (inside the gzip stream: a plain file starting so is read as gzip)
+         "the file was compressed twice; decompress it once (gunzip -c FILE > ONCE.gz) and give that"},
         {BP_DS_MAGIC, 0, 8, "a bagpipe dataset (the output of prep or synth)",
          "it is prepared already; give it to train, eval, analyze or info as it is"},
     };

@@ -208,8 +208,7 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
         if (need_header) {
             // The header names the columns of this file; a bad one is fatal even with --skip-bad.
             if (avazu_header_parse(&c->hdr, s, len, &bad)) {
-                rc = bp_fail(BP_EFORMAT, "%s:%llu: %s%s", r.path, (unsigned long long)r.line_no, bad.msg,
-                             bad.first_line_hint ? bad.first_line_hint : "");
+                rc = bp_fail(BP_EFORMAT, "%s:%llu: %s", r.path, (unsigned long long)r.line_no, bad.msg);
                 break;
             }
             need_header = 0;
