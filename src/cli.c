@@ -263,6 +263,7 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
     // is also noted for a warning: in g (the caller warns, once per job: cli_given.overridden) or,
     // without g, at once.
     cli_giving first[CLI_MAX_OPTS] = {{0}}, last[CLI_MAX_OPTS] = {{0}};
+    size_t noted = SIZE_MAX; // the option of the note, if any
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (only_pos || a[0] != '-' || a[1] == 0) {
@@ -344,10 +345,16 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
         const cli_giving *other = giving_conflicts(&last[k], &cur)    ? &last[k]
                                   : giving_conflicts(&first[k], &cur) ? &first[k]
                                                                       : NULL;
-        if (other && !(g && g->overridden[0])) {
-            char note[sizeof g->overridden];
+        // One note, of the first option given so: a later giving of that option rewrites it, so
+        // that it names the value used.
+        if (other && (noted == SIZE_MAX || (g && noted == (size_t)(o - opts)))) {
+            char note[sizeof g->overridden], used[64];
+            const int unset = typed && typed->type == CLI_T_ALIAS && typed->min_i == 1 && negative_integer(v);
+            if (unset) snprintf(used, sizeof used, "%s (the default, %lld)", v, (long long)o->def_i);
+            else snprintf(used, sizeof used, "%s", v);
             snprintf(note, sizeof note, "%.*s %s and %.*s %s name one option (--%s): the last, %s, is used",
-                     (int)strcspn(other->arg, "="), other->arg, other->val, (int)strcspn(a, "="), a, v, o->name, v);
+                     (int)strcspn(other->arg, "="), other->arg, other->val, (int)strcspn(a, "="), a, v, o->name, used);
+            noted = (size_t)(o - opts);
             if (g) memcpy(g->overridden, note, sizeof note);
             else bp_log(BP_LOG_WARN, "%s", note);
         }

@@ -166,7 +166,13 @@ TEST(cli_alias_negative_is_unset) {
     ASSERT_TRUE(!cli_was_given(&g, opts, "eval-every") && !cli_was_given(&g, opts, "eval-batch-size"));
     ASSERT_STR_EQ(g.overridden, // two names, two values: the slip's warning, as for any alias
                   "--eval-batch-size 8 and --test-mini-batch-size -1 name one option (--eval-batch-size): the "
-                  "last, -1, is used");
+                  "last, -1 (the default, 4096), is used");
+    // The note names the value used: the last giving's, after three (it named the second's).
+    char *three[] = {"p", "--eval-every", "5", "--test-freq", "7", "--eval-every", "10", NULL};
+    ASSERT_OK(cli_parse_given("p", "", opts, 7, three, &pos, &npos, &g));
+    free(pos);
+    ASSERT_EQ(every, 10);
+    ASSERT_STR_EQ(g.overridden, "--test-freq 7 and --eval-every 10 name one option (--eval-every): the last, 10, is used");
     char *later[] = {"p", "--test-freq", "-1", "--test-freq", "30", NULL};
     ASSERT_OK(cli_parse_given("p", "", opts, 5, later, &pos, &npos, &g));
     free(pos);
