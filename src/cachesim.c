@@ -402,7 +402,8 @@ int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, u
 static int run_lookahead(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
     oracle_config oc = {.T = c->T, .B = lookahead_batch(cs->rows, c->B, c->iters), .F = cs->F, .card = cs->card,
                         .W = lookahead_window(cs->rows, c->B, c->W, c->iters), .P = c->P, .C = c->C,
-                        .threads = c->threads ? c->threads : 1, .borrow_input = 1};
+                        .threads = c->threads ? c->threads : 1, .borrow_input = 1,
+                        .iter_base = c->iters ? c->start : 0};
     oracle o;
     int rc = oracle_init(&o, &oc);
     if (rc) return rc;

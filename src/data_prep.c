@@ -132,8 +132,8 @@ static int vocab_fail(const prep_ctx *c, uint32_t f, int rc) {
     uint64_t bytes = 0;
     for (uint32_t g = 0; g < c->F; g++) bytes += vocab_mem_bytes(&c->voc[g]);
     return bp_fail(rc, "table %s: %s, with %s held by the vocabularies of all tables; hashed ids need none "
-                   "(--max-ind-range N: 10000000 is the DLRM reference's for Terabyte), or give prep more memory",
-                   table, bp_errmsg(rc), bp_fmt_bytes(held, sizeof held, (double)bytes));
+                   "(--max-ind-range N: 10000000 is the DLRM reference's for Terabyte)%s", table, bp_errmsg(rc),
+                   bp_fmt_bytes(held, sizeof held, (double)bytes), rc == BP_ENOMEM ? ", or give prep more memory" : "");
 }
 
 // Hands the parsed chunk on: counts values (first pass of the frequency mapping) or maps them

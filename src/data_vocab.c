@@ -48,10 +48,10 @@ static size_t vocab_slot_bytes(const vocab *v) { return v->wide ? sizeof(vocab_w
 
 // Zeroed slots from anonymous memory (huge pages for big tables: probes are random, and the
 // TLB misses of 4 KiB pages would double their cost).
-// Out of memory, or past VOCAB_MAX_BITS: BP_ENOMEM, v unchanged.
+// Out of memory (BP_ENOMEM), or past VOCAB_MAX_BITS (BP_ERANGE): v unchanged.
 static int vocab_alloc(vocab *v, uint32_t bits) {
     if (bits > VOCAB_MAX_BITS)
-        return bp_fail(BP_ENOMEM, "a vocabulary of more than 2^%d slots (%llu distinct values so far)", VOCAB_MAX_BITS,
+        return bp_fail(BP_ERANGE, "a vocabulary of more than 2^%d slots (%llu distinct values so far)", VOCAB_MAX_BITS,
                        (unsigned long long)v->n);
     size_t bytes = ((size_t)1 << bits) * vocab_slot_bytes(v);
     void *p = bp_alloc_huge(bytes);

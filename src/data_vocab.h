@@ -45,8 +45,8 @@ typedef struct {
     int ranked;
 } vocab;
 
-// The functions that allocate return 0, or BP_ENOMEM saying how much the table needed (the
-// caller names the table).
+// The functions that allocate return 0, or BP_ENOMEM saying how much the table needed (BP_ERANGE
+// past 2^VOCAB_MAX_BITS slots; the caller names the table).
 int vocab_init(vocab *v, int wide);
 void vocab_free(vocab *v); // safe on a zeroed or freed vocab
 // Counts keys[i * stride] for i in [0, n).  Narrow: keys must be < 2^32 or VOCAB_KEY_EXTRA.

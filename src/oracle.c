@@ -577,8 +577,9 @@ static int index_check(const oracle_impl *o, const uint32_t *ids, uint32_t n) {
         for (uint32_t f = 0; f < F; f++)
             for (uint32_t s = lo; s < hi; s++)
                 if (ids[(size_t)s * F + f] >= o->card[f])
-                    return bp_fail(BP_ERANGE, "oracle: batch %u, sample %u, feature %u: id %u >= table size %llu",
-                                   o->n_indexed, s, f, ids[(size_t)s * F + f], (unsigned long long)o->card[f]);
+                    return bp_fail(BP_ERANGE, "oracle: batch %llu, sample %u, feature %u: id %u >= table size %llu",
+                                   (unsigned long long)(o->iter_base + o->n_indexed), s, f, ids[(size_t)s * F + f],
+                                   (unsigned long long)o->card[f]);
     }
     return 0;
 }

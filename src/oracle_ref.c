@@ -203,8 +203,8 @@ static inline __attribute__((always_inline)) int index_batch_impl(oref_impl *o, 
             for (uint32_t s = lo; s < hi; s++) {
                 uint32_t id = col[(size_t)s * F];
                 if (id >= c)
-                    return bp_fail(BP_ERANGE, "oracle: batch %u, sample %u, feature %u: id %u >= table size %llu",
-                                   bnum, s, f, id, (unsigned long long)c);
+                    return bp_fail(BP_ERANGE, "oracle: batch %llu, sample %u, feature %u: id %u >= table size %llu",
+                                   (unsigned long long)(o->iter_base + bnum), s, f, id, (unsigned long long)c);
                 if (flat && s + 16 < hi) {
                     uint32_t ahead = col[(size_t)(s + 16) * F];
                     if (ahead < c) __builtin_prefetch(&km[base + ahead]);
