@@ -350,7 +350,8 @@ int bp_afile_target(const char *path, char **target) {
 #define AFILE_LIVE_MAX 64
 static char *afile_live[AFILE_LIVE_MAX]; // tmp_path of each named temporary file open, or NULL
 
-static char *signal_dir; // bp_signal_remove_dir's, or NULL
+static char *signal_dir;  // bp_signal_remove_dir's, or NULL
+static char *signal_note; // bp_signal_note's, or NULL
 static pthread_once_t afile_signals_once = PTHREAD_ONCE_INIT;
 
 // Removes dir's entries (files; readdir is not async-signal-safe, getdents64 is a system call),
@@ -384,6 +385,11 @@ static void afile_on_signal(int sig) {
     }
     const char *d = __atomic_load_n(&signal_dir, __ATOMIC_ACQUIRE);
     if (d) remove_dir_in_signal(d);
+    const char *note = __atomic_load_n(&signal_note, __ATOMIC_ACQUIRE);
+    if (note) {
+        ssize_t k = write(STDERR_FILENO, note, strlen(note));
+        (void)k;
+    }
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -415,6 +421,12 @@ void bp_signal_remove_dir(const char *dir) {
     pthread_once(&afile_signals_once, afile_signals_install);
     char *next = dir ? bp_xstrdup(dir) : NULL;
     free(__atomic_exchange_n(&signal_dir, next, __ATOMIC_ACQ_REL));
+}
+
+void bp_signal_note(const char *note) {
+    pthread_once(&afile_signals_once, afile_signals_install);
+    char *next = note ? bp_xstrdup(note) : NULL;
+    free(__atomic_exchange_n(&signal_note, next, __ATOMIC_ACQ_REL));
 }
 
 static void afile_live_remove(char *tmp_path) {

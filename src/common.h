@@ -143,6 +143,9 @@ void bp_afile_abort(bp_afile *af); // safe after commit or a failed open
 // model's place) that SIGINT, SIGTERM and SIGHUP remove with its entries, as they remove named
 // temporary files (when the program leaves them at their default action); NULL: none any more.
 void bp_signal_remove_dir(const char *dir);
+// A line those signals print on standard error after the clean-up, before the process ends by
+// them (what an interruption leaves: "interrupted while saving ..."); NULL: none any more.
+void bp_signal_note(const char *note);
 // Installs now the signal actions that remove those (where SIGINT, SIGTERM, SIGHUP are at their
 // default), which the first temporary file installs otherwise: before a caller puts actions of its
 // own in place for a while (the installation sees those and leaves them) and restores these.

@@ -218,10 +218,18 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     int rc = ckpt_mkdir(dir);
     if (rc) return rc;
     ckpt_stage_warn_leftovers(dir);
-    char stage[4200];
+    char stage[4200], note[4400];
     int staged = ckpt_stage_begin(dir, stage, sizeof stage);
     if (staged) bp_signal_remove_dir(stage); // until it takes the old model's place: a Ctrl-C removes it
+    // A Ctrl-C here says what it left (it ended the run without a word), and the lines printed so
+    // far (the results) are out of stdio's buffer first, which the signal would lose.
+    snprintf(note, sizeof note, "bagpipe: interrupted while saving the model to %s: %s\n", dir,
+             staged ? "the model saved there before is kept, the new one is not saved"
+                    : "it is not saved (no MANIFEST: the parts written are no model)");
+    fflush(stdout);
+    bp_signal_note(note);
     rc = trainer_save_into(tr, staged ? stage : dir, ds, iter, samples, seed);
+    bp_signal_note(NULL);
     if (staged) bp_signal_remove_dir(NULL);
     if (rc && (staged || fresh)) {
         char msg[1536];

@@ -114,6 +114,11 @@ TEST(train_save_replaces_a_model_whole) {
                           test_bin(), data, arch, dir);
         ASSERT_MSG(rc == (hook == 1 ? 1 : 128 + SIGINT), "hook %d: exit %d:\n%s", hook, rc, out);
         if (hook == 1) ASSERT_STR_CONTAINS(out, "the model saved before in");
+        if (hook == 2) { // it says so (it ended without a word), after the results printed before it
+            ASSERT_STR_CONTAINS(out, "interrupted while saving the model to ");
+            ASSERT_STR_CONTAINS(out, ": the model saved there before is kept, the new one is not saved");
+            ASSERT_STR_CONTAINS(out, "val   AUC");
+        }
         free(out), out = NULL;
         ASSERT_EQ(test_run(&ev, 60, "%s eval --load %s --split val %s", test_bin(), dir, data), 0);
         ASSERT_STR_CONTAINS(ev, line_a);
