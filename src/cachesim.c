@@ -897,11 +897,11 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         if (start)
             snprintf(from, sizeof from, " from iteration %llu (resumed there: the caches start empty)",
                      (unsigned long long)start);
-        printf("cache simulation of %s: %s split, %llu rows in %llu %s of %d%s%s, %d trainers, prefetch %d, rows of "
+        printf("cache simulation of %s: %s split, %llu rows in %llu %s of %d%s%s, %d trainer%s, prefetch %d, rows of "
                "%d floats (%s)\n",
                path, meta.split, (unsigned long long)meta.rows, (unsigned long long)meta.batches,
                iters ? "iterations" : "batches", batch, iters ? " (train's: the whole batches in turn)" : "", from,
-               trainers, prefetch, dim, bp_fmt_bytes(b1, sizeof b1, dim * 4.0));
+               trainers, trainers == 1 ? "" : "s", prefetch, dim, bp_fmt_bytes(b1, sizeof b1, dim * 4.0));
         printf("hit = (trainer, key, batch) accesses served from the trainer's cache without a fetch for that batch\n\n");
         printf("%-9s %10s %6s %8s %13s %11s %13s %13s %10s\n", "policy", "cache", "window", "hit", "fetched rows",
                "fetched", "written rows", "synced rows", "peak rows");

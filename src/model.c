@@ -74,8 +74,9 @@ int model_config_validate(const model_config *c) {
             return bp_fail(BP_EUSAGE, "--model dlrm: the dataset has no dense features for the bottom MLP "
                                       "(use --model wdl, deepfm or dcn)");
         if (c->bot[0] != c->Nd)
-            return bp_fail(BP_EUSAGE, "--arch-mlp-bot: first size %d must equal the dataset's %d dense features",
-                           c->bot[0], c->Nd);
+            return bp_fail(BP_EUSAGE, "--arch-mlp-bot: first size %d must equal the dataset's %d dense features "
+                           "(the default, 13-512-256-64-16, is Criteo's; e.g. --arch-mlp-bot %d-64-%d)", c->bot[0],
+                           c->Nd, c->Nd, c->D);
         if (c->bot[c->n_bot - 1] != c->D)
             return bp_fail(BP_EUSAGE, "--arch-mlp-bot: last size %d must equal --arch-sparse-feature-size %d",
                            c->bot[c->n_bot - 1], c->D);
