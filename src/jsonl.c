@@ -171,17 +171,33 @@ static int write_failed(jsonl_file *jf, int err, int quiet) {
     return jf->rc;
 }
 
+void jsonl_first(jsonl *j, jsonl_file *jf) {
+    put(j, "}\n", 2);
+    if (!jf || !jf->f) return;
+    free(jf->first);
+    jf->first = bp_xmalloc(j->len + 1);
+    memcpy(jf->first, j->buf, j->len);
+    jf->first[j->len] = 0;
+}
+
 int jsonl_end(jsonl *j, jsonl_file *jf) {
     put(j, "}\n", 2);
     if (!jf || !jf->f) return 0;
     if (jf->rc) return jf->rc;
     errno = 0;
+    if (jf->first) {
+        const size_t n = strlen(jf->first);
+        const int bad = fwrite(jf->first, 1, n, jf->f) != n;
+        free(jf->first), jf->first = NULL;
+        if (bad) return write_failed(jf, errno, 0);
+    }
     if (fwrite(j->buf, 1, j->len, jf->f) != j->len || fflush(jf->f) != 0 || ferror(jf->f))
         return write_failed(jf, errno, 0);
     return 0;
 }
 
 int jsonl_close(jsonl_file *jf, int rc) {
+    free(jf->first), jf->first = NULL;
     if (!jf->f) return rc ? rc : jf->rc;
     errno = 0;
     if (fflush(jf->f) != 0 || ferror(jf->f)) write_failed(jf, errno, rc != 0);

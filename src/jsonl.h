@@ -32,7 +32,12 @@ typedef struct {
     int created;      // this open created the file: removed at close if still empty
     int rc;           // the first write error, or 0
     int is_stdout;    // the path is this process's standard output: f is stdout, not closed
+    char *first;      // jsonl_first's line, written before the next one, or NULL
 } jsonl_file;
+
+// A line (j, ended here) that goes into jf just before its next line, if one comes: a file that
+// gets no other line stays as it was (a run that fails at once adds nothing).
+void jsonl_first(jsonl *j, jsonl_file *jf);
 
 int jsonl_open(jsonl_file *jf, const char *flag, const char *path);
 // Refuses to append to an existing regular file that is not JSON lines (its first byte is not

@@ -1267,6 +1267,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     jsonl_file mf = {0};
     const int writer = i == 0;
     if (!rc) rc = jsonl_open(&mf, "--metrics", writer ? su->metrics : NULL);
+    if (!rc) train_json_start(&mf, su);
     if (rc) {
         bs_free(&bs);
         return rc;

@@ -339,6 +339,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     const int writer = rl->i == 0;
     int rc = jsonl_open(&mf, "--metrics", writer ? su->metrics : NULL);
     if (rc) return rc;
+    train_json_start(&mf, su);
     role_stats *st = rl->st;
     trainer *tr = rl->tr;
     const int B = su->B;

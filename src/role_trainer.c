@@ -348,6 +348,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
         ts_free(&ts);
         return rc;
     }
+    train_json_start(&mf, su);
     const int B = su->B;
     bp_progress prog;
     bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);

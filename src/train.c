@@ -405,6 +405,16 @@ const char *train_lr_note(const train_setup *su, char *buf, size_t cap) {
     return buf;
 }
 
+void train_json_start(jsonl_file *mf, const train_setup *su) {
+    jsonl j;
+    jsonl_begin(&j);
+    jsonl_str(&j, "event", "start");
+    jsonl_int(&j, "iter", su->ck.start_iter);
+    jsonl_int(&j, "samples", su->ck.start_iter * su->B);
+    if (su->ck.start_iter) jsonl_int(&j, "resumed_at", su->ck.start_iter);
+    jsonl_first(&j, mf);
+}
+
 void train_json_window(jsonl *j, const train_setup *su, int64_t t, double loss, double samples_per_s) {
     jsonl_begin(j);
     jsonl_str(j, "event", "train");
@@ -1130,6 +1140,7 @@ static int train_cmd(int argc, char **argv) {
     }
     openblas_set_num_threads(fl.threads);
     if ((rc = jsonl_open(&mf, "--metrics", fl.metrics))) goto out;
+    train_json_start(&mf, &su);
     if ((rc = trainer_init(&tr, &mc, &lc, &dopt, &eopt, max_batch, 0))) goto out;
     tr.sched = su.sched, tr.lr = su.lr, tr.emb_lr = su.emb_lr;
     bp_rng rng;

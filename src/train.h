@@ -121,6 +121,10 @@ const char *train_lr_note(const train_setup *su, char *buf, size_t cap);
 // t + 1): iter, samples, epoch, the window's mean loss, the rates of iteration t ("lr", dense, and
 // the embeddings' unless --emb-learning-rate was given, then "emb_lr") and samples_per_s.  Every
 // mode writes its own fields after these.
+// The "start" line of the metrics file (mf may be inactive; written before the run's first line,
+// jsonl_first): the run's first iteration (and resumed_at), so that the lines after it supersede
+// an interrupted run's beyond that point.
+void train_json_start(jsonl_file *mf, const train_setup *su);
 void train_json_window(jsonl *j, const train_setup *su, int64_t t, double loss, double samples_per_s);
 // The progress line's update for that window: iterations done and "loss X".
 void train_progress_window(bp_progress *p, int64_t t, double loss);

@@ -774,4 +774,29 @@ TEST(train_metrics_plot_resumed_run_replaces_lines) {
                              "[(2000, 0.6), (4000, 0.7), (6000, 0.7)]");
     ASSERT_STR_CONTAINS(out, "res.jsonl:8: a point at 4000 samples, not after the previous one's 5000");
     free(out);
+    // A run resumed at iteration 300 whose first line (450) is after the interrupted run's last
+    // (400): its "start" line says where it went back, and the point at 400 goes (it stayed).  A
+    // figure that is not finite (null) leaves its point out, and a line cut short is skipped (the
+    // file was refused for either).
+    snprintf(path, sizeof path, "%s/res2.jsonl", test_tmpdir());
+    f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f, "{\"event\":\"start\",\"iter\":0,\"samples\":0}\n");
+    for (int i = 1; i <= 4; i++)
+        fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.9}\n", i * 100, i * 1000);
+    fprintf(f, "{\"event\":\"eval\",\"iter\":400,\"samples\":4000,\"logloss\":0.9,\"auc\":null}\n");
+    fprintf(f, "{\"event\":\"train\",\"iter\":41\n"); // killed mid-line; train -m goes on below
+    fprintf(f, "{\"event\":\"start\",\"iter\":300,\"samples\":3000,\"resumed_at\":300}\n");
+    for (int i = 450; i <= 600; i += 150)
+        fprintf(f, "{\"event\":\"train\",\"iter\":%d,\"samples\":%d,\"loss\":0.5}\n", i, i * 10);
+    fprintf(f, "{\"event\":\"summary\",\"iter\":600,\"samples\":6000,\"logloss\":0.5,\"auc\":0.7}\n");
+    fclose(f);
+    st = test_run(&out, 30, "python3 -c \"import sys; sys.path.insert(0, sys.argv[2]); "
+                  "import plot_metrics as p; t, e, s = p.load(sys.argv[1]); "
+                  "print([(x[0], x[1]) for x in t], [(x[0], x[2]) for x in e])\" %s tools", path);
+    ASSERT_MSG(st == 0, "load failed: %s", out);
+    ASSERT_STR_CONTAINS(out, "[(1000, 0.9), (2000, 0.9), (3000, 0.9), (4500, 0.5), (6000, 0.5)] [(6000, 0.7)]");
+    ASSERT_STR_CONTAINS(out, "res2.jsonl:7: a line cut short, skipped");
+    ASSERT_STR_CONTAINS(out, "res2.jsonl:8: a run starting at 3000 samples (resumed, or run again)");
+    free(out);
 }

@@ -6,7 +6,8 @@
 Each file is one curve (labelled by its file name, or by --label); training loss comes from
 "train" events, evaluation logloss and AUC from "eval" events and from the final evaluation in
 the "summary" line (the last point); a run resumed from a checkpoint (or run again) that appended
-to the same file replaces the earlier lines from where it went back.  A run without evaluations
+to the same file replaces the earlier lines from where it went back (its "start" line says where).
+Points whose figures are not finite (null) are left out, and a line cut short is skipped.  A run without evaluations
 (no --eval-every, --no-eval) is plotted as its loss alone.  Where a run's learning rate changes (a
 schedule: "lr" in its train lines), the rate is drawn on the loss panel's right-hand axis.  Uses
 gnuplot; the output appears only when it is complete (written under a temporary name, renamed at
@@ -43,16 +44,35 @@ def load(path):
             try:
                 r = json.loads(line)
             except json.JSONDecodeError as e:
+                if line.startswith("{") and not line.endswith("}"):
+                    # a line cut short (a run killed mid-line); train -m goes on below it
+                    print(f"{path}:{n}: a line cut short, skipped", file=sys.stderr)
+                    continue
                 sys.exit(f"{path}:{n}: not a JSON line ({e})")
             if not isinstance(r, dict):
                 sys.exit(f"{path}:{n}: a JSON line that is not an object, as every metrics line is")
-            if not all(isinstance(r.get(k, 0), (int, float)) for k in ("samples", "loss", "logloss", "auc")):
+            # figures that are not finite are null (docs/metrics.md): such a point is left out
+            if not isinstance(r.get("samples", 0), (int, float)) or not all(
+                    r.get(k) is None or isinstance(r.get(k), (int, float)) for k in ("loss", "logloss", "auc")):
                 sys.exit(f"{path}:{n}: samples, loss, logloss or auc is not a number")
             kind = r.get("event")
+            if kind == "start" and isinstance(r.get("samples"), (int, float)):
+                # a run's first line: the points after its start belong to an earlier run that
+                # was interrupted (this one resumed from a checkpoint before them), or ran before
+                k, dropped = r["samples"], False
+                for pts in (train, ev):
+                    while pts and pts[-1][0] > k:
+                        pts.pop()
+                        dropped = True
+                if dropped and not went_back:
+                    print(f"{path}:{n}: a run starting at {k} samples (resumed, or run again) appended to this file: "
+                          f"its lines replace the earlier ones after that", file=sys.stderr)
+                went_back |= dropped
+                continue
             if kind == "train" and r.get("loss") is not None:
                 went_back |= supersede(train, r["samples"], path, n, went_back)
                 train.append((r["samples"], r["loss"], r.get("lr")))
-            elif kind in ("eval", "summary") and r.get("auc") is not None:
+            elif kind in ("eval", "summary") and r.get("auc") is not None and r.get("logloss") is not None:
                 # the summary carries the final evaluation, after the last train line
                 if kind == "eval" or not ev or ev[-1][0] != r["samples"]:
                     went_back |= supersede(ev, r["samples"], path, n, went_back)
