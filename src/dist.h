@@ -129,7 +129,8 @@ const char *dist_mode_name(dist_mode m);
 typedef struct {
     int S, T;
     uint64_t server, trainer, trainer0, writer_table, oracle;
-    uint64_t trainer_rows; // of trainer: the rows of its mode (shard, pinned rows, cache)
+    uint64_t trainer_rows; // of trainer: the rows of its mode (shard, pinned rows, cache: with its slot
+                           // state and key map)
     int oracle_exact;      // 0: the oracle figure is a bound (key space too large to count)
     uint64_t dataset;      // bytes of the dataset's mapping (not in total)
     uint64_t total;        // every rank of the job

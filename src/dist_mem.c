@@ -114,9 +114,10 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
         uint64_t hcap = 16;
         while (hcap < 2 * C) hcap *= 2;
         const uint64_t hash = hcap * 16, direct = K * sizeof(uint32_t);
-        p->trainer_rows = C * row;
-        extra = C * 19 + (K <= (1u << 24) && direct <= BP_MAX(2 * hash, (uint64_t)1 << 20) ? direct : hash) +
-                (uint64_t)2 * T * msg_bytes(MSG_GSYNC, cap, (uint32_t)E) + (uint64_t)cap * 24;
+        // the cache: its rows, their slot state and the key map (what --cache-rows sets)
+        p->trainer_rows = C * row + C * 19 +
+                          (K <= (1u << 24) && direct <= BP_MAX(2 * hash, (uint64_t)1 << 20) ? direct : hash);
+        extra = (uint64_t)2 * T * msg_bytes(MSG_GSYNC, cap, (uint32_t)E) + (uint64_t)cap * 24;
         send_dump = su->eval_every ? role_dump_cap(&L) : 0; // trainers 1..: dirty rows for trainer 0
         break;
     }
@@ -124,8 +125,8 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
         const uint64_t C = su->cache_rows;
         uint64_t hcap = 16;
         while (hcap < 2 * C) hcap *= 2;
-        p->trainer_rows = C * (uint64_t)E * sizeof(float);
-        extra = srv_bufs + C * 44 + hcap * 12;
+        p->trainer_rows = C * (uint64_t)E * sizeof(float) + C * 44 + hcap * 12; // the cache, as in bagpipe
+        extra = srv_bufs;
         break;
     }
     }
