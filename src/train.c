@@ -980,7 +980,9 @@ static int train_cmd(int argc, char **argv) {
                    "against that host's memory, also under your mpirun/srun)"),
         CLI_I64("cache-rows", 0, &fl.cache_rows, 65536, 1, UINT32_MAX - 1, "bagpipe, async: cache capacity per trainer (rows)"),
         CLI_INT("staleness", 0, &fl.staleness, 0, 0, 1000000,
-                "async: read a cached row up to this many iterations after its fetch (0: as sync)"),
+                "async: read a cached row up to this many iterations old, its age counted from the server "
+                "iteration its fetch returned (0: as sync; above 0 with 2 or more trainers, runs are not "
+                "bit-reproducible: ages depend on timing)"),
         CLI_CHOICE("cache-policy", 0, &fl.cache_policy, 0, "lru|lfu", "async: which row a full cache evicts"),
         CLI_INT("lookahead", 0, &fl.lookahead, 32, 0, 65536, "bagpipe: lookahead window W (batches)"),
         CLI_INT("prefetch", 0, &fl.prefetch, 2, 0, 255, "bagpipe: prefetch distance P (iterations)"),
@@ -1018,7 +1020,8 @@ static int train_cmd(int argc, char **argv) {
         CLI_ALIAS("nepochs", "epochs", DLRM_NAME),
         CLI_I64("iters", 'n', &fl.iters, 0, 0, INT64_MAX / 2, "run this many iterations instead of --epochs, past them or inside one (0: run the epochs)"),
         CLI_I64("seed", 0, &fl.seed, 1, 0, INT64_MAX, "seed for parameter initialisation"),
-        CLI_INT("threads", 0, &fl.threads, 1, 1, 256, "BLAS threads (results are bit-reproducible for a fixed count)"),
+        CLI_INT("threads", 0, &fl.threads, 1, 1, 256, "BLAS threads (results are bit-reproducible for a fixed count, "
+                "except async's with --staleness above 0)"),
         CLI_INT("eval-every", 0, &fl.eval_every, 0, 0, INT32_MAX, "evaluate every N iterations, printed and in the -m metrics file (0: only at the end; --no-eval "
                 "leaves these)"),
         CLI_ALIAS_NEG_UNSET("test-freq", "eval-every", DLRM_NAME),
