@@ -176,6 +176,9 @@ void trainer_manifest_fill(const trainer *tr, ckpt_manifest *m, const bp_dataset
     for (char *c = path; *c; c++)
         if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     ckpt_set(&man, "dataset", "%s", path);
+    if (ds) // its split, so that eval can tell the same rows split otherwise (trainer_load)
+        ckpt_set(&man, "dataset_split", "%llu,%llu,%llu", (unsigned long long)ds->info.split[0],
+                 (unsigned long long)ds->info.split[1], (unsigned long long)ds->info.split[2]);
     ckpt_set(&man, "n_params", "%zu", tr->m.n_params);
     for (int i = 0; i < man.n_kv; i++) ckpt_set(m, man.key[i], "%s", man.val[i]);
 }
@@ -308,6 +311,19 @@ static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, 
         if (card[f] != in->card[f])
             return bp_fail(BP_EMISMATCH, "%s: table %d has %llu rows in the model but %llu in dataset %s%s", dir, f,
                            (unsigned long long)card[f], (unsigned long long)in->card[f], ds->path, apart);
+    // The same rows split otherwise (prep or synth with another --split): the evaluation split may
+    // hold rows the model trained on, which nothing else shows.
+    const char *sp = ckpt_get(&man, "dataset_split");
+    uint64_t split[3];
+    const int ns = sp ? cli_parse_u64_list("dataset_split", sp, split, 3) : 0;
+    if (ns < 0) bp_clear_error(); // a damaged value: nothing to compare
+    if (ns == 3 && split[0] + split[1] + split[2] == in->rows && memcmp(split, in->split, sizeof split) != 0) {
+        bp_log(BP_LOG_WARN, "%s: trained on a dataset of %llu rows split %llu / %llu / %llu (train / val / test); %s "
+               "has as many rows split %llu / %llu / %llu: if they are the same rows, its val and test may hold rows "
+               "the model trained on", dir, (unsigned long long)in->rows, (unsigned long long)split[0],
+               (unsigned long long)split[1], (unsigned long long)split[2], ds->path,
+               (unsigned long long)in->split[0], (unsigned long long)in->split[1], (unsigned long long)in->split[2]);
+    }
     model_config mc;
     rc = model_config_parse(&mc, model_flags_s, (int)nd, (int)nf);
     if (rc) return bp_fail(BP_ECORRUPT, "%s/MANIFEST: bad model line: %s", dir, bp_errmsg(rc));

@@ -1138,6 +1138,18 @@ TEST(badinput_model_for_another_dataset) {
     EXPECT(1, cmd("%s eval --load %s/ma %s/b.bin", test_bin(), dir, dir), "rows in the model but",
            "its ids are frequency ids, numbered by the counts of the files prepped with it: prep the training and "
            "evaluation files in one run");
+    // The same rows split otherwise: evaluated, with a warning that val and test may hold rows the
+    // model trained on (it said nothing); the same split says nothing.
+    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300,2000 --dense 4 -n 500 --split ratio:0.5,0.3,0.2 "
+                       "-o %s/resplit.bin", test_bin(), dir), 0);
+    EXPECT(0, cmd("%s eval --load %s/m %s/resplit.bin", test_bin(), dir, dir),
+           "warning: ", "/m: trained on a dataset of 500 rows split 400 / 50 / 50 (train / val / test); ",
+           "resplit.bin has as many rows split 250 / 150 / 100: if they are the same rows, its val and test may hold "
+           "rows the model trained on");
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 60, "%s eval --load %s/m %s", test_bin(), dir, d), 0);
+    ASSERT_MSG(!strstr(out, "warning"), "%s", out);
+    free(out);
 }
 
 // ---------------------------------------------------------------------------------------------
