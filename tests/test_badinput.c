@@ -509,8 +509,9 @@ TEST(badinput_metrics_file_with_a_cut_last_line) {
     const char *m = write_file("cut.jsonl", cut, strlen(cut));
     EXPECT(0, cmd("%s train %s " TINY " --iters 2 -m %s", test_bin(), d, m), "cut.jsonl: its last line is cut short");
     char *out = NULL;
-    ASSERT_EQ(test_run(&out, 10, "sed -n 1,2p %s", m), 0);
-    ASSERT_STR_CONTAINS(out, "{\"event\":\"train\",\"iter\":1\n{\"event\":\"train\",\"iter\":2,");
+    ASSERT_EQ(test_run(&out, 10, "sed -n 1,3p %s", m), 0);
+    ASSERT_STR_CONTAINS(out, "{\"event\":\"train\",\"iter\":1\n{\"event\":\"start\",\"iter\":0,\"samples\":0}\n"
+                             "{\"event\":\"train\",\"iter\":2,");
     free(out);
 }
 
