@@ -560,8 +560,8 @@ static void json_write(FILE *f, const sim_meta *m, const sim_run *runs, int n) {
     jsonl_fput_string(f, m->data);
     fprintf(f,
             ",\n  \"split\": \"%s\", \"rows\": %llu, \"batches\": %llu, \"batch_size\": %u, \"trainers\": %u, "
-            "\"prefetch\": %u, \"dim\": %u, \"row_bytes\": %u, \"cache\": %llu, \"lookahead\": %u, \"start_iter\": %llu,"
-            "\n  \"hit_definition\": "
+            "\"prefetch\": %u, \"dim\": %u, \"row_bytes\": %u, \"cache\": %llu, \"lookahead\": %u, "
+            "\"start_iter\": %llu,\n  \"hit_definition\": "
             "\"(trainer, key, batch) accesses served from the trainer's cache without a fetch for that batch\",\n"
             "  \"runs\": [\n",
             m->split, (unsigned long long)m->rows, (unsigned long long)m->batches, m->B, m->T, m->P, m->D, m->D * 4,

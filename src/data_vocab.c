@@ -138,7 +138,8 @@ int vocab_count(vocab *v, const uint64_t *keys, size_t stride, size_t n) {
 
 static int rank_oom(size_t bytes) {
     char b[32];
-    return bp_fail(BP_ENOMEM, "out of memory: ranking its vocabulary needs %s more", bp_fmt_bytes(b, sizeof b, (double)bytes));
+    return bp_fail(BP_ENOMEM, "out of memory: ranking its vocabulary needs %s more",
+                   bp_fmt_bytes(b, sizeof b, (double)bytes));
 }
 
 static int cmp_u64(const void *a, const void *b) {

@@ -219,8 +219,8 @@ static const char *part_hint(const dist_layout *l, int k) {
                "own if it was hashed) or --arch-sparse-feature-size; more --servers split them but not on one host";
     case PART_ROWS:
         return l->mode == DIST_MODE_SHARDED
-                   ? "the trainers' shards of the tables: smaller tables (prep --max-ind-range, below the dataset's own if "
-                     "it was hashed) or --arch-sparse-feature-size"
+                   ? "the trainers' shards of the tables: smaller tables (prep --max-ind-range, below the "
+                     "dataset's own if it was hashed) or --arch-sparse-feature-size"
                : l->mode == DIST_MODE_STATIC ? "the rows pinned on every trainer: a smaller --static-rows"
                                              : "the trainers' caches: a smaller --cache-rows";
     case PART_WRITER: return "trainer 0's copy of every row for evaluation and saving: --no-eval and no --save";

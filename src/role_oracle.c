@@ -125,7 +125,8 @@ int role_oracle_prepare(role_oracle **out, const train_setup *su, const dist_lay
     plan_init(&ro->p);
     oracle_config cfg = {.T = (uint32_t)l->T, .B = (uint32_t)su->B, .F = (uint32_t)su->mc.F, .card = su->ds->info.card,
                          .W = (uint32_t)su->lookahead, .P = (uint32_t)su->prefetch, .C = su->cache_rows,
-                         .row_base = su->tr0, .iter_base = (uint64_t)ro->K, .threads = su->oracle_threads == 2 ? 2 : 1, .keymap = ORACLE_KEYMAP_AUTO, .borrow_input = 1};
+                         .row_base = su->tr0, .iter_base = (uint64_t)ro->K,
+                         .threads = su->oracle_threads == 2 ? 2 : 1, .keymap = ORACLE_KEYMAP_AUTO, .borrow_input = 1};
     int rc = oracle_init(&ro->o, &cfg);
     if (rc) return rc;
     const int A = ro->A, T = ro->T;

@@ -855,10 +855,10 @@ static const char *test_hook_for_rank(const char *name) {
     return colon && atoi(v) == comm_rank() ? colon + 1 : NULL;
 }
 
-// An error in the command line itself.  Under the user's mpirun or srun every rank parses the same
-// line and printed the same message, once per rank: rank 0 says it and exits with the error's
-// status, the others leave with 0 (as do a layout's limits, train_distributed).  Were they to fail too, mpirun would end rank 0 at the first
-// one's exit, maybe before its message.
+// An error in the command line itself (or a layout's limits, train_distributed).  Under the
+// user's mpirun or srun every rank parses the same line and printed the same message, once per
+// rank: rank 0 says it and exits with the error's status, the others leave with 0.  Were they to
+// fail too, mpirun would end rank 0 at the first one's exit, maybe before its message.
 static int flags_exit(int rc) {
     int rank;
     if (launch_world(&rank) > 1 && rank != 0) {
@@ -875,13 +875,13 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     const dist_mode mode = modes[fl->mode];
     if (fl->trainers > fl->batch)
         return flags_exit(bp_fail(BP_EUSAGE, "--trainers %d: more trainers than samples in a batch (--batch-size %d)",
-                                fl->trainers, fl->batch));
+                                  fl->trainers, fl->batch));
     if (mode == DIST_MODE_SHARDED && fl->servers > 1)
         return flags_exit(bp_fail(BP_EUSAGE, "--servers %d: --mode sharded keeps the rows on the trainers and runs no "
-                                "server ranks (leave --servers out or pass --servers 0)", fl->servers));
+                                  "server ranks (leave --servers out or pass --servers 0)", fl->servers));
     if (mode != DIST_MODE_SHARDED && fl->servers < 1)
         return flags_exit(bp_fail(BP_EUSAGE, "--servers %d: --mode %s needs at least one server rank", fl->servers,
-                                dist_mode_name(mode)));
+                                  dist_mode_name(mode)));
     dist_layout lay = {.S = mode == DIST_MODE_SHARDED ? 0 : fl->servers, .T = fl->trainers, .mode = mode,
                        .static_rows = fl->static_rows};
     bp_dataset ds;

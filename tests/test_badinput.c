@@ -1131,8 +1131,9 @@ TEST(badinput_model_for_another_dataset) {
     EXPECT(2, cmd("%s train %s --arch-mlp-bot 13-8-4 --arch-sparse-feature-size 4", test_bin(), d),
            "--arch-mlp-bot: first size 13 must equal the dataset's 4 dense features");
     // Frequency ids of a log prepped apart (a test day): the message says why the sizes differ.
-    ASSERT_EQ(test_run(NULL, 60, "%s synth -n 3000 -f tsv -o %s/a.tsv && %s synth -n 800 --seed 7 -f tsv -o %s/b.tsv && "
-                       "%s prep -q -o %s/a.bin %s/a.tsv && %s prep -q -o %s/b.bin %s/b.tsv && %s train %s/a.bin "
+    ASSERT_EQ(test_run(NULL, 60, "%s synth -n 3000 -f tsv -o %s/a.tsv && %s synth -n 800 --seed 7 -f tsv "
+                       "-o %s/b.tsv && %s prep -q -o %s/a.bin %s/a.tsv && %s prep -q -o %s/b.bin %s/b.tsv && "
+                       "%s train %s/a.bin "
                        "--arch-mlp-bot 13-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --iters 2 --no-eval "
                        "--save %s/ma", test_bin(), dir, test_bin(), dir, test_bin(), dir, dir, test_bin(),
                        dir, dir, test_bin(), dir, dir), 0);
@@ -1141,8 +1142,8 @@ TEST(badinput_model_for_another_dataset) {
            "evaluation files in one run");
     // The same rows split otherwise: evaluated, with a warning that val and test may hold rows the
     // model trained on (it said nothing); the same split says nothing.
-    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300,2000 --dense 4 -n 500 --split ratio:0.5,0.3,0.2 "
-                       "-o %s/resplit.bin", test_bin(), dir), 0);
+    ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300,2000 --dense 4 -n 500 "
+                       "--split ratio:0.5,0.3,0.2 -o %s/resplit.bin", test_bin(), dir), 0);
     EXPECT(0, cmd("%s eval --load %s/m %s/resplit.bin", test_bin(), dir, dir),
            "warning: ", "/m: trained on a dataset of 500 rows split 400 / 50 / 50 (train / val / test); ",
            "resplit.bin has as many rows split 250 / 150 / 100: if they are the same rows, its val and test may hold "

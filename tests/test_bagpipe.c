@@ -154,8 +154,8 @@ TEST(bagpipe_resume_at_the_smallest_cache) {
     char data[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     char *out = NULL;
-    ASSERT_EQ(test_run(&out, 60, "%s synth -p custom --tables 1000,50,2000,300,5000,20 -n 5000 -o %s", test_bin(), data),
-              0);
+    ASSERT_EQ(test_run(&out, 60, "%s synth -p custom --tables 1000,50,2000,300,5000,20 -n 5000 -o %s", test_bin(),
+                       data), 0);
     free(out);
 #define RS_FLAGS "--arch-mlp-bot 13-16-8 --arch-mlp-top 16-1 --arch-sparse-feature-size 8 -b 65 --mode bagpipe " \
                  "--trainers 2 --servers 2 --lookahead 32 --prefetch 8 --no-eval"

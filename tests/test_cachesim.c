@@ -98,7 +98,8 @@ TEST(cachesim_iters_follow_train_order) {
         ASSERT_OK(cachesim_open(&tail, seq + K * B * 3, (iters - K) * B, 3, card));
         for (uint32_t T = 1; T <= 3; T += 2)
             for (size_t k = 0; k < BP_ARRAY_LEN(pols); k++) {
-                cachesim_config c = {.T = T, .B = B, .C = 400, .W = 6, .P = 2, .threads = 1, .iters = iters, .start = K};
+                cachesim_config c = {.T = T, .B = B, .C = 400, .W = 6, .P = 2, .threads = 1, .iters = iters,
+                                     .start = K};
                 cachesim_result a, b;
                 ASSERT_OK(cachesim_run(cs, pols[k], &c, &a));
                 c.iters = 0, c.start = 0;
@@ -117,7 +118,7 @@ TEST(cachesim_iters_follow_train_order) {
     cachesim_config c = {.T = 1, .B = 300, .C = 10, .W = 2, .P = 1, .threads = 1, .iters = 3}; // no whole batch
     cachesim_result r;
     ASSERT_EQ(cachesim_run(cs, CS_LRU, &c, &r), BP_EINVAL);
-    c = (cachesim_config){.T = 1, .B = B, .C = 10, .W = 2, .P = 1, .threads = 1, .iters = 3, .start = 3}; // past the end
+    c = (cachesim_config){.T = 1, .B = B, .C = 10, .W = 2, .P = 1, .threads = 1, .iters = 3, .start = 3}; // past end
     ASSERT_EQ(cachesim_run(cs, CS_LRU, &c, &r), BP_EINVAL);
     cachesim_close(cs), cachesim_close(flat);
     free(ids), free(seq);

@@ -172,7 +172,8 @@ TEST(cli_alias_negative_is_unset) {
     ASSERT_OK(cli_parse_given("p", "", opts, 7, three, &pos, &npos, &g));
     free(pos);
     ASSERT_EQ(every, 10);
-    ASSERT_STR_EQ(g.overridden, "--test-freq 7 and --eval-every 10 name one option (--eval-every): the last, 10, is used");
+    ASSERT_STR_EQ(g.overridden,
+                  "--test-freq 7 and --eval-every 10 name one option (--eval-every): the last, 10, is used");
     char *later[] = {"p", "--test-freq", "-1", "--test-freq", "30", NULL};
     ASSERT_OK(cli_parse_given("p", "", opts, 5, later, &pos, &npos, &g));
     free(pos);
