@@ -53,9 +53,10 @@ static int lines_open_fd(const char *path, int need_regular, int *fd_out, struct
         rc = bp_fail(BP_EIO, "%s: cannot stat input: %s", path, strerror(errno));
     else if (S_ISDIR(st->st_mode))
         rc = bp_fail(BP_EINVAL, "%s: is a directory, expected a Criteo/Avazu text file (plain or gzip)", path);
-    else if (need_regular && !S_ISREG(st->st_mode))
+    else if (need_regular && !S_ISREG(st->st_mode)) // ("-" stands for /dev/stdin)
         rc = bp_fail(BP_EINVAL, "%s: not a regular file; the frequency id mapping reads every input twice "
-                     "(use a file, or --max-ind-range N for one pass)", path);
+                     "(use a file, or --max-ind-range N for one pass)",
+                     strcmp(path, "/dev/stdin") == 0 ? "the standard input (- or /dev/stdin)" : path);
     else if (S_ISREG(st->st_mode) && st->st_size == 0)
         rc = bp_fail(BP_EFORMAT, "%s: empty input file", path);
     if (rc) close(fd);
