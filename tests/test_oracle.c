@@ -685,6 +685,161 @@ TEST(oracle_fetches_match_windowed_optimum) {
     ASSERT_MSG(compared > 2000 && pressured > 170, "%d compared, %d with pressure evictions", compared, pressured);
 }
 
+// The same exhaustive search for T trainers (one table of K <= 7 keys): a key is absent, shared
+// (one slot on every trainer) or private to trainer i (one slot on i), a state holds every key's,
+// in base T + 2.  The model's rules (oracle.h) as in brute_min_fetches, with the users of a key
+// at a batch: private when fetched for u if one trainer uses it at u and the window shows no later
+// use; the capacity holds on every trainer.  Returns the fewest fetches, or UINT64_MAX when no
+// policy of the model plans the trace with capacity C.
+static uint64_t brute_min_fetches_t(const trace *tr, uint32_t T, uint32_t P, uint32_t W, uint64_t C) {
+    const uint32_t N = tr->N, K = (uint32_t)tr_keys(tr), D = T + 2;
+    BP_ASSERT(K <= 7 && tr->F == 1 && T >= 1 && T <= 4);
+    uint32_t *U = bp_xcalloc(N, sizeof *U);            // keys of each batch
+    uint8_t *who = bp_xcalloc((size_t)N * K, 1);       // users of key k at batch t: a bit per trainer
+    for (uint32_t t = 0; t < N; t++) {
+        const uint32_t n = tr_samples(tr, t);
+        for (uint32_t i = 0; i < T; i++)
+            for (uint32_t smp = (uint32_t)((uint64_t)i * n / T); smp < (uint64_t)(i + 1) * n / T; smp++) {
+                const uint32_t k = tr->ids[(size_t)t * tr->B + smp];
+                U[t] |= 1u << k, who[(size_t)t * K + k] |= (uint8_t)(1u << i);
+            }
+    }
+    size_t S = 1;
+    for (uint32_t k = 0; k < K; k++) S *= D;
+    const uint64_t INF = UINT64_MAX;
+    uint64_t *dp = bp_xmalloc(S * sizeof *dp), *nd = bp_xmalloc(S * sizeof *nd);
+    for (size_t x = 0; x < S; x++) dp[x] = INF;
+    uint8_t st[8];
+    // The owner of key k if it is private when fetched for u at step s, or -1 (shared).
+#define OWNER(s, u, k)                                                                                        \
+    ({                                                                                                        \
+        const uint32_t H_ = BP_MIN((s) + P + W, N - 1), w_ = who[(size_t)(u) * K + (k)];                    \
+        int o_ = -1;                                                                                          \
+        if (__builtin_popcount(w_) == 1 && brute_next_use(U, N, k, u) > H_ && (H_ >= (u) + P || (s) + P + W >= N)) \
+            o_ = __builtin_ctz(w_);                                                                          \
+        o_;                                                                                                   \
+    })
+    { // step 0: every key of batches 0..P, fetched for its first use there
+        memset(st, 0, sizeof st);
+        uint64_t fetched = 0;
+        for (uint32_t u = 0; u <= P && u < N; u++)
+            for (uint32_t k = 0; k < K; k++)
+                if ((U[u] >> k & 1) && !st[k]) {
+                    const int o = OWNER(0u, u, k);
+                    st[k] = (uint8_t)(o < 0 ? 1 : 2 + o), fetched++;
+                }
+        uint64_t load[4] = {0}, shared = 0;
+        for (uint32_t k = 0; k < K; k++) shared += st[k] == 1, load[st[k] >= 2 ? st[k] - 2 : 0] += st[k] >= 2;
+        int fits = 1;
+        for (uint32_t i = 0; i < T; i++) fits &= shared + load[i] <= C;
+        size_t x = 0;
+        for (uint32_t k = K; k-- > 0;) x = x * D + st[k];
+        if (fits) dp[x] = fetched;
+    }
+    for (uint32_t s = 1; s + P < N; s++) {
+        const uint32_t u = s + P, H = BP_MIN(s + P + W, N - 1);
+        uint32_t in_view = 0, pinned = 0;
+        for (uint32_t q = s; q <= H; q++) in_view |= U[q];
+        for (uint32_t q = s; q < u; q++) pinned |= U[q];
+        for (size_t x = 0; x < S; x++) nd[x] = INF;
+        for (size_t x = 0; x < S; x++) {
+            if (dp[x] == INF) continue;
+            size_t y = x;
+            for (uint32_t k = 0; k < K; k++) st[k] = (uint8_t)(y % D), y /= D;
+            for (uint32_t k = 0; k < K; k++) // (a): used at s - 1 and private, or shared with no use in view
+                if ((U[s - 1] >> k & 1) && st[k] && (st[k] >= 2 || !(in_view >> k & 1))) st[k] = 0;
+            uint64_t cost = dp[x];
+            for (uint32_t k = 0; k < K; k++) // (b): the keys of batch u not resident
+                if ((U[u] >> k & 1) && !st[k]) {
+                    const int o = OWNER(s, u, k);
+                    st[k] = (uint8_t)(o < 0 ? 1 : 2 + o), cost++;
+                }
+            uint32_t evictable = 0; // (c): shared keys not needed by batches s..u, any subset of them
+            for (uint32_t k = 0; k < K; k++)
+                if (st[k] == 1 && !(pinned >> k & 1) && !(U[u] >> k & 1)) evictable |= 1u << k;
+            for (uint32_t E = evictable;; E = (E - 1) & evictable) {
+                uint64_t load[4] = {0}, shared = 0;
+                for (uint32_t k = 0; k < K; k++)
+                    if (!(E >> k & 1)) shared += st[k] == 1, load[st[k] >= 2 ? st[k] - 2 : 0] += st[k] >= 2;
+                int fits = 1;
+                for (uint32_t i = 0; i < T; i++) fits &= shared + load[i] <= C;
+                if (fits) {
+                    size_t z = 0;
+                    for (uint32_t k = K; k-- > 0;) z = z * D + (E >> k & 1 ? 0 : st[k]);
+                    if (cost < nd[z]) nd[z] = cost;
+                }
+                if (E == 0) break;
+            }
+        }
+        uint64_t *tmp = dp;
+        dp = nd, nd = tmp;
+    }
+#undef OWNER
+    uint64_t best = INF;
+    for (size_t x = 0; x < S; x++) best = BP_MIN(best, dp[x]);
+    free(U), free(who), free(dp), free(nd);
+    return best;
+}
+
+// Farthest-first is not optimal for T > 1 (docs/oracle.md, "Where farthest-first is not
+// optimal"): which key goes under pressure decides whether the one evicted comes back private (one
+// slot) or shared (one per trainer), and it does not look at that.  This measures the gap against
+// the exhaustive search (T = 2-4, a window covering the trace), and holds it to what was found:
+// the oracle never beats the optimum (the search is of the same model), is off by at most one
+// fetch and rarely (1 of 4,249 runs here), and refuses a capacity for which a plan exists in
+// under 1% (29 of them here; the capacity it names then is farthest-first's).  The documented case
+// is checked exactly: 7 fetches where 6 suffice.
+TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
+    { // one table of 5 rows, T = 2, B = 2, P = 1, W = 9, C = 4
+        static const uint32_t ids[] = {0, 3, 3, 4, 3, 4, 0, 4, 2, 2, 1, 3, 4, 0, 2, 4};
+        uint64_t card[1] = {5};
+        trace tr;
+        trace_make(&tr, 1, 1, 8, 2, 1, card, 0);
+        memcpy(tr.ids, ids, sizeof ids);
+        check_result cr;
+        run_cfg c = {2, 9, 1, 4, 1, 0, 0};
+        ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "%s", cr.msg);
+        ASSERT_EQ(cr.fetches, 7);
+        ASSERT_EQ(brute_min_fetches_t(&tr, 2, 1, 9, 4), 6);
+        trace_free(&tr);
+    }
+    bp_rng r;
+    bp_rng_seed(&r, 17, 0);
+    int compared = 0, equal = 0, extra = 0, refused = 0, pressured = 0;
+    for (int it = 0; it < 2000; it++) {
+        const uint32_t T = 2 + bp_rng_below(&r, 3);
+        uint64_t card[1] = {4 + bp_rng_below(&r, T == 4 ? 3 : 4)};
+        const uint32_t N = 4 + bp_rng_below(&r, 7), B = T + bp_rng_below(&r, T + 1), P = bp_rng_below(&r, 3);
+        trace tr;
+        trace_make(&tr, 5000 + (uint64_t)it, (int)bp_rng_below(&r, 2) ? 0 : 4, N, B, 1, card, 0);
+        for (uint64_t C = capacity_lower_bound(&tr, T, P); C <= card[0]; C++) {
+            run_cfg c = {T, N + 1, P, C, 1, 0, 0};
+            check_result cr;
+            oracle_stats st;
+            const int rc = run_and_check(&tr, c, &cr, &st);
+            const uint64_t best = brute_min_fetches_t(&tr, T, P, N + 1, C);
+            if (rc == BP_ECAPACITY) {
+                refused += best != UINT64_MAX;
+                continue;
+            }
+            ASSERT_MSG(rc == 0, "it %d C=%llu: %s", it, (unsigned long long)C, cr.msg);
+            ASSERT_MSG(best != UINT64_MAX && cr.fetches >= best, "it %d (T=%u N=%u B=%u K=%llu P=%u C=%llu): oracle "
+                       "fetches %llu, optimum %llu", it, T, N, B, (unsigned long long)card[0], P, (unsigned long long)C,
+                       (unsigned long long)cr.fetches, (unsigned long long)best);
+            ASSERT_MSG(cr.fetches <= best + 1, "it %d: oracle fetches %llu, optimum %llu", it,
+                       (unsigned long long)cr.fetches, (unsigned long long)best);
+            compared++, equal += cr.fetches == best, extra += cr.fetches > best;
+            pressured += st.evictions_pressure > 0;
+        }
+        trace_free(&tr);
+    }
+    printf("    %d compared (%d with pressure evictions): %d optimal, %d one fetch over; %d refused with a plan "
+           "possible\n", compared, pressured, equal, extra, refused);
+    ASSERT_MSG(compared > 4000 && pressured > 500, "%d compared, %d with pressure", compared, pressured);
+    ASSERT_MSG(extra * 100 <= compared && refused * 100 <= compared, "%d over, %d refused of %d", extra, refused,
+               compared);
+}
+
 TEST(oracle_plans_deterministic_across_runs_threads_keymaps) {
     uint64_t card[3] = {200, 50, 1000};
     trace tr;
