@@ -36,10 +36,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "common.h"
 #include "data_bin.h"
 
 int main(int argc, char **argv) {
+    if (bench_help(argc, argv, "DATA B T ITERS D [W]",
+                   "a lower bound on the embedding bytes any protocol training bit-identically to sync must move "
+                   "on the training split's batches (B samples, T trainers, ITERS iterations, rows of D floats), "
+                   "next to sync's bytes and bagpipe's GSYNC traffic with window W (default 32)"))
+        return 0;
     if (argc != 6 && argc != 7) {
         fprintf(stderr, "usage: %s DATA B T ITERS D [W]\n", argv[0]);
         return 2;
