@@ -1277,7 +1277,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
     bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);
     if (!writer) prog.enabled = 0;
     bp_progress_start_at(&prog, (uint64_t)su->ck.start_iter);
-    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
+    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0, first_s = 0;
     double tot_wait = 0, tot_sync = 0, tot_ar = 0, tot_compute = 0, tot[NFIG] = {0};
     int64_t win_n = 0;
     ckpt_sched cks;
@@ -1290,6 +1290,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
         double loss = 0;
         if ((rc = bs_step(&bs, t, &loss))) break;
         if ((rc = train_loss_check(t, loss))) break;
+        if (t == su->ck.start_iter) first_s = bp_now() - t_start;
         win_loss += loss, win_n++;
         train_progress_window(&prog, t, win_loss / (double)win_n); // every iteration: redrawn at most 10 times a second
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
@@ -1366,6 +1367,7 @@ int role_bagpipe_trainer_run(const train_setup *su, const dist_layout *l, int i)
             jsonl_int(&j, "iters", iters);
             jsonl_int(&j, "samples", iters * B);
             jsonl_num(&j, "train_s", train_s);
+            jsonl_num(&j, "first_iter_s", first_s);
             jsonl_num(&j, "samples_per_s", sps);
             ckpt_sched_json(&j, &cks);
             bs.t_wait = tot_wait, bs.t_sync = tot_sync, bs.t_ar = tot_ar, bs.t_compute = tot_compute;

@@ -347,7 +347,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);
     if (!writer) prog.enabled = 0;
     bp_progress_start_at(&prog, (uint64_t)su->ck.start_iter);
-    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
+    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0, first_s = 0;
     role_stats tot = {0};
     double tot_c[W_N] = {0};
     uint64_t prev[W_N] = {0};
@@ -365,6 +365,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         double loss = 0;
         if ((rc = rl->step ? rl->step(rl->ctx, t, &loss) : role_loop_step(su, rl, t, &loss))) break;
         if ((rc = train_loss_check(t, loss)) || (rc = dist_alive_tick(&alive, 0))) break;
+        if (t == su->ck.start_iter) first_s = bp_now() - t_start;
         win_loss += loss, win_n++;
         train_progress_window(&prog, t, win_loss / (double)win_n); // every iteration: redrawn at most 10 times a second
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
@@ -434,6 +435,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             jsonl_int(&j, "iters", iters);
             jsonl_int(&j, "samples", iters * B);
             jsonl_num(&j, "train_s", train_s);
+            jsonl_num(&j, "first_iter_s", first_s);
             jsonl_num(&j, "samples_per_s", sps);
             ckpt_sched_json(&j, &cks);
             json_window(&j, rl, &tot, tot_c, run_iters);

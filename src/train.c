@@ -1189,7 +1189,7 @@ static int train_cmd(int argc, char **argv) {
     bp_progress_init(&prog, "train", "it", (uint64_t)total_iters);
     bp_progress_start_at(&prog, (uint64_t)t0_iter);
     const int Nd = (int)in->n_dense, F = (int)in->n_sparse, B = fl.batch;
-    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0;
+    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0, first_s = 0;
     int64_t win_n = 0;
     metric_result res = {0}, bayes = {0};
     ckpt_sched cks;
@@ -1206,6 +1206,7 @@ static int train_cmd(int argc, char **argv) {
         uint64_t r = tr0 + (uint64_t)(t % (int64_t)per_epoch) * (uint64_t)B;
         double loss = trainer_step(&tr, t, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
         if ((rc = train_loss_check(t, loss))) break;
+        if (t == t0_iter) first_s = bp_now() - t_start;
         win_loss += loss, win_n++;
         train_progress_window(&prog, t, win_loss / (double)win_n); // every iteration: redrawn at most 10 times a second
         if ((t + 1) % fl.print_every == 0 || t + 1 == total_iters) {
@@ -1255,6 +1256,7 @@ static int train_cmd(int argc, char **argv) {
         jsonl_int(&j, "iters", total_iters);
         jsonl_int(&j, "samples", total_iters * B);
         jsonl_num(&j, "train_s", train_s);
+        jsonl_num(&j, "first_iter_s", first_s);
         jsonl_num(&j, "samples_per_s", sps);
         ckpt_sched_json(&j, &cks);
         train_json_summary_result(&j, &su, &res, &bayes);

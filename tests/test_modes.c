@@ -278,3 +278,23 @@ TEST(modes_eval_every_on_the_last_iteration_is_done_once) {
         for (int k = 0; k < 2; k++) free(out[k]), free(ev[k]);
     }
 }
+
+// Every mode's summary gives the first iteration's time (first_iter_s, within train_s): it
+// connects and warms the caches, and a rate over the rest of the run leaves it out.
+TEST(modes_summary_gives_the_first_iterations_time) {
+    char data[512];
+    ASSERT_OK(make_data(data, sizeof data, 11));
+    const char *runs[][2] = {{"local", "--mode local"},
+                              {"sync", "--mode sync --trainers 2 --servers 1"},
+                              {"sharded", "--mode sharded --trainers 2 --servers 0"},
+                              {"bagpipe", "--mode bagpipe --trainers 2 --servers 1 --cache-rows 1000"},
+                              {"async", "--mode async --trainers 2 --servers 1 --cache-rows 1000"}};
+    for (size_t m = 0; m < BP_ARRAY_LEN(runs); m++) {
+        char a[1024], mpath[600];
+        snprintf(mpath, sizeof mpath, "%s/%s.jsonl", test_tmpdir(), runs[m][0]);
+        snprintf(a, sizeof a, "%s --batch-size 24 --iters 30 --no-eval -m %s", runs[m][1], mpath);
+        TRAIN_OK(data, runs[m][0], a);
+        const double first = summary_num(mpath, "first_iter_s"), all = summary_num(mpath, "train_s");
+        ASSERT_MSG(first > 0 && first <= all, "%s: first_iter_s %g, train_s %g", runs[m][0], first, all);
+    }
+}
