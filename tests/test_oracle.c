@@ -570,130 +570,28 @@ TEST(oracle_capacity_error_names_minimum) {
     trace_free(&tr);
 }
 
-// Exhaustive search over eviction choices (T = 1, one table of K <= 8 keys): the fewest fetches any
+// Exhaustive search over eviction choices (T trainers, one table of K <= 8 keys): the fewest fetches any
 // policy can achieve with capacity C, prefetch distance P and window W under the rules every policy
 // of the model obeys (oracle.h): all keys of batches s..s+P resident at step s (fetches for s+P
 // issued at s, batches s..s+P-1 pinned); after s-1, the keys used at s-1 that are private or have
 // no use in s..H(s) are evicted; a key fetched for u is private (evicted after u, not evictable
 // before) when the window of that step shows no later use (and is long enough, or cut at the
-// end).  Which resident keys to evict under pressure, if any, is free: every subset is tried.  A
-// state is (resident set, private subset), bit k for key k.  With W >= N the window shows every
-// batch: the optimum over all policies.
+// end).  Which resident keys to evict under pressure, if any, is free: every subset is tried
+// (brute_min_fetches, for T trainers).  With W >= N the window shows every batch: the optimum over
+// all policies.
 static uint32_t brute_next_use(const uint32_t *U, uint32_t N, uint32_t k, uint32_t after) {
     for (uint32_t v = after + 1; v < N; v++)
         if (U[v] >> k & 1) return v;
     return 0xFFFFFFFFu;
 }
 
-// The keys of batch u that are private if fetched at step s (horizon H): no use in (u, H], and the
-// window long enough to show u + 1 .. u + P, or cut at the last batch.
-static uint32_t brute_private(const uint32_t *U, uint32_t N, uint32_t K, uint32_t P, uint32_t W, uint32_t s,
-                              uint32_t u, uint32_t H) {
-    uint32_t priv = 0;
-    for (uint32_t k = 0; k < K; k++)
-        if ((U[u] >> k & 1) && brute_next_use(U, N, k, u) > H && (H >= u + P || s + P + W >= N)) priv |= 1u << k;
-    return priv;
-}
-
-static uint64_t brute_min_fetches(const trace *tr, uint32_t P, uint32_t W, uint64_t C) {
-    const uint32_t N = tr->N, K = (uint32_t)tr_keys(tr);
-    BP_ASSERT(K <= 8 && tr->F == 1);
-    uint32_t *U = bp_xcalloc(N, sizeof *U); // keys of each batch
-    for (uint32_t t = 0; t < N; t++)
-        for (uint32_t smp = 0; smp < tr_samples(tr, t); smp++) U[t] |= 1u << tr->ids[(size_t)t * tr->B + smp];
-    const uint64_t INF = ~0ull;
-    const size_t S = (size_t)1 << (2 * K);
-#define STATE(res, priv) ((size_t)(res) << K | (priv))
-    uint64_t *dp = bp_xmalloc(S * sizeof *dp), *nd = bp_xmalloc(S * sizeof *nd);
-    for (size_t x = 0; x < S; x++) dp[x] = INF;
-    { // step 0: every key of batches 0..P fetched, nothing evictable
-        uint32_t H = BP_MIN(P + W, N - 1), res = 0, priv = 0;
-        for (uint32_t u = 0; u <= P && u < N; u++)
-            priv |= brute_private(U, N, K, P, W, 0, u, H) & ~res, res |= U[u];
-        if ((uint64_t)__builtin_popcount(res) <= C) dp[STATE(res, priv)] = (uint64_t)__builtin_popcount(res);
-    }
-    for (uint32_t s = 1; s + P < N; s++) {
-        const uint32_t u = s + P, H = BP_MIN(s + P + W, N - 1);
-        uint32_t in_view = 0, pinned = 0, priv_new = brute_private(U, N, K, P, W, s, u, H);
-        for (uint32_t q = s; q <= H; q++) in_view |= U[q];
-        for (uint32_t q = s; q < u; q++) pinned |= U[q];
-        for (size_t x = 0; x < S; x++) nd[x] = INF;
-        for (size_t x = 0; x < S; x++) {
-            if (dp[x] == INF) continue;
-            uint32_t res = (uint32_t)(x >> K), priv = (uint32_t)x & ((1u << K) - 1);
-            uint32_t gone = (U[s - 1] & ~in_view) | (priv & U[s - 1]); // step (a)
-            res &= ~gone, priv &= ~gone;
-            uint32_t fetched = U[u] & ~res, res2 = res | U[u], priv2 = priv | (fetched & priv_new);
-            uint32_t evictable = res & ~pinned & ~priv & ~U[u];
-            for (uint32_t E = evictable;; E = (E - 1) & evictable) { // every subset evicted under pressure
-                if ((uint64_t)__builtin_popcount(res2 & ~E) <= C) {
-                    uint64_t cost = dp[x] + (uint64_t)__builtin_popcount(fetched);
-                    size_t y = STATE(res2 & ~E, priv2);
-                    if (cost < nd[y]) nd[y] = cost;
-                }
-                if (E == 0) break;
-            }
-        }
-        uint64_t *tmp = dp;
-        dp = nd, nd = tmp;
-    }
-#undef STATE
-    uint64_t best = INF;
-    for (size_t x = 0; x < S; x++) best = BP_MIN(best, dp[x]);
-    free(U), free(dp), free(nd);
-    return best;
-}
-
-// Belady within the window is optimal among the model's policies: the oracle's fetch count equals
-// the exhaustive search's, with a window covering the trace (the optimum of any policy) and with
-// short windows (W = 0..4), where the forced evictions and the binding private rule shape it.
-static void check_optimum(uint64_t seed, int iters, int full_window, int *compared, int *pressured) {
-    bp_rng r;
-    bp_rng_seed(&r, seed, 0);
-    for (int it = 0; it < iters; it++) {
-        uint64_t card[1] = {4 + bp_rng_below(&r, 5)};
-        uint32_t N = 4 + bp_rng_below(&r, full_window ? 9 : 16), B = 1 + bp_rng_below(&r, 3), P = bp_rng_below(&r, 3);
-        uint32_t W = full_window ? N + 1 : bp_rng_below(&r, 5);
-        trace tr;
-        trace_make(&tr, seed * 1000 + (uint64_t)it, (int)bp_rng_below(&r, 2) ? 0 : 4, N, B, 1, card, 0);
-        for (uint64_t C = capacity_lower_bound(&tr, 1, P); C <= card[0]; C++) {
-            run_cfg c = {1, W, P, C, 1, 0, 0};
-            check_result cr;
-            oracle_stats st;
-            int rc = run_and_check(&tr, c, &cr, &st);
-            ASSERT_MSG(rc == 0, "it %d C=%llu: %s", it, (unsigned long long)C, cr.msg);
-            uint64_t best = brute_min_fetches(&tr, P, W, C);
-            ASSERT_MSG(cr.fetches == best, "it %d (N=%u B=%u K=%llu P=%u W=%u C=%llu): oracle fetches %llu, optimum %llu",
-                       it, N, B, (unsigned long long)card[0], P, W, (unsigned long long)C,
-                       (unsigned long long)cr.fetches, (unsigned long long)best);
-            (*compared)++;
-            *pressured += st.evictions_pressure > 0;
-        }
-        trace_free(&tr);
-    }
-}
-
-TEST(oracle_fetches_match_exhaustive_optimum) {
-    int compared = 0, pressured = 0;
-    check_optimum(3, 200, 1, &compared, &pressured);
-    ASSERT_MSG(compared > 700 && pressured > 130, "%d compared, %d with pressure evictions", compared, pressured);
-}
-
-TEST(oracle_fetches_match_windowed_optimum) {
-    int compared = 0, pressured = 0;
-    check_optimum(4, 600, 0, &compared, &pressured);
-    ASSERT_MSG(compared > 2000 && pressured > 170, "%d compared, %d with pressure evictions", compared, pressured);
-}
-
-// The same exhaustive search for T trainers (one table of K <= 7 keys): a key is absent, shared
-// (one slot on every trainer) or private to trainer i (one slot on i), a state holds every key's,
-// in base T + 2.  The model's rules (oracle.h) as in brute_min_fetches, with the users of a key
-// at a batch: private when fetched for u if one trainer uses it at u and the window shows no later
-// use; the capacity holds on every trainer.  Returns the fewest fetches, or UINT64_MAX when no
-// policy of the model plans the trace with capacity C.
-static uint64_t brute_min_fetches_t(const trace *tr, uint32_t T, uint32_t P, uint32_t W, uint64_t C) {
+// For T trainers a key is absent, shared (one slot on every trainer) or private to trainer i (one
+// slot on i): a state holds every key's, in base T + 2.  Private when fetched for u: one trainer
+// uses it at u, and the window shows no later use; the capacity holds on every trainer.  Returns
+// the fewest fetches, or UINT64_MAX when no policy of the model plans the trace with capacity C.
+static uint64_t brute_min_fetches(const trace *tr, uint32_t T, uint32_t P, uint32_t W, uint64_t C) {
     const uint32_t N = tr->N, K = (uint32_t)tr_keys(tr), D = T + 2;
-    BP_ASSERT(K <= 7 && tr->F == 1 && T >= 1 && T <= 4);
+    BP_ASSERT(K <= 8 && tr->F == 1 && T >= 1 && T <= 4);
     uint32_t *U = bp_xcalloc(N, sizeof *U);            // keys of each batch
     uint8_t *who = bp_xcalloc((size_t)N * K, 1);       // users of key k at batch t: a bit per trainer
     for (uint32_t t = 0; t < N; t++) {
@@ -706,6 +604,7 @@ static uint64_t brute_min_fetches_t(const trace *tr, uint32_t T, uint32_t P, uin
     }
     size_t S = 1;
     for (uint32_t k = 0; k < K; k++) S *= D;
+    BP_ASSERT(S <= (size_t)1 << 17); // states, each tried against every eviction subset
     const uint64_t INF = UINT64_MAX;
     uint64_t *dp = bp_xmalloc(S * sizeof *dp), *nd = bp_xmalloc(S * sizeof *nd);
     for (size_t x = 0; x < S; x++) dp[x] = INF;
@@ -781,6 +680,47 @@ static uint64_t brute_min_fetches_t(const trace *tr, uint32_t T, uint32_t P, uin
     return best;
 }
 
+// Belady within the window is optimal among the model's policies: the oracle's fetch count equals
+// the exhaustive search's, with a window covering the trace (the optimum of any policy) and with
+// short windows (W = 0..4), where the forced evictions and the binding private rule shape it.
+static void check_optimum(uint64_t seed, int iters, int full_window, int *compared, int *pressured) {
+    bp_rng r;
+    bp_rng_seed(&r, seed, 0);
+    for (int it = 0; it < iters; it++) {
+        uint64_t card[1] = {4 + bp_rng_below(&r, 5)};
+        uint32_t N = 4 + bp_rng_below(&r, full_window ? 9 : 16), B = 1 + bp_rng_below(&r, 3), P = bp_rng_below(&r, 3);
+        uint32_t W = full_window ? N + 1 : bp_rng_below(&r, 5);
+        trace tr;
+        trace_make(&tr, seed * 1000 + (uint64_t)it, (int)bp_rng_below(&r, 2) ? 0 : 4, N, B, 1, card, 0);
+        for (uint64_t C = capacity_lower_bound(&tr, 1, P); C <= card[0]; C++) {
+            run_cfg c = {1, W, P, C, 1, 0, 0};
+            check_result cr;
+            oracle_stats st;
+            int rc = run_and_check(&tr, c, &cr, &st);
+            ASSERT_MSG(rc == 0, "it %d C=%llu: %s", it, (unsigned long long)C, cr.msg);
+            uint64_t best = brute_min_fetches(&tr, 1, P, W, C);
+            ASSERT_MSG(cr.fetches == best, "it %d (N=%u B=%u K=%llu P=%u W=%u C=%llu): oracle fetches %llu, optimum %llu",
+                       it, N, B, (unsigned long long)card[0], P, W, (unsigned long long)C,
+                       (unsigned long long)cr.fetches, (unsigned long long)best);
+            (*compared)++;
+            *pressured += st.evictions_pressure > 0;
+        }
+        trace_free(&tr);
+    }
+}
+
+TEST(oracle_fetches_match_exhaustive_optimum) {
+    int compared = 0, pressured = 0;
+    check_optimum(3, 200, 1, &compared, &pressured);
+    ASSERT_MSG(compared > 700 && pressured > 130, "%d compared, %d with pressure evictions", compared, pressured);
+}
+
+TEST(oracle_fetches_match_windowed_optimum) {
+    int compared = 0, pressured = 0;
+    check_optimum(4, 600, 0, &compared, &pressured);
+    ASSERT_MSG(compared > 2000 && pressured > 170, "%d compared, %d with pressure evictions", compared, pressured);
+}
+
 // Farthest-first is not optimal for T > 1 (docs/oracle.md, "Where farthest-first is not
 // optimal"): which key goes under pressure decides whether the one evicted comes back private (one
 // slot) or shared (one per trainer), and it does not look at that.  This measures the gap against
@@ -800,7 +740,7 @@ TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
         run_cfg c = {2, 9, 1, 4, 1, 0, 0};
         ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "%s", cr.msg);
         ASSERT_EQ(cr.fetches, 7);
-        ASSERT_EQ(brute_min_fetches_t(&tr, 2, 1, 9, 4), 6);
+        ASSERT_EQ(brute_min_fetches(&tr, 2, 1, 9, 4), 6);
         trace_free(&tr);
     }
     bp_rng r;
@@ -817,7 +757,7 @@ TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
             check_result cr;
             oracle_stats st;
             const int rc = run_and_check(&tr, c, &cr, &st);
-            const uint64_t best = brute_min_fetches_t(&tr, T, P, N + 1, C);
+            const uint64_t best = brute_min_fetches(&tr, T, P, N + 1, C);
             if (rc == BP_ECAPACITY) {
                 refused += best != UINT64_MAX;
                 continue;
