@@ -105,6 +105,27 @@ TEST(bagpipe_rowwise_adagrad_matches_local_and_sync) {
     check_optimizer("rowwise-adagrad", "");
 }
 
+// The arguments of the `bagpipe analyze ...` command that a "cache too small" message names, in
+// args; 0, or -1 when it names none.
+static int named_analyze_args(const char *out, char *args, size_t cap) {
+    const char *a = strstr(out, "`bagpipe analyze "), *z = a ? strchr(a + 1, '`') : NULL;
+    if (!a || !z) return -1;
+    snprintf(args, cap, "%.*s", (int)(z - a - 17), a + 17);
+    return 0;
+}
+
+// The smallest working cache that `bagpipe analyze --json ARGS` names, or 0.
+static unsigned long long analyze_min_cache(const char *args) {
+    char *out = NULL;
+    unsigned long long min = 0;
+    if (test_run(&out, 60, "%s analyze --json %s", test_bin(), args) == 0) {
+        const char *m = out ? strstr(out, "\"min_cache\": ") : NULL;
+        if (m) min = strtoull(m + 13, NULL, 10);
+    }
+    free(out);
+    return min;
+}
+
 // A cache smaller than the first batches need: the planner's error, with the minimum, and every
 // rank stops (no hang: the timeout would give 124).  The same with the oracle on two threads.
 TEST(bagpipe_cache_too_small) {
@@ -121,18 +142,12 @@ TEST(bagpipe_cache_too_small) {
         ASSERT_STR_CONTAINS(out, "holds 5");
         // The error names the analysis of this run's batches (1000 iterations: several epochs); run
         // as given, it names the smallest cache, with which the run trains, and one row less fails.
-        const char *a = strstr(out, "`bagpipe analyze "), *z = a ? strchr(a + 1, '`') : NULL;
-        ASSERT_MSG(a && z, "no analyze command in:\n%s", out);
         char args[1024];
-        snprintf(args, sizeof args, "%.*s", (int)(z - a - 17), a + 17);
+        ASSERT_MSG(named_analyze_args(out, args, sizeof args) == 0, "no analyze command in:\n%s", out);
         free(out);
         ASSERT_STR_CONTAINS(args, "--cache 5 --trainers 2 --batch-size 16 --lookahead 32 --prefetch 2 --iters 1000 ");
-        ASSERT_EQ(test_run(&out, 60, "%s analyze --json %s", test_bin(), args), 0);
-        const char *m = strstr(out, "\"min_cache\": ");
-        ASSERT_MSG(m != NULL, "%s", out);
-        const unsigned long long min = strtoull(m + 13, NULL, 10);
-        free(out);
-        ASSERT_TRUE(min > 5);
+        const unsigned long long min = analyze_min_cache(args);
+        ASSERT_MSG(min > 5, "analyze %s: smallest cache %llu", args, min);
         for (unsigned long long c = min - 1; c <= min; c++) {
             rc = test_run(&out, 60, "%s %s train --mode bagpipe --trainers 2 --servers 1 --cache-rows %llu "
                           "--oracle-threads %d " BP_MODEL " %s", dist_test_env(), test_bin(), c, threads, data);
@@ -159,12 +174,11 @@ TEST(bagpipe_resume_at_the_smallest_cache) {
     free(out);
 #define RS_FLAGS "--arch-mlp-bot 13-16-8 --arch-mlp-top 16-1 --arch-sparse-feature-size 8 -b 65 --mode bagpipe " \
                  "--trainers 2 --servers 2 --lookahead 32 --prefetch 8 --no-eval"
-    ASSERT_EQ(test_run(&out, 60, "%s analyze --json --cache 1 --trainers 2 --batch-size 65 --lookahead 32 --prefetch 8 "
-                       "--iters 100 %s", test_bin(), data), 0);
-    const char *m = strstr(out, "\"min_cache\": ");
-    ASSERT_MSG(m != NULL, "%s", out);
-    const unsigned long long min = strtoull(m + 13, NULL, 10);
-    free(out);
+    char args[1024];
+    snprintf(args, sizeof args, "--cache 1 --trainers 2 --batch-size 65 --lookahead 32 --prefetch 8 --iters 100 %s",
+             data);
+    const unsigned long long min = analyze_min_cache(args);
+    ASSERT_MSG(min > 1, "analyze %s: smallest cache %llu", args, min);
     const char *ck = test_path("ck");
     int rc = test_run(&out, 120, "%s %s train " RS_FLAGS " --cache-rows %llu --iters 100 --save %s %s", dist_test_env(),
                       test_bin(), min, test_path("full"), data);
@@ -179,17 +193,10 @@ TEST(bagpipe_resume_at_the_smallest_cache) {
     ASSERT_MSG(rc != 0 && rc != 124, "resumed at %llu rows: exit %d (this data needed more):\n%s", min, rc, out);
     ASSERT_STR_CONTAINS(out, "cache too small: batch 37 cannot be prefetched at iteration 29: ");
     ASSERT_STR_CONTAINS(out, "this run resumed at iteration 18 with empty caches");
-    const char *a = strstr(out, "`bagpipe analyze "), *z = a ? strchr(a + 1, '`') : NULL;
-    ASSERT_MSG(a && z, "no analyze command in:\n%s", out);
-    char args[1024];
-    snprintf(args, sizeof args, "%.*s", (int)(z - a - 17), a + 17);
+    ASSERT_MSG(named_analyze_args(out, args, sizeof args) == 0, "no analyze command in:\n%s", out);
     free(out);
     ASSERT_STR_CONTAINS(args, "--iters 100 --start-iter 18 ");
-    ASSERT_EQ(test_run(&out, 60, "%s analyze --json %s", test_bin(), args), 0);
-    m = strstr(out, "\"min_cache\": ");
-    ASSERT_MSG(m != NULL, "%s", out);
-    const unsigned long long resumed_min = strtoull(m + 13, NULL, 10);
-    free(out);
+    const unsigned long long resumed_min = analyze_min_cache(args);
     ASSERT_MSG(resumed_min > min, "analyze --start-iter 18: %llu rows, the failing size %llu", resumed_min, min);
     rc = test_run(&out, 120, "%s %s train " RS_FLAGS " --cache-rows %llu --iters 100 --resume %s --save %s %s",
                   dist_test_env(), test_bin(), resumed_min, ck, test_path("res"), data);
