@@ -1314,6 +1314,24 @@ TEST(prep_large_input_spans_chunks_and_blocks) {
     bp_ds_close(&ds);
 }
 
+// A Criteo TSV of `rows` random lines (test_path(name), returned to be freed): dense values below
+// 1000 and 32-bit hex categoricals, so nearly every categorical value is distinct.
+static char *write_random_criteo(const char *name, int rows, uint64_t seed) {
+    char *path = bp_xstrdup(test_path(name));
+    FILE *f = fopen(path, "w");
+    BP_ASSERT(f != NULL);
+    bp_rng r;
+    bp_rng_seed(&r, seed, 0);
+    for (int i = 0; i < rows; i++) {
+        fprintf(f, "%d", i & 1);
+        for (int k = 0; k < 13; k++) fprintf(f, "\t%d", (int)bp_rng_below(&r, 1000));
+        for (int k = 0; k < 26; k++) fprintf(f, "\t%08x", (unsigned)bp_rng_u64(&r));
+        fputc('\n', f);
+    }
+    BP_ASSERT(fclose(f) == 0);
+    return path;
+}
+
 // A vocabulary that runs out of memory (frequency ids of a log with many distinct values in a
 // small address space) is an error naming the table and what needs no vocabulary, exit 1 with
 // nothing written; it was an internal-error abort (SIGABRT, a core).  The limit is found from the
@@ -1328,18 +1346,7 @@ TEST(prep_vocabulary_out_of_memory_is_an_error) {
 #endif
     const char *tiny = write_text("tiny.txt", "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\tb\tc\td\te\tf\t1\t2"
                                               "\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t14\t15\t16\t17\t18\t19\t20\n");
-    char *path = bp_xstrdup(test_path("distinct.txt"));
-    FILE *f = fopen(path, "w");
-    ASSERT_TRUE(f != NULL);
-    bp_rng r;
-    bp_rng_seed(&r, 5, 0);
-    for (int i = 0; i < 150000; i++) {
-        fprintf(f, "%d", i & 1);
-        for (int k = 0; k < 13; k++) fprintf(f, "\t%d", k);
-        for (int k = 0; k < 26; k++) fprintf(f, "\t%08x", (unsigned)bp_rng_u64(&r));
-        fputc('\n', f);
-    }
-    ASSERT_EQ(fclose(f), 0);
+    char *path = write_random_criteo("distinct.txt", 150000, 5);
     char *out = NULL;
     int limit_mb = 50;
     for (; limit_mb <= 2000; limit_mb += 25) {
@@ -1379,18 +1386,7 @@ TEST(prep_needs_the_dataset_size_on_disk_not_twice) {
         test_skip("needs root and unshare -m for a small tmpfs");
         return;
     }
-    char *path = bp_xstrdup(test_path("a.txt"));
-    FILE *f = fopen(path, "w");
-    ASSERT_TRUE(f != NULL);
-    bp_rng r;
-    bp_rng_seed(&r, 9, 0);
-    for (int i = 0; i < 1300; i++) {
-        fprintf(f, "%d", i & 1);
-        for (int k = 0; k < 13; k++) fprintf(f, "\t%d", (int)bp_rng_below(&r, 1000));
-        for (int k = 0; k < 26; k++) fprintf(f, "\t%08x", (unsigned)bp_rng_u64(&r));
-        fputc('\n', f);
-    }
-    ASSERT_EQ(fclose(f), 0);
+    char *path = write_random_criteo("a.txt", 1300, 9);
     const char *ref = test_path("ref.bin");
     char *out = NULL;
     ASSERT_EQ(test_run(&out, 60, "%s prep -q -o %s %s", test_bin(), ref, path), 0);
