@@ -131,3 +131,8 @@ long dist_test_num_before(const char *out, const char *line, const char *what) {
     while (w > l && w[-1] >= '0' && w[-1] <= '9') w--;
     return strtol(w, NULL, 10);
 }
+
+int dist_test_said_once(const char *out, const char *msg) {
+    const char *first = out ? strstr(out, msg) : NULL;
+    return first && !strstr(first + 1, msg);
+}

@@ -17,6 +17,8 @@ int dist_test_dataset(const char *path, uint64_t n, uint64_t seed, uint64_t stre
 char *dist_test_slurp(const char *path, size_t *len);
 // The number just before `what` in the line of out that starts with `line` (-1 if absent).
 long dist_test_num_before(const char *out, const char *line, const char *what);
+// 1 when msg occurs in out exactly once (a message that each rank used to print).
+int dist_test_said_once(const char *out, const char *msg);
 // 1 when DIR_A/name and DIR_B/name exist, are not empty and are byte-identical.
 int dist_test_same_file(const char *dir_a, const char *dir_b, const char *name);
 // Runs `bagpipe train MODEL ARGS --save test_path(dir) DATA` under the job environment with a

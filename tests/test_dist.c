@@ -224,8 +224,7 @@ TEST(dist_wrong_rank_count) {
                       TINY_MODEL " --iters 5 %s", dist_test_env(), test_bin(), data);
     ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
     const char *msg = "this job has 3 ranks, but --servers 1 --trainers 2 needs 1 + 1 + 2 = 4";
-    const char *first = strstr(out, msg);
-    ASSERT_MSG(first && !strstr(first + 1, msg), "not said once:\n%s", out); // (each rank said it)
+    ASSERT_MSG(dist_test_said_once(out, msg), "not said once:\n%s", out); // (each rank said it)
     free(out);
 }
 
@@ -774,8 +773,7 @@ TEST(dist_local_mode_under_several_ranks_is_refused) {
     ASSERT_MSG(rc != 0, "exit %d:\n%s", rc, out);
     const char *msg = "bagpipe: --mode local (the default) runs in one process, and this launcher started 3: give the "
                       "distributed mode";
-    const char *first = strstr(out, msg);
-    ASSERT_MSG(first && !strstr(first + 1, msg), "not said once:\n%s", out);
+    ASSERT_MSG(dist_test_said_once(out, msg), "not said once:\n%s", out);
     ASSERT_MSG(!strstr(out, "trained"), "it trained:\n%s", out);
     free(out);
 }
@@ -800,8 +798,7 @@ TEST(dist_own_mpirun_flag_error_said_once) {
         int rc = test_run(&out, 60, "%s mpirun --oversubscribe -np 3 %s train " TINY_MODEL " %s %s", dist_test_env(),
                           test_bin(), cases[i][0], data);
         ASSERT_MSG(rc != 0, "%s: exit %d:\n%s", cases[i][0], rc, out);
-        const char *first = strstr(out, cases[i][1]);
-        ASSERT_MSG(first && !strstr(first + 1, cases[i][1]), "%s: not said once:\n%s", cases[i][0], out);
+        ASSERT_MSG(dist_test_said_once(out, cases[i][1]), "%s: not said once:\n%s", cases[i][0], out);
         ASSERT_MSG(!strstr(out, "memory plan"), "%s: it started:\n%s", cases[i][0], out);
         free(out);
     }
