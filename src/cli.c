@@ -347,9 +347,11 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
                                                                       : NULL;
         // One note, of the first option given so: a later giving of that option rewrites it, so
         // that it names the value used.
+        // a negative value under an alias that takes it for "unset" (CLI_ALIAS_NEG_UNSET): the default
+        const int unset = typed && typed->type == CLI_T_ALIAS && typed->min_i == 1 &&
+                          (o->type == CLI_T_INT || o->type == CLI_T_I64) && negative_integer(v);
         if (other && (noted == SIZE_MAX || (g && noted == (size_t)(o - opts)))) {
             char note[sizeof g->overridden], used[64];
-            const int unset = typed && typed->type == CLI_T_ALIAS && typed->min_i == 1 && negative_integer(v);
             if (unset) snprintf(used, sizeof used, "%s (the default, %lld)", v, (long long)o->def_i);
             else snprintf(used, sizeof used, "%s", v);
             snprintf(note, sizeof note, "%.*s %s and %.*s %s name one option (--%s): the last, %s, is used",
@@ -364,8 +366,7 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
             *(int *)o->ptr = !negated;
             continue;
         }
-        const int unset_alias = typed && typed->type == CLI_T_ALIAS && typed->min_i == 1;
-        if (unset_alias && (o->type == CLI_T_INT || o->type == CLI_T_I64) && negative_integer(val)) { // as not given
+        if (unset) { // as not given
             set_default(o);
             if (g) g->given[k] = 0;
             first[k].typed = last[k].typed = NULL;
