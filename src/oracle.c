@@ -211,6 +211,8 @@ struct oracle_impl {
     uint32_t *cand;       // (per batch) positions of the misses of the batch being fetched for, or of
                           // the evictions of the batch being completed
     uint64_t *bits_ev, *bits_now, *bits_last; // (per batch / 64 + 1) outcomes of the batch being completed
+    bentry *part_tmp;     // (part_cap) scratch of bucket_lone_last
+    uint32_t part_cap;
     uint64_t *lz_tmp;     // (lz_cap) scratch of bucket_fill
     uint32_t lz_cap;
     uint32_t rr_fetch, rr_owner;
@@ -1292,6 +1294,33 @@ static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, pla
     o->st.evictions++, o->st.evictions_pressure++;
 }
 
+// Belady's ties: every key of bucket v is next used at v, and evicting any one costs one fetch.
+// With T > 1, one used at v by one trainer and not again in the window comes back private (a slot
+// on that trainer) where another comes back shared (a slot on every trainer), so when the bucket
+// is not evicted whole, those keys go first: a stable partition puts them at its end, popped
+// first.  (With T = 1 both take the one trainer's slot, and the order is left as it was.)
+// "Not again" is judged on the horizon H of this step (a link beyond it reads as none), so that
+// the plan does not depend on how far the input was indexed ahead.  The reference planner does
+// the same.
+static void bucket_lone_last(oracle_impl *o, uint32_t v, uint32_t H) {
+    const uint32_t j = v % o->R, n = o->bucket_n[j];
+    const slot *sv = &o->slots[j];
+    bentry *bk = o->bucket[j];
+    BP_ASSERT(sv->batch == v);
+    if (o->part_cap < n) {
+        o->part_cap = n;
+        o->part_tmp = bp_xrealloc(o->part_tmp, (size_t)n * sizeof *o->part_tmp);
+    }
+    uint32_t k = 0, m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t pos = (uint32_t)bk[i] & o->pos_mask;
+        if (users_bits(o->users8, slot_users(o, sv, pos)) == 1 && no_use_until(&o->lk, v, j, pos, H))
+            o->part_tmp[m++] = bk[i];
+        else bk[k++] = bk[i];
+    }
+    memcpy(bk + k, o->part_tmp, (size_t)m * sizeof *bk);
+}
+
 static uint64_t max_private(const oracle_impl *o, uint32_t *who) {
     uint64_t m = 0;
     *who = 0;
@@ -1605,6 +1634,7 @@ static int plan_step(oracle_impl *o) {
         for (uint32_t v = H; v > s + P && need; v--, levels++) {
             uint32_t j = v % o->R;
             if (o->bucket_upto[j] < s) bucket_fill(o, v, s);
+            if (need < o->bucket_n[j] && T > 1 && o->W >= P) bucket_lone_last(o, v, H);
             // Each eviction reads the key, active index and miss bit of an occurrence of batch v,
             // then that record's gate: dependent misses, so both levels are prefetched ahead.
             const slot *sv = &o->slots[j];
@@ -1859,6 +1889,7 @@ void oracle_free(oracle *out) {
     hmap_free(&o->hm);
     for (uint32_t j = 0; o->bucket && j < o->R; j++) free(o->bucket[j]);
     free(o->bucket), free(o->bucket_n), free(o->bucket_cap), free(o->bucket_upto), free(o->lz_tmp);
+    free(o->part_tmp);
     if (o->grp)
         for (uint32_t j = 0; j < o->R; j++) free(o->grp[j]);
     free(o->grp), free(o->grp_cap), free(o->grp_lo), free(o->grp_hi), free(o->grp_off), free(o->gtmp);
@@ -2040,7 +2071,7 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += (uint64_t)o->pub_occ * 4 * sizeof(uint32_t);
     mem += (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
-    mem += (uint64_t)o->lz_cap * sizeof(uint64_t);
+    mem += (uint64_t)o->lz_cap * sizeof(uint64_t) + (uint64_t)o->part_cap * sizeof(bentry);
     for (uint32_t j = 0; j < o->R; j++) mem += (uint64_t)o->grp_cap[j] * sizeof(uint64_t);
     mem += (uint64_t)o->gtmp_cap * sizeof(uint64_t) + (uint64_t)o->R * (o->grp_stride + 2) * sizeof(uint32_t);
     // The planner's two records and its scratch for private keys and sorted sync-later lists, and
@@ -2106,6 +2137,7 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     mem += unique * 4 * sizeof(uint32_t);
     mem += (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
+    mem += unique * sizeof(bentry); // bucket_lone_last's scratch: one bucket, the keys of one batch at most
     mem += R * (GRP_CAP(unique) * sizeof(uint64_t) + (BP_MIN(GRP_SPAN_MAX, R) + 3) * sizeof(uint32_t)); // groups
     uint64_t lists = 1024; // the lists and the scratch double up to a batch's unique keys (and pv from 1024)
     while (lists < unique) lists *= 2;

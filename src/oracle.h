@@ -30,7 +30,9 @@
 // Step s: (a) every key used at s-1 that is private, or shared with no use in [s, H(s)], is
 // evicted after s-1; (b) keys of batch s+P that are not resident are fetched; (c) if some
 // trainer is over C, shared keys not needed by batches s..s+P are evicted, farthest next use
-// first (Belady within the window; ties in a fixed order); if that is not enough the oracle
+// first (Belady within the window; among keys of one next use v, with T > 1, first those used at v
+// by one trainer and not again within H(s), which come back private; then in a fixed order);
+// if that is not enough the oracle
 // fails with BP_ECAPACITY naming the cache size this batch needs (shared + largest private
 // pinned set; for T = 1 exactly the distinct keys of batches s..s+P).  A later batch may need
 // more, and for T > 1 which keys are private depends on earlier decisions, so a rerun with the

@@ -21,6 +21,7 @@ typedef struct {
     uint32_t a;        // active index
     uint32_t last_use; // iteration of its pending gradient
     uint32_t sync_idx; // when last_use is the batch being completed: its sync-later entry there
+    uint32_t nx;       // its occurrence in batch v (the slot's next link)
 } bentry;
 
 typedef struct {
@@ -82,6 +83,8 @@ struct oref_impl {
     uint64_t *priv_count; // (T)
     bentry **bucket;      // (NB) resident shared keys by next use
     uint32_t *bucket_n, *bucket_cap;
+    bentry *part_tmp; // (part_cap) scratch of bucket_lone_last
+    uint32_t part_cap;
     uint32_t rr_fetch, rr_owner;
     plan rec[2];          // record s-1 being completed, record s collecting fetches
     uint64_t *pv_key;     // (pv_cap) private keys of the batch being completed
@@ -358,6 +361,31 @@ static void evict_pressure(oref_impl *o, bentry e, uint32_t v, uint32_t s, plan 
     o->st.evictions++, o->st.evictions_pressure++;
 }
 
+// Belady's ties: every key of bucket v is next used at v, and evicting any one costs one fetch.
+// With T > 1, one used at v by one trainer and not again in the window comes back private (a slot
+// on that trainer) where another comes back shared (a slot on every trainer), so when the bucket
+// is not evicted whole, those keys go first: a stable partition puts them at its end, popped
+// first.  (With T = 1 both take the one trainer's slot, and the order is left as it was.)
+// "Not again" is judged on the horizon H of this step (a use beyond it reads as none), so that
+// the plan does not depend on how far the input was indexed ahead.
+static void bucket_lone_last(oref_impl *o, uint32_t v, uint32_t H) {
+    const uint32_t j = v % o->NB, n = o->bucket_n[j];
+    bentry *bk = o->bucket[j];
+    if (o->part_cap < n) {
+        o->part_cap = n;
+        o->part_tmp = bp_xrealloc(o->part_tmp, (size_t)n * sizeof *o->part_tmp);
+    }
+    uint32_t k = 0, m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const slot *sv = &o->slots[bk[i].nx >> o->pos_bits];
+        const uint32_t oc = bk[i].nx & o->pos_mask, nn = next_use(o, sv, oc);
+        BP_ASSERT(sv->batch == v);
+        if (popcount64(sv->users[oc]) == 1 && (nn == NIL || nn > H)) o->part_tmp[m++] = bk[i];
+        else bk[k++] = bk[i];
+    }
+    memcpy(bk + k, o->part_tmp, (size_t)m * sizeof *bk);
+}
+
 static uint64_t max_private(const oref_impl *o, uint32_t *who) {
     uint64_t m = 0;
     *who = 0;
@@ -469,7 +497,7 @@ static int plan_step(oref_impl *o) {
                 plan_add_sync_now(prev, key);
                 st.sync_now++;
             } else {
-                if (v > s + P) bucket_push(o, v, (bentry){a, s - 1, prev->n_sync_later});
+                if (v > s + P) bucket_push(o, v, (bentry){a, s - 1, prev->n_sync_later, sl->next[oc]});
                 plan_add_sync_later(prev, (plan_sync){key, s - 1, v - 1});
                 st.sync_later++;
             }
@@ -528,6 +556,7 @@ static int plan_step(oref_impl *o) {
         uint64_t need = o->shared_count + mp - o->C;
         for (uint32_t v = H; v > s + P && need; v--) {
             uint32_t j = v % o->NB;
+            if (need < o->bucket_n[j] && T > 1 && o->W >= P) bucket_lone_last(o, v, H);
             while (o->bucket_n[j] && need) {
                 evict_pressure(o, o->bucket[j][--o->bucket_n[j]], v, s, prev);
                 need--;
@@ -688,6 +717,7 @@ void oracle_ref_free(oracle_ref *out) {
     hmap_free(&o->hm);
     for (uint32_t j = 0; o->bucket && j < o->NB; j++) free(o->bucket[j]);
     free(o->bucket), free(o->bucket_n), free(o->bucket_cap);
+    free(o->part_tmp);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
     free(o->offset), free(o->card);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);
@@ -803,6 +833,7 @@ void oracle_ref_get_stats(const oracle_ref *out, oracle_stats *st) {
     mem += (uint64_t)o->R * o->pub_occ * (2 * sizeof(uint32_t) + 2 * sizeof(uint64_t));
     mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
     for (uint32_t j = 0; j < o->NB; j++) mem += (uint64_t)o->bucket_cap[j] * sizeof(bentry);
+    mem += (uint64_t)o->part_cap * sizeof(bentry);
     // counted as oracle.c counts them
     mem += plan_list_bytes(&o->rec[0]) + plan_list_bytes(&o->rec[1]);
     mem += (uint64_t)o->pv_cap * (sizeof *o->pv_key + sizeof *o->pv_tr) + (uint64_t)o->sync_cap * sizeof(plan_sync);
