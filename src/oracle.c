@@ -1308,8 +1308,8 @@ static void bucket_lone_last(oracle_impl *o, uint32_t v, uint32_t H) {
     bentry *bk = o->bucket[j];
     BP_ASSERT(sv->batch == v);
     if (o->part_cap < n) {
-        o->part_cap = n;
-        o->part_tmp = bp_xrealloc(o->part_tmp, (size_t)n * sizeof *o->part_tmp);
+        o->part_cap = BP_MAX(n, 2 * o->part_cap);
+        o->part_tmp = bp_xrealloc(o->part_tmp, (size_t)o->part_cap * sizeof *o->part_tmp);
     }
     uint32_t k = 0, m = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -2137,7 +2137,7 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     mem += unique * 4 * sizeof(uint32_t);
     mem += (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
-    mem += unique * sizeof(bentry); // bucket_lone_last's scratch: one bucket, the keys of one batch at most
+    mem += 2 * unique * sizeof(bentry); // bucket_lone_last's scratch: doubled up to one bucket (a batch's keys)
     mem += R * (GRP_CAP(unique) * sizeof(uint64_t) + (BP_MIN(GRP_SPAN_MAX, R) + 3) * sizeof(uint32_t)); // groups
     uint64_t lists = 1024; // the lists and the scratch double up to a batch's unique keys (and pv from 1024)
     while (lists < unique) lists *= 2;

@@ -372,8 +372,8 @@ static void bucket_lone_last(oref_impl *o, uint32_t v, uint32_t H) {
     const uint32_t j = v % o->NB, n = o->bucket_n[j];
     bentry *bk = o->bucket[j];
     if (o->part_cap < n) {
-        o->part_cap = n;
-        o->part_tmp = bp_xrealloc(o->part_tmp, (size_t)n * sizeof *o->part_tmp);
+        o->part_cap = BP_MAX(n, 2 * o->part_cap);
+        o->part_tmp = bp_xrealloc(o->part_tmp, (size_t)o->part_cap * sizeof *o->part_tmp);
     }
     uint32_t k = 0, m = 0;
     for (uint32_t i = 0; i < n; i++) {

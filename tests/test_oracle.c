@@ -1550,8 +1550,8 @@ TEST(oracle_fast_matches_reference_wide_entries) {
 
 // Checksums of the plan streams of fixed traces, recorded from the planner before its fast path
 // (cases 0 and 2 re-recorded when single-user keys of the last P batches became private, and again
-// when Belady's ties went first to keys that come back private): they pin the bytes even if the
-// reference planner is ever changed or removed.
+// when Belady's ties went first to keys that come back private; cases 3 and 4, T = 1 and W < P,
+// recorded then): they pin the bytes even if the reference planner is ever changed or removed.
 TEST(oracle_plan_bytes_pinned) {
     static const struct {
         int kind;
@@ -1562,6 +1562,8 @@ TEST(oracle_plan_bytes_pinned) {
         {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}, 0xf60d701c, 1123009},
         {4, 60, 300, 4, 5, 12, 2, {900, 90, 9, 20000}, 0xdb386776, 20448},
         {1, 50, 256, 2, 4, 10, 1, {3000, 40000, 0, 0}, 0x01421abd, 554071},
+        {0, 60, 200, 2, 1, 6, 2, {4000, 300, 0, 0}, 0xbef4be57, 229654}, // T = 1: the ties' rule is off
+        {0, 60, 240, 2, 4, 1, 2, {4000, 300, 0, 0}, 0xd6312b26, 280467}, // W < P
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         trace tr;
