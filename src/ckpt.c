@@ -69,6 +69,11 @@ int ckpt_dir_check(const char *dir) {
         return 0;
     }
     if (errno != ENOENT) return bp_fail(BP_EIO, "%s: %s", dir, strerror(errno));
+    char target[4096];
+    ssize_t tn = readlink(dir, target, sizeof target - 1);
+    if (tn >= 0) // a dangling link: mkdir would fail on it after the work
+        return bp_fail(BP_EIO, "%s: a symbolic link to '%.*s', which does not exist: make that directory or choose "
+                       "another", dir, (int)tn, target);
     char parent[4096];
     snprintf(parent, sizeof parent, "%s", dir);
     size_t n = strlen(parent);

@@ -351,6 +351,7 @@ int bp_afile_target(const char *path, char **target) {
 static char *afile_live[AFILE_LIVE_MAX]; // tmp_path of each named temporary file open, or NULL
 
 static char *signal_dir;  // bp_signal_remove_dir's, or NULL
+static char *signal_files[BP_SIGNAL_FILES]; // bp_signal_remove_file's, or NULL
 static char *signal_note; // bp_signal_note's, or NULL
 static pthread_once_t afile_signals_once = PTHREAD_ONCE_INIT;
 
@@ -381,6 +382,10 @@ static void remove_dir_in_signal(const char *dir) {
 static void afile_on_signal(int sig) {
     for (int i = 0; i < AFILE_LIVE_MAX; i++) {
         const char *p = __atomic_load_n(&afile_live[i], __ATOMIC_ACQUIRE);
+        if (p) unlink(p);
+    }
+    for (int i = 0; i < BP_SIGNAL_FILES; i++) {
+        const char *p = __atomic_load_n(&signal_files[i], __ATOMIC_ACQUIRE);
         if (p) unlink(p);
     }
     const char *d = __atomic_load_n(&signal_dir, __ATOMIC_ACQUIRE);
@@ -421,6 +426,13 @@ void bp_signal_remove_dir(const char *dir) {
     pthread_once(&afile_signals_once, afile_signals_install);
     char *next = dir ? bp_xstrdup(dir) : NULL;
     free(__atomic_exchange_n(&signal_dir, next, __ATOMIC_ACQ_REL));
+}
+
+void bp_signal_remove_file(int i, const char *path) {
+    BP_ASSERT(i >= 0 && i < BP_SIGNAL_FILES);
+    pthread_once(&afile_signals_once, afile_signals_install);
+    char *next = path ? bp_xstrdup(path) : NULL;
+    free(__atomic_exchange_n(&signal_files[i], next, __ATOMIC_ACQ_REL));
 }
 
 void bp_signal_note(const char *note) {

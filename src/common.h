@@ -143,6 +143,10 @@ void bp_afile_abort(bp_afile *af); // safe after commit or a failed open
 // model's place) that SIGINT, SIGTERM and SIGHUP remove with its entries, as they remove named
 // temporary files (when the program leaves them at their default action); NULL: none any more.
 void bp_signal_remove_dir(const char *dir);
+// The same for one file of this process's own (slot i < BP_SIGNAL_FILES: a part of a --save into a
+// directory that held no model, which a later save would refuse to replace); NULL: none any more.
+#define BP_SIGNAL_FILES 4
+void bp_signal_remove_file(int i, const char *path);
 // A line those signals print on standard error after the clean-up, before the process ends by
 // them (what an interruption leaves: "interrupted while saving ..."); NULL: none any more.
 void bp_signal_note(const char *note);

@@ -223,17 +223,25 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     ckpt_stage_warn_leftovers(dir);
     char stage[4200], note[4400];
     int staged = ckpt_stage_begin(dir, stage, sizeof stage);
+    static const char *const parts[] = {"dense.bin", "emb.bin"};
     if (staged) bp_signal_remove_dir(stage); // until it takes the old model's place: a Ctrl-C removes it
+    else if (fresh) // a Ctrl-C removes the parts written (a resume's save would refuse to replace them)
+        for (size_t i = 0; i < BP_ARRAY_LEN(parts); i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, parts[i]);
+            bp_signal_remove_file((int)i, path);
+        }
     // A Ctrl-C here says what it left (it ended the run without a word), and the lines printed so
     // far (the results) are out of stdio's buffer first, which the signal would lose.
     snprintf(note, sizeof note, "bagpipe: interrupted while saving the model to %s: %s\n", dir,
              staged ? "the model saved there before is kept, the new one is not saved"
-                    : "it is not saved (no MANIFEST: the parts written are no model)");
+                    : fresh ? "it is not saved (the parts written are removed)"
+                            : "it is not saved (no MANIFEST: the parts written are no model)");
     fflush(stdout);
     bp_signal_note(note);
     rc = trainer_save_into(tr, staged ? stage : dir, ds, iter, samples, seed);
     bp_signal_note(NULL);
     if (staged) bp_signal_remove_dir(NULL);
+    for (size_t i = 0; i < BP_ARRAY_LEN(parts); i++) bp_signal_remove_file((int)i, NULL);
     if (rc && (staged || fresh)) {
         char msg[1536];
         snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
@@ -241,7 +249,6 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
             ckpt_stage_abort(stage);
             return bp_fail(rc, "%s (the model saved before in %s is kept)", msg, dir);
         }
-        static const char *const parts[] = {"dense.bin", "emb.bin"};
         for (size_t i = 0; i < BP_ARRAY_LEN(parts); i++) {
             snprintf(path, sizeof path, "%s/%s", dir, parts[i]);
             unlink(path);

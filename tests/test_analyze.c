@@ -1,5 +1,6 @@
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "analyze.h"
 #include "common.h"
@@ -288,7 +289,9 @@ TEST(analyze_plot_dir_checked_before_simulating) {
     static const char *const bad[][2] = {
         {"t.bin", "--plot-dir %s: exists and is not a directory"},
         {"no/such/dir", "--plot-dir %s: cannot create: directory"},
+        {"dangling", "--plot-dir %s: a symbolic link to 'nowhere', which does not exist"}, // passed the check
     };
+    ASSERT_EQ(symlink("nowhere", test_path("dangling")), 0);
     for (size_t k = 0; k < BP_ARRAY_LEN(bad); k++) {
         char dir[600], want[700];
         snprintf(dir, sizeof dir, "%s", test_path(bad[k][0]));

@@ -170,6 +170,35 @@ TEST(train_failed_save_leaves_nothing) {
     free(out);
 }
 
+// A --save into a directory that holds no model, interrupted between its parts (the hook
+// BAGPIPE_TEST_SAVE_FAIL=2, a SIGINT there): the parts written are removed, so the same save (the
+// run again, or a resumed one) is not refused over them ("exists, and no bagpipe MANIFEST beside it
+// makes it a saved model's part"); a file of the user's in the directory stays.
+TEST(train_save_interrupted_into_a_new_dir_leaves_no_part) {
+    const char *data = test_path("d.bin");
+    ASSERT_EQ(synth(data, 20000, ""), 0);
+    const char *arch = SMALL_ARCH " --batch-size 64 --learning-rate 0.05";
+    for (int mine = 0; mine <= 1; mine++) {
+        char dir[600], *out = NULL;
+        snprintf(dir, sizeof dir, "%s/model%d", test_tmpdir(), mine);
+        if (mine) ASSERT_EQ(test_run(NULL, 10, "mkdir %s && echo mine > %s/notes.txt", dir, dir), 0);
+        int rc = test_run(&out, 120, "BAGPIPE_TEST_SAVE_FAIL=2 %s train %s %s --iters 20 --save %s", test_bin(), data,
+                          arch, dir);
+        ASSERT_MSG(rc == 128 + SIGINT, "exit %d:\n%s", rc, out);
+        ASSERT_STR_CONTAINS(out, "interrupted while saving the model to ");
+        ASSERT_STR_CONTAINS(out, ": it is not saved (the parts written are removed)");
+        free(out), out = NULL;
+        ASSERT_EQ(test_run(&out, 10, "ls -a %s", dir), 0);
+        ASSERT_MSG(!strstr(out, "dense.bin") && !strstr(out, "emb.bin") && !strstr(out, ".tmp."), "left:\n%s", out);
+        if (mine) ASSERT_STR_CONTAINS(out, "notes.txt");
+        free(out), out = NULL;
+        ASSERT_EQ(test_run(&out, 120, "%s train %s %s --iters 20 --save %s", test_bin(), data, arch, dir), 0);
+        free(out), out = NULL;
+        ASSERT_EQ(test_run(&out, 60, "%s eval --load %s --split val %s", test_bin(), dir, data), 0);
+        free(out);
+    }
+}
+
 // A save killed between the exchange of the directories and the end of the commit leaves
 // <dir>.saving-<pid> holding what dir held before.  The next save into dir names it, with its
 // number of entries, and touches nothing in it; one of a process that still runs is not named.
