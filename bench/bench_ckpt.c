@@ -37,9 +37,17 @@ static char data[600];
     "--mode sync --trainers 2 --servers 2 --arch-mlp-bot 13-64-16 --arch-mlp-top 64-1 "                      \
     "--arch-sparse-feature-size 16 --emb-optimizer adagrad --batch-size 512 --no-eval"
 
+// Runs cmd with its standard error appended to DIR/stderr.log (the warnings of the runs would
+// interleave with the table), shown when it fails.
 static int run(const char *cmd) {
-    int st = bench_system(cmd);
-    if (st != 0) fprintf(stderr, "bench_ckpt: failed (%d): %s\n", st, cmd);
+    char full[8192];
+    snprintf(full, sizeof full, "%s 2>> %s/stderr.log", cmd, dir);
+    int st = bench_system(full);
+    if (st != 0) {
+        fprintf(stderr, "bench_ckpt: failed (%d): %s\n", st, cmd);
+        snprintf(full, sizeof full, "tail -5 %s/stderr.log >&2", dir);
+        if (bench_system(full) != 0) fprintf(stderr, "bench_ckpt: see %s/stderr.log\n", dir);
+    }
     return st;
 }
 
