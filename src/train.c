@@ -947,6 +947,15 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
 #define DLRM_LOADER_HINT                                                                                   \
     "the dataset is mapped and read in place, with no loader processes (its conversion is 'bagpipe "     \
     "prep', done once); leave the flag out"
+#define DLRM_ONE_ID_HINT                                                                                   \
+    "the reference's random data; here every sparse feature has one id per sample (Criteo's and "         \
+    "Avazu's fields); leave the flag out"
+#define DLRM_THRESHOLD_HINT                                                                                \
+    "not supported: a run ends after --iters N or --epochs E; --eval-every N evaluates on the way and "   \
+    "-m FILE records each AUC"
+#define DLRM_TABLES_HINT                                                                                   \
+    "not supported: one full-size embedding row per id (no quotient-remainder or mixed-dimension "       \
+    "tables, no weighted pooling); leave the flag out"
 #define DLRM_TRAIN_HINTS                                                                                   \
     CLI_HINT("num-batches", "the DLRM reference's batches per epoch; here --iters N (-n) runs N "          \
              "iterations in all, across epochs (the reference's --nepochs 1 --num-batches N is --iters N alone), or --epochs E "  \
@@ -978,7 +987,19 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     CLI_HINT("arch-interaction-itself", "not supported: the dot interaction takes each pair of two "      \
              "distinct features (the reference's default); leave the flag out"),                            \
     CLI_HINT("data-size", "the DLRM reference's random data; a synthetic dataset here: "                   \
-             "'bagpipe synth -n ROWS -o DATA'")
+             "'bagpipe synth -n ROWS -o DATA'"),                                                            \
+    CLI_HINT("data-randomize", "not supported: the model learns from the rows in the dataset's order, "  \
+             "every epoch the same (the reference's default, total, shuffles the train days when it "        \
+             "preprocesses them); leave the flag out"),                                                     \
+    CLI_HINT("data-sub-sample-rate", "not supported: every row of the train split is used (the "        \
+             "reference drops that share of the no-click rows when it preprocesses them)"),                 \
+    CLI_HINT("num-indices-per-lookup", DLRM_ONE_ID_HINT), CLI_HINT("num-indices-per-lookup-fixed", DLRM_ONE_ID_HINT), \
+    CLI_HINT("mlperf-auc-threshold", DLRM_THRESHOLD_HINT), CLI_HINT("mlperf-acc-threshold", DLRM_THRESHOLD_HINT), \
+    CLI_HINT("mlperf-bin-loader", DLRM_LOADER_HINT), CLI_HINT("mlperf-bin-shuffle", DLRM_LOADER_HINT),    \
+    CLI_HINT("weighted-pooling", DLRM_TABLES_HINT), CLI_HINT("qr-flag", DLRM_TABLES_HINT),                \
+    CLI_HINT("md-flag", DLRM_TABLES_HINT),                                                                  \
+    CLI_HINT("activation-function", "the MLPs use ReLU (the reference's default, relu); leave the flag out"), \
+    CLI_HINT("loss-weights", "not supported: the loss is unweighted binary cross-entropy; leave the flag out")
 
 static int train_cmd(int argc, char **argv);
 

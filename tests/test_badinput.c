@@ -965,6 +965,16 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
                            "--test-num-workers: the dataset is mapped and read in place");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --arch-interaction-itself", test_bin(), d),
                            "--arch-interaction-itself: not supported");
+    // and the reference's other flags a DLRM user pastes (they were a bare "unknown flag")
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --data-randomize total", test_bin(), d),
+                           "--data-randomize: not supported: the model learns from the rows in the dataset's order");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --data-sub-sample-rate=0.875", test_bin(), d),
+                           "--data-sub-sample-rate: not supported: every row of the train split is used");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --mlperf-bin-loader", test_bin(), d),
+                           "--mlperf-bin-loader: the dataset is mapped and read in place");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --num-indices-per-lookup 1", test_bin(), d),
+                           "here every sparse feature has one id per sample");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --qr-flag", test_bin(), d), "--qr-flag: not supported: one full-size");
     // --optimizer adagrad is the dense part's here, where the reference's covers the embeddings too
     EXPECT(0, cmd("%s train %s " TINY " --iters 2 --optimizer adagrad", test_bin(), d),
            "warning: --optimizer adagrad: the dense part's optimizer; the embeddings keep --emb-optimizer sgd");
