@@ -12,6 +12,7 @@ int cmd_analyze(int argc, char **argv); // analyze.c
 int cmd_train(int argc, char **argv);   // train.c
 int cmd_eval(int argc, char **argv);    // train.c
 int cmd_info(int argc, char **argv);    // cmds.c
+int cmd_shuffle(int argc, char **argv); // data_shuffle.c
 
 // Exit code for a bagpipe error code (BP_EUSAGE -> 2, others -> 1), after printing its message.
 int cmd_exit(int rc);

@@ -16,6 +16,7 @@ typedef struct {
 static const command commands[] = {
     {"synth", cmd_synth, "generate a synthetic dataset with the shape of Criteo or Avazu"},
     {"prep", cmd_prep, "convert raw Criteo TSV / Avazu CSV (plain or gzip) to a binary dataset"},
+    {"shuffle", cmd_shuffle, "put a dataset's train rows in a random order (the DLRM reference's default)"},
     {"analyze", cmd_analyze, "access skew, reuse distances and cache simulation of a dataset"},
     {"train", cmd_train, "train a model (DLRM, Wide&Deep, DeepFM, DCN)"},
     {"eval", cmd_eval, "evaluate a saved model on a dataset"},

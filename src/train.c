@@ -988,9 +988,9 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
              "distinct features (the reference's default); leave the flag out"),                            \
     CLI_HINT("data-size", "the DLRM reference's random data; a synthetic dataset here: "                   \
              "'bagpipe synth -n ROWS -o DATA'"),                                                            \
-    CLI_HINT("data-randomize", "not supported: the model learns from the rows in the dataset's order, "  \
-             "every epoch the same (the reference's default, total, shuffles the train days when it "        \
-             "preprocesses them); leave the flag out"),                                                     \
+    CLI_HINT("data-randomize", "the model learns from the rows in the dataset's order, every epoch the "  \
+             "same; the reference's default, total, shuffles the train days when it preprocesses them, "     \
+             "which 'bagpipe shuffle -o OUT DATA' does once"),                                              \
     CLI_HINT("data-sub-sample-rate", "not supported: every row of the train split is used (the "        \
              "reference drops that share of the no-click rows when it preprocesses them)"),                 \
     CLI_HINT("num-indices-per-lookup", DLRM_ONE_ID_HINT), CLI_HINT("num-indices-per-lookup-fixed", DLRM_ONE_ID_HINT), \

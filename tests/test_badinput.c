@@ -967,7 +967,7 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
                            "--arch-interaction-itself: not supported");
     // and the reference's other flags a DLRM user pastes (they were a bare "unknown flag")
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --data-randomize total", test_bin(), d),
-                           "--data-randomize: not supported: the model learns from the rows in the dataset's order");
+                           "which 'bagpipe shuffle -o OUT DATA' does once");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --data-sub-sample-rate=0.875", test_bin(), d),
                            "--data-sub-sample-rate: not supported: every row of the train split is used");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --mlperf-bin-loader", test_bin(), d),
