@@ -267,12 +267,12 @@ int lines_next(lines_reader *r, const char **s, size_t *n) {
             size_t len = (size_t)(nl - start);
             r->pos += len + 1;
             r->line_no++;
+            if (len && start[len - 1] == '\r') len--; // the limit is the text's: a CRLF file reads as its LF twin
             if (len > LINES_MAX) return LINES_LONG;
-            if (len && start[len - 1] == '\r') len--;
             *s = start, *n = len;
             return 1;
         }
-        if (avail > LINES_MAX) {
+        if (avail > LINES_MAX + 1) { // (+ 1: a line of LINES_MAX bytes and its '\r')
             // Over-long: drop text until the next newline (or the end).
             r->line_no++;
             for (;;) {
@@ -294,6 +294,7 @@ int lines_next(lines_reader *r, const char **s, size_t *n) {
             r->pos = r->len;
             r->line_no++;
             if (start[avail - 1] == '\r') avail--;
+            if (avail > LINES_MAX) return LINES_LONG;
             *s = start, *n = avail;
             return 1;
         }

@@ -1406,3 +1406,46 @@ TEST(prep_needs_the_dataset_size_on_disk_not_twice) {
     free(out);
     free(path);
 }
+
+// The line limit (LINES_MAX bytes) is the text's, without its line end: a CRLF file reads as its
+// LF twin, a line of exactly LINES_MAX bytes passes with either end or none (the last line), and
+// one byte more is long with each.  A CRLF line of LINES_MAX bytes used to be refused.
+TEST(prep_line_limit_counts_the_text_not_its_line_end) {
+    static const char *const ends[] = {"\n", "\r\n", ""};
+    for (int len = LINES_MAX - 1; len <= (int)LINES_MAX + 1; len++)
+        for (size_t e = 0; e < BP_ARRAY_LEN(ends); e++) {
+            const char *path = test_path("long.txt");
+            FILE *f = fopen(path, "wb");
+            ASSERT_TRUE(f != NULL);
+            fprintf(f, "a%s", ends[e][0] ? ends[e] : "\n"); // a short first line
+            for (int i = 0; i < len; i++) fputc('x', f);
+            fputs(ends[e], f);
+            fprintf(f, "b%s", ends[e]); // and a short one after it (none after a last line without end)
+            fclose(f);
+            if (!ends[e][0]) { // the long line last, without a line end
+                f = fopen(path, "wb");
+                fputs("a\n", f);
+                for (int i = 0; i < len; i++) fputc('x', f);
+                fclose(f);
+            }
+            lines_reader r;
+            ASSERT_OK(lines_open(&r, path, 1));
+            const char *s;
+            size_t n;
+            ASSERT_EQ(lines_next(&r, &s, &n), 1);
+            ASSERT_TRUE(n == 1 && s[0] == 'a');
+            const int k = lines_next(&r, &s, &n);
+            if (len <= (int)LINES_MAX) {
+                ASSERT_MSG(k == 1 && n == (size_t)len, "length %d, end %zu: %d (%zu bytes)", len, e, k, n);
+            } else {
+                ASSERT_MSG(k == LINES_LONG, "length %d, end %zu: %d", len, e, k);
+            }
+            ASSERT_EQ(r.line_no, 2);
+            if (ends[e][0]) {
+                ASSERT_EQ(lines_next(&r, &s, &n), 1);
+                ASSERT_TRUE(n == 1 && s[0] == 'b');
+            }
+            ASSERT_EQ(lines_next(&r, &s, &n), 0);
+            lines_close(&r);
+        }
+}
