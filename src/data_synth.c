@@ -680,6 +680,10 @@ int cmd_synth(int argc, char **argv) {
     if (o.skew < 0 && rep.hot_share < o.hot_share - 0.005)
         printf("  skew    Zipf exponent %.4f (the largest: --hot-share %g is out of reach for these tables, whose "
                "hottest 1%% of rows take %.1f%% of the lookups at most)\n", rep.skew, o.hot_share, 100 * rep.hot_share);
+    else if (o.skew < 0 && rep.hot_share > o.hot_share + 0.005 && rep.skew == 0) // below uniform's share
+        printf("  skew    Zipf exponent 0 (uniform popularity: --hot-share %g is below what these tables give "
+               "even then, their hottest 1%% of rows taking %.1f%% of the lookups)\n", o.hot_share,
+               100 * rep.hot_share);
     else if (o.skew < 0 && rep.hot_share > o.hot_share + 0.005) // small tables: past it even when uniform
         printf("  skew    Zipf exponent %.4f (--hot-share %g is below what these tables give even with uniform "
                "popularity, so the exponent is the one calibrated on the Criteo Kaggle tables; their hottest 1%% of "
