@@ -111,6 +111,18 @@ static size_t gz_head(const uint8_t *b, size_t n, uint8_t *out, size_t cap) {
 int bp_ds_header_decode(bp_ds_info *out, const uint8_t *b, size_t n, const char *what) {
     bp_ds_info in;
     memset(&in, 0, sizeof in);
+    static const char manifest[] = "bagpipe-manifest"; // a saved model's or checkpoint's (ckpt.c)
+    if (n >= sizeof manifest - 1 && memcmp(b, manifest, sizeof manifest - 1) == 0)
+        return bp_fail(BP_EFORMAT, "%s: the MANIFEST of a saved model or checkpoint, not a dataset; its directory "
+                       "is what 'bagpipe eval --load DIR DATA' reads", what);
+    const char *base = strrchr(what, '/');
+    base = base ? base + 1 : what;
+    if (strcmp(base, "dense.bin") == 0 || strcmp(base, "emb.bin") == 0 || strncmp(base, "server-", 7) == 0 ||
+        strncmp(base, "trainer-", 8) == 0) {
+        if (n < BP_DS_HEADER_SIZE || memcmp(b + H_MAGIC, BP_DS_MAGIC, 8) != 0)
+            return bp_fail(BP_EFORMAT, "%s: not a bagpipe dataset; by its name a part of a saved model or checkpoint, "
+                           "whose directory is what 'bagpipe eval --load DIR DATA' reads", what);
+    }
     if (n < BP_DS_HEADER_SIZE)
         return bp_fail(BP_ECORRUPT, "%s: too short for a bagpipe dataset header (%zu bytes)", what, n);
     if (memcmp(b + H_MAGIC, BP_DS_MAGIC, 8) != 0) {

@@ -156,6 +156,21 @@ TEST(badinput_text_log_given_to_train) {
            "bagpipe prep -o DATA.bin");
 }
 
+// A saved model's MANIFEST or part given where a dataset goes (info, train) is named as what it is,
+// with its directory's use (it was a raw log's hint: "bagpipe prep -o DATA.bin M/MANIFEST").
+TEST(badinput_model_file_given_as_a_dataset) {
+    const char *d = dataset("d.bin", 300);
+    char m[600];
+    snprintf(m, sizeof m, "%s/m", test_tmpdir());
+    ASSERT_EQ(test_run(NULL, 60, "%s train %s " TINY " --iters 2 --save %s", test_bin(), d, m), 0);
+    EXPECT(1, cmd("%s info %s/MANIFEST", test_bin(), m), "MANIFEST: the MANIFEST of a saved model or checkpoint, not a "
+           "dataset; its directory is what 'bagpipe eval --load DIR DATA' reads");
+    EXPECT(1, cmd("%s train %s/MANIFEST " TINY, test_bin(), m), "MANIFEST: the MANIFEST of a saved model");
+    EXPECT(1, cmd("%s info %s/emb.bin", test_bin(), m), "emb.bin: not a bagpipe dataset; by its name a part of a "
+           "saved model or checkpoint");
+    EXPECT(1, cmd("%s info %s/dense.bin", test_bin(), m), "dense.bin: not a bagpipe dataset; by its name a part");
+}
+
 // A gzipped dataset is told to be decompressed (prep, which the raw-log hint names, refuses it
 // too); a gzipped raw log is sent to prep, which reads gzip.
 TEST(badinput_gzipped_dataset_given_to_train) {
