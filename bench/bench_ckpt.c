@@ -41,7 +41,7 @@ static char data[600];
 // interleave with the table), shown when it fails.
 static int run(const char *cmd) {
     char full[8192];
-    snprintf(full, sizeof full, "%s 2>> %s/stderr.log", cmd, dir);
+    snprintf(full, sizeof full, "{ %s; } 2>> %s/stderr.log", cmd, dir);
     int st = bench_system(full);
     if (st != 0) {
         fprintf(stderr, "bench_ckpt: failed (%d): %s\n", st, cmd);

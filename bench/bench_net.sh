@@ -60,7 +60,7 @@ for rate in $rates; do
             -v a="$(z allreduce_s)" -v c="$(z compute_s)" -v f="$(z bytes_row_fetch)" -v p="$(z bytes_grad_push)" \
             -v fw="$(z bytes_forward)" -v x="$(z bytes_all_to_all)" -v wb="$(z bytes_write_back)" -v es="$(z bytes_emb_sync)" \
             -v ss="$(z bytes_hot_sync)" -v d="$(z bytes_allreduce)" -v sms="$sync_ms" -v tot="$tot" -v sb="$sync_b" \
-            'BEGIN{sp = sms > 0 && ms > 0 ? sprintf("%7.2fx", sms/ms) : "      -"  # sync failed: no ratios
+            'BEGIN{sp = sms > 0 && ms > 0 ? sprintf("%7.2fx", sms/ms) : "       -"  # sync failed: no ratios
                    by = sb > 0 ? sprintf("%8.3f", tot/sb) : "       -"
                    printf "%-8s %-8s %9.3f %8.3f %8.3f %8.3f %8.3f %11.0f %11.0f %11.0f %11.0f %11.0f %11.0f %s %s\n",
                    rate, mode, ms, 1e3*w/n, 1e3*s/n, 1e3*a/n, 1e3*c/n, f/n, p/n, (fw+x)/n, wb/n, (es+ss)/n, d/n,

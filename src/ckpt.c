@@ -69,8 +69,10 @@ int ckpt_dir_check(const char *dir) {
         return 0;
     }
     if (errno != ENOENT) return bp_fail(BP_EIO, "%s: %s", dir, strerror(errno));
-    char target[4096];
-    ssize_t tn = readlink(dir, target, sizeof target - 1);
+    char target[4096], link[4096];
+    snprintf(link, sizeof link, "%s", dir);
+    for (size_t k = strlen(link); k > 1 && link[k - 1] == '/';) link[--k] = 0; // "L/" names the link L too
+    ssize_t tn = readlink(link, target, sizeof target - 1);
     if (tn >= 0) // a dangling link: mkdir would fail on it after the work
         return bp_fail(BP_EIO, "%s: a symbolic link to '%.*s', which does not exist: make that directory or choose "
                        "another", dir, (int)tn, target);

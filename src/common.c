@@ -351,7 +351,10 @@ int bp_afile_target(const char *path, char **target) {
 static char *afile_live[AFILE_LIVE_MAX]; // tmp_path of each named temporary file open, or NULL
 
 static char *signal_dir;  // bp_signal_remove_dir's, or NULL
-static char *signal_files[BP_SIGNAL_FILES]; // bp_signal_remove_file's, or NULL
+// bp_signal_remove_file's, in place: a handler on another thread may read one while it is
+// withdrawn, so a path is never freed, only marked off (and rewritten only while off).
+static char signal_file[BP_SIGNAL_FILES][4096];
+static int signal_file_on[BP_SIGNAL_FILES];
 static char *signal_note; // bp_signal_note's, or NULL
 static pthread_once_t afile_signals_once = PTHREAD_ONCE_INIT;
 
@@ -384,10 +387,8 @@ static void afile_on_signal(int sig) {
         const char *p = __atomic_load_n(&afile_live[i], __ATOMIC_ACQUIRE);
         if (p) unlink(p);
     }
-    for (int i = 0; i < BP_SIGNAL_FILES; i++) {
-        const char *p = __atomic_load_n(&signal_files[i], __ATOMIC_ACQUIRE);
-        if (p) unlink(p);
-    }
+    for (int i = 0; i < BP_SIGNAL_FILES; i++)
+        if (__atomic_load_n(&signal_file_on[i], __ATOMIC_ACQUIRE)) unlink(signal_file[i]);
     const char *d = __atomic_load_n(&signal_dir, __ATOMIC_ACQUIRE);
     if (d) remove_dir_in_signal(d);
     const char *note = __atomic_load_n(&signal_note, __ATOMIC_ACQUIRE);
@@ -431,8 +432,10 @@ void bp_signal_remove_dir(const char *dir) {
 void bp_signal_remove_file(int i, const char *path) {
     BP_ASSERT(i >= 0 && i < BP_SIGNAL_FILES);
     pthread_once(&afile_signals_once, afile_signals_install);
-    char *next = path ? bp_xstrdup(path) : NULL;
-    free(__atomic_exchange_n(&signal_files[i], next, __ATOMIC_ACQ_REL));
+    __atomic_store_n(&signal_file_on[i], 0, __ATOMIC_RELEASE);
+    if (!path || strlen(path) >= sizeof signal_file[i]) return; // (no file has a longer path)
+    snprintf(signal_file[i], sizeof signal_file[i], "%s", path);
+    __atomic_store_n(&signal_file_on[i], 1, __ATOMIC_RELEASE);
 }
 
 void bp_signal_note(const char *note) {

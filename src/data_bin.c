@@ -111,15 +111,18 @@ static size_t gz_head(const uint8_t *b, size_t n, uint8_t *out, size_t cap) {
 int bp_ds_header_decode(bp_ds_info *out, const uint8_t *b, size_t n, const char *what) {
     bp_ds_info in;
     memset(&in, 0, sizeof in);
-    static const char manifest[] = "bagpipe-manifest"; // a saved model's or checkpoint's (ckpt.c)
+    static const char manifest[] = "bagpipe-manifest "; // a saved model's or checkpoint's first line (ckpt.c)
     if (n >= sizeof manifest - 1 && memcmp(b, manifest, sizeof manifest - 1) == 0)
         return bp_fail(BP_EFORMAT, "%s: the MANIFEST of a saved model or checkpoint, not a dataset; its directory "
                        "is what 'bagpipe eval --load DIR DATA' reads", what);
     const char *base = strrchr(what, '/');
     base = base ? base + 1 : what;
-    if (strcmp(base, "dense.bin") == 0 || strcmp(base, "emb.bin") == 0 || strncmp(base, "server-", 7) == 0 ||
-        strncmp(base, "trainer-", 8) == 0) {
-        if (n < BP_DS_HEADER_SIZE || memcmp(b + H_MAGIC, BP_DS_MAGIC, 8) != 0)
+    unsigned idx;
+    char tail;
+    if (strcmp(base, "dense.bin") == 0 || strcmp(base, "emb.bin") == 0 || // the names a model's parts have
+        ((sscanf(base, "server-%u.bi%c", &idx, &tail) == 2 || sscanf(base, "trainer-%u.bi%c", &idx, &tail) == 2) &&
+         tail == 'n' && !strchr(base, '+') && strlen(strrchr(base, '.')) == 4)) {
+        if ((n < BP_DS_HEADER_SIZE || memcmp(b + H_MAGIC, BP_DS_MAGIC, 8) != 0) && !(b[0] == 0x1f && b[1] == 0x8b))
             return bp_fail(BP_EFORMAT, "%s: not a bagpipe dataset; by its name a part of a saved model or checkpoint, "
                            "whose directory is what 'bagpipe eval --load DIR DATA' reads", what);
     }

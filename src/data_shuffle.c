@@ -66,6 +66,16 @@ int cmd_shuffle(int argc, char **argv) {
     if (rc) return cmd_exit(rc);
     const bp_ds_info *in = &ds.info;
     const uint64_t n_train = in->split[0], Nd = in->n_dense, F = in->n_sparse;
+    const double t0 = bp_now();
+    bp_ds_info tmpl = *in;
+    char head[64]; // the source says what was done, then what it was done to (cut at the field's size)
+    int hn = snprintf(head, sizeof head, "shuffle --seed %" PRId64 " of: ", seed);
+    snprintf(tmpl.source, sizeof tmpl.source, "%s%.*s", head, (int)(sizeof tmpl.source - 1 - (size_t)hn), in->source);
+    bp_ds_writer *w = NULL;
+    if ((rc = bp_ds_writer_open_sized(&w, out, &tmpl, in->rows)) != 0) { // the output is checked first
+        bp_ds_close(&ds);
+        return cmd_exit(rc);
+    }
     const int wide = n_train > UINT32_MAX;
     const size_t ew = wide ? sizeof(uint64_t) : sizeof(uint32_t);
     void *order = NULL;
@@ -73,24 +83,18 @@ int cmd_shuffle(int argc, char **argv) {
         char b[32];
         rc = bp_fail(BP_ENOMEM, "shuffle: out of memory: the order of %" PRIu64 " train rows needs %s", n_train,
                      bp_fmt_bytes(b, sizeof b, (double)n_train * ew));
+        bp_ds_writer_abort(w);
         bp_ds_close(&ds);
         return cmd_exit(rc);
     }
     if (n_train && wide) order64(n_train, (uint64_t)seed, order);
     else if (n_train) order32(n_train, (uint64_t)seed, order);
-    bp_ds_info tmpl = *in;
-    char head[64]; // the source says what was done, then what it was done to (cut at the field's size)
-    int hn = snprintf(head, sizeof head, "shuffle --seed %" PRId64 " of: ", seed);
-    snprintf(tmpl.source, sizeof tmpl.source, "%s%.*s", head, (int)(sizeof tmpl.source - 1 - (size_t)hn), in->source);
-    bp_ds_writer *w = NULL;
-    rc = bp_ds_writer_open_sized(&w, out, &tmpl, in->rows);
     uint8_t *lab = bp_xmalloc(CHUNK);
     float *dense = bp_xmalloc((size_t)CHUNK * (Nd ? Nd : 1) * sizeof *dense);
     uint32_t *sparse = bp_xmalloc((size_t)CHUNK * (F ? F : 1) * sizeof *sparse);
     float *prob = ds.prob ? bp_xmalloc((size_t)CHUNK * sizeof *prob) : NULL;
     bp_progress pg;
     bp_progress_init(&pg, "shuffle", "rows", in->rows);
-    double t0 = bp_now();
     for (uint64_t r0 = 0; !rc && r0 < in->rows; r0 += CHUNK) {
         const size_t n = (size_t)BP_MIN((uint64_t)CHUNK, in->rows - r0);
         for (size_t k = 0; k < n; k++) {

@@ -1137,8 +1137,9 @@ static void sort_small(uint64_t *x, uint32_t n) {
 // A slot's groups hold at most GRP_CAP entries, an eighth of its batch's occurrences (8 bytes
 // each: one byte per occurrence of the ring at most), the smallest distances dropped.  Pops take
 // the last entries, and between two fills of a level no pop touches it, so the order is the
-// pushes'.  Entries are sorted by (lu, position in lu) as an occurrence id would order them
-// (R - d < 2^slot_bits).
+// pushes' (after bucket_lone_last's partition of a level evicted in part, which the reference
+// planner makes at the same point, on the same order).  Entries are sorted by (lu, position in lu)
+// as an occurrence id would order them (R - d < 2^slot_bits).
 #define GRP_SPAN_MIN 64
 #define GRP_SPAN_MAX 512
 #define GRP_CAP(n) BP_MAX(16u, (uint32_t)((n) / 8)) // group entries of a batch of n occurrences, at most

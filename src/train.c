@@ -183,8 +183,9 @@ void trainer_manifest_fill(const trainer *tr, ckpt_manifest *m, const bp_dataset
     for (int i = 0; i < man.n_kv; i++) ckpt_set(m, man.key[i], "%s", man.val[i]);
 }
 
-static int trainer_save_into(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
-                             uint64_t seed) {
+// Writes the parts into dir and fills *man, whose commit makes them a model (trainer_save).
+static int trainer_save_parts(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
+                              uint64_t seed, ckpt_manifest *out) {
     ckpt_manifest man;
     ckpt_manifest_init(&man);
     trainer_manifest_fill(tr, &man, ds, iter, samples, seed);
@@ -204,7 +205,8 @@ static int trainer_save_into(const trainer *tr, const char *dir, const bp_datase
     rc = ckpt_write_part(dir, "emb.bin", ebuf, elen, 1, &f);
     if (rc) return rc;
     ckpt_add_file(&man, &f);
-    return ckpt_manifest_commit(dir, &man);
+    *out = man;
+    return 0;
 }
 
 // Over a saved model, the new one is written beside it and then takes its place as a whole
@@ -223,9 +225,13 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     ckpt_stage_warn_leftovers(dir);
     char stage[4200], note[4400];
     int staged = ckpt_stage_begin(dir, stage, sizeof stage);
-    static const char *const parts[] = {"dense.bin", "emb.bin"};
+    // A Ctrl-C removes the parts written (a resume's save would refuse to replace them), and the
+    // MANIFEST too: one that comes just after its commit leaves no model, as the note says, where
+    // the parts alone would leave a MANIFEST naming files that are gone.
+    static const char *const parts[] = {"dense.bin", "emb.bin", "MANIFEST"};
     if (staged) bp_signal_remove_dir(stage); // until it takes the old model's place: a Ctrl-C removes it
-    else if (fresh) // a Ctrl-C removes the parts written (a resume's save would refuse to replace them)
+    else if (fresh && made) bp_signal_remove_dir(dir); // made by this save: it holds only its files
+    else if (fresh)
         for (size_t i = 0; i < BP_ARRAY_LEN(parts); i++) {
             snprintf(path, sizeof path, "%s/%s", dir, parts[i]);
             bp_signal_remove_file((int)i, path);
@@ -238,9 +244,14 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
                             : "it is not saved (no MANIFEST: the parts written are no model)");
     fflush(stdout);
     bp_signal_note(note);
-    rc = trainer_save_into(tr, staged ? stage : dir, ds, iter, samples, seed);
+    ckpt_manifest *man = bp_xmalloc(sizeof *man);
+    rc = trainer_save_parts(tr, staged ? stage : dir, ds, iter, samples, seed, man);
+    if (!rc) rc = ckpt_manifest_commit(staged ? stage : dir, man);
+    free(man);
+    const char *hook = getenv("BAGPIPE_TEST_SAVE_FAIL"); // =3 (tests): interrupted just after the commit
+    if (!rc && hook && *hook == '3') raise(SIGINT);
     bp_signal_note(NULL);
-    if (staged) bp_signal_remove_dir(NULL);
+    if (staged || (fresh && made)) bp_signal_remove_dir(NULL);
     for (size_t i = 0; i < BP_ARRAY_LEN(parts); i++) bp_signal_remove_file((int)i, NULL);
     if (rc && (staged || fresh)) {
         char msg[1536];
@@ -249,7 +260,7 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
             ckpt_stage_abort(stage);
             return bp_fail(rc, "%s (the model saved before in %s is kept)", msg, dir);
         }
-        for (size_t i = 0; i < BP_ARRAY_LEN(parts); i++) {
+        for (size_t i = 0; i < 2; i++) { // the parts (a MANIFEST is never left by a failure)
             snprintf(path, sizeof path, "%s/%s", dir, parts[i]);
             unlink(path);
         }

@@ -290,6 +290,7 @@ TEST(analyze_plot_dir_checked_before_simulating) {
         {"t.bin", "--plot-dir %s: exists and is not a directory"},
         {"no/such/dir", "--plot-dir %s: cannot create: directory"},
         {"dangling", "--plot-dir %s: a symbolic link to 'nowhere', which does not exist"}, // passed the check
+        {"dangling/", "--plot-dir %s: a symbolic link to 'nowhere', which does not exist"},
     };
     ASSERT_EQ(symlink("nowhere", test_path("dangling")), 0);
     for (size_t k = 0; k < BP_ARRAY_LEN(bad); k++) {

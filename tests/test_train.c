@@ -171,27 +171,40 @@ TEST(train_failed_save_leaves_nothing) {
 }
 
 // A --save into a directory that holds no model, interrupted between its parts (the hook
-// BAGPIPE_TEST_SAVE_FAIL=2, a SIGINT there): the parts written are removed, so the same save (the
-// run again, or a resumed one) is not refused over them ("exists, and no bagpipe MANIFEST beside it
-// makes it a saved model's part"); a file of the user's in the directory stays.
+// BAGPIPE_TEST_SAVE_FAIL=2, a SIGINT there) or just after its MANIFEST (=3): what it wrote is
+// removed, so the same save (the run again, or a resumed one) is not refused over it ("exists, and
+// no bagpipe MANIFEST beside it makes it a saved model's part"); a file of the user's in the
+// directory stays, and a directory the save made goes.
 TEST(train_save_interrupted_into_a_new_dir_leaves_no_part) {
     const char *data = test_path("d.bin");
     ASSERT_EQ(synth(data, 20000, ""), 0);
     const char *arch = SMALL_ARCH " --batch-size 64 --learning-rate 0.05";
-    for (int mine = 0; mine <= 1; mine++) {
+    for (int hook_at = 0; hook_at < 4; hook_at++) {
+        const int mine = hook_at >> 1;
         char dir[600], *out = NULL;
-        snprintf(dir, sizeof dir, "%s/model%d", test_tmpdir(), mine);
+        snprintf(dir, sizeof dir, "%s/model%d", test_tmpdir(), hook_at);
         if (mine) ASSERT_EQ(test_run(NULL, 10, "mkdir %s && echo mine > %s/notes.txt", dir, dir), 0);
-        int rc = test_run(&out, 120, "BAGPIPE_TEST_SAVE_FAIL=2 %s train %s %s --iters 20 --save %s", test_bin(), data,
-                          arch, dir);
+        // =2: between the parts; =3: just after the MANIFEST, which goes too (the parts alone went,
+        // leaving a MANIFEST that named them, and the note said the model was not saved)
+        int rc = test_run(&out, 120, "BAGPIPE_TEST_SAVE_FAIL=%d %s train %s %s --iters 20 --save %s", 2 + (hook_at & 1),
+                          test_bin(), data, arch, dir);
         ASSERT_MSG(rc == 128 + SIGINT, "exit %d:\n%s", rc, out);
         ASSERT_STR_CONTAINS(out, "interrupted while saving the model to ");
         ASSERT_STR_CONTAINS(out, ": it is not saved (the parts written are removed)");
         free(out), out = NULL;
-        ASSERT_EQ(test_run(&out, 10, "ls -a %s", dir), 0);
-        ASSERT_MSG(!strstr(out, "dense.bin") && !strstr(out, "emb.bin") && !strstr(out, ".tmp."), "left:\n%s", out);
-        if (mine) ASSERT_STR_CONTAINS(out, "notes.txt");
-        free(out), out = NULL;
+        if (mine) {
+            ASSERT_EQ(test_run(&out, 10, "ls -a %s", dir), 0);
+            ASSERT_MSG(!strstr(out, "dense.bin") && !strstr(out, "emb.bin") && !strstr(out, "MANIFEST") &&
+                           !strstr(out, ".tmp."), "left:\n%s", out);
+            ASSERT_STR_CONTAINS(out, "notes.txt");
+            free(out), out = NULL;
+        } else { // the directory the save made goes with its files
+            ASSERT_EQ(test_run(&out, 10, "ls -a %s/", test_tmpdir()), 0);
+            char name[32];
+            snprintf(name, sizeof name, "model%d", hook_at);
+            ASSERT_MSG(!strstr(out, name), "left:\n%s", out);
+            free(out), out = NULL;
+        }
         ASSERT_EQ(test_run(&out, 120, "%s train %s %s --iters 20 --save %s", test_bin(), data, arch, dir), 0);
         free(out), out = NULL;
         ASSERT_EQ(test_run(&out, 60, "%s eval --load %s --split val %s", test_bin(), dir, data), 0);
