@@ -23,7 +23,7 @@ const char *dist_test_env(void) {
     snprintf(env, sizeof env,
              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_hwloc_base_binding_policy=none "
              "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
-             "LSAN_OPTIONS=fast_unwind_on_malloc=0:suppressions=%s", supp);
+             "LSAN_OPTIONS=fast_unwind_on_malloc=0:print_suppressions=0:suppressions=%s", supp);
     return env;
 }
 
