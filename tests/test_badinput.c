@@ -974,8 +974,12 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
                            "--print-every N");
     // The reference's Kaggle script's other flags are named with what to do (they were "unknown flag",
     // or a misleading "did you mean": --arch-interaction-op for --arch-interaction-itself)
-    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --round-targets=True", test_bin(), d),
-                           "--round-targets: the labels are 0 or 1 already");
+    // --loss-function bce and --round-targets say what training does here: taken (they were refused,
+    // one more rerun for a pasted command); another loss is refused
+    EXPECT(0, cmd("%s train %s " TINY " --iters 2 --loss-function=bce --round-targets=True", test_bin(), d),
+           "trained 2 iterations");
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --loss-function mse", test_bin(), d),
+                           "--loss-function: expected one of bce, got 'mse'");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --test-num-workers 16", test_bin(), d),
                            "--test-num-workers: the dataset is mapped and read in place");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --arch-interaction-itself", test_bin(), d),
