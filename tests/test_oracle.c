@@ -72,6 +72,14 @@ static void trace_make(trace *tr, uint64_t seed, int kind, uint32_t N, uint32_t 
 
 static void trace_free(trace *tr) { free(tr->ids); }
 
+// A one-table trace of N batches of B given ids (N B of them) from a table of K rows.
+static void trace_of_ids(trace *tr, uint32_t N, uint32_t B, uint64_t K, const uint32_t *ids) {
+    memset(tr, 0, sizeof *tr);
+    tr->N = N, tr->B = B, tr->F = 1, tr->n_last = B, tr->card[0] = K;
+    tr->ids = bp_xmalloc((size_t)N * B * sizeof *tr->ids);
+    memcpy(tr->ids, ids, (size_t)N * B * sizeof *tr->ids);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the oracle: every record is encoded and appended to one byte stream.
 
@@ -746,10 +754,8 @@ TEST(oracle_fetches_match_windowed_optimum) {
 TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
     { // one table of 5 rows, T = 2, B = 2, P = 1, W = 9, C = 4
         static const uint32_t ids[] = {0, 3, 3, 4, 3, 4, 0, 4, 2, 2, 1, 3, 4, 0, 2, 4};
-        uint64_t card[1] = {5};
         trace tr;
-        trace_make(&tr, 1, 1, 8, 2, 1, card, 0);
-        memcpy(tr.ids, ids, sizeof ids);
+        trace_of_ids(&tr, 8, 2, 5, ids);
         check_result cr;
         run_cfg c = {2, 9, 1, 4, 1, 0, 0};
         ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "%s", cr.msg);
@@ -762,10 +768,8 @@ TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
       // key 1 at step 4 (no pressure then), and it comes back private to trainer 1 for batch 6
         static const uint32_t ids[] = {0, 0, 3, 0, 3, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 2, 0, 0, 0, 0,
                                        2, 0, 0, 0, 0, 0, 0, 2, 0, 0, 1, 0, 0, 3, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-        uint64_t card[1] = {4};
         trace tr;
-        trace_make(&tr, 1, 1, 9, 6, 1, card, 0);
-        memcpy(tr.ids, ids, sizeof ids);
+        trace_of_ids(&tr, 9, 6, 4, ids);
         check_result cr;
         run_cfg c = {3, 10, 1, 3, 1, 0, 0};
         ASSERT_EQ(run_and_check(&tr, c, &cr, NULL), BP_ECAPACITY);
