@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common.h"
 #include "data_bin.h"
@@ -73,14 +74,19 @@ char *dist_test_slurp(const char *path, size_t *len) {
     return b;
 }
 
+int dist_test_files_equal(const char *a, const char *b) {
+    size_t la = 0, lb = 0;
+    char *x = dist_test_slurp(a, &la), *y = dist_test_slurp(b, &lb);
+    int same = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x), free(y);
+    return same;
+}
+
 int dist_test_same_file(const char *a, const char *b, const char *name) {
     char pa[600], pb[600];
     snprintf(pa, sizeof pa, "%s/%s", a, name), snprintf(pb, sizeof pb, "%s/%s", b, name);
-    size_t la = 0, lb = 0;
-    char *x = dist_test_slurp(pa, &la), *y = dist_test_slurp(pb, &lb);
-    int same = x && y && la == lb && la > 0 && memcmp(x, y, la) == 0;
-    free(x), free(y);
-    return same;
+    struct stat st;
+    return stat(pa, &st) == 0 && st.st_size > 0 && dist_test_files_equal(pa, pb);
 }
 
 // The last summary line of a metrics file, or NULL; *m gets the file (free it).

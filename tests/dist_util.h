@@ -1,4 +1,5 @@
-// Helpers shared by the multi-rank tests (test_dist.c, test_bagpipe.c, test_modes.c).
+// Helpers shared by the tests: the multi-rank ones (test_dist.c, test_bagpipe.c, test_modes.c) and a few
+// others (files and outputs compared).
 #ifndef BP_TEST_DIST_UTIL_H
 #define BP_TEST_DIST_UTIL_H
 
@@ -19,6 +20,8 @@ char *dist_test_slurp(const char *path, size_t *len);
 long dist_test_num_before(const char *out, const char *line, const char *what);
 // 1 when msg occurs in out exactly once (a message that each rank used to print).
 int dist_test_said_once(const char *out, const char *msg);
+// 1 when files a and b can be read and are byte-identical.
+int dist_test_files_equal(const char *a, const char *b);
 // 1 when DIR_A/name and DIR_B/name exist, are not empty and are byte-identical.
 int dist_test_same_file(const char *dir_a, const char *dir_b, const char *name);
 // Runs `bagpipe train MODEL ARGS --save test_path(dir) DATA` under the job environment with a

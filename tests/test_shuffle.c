@@ -33,14 +33,6 @@ static uint8_t *sorted_rows(const bp_dataset *ds, uint64_t r0, uint64_t r1) {
     return all;
 }
 
-static int files_same(const char *a, const char *b) {
-    size_t na, nb;
-    char *x = dist_test_slurp(a, &na), *y = dist_test_slurp(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x), free(y);
-    return same;
-}
-
 // The train rows of the output are those of the input (as a multiset) in another order, val and
 // test the same rows in the same places, the header's tables, split and kind unchanged; the same
 // seed gives the same bytes, another seed another order; in place (-o the input) gives the same
@@ -55,11 +47,11 @@ TEST(shuffle_permutes_the_train_rows_only) {
     free(msg);
     ASSERT_EQ(test_run(NULL, 60, "%s shuffle --seed 1 -o %s %s", test_bin(), again, in), 0);
     ASSERT_EQ(test_run(NULL, 60, "%s shuffle --seed 2 -o %s %s", test_bin(), other, in), 0);
-    ASSERT_TRUE(files_same(out, again));
-    ASSERT_TRUE(!files_same(out, other));
+    ASSERT_TRUE(dist_test_files_equal(out, again));
+    ASSERT_TRUE(!dist_test_files_equal(out, other));
     ASSERT_EQ(test_run(NULL, 10, "cp %s %s", in, inplace), 0);
     ASSERT_EQ(test_run(NULL, 60, "%s shuffle -o %s %s", test_bin(), inplace, inplace), 0);
-    ASSERT_TRUE(files_same(out, inplace));
+    ASSERT_TRUE(dist_test_files_equal(out, inplace));
 
     bp_dataset a, b;
     ASSERT_OK(bp_ds_open(&a, in, BP_DS_VERIFY));

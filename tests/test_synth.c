@@ -6,22 +6,8 @@
 #include "common.h"
 #include "data_bin.h"
 #include "data_synth.h"
+#include "dist_util.h"
 #include "test.h"
-
-// 1 when the two files have the same bytes.
-static int same_bytes(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb;
-    while (same) {
-        char x[1 << 14], y[1 << 14];
-        size_t na = fread(x, 1, sizeof x, fa), nb = fread(y, 1, sizeof y, fb);
-        if (na != nb || memcmp(x, y, na) != 0) same = 0;
-        if (na == 0) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
 
 // A small custom configuration written to path.
 // 3 dense and 3 tables; TSV needs Criteo's 13 and 26, so there the tables are 26 and the dense 13.
@@ -134,14 +120,14 @@ TEST(synth_same_seed_same_bytes_any_threads) {
     ASSERT_OK(write_custom(b, 70001, 7, 1, SYNTH_FMT_BIN));
     ASSERT_OK(write_custom(c, 70001, 7, 3, SYNTH_FMT_BIN));
     ASSERT_OK(write_custom(d, 70001, 8, 2, SYNTH_FMT_BIN));
-    ASSERT_MSG(same_bytes(a, b), "1 thread and 2 threads differ");
-    ASSERT_MSG(same_bytes(a, c), "3 threads and 2 threads differ");
-    ASSERT_MSG(!same_bytes(a, d), "seeds 7 and 8 gave the same bytes");
+    ASSERT_MSG(dist_test_files_equal(a, b), "1 thread and 2 threads differ");
+    ASSERT_MSG(dist_test_files_equal(a, c), "3 threads and 2 threads differ");
+    ASSERT_MSG(!dist_test_files_equal(a, d), "seeds 7 and 8 gave the same bytes");
     // Text output is deterministic too.
     const char *ta = test_path("a.tsv"), *tb = test_path("b.tsv");
     ASSERT_OK(write_custom(ta, 9000, 7, 1, SYNTH_FMT_TSV));
     ASSERT_OK(write_custom(tb, 9000, 7, 2, SYNTH_FMT_TSV));
-    ASSERT_MSG(same_bytes(ta, tb), "TSV differs between thread counts");
+    ASSERT_MSG(dist_test_files_equal(ta, tb), "TSV differs between thread counts");
 }
 
 TEST(synth_skew_calibrated_on_a_medium_custom_config) {
@@ -554,7 +540,7 @@ TEST(synth_source_reruns_to_the_same_bytes) {
     int rc = test_run(&out, 60, "%s %s -o %s", test_bin(), src + 8, b);
     ASSERT_MSG(rc == 0, "`%s`: exit %d\n%s", src, rc, out);
     free(out);
-    ASSERT_MSG(same_bytes(a, b), "`%s` wrote other bytes", src);
+    ASSERT_MSG(dist_test_files_equal(a, b), "`%s` wrote other bytes", src);
 
     // A table list too long for the field points to the sizes info prints.
     synth_opts o;

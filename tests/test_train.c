@@ -41,10 +41,6 @@ TEST(train_learns_planted_model) {
     free(out);
 }
 
-static int files_equal(const char *a, const char *b) {
-    return test_run(NULL, 60, "cmp -s %s %s", a, b) == 0;
-}
-
 TEST(train_is_deterministic_and_eval_reloads) {
     const char *data = test_path("d.bin");
     ASSERT_EQ(synth(data, 60000, ""), 0);
@@ -56,11 +52,11 @@ TEST(train_is_deterministic_and_eval_reloads) {
     ASSERT_EQ(test_run(NULL, 120, "%s train %s %s --seed 4 --save %s/m3", test_bin(), data, common, test_tmpdir()), 0);
     char a[600], b[600];
     snprintf(a, sizeof a, "%s/m1/dense.bin", test_tmpdir()), snprintf(b, sizeof b, "%s/m2/dense.bin", test_tmpdir());
-    ASSERT_TRUE(files_equal(a, b));
+    ASSERT_TRUE(dist_test_files_equal(a, b));
     snprintf(a, sizeof a, "%s/m1/emb.bin", test_tmpdir()), snprintf(b, sizeof b, "%s/m2/emb.bin", test_tmpdir());
-    ASSERT_TRUE(files_equal(a, b));
+    ASSERT_TRUE(dist_test_files_equal(a, b));
     snprintf(b, sizeof b, "%s/m3/emb.bin", test_tmpdir());
-    ASSERT_TRUE(!files_equal(a, b)); // another seed, another model: the comparison can fail
+    ASSERT_TRUE(!dist_test_files_equal(a, b)); // another seed, another model: the comparison can fail
 
     // eval --load of the saved model prints the same validation line as training did.
     ASSERT_EQ(test_run(&out3, 120, "%s eval --load %s/m1 --split val %s", test_bin(), test_tmpdir(), data), 0);
