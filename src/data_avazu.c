@@ -83,8 +83,7 @@ static int avazu_bad(const avazu_header *h, const char *s, size_t n, int col, co
                      lines_bad *bad) {
     const char *nul = memchr(s, 0, n);
     if (nul)
-        return lines_bad_set(bad, LINES_BAD_BINARY, "NUL byte at column %zu: binary data, expected a text line",
-                             (size_t)(nul - s) + 1);
+        return lines_bad_nul(s, nul, bad);
     size_t fields = 1;
     for (size_t i = 0; i < n; i++) fields += s[i] == ',';
     if (n == 0) return lines_bad_set(bad, LINES_BAD_FIELDS, "empty line, expected %d comma-separated fields", h->ncols);

@@ -62,8 +62,7 @@ static const char *field_name(char *buf, size_t cap, int field) {
 static int criteo_bad(const char *s, size_t n, int field, lines_bad *bad) {
     const char *nul = memchr(s, 0, n);
     if (nul)
-        return lines_bad_set(bad, LINES_BAD_BINARY, "NUL byte at column %zu: binary data, expected a text line",
-                             (size_t)(nul - s) + 1);
+        return lines_bad_nul(s, nul, bad);
     if (n == 0)
         return lines_bad_set(bad, LINES_BAD_FIELDS, "empty line, expected %d tab-separated fields", CRITEO_FIELDS);
     size_t fields = 1;

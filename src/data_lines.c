@@ -30,6 +30,11 @@ int lines_bad_set(lines_bad *bad, lines_bad_kind kind, const char *fmt, ...) {
     return 1;
 }
 
+int lines_bad_nul(const char *s, const char *nul, lines_bad *bad) {
+    return lines_bad_set(bad, LINES_BAD_BINARY, "NUL byte at column %zu: binary data, expected a text line",
+                         (size_t)(nul - s) + 1);
+}
+
 const char *lines_quote(char *out, size_t cap, const char *s, size_t n, size_t max) {
     BP_ASSERT(cap >= 8);
     size_t o = 0;

@@ -39,6 +39,9 @@ typedef struct {
 const char *lines_bad_name(lines_bad_kind kind); // "wrong field count", ...
 // Records kind and a formatted message in bad; returns 1 (the parsers' "bad line" result).
 int lines_bad_set(lines_bad *bad, lines_bad_kind kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// The LINES_BAD_BINARY explanation of a line s holding a NUL byte at nul (the Criteo and Avazu
+// parsers'); returns 1.
+int lines_bad_nul(const char *s, const char *nul, lines_bad *bad);
 // Writes at most `max` bytes of s[0, n) into out (cap bytes) with non-printable bytes as \xNN,
 // and "..." when cut.  For quoting a field in a message.
 const char *lines_quote(char *out, size_t cap, const char *s, size_t n, size_t max);

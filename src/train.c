@@ -1267,8 +1267,8 @@ static int train_cmd(int argc, char **argv) {
             train_print_eval(&prog, (bp_split)fl.eval_split, t + 1, &res);
             // evaluation, its line and its printing kept out of the throughput figures (the
             // windows' and the summary's alike; the summary's counted the last two)
-            t_eval += bp_now() - t0;
-            t_window += bp_now() - t0;
+            const double dt = bp_now() - t0;
+            t_eval += dt, t_window += dt;
         }
         if (ckpt_sched_due(&cks, t + 1, total_iters)) {
             double c0 = bp_now();

@@ -117,14 +117,14 @@ int train_replica_init(trainer *tr, const train_setup *su, int bmax, int i);
 emb_opt train_eopt_at(const train_setup *su, int64_t t);
 // ", warmup W, decay from S over N" (the parts the schedule has) or "", in buf.
 const char *train_lr_note(const train_setup *su, char *buf, size_t cap);
-// Begins the "train" metrics line of the window that ends with iteration t (0-based; named
-// t + 1): iter, samples, epoch, the window's mean loss, the rates of iteration t ("lr", dense, and
-// the embeddings' unless --emb-learning-rate was given, then "emb_lr") and samples_per_s.  Every
-// mode writes its own fields after these.
 // The "start" line of the metrics file (mf may be inactive; written before the run's first line,
 // jsonl_first): the run's first iteration (and resumed_at), so that the lines after it supersede
 // an interrupted run's beyond that point.
 void train_json_start(jsonl_file *mf, const train_setup *su);
+// Begins the "train" metrics line of the window that ends with iteration t (0-based; named
+// t + 1): iter, samples, epoch, the window's mean loss, the rates of iteration t ("lr", dense, and
+// the embeddings' unless --emb-learning-rate was given, then "emb_lr") and samples_per_s.  Every
+// mode writes its own fields after these.
 void train_json_window(jsonl *j, const train_setup *su, int64_t t, double loss, double samples_per_s);
 // The progress line's update for that window: iterations done and "loss X".
 void train_progress_window(bp_progress *p, int64_t t, double loss);
