@@ -211,8 +211,9 @@ struct oracle_impl {
     uint32_t *cand;       // (per batch) positions of the misses of the batch being fetched for, or of
                           // the evictions of the batch being completed
     uint64_t *bits_ev, *bits_now, *bits_last; // (per batch / 64 + 1) outcomes of the batch being completed
-    bentry *part_tmp;     // (part_cap) scratch of bucket_lone_last
+    bentry *part_tmp;     // (part_cap) scratch of bucket_lone_last, and demote's candidates
     uint32_t part_cap;
+    uint32_t *dm_cand, *dm_take; // (T) scratch of demote: candidates and keys to demote per trainer
     uint64_t *lz_tmp;     // (lz_cap) scratch of bucket_fill
     uint32_t lz_cap;
     uint32_t rr_fetch, rr_owner;
@@ -1151,14 +1152,15 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
     const uint32_t *sprev = sv->prev;
     const uint64_t *smiss = sv->miss;
     uint32_t *off = &o->grp_off[(size_t)jv * o->grp_stride];
-    BP_ASSERT(sv->batch == v && v > s && upto < s && dmin >= o->P + 2);
+    BP_ASSERT(sv->batch == v && v > s && upto < s && dmin >= o->P + 1); // P + 1: demote's fill
     o->bucket_upto[jv] = s;
     uint32_t m = 0;
     if (upto == 0 || dmin < o->grp_lo[jv]) {
         // A scan: it takes d in [dmin, dtop] and groups [gl, dmin): first the positions with d in
         // [gl, dtop] (in vector registers), then those without a branch (whether one is taken or
         // grouped is not predictable).
-        const uint32_t span = o->grp_span, gl = BP_MAX(o->P + 2, dmin > span ? dmin - span : 0), gh = dmin;
+        const uint32_t span = o->grp_span, gh = dmin;
+        const uint32_t gl = BP_MIN(dmin, BP_MAX(o->P + 2, dmin > span ? dmin - span : 0)); // dmin: demote's fill
         if (o->lz_cap < n + 1) {
             o->lz_cap = n + 1;
             o->lz_tmp = bp_xrealloc(o->lz_tmp, (size_t)o->lz_cap * sizeof *o->lz_tmp);
@@ -1270,14 +1272,16 @@ static inline void sync_move(oracle_impl *o, uint32_t i, uint32_t b) {
 
 // Evicts the shared key of bucket entry e (next use v) after iteration s-1 under capacity
 // pressure (record s-1).  Its gradient of e.last_use is still pending (deadline v-1 >= s): the
-// owner writes it back after s once that reduction is applied, so the deadline becomes s.
+// owner writes it back after s once that reduction is applied, so the deadline becomes s.  (A
+// demotion with P = 0 evicts a key next used at v = s, whose reduction is due at s-1: it is
+// written back at the end of s-1, as any eviction.)
 static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, plan *prev) {
     const slot *sv = &o->slots[v % o->R];
     uint32_t pos = (uint32_t)e & o->pos_mask, last_use = v - ((uint32_t)e >> o->pos_bits);
     uint32_t sync_idx = (uint32_t)(e >> 32);
     uint32_t a = sv->act[pos];
     uint64_t key = slot_key(o, sv, pos);
-    BP_ASSERT(sv->batch == v && !occ_bit(sv->miss, pos) && s >= 1 && v > s);
+    BP_ASSERT(sv->batch == v && !occ_bit(sv->miss, pos) && s >= 1 && v >= s && last_use + 1 < v);
     uint32_t owner = rr_next(&o->rr_owner, o->T);
     if (last_use == s - 1) {
         BP_ASSERT(prev->sync_later[sync_idx].key == key);
@@ -1289,7 +1293,7 @@ static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, pla
         sync_note(o, prev->n_sync_later - 1, sync_span(o) + (s - 2 - last_use));
         o->st.sync_restated++;
     }
-    plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
+    plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, v > s ? PLAN_WB_NEXT : 0});
     occ_miss(sv, pos), o->act_gate[a] = gate_of(owner, s - 1);
     o->shared_count--;
     o->st.evictions++, o->st.evictions_pressure++;
@@ -1320,6 +1324,63 @@ static void bucket_lone_last(oracle_impl *o, uint32_t v, uint32_t H) {
         else bk[k++] = bk[i];
     }
     memcpy(bk + k, o->part_tmp, (size_t)m * sizeof *bk);
+}
+
+// Demotions (T > 1), as in the reference planner (oracle_ref.c, demote): when Belady has nothing
+// left to evict and a trainer is still over capacity, shared keys next used at v = s+P by one
+// trainer, and not again in view, are evicted after s-1 and fetched back at s private to that
+// trainer, the fewest that bring every trainer within C (water-filling on the counts).  The
+// candidates are the bucket of v brought up to date to the keys last used at s-1 (P >= 1; with P
+// = 0 a key used at s-1 and s is synchronised now, so to s-2): bucket_fill's order is the eager
+// pushes', so the planners take the same keys.  Nothing reads that bucket after this step.
+// Returns 0, or the most any trainer still needs after every useful demotion (nothing is changed).
+static uint64_t demote(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    const uint32_t T = o->T, v = s + o->P, jv = v % o->R, upto = o->P ? s : s - 1;
+    const slot *sv = &o->slots[jv];
+    if (o->bucket_upto[jv] < upto) bucket_fill(o, v, upto);
+    const uint32_t n = o->bucket_n[jv];
+    const bentry *bk = o->bucket[jv];
+    if (o->part_cap < n) {
+        o->part_cap = BP_MAX(n, 2 * o->part_cap);
+        o->part_tmp = bp_xrealloc(o->part_tmp, (size_t)o->part_cap * sizeof *o->part_tmp);
+    }
+    memset(o->dm_cand, 0, T * sizeof *o->dm_cand), memset(o->dm_take, 0, T * sizeof *o->dm_take);
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t pos = (uint32_t)bk[i] & o->pos_mask;
+        const uint64_t users = slot_users(o, sv, pos);
+        if (users_bits(o->users8, users) == 1 && no_use_until(&o->lk, v, jv, pos, H))
+            o->part_tmp[m++] = bk[i], o->dm_cand[__builtin_ctzll(users)]++;
+    }
+    uint64_t shared = o->shared_count, worst;
+    for (;;) {
+        worst = 0;
+        uint32_t pick = T;
+        for (uint32_t i = 0; i < T; i++) {
+            worst = BP_MAX(worst, shared + o->priv_count[i] + o->dm_take[i]);
+            if (o->dm_take[i] < o->dm_cand[i] &&
+                (pick == T || o->priv_count[i] + o->dm_take[i] < o->priv_count[pick] + o->dm_take[pick]))
+                pick = i;
+        }
+        if (worst <= o->C || pick == T) break;
+        o->dm_take[pick]++, shared--;
+    }
+    if (worst > o->C) return worst;
+    for (uint32_t i = m; i-- > 0;) {
+        const bentry e = o->part_tmp[i];
+        const uint32_t pos = (uint32_t)e & o->pos_mask, a = sv->act[pos];
+        const uint32_t tr = (uint32_t)__builtin_ctzll(slot_users(o, sv, pos));
+        if (!o->dm_take[tr]) continue;
+        o->dm_take[tr]--;
+        evict_pressure(o, e, v, s, prev);
+        const uint64_t g = o->act_gate[a];
+        plan_add_fetch(cur, (plan_fetch){slot_key(o, sv, pos), v, (uint32_t)g - 1, (uint16_t)tr, (uint16_t)(g >> 32),
+                                         PLAN_PRIVATE});
+        sv->priv[pos >> 6] |= 1ull << (pos & 63);
+        o->priv_count[tr]++;
+        o->st.fetches++, o->st.fetches_private++, o->st.hits--, o->st.demotions++;
+    }
+    return 0;
 }
 
 static uint64_t max_private(const oracle_impl *o, uint32_t *who) {
@@ -1656,6 +1717,11 @@ static int plan_step(oracle_impl *o) {
             }
         }
         o->grp_span = BP_MIN(o->grp_stride - 1, BP_MAX(GRP_SPAN_MIN, levels + levels / 4));
+        uint64_t least = o->shared_count + mp; // the least this batch needs, as far as is known here
+        if (need && s >= 1 && T > 1 && o->W >= P && (least = demote(o, s, H, prev, cur)) == 0) {
+            mp = max_private(o, &who);
+            need = 0;
+        }
         if (need) {
             uint32_t ulo = s == 0 ? 0 : s + P, uhi = s + P < N ? s + P : N - 1;
             const unsigned long long base = o->iter_base; // a resumed run's numbers
@@ -1665,7 +1731,7 @@ static int plan_step(oracle_impl *o) {
                              "cache holds %llu; the minimum cache size for this batch is %llu rows",
                              base + ulo, base + s, who, (unsigned long long)(o->shared_count + mp),
                              (unsigned long long)o->shared_count, (unsigned long long)mp, base + s, base + uhi,
-                             (unsigned long long)o->C, (unsigned long long)(o->shared_count + mp));
+                             (unsigned long long)o->C, (unsigned long long)least);
             return o->err;
         }
     }
@@ -1823,6 +1889,8 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     }
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
+    o->dm_cand = bp_xcalloc(cfg->T, sizeof *o->dm_cand);
+    o->dm_take = bp_xcalloc(cfg->T, sizeof *o->dm_take);
     o->sync_cnt = bp_xcalloc(2 * sync_span(o) + 1, sizeof *o->sync_cnt);
     o->bucket = bp_xcalloc(o->R, sizeof *o->bucket);
     o->bucket_n = bp_xcalloc(o->R, sizeof *o->bucket_n);
@@ -1890,7 +1958,7 @@ void oracle_free(oracle *out) {
     hmap_free(&o->hm);
     for (uint32_t j = 0; o->bucket && j < o->R; j++) free(o->bucket[j]);
     free(o->bucket), free(o->bucket_n), free(o->bucket_cap), free(o->bucket_upto), free(o->lz_tmp);
-    free(o->part_tmp);
+    free(o->part_tmp), free(o->dm_cand), free(o->dm_take);
     if (o->grp)
         for (uint32_t j = 0; j < o->R; j++) free(o->grp[j]);
     free(o->grp), free(o->grp_cap), free(o->grp_lo), free(o->grp_hi), free(o->grp_off), free(o->gtmp);

@@ -32,11 +32,14 @@
 // trainer is over C, shared keys not needed by batches s..s+P are evicted, farthest next use
 // first (Belady within the window; among keys of one next use v, with T > 1, first those used at v
 // by one trainer and not again within H(s), which come back private; then in a fixed order);
-// if that is not enough the oracle
-// fails with BP_ECAPACITY naming the cache size this batch needs (shared + largest private
-// pinned set; for T = 1 exactly the distinct keys of batches s..s+P).  A later batch may need
-// more, and for T > 1 which keys are private depends on earlier decisions, so a rerun with the
-// named size can stop later with a new, larger figure.
+// if that is not enough (T > 1, W >= P) shared keys next used at s+P by one trainer and not again
+// within H(s) are demoted: evicted after s-1 and fetched at s, private to that trainer (one fetch
+// more, a slot back on every other trainer), the fewest that bring every trainer within C.  If
+// that is not enough either, the oracle fails with BP_ECAPACITY naming the cache size this batch
+// needs (shared + largest private pinned set, less what demotions could free; for T = 1 exactly
+// the distinct keys of batches s..s+P).  A later batch may need more, and for T > 1 which keys
+// are private depends on earlier decisions, so a rerun with the named size can stop later with a
+// new, larger figure.
 // Sync of the gradient of a shared key used at t: next use t+1 -> sync-now; next use v >= t+2
 // -> sync-later, deadline v-1; evicted after t -> sync-later, deadline t+1 (PLAN_WB_NEXT: the
 // owner applies that reduction before the write-back).  If a key is evicted under pressure while
@@ -127,6 +130,7 @@ typedef struct {
     uint64_t unique;          // sum over t of |U_t|
     uint64_t fetches, fetches_private;
     uint64_t evictions, evictions_private, evictions_pressure;
+    uint64_t demotions;       // shared keys evicted under pressure and fetched back private at once
     uint64_t sync_now, sync_later, sync_restated;
     uint64_t peak_resident;   // max over steps and trainers of occupied slots
     uint64_t active_peak;     // most keys tracked at once (occurring in held batches or resident)

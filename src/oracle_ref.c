@@ -85,6 +85,9 @@ struct oref_impl {
     uint32_t *bucket_n, *bucket_cap;
     bentry *part_tmp; // (part_cap) scratch of bucket_lone_last
     uint32_t part_cap;
+    uint32_t *dm_cand, *dm_take; // (T) scratch of demote: candidates and keys to demote per trainer
+    bentry *dm_list;             // (dm_cap) demote's candidates
+    uint32_t dm_n, dm_cap;
     uint32_t rr_fetch, rr_owner;
     plan rec[2];          // record s-1 being completed, record s collecting fetches
     uint64_t *pv_key;     // (pv_cap) private keys of the batch being completed
@@ -301,7 +304,7 @@ static void *indexer_thread(void *arg) {
 // ---------------------------------------------------------------------------------------------
 // Planner
 
-static inline uint32_t next_use(oref_impl *o, const slot *sl, uint32_t oc) {
+static inline uint32_t next_use(const oref_impl *o, const slot *sl, uint32_t oc) {
     uint32_t nx = __atomic_load_n(&sl->next[oc], __ATOMIC_ACQUIRE);
     return nx == NIL ? NIL : o->slots[nx >> o->pos_bits].batch;
 }
@@ -343,9 +346,11 @@ static void private_push(oref_impl *o, uint64_t key, uint16_t tr) {
 
 // Evicts the shared key of bucket entry e (next use v) after iteration s-1 under capacity
 // pressure (record s-1).  Its gradient of e.last_use is still pending (deadline v-1 >= s): the
-// owner writes it back after s once that reduction is applied, so the deadline becomes s.
+// owner writes it back after s once that reduction is applied, so the deadline becomes s.  (A
+// demotion with P = 0 evicts a key next used at v = s, whose reduction is due at s-1: it is
+// written back at the end of s-1, as any eviction.)
 static void evict_pressure(oref_impl *o, bentry e, uint32_t v, uint32_t s, plan *prev) {
-    BP_ASSERT(o->act_state[e.a] == RES_SHARED && s >= 1 && v > s);
+    BP_ASSERT(o->act_state[e.a] == RES_SHARED && s >= 1 && v >= s && e.last_use + 1 < v);
     uint64_t key = o->act_key[e.a];
     uint32_t owner = rr_next(&o->rr_owner, o->T);
     if (e.last_use == s - 1) {
@@ -355,7 +360,7 @@ static void evict_pressure(oref_impl *o, bentry e, uint32_t v, uint32_t s, plan 
         plan_add_sync_later(prev, (plan_sync){key, e.last_use, s});
         o->st.sync_restated++;
     }
-    plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, PLAN_WB_NEXT});
+    plan_add_evict(prev, (plan_evict){key, (uint16_t)owner, v > s ? PLAN_WB_NEXT : 0});
     o->act_state[e.a] = RES_NONE, o->act_gate[e.a] = gate_of(owner, s - 1);
     o->shared_count--;
     o->st.evictions++, o->st.evictions_pressure++;
@@ -384,6 +389,84 @@ static void bucket_lone_last(oref_impl *o, uint32_t v, uint32_t H) {
         else bk[k++] = bk[i];
     }
     memcpy(bk + k, o->part_tmp, (size_t)m * sizeof *bk);
+}
+
+// Demotions (T > 1).  When Belady has nothing left to evict (every resident shared key not needed
+// by batches s..s+P is gone) and a trainer is still over capacity, a shared key next used at s+P
+// by one trainer, and not again in view, can be evicted after s-1 and fetched back at s private to
+// that trainer: one fetch more than keeping it, and a slot back on every other trainer.  The
+// candidates are the bucket of s+P (keys last used before s-1, in the bucket's order: those that
+// bucket_lone_last would put last), then, with P >= 1, the keys used at s-1 and next at s+P (in
+// batch s-1's order), whose sync-later entry of s-1 becomes due at s, as for any eviction after
+// s-1.  Demoting keys of trainer j leaves j's count as it is and lowers every other trainer's by
+// one, so the fewest demotions that bring every trainer within C are found by water-filling on
+// the counts: each goes to the trainer with the fewest private keys (then the lowest index) that
+// still has a candidate.  The keys demoted are each trainer's last candidates.  Returns 0, or the
+// most any trainer still needs after every useful demotion (nothing is changed then).
+static int lone_at(const oref_impl *o, uint32_t nx, uint32_t v, uint32_t H, uint32_t *tr) {
+    const slot *sv = &o->slots[nx >> o->pos_bits];
+    const uint32_t oc = nx & o->pos_mask, nn = next_use(o, sv, oc);
+    BP_ASSERT(sv->batch == v);
+    *tr = (uint32_t)__builtin_ctzll(sv->users[oc]);
+    return popcount64(sv->users[oc]) == 1 && (nn == NIL || nn > H);
+}
+
+static void dm_add(oref_impl *o, bentry e) {
+    if (o->dm_n == o->dm_cap) {
+        o->dm_cap = o->dm_cap ? 2 * o->dm_cap : 256;
+        o->dm_list = bp_xrealloc(o->dm_list, (size_t)o->dm_cap * sizeof *o->dm_list);
+    }
+    o->dm_list[o->dm_n++] = e;
+}
+
+static uint64_t demote(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    const uint32_t T = o->T, v = s + o->P, j = v % o->NB, n = o->bucket_n[j];
+    bentry *bk = o->bucket[j];
+    uint32_t tr;
+    memset(o->dm_cand, 0, T * sizeof *o->dm_cand), memset(o->dm_take, 0, T * sizeof *o->dm_take);
+    o->dm_n = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (lone_at(o, bk[i].nx, v, H, &tr)) dm_add(o, bk[i]), o->dm_cand[tr]++;
+    const slot *sl = &o->slots[(s - 1) % o->R];
+    for (uint32_t oc = 0; oc < sl->n && o->P >= 1; oc++) {
+        const uint32_t a = sl->act[oc];
+        if (o->act_state[a] != RES_SHARED || next_use(o, sl, oc) != v || !lone_at(o, sl->next[oc], v, H, &tr)) continue;
+        uint32_t i = 0; // its sync-later entry of s-1 in record s-1 (in occurrence order, not yet sorted)
+        while (!(prev->sync_later[i].key == sl->key[oc] && prev->sync_later[i].grad_iter == s - 1)) i++;
+        dm_add(o, (bentry){a, s - 1, i, sl->next[oc]}), o->dm_cand[tr]++;
+    }
+    uint64_t shared = o->shared_count, worst;
+    for (;;) {
+        worst = 0;
+        uint32_t pick = T;
+        for (uint32_t i = 0; i < T; i++) {
+            worst = BP_MAX(worst, shared + o->priv_count[i] + o->dm_take[i]);
+            if (o->dm_take[i] < o->dm_cand[i] &&
+                (pick == T || o->priv_count[i] + o->dm_take[i] < o->priv_count[pick] + o->dm_take[pick]))
+                pick = i;
+        }
+        if (worst <= o->C || pick == T) break;
+        o->dm_take[pick]++, shared--;
+    }
+    if (worst > o->C) return worst;
+    for (uint32_t i = o->dm_n; i-- > 0;) {
+        const bentry e = o->dm_list[i];
+        lone_at(o, e.nx, v, H, &tr);
+        if (!o->dm_take[tr]) continue;
+        o->dm_take[tr]--;
+        evict_pressure(o, e, v, s, prev);
+        const uint64_t g = o->act_gate[e.a];
+        const slot *sv = &o->slots[e.nx >> o->pos_bits];
+        const uint64_t key = sv->key[e.nx & o->pos_mask];
+        plan_add_fetch(cur, (plan_fetch){key, v, (uint32_t)g - 1, (uint16_t)tr, (uint16_t)(g >> 32), PLAN_PRIVATE});
+        o->act_state[e.a] = RES_PRIVATE, o->priv_count[tr]++;
+        o->st.fetches++, o->st.fetches_private++, o->st.hits--, o->st.demotions++;
+    }
+    uint32_t k = 0; // the bucket keeps the keys still shared, in order
+    for (uint32_t i = 0; i < n; i++)
+        if (o->act_state[bk[i].a] == RES_SHARED) bk[k++] = bk[i];
+    o->bucket_n[j] = k;
+    return 0;
 }
 
 static uint64_t max_private(const oref_impl *o, uint32_t *who) {
@@ -562,6 +645,11 @@ static int plan_step(oref_impl *o) {
                 need--;
             }
         }
+        uint64_t least = o->shared_count + mp; // the least this batch needs, as far as is known here
+        if (need && s >= 1 && T > 1 && o->W >= P && (least = demote(o, s, H, prev, cur)) == 0) {
+            mp = max_private(o, &who);
+            need = 0;
+        }
         if (need) {
             uint32_t ulo = s == 0 ? 0 : s + P, uhi = s + P < N ? s + P : N - 1;
             const unsigned long long base = o->iter_base; // a resumed run's numbers
@@ -571,7 +659,7 @@ static int plan_step(oref_impl *o) {
                              "cache holds %llu; the minimum cache size for this batch is %llu rows",
                              base + ulo, base + s, who, (unsigned long long)(o->shared_count + mp),
                              (unsigned long long)o->shared_count, (unsigned long long)mp, base + s, base + uhi,
-                             (unsigned long long)o->C, (unsigned long long)(o->shared_count + mp));
+                             (unsigned long long)o->C, (unsigned long long)least);
             return o->err;
         }
     }
@@ -665,6 +753,8 @@ int oracle_ref_init(oracle_ref *out, const oracle_config *cfg) {
     }
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
+    o->dm_cand = bp_xcalloc(cfg->T, sizeof *o->dm_cand);
+    o->dm_take = bp_xcalloc(cfg->T, sizeof *o->dm_take);
     o->sync_cnt = bp_xcalloc(2 * (o->P + o->W + 2) + 1, sizeof *o->sync_cnt);
     o->bucket = bp_xcalloc(o->NB, sizeof *o->bucket);
     o->bucket_n = bp_xcalloc(o->NB, sizeof *o->bucket_n);
@@ -719,6 +809,7 @@ void oracle_ref_free(oracle_ref *out) {
     free(o->bucket), free(o->bucket_n), free(o->bucket_cap);
     free(o->part_tmp);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
+    free(o->dm_cand), free(o->dm_take), free(o->dm_list);
     free(o->offset), free(o->card);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);
     free(o);

@@ -233,10 +233,10 @@ void role_oracle_report(const role_oracle *ro) {
     oracle_stats st;
     oracle_get_stats(&ro->o, &st);
     printf("oracle: %llu records, %llu fetches (%llu private, %llu refetches), %llu evictions (%llu under "
-           "pressure), sync %llu now / %llu later (%llu restated), peak %llu of %llu rows\n",
+           "pressure, %llu demoted), sync %llu now / %llu later (%llu restated), peak %llu of %llu rows\n",
            (unsigned long long)st.batches, (unsigned long long)st.fetches, (unsigned long long)st.fetches_private,
            (unsigned long long)ro->refetches, (unsigned long long)st.evictions,
-           (unsigned long long)st.evictions_pressure, (unsigned long long)st.sync_now,
+           (unsigned long long)st.evictions_pressure, (unsigned long long)st.demotions, (unsigned long long)st.sync_now,
            (unsigned long long)st.sync_later, (unsigned long long)st.sync_restated,
            (unsigned long long)st.peak_resident, (unsigned long long)ro->su->cache_rows);
     fflush(stdout);

@@ -304,3 +304,54 @@ TEST(bagpipe_second_epoch_and_resume_keep_the_model) {
     free(out), out = NULL;
     ASSERT_SAME_MODEL(s2, b);
 }
+
+// Demotions at run time: a shared row next used by one trainer is evicted after s-1 and fetched
+// back private at s (the oracle's demote), so its write-back of s-1 and the refetch of s meet at
+// the gate; write-backs are held back (BAGPIPE_TEST_WB_DELAY_US), so the refetch waits for its
+// watermark.  One table of 4 rows, T = 3, B = 6, P = 1, W = 2, C = 3: each repeat of the oracle
+// test's nine batches makes one demotion (the run was refused before demotions: it needed 4 rows).
+// The model is mode sync's, with the oracle on one thread and on two.
+TEST(bagpipe_demotions_keep_the_model) {
+    static const uint32_t ids[] = {0, 0, 3, 0, 3, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 2, 0, 0, 0, 0,
+                                   2, 0, 0, 0, 0, 0, 0, 2, 0, 0, 1, 0, 0, 3, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    const uint32_t reps = 40, n = reps * 54;
+    char data[512], s3[512], b[512];
+    snprintf(data, sizeof data, "%s", test_path("d.bin"));
+    snprintf(s3, sizeof s3, "%s", test_path("sync3"));
+    snprintf(b, sizeof b, "%s", test_path("bp"));
+    bp_ds_info t = {0};
+    t.n_dense = 4, t.n_sparse = 1, t.kind = BP_KIND_CUSTOM;
+    bp_ds_writer *w;
+    ASSERT_OK(bp_ds_writer_open(&w, data, &t));
+    bp_rng r;
+    bp_rng_seed(&r, 77, 0);
+    for (uint32_t i = 0; i < n + 60; i++) {
+        float d[4];
+        for (int k = 0; k < 4; k++) d[k] = bp_rng_uniformf(&r);
+        const uint32_t id = i < n ? ids[i % 54] : i % 4;
+        const uint8_t lab = bp_rng_uniform(&r) < 0.3 + 0.1 * id;
+        ASSERT_OK(bp_ds_writer_append(w, 1, &lab, d, &id, NULL));
+    }
+    const uint64_t card[1] = {4}, split[3] = {n, 60, 0};
+    ASSERT_OK(bp_ds_writer_finish(w, card, split));
+#define DM_MODEL "--arch-mlp-bot 4-8-4 --arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 6 " \
+                 "--learning-rate 0.05 --no-eval"
+    char *out = NULL;
+    int rc = test_run(&out, 60, "%s %s train --mode sync --trainers 3 --servers 2 " DM_MODEL " --save %s %s",
+                      dist_test_env(), test_bin(), s3, data);
+    ASSERT_MSG(rc == 0, "sync: exit %d:\n%s", rc, out);
+    free(out);
+    for (int threads = 1; threads <= 2; threads++) {
+        rc = test_run(&out, 60, "BAGPIPE_TEST_WB_DELAY_US=2000 %s %s train --mode bagpipe --trainers 3 --servers 2 "
+                      "--prefetch 1 --lookahead 2 --cache-rows 3 --oracle-threads %d " DM_MODEL " --save %s %s",
+                      dist_test_env(), test_bin(), threads, b, data);
+        ASSERT_MSG(rc == 0, "bagpipe, %d oracle threads: exit %d:\n%s", threads, rc, out);
+        ASSERT_MSG(dist_test_num_before(out, "oracle:", "demoted") == reps, "not %u demotions:\n%s", reps, out);
+        const long waited = dist_test_num_before(out, "server 0:", "waited for a write-back watermark") +
+                            dist_test_num_before(out, "server 1:", "waited for a write-back watermark");
+        ASSERT_MSG(waited > 0, "no fetch waited for a watermark:\n%s", out);
+        free(out);
+        ASSERT_SAME_MODEL(s3, b);
+    }
+#undef DM_MODEL
+}
