@@ -209,9 +209,19 @@ static int unknown_flag(const cli_opt *opts, const char *prog, const char *typed
     if (near && near->type == CLI_T_HINT) // another tool's flag, which this command refuses: its hint
         return bp_fail(BP_EUSAGE, "unknown flag '%.*s' (near '--%s', which is not taken here either: %s)",
                        (int)(name - typed + len), typed, near->name, near->help);
-    if (near)
-        return bp_fail(BP_EUSAGE, "unknown flag '%.*s'; did you mean '--%s'? (see '%s --help')",
-                       (int)(name - typed + len), typed, near->name, prog);
+    if (near) { // every flag as near as the nearest, in the table's order ("--modle": --mode or --model)
+        const int d = edit_distance(name, len, near->name, strlen(near->name));
+        char alt[256] = "";
+        size_t at = 0;
+        int n = 0;
+        for (const cli_opt *o = opts; o->type != CLI_T_END && at < sizeof alt; o++) {
+            const size_t ol = o->type == CLI_T_GROUP ? 0 : strlen(o->name);
+            if (ol == 0 || ol > 63 || o->type == CLI_T_HINT || edit_distance(name, len, o->name, ol) != d) continue;
+            at += (size_t)snprintf(alt + at, sizeof alt - at, "%s'--%s'", n++ ? " or " : "", o->name);
+        }
+        return bp_fail(BP_EUSAGE, "unknown flag '%.*s'; did you mean %s? (see '%s --help')",
+                       (int)(name - typed + len), typed, alt, prog);
+    }
     return bp_fail(BP_EUSAGE, "unknown flag '%.*s' (see '%s --help')", (int)(name - typed + len), typed, prog);
 }
 

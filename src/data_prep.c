@@ -201,7 +201,7 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
         }
         if (k == LINES_LONG) {
             lines_bad_set(&bad, LINES_BAD_LONG, "line longer than %u bytes, expected text lines of at most that "
-                          "(is this a %s file?)", LINES_MAX, o->format == PREP_AVAZU ? "Avazu CSV" : "Criteo TSV");
+                          "(is this %s file?)", LINES_MAX, o->format == PREP_AVAZU ? "an Avazu CSV" : "a Criteo TSV");
             if ((rc = prep_bad_line(c, &r, &bad)) != 0) break;
             continue;
         }

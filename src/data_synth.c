@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "cli.h"
 #include "cmds.h"
 #include "progress.h"
@@ -409,6 +411,51 @@ static void source_text(const synth_opts *o, const synth_model *m, char *buf, si
     memcpy(buf + cap - 4, "...", 4); // still too long (flags with many digits): show it is cut
 }
 
+// Text output: plain, or gzip when the name ends in ".gz" (as the Criteo and Avazu downloads come,
+// and as prep reads them), compressed at level 1: the generator outruns anything slower.
+typedef struct {
+    bp_afile *af;
+    int gz;
+    z_stream z;
+    unsigned char *buf;
+} text_sink;
+
+#define SINK_BUF ((size_t)1 << 20)
+
+static int sink_open(text_sink *k, bp_afile *af, const char *path) {
+    memset(k, 0, sizeof *k);
+    k->af = af;
+    const size_t n = strlen(path);
+    k->gz = n > 3 && strcmp(path + n - 3, ".gz") == 0;
+    if (!k->gz) return 0;
+    if (deflateInit2(&k->z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return bp_fail(BP_ENOMEM, "%s: cannot start the gzip compressor", path);
+    k->buf = bp_xmalloc(SINK_BUF);
+    return 0;
+}
+
+// Writes n bytes (compressed when gzip); finish ends the gzip stream.
+static int sink_write(text_sink *k, const void *p, size_t n, int finish) {
+    if (!k->gz) return n ? bp_afile_write(k->af, p, n) : 0;
+    k->z.next_in = (Bytef *)(uintptr_t)p, k->z.avail_in = (uInt)n; // (blocks are far below 4 GiB)
+    BP_ASSERT(n <= UINT32_MAX);
+    for (;;) {
+        k->z.next_out = k->buf, k->z.avail_out = (uInt)SINK_BUF;
+        const int zr = deflate(&k->z, finish ? Z_FINISH : Z_NO_FLUSH);
+        BP_ASSERT(zr == Z_OK || zr == Z_STREAM_END || zr == Z_BUF_ERROR);
+        const size_t out = SINK_BUF - k->z.avail_out;
+        const int rc = out ? bp_afile_write(k->af, k->buf, out) : 0;
+        if (rc) return rc;
+        if (finish ? zr == Z_STREAM_END : k->z.avail_out != 0) return 0;
+    }
+}
+
+static void sink_close(text_sink *k) {
+    if (k->gz) deflateEnd(&k->z);
+    free(k->buf);
+    k->buf = NULL;
+}
+
 int synth_run(const synth_opts *opts, synth_report *rep) {
     memset(rep, 0, sizeof *rep);
     synth_opts o = *opts;
@@ -425,6 +472,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
 
     bp_ds_writer *w = NULL;
     bp_afile af = {.fd = -1};
+    text_sink sink = {0};
     bp_ds_info t;
     memset(&t, 0, sizeof t);
     if (o.format == SYNTH_FMT_BIN) {
@@ -435,9 +483,12 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
     } else {
         rc = bp_ds_replace_check(o.out, 1);
         if (!rc) rc = bp_afile_open(&af, o.out);
-        if (!rc && o.format == SYNTH_FMT_CSV) rc = bp_afile_write(&af, avazu_header, sizeof avazu_header - 1);
+        if (!rc) rc = sink_open(&sink, &af, o.out);
+        if (!rc && o.format == SYNTH_FMT_CSV) rc = sink_write(&sink, avazu_header, sizeof avazu_header - 1, 0);
+        if (rc && af.fd >= 0) bp_afile_abort(&af);
     }
     if (rc) {
+        sink_close(&sink);
         synth_model_free(m);
         return rc;
     }
@@ -479,7 +530,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
         while (!(sl->ready && sl->expect == b)) pthread_cond_wait(&st.cv, &st.mu);
         pthread_mutex_unlock(&st.mu);
         if (o.format == SYNTH_FMT_BIN) rc = bp_ds_writer_append_summed(w, sl->rows, sl->label, sl->dense, sl->sparse, sl->prob, &sl->sum);
-        else rc = bp_afile_write(&af, sl->text, sl->text_len);
+        else rc = sink_write(&sink, sl->text, sl->text_len, 0);
         rep->mean_label += sl->sum_label, rep->mean_prob += sl->sum_prob;
         done += sl->rows;
         pthread_mutex_lock(&st.mu);
@@ -503,14 +554,16 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
             rc = bp_ds_writer_finish(w, o.card, rep->split);
             w = NULL;
         } else {
+            rc = sink_write(&sink, NULL, 0, 1);
             rep->bytes = af.written;
-            rc = bp_afile_commit(&af);
+            if (!rc) rc = bp_afile_commit(&af);
         }
     }
     if (rc) {
         bp_ds_writer_abort(w);
         if (o.format != SYNTH_FMT_BIN) bp_afile_abort(&af);
     }
+    sink_close(&sink);
     bp_progress_finish(&pg);
 
     for (int k = 0; k < st.nslots; k++) {
@@ -584,7 +637,7 @@ int cmd_synth(int argc, char **argv) {
         CLI_CHOICE("format", 'f', &format, 0, "bin|tsv|csv|raw", "output: binary dataset, Criteo TSV, Avazu CSV, "
                                                                   "or the preset's raw text format"),
         CLI_INT("threads", 't', &threads, 0, 0, 256, "generator threads (0: one per core)"),
-        CLI_STR("out", 'o', &out, NULL, "output file"),
+        CLI_STR("out", 'o', &out, NULL, "output file (text formats: gzip when it ends in .gz)"),
         CLI_END,
     };
     char **pos;

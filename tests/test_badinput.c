@@ -967,6 +967,8 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
                            "unknown flag '--lerning-rate'; did you mean '--learning-rate'? (see 'bagpipe train --help')");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s -batch-size 64", test_bin(), d), "did you mean '--batch-size'?");
     EXPECT(2, cmd("%s synth --row 100 -o x.bin", test_bin()), "did you mean '--rows'?");
+    // Flags equally near are all named (it named --mode alone, and --mode wdl failed in turn).
+    EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --modle wdl", test_bin(), d), "did you mean '--mode' or '--model'?");
     // A typo nearest to another tool's flag, which is refused too: its hint, not "did you mean"
     // a flag that would be refused in turn.
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --print-fre 10", test_bin(), d),

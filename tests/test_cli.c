@@ -260,6 +260,8 @@ TEST(cli_aliases_hints_and_suggestions) {
         {"-b64", "unknown flag '-b64'; did you mean '-b 64'?"},
         {"-b=64", "unknown flag '-b=64'; did you mean '-b 64'?"},
         {"--verify", "unknown flag '--verify': it is the default ('--no-verify' turns it off)"},
+        {"--chaty", "unknown flag '--chaty'; did you mean '--chatty'? (see 'p --help')"},
+        {"--verbos", "unknown flag '--verbos'; did you mean '--verbose'? (see 'p --help')"},
     };
     for (size_t i = 0; i < BP_ARRAY_LEN(bad); i++) {
         char *av[] = {"p", (char *)bad[i].arg, NULL};
