@@ -1228,7 +1228,9 @@ static void bucket_fill(oracle_impl *o, uint32_t v, uint32_t s) {
     }
     for (uint32_t k = 0; k < m; k++) {
         uint32_t hi = (uint32_t)(o->lz_tmp[k] >> 32), oc = (uint32_t)o->lz_tmp[k], d = R - (hi >> pos_bits);
-        uint32_t sync = d == dmin ? o->lz_sync[hi & pos_mask] : 0; // only a use at s - 1 reads it
+        // Only an entry last used at s - 1 reads it (evict_pressure); demote's fill to s - 1 (P = 0)
+        // reads a stale index for those last used at s - 2, which nothing uses.
+        uint32_t sync = d == dmin ? o->lz_sync[hi & pos_mask] : 0;
         o->bucket[j][n0 + k] = (bentry)sync << 32 | d << pos_bits | oc;
     }
     o->bucket_n[j] = n0 + m;
@@ -1608,7 +1610,7 @@ static int plan_step(oracle_impl *o) {
                 const uint32_t g = d - 1 >= hd ? 0 : d - 2;
                 *later++ = (plan_sync){key_at(skeys, k32, oc), s - 1, s + g};
                 sbk[i] = g, scnt[g + 1]++;
-                lz_sync[oc] = i; // for bucket_fill at this step (read where v > s + P)
+                lz_sync[oc] = i; // for bucket_fill at this step (read where v > s + P, or v = s + P by demote)
             }
         }
         st.sync_now += (uint64_t)(now - (prev->sync_now + prev->n_sync_now));

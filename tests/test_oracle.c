@@ -201,6 +201,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
     uint32_t *sync_mark = bp_xcalloc(K, 4), *priv_mark = bp_xcalloc(K, 4), *restate_mark = bp_xcalloc(K, 4);
     uint32_t *evict_mark = bp_xcalloc(K, 4);
     uint32_t *demote_mark = bp_xcalloc(K, 4); // t + 1: demoted after t-1, to be fetched private at t
+    uint32_t *fetch_mark = bp_xcalloc(K, 4);  // t + 1: fetched in record t
     // nxt[t][k]: the first batch after t that touches k, or NONE.  The horizon of the step that
     // completes record t (evictions after t) is H1(t) = min(t + 1 + P + W, N - 1).
     const uint32_t NONE = 0xFFFFFFFFu;
@@ -252,7 +253,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
                 res_on[k] = ALL, kind[k] = 1;
                 fetch_cnt[f->fetcher]++;
             }
-            for_it[k] = f->for_iter;
+            for_it[k] = f->for_iter, fetch_mark[k] = t + 1;
             res->fetches++;
         }
         for (uint64_t k = 0; k < K && t > 0; k++)
@@ -260,18 +261,55 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
                   "t=%u: key %llu demoted after %u but not fetched back private for %u", t, (unsigned long long)k,
                   t - 1, t + c.P);
         // Residency after the fetches: the peak of iteration t.
-        uint64_t occ_max = 0;
+        uint64_t occ_max = 0, occ_of[64];
         for (uint32_t i = 0; i < T; i++) {
             uint64_t occ = 0;
             for (uint64_t k = 0; k < K; k++) occ += (res_on[k] >> i) & 1;
             CHECK(occ <= c.C, "t=%u: trainer %u holds %llu rows > capacity %llu", t, i, (unsigned long long)occ,
                   (unsigned long long)c.C);
             if (occ > res->peak) res->peak = occ;
-            occ_max = BP_MAX(occ_max, occ);
+            occ_max = BP_MAX(occ_max, occ), occ_of[i] = occ;
         }
         // Evictions under pressure free no more than needed: some trainer is then exactly full.
         CHECK(pressure_at != t || occ_max == c.C, "t=%u: keys kept in view evicted after %u, but no cache is full (%llu of %llu)",
               t, t - 1, (unsigned long long)occ_max, (unsigned long long)c.C);
+        // Demotions are the fewest that bring every trainer within C.  A demotion of a key of
+        // trainer j frees a slot on every other trainer, so "some cache exactly full" does not
+        // bound their number: from the residency without them (occ0) and the keys that could have
+        // been demoted at step t (shared and resident before its fetches, next used at t + P by
+        // one trainer and not again within H(t), not used in t..t+P-1, nor at t-1 with P = 0),
+        // the fewest is found by water-filling, as the planner's demote does.
+        if (t > 0 && T > 1) {
+            const uint32_t v = t + c.P, Ht = (uint32_t)BP_MIN((uint64_t)t + c.P + c.W, (uint64_t)N - 1);
+            uint64_t x[64] = {0}, cand[64] = {0}, take[64] = {0}, X = 0;
+            for (uint64_t k = 0; k < K; k++) {
+                if (demote_mark[k] == t + 1) {
+                    x[holder[k]]++, cand[holder[k]]++, X++;
+                    continue;
+                }
+                if (v >= N || res_on[k] != ALL || fetch_mark[k] == t + 1 || __builtin_popcountll(M(v, k)) != 1 ||
+                    (NX(v, k) != NONE && NX(v, k) <= Ht) || (c.P == 0 && M(t - 1, k)) || c.W < c.P)
+                    continue;
+                int used = 0;
+                for (uint32_t u = t; u < v; u++) used |= M(u, k) != 0;
+                if (!used) cand[__builtin_ctzll(M(v, k))]++;
+            }
+            uint64_t fewest = 0;
+            while (X > 0) {
+                uint64_t worst = 0;
+                uint32_t pick = T;
+                for (uint32_t i = 0; i < T; i++) {
+                    const uint64_t occ0 = occ_of[i] + X - x[i]; // (without the demotions)
+                    worst = BP_MAX(worst, occ0 - fewest + take[i]);
+                    if (take[i] < cand[i] && (pick == T || occ0 + take[i] < occ_of[pick] + X - x[pick] + take[pick]))
+                        pick = i;
+                }
+                if (worst <= c.C || pick == T) break;
+                take[pick]++, fewest++;
+            }
+            CHECK(X == fewest, "t=%u: %llu keys demoted after %u where %llu would do", t, (unsigned long long)X, t - 1,
+                  (unsigned long long)fewest);
+        }
         const uint32_t H1 = (uint32_t)BP_MIN((uint64_t)t + 1 + c.P + c.W, (uint64_t)N - 1);
         // A key used at v by one trainer and not again within H1: it comes back private (T > 1).
 #define LONE(k, v) (T > 1 && c.W >= c.P && __builtin_popcountll(M(v, k)) == 1 && (NX(v, k) == NONE || NX(v, k) > H1))
@@ -407,7 +445,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
     plan_free(&p);
     free(mask), free(res_on), free(kind), free(holder), free(for_it), free(ev_it), free(ev_wr);
     free(pend), free(pend_grad), free(pend_dl), free(sync_mark), free(priv_mark), free(restate_mark), free(evict_mark);
-    free(demote_mark);
+    free(demote_mark), free(fetch_mark);
     free(nxt);
     return ok;
 #undef M
