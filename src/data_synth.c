@@ -437,8 +437,8 @@ static int sink_open(text_sink *k, bp_afile *af, const char *path) {
 // Writes n bytes (compressed when gzip); finish ends the gzip stream.
 static int sink_write(text_sink *k, const void *p, size_t n, int finish) {
     if (!k->gz) return n ? bp_afile_write(k->af, p, n) : 0;
-    k->z.next_in = (Bytef *)(uintptr_t)p, k->z.avail_in = (uInt)n; // (blocks are far below 4 GiB)
-    BP_ASSERT(n <= UINT32_MAX);
+    BP_ASSERT(n <= UINT32_MAX); // (a block of text is far below 4 GiB)
+    k->z.next_in = (Bytef *)(uintptr_t)p, k->z.avail_in = (uInt)n;
     for (;;) {
         k->z.next_out = k->buf, k->z.avail_out = (uInt)SINK_BUF;
         const int zr = deflate(&k->z, finish ? Z_FINISH : Z_NO_FLUSH);
