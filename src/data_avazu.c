@@ -44,6 +44,7 @@ int avazu_header_parse(avazu_header *h, const char *s, size_t n, lines_bad *bad)
     memset(h, 0, sizeof *h);
     int seen_click = 0, seen_hour = 0, seen_id = 0, seen_cat[AVAZU_NCAT] = {0};
     const char *p = s, *end = s + n;
+    if (n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) p += 3; // a UTF-8 byte-order mark (spreadsheet exports)
     for (;;) {
         const char *f = p;
         while (p < end && *p != ',') p++;
@@ -60,7 +61,16 @@ int avazu_header_parse(avazu_header *h, const char *s, size_t n, lines_bad *bad)
             for (int c = 0; c < AVAZU_NCAT; c++)
                 if (strlen(avazu_feature_names[2 + c]) == len && !memcmp(f, avazu_feature_names[2 + c], len))
                     role = 2 + c, seen = &seen_cat[c];
-        if (!seen) return lines_bad_set(bad, LINES_BAD_FIELDS, "unknown column '%s' in the header; %s", q, expect);
+        if (!seen) {
+            // What it likely is: no header at all, a stray comma, CR line ends.
+            int digits = len > 0;
+            for (size_t i = 0; i < len; i++) digits &= f[i] >= '0' && f[i] <= '9';
+            const char *why = digits && f == s ? " (the first line looks like data: is the header line missing?)"
+                              : len == 0       ? " (an empty name: a doubled or trailing comma?)"
+                              : memchr(f, '\r', len) ? " (it holds a carriage return: CR line ends? convert them to LF)"
+                                                     : "";
+            return lines_bad_set(bad, LINES_BAD_FIELDS, "unknown column '%s' in the header%s; %s", q, why, expect);
+        }
         if (*seen) return lines_bad_set(bad, LINES_BAD_FIELDS, "column '%s' appears twice in the header", q);
         *seen = 1;
         h->role[h->ncols++] = (int8_t)role;

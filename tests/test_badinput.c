@@ -147,7 +147,27 @@ TEST(badinput_avazu_without_header) {
     snprintf(text, sizeof text, "%s%s", avazu_row, avazu_row);
     const char *in = write_file("nohdr.csv", text, strlen(text));
     EXPECT(1, cmd("%s prep -q -f avazu -o %s %s", test_bin(), test_path("o.bin"), in),
-           "nohdr.csv:1: unknown column '1' in the header", "expected the Avazu header");
+           "nohdr.csv:1: unknown column '1' in the header (the first line looks like data: is the header line "
+           "missing?)", "expected the Avazu header");
+}
+
+// A header a spreadsheet saved: a UTF-8 byte-order mark before it is taken (it was refused as
+// an unknown column '\xef\xbb\xbfid'); a trailing comma and CR line ends are named.
+TEST(badinput_avazu_header_bom_comma_cr) {
+    char text[1024];
+    snprintf(text, sizeof text, "\xEF\xBB\xBF%s%s%s", avazu_header, avazu_row, avazu_row);
+    const char *in = write_file("bom.csv", text, strlen(text));
+    EXPECT(0, cmd("%s prep -f avazu -o %s %s", test_bin(), test_path("o.bin"), in), "prep: 2 rows");
+    snprintf(text, sizeof text, "%.*s,\n%s", (int)strlen(avazu_header) - 1, avazu_header, avazu_row);
+    in = write_file("comma.csv", text, strlen(text));
+    EXPECT(1, cmd("%s prep -q -f avazu -o %s %s", test_bin(), test_path("o2.bin"), in),
+           "comma.csv:1: unknown column '' in the header (an empty name: a doubled or trailing comma?)");
+    snprintf(text, sizeof text, "%.*s\r%s", (int)strlen(avazu_header) - 1, avazu_header, avazu_row);
+    text[strlen(text) - 1] = '\r';
+    in = write_file("cr.csv", text, strlen(text));
+    EXPECT(1, cmd("%s prep -q -f avazu -o %s %s", test_bin(), test_path("o2.bin"), in),
+           "(it holds a carriage return: CR line ends? convert them to LF)");
+    ASSERT_TRUE(access(test_path("o2.bin"), F_OK) != 0);
 }
 
 TEST(badinput_text_log_given_to_train) {
