@@ -216,7 +216,9 @@ static int unknown_flag(const cli_opt *opts, const char *prog, const char *typed
         int n = 0;
         for (const cli_opt *o = opts; o->type != CLI_T_END && at < sizeof alt; o++) {
             const size_t ol = o->type == CLI_T_GROUP ? 0 : strlen(o->name);
-            if (ol == 0 || ol > 63 || o->type == CLI_T_HINT || edit_distance(name, len, o->name, ol) != d) continue;
+            if (ol == 0 || ol > 63 || o->type == CLI_T_HINT || edit_distance(name, len, o->name, ol) != d ||
+                (size_t)d * 3 > BP_MAX(len, ol)) // (nearest_long's bound: a third of the letters)
+                continue;
             at += (size_t)snprintf(alt + at, sizeof alt - at, "%s'--%s'", n++ ? " or " : "", o->name);
         }
         return bp_fail(BP_EUSAGE, "unknown flag '%.*s'; did you mean %s? (see '%s --help')",

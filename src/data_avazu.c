@@ -45,6 +45,7 @@ int avazu_header_parse(avazu_header *h, const char *s, size_t n, lines_bad *bad)
     int seen_click = 0, seen_hour = 0, seen_id = 0, seen_cat[AVAZU_NCAT] = {0};
     const char *p = s, *end = s + n;
     if (n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) p += 3; // a UTF-8 byte-order mark (spreadsheet exports)
+    const char *first = p;
     for (;;) {
         const char *f = p;
         while (p < end && *p != ',') p++;
@@ -65,8 +66,9 @@ int avazu_header_parse(avazu_header *h, const char *s, size_t n, lines_bad *bad)
             // What it likely is: no header at all, a stray comma, CR line ends.
             int digits = len > 0;
             for (size_t i = 0; i < len; i++) digits &= f[i] >= '0' && f[i] <= '9';
-            const char *why = digits && f == s ? " (the first line looks like data: is the header line missing?)"
-                              : len == 0       ? " (an empty name: a doubled or trailing comma?)"
+            const char *why = digits && f == first ? " (the first line looks like data: is the header line missing?)"
+                              : first == end ? " (the first line is empty: the header must be the first line)"
+                              : len == 0 ? " (an empty name: a doubled or trailing comma?)"
                               : memchr(f, '\r', len) ? " (it holds a carriage return: CR line ends? convert them to LF)"
                                                      : "";
             return lines_bad_set(bad, LINES_BAD_FIELDS, "unknown column '%s' in the header%s; %s", q, why, expect);

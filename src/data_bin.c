@@ -247,9 +247,12 @@ int bp_ds_replace_check(const char *path, int text) {
     if (!text && strcmp(held, "a bagpipe dataset") != 0)
         return bp_fail(BP_EUSAGE, "%s: exists and is not a bagpipe dataset (it holds %s); only a dataset is replaced: "
                        "remove it first or choose another output name", path, held);
-    if (text && strcmp(held, "text") != 0)
+    if (text == 1 && strcmp(held, "text") != 0)
         return bp_fail(BP_EUSAGE, "%s: exists and is not a text file (it holds %s); only a text file is replaced: "
                        "remove it first or choose another output name", path, held);
+    if (text == 2 && strcmp(held, "text") != 0 && strcmp(held, "gzip data") != 0)
+        return bp_fail(BP_EUSAGE, "%s: exists and is not a text file (it holds %s); only a text file, plain or gzip, "
+                       "is replaced: remove it first or choose another output name", path, held);
     return 0;
 }
 

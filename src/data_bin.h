@@ -80,8 +80,9 @@ typedef struct {
 // Whether an output may replace what is at path (a raw log or its gzip given as the output by
 // mistake is not): missing, empty or not a regular file is fine; else a dataset output (text = 0)
 // replaces only a bagpipe dataset and a text output (text = 1) only text (no gzip data, dataset or
-// NUL byte in its first 4 KiB; a raw text log is text too), and a file that cannot be read is
-// refused.  BP_EUSAGE naming path and what it holds.  The writers below check it when they open.
+// NUL byte in its first 4 KiB; a raw text log is text too), a gzip text output (text = 2) text or
+// gzip data, and a file that cannot be read is refused.  BP_EUSAGE naming path and what it holds.
+// The writers below check it when they open.
 int bp_ds_replace_check(const char *path, int text);
 // `tmpl` gives n_dense, n_sparse, flags, transform, kind, idmap, min_count, max_ind_range, seed
 // and source; rows, split, card and the layout are filled in at finish.

@@ -422,11 +422,15 @@ typedef struct {
 
 #define SINK_BUF ((size_t)1 << 20)
 
+static int gz_name(const char *path) {
+    const size_t n = strlen(path);
+    return n > 3 && strcmp(path + n - 3, ".gz") == 0;
+}
+
 static int sink_open(text_sink *k, bp_afile *af, const char *path) {
     memset(k, 0, sizeof *k);
     k->af = af;
-    const size_t n = strlen(path);
-    k->gz = n > 3 && strcmp(path + n - 3, ".gz") == 0;
+    k->gz = gz_name(path);
     if (!k->gz) return 0;
     if (deflateInit2(&k->z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
         return bp_fail(BP_ENOMEM, "%s: cannot start the gzip compressor", path);
@@ -481,7 +485,7 @@ int synth_run(const synth_opts *opts, synth_report *rep) {
         source_text(&o, m, t.source, sizeof t.source);
         rc = bp_ds_writer_open_sized(&w, o.out, &t, o.rows);
     } else {
-        rc = bp_ds_replace_check(o.out, 1);
+        rc = bp_ds_replace_check(o.out, gz_name(o.out) ? 2 : 1); // (gzip replaces gzip, as text replaces text)
         if (!rc) rc = bp_afile_open(&af, o.out);
         if (!rc) rc = sink_open(&sink, &af, o.out);
         if (!rc && o.format == SYNTH_FMT_CSV) rc = sink_write(&sink, avazu_header, sizeof avazu_header - 1, 0);

@@ -168,6 +168,13 @@ TEST(badinput_avazu_header_bom_comma_cr) {
     EXPECT(1, cmd("%s prep -q -f avazu -o %s %s", test_bin(), test_path("o2.bin"), in),
            "(it holds a carriage return: CR line ends? convert them to LF)");
     ASSERT_TRUE(access(test_path("o2.bin"), F_OK) != 0);
+    snprintf(text, sizeof text, "\xEF\xBB\xBF%s", avazu_row); // data after the mark: still "header missing"
+    in = write_file("bomdata.csv", text, strlen(text));
+    EXPECT(1, cmd("%s prep -q -f avazu -o %s %s", test_bin(), test_path("o2.bin"), in), "is the header line missing?");
+    snprintf(text, sizeof text, "\n%s%s", avazu_header, avazu_row);
+    in = write_file("blank.csv", text, strlen(text));
+    EXPECT(1, cmd("%s prep -q -f avazu -o %s %s", test_bin(), test_path("o2.bin"), in),
+           "blank.csv:1: unknown column '' in the header (the first line is empty: the header must be the first line)");
 }
 
 TEST(badinput_text_log_given_to_train) {
@@ -608,9 +615,9 @@ TEST(badinput_output_over_a_raw_log) {
     EXPECT(2, cmd("%s prep -q -o %s %s", test_bin(), gz, log),
            "day_1.gz: exists and is not a bagpipe dataset (it holds gzip data); only a dataset is replaced");
     EXPECT(2, cmd("%s synth -n 10 -o %s", test_bin(), log), "day_0: exists and is not a bagpipe dataset (it holds text)");
-    EXPECT(2, cmd("%s synth -n 10 -f tsv -o %s", test_bin(), gz),
-           "day_1.gz: exists and is not a text file (it holds gzip data)");
     EXPECT(2, cmd("%s synth -n 10 -f tsv -o %s", test_bin(), d), "exists and is not a text file (it holds a bagpipe dataset)");
+    EXPECT(2, cmd("cp %s %s.gz && %s synth -n 10 -f tsv -o %s.gz", d, d, test_bin(), d),
+           "d.bin.gz: exists and is not a text file (it holds a bagpipe dataset); only a text file, plain or gzip");
     EXPECT(0, cmd("cmp %s %s.orig && cmp %s %s.orig && %s info %s", log, log, gz, gz, test_bin(), d), "checksums verified");
     // what each replaces: a dataset, text, an empty file
     EXPECT(0, cmd("%s synth -n 10 -o %s && %s prep -q -o %s %s && echo replaced", test_bin(), bin, test_bin(), bin, log),
@@ -620,6 +627,9 @@ TEST(badinput_output_over_a_raw_log) {
     EXPECT(2, cmd("%s%s synth -n 10 -o %s.locked", as_user(), test_bin(), gz),
            "exists and cannot be read to check what it holds (Permission denied)");
     EXPECT(0, cmd("%s synth -n 10 -f tsv -o %s && echo replaced", test_bin(), log), "replaced");
+    // A text output named .gz is gzip: it replaces gzip data, as plain text replaces text (a
+    // second run of the same synth command was refused)
+    EXPECT(0, cmd("%s synth -n 10 -f tsv -o %s && gzip -t %s && echo replaced", test_bin(), gz, gz), "replaced");
     EXPECT(0, cmd(": > %s && %s synth -n 10 -o %s && echo replaced", gz, test_bin(), gz), "replaced");
 }
 
@@ -987,8 +997,10 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
                            "unknown flag '--lerning-rate'; did you mean '--learning-rate'? (see 'bagpipe train --help')");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s -batch-size 64", test_bin(), d), "did you mean '--batch-size'?");
     EXPECT(2, cmd("%s synth --row 100 -o x.bin", test_bin()), "did you mean '--rows'?");
-    // Flags equally near are all named (it named --mode alone, and --mode wdl failed in turn).
+    // Flags equally near are all named (it named --mode alone, and --mode wdl failed in turn), each
+    // within a third of its letters
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --modle wdl", test_bin(), d), "did you mean '--mode' or '--model'?");
+    EXPECT(2, cmd("%s prep --omat x", test_bin()), "did you mean '--format'? (see");
     // A typo nearest to another tool's flag, which is refused too: its hint, not "did you mean"
     // a flag that would be refused in turn.
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --print-fre 10", test_bin(), d),
