@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "launch.h"
 
 static void set_default(const cli_opt *o) {
     switch (o->type) {
@@ -293,7 +294,9 @@ int cli_parse_given(const char *prog, const char *synopsis, const cli_opt *opts,
             continue;
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            cli_usage(prog, synopsis, opts, stdout);
+            int rank; // under the user's own mpirun or srun every rank gets --help: one prints it
+            launch_world(&rank);
+            if (rank == 0) cli_usage(prog, synopsis, opts, stdout);
             free(out);
             return 1;
         }

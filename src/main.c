@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "cmds.h"
 #include "common.h"
+#include "launch.h"
 
 typedef struct {
     const char *name;
@@ -67,7 +68,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
-        usage(stdout);
+        int rank; // under the user's own mpirun or srun: one rank prints it (as a command's --help)
+        launch_world(&rank);
+        if (rank == 0) usage(stdout);
         return stdout_done(0);
     }
     for (size_t i = 0; i < BP_ARRAY_LEN(commands); i++)

@@ -551,6 +551,16 @@ TEST(cli_help_command_is_its_help) {
     }
     ASSERT_STR_CONTAINS(out, "--cache-rows");
     free(out), free(want), out = NULL;
+    // Under the user's own launcher every rank gets --help, and only rank 0 prints it (each did).
+    ASSERT_EQ(test_run(&out, 10, "OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_RANK=2 %s train --help", test_bin()), 0);
+    ASSERT_STR_EQ(out, "");
+    free(out), out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "PMI_SIZE=4 PMI_RANK=0 %s train --help", test_bin()), 0);
+    ASSERT_STR_CONTAINS(out, "--cache-rows");
+    free(out), out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_RANK=3 %s --help", test_bin()), 0);
+    ASSERT_STR_EQ(out, "");
+    free(out), out = NULL;
     ASSERT_EQ(test_run(&out, 10, "%s help trian", test_bin()), 2);
     ASSERT_STR_CONTAINS(out, "help: unknown command 'trian'; did you mean 'train'?");
     ASSERT_STR_CONTAINS(out, "commands:");
