@@ -122,7 +122,8 @@ int bp_ds_header_decode(bp_ds_info *out, const uint8_t *b, size_t n, const char 
     if (strcmp(base, "dense.bin") == 0 || strcmp(base, "emb.bin") == 0 || // the names a model's parts have
         ((sscanf(base, "server-%u.bi%c", &idx, &tail) == 2 || sscanf(base, "trainer-%u.bi%c", &idx, &tail) == 2) &&
          tail == 'n' && !strchr(base, '+') && strlen(strrchr(base, '.')) == 4)) {
-        if ((n < BP_DS_HEADER_SIZE || memcmp(b + H_MAGIC, BP_DS_MAGIC, 8) != 0) && !(b[0] == 0x1f && b[1] == 0x8b))
+        const int dataset = n >= BP_DS_HEADER_SIZE && memcmp(b + H_MAGIC, BP_DS_MAGIC, 8) == 0;
+        if (!dataset && !(n >= 2 && b[0] == 0x1f && b[1] == 0x8b))
             return bp_fail(BP_EFORMAT, "%s: not a bagpipe dataset; by its name a part of a saved model or checkpoint, "
                            "whose directory is what 'bagpipe eval --load DIR DATA' reads", what);
     }
@@ -247,12 +248,10 @@ int bp_ds_replace_check(const char *path, int text) {
     if (!text && strcmp(held, "a bagpipe dataset") != 0)
         return bp_fail(BP_EUSAGE, "%s: exists and is not a bagpipe dataset (it holds %s); only a dataset is replaced: "
                        "remove it first or choose another output name", path, held);
-    if (text == 1 && strcmp(held, "text") != 0)
-        return bp_fail(BP_EUSAGE, "%s: exists and is not a text file (it holds %s); only a text file is replaced: "
-                       "remove it first or choose another output name", path, held);
-    if (text == 2 && strcmp(held, "text") != 0 && strcmp(held, "gzip data") != 0)
-        return bp_fail(BP_EUSAGE, "%s: exists and is not a text file (it holds %s); only a text file, plain or gzip, "
-                       "is replaced: remove it first or choose another output name", path, held);
+    if (text && strcmp(held, "text") != 0 && !(text == 2 && strcmp(held, "gzip data") == 0))
+        return bp_fail(BP_EUSAGE, "%s: exists and is not a text file (it holds %s); only a text file%s is replaced: "
+                       "remove it first or choose another output name", path, held,
+                       text == 2 ? ", plain or gzip," : "");
     return 0;
 }
 
