@@ -270,6 +270,12 @@ static int writer_new(bp_ds_writer **out, const char *path, const bp_ds_info *tm
     if (rc) return rc;
     free(target);
     if ((rc = bp_ds_replace_check(path, 0)) != 0) return rc;
+    // A dataset is mapped, never read through gzip, so it is written uncompressed; under a .gz name
+    // gzip, zcat and every tool that goes by the name would take it for what it is not.
+    const size_t len = strlen(path);
+    if (len > 3 && strcmp(path + len - 3, ".gz") == 0)
+        return bp_fail(BP_EUSAGE, "%s: a bagpipe dataset is written uncompressed (it is mapped, not read through "
+                       "gzip); give --out a name without '.gz'", path);
     bp_ds_writer *w = *out = bp_xcalloc(1, sizeof *w);
     w->info = *tmpl;
     w->info.version = BP_DS_VERSION;

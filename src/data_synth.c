@@ -641,7 +641,7 @@ int cmd_synth(int argc, char **argv) {
         CLI_CHOICE("format", 'f', &format, 0, "bin|tsv|csv|raw", "output: binary dataset, Criteo TSV, Avazu CSV, "
                                                                   "or the preset's raw text format"),
         CLI_INT("threads", 't', &threads, 0, 0, 256, "generator threads (0: one per core)"),
-        CLI_STR("out", 'o', &out, NULL, "output file (text formats: gzip when it ends in .gz)"),
+        CLI_STR("out", 'o', &out, NULL, "output file (text formats: gzip when it ends in .gz; a dataset takes no .gz name)"),
         CLI_END,
     };
     char **pos;

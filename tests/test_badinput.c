@@ -630,7 +630,15 @@ TEST(badinput_output_over_a_raw_log) {
     // A text output named .gz is gzip: it replaces gzip data, as plain text replaces text (a
     // second run of the same synth command was refused)
     EXPECT(0, cmd("%s synth -n 10 -f tsv -o %s && gzip -t %s && echo replaced", test_bin(), gz, gz), "replaced");
-    EXPECT(0, cmd(": > %s && %s synth -n 10 -o %s && echo replaced", gz, test_bin(), gz), "replaced");
+    EXPECT(0, cmd(": > %s.e && %s synth -n 10 -o %s.e && echo replaced", bin, test_bin(), bin), "replaced");
+    // A dataset is written uncompressed, so a .gz name is refused before any work (synth, prep and
+    // shuffle wrote a plain dataset under it, which gzip and zcat then refused)
+    const char *gz_name = "x.bin.gz: a bagpipe dataset is written uncompressed (it is mapped, not read through gzip); "
+                          "give --out a name without '.gz'";
+    EXPECT(2, cmd("%s synth -n 10 -o %s", test_bin(), test_path("x.bin.gz")), gz_name);
+    EXPECT(2, cmd("%s prep -q -o %s %s", test_bin(), test_path("x.bin.gz"), log), gz_name);
+    EXPECT(2, cmd("%s shuffle -o %s %s", test_bin(), test_path("x.bin.gz"), d), gz_name);
+    EXPECT(0, cmd("test -e %s || echo absent", test_path("x.bin.gz")), "absent");
 }
 
 // ---------------------------------------------------------------------------------------------
