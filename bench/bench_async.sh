@@ -66,6 +66,10 @@ mode_args() {
 # The number after "key": in the last summary line of a metrics file (empty when absent).
 num() { grep '"summary"' "$1" | tail -1 | sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p"; }
 z() { v=$(num "$1" "$2"); echo "${v:-0}"; }
+# A time of the summary with its first iteration left out (it connects and warms every cache),
+# scaled back to ITERS iterations so that the report divides every column by ITERS alike:
+# (X - first_iter_X) x ITERS / (ITERS - 1).
+steady() { awk -v s="$(z "$1" "$2")" -v f="$(z "$1" "$3")" -v n="$ITERS" 'BEGIN{printf "%.6f", n > 1 ? (s-f)*n/(n-1) : s}'; }
 
 # Is an emulated network possible here?  (root, and a network namespace can be made; RATES=none: not asked for)
 net=none unemulated="no root or no network namespaces"
@@ -93,8 +97,9 @@ for rate in $RATES; do
         bytes=$(awk -v a="$(z "$m" bytes_row_fetch)" -v b="$(z "$m" bytes_grad_push)" -v c="$(z "$m" bytes_forward)" \
                     -v d="$(z "$m" bytes_all_to_all)" -v e="$(z "$m" bytes_write_back)" -v f="$(z "$m" bytes_emb_sync)" \
                     -v g="$(z "$m" bytes_allreduce)" -v h="$(z "$m" bytes_hot_sync)" 'BEGIN{printf "%.0f", a+b+c+d+e+f+g+h}')
-        echo "$rate $r $(z "$m" train_s) $(z "$m" wait_rows_s) $(z "$m" emb_sync_s) $(z "$m" allreduce_s) \
-$(z "$m" compute_s) $(z "$m" bytes_row_fetch) $(z "$m" bytes_grad_push) $(z "$m" bytes_allreduce) $bytes \
+        echo "$rate $r $(steady "$m" train_s first_iter_s) $(steady "$m" wait_rows_s first_iter_wait_rows_s) \
+$(steady "$m" emb_sync_s first_iter_emb_sync_s) $(steady "$m" allreduce_s first_iter_allreduce_s) \
+$(steady "$m" compute_s first_iter_compute_s) $(z "$m" bytes_row_fetch) $(z "$m" bytes_grad_push) $(z "$m" bytes_allreduce) $bytes \
 $(z "$m" hit_rate) $(num "$m" staleness_max) $(num "$m" staleness_mean)" >> "$tmp/time.rows"
     done
 done
@@ -128,9 +133,9 @@ load1=$(cut -d' ' -f1-3 /proc/loadavg)
          "async and bagpipe caches $CACHE rows per trainer (async: LRU); bagpipe lookahead 32, prefetch 2."
     echo
     if [ "$net" = emulated ]; then
-        echo "## Time and bytes per iteration ($ITERS iterations; emulated network: MPI over TCP through a rate-limited loopback, bench/netem.sh, no added latency)"
+        echo "## Time and bytes per iteration ($ITERS iterations, times without the first; emulated network: MPI over TCP through a rate-limited loopback, bench/netem.sh, no added latency)"
     else
-        echo "## Time and bytes per iteration ($ITERS iterations; **unemulated**: shared memory on one machine, $unemulated)"
+        echo "## Time and bytes per iteration ($ITERS iterations, times without the first; **unemulated**: shared memory on one machine, $unemulated)"
     fi
     echo
     echo "| network | mode | ms/iter | vs sync | wait rows ms | emb sync ms | all-reduce ms | compute ms | fetch B/it | push B/it | all-reduce B/it | total B/it | bytes vs sync | hit rate | staleness max / mean |"

@@ -4,8 +4,9 @@
 //
 //   build/bench/bench_bagpipe [BAGPIPE_BIN] [ITERS] [CACHE_ROWS]
 //
-// Prints per mode: seconds per iteration (from the summary's train_s), the split of a trainer's
-// time (waiting for rows, embedding sync, dense all-reduce, compute) and the bytes per iteration
+// Prints per mode: seconds per iteration (from the summary's train_s) and the split of a trainer's
+// time (waiting for rows, embedding sync, dense all-reduce, compute), both with the first
+// iteration left out (bench_steady_s), and the bytes per iteration
 // of each kind (summed over trainers).  Figures are lower bounds on a shared machine; the ranks
 // are oversubscribed when ranks > cores, so sync pays for that too.
 #include <math.h>
@@ -86,7 +87,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_bagpipe: failed: %s\n", cmd);
             return 1;
         }
-        spi[m] = bench_summary_num(mpath, "train_s") / iters;
+        spi[m] = bench_steady_s(mpath, "train_s", iters);
         double it = iters;
         double push = m == 0 ? bench_summary_num(mpath, "bytes_grad_push") / it : 0;
         double fwd = m == 1 ? bench_summary_num(mpath, "bytes_forward") / it : 0;
@@ -94,8 +95,8 @@ int main(int argc, char **argv) {
         double es = m == 1 ? bench_summary_num(mpath, "bytes_emb_sync") / it : 0;
         double hit = m == 1 ? 100 * bench_summary_num(mpath, "hit_rate") : 0;
         printf("%-16s %8.3f %8.3f %8.3f %8.3f %8.3f %11.0f %11.0f %11.0f %11.0f %11.0f %11.0f %6.1f\n", modes[m][0],
-               1e3 * spi[m], 1e3 * bench_summary_num(mpath, "wait_rows_s") / it, 1e3 * bench_summary_num(mpath, "emb_sync_s") / it,
-               1e3 * bench_summary_num(mpath, "allreduce_s") / it, 1e3 * bench_summary_num(mpath, "compute_s") / it,
+               1e3 * spi[m], 1e3 * bench_steady_s(mpath, "wait_rows_s", iters), 1e3 * bench_steady_s(mpath, "emb_sync_s", iters),
+               1e3 * bench_steady_s(mpath, "allreduce_s", iters), 1e3 * bench_steady_s(mpath, "compute_s", iters),
                bench_summary_num(mpath, "bytes_row_fetch") / it, push, fwd, wb, es, bench_summary_num(mpath, "bytes_allreduce") / it,
                hit);
     }

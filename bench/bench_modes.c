@@ -5,8 +5,8 @@
 //
 //   build/bench/bench_modes [BAGPIPE_BIN] [ITERS]
 //
-// Prints per mode: milliseconds per iteration (the summary's train_s / iterations), the split of
-// a trainer's time, and the bytes per iteration of each kind summed over the trainers (row fetch
+// Prints per mode: milliseconds per iteration (the summary's train_s / iterations, the first
+// iteration left out: bench_steady_s), the split of a trainer's time, and the bytes per iteration of each kind summed over the trainers (row fetch
 // = requests + replies, gradient push, dense all-reduce, pinned-row gradients), plus static's
 // hit rate.  Figures are lower bounds on a shared machine; with 3-4 ranks on 2 cores the
 // distributed modes also pay for oversubscription.
@@ -65,14 +65,14 @@ int main(int argc, char **argv) {
             return 1;
         }
         const double it = iters;
-        spi[m] = bench_summary_num(mpath, "train_s") / it;
+        spi[m] = bench_steady_s(mpath, "train_s", iters);
         double b[4] = {bench_summary_num(mpath, "bytes_row_fetch"), bench_summary_num(mpath, "bytes_grad_push"),
                        bench_summary_num(mpath, "bytes_allreduce"), bench_summary_num(mpath, "bytes_hot_sync")};
         double total = 0;
         for (int k = 0; k < 4; k++) total += isnan(b[k]) ? 0 : b[k];
         printf("%-15s %8.3f", modes[m][0], 1e3 * spi[m]);
         const char *tk[4] = {"wait_rows_s", "emb_sync_s", "allreduce_s", "compute_s"};
-        for (int k = 0; k < 4; k++) cell(" %8.3f", 8, 1e3 * bench_summary_num(mpath, tk[k]) / it);
+        for (int k = 0; k < 4; k++) cell(" %8.3f", 8, 1e3 * bench_steady_s(mpath, tk[k], iters));
         for (int k = 0; k < 4; k++) cell(" %11.0f", 11, b[k] / it);
         cell(" %11.0f", 11, m == 0 ? NAN : total / it);
         cell(" %6.3f", 6, bench_summary_num(mpath, "hit_rate"));

@@ -2,7 +2,8 @@
 # bench_net.sh: modes sync, sharded, static and bagpipe side by side on the same data and model
 # over an emulated network (bench/netem.sh: MPI over TCP through a rate-limited loopback in a
 # private namespace), at each rate given.  Prints per mode and rate: ms/iter, a trainer's time
-# split (waiting for rows, embedding sync, dense all-reduce, compute), bytes per iteration by
+# split (waiting for rows, embedding sync, dense all-reduce, compute), both with the first iteration
+# left out (it connects and warms every cache), bytes per iteration by
 # kind (summed over trainers) and the speedup over sync at that rate, and bytes relative to sync.
 #
 #   bench/bench_net.sh [BAGPIPE_BIN] [ITERS] [RATES]     (root; RATES default "1gbit 10gbit")
@@ -51,19 +52,23 @@ for rate in $rates; do
         line=$(grep '"summary"' "$m" | tail -1)
         num() { echo "$line" | sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
         z() { v=$(num "$1"); echo "${v:-0}"; }
-        ms=$(awk -v s="$(z train_s)" -v n="$iters" 'BEGIN{printf "%.3f", 1e3*s/n}')
+        # times per iteration leave the first out (it connects and warms every cache): steady X =
+        # (X - first_iter_X) / (iters - 1), as bench/suite.py's steady_ms
+        st() { awk -v s="$(z "$1")" -v f="$(z "$2")" -v n="$iters" 'BEGIN{printf "%.6f", n > 1 ? (s-f)/(n-1) : s/n}'; }
+        ms=$(awk -v s="$(st train_s first_iter_s)" 'BEGIN{printf "%.3f", 1e3*s}')
         tot=$(awk -v a="$(z bytes_row_fetch)" -v b="$(z bytes_grad_push)" -v c="$(z bytes_forward)" -v d="$(z bytes_all_to_all)" \
               -v e="$(z bytes_write_back)" -v f="$(z bytes_emb_sync)" -v g="$(z bytes_allreduce)" -v h="$(z bytes_hot_sync)" \
               -v n="$iters" 'BEGIN{printf "%.0f", (a+b+c+d+e+f+g+h)/n}')
         [ "$mode" = sync ] && sync_ms=$ms sync_b=$tot
-        awk -v rate="$rate" -v mode="$mode" -v ms="$ms" -v n="$iters" -v w="$(z wait_rows_s)" -v s="$(z emb_sync_s)" \
-            -v a="$(z allreduce_s)" -v c="$(z compute_s)" -v f="$(z bytes_row_fetch)" -v p="$(z bytes_grad_push)" \
+        awk -v rate="$rate" -v mode="$mode" -v ms="$ms" -v n="$iters" -v w="$(st wait_rows_s first_iter_wait_rows_s)" \
+            -v s="$(st emb_sync_s first_iter_emb_sync_s)" -v a="$(st allreduce_s first_iter_allreduce_s)" \
+            -v c="$(st compute_s first_iter_compute_s)" -v f="$(z bytes_row_fetch)" -v p="$(z bytes_grad_push)" \
             -v fw="$(z bytes_forward)" -v x="$(z bytes_all_to_all)" -v wb="$(z bytes_write_back)" -v es="$(z bytes_emb_sync)" \
             -v ss="$(z bytes_hot_sync)" -v d="$(z bytes_allreduce)" -v sms="$sync_ms" -v tot="$tot" -v sb="$sync_b" \
             'BEGIN{sp = sms > 0 && ms > 0 ? sprintf("%7.2fx", sms/ms) : "       -"  # sync failed: no ratios
                    by = sb > 0 ? sprintf("%8.3f", tot/sb) : "       -"
                    printf "%-8s %-8s %9.3f %8.3f %8.3f %8.3f %8.3f %11.0f %11.0f %11.0f %11.0f %11.0f %11.0f %s %s\n",
-                   rate, mode, ms, 1e3*w/n, 1e3*s/n, 1e3*a/n, 1e3*c/n, f/n, p/n, (fw+x)/n, wb/n, (es+ss)/n, d/n,
+                   rate, mode, ms, 1e3*w, 1e3*s, 1e3*a, 1e3*c, f/n, p/n, (fw+x)/n, wb/n, (es+ss)/n, d/n,
                    sp, by}'
     done
 done

@@ -48,10 +48,21 @@ static inline double bench_summary_num(const char *path, const char *key) {
     while (fgets(line, sizeof line, f))
         if (strstr(line, "\"summary\"")) snprintf(last, sizeof last, "%s", line);
     fclose(f);
-    char pat[96];
+    char pat[128];
     snprintf(pat, sizeof pat, "\"%s\":", key);
     const char *p = strstr(last, pat);
     return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+// Seconds per iteration of the summary's time `key` (train_s, or a part of a trainer's breakdown
+// such as compute_s), with the first iteration left out where the summary gives its part
+// (first_iter_s, first_iter_<key>) and more than one ran: it connects and warms every cache (50 ms
+// to 1 s against 8-25 ms later on a 2-core machine), which is no part of a steady rate.
+static inline double bench_steady_s(const char *path, const char *key, int iters) {
+    char first[96];
+    snprintf(first, sizeof first, "first_iter_%s", strcmp(key, "train_s") == 0 ? "s" : key);
+    const double v = bench_summary_num(path, key), f = bench_summary_num(path, first);
+    return iters > 1 && !isnan(f) ? (v - f) / (iters - 1) : v / iters;
 }
 
 // The bench's scratch folder, made by bench_scratch and removed at exit whatever the path out (a

@@ -315,6 +315,13 @@ static int window_counters(const role_loop *rl, uint64_t prev[W_N], double out[W
     return rc;
 }
 
+void role_json_first_parts(jsonl *j, const double p[4]) {
+    jsonl_num(j, "first_iter_wait_rows_s", p[0]);
+    jsonl_num(j, "first_iter_emb_sync_s", p[1]);
+    jsonl_num(j, "first_iter_allreduce_s", p[2]);
+    jsonl_num(j, "first_iter_compute_s", p[3]);
+}
+
 static void json_window(jsonl *j, const role_loop *rl, const role_stats *st, const double c[W_N], int64_t iters) {
     jsonl_num(j, "wait_rows_s", st->t_wait);
     jsonl_num(j, "emb_sync_s", st->t_sync);
@@ -347,7 +354,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
     bp_progress_init(&prog, "train", "it", writer ? (uint64_t)su->total_iters : 0);
     if (!writer) prog.enabled = 0;
     bp_progress_start_at(&prog, (uint64_t)su->ck.start_iter);
-    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0, first_s = 0;
+    double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0, first_s = 0, first_parts[4] = {0};
     role_stats tot = {0};
     double tot_c[W_N] = {0};
     uint64_t prev[W_N] = {0};
@@ -365,7 +372,11 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
         double loss = 0;
         if ((rc = rl->step ? rl->step(rl->ctx, t, &loss) : role_loop_step(su, rl, t, &loss))) break;
         if ((rc = train_loss_check(t, loss)) || (rc = dist_alive_tick(&alive, 0))) break;
-        if (t == su->ck.start_iter) first_s = bp_now() - t_start;
+        if (t == su->ck.start_iter) { // the window's times hold this iteration's alone
+            first_s = bp_now() - t_start;
+            first_parts[0] = st->t_wait, first_parts[1] = st->t_sync, first_parts[2] = st->t_ar;
+            first_parts[3] = st->t_compute;
+        }
         win_loss += loss, win_n++;
         train_progress_window(&prog, t, win_loss / (double)win_n); // every iteration: redrawn at most 10 times a second
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
@@ -439,6 +450,7 @@ int role_loop_run(const train_setup *su, const role_loop *rl) {
             jsonl_num(&j, "samples_per_s", sps);
             ckpt_sched_json(&j, &cks);
             json_window(&j, rl, &tot, tot_c, run_iters);
+            role_json_first_parts(&j, first_parts);
             if (rl->json) rl->json(rl->ctx, &j, 1);
             train_json_summary_result(&j, su, &res, &bayes);
             rc = jsonl_end(&j, &mf);

@@ -71,6 +71,10 @@ int role_ckpt_ask_servers(int64_t iter, int S, int first_server, comm_req *rq, u
 // Runs su->total_iters iterations and the end of a run (result lines, metrics, --save on
 // trainer 0).  Returns 0 or a negative code with a message.
 int role_loop_run(const train_setup *su, const role_loop *rl);
+// The summary's first_iter_wait_rows_s, first_iter_emb_sync_s, first_iter_allreduce_s and
+// first_iter_compute_s: the first iteration's part of each time of the breakdown (p: wait, sync,
+// all-reduce, compute), so that a steady rate leaves the warm-up out of the parts as of train_s.
+void role_json_first_parts(jsonl *j, const double p[4]);
 
 // Sum of the global batch's loss over the trainers (deterministic all-reduce).
 int role_loss_allreduce(double *loss, int first_trainer, int T);

@@ -355,7 +355,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
     if (!writer) prog.enabled = 0;
     bp_progress_start_at(&prog, (uint64_t)su->ck.start_iter);
     double t_start = bp_now(), t_window = t_start, t_eval = 0, win_loss = 0, first_s = 0;
-    double tot_wait = 0, tot_sync = 0, tot_ar = 0, tot_compute = 0, tot_bytes[4] = {0};
+    double tot_wait = 0, tot_sync = 0, tot_ar = 0, tot_compute = 0, tot_bytes[4] = {0}, first_parts[4] = {0};
     int64_t win_n = 0;
     metric_result res = {0}, bayes = {0};
     ckpt_sched cks;
@@ -369,7 +369,11 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
         double loss = 0;
         if ((rc = ts_step(&ts, t, &loss))) break;
         if ((rc = train_loss_check(t, loss))) break;
-        if (t == su->ck.start_iter) first_s = bp_now() - t_start;
+        if (t == su->ck.start_iter) { // the window's times hold this iteration's alone
+            first_s = bp_now() - t_start;
+            first_parts[0] = ts.t_wait, first_parts[1] = ts.t_sync, first_parts[2] = ts.t_ar;
+            first_parts[3] = ts.t_compute;
+        }
         win_loss += loss, win_n++;
         train_progress_window(&prog, t, win_loss / (double)win_n); // every iteration: redrawn at most 10 times a second
         if ((t + 1) % su->print_every == 0 || t + 1 == su->total_iters) {
@@ -425,6 +429,7 @@ int role_trainer_run(const train_setup *su, const dist_layout *l, int i) {
             ckpt_sched_json(&j, &cks);
             ts.t_wait = tot_wait, ts.t_sync = tot_sync, ts.t_ar = tot_ar, ts.t_compute = tot_compute;
             json_window(&j, &ts, tot_bytes, run_iters);
+            role_json_first_parts(&j, first_parts);
             train_json_summary_result(&j, su, &res, &bayes);
             rc = jsonl_end(&j, &mf);
         }

@@ -279,8 +279,9 @@ TEST(modes_eval_every_on_the_last_iteration_is_done_once) {
     }
 }
 
-// Every mode's summary gives the first iteration's time (first_iter_s, within train_s): it
-// connects and warms the caches, and a rate over the rest of the run leaves it out.
+// Every mode's summary gives the first iteration's time (first_iter_s, within train_s), and the
+// distributed modes each part of it (first_iter_compute_s within compute_s, ...): it connects and
+// warms the caches, and a rate or breakdown over the rest of the run leaves it out.
 TEST(modes_summary_gives_the_first_iterations_time) {
     char data[512];
     ASSERT_OK(make_data(data, sizeof data, 11));
@@ -296,5 +297,13 @@ TEST(modes_summary_gives_the_first_iterations_time) {
         TRAIN_OK(data, runs[m][0], a);
         const double first = summary_num(mpath, "first_iter_s"), all = summary_num(mpath, "train_s");
         ASSERT_MSG(first > 0 && first <= all, "%s: first_iter_s %g, train_s %g", runs[m][0], first, all);
+        if (m == 0) continue; // the distributed modes' breakdown gives each time's first-iteration part too
+        const char *parts[] = {"wait_rows_s", "emb_sync_s", "allreduce_s", "compute_s"};
+        for (size_t k = 0; k < BP_ARRAY_LEN(parts); k++) {
+            char key[64];
+            snprintf(key, sizeof key, "first_iter_%s", parts[k]);
+            const double f = summary_num(mpath, key), w = summary_num(mpath, parts[k]);
+            ASSERT_MSG(f >= 0 && f <= w && (k < 3 || f > 0), "%s: %s %g, %s %g", runs[m][0], key, f, parts[k], w);
+        }
     }
 }
