@@ -69,7 +69,7 @@ z() { v=$(num "$1" "$2"); echo "${v:-0}"; }
 # A time of the summary with its first iteration left out (it connects and warms every cache),
 # scaled back to ITERS iterations so that the report divides every column by ITERS alike:
 # (X - first_iter_X) x ITERS / (ITERS - 1).
-steady() { awk -v s="$(z "$1" "$2")" -v f="$(z "$1" "$3")" -v n="$ITERS" 'BEGIN{printf "%.6f", n > 1 ? (s-f)*n/(n-1) : s}'; }
+steady() { awk -v s="$(z "$1" "$2")" -v f="$(z "$1" "$3")" -v n="$ITERS" 'BEGIN{printf "%.6f", (n > 1 ? (s-f)*n/(n-1) : s)}'; }
 
 # Is an emulated network possible here?  (root, and a network namespace can be made; RATES=none: not asked for)
 net=none unemulated="no root or no network namespaces"

@@ -54,7 +54,7 @@ for rate in $rates; do
         z() { v=$(num "$1"); echo "${v:-0}"; }
         # times per iteration leave the first out (it connects and warms every cache): steady X =
         # (X - first_iter_X) / (iters - 1), as bench/suite.py's steady_ms
-        st() { awk -v s="$(z "$1")" -v f="$(z "$2")" -v n="$iters" 'BEGIN{printf "%.6f", n > 1 ? (s-f)/(n-1) : s/n}'; }
+        st() { awk -v s="$(z "$1")" -v f="$(z "$2")" -v n="$iters" 'BEGIN{printf "%.6f", (n > 1 ? (s-f)/(n-1) : s/n)}'; }
         ms=$(awk -v s="$(st train_s first_iter_s)" 'BEGIN{printf "%.3f", 1e3*s}')
         tot=$(awk -v a="$(z bytes_row_fetch)" -v b="$(z bytes_grad_push)" -v c="$(z bytes_forward)" -v d="$(z bytes_all_to_all)" \
               -v e="$(z bytes_write_back)" -v f="$(z bytes_emb_sync)" -v g="$(z bytes_allreduce)" -v h="$(z bytes_hot_sync)" \
