@@ -136,6 +136,8 @@ class Suite:
     def rel(self, path):
         """A path as written in the reports: relative to the repository root, or to DIR."""
         p = os.path.abspath(path)
+        if p == self.out:
+            return "$OUT"
         if p.startswith(self.out + os.sep):
             return "$OUT/" + os.path.relpath(p, self.out)
         if p.startswith(ROOT + os.sep):

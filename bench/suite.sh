@@ -7,7 +7,7 @@
 #
 # Installs missing Debian packages (scripts/deps.sh --bench) and builds what is missing (make),
 # then runs bench/suite.py; with BAGPIPE_BIN set (the tests) it only runs the suite with that
-# binary.  Without --quick it takes ~20-30 min on a 2-core machine and, as root, emulates 1 and 10 Gbit/s networks (bench/netem.sh); --quick takes
+# binary.  Without --quick it takes ~5 min on a quiet 2-core machine (~25 under load) and, as root, emulates 1 and 10 Gbit/s networks (bench/netem.sh); --quick takes
 # about a minute (tiny data, few iterations, no emulation) and is what the tests run.
 # Default DIR: results/bench-YYYYMMDD-HHMMSS.
 # --help: the comment above, before anything runs.
