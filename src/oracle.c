@@ -1336,7 +1336,9 @@ static void bucket_lone_last(oracle_impl *o, uint32_t v, uint32_t H) {
 // = 0 a key used at s-1 and s is synchronised now, so to s-2): bucket_fill's order is the eager
 // pushes', so the planners take the same keys.  Nothing reads that bucket after this step.
 // Returns 0, or the most any trainer still needs after every useful demotion (nothing is changed).
-static uint64_t demote(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+// The candidates of step s (part_tmp; their count per trainer in dm_cand; returns how many): the
+// bucket of v = s+P brought up to date, less the keys demoted at this step already (miss bit).
+static uint32_t dm_collect(oracle_impl *o, uint32_t s, uint32_t H) {
     const uint32_t T = o->T, v = s + o->P, jv = v % o->R, upto = o->P ? s : s - 1;
     const slot *sv = &o->slots[jv];
     if (o->bucket_upto[jv] < upto) bucket_fill(o, v, upto);
@@ -1351,23 +1353,16 @@ static uint64_t demote(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan 
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t pos = (uint32_t)bk[i] & o->pos_mask;
         const uint64_t users = slot_users(o, sv, pos);
-        if (users_bits(o->users8, users) == 1 && no_use_until(&o->lk, v, jv, pos, H))
+        if (!occ_bit(sv->miss, pos) && users_bits(o->users8, users) == 1 && no_use_until(&o->lk, v, jv, pos, H))
             o->part_tmp[m++] = bk[i], o->dm_cand[__builtin_ctzll(users)]++;
     }
-    uint64_t shared = o->shared_count, worst;
-    for (;;) {
-        worst = 0;
-        uint32_t pick = T;
-        for (uint32_t i = 0; i < T; i++) {
-            worst = BP_MAX(worst, shared + o->priv_count[i] + o->dm_take[i]);
-            if (o->dm_take[i] < o->dm_cand[i] &&
-                (pick == T || o->priv_count[i] + o->dm_take[i] < o->priv_count[pick] + o->dm_take[pick]))
-                pick = i;
-        }
-        if (worst <= o->C || pick == T) break;
-        o->dm_take[pick]++, shared--;
-    }
-    if (worst > o->C) return worst;
+    return m;
+}
+
+// Demotes dm_take[i] of each trainer i's candidates (the first m of part_tmp): its last ones.
+static void dm_apply(oracle_impl *o, uint32_t s, uint32_t m, plan *prev, plan *cur) {
+    const uint32_t v = s + o->P;
+    const slot *sv = &o->slots[v % o->R];
     for (uint32_t i = m; i-- > 0;) {
         const bentry e = o->part_tmp[i];
         const uint32_t pos = (uint32_t)e & o->pos_mask, a = sv->act[pos];
@@ -1382,7 +1377,85 @@ static uint64_t demote(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan 
         o->priv_count[tr]++;
         o->st.fetches++, o->st.fetches_private++, o->st.hits--, o->st.demotions++;
     }
+}
+
+static uint64_t demote(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    const uint32_t T = o->T, m = dm_collect(o, s, H);
+    uint64_t shared = o->shared_count, worst;
+    for (;;) {
+        worst = 0;
+        uint32_t pick = T;
+        for (uint32_t i = 0; i < T; i++) {
+            worst = BP_MAX(worst, shared + o->priv_count[i] + o->dm_take[i]);
+            if (o->dm_take[i] < o->dm_cand[i] &&
+                (pick == T || o->priv_count[i] + o->dm_take[i] < o->priv_count[pick] + o->dm_take[pick]))
+                pick = i;
+        }
+        if (worst <= o->C || pick == T) break;
+        o->dm_take[pick]++, shared--;
+    }
+    if (worst > o->C) return worst;
+    dm_apply(o, s, m, prev, cur);
     return 0;
+}
+
+// Demotions a step ahead, as in the reference planner (oracle_ref.c, demote_ahead): when even an
+// optimistic view of step s+1 (the keys of u = s+1+P not resident come back private where u is
+// their last use in view; step s+1 demotes all it could) leaves a trainer over C, step s demotes
+// now, beyond its own need, as many of each trainer's candidates as water-filling over both
+// steps' candidates takes beyond step s+1's own.  What is resident at u follows from its miss bit,
+// and for a key private at s (W = P: a private fetch for s sees only to s+P) from the back link:
+// it is evicted after s and comes back at u.  Cheap to rule out: batches s+1..u with at most C
+// distinct keys in all cannot run short.
+static void demote_ahead(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    const uint32_t T = o->T, P = o->P, u = s + 1 + P, R = o->R, pos_bits = o->pos_bits;
+    if (T < 2 || P < 1 || o->W < P || s < 1 || u > H) return;
+    uint64_t sum = 0;
+    for (uint32_t q = s + 1; q <= u; q++) sum += o->slots[q % R].n;
+    if (sum <= o->C) return;
+    uint64_t shared1 = 0, priv1[ORACLE_MAX_TRAINERS], cand1[ORACLE_MAX_TRAINERS] = {0};
+    for (uint32_t i = 0; i < T; i++) priv1[i] = o->priv_count[i];
+    const slot *ss = &o->slots[s % R]; // private keys of s are evicted after it
+    for (uint32_t w = 0; w < (ss->n + 63) / 64; w++)
+        for (uint64_t b = ss->priv[w]; b; b &= b - 1)
+            priv1[__builtin_ctzll(slot_users(o, ss, w * 64 + (uint32_t)__builtin_ctzll(b)))]--;
+    for (uint32_t q = s + 1; q < u; q++) { // shared keys of s+1..s+P not used again up to u
+        const uint32_t jq = q % R;
+        const slot *sq = &o->slots[jq];
+        for (uint32_t oc = 0; oc < sq->n; oc++)
+            shared1 += !occ_bit(sq->priv, oc) && no_use_until(&o->lk, q, jq, oc, u);
+    }
+    const uint32_t ju = u % R;
+    const slot *su = &o->slots[ju];
+    for (uint32_t oc = 0; oc < su->n; oc++) {
+        const uint64_t users = slot_users(o, su, oc);
+        const uint32_t tr = (uint32_t)__builtin_ctzll(users), pr = su->prev[oc];
+        const int lone = users_bits(o->users8, users) == 1 && no_use_until(&o->lk, u, ju, oc, H);
+        const uint32_t d = occ_bit(su->miss, oc) ? 0 : occ_back(pr, ju, R, pos_bits); // 0: not resident
+        if (d == 0 || (d == P + 1 && occ_bit(ss->priv, pr & o->pos_mask))) { // fetched at s+1 (private at s: again)
+            if (lone) priv1[tr]++;
+            else shared1++;
+        } else {
+            shared1++;
+            cand1[tr] += lone && d > P; // not used in s+1..s+P
+        }
+    }
+    const uint32_t m = dm_collect(o, s, H);
+    uint64_t take[ORACLE_MAX_TRAINERS] = {0}, worst;
+    for (;;) {
+        worst = 0;
+        uint32_t pick = T;
+        for (uint32_t i = 0; i < T; i++) {
+            worst = BP_MAX(worst, shared1 + priv1[i] + take[i]);
+            if (take[i] < cand1[i] + o->dm_cand[i] && (pick == T || priv1[i] + take[i] < priv1[pick] + take[pick]))
+                pick = i;
+        }
+        if (worst <= o->C || pick == T) break;
+        take[pick]++, shared1--;
+    }
+    if (worst > o->C) return; // step s+1 refuses whatever is done here
+    for (uint32_t i = 0; i < T; i++) o->dm_take[i] = take[i] > cand1[i] ? (uint32_t)(take[i] - cand1[i]) : 0;
+    dm_apply(o, s, m, prev, cur);
 }
 
 static uint64_t max_private(const oracle_impl *o, uint32_t *who) {
@@ -1737,6 +1810,8 @@ static int plan_step(oracle_impl *o) {
             return o->err;
         }
     }
+    demote_ahead(o, s, H, prev, cur);
+    mp = max_private(o, &who);
     if (o->shared_count + mp > o->st.peak_resident) o->st.peak_resident = o->shared_count + mp;
 
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_PRESSURE);

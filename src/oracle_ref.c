@@ -87,6 +87,8 @@ struct oref_impl {
     uint32_t part_cap;
     uint32_t *dm_cand, *dm_take; // (T) scratch of demote: candidates and keys to demote per trainer
     bentry *dm_list;             // (dm_cap) demote's candidates
+    uint8_t *ah_used;            // (ah_cap) scratch of demote_ahead: occurrences of batch s+1+P used in s+1..s+P
+    uint32_t ah_cap;
     uint32_t dm_n, dm_cap;
     uint32_t rr_fetch, rr_owner;
     plan rec[2];          // record s-1 being completed, record s collecting fetches
@@ -419,14 +421,16 @@ static void dm_add(oref_impl *o, bentry e) {
     o->dm_list[o->dm_n++] = e;
 }
 
-static uint64_t demote(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+// The candidates of step s (dm_list, and their count per trainer in dm_cand): the keys still shared
+// in the bucket of s+P, then the keys used at s-1 and next at s+P.
+static void dm_collect(oref_impl *o, uint32_t s, uint32_t H, const plan *prev) {
     const uint32_t T = o->T, v = s + o->P, j = v % o->NB, n = o->bucket_n[j];
-    bentry *bk = o->bucket[j];
+    const bentry *bk = o->bucket[j];
     uint32_t tr;
     memset(o->dm_cand, 0, T * sizeof *o->dm_cand), memset(o->dm_take, 0, T * sizeof *o->dm_take);
     o->dm_n = 0;
     for (uint32_t i = 0; i < n; i++)
-        if (lone_at(o, bk[i].nx, v, H, &tr)) dm_add(o, bk[i]), o->dm_cand[tr]++;
+        if (o->act_state[bk[i].a] == RES_SHARED && lone_at(o, bk[i].nx, v, H, &tr)) dm_add(o, bk[i]), o->dm_cand[tr]++;
     const slot *sl = &o->slots[(s - 1) % o->R];
     for (uint32_t oc = 0; oc < sl->n && o->P >= 1; oc++) {
         const uint32_t a = sl->act[oc];
@@ -435,20 +439,13 @@ static uint64_t demote(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *c
         while (!(prev->sync_later[i].key == sl->key[oc] && prev->sync_later[i].grad_iter == s - 1)) i++;
         dm_add(o, (bentry){a, s - 1, i, sl->next[oc]}), o->dm_cand[tr]++;
     }
-    uint64_t shared = o->shared_count, worst;
-    for (;;) {
-        worst = 0;
-        uint32_t pick = T;
-        for (uint32_t i = 0; i < T; i++) {
-            worst = BP_MAX(worst, shared + o->priv_count[i] + o->dm_take[i]);
-            if (o->dm_take[i] < o->dm_cand[i] &&
-                (pick == T || o->priv_count[i] + o->dm_take[i] < o->priv_count[pick] + o->dm_take[pick]))
-                pick = i;
-        }
-        if (worst <= o->C || pick == T) break;
-        o->dm_take[pick]++, shared--;
-    }
-    if (worst > o->C) return worst;
+}
+
+// Demotes dm_take[i] keys of each trainer i: its last candidates.
+static void dm_apply(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    const uint32_t v = s + o->P, j = v % o->NB, n = o->bucket_n[j];
+    bentry *bk = o->bucket[j];
+    uint32_t tr;
     for (uint32_t i = o->dm_n; i-- > 0;) {
         const bentry e = o->dm_list[i];
         lone_at(o, e.nx, v, H, &tr);
@@ -466,7 +463,93 @@ static uint64_t demote(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *c
     for (uint32_t i = 0; i < n; i++)
         if (o->act_state[bk[i].a] == RES_SHARED) bk[k++] = bk[i];
     o->bucket_n[j] = k;
+}
+
+static uint64_t demote(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    const uint32_t T = o->T;
+    dm_collect(o, s, H, prev);
+    uint64_t shared = o->shared_count, worst;
+    for (;;) {
+        worst = 0;
+        uint32_t pick = T;
+        for (uint32_t i = 0; i < T; i++) {
+            worst = BP_MAX(worst, shared + o->priv_count[i] + o->dm_take[i]);
+            if (o->dm_take[i] < o->dm_cand[i] &&
+                (pick == T || o->priv_count[i] + o->dm_take[i] < o->priv_count[pick] + o->dm_take[pick]))
+                pick = i;
+        }
+        if (worst <= o->C || pick == T) break;
+        o->dm_take[pick]++, shared--;
+    }
+    if (worst > o->C) return worst;
+    dm_apply(o, s, H, prev, cur);
     return 0;
+}
+
+// Demotions a step ahead (T > 1, W >= P >= 1).  Step s+1 may run short where no demotion of its
+// own can help, because the keys to demote are used at s+P, too early for step s+1 (they would
+// have to be evicted after s-1).  So after its own work, step s looks at step s+1 as far as its
+// horizon shows it, and optimistically: the keys of batch u = s+1+P not resident are taken to
+// come back private when batch u is the last use in view (the batch H+1 that step s+1 adds may
+// make them shared), and step s+1's own demotions as all it could make (its candidates: shared
+// keys used at u by one trainer, not again in view, not in s+1..s+P).  The count a trainer needs
+// at s+1 after Belady is then at least the shared keys of batches s+1..u plus its private keys
+// (those for s+1..s+P and u's new ones), less what step s+1's demotions could free.  When even
+// that is over C, step s+1 would refuse, so step s demotes now, from its own candidates (keys of
+// s+P, as demote), as many of each trainer's as water-filling over both steps' candidates takes
+// beyond step s+1's own.  A plan that worked before is unchanged: this runs only where step s+1
+// would have refused.  Batches s+1..u with at most C distinct keys in all cannot run short.
+static void demote_ahead(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    const uint32_t T = o->T, P = o->P, u = s + 1 + P;
+    if (T < 2 || P < 1 || o->W < P || s < 1 || u > H) return;
+    uint64_t sum = 0;
+    for (uint32_t q = s + 1; q <= u; q++) sum += o->slots[q % o->R].n;
+    if (sum <= o->C) return;
+    uint64_t shared1 = 0, priv1[ORACLE_MAX_TRAINERS], cand1[ORACLE_MAX_TRAINERS] = {0};
+    for (uint32_t i = 0; i < T; i++) priv1[i] = o->priv_count[i];
+    const slot *ss = &o->slots[s % o->R]; // private keys of s are evicted after it
+    for (uint32_t oc = 0; oc < ss->n; oc++)
+        if (o->act_state[ss->act[oc]] == RES_PRIVATE) priv1[__builtin_ctzll(ss->users[oc])]--;
+    const slot *su = &o->slots[u % o->R];
+    if (o->ah_cap < su->n) {
+        o->ah_cap = BP_MAX(su->n, 2 * o->ah_cap);
+        o->ah_used = bp_xrealloc(o->ah_used, o->ah_cap);
+    }
+    memset(o->ah_used, 0, su->n);
+    for (uint32_t q = s + 1; q <= u; q++) { // shared keys of s+1..u, each at its last occurrence there
+        const slot *sq = &o->slots[q % o->R];
+        for (uint32_t oc = 0; oc < sq->n; oc++) {
+            const uint32_t nu = next_use(o, sq, oc);
+            if (q < u && nu == u) o->ah_used[sq->next[oc] & o->pos_mask] = 1; // used at u and in s+1..s+P
+            if (o->act_state[sq->act[oc]] == RES_SHARED && (nu == NIL || nu > u)) shared1++;
+        }
+    }
+    for (uint32_t oc = 0; oc < su->n; oc++) { // u's keys not resident shared (private ones are at s) are fetched
+        const uint32_t nu = next_use(o, su, oc), tr = (uint32_t)__builtin_ctzll(su->users[oc]);
+        const int lone = popcount64(su->users[oc]) == 1 && (nu == NIL || nu > H);
+        if (o->act_state[su->act[oc]] != RES_SHARED) {
+            if (lone) priv1[tr]++;
+            else shared1++;
+        } else if (lone && !o->ah_used[oc]) {
+            cand1[tr]++;
+        }
+    }
+    dm_collect(o, s, H, prev);
+    uint64_t take[ORACLE_MAX_TRAINERS] = {0}, worst;
+    for (;;) {
+        worst = 0;
+        uint32_t pick = T;
+        for (uint32_t i = 0; i < T; i++) {
+            worst = BP_MAX(worst, shared1 + priv1[i] + take[i]);
+            if (take[i] < cand1[i] + o->dm_cand[i] && (pick == T || priv1[i] + take[i] < priv1[pick] + take[pick]))
+                pick = i;
+        }
+        if (worst <= o->C || pick == T) break;
+        take[pick]++, shared1--;
+    }
+    if (worst > o->C) return; // step s+1 refuses whatever is done here
+    for (uint32_t i = 0; i < T; i++) o->dm_take[i] = take[i] > cand1[i] ? (uint32_t)(take[i] - cand1[i]) : 0;
+    dm_apply(o, s, H, prev, cur);
 }
 
 static uint64_t max_private(const oref_impl *o, uint32_t *who) {
@@ -663,6 +746,8 @@ static int plan_step(oref_impl *o) {
             return o->err;
         }
     }
+    demote_ahead(o, s, H, prev, cur);
+    mp = max_private(o, &who);
     if (o->shared_count + mp > o->st.peak_resident) o->st.peak_resident = o->shared_count + mp;
 
     if (s == 0) return 0;
@@ -809,7 +894,7 @@ void oracle_ref_free(oracle_ref *out) {
     free(o->bucket), free(o->bucket_n), free(o->bucket_cap);
     free(o->part_tmp);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
-    free(o->dm_cand), free(o->dm_take), free(o->dm_list);
+    free(o->dm_cand), free(o->dm_take), free(o->dm_list), free(o->ah_used);
     free(o->offset), free(o->card);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);
     free(o);

@@ -212,6 +212,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             nxt[(size_t)u * K + k] = M(u + 1, k) ? u + 1 : nxt[(size_t)(u + 1) * K + k]; // row N of mask is empty
 #define NX(t, k) nxt[(size_t)(t) * K + (k)]
     uint32_t pressure_at = NONE; // record whose fetches fill some trainer's cache exactly (after pressure)
+    int kept_beyond = 0;         // after the last evictions, a key stayed whose next use is beyond t + 1 + P
     uint64_t fetch_cnt[64] = {0}, owner_cnt[64] = {0};
     for (uint64_t k = 0; k < K; k++) ev_it[k] = PLAN_NEVER, ev_wr[k] = PLAN_NO_WRITER;
     plan p;
@@ -270,15 +271,14 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             if (occ > res->peak) res->peak = occ;
             occ_max = BP_MAX(occ_max, occ), occ_of[i] = occ;
         }
-        // Evictions under pressure free no more than needed: some trainer is then exactly full.
-        CHECK(pressure_at != t || occ_max == c.C, "t=%u: keys kept in view evicted after %u, but no cache is full (%llu of %llu)",
-              t, t - 1, (unsigned long long)occ_max, (unsigned long long)c.C);
+        uint64_t ahead = 0; // demotions at t for step t + 1 (below)
         // Demotions are the fewest that bring every trainer within C.  A demotion of a key of
         // trainer j frees a slot on every other trainer, so "some cache exactly full" does not
         // bound their number: from the residency without them (occ0) and the keys that could have
         // been demoted at step t (shared and resident before its fetches, next used at t + P by
         // one trainer and not again within H(t), not used in t..t+P-1, nor at t-1 with P = 0),
-        // the fewest is found by water-filling, as the planner's demote does.
+        // the fewest is found by water-filling, as the planner's demote does.  Those demotions
+        // need Belady done first: no key whose next use is beyond t + P stayed.
         if (t > 0 && T > 1) {
             const uint32_t v = t + c.P, Ht = (uint32_t)BP_MIN((uint64_t)t + c.P + c.W, (uint64_t)N - 1);
             uint64_t x[64] = {0}, cand[64] = {0}, take[64] = {0}, X = 0;
@@ -307,9 +307,65 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
                 if (worst <= c.C || pick == T) break;
                 take[pick]++, fewest++;
             }
-            CHECK(X == fewest, "t=%u: %llu keys demoted after %u where %llu would do", t, (unsigned long long)X, t - 1,
-                  (unsigned long long)fewest);
+            CHECK(fewest == 0 || !kept_beyond, "t=%u: keys demoted after %u while one needed beyond %u stayed", t, t - 1,
+                  v);
+            // Demotions ahead (W >= P >= 1): step t + 1 is seen as the horizon H(t) shows it, at
+            // best for it: with u = t + 1 + P, each trainer needs the shared keys of t+1..u (those
+            // resident, and u's keys not resident that would come back shared), its private keys
+            // of t+1..t+P and u's keys that would come back private (used there by it alone and
+            // not again within H(t)), less what step t + 1 could demote: shared keys used at u by
+            // one trainer, not again within H(t), not in t+1..t+P.  If water-filling over those
+            // and step t's own candidates left after its own demotions cannot bring that within
+            // C, nothing more is demoted; else step t demotes, for each trainer, what the filling
+            // takes of its candidates beyond step t + 1's.
+            uint64_t extra[64] = {0};
+            const uint32_t u = t + 1 + c.P;
+            if (c.P >= 1 && c.W >= c.P && u <= Ht) {
+                uint64_t sh = 0, pv[64] = {0}, c1[64] = {0}, tk[64] = {0};
+                for (uint64_t k = 0; k < K; k++) {
+                    const int was_shared = res_on[k] == ALL || demote_mark[k] == t + 1;
+                    int in_range = 0; // used in t+1..u-1
+                    for (uint32_t q = t + 1; q < u; q++) in_range |= M(q, k) != 0;
+                    if (kind[k] == 2 && !was_shared && for_it[k] > t) pv[holder[k]]++;
+                    if (was_shared && (in_range || M(u, k))) sh++;
+                    if (!M(u, k)) continue;
+                    const int lone = __builtin_popcountll(M(u, k)) == 1 && (NX(u, k) == NONE || NX(u, k) > Ht);
+                    const uint32_t i = (uint32_t)__builtin_ctzll(M(u, k));
+                    if (!was_shared) { // fetched at t + 1 (a private key of t is evicted after it)
+                        if (lone) pv[i]++;
+                        else sh++;
+                    } else if (lone && !in_range) {
+                        c1[i]++;
+                    }
+                }
+                sh -= fewest;
+                uint64_t worst;
+                for (;;) {
+                    worst = 0;
+                    uint32_t pick = T;
+                    for (uint32_t i = 0; i < T; i++) {
+                        const uint64_t p_i = pv[i] + take[i] + tk[i];
+                        worst = BP_MAX(worst, sh + p_i);
+                        if (tk[i] < c1[i] + cand[i] - take[i] && (pick == T || p_i < pv[pick] + take[pick] + tk[pick]))
+                            pick = i;
+                    }
+                    if (worst <= c.C || pick == T) break;
+                    tk[pick]++, sh--;
+                }
+                for (uint32_t i = 0; i < T && worst <= c.C; i++)
+                    extra[i] = tk[i] > c1[i] ? tk[i] - c1[i] : 0, ahead += extra[i];
+            }
+            for (uint32_t i = 0; i < T; i++)
+                CHECK(x[i] == take[i] + extra[i], "t=%u: %llu keys of trainer %u demoted after %u where %llu would do (%llu "
+                      "for step %u, %llu ahead for step %u)", t, (unsigned long long)x[i], i, t - 1,
+                      (unsigned long long)(take[i] + extra[i]), (unsigned long long)take[i], t,
+                      (unsigned long long)extra[i], t + 1);
         }
+        // Evictions under pressure free no more than needed: some trainer is then exactly full
+        // (unless demotions ahead, for the next step, freed more).
+        CHECK(pressure_at != t || occ_max == c.C || ahead > 0,
+              "t=%u: keys kept in view evicted after %u, but no cache is full (%llu of %llu)", t, t - 1,
+              (unsigned long long)occ_max, (unsigned long long)c.C);
         const uint32_t H1 = (uint32_t)BP_MIN((uint64_t)t + 1 + c.P + c.W, (uint64_t)N - 1);
         // A key used at v by one trainer and not again within H1: it comes back private (T > 1).
 #define LONE(k, v) (T > 1 && c.W >= c.P && __builtin_popcountll(M(v, k)) == 1 && (NX(v, k) == NONE || NX(v, k) > H1))
@@ -393,8 +449,8 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
                     CHECK(v > t + 1 + c.P || demoted, "t=%u: key %llu evicted though needed at %u", t,
                           (unsigned long long)k, v);
                     if (demoted) demote_mark[k] = t + 2;
+                    else v_evicted = BP_MIN(v_evicted, v); // (a demotion needs Belady done: checked with its fetch)
                     pressure_at = t + 1;
-                    v_evicted = BP_MIN(v_evicted, v);
                 }
             }
             uint32_t w = t + ((e->flags & PLAN_WB_NEXT) ? 1 : 0); // write-back at the end of w
@@ -413,9 +469,11 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
         for (uint32_t j = 0; v_evicted != NONE && j < p.n_evict; j++)
             if (!(p.evict[j].flags & PLAN_PRIVATE) && NX(t, p.evict[j].key) == v_evicted)
                 shared_went |= !LONE(p.evict[j].key, v_evicted);
+        kept_beyond = 0;
         for (uint64_t k = 0; k < K; k++) {
             if (restate_mark[k] == t + 1) CHECK(evict_mark[k] == t + 1, "t=%u: key %llu restated but not evicted", t, (unsigned long long)k);
             if (!res_on[k]) continue;
+            kept_beyond |= NX(t, k) > t + 1 + c.P;
             CHECK(!(shared_went && NX(t, k) == v_evicted && LONE(k, v_evicted)),
                   "t=%u: key %llu kept, which would come back private at %u, while one that comes back shared went", t,
                   (unsigned long long)k, v_evicted);
@@ -810,11 +868,13 @@ TEST(oracle_fetches_match_windowed_optimum) {
 // checker holds the planner to that), which made the first documented case optimal: 6 fetches,
 // where farthest-first alone made 7.  Demotions (a shared key next used at s+P by one trainer,
 // evicted and fetched back private when nothing else can go) made the second optimal: it was
-// refused.  What is left is measured against the exhaustive search (T = 2-4, a window covering
-// the trace, demotions in the model) and held to what was found: the oracle never beats the
-// optimum, is off by at most one fetch and rarely, and refuses a capacity for which a plan exists
-// in under 1% of the runs (the capacity it names then is its own).  The third documented case is
-// such a refusal: the plan that exists demotes a key one step before the step that runs short.
+// refused.  Demotions a step ahead (when step s+1 would run short whatever it did, step s demotes
+// keys of s+P) made the third optimal: it was refused, and the plan that exists demotes a key one
+// step before the step that runs short.  What is left is measured against the exhaustive search
+// (T = 2-4, a window covering the trace, demotions at any step in the model) and held to what was
+// found: the oracle never beats the optimum, is off by one fetch in at most 3 of ~4,300 runs, and
+// refuses a capacity for which a plan exists in at most 3 (the capacity it names then is its own;
+// 22 before demotions ahead, 73 before demotions).
 TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
     { // one table of 5 rows, T = 2, B = 2, P = 1, W = 9, C = 4
         static const uint32_t ids[] = {0, 3, 3, 4, 3, 4, 0, 4, 2, 2, 1, 3, 4, 0, 2, 4};
@@ -849,20 +909,26 @@ TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
         free(s.buf), free(sr.buf);
         trace_free(&tr);
     }
-    { // one table of 5 rows, T = 2, B = 2, P = 1, W = 10, C = 2: refused at step 6, where key 4 comes
-      // private to trainer 0 for batch 7 while keys 0 and 1 are shared and pinned (key 1 is used at
-      // 6 by trainer 1 alone, too late to demote); the plan that exists demotes key 1 at step 5,
-      // when no trainer was short
+    { // one table of 5 rows, T = 2, B = 2, P = 1, W = 10, C = 2: at step 6 key 4 comes private to
+      // trainer 0 for batch 7 while keys 0 and 1 are shared and pinned, and key 1, used at 6 by
+      // trainer 1 alone, is too late for step 6 to demote.  It was refused there; step 5 now sees
+      // that step 6 would run short and demotes key 1 a step ahead (evicted after 4, fetched back
+      // private at 5), when no trainer is short yet: 4 fetches, the optimum
         static const uint32_t ids[] = {0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 4, 0, 0, 0};
         trace tr;
         trace_of_ids(&tr, 9, 2, 5, ids);
         check_result cr;
+        oracle_stats st;
         run_cfg c = {2, 10, 1, 2, 1, 0, 0};
-        ASSERT_EQ(run_and_check(&tr, c, &cr, NULL), BP_ECAPACITY);
-        ASSERT_STR_CONTAINS(cr.msg, "at iteration 6: trainer 0 needs 3 rows (2 shared + 1 private");
+        ASSERT_MSG(run_and_check(&tr, c, &cr, &st) == 0, "%s", cr.msg);
+        ASSERT_EQ(cr.fetches, 4);
+        ASSERT_EQ(st.demotions, 1);
         ASSERT_EQ(brute_min_fetches(&tr, 2, 1, 10, 2), 4);
-        c.C = 3;
-        ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "%s", cr.msg);
+        stream s, sr;
+        ASSERT_OK(run_oracle(&tr, c, &s, NULL));
+        ASSERT_OK(run_oracle_ref(&tr, c, &sr, NULL));
+        ASSERT_TRUE(s.n == sr.n && memcmp(s.buf, sr.buf, s.n) == 0);
+        free(s.buf), free(sr.buf);
         trace_free(&tr);
     }
     bp_rng r;
@@ -899,8 +965,7 @@ TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
            "with a plan possible\n", compared, pressured, demoted, equal, extra, refused);
     ASSERT_MSG(compared > 4000 && pressured > 500 && demoted > 20, "%d compared, %d with pressure, %d with demotions",
                compared, pressured, demoted);
-    ASSERT_MSG(extra * 100 <= compared && refused * 100 <= compared, "%d over, %d refused of %d", extra, refused,
-               compared);
+    ASSERT_MSG(extra <= 3 && refused <= 3, "%d over, %d refused of %d", extra, refused, compared);
 }
 
 TEST(oracle_plans_deterministic_across_runs_threads_keymaps) {
@@ -1690,6 +1755,8 @@ TEST(oracle_fast_matches_reference_wide_entries) {
 // (cases 0 and 2 re-recorded when single-user keys of the last P batches became private, again
 // when Belady's ties went first to keys that come back private, and when demotions lowered their
 // smallest capacity, from which C is taken: at the old C, 2132 and 553, the bytes were unchanged;
+// case 0 again when demotions a step ahead lowered it from 1999 to 1993 rows: at the old C, 2123,
+// the bytes were unchanged;
 // cases 3 and 4, T = 1 and W < P, recorded with the ties): they pin the bytes even if the
 // reference planner is ever changed or removed.
 TEST(oracle_plan_bytes_pinned) {
@@ -1699,7 +1766,7 @@ TEST(oracle_plan_bytes_pinned) {
         uint64_t card[4];
         uint32_t crc, bytes;
     } cases[] = {
-        {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}, 0x637b3e92, 1126043},
+        {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}, 0xba5c8ef0, 1128167},
         {4, 60, 300, 4, 5, 12, 2, {900, 90, 9, 20000}, 0xdb386776, 20448},
         {1, 50, 256, 2, 4, 10, 1, {3000, 40000, 0, 0}, 0x3de1565c, 556732},
         {0, 60, 200, 2, 1, 6, 2, {4000, 300, 0, 0}, 0xbef4be57, 229654}, // T = 1: the ties' rule is off
