@@ -1328,14 +1328,6 @@ static void bucket_lone_last(oracle_impl *o, uint32_t v, uint32_t H) {
     memcpy(bk + k, o->part_tmp, (size_t)m * sizeof *bk);
 }
 
-// Demotions (T > 1), as in the reference planner (oracle_ref.c, demote): when Belady has nothing
-// left to evict and a trainer is still over capacity, shared keys next used at v = s+P by one
-// trainer, and not again in view, are evicted after s-1 and fetched back at s private to that
-// trainer, the fewest that bring every trainer within C (water-filling on the counts).  The
-// candidates are the bucket of v brought up to date to the keys last used at s-1 (P >= 1; with P
-// = 0 a key used at s-1 and s is synchronised now, so to s-2): bucket_fill's order is the eager
-// pushes', so the planners take the same keys.  Nothing reads that bucket after this step.
-// Returns 0, or the most any trainer still needs after every useful demotion (nothing is changed).
 // The candidates of step s (part_tmp; their count per trainer in dm_cand; returns how many): the
 // bucket of v = s+P brought up to date, less the keys demoted at this step already (miss bit).
 static uint32_t dm_collect(oracle_impl *o, uint32_t s, uint32_t H) {
@@ -1379,6 +1371,14 @@ static void dm_apply(oracle_impl *o, uint32_t s, uint32_t m, plan *prev, plan *c
     }
 }
 
+// Demotions (T > 1), as in the reference planner (oracle_ref.c, demote): when Belady has nothing
+// left to evict and a trainer is still over capacity, shared keys next used at v = s+P by one
+// trainer, and not again in view, are evicted after s-1 and fetched back at s private to that
+// trainer, the fewest that bring every trainer within C (water-filling on the counts).  The
+// candidates are the bucket of v brought up to date to the keys last used at s-1 (P >= 1; with P
+// = 0 a key used at s-1 and s is synchronised now, so to s-2): bucket_fill's order is the eager
+// pushes', so the planners take the same keys.  Nothing reads that bucket after this step.
+// Returns 0, or the most any trainer still needs after every useful demotion (nothing is changed).
 static uint64_t demote(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
     const uint32_t T = o->T, m = dm_collect(o, s, H);
     uint64_t shared = o->shared_count, worst;

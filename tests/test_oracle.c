@@ -211,7 +211,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
         for (uint64_t k = 0; k < K; k++)
             nxt[(size_t)u * K + k] = M(u + 1, k) ? u + 1 : nxt[(size_t)(u + 1) * K + k]; // row N of mask is empty
 #define NX(t, k) nxt[(size_t)(t) * K + (k)]
-    uint32_t pressure_at = NONE; // record whose fetches fill some trainer's cache exactly (after pressure)
+    uint32_t pressure_at = NONE; // record whose fetches fill some trainer's cache exactly (after Belady's evictions)
     int kept_beyond = 0;         // after the last evictions, a key stayed whose next use is beyond t + 1 + P
     uint64_t fetch_cnt[64] = {0}, owner_cnt[64] = {0};
     for (uint64_t k = 0; k < K; k++) ev_it[k] = PLAN_NEVER, ev_wr[k] = PLAN_NO_WRITER;
@@ -271,7 +271,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             if (occ > res->peak) res->peak = occ;
             occ_max = BP_MAX(occ_max, occ), occ_of[i] = occ;
         }
-        uint64_t ahead = 0; // demotions at t for step t + 1 (below)
+        uint64_t own = 0, extra[64] = {0}; // demotions at t for step t, and ahead for step t + 1 (below)
         // Demotions are the fewest that bring every trainer within C.  A demotion of a key of
         // trainer j frees a slot on every other trainer, so "some cache exactly full" does not
         // bound their number: from the residency without them (occ0) and the keys that could have
@@ -318,7 +318,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             // and step t's own candidates left after its own demotions cannot bring that within
             // C, nothing more is demoted; else step t demotes, for each trainer, what the filling
             // takes of its candidates beyond step t + 1's.
-            uint64_t extra[64] = {0};
+            own = fewest;
             const uint32_t u = t + 1 + c.P;
             if (c.P >= 1 && c.W >= c.P && u <= Ht) {
                 uint64_t sh = 0, pv[64] = {0}, c1[64] = {0}, tk[64] = {0};
@@ -352,8 +352,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
                     if (worst <= c.C || pick == T) break;
                     tk[pick]++, sh--;
                 }
-                for (uint32_t i = 0; i < T && worst <= c.C; i++)
-                    extra[i] = tk[i] > c1[i] ? tk[i] - c1[i] : 0, ahead += extra[i];
+                for (uint32_t i = 0; i < T && worst <= c.C; i++) extra[i] = tk[i] > c1[i] ? tk[i] - c1[i] : 0;
             }
             for (uint32_t i = 0; i < T; i++)
                 CHECK(x[i] == take[i] + extra[i], "t=%u: %llu keys of trainer %u demoted after %u where %llu would do (%llu "
@@ -361,11 +360,15 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
                       (unsigned long long)(take[i] + extra[i]), (unsigned long long)take[i], t,
                       (unsigned long long)extra[i], t + 1);
         }
-        // Evictions under pressure free no more than needed: some trainer is then exactly full
-        // (unless demotions ahead, for the next step, freed more).
-        CHECK(pressure_at != t || occ_max == c.C || ahead > 0,
+        // Evictions under pressure free no more than needed, and so do the step's own demotions:
+        // some trainer is then exactly full, before any demotion ahead (which frees a slot on
+        // every trainer but the key's).
+        uint64_t full = 0, ahead = 0;
+        for (uint32_t i = 0; i < T; i++) ahead += extra[i];
+        for (uint32_t i = 0; i < T; i++) full = BP_MAX(full, occ_of[i] + ahead - extra[i]);
+        CHECK((pressure_at != t && own == 0) || full == c.C,
               "t=%u: keys kept in view evicted after %u, but no cache is full (%llu of %llu)", t, t - 1,
-              (unsigned long long)occ_max, (unsigned long long)c.C);
+              (unsigned long long)full, (unsigned long long)c.C);
         const uint32_t H1 = (uint32_t)BP_MIN((uint64_t)t + 1 + c.P + c.W, (uint64_t)N - 1);
         // A key used at v by one trainer and not again within H1: it comes back private (T > 1).
 #define LONE(k, v) (T > 1 && c.W >= c.P && __builtin_popcountll(M(v, k)) == 1 && (NX(v, k) == NONE || NX(v, k) > H1))
@@ -448,9 +451,8 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
                     const int demoted = v == t + 1 + c.P && LONE(k, v);
                     CHECK(v > t + 1 + c.P || demoted, "t=%u: key %llu evicted though needed at %u", t,
                           (unsigned long long)k, v);
-                    if (demoted) demote_mark[k] = t + 2;
-                    else v_evicted = BP_MIN(v_evicted, v); // (a demotion needs Belady done: checked with its fetch)
-                    pressure_at = t + 1;
+                    if (demoted) demote_mark[k] = t + 2; // (Belady done first, or ahead: checked with its fetch)
+                    else v_evicted = BP_MIN(v_evicted, v), pressure_at = t + 1;
                 }
             }
             uint32_t w = t + ((e->flags & PLAN_WB_NEXT) ? 1 : 0); // write-back at the end of w
