@@ -1399,6 +1399,27 @@ static uint64_t demote(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan 
     return 0;
 }
 
+// Water-filling over demotion candidates: each demotion of a key of trainer i takes a row from
+// every trainer's shared count and gives one to i's private count, so the next goes to the
+// trainer with the fewest private keys (with those taken; then the lowest index) that has a
+// candidate left (at most cand[i]), until every trainer holds at most C or none is left.  Sets
+// take[i] and returns the most any trainer then holds.
+static uint64_t water_fill(uint32_t T, uint64_t shared, const uint64_t *priv, const uint64_t *cand, uint64_t *take,
+                           uint64_t C) {
+    uint64_t worst;
+    memset(take, 0, T * sizeof *take);
+    for (;;) {
+        worst = 0;
+        uint32_t pick = T;
+        for (uint32_t i = 0; i < T; i++) {
+            worst = BP_MAX(worst, shared + priv[i] + take[i]);
+            if (take[i] < cand[i] && (pick == T || priv[i] + take[i] < priv[pick] + take[pick])) pick = i;
+        }
+        if (worst <= C || pick == T) return worst;
+        take[pick]++, shared--;
+    }
+}
+
 // Demotions a step ahead, as in the reference planner (oracle_ref.c, demote_ahead): when even an
 // optimistic view of step s+1 (the keys of u = s+1+P not resident come back private where u is
 // their last use in view; step s+1 demotes all it could) leaves a trainer over C, step s demotes
@@ -1440,20 +1461,11 @@ static void demote_ahead(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, pla
             cand1[tr] += lone && d > P; // not used in s+1..s+P
         }
     }
+    uint64_t take[ORACLE_MAX_TRAINERS], both[ORACLE_MAX_TRAINERS];
+    if (water_fill(T, shared1, priv1, cand1, take, o->C) <= o->C) return; // step s+1 manages on its own
     const uint32_t m = dm_collect(o, s, H);
-    uint64_t take[ORACLE_MAX_TRAINERS] = {0}, worst;
-    for (;;) {
-        worst = 0;
-        uint32_t pick = T;
-        for (uint32_t i = 0; i < T; i++) {
-            worst = BP_MAX(worst, shared1 + priv1[i] + take[i]);
-            if (take[i] < cand1[i] + o->dm_cand[i] && (pick == T || priv1[i] + take[i] < priv1[pick] + take[pick]))
-                pick = i;
-        }
-        if (worst <= o->C || pick == T) break;
-        take[pick]++, shared1--;
-    }
-    if (worst > o->C) return; // step s+1 refuses whatever is done here
+    for (uint32_t i = 0; i < T; i++) both[i] = cand1[i] + o->dm_cand[i];
+    if (water_fill(T, shared1, priv1, both, take, o->C) > o->C) return; // step s+1 refuses whatever is done here
     for (uint32_t i = 0; i < T; i++) o->dm_take[i] = take[i] > cand1[i] ? (uint32_t)(take[i] - cand1[i]) : 0;
     dm_apply(o, s, m, prev, cur);
 }

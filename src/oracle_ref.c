@@ -486,6 +486,27 @@ static uint64_t demote(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *c
     return 0;
 }
 
+// Water-filling over demotion candidates: each demotion of a key of trainer i takes a row from
+// every trainer's shared count and gives one to i's private count, so the next goes to the
+// trainer with the fewest private keys (with those taken; then the lowest index) that has a
+// candidate left (at most cand[i]), until every trainer holds at most C or none is left.  Sets
+// take[i] and returns the most any trainer then holds.
+static uint64_t water_fill(uint32_t T, uint64_t shared, const uint64_t *priv, const uint64_t *cand, uint64_t *take,
+                           uint64_t C) {
+    uint64_t worst;
+    memset(take, 0, T * sizeof *take);
+    for (;;) {
+        worst = 0;
+        uint32_t pick = T;
+        for (uint32_t i = 0; i < T; i++) {
+            worst = BP_MAX(worst, shared + priv[i] + take[i]);
+            if (take[i] < cand[i] && (pick == T || priv[i] + take[i] < priv[pick] + take[pick])) pick = i;
+        }
+        if (worst <= C || pick == T) return worst;
+        take[pick]++, shared--;
+    }
+}
+
 // Demotions a step ahead (T > 1, W >= P >= 1).  Step s+1 may run short where no demotion of its
 // own can help, because the keys to demote are used at s+P, too early for step s+1 (they would
 // have to be evicted after s-1).  So after its own work, step s looks at step s+1 as far as its
@@ -534,20 +555,11 @@ static void demote_ahead(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan 
             cand1[tr]++;
         }
     }
+    uint64_t take[ORACLE_MAX_TRAINERS], both[ORACLE_MAX_TRAINERS];
+    if (water_fill(T, shared1, priv1, cand1, take, o->C) <= o->C) return; // step s+1 manages on its own
     dm_collect(o, s, H, prev);
-    uint64_t take[ORACLE_MAX_TRAINERS] = {0}, worst;
-    for (;;) {
-        worst = 0;
-        uint32_t pick = T;
-        for (uint32_t i = 0; i < T; i++) {
-            worst = BP_MAX(worst, shared1 + priv1[i] + take[i]);
-            if (take[i] < cand1[i] + o->dm_cand[i] && (pick == T || priv1[i] + take[i] < priv1[pick] + take[pick]))
-                pick = i;
-        }
-        if (worst <= o->C || pick == T) break;
-        take[pick]++, shared1--;
-    }
-    if (worst > o->C) return; // step s+1 refuses whatever is done here
+    for (uint32_t i = 0; i < T; i++) both[i] = cand1[i] + o->dm_cand[i];
+    if (water_fill(T, shared1, priv1, both, take, o->C) > o->C) return; // step s+1 refuses whatever is done here
     for (uint32_t i = 0; i < T; i++) o->dm_take[i] = take[i] > cand1[i] ? (uint32_t)(take[i] - cand1[i]) : 0;
     dm_apply(o, s, H, prev, cur);
 }
