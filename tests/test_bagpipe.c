@@ -369,3 +369,11 @@ TEST(bagpipe_demotions_ahead_keep_the_model) {
     static const uint32_t ids[] = {0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 4, 0, 0, 0};
     demotions_keep_the_model(ids, 18, 5, 40, 2, 2, "--prefetch 1 --lookahead 2 --cache-rows 2", 40);
 }
+
+// Three trainers, P = 2: one table of 5 rows, B = 5, W = 2, C = 4, a pattern of eight batches
+// with a demotion in each repeat (some of them ahead: without those the run is refused).
+TEST(bagpipe_demotions_ahead_three_trainers_keep_the_model) {
+    static const uint32_t ids[] = {0, 3, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 2, 0, 0, 3, 0,
+                                   0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 0, 3, 0, 1, 4, 3, 0, 0, 0};
+    demotions_keep_the_model(ids, 40, 5, 40, 3, 5, "--prefetch 2 --lookahead 2 --cache-rows 4", 40);
+}
