@@ -1420,53 +1420,74 @@ static uint64_t water_fill(uint32_t T, uint64_t shared, const uint64_t *priv, co
     }
 }
 
-// Demotions a step ahead, as in the reference planner (oracle_ref.c, demote_ahead): when even an
-// optimistic view of step s+1 (the keys of u = s+1+P not resident come back private where u is
-// their last use in view; step s+1 demotes all it could) leaves a trainer over C, step s demotes
-// now, beyond its own need, as many of each trainer's candidates as water-filling over both
-// steps' candidates takes beyond step s+1's own.  What is resident at u follows from its miss bit,
-// and for a key private at s (W = P: a private fetch for s sees only to s+P) from the back link:
-// it is evicted after s and comes back at u.  Cheap to rule out: batches s+1..u with at most C
-// distinct keys in all cannot run short.
-static void demote_ahead(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
-    const uint32_t T = o->T, P = o->P, u = s + 1 + P, R = o->R, pos_bits = o->pos_bits;
-    if (T < 2 || P < 1 || o->W < P || s < 1 || u > H) return;
-    uint64_t sum = 0;
-    for (uint32_t q = s + 1; q <= u; q++) sum += o->slots[q % R].n;
-    if (sum <= o->C) return;
-    uint64_t shared1 = 0, priv1[ORACLE_MAX_TRAINERS], cand1[ORACLE_MAX_TRAINERS] = {0};
-    for (uint32_t i = 0; i < T; i++) priv1[i] = o->priv_count[i];
-    const slot *ss = &o->slots[s % R]; // private keys of s are evicted after it
-    for (uint32_t w = 0; w < (ss->n + 63) / 64; w++)
-        for (uint64_t b = ss->priv[w]; b; b &= b - 1)
-            priv1[__builtin_ctzll(slot_users(o, ss, w * 64 + (uint32_t)__builtin_ctzll(b)))]--;
-    for (uint32_t q = s + 1; q < u; q++) { // shared keys of s+1..s+P not used again up to u
-        const uint32_t jq = q % R;
-        const slot *sq = &o->slots[jq];
-        for (uint32_t oc = 0; oc < sq->n; oc++)
-            shared1 += !occ_bit(sq->priv, oc) && no_use_until(&o->lk, q, jq, oc, u);
+// Whether the key of occurrence oc of batch q > s+P is resident and shared at step s: from its
+// first use after s+P (back links), the previous one lu is in s..s+P (resident: shared unless
+// fetched private for lu), or before s (resident unless its miss bit says otherwise), or none.
+static int ahead_shared(const oracle_impl *o, uint32_t s, uint32_t q, uint32_t oc) {
+    for (;;) {
+        const uint32_t jq = q % o->R, pr = o->slots[jq].prev[oc];
+        if (pr == NIL) return 0;
+        const uint32_t lu = q - occ_back(pr, jq, o->R, o->pos_bits), pos = pr & o->pos_mask;
+        if (lu > s + o->P) {
+            q = lu, oc = pos;
+            continue;
+        }
+        return lu >= s ? !occ_bit(o->slots[lu % o->R].priv, pos) : !occ_bit(o->slots[jq].miss, oc);
     }
-    const uint32_t ju = u % R;
-    const slot *su = &o->slots[ju];
-    for (uint32_t oc = 0; oc < su->n; oc++) {
-        const uint64_t users = slot_users(o, su, oc);
-        const uint32_t tr = (uint32_t)__builtin_ctzll(users), pr = su->prev[oc];
-        const int lone = users_bits(o->users8, users) == 1 && no_use_until(&o->lk, u, ju, oc, H);
-        const uint32_t d = occ_bit(su->miss, oc) ? 0 : occ_back(pr, ju, R, pos_bits); // 0: not resident
-        if (d == 0 || (d == P + 1 && occ_bit(ss->priv, pr & o->pos_mask))) { // fetched at s+1 (private at s: again)
-            if (lone) priv1[tr]++;
-            else shared1++;
-        } else {
-            shared1++;
-            cand1[tr] += lone && d > P; // not used in s+1..s+P
+}
+
+// Demotions ahead, as in the reference planner (oracle_ref.c, demote_ahead): where even a view of
+// a step s1 in s+1..s+P at best for it (from what H(s) shows: keys not resident come back private
+// where they can, and the steps s+1..s1 demote all they could) leaves a trainer over C, step s
+// demotes keys of s+P now, beyond its own need, as many of each trainer's as water-filling takes
+// beyond the later steps' candidates.  What is resident at a batch beyond s+P follows from the
+// back links (ahead_shared); the previous use from s+1 on, from the back link too.  Cheap to rule
+// out: batches s1..s1+P with at most C distinct keys in all cannot run short.
+static void demote_ahead(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    const uint32_t T = o->T, P = o->P, R = o->R;
+    if (T < 2 || P < 1 || o->W < P || s < 1 || s + 1 + P > H) return;
+    uint64_t ext[ORACLE_MAX_TRAINERS] = {0}, n_ext = 0, take[ORACLE_MAX_TRAINERS], both[ORACLE_MAX_TRAINERS];
+    uint32_t m = 0;
+    int collected = 0;
+    for (uint32_t s1 = s + 1; s1 <= s + P && s1 + P <= H; s1++) {
+        const uint32_t u1 = s1 + P;
+        uint64_t sum = 0;
+        for (uint32_t q = s1; q <= u1; q++) sum += o->slots[q % R].n;
+        if (sum <= o->C) continue;
+        uint64_t sh = 0, pv[ORACLE_MAX_TRAINERS] = {0}, c1[ORACLE_MAX_TRAINERS] = {0};
+        for (uint32_t q = s1; q <= u1; q++) { // each key of s1..u1 at its last use there
+            const uint32_t jq = q % R;
+            const slot *sq = &o->slots[jq];
+            for (uint32_t oc = 0; oc < sq->n; oc++) {
+                if (!no_use_until(&o->lk, q, jq, oc, u1)) continue;
+                const uint64_t users = slot_users(o, sq, oc);
+                const uint32_t tr = (uint32_t)__builtin_ctzll(users);
+                if (q <= s + P) { // resident now
+                    if (occ_bit(sq->priv, oc)) pv[tr]++;
+                    else sh++;
+                    continue;
+                }
+                const uint32_t pr = sq->prev[oc], d = pr == NIL ? q : occ_back(pr, jq, R, o->pos_bits);
+                const uint32_t pb = q - d > s ? q - d : 0; // the previous use from s+1 on, or 0
+                const int lone = users_bits(o->users8, users) == 1 && no_use_until(&o->lk, q, jq, oc, H);
+                if (ahead_shared(o, s, q, oc)) sh++, c1[tr] += lone && pb + P < q;
+                else if (pb < s1 && lone) pv[tr]++; // fetched for its one use in s1..u1: private
+                else sh++;
+            }
+        }
+        sh -= n_ext;
+        for (uint32_t i = 0; i < T; i++) pv[i] += ext[i];
+        if (water_fill(T, sh, pv, c1, take, o->C) <= o->C) continue; // step s1 manages on its own
+        if (!collected) m = dm_collect(o, s, H), collected = 1;
+        for (uint32_t i = 0; i < T; i++) both[i] = c1[i] + o->dm_cand[i] - ext[i];
+        if (water_fill(T, sh, pv, both, take, o->C) > o->C) break; // step s1 refuses whatever is done here
+        for (uint32_t i = 0; i < T; i++) {
+            const uint64_t add = take[i] > c1[i] ? take[i] - c1[i] : 0;
+            ext[i] += add, n_ext += add;
         }
     }
-    uint64_t take[ORACLE_MAX_TRAINERS], both[ORACLE_MAX_TRAINERS];
-    if (water_fill(T, shared1, priv1, cand1, take, o->C) <= o->C) return; // step s+1 manages on its own
-    const uint32_t m = dm_collect(o, s, H);
-    for (uint32_t i = 0; i < T; i++) both[i] = cand1[i] + o->dm_cand[i];
-    if (water_fill(T, shared1, priv1, both, take, o->C) > o->C) return; // step s+1 refuses whatever is done here
-    for (uint32_t i = 0; i < T; i++) o->dm_take[i] = take[i] > cand1[i] ? (uint32_t)(take[i] - cand1[i]) : 0;
+    if (!n_ext) return;
+    for (uint32_t i = 0; i < T; i++) o->dm_take[i] = (uint32_t)ext[i];
     dm_apply(o, s, m, prev, cur);
 }
 

@@ -35,10 +35,11 @@
 // if that is not enough (T > 1, W >= P) shared keys next used at s+P by one trainer and not again
 // within H(s) are demoted: evicted after s-1 and fetched at s, private to that trainer (one fetch
 // more, a slot back on every other trainer), the fewest that bring every trainer within C; and
-// (W >= P >= 1) when even a view of step s+1 at best for it (from what H(s) shows) leaves a trainer
-// over C, step s demotes such keys of s+P ahead, as many as step s+1 cannot demote itself.  If
-// Belady and step s's own demotions are not enough, the oracle fails with BP_ECAPACITY naming the cache size this batch
-// needs (shared + largest private pinned set, less what demotions could free; for T = 1 exactly
+// (W >= P >= 1) when even a view of a step s1 in s+1..s+P at best for it (from what H(s) shows)
+// leaves a trainer over C, step s demotes such keys of s+P ahead, as many as the steps s+1..s1
+// cannot demote themselves.  If Belady and step s's own demotions are not enough, the oracle
+// fails with BP_ECAPACITY naming the cache size this batch needs (shared + largest private pinned
+// set, less what demotions could free; for T = 1 exactly
 // the distinct keys of batches s..s+P).  A later batch may need more, and for T > 1 which keys
 // are private depends on earlier decisions, so a rerun with the named size can stop later with a
 // new, larger figure.

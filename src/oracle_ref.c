@@ -87,7 +87,7 @@ struct oref_impl {
     uint32_t part_cap;
     uint32_t *dm_cand, *dm_take; // (T) scratch of demote: candidates and keys to demote per trainer
     bentry *dm_list;             // (dm_cap) demote's candidates
-    uint8_t *ah_used;            // (ah_cap) scratch of demote_ahead: occurrences of batch s+1+P used in s+1..s+P
+    uint32_t *ah_prev, *ah_off;  // scratch of demote_ahead: previous uses (ah_cap), offsets per batch (P)
     uint32_t ah_cap;
     uint32_t dm_n, dm_cap;
     uint32_t rr_fetch, rr_owner;
@@ -507,60 +507,84 @@ static uint64_t water_fill(uint32_t T, uint64_t shared, const uint64_t *priv, co
     }
 }
 
-// Demotions a step ahead (T > 1, W >= P >= 1).  Step s+1 may run short where no demotion of its
-// own can help, because the keys to demote are used at s+P, too early for step s+1 (they would
-// have to be evicted after s-1).  So after its own work, step s looks at step s+1 as far as its
-// horizon shows it, and optimistically: the keys of batch u = s+1+P not resident are taken to
-// come back private when batch u is the last use in view (the batch H+1 that step s+1 adds may
-// make them shared), and step s+1's own demotions as all it could make (its candidates: shared
-// keys used at u by one trainer, not again in view, not in s+1..s+P).  The count a trainer needs
-// at s+1 after Belady is then at least the shared keys of batches s+1..u plus its private keys
-// (those for s+1..s+P and u's new ones), less what step s+1's demotions could free.  When even
-// that is over C, step s+1 would refuse, so step s demotes now, from its own candidates (keys of
-// s+P, as demote), as many of each trainer's as water-filling over both steps' candidates takes
-// beyond step s+1's own.  A plan that worked before is unchanged: this runs only where step s+1
-// would have refused.  Batches s+1..u with at most C distinct keys in all cannot run short.
+// Demotions ahead (T > 1, W >= P >= 1).  A step may run short where no demotion of its own can
+// help, because the keys to demote are used too early for it (they would have had to be evicted
+// before the step before it).  A demotion at s of a key of s+P frees a slot, on every trainer but
+// the key's, at every step up to s+P.  So after its own work, step s looks at each step s1 =
+// s+1..s+P whose batches s1..s1+P its horizon shows, and at best for it: a key of those batches
+// not resident now is taken to come back private where its one use there is by one trainer with
+// no later use within H(s) (the batches that later steps add can only make one shared), and the
+// steps s+1..s1 as demoting all they could (shared keys whose one use f in s1..s1+P comes after
+// s+P, by one trainer, with no later use within H(s) and none in f-P..f-1).  What a trainer needs
+// at s1 after Belady is then at least the keys of s1..s1+P resident shared now and those that come
+// back shared, plus its private keys (those for s1..s+P and the ones that come back private), less
+// what those demotions could free.  Where water-filling over them cannot bring that within C, step
+// s1 would refuse whatever the steps before it did; then step s demotes now, from its own
+// candidates (keys of s+P, as demote), as many of each trainer's as a filling that may also take
+// them takes beyond the later steps' (nothing where even that cannot, nor for a later s1; each s1
+// counts those taken for the ones before it).  A plan that worked before is unchanged: this acts
+// only where a later step would have refused.  Batches s1..s1+P with at most C distinct keys in
+// all cannot run short.  The previous use of each occurrence of s+P+1..s+2P from s+1 on comes from
+// the next links (ah_prev).
 static void demote_ahead(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
-    const uint32_t T = o->T, P = o->P, u = s + 1 + P;
-    if (T < 2 || P < 1 || o->W < P || s < 1 || u > H) return;
-    uint64_t sum = 0;
-    for (uint32_t q = s + 1; q <= u; q++) sum += o->slots[q % o->R].n;
-    if (sum <= o->C) return;
-    uint64_t shared1 = 0, priv1[ORACLE_MAX_TRAINERS], cand1[ORACLE_MAX_TRAINERS] = {0};
-    for (uint32_t i = 0; i < T; i++) priv1[i] = o->priv_count[i];
-    const slot *ss = &o->slots[s % o->R]; // private keys of s are evicted after it
-    for (uint32_t oc = 0; oc < ss->n; oc++)
-        if (o->act_state[ss->act[oc]] == RES_PRIVATE) priv1[__builtin_ctzll(ss->users[oc])]--;
-    const slot *su = &o->slots[u % o->R];
-    if (o->ah_cap < su->n) {
-        o->ah_cap = BP_MAX(su->n, 2 * o->ah_cap);
-        o->ah_used = bp_xrealloc(o->ah_used, o->ah_cap);
+    const uint32_t T = o->T, P = o->P;
+    if (T < 2 || P < 1 || o->W < P || s < 1 || s + 1 + P > H) return;
+    // The previous use (from s+1 on; 0: at s or before, or none) of each occurrence of batches
+    // s+P+1..hi, at ah_prev[ah_off[q - s - P - 1] + position].
+    const uint32_t hi = BP_MIN(s + 2 * P, H);
+    uint32_t *ah_off = o->ah_off, n_all = 0;
+    for (uint32_t q = s + P + 1; q <= hi; q++) ah_off[q - s - P - 1] = n_all, n_all += o->slots[q % o->R].n;
+    if (o->ah_cap < n_all) {
+        o->ah_cap = BP_MAX(n_all, 2 * o->ah_cap);
+        o->ah_prev = bp_xrealloc(o->ah_prev, (size_t)o->ah_cap * sizeof *o->ah_prev);
     }
-    memset(o->ah_used, 0, su->n);
-    for (uint32_t q = s + 1; q <= u; q++) { // shared keys of s+1..u, each at its last occurrence there
-        const slot *sq = &o->slots[q % o->R];
+    memset(o->ah_prev, 0, (size_t)n_all * sizeof *o->ah_prev);
+    for (uint32_t q0 = s + 1; q0 < hi; q0++) {
+        const slot *sq = &o->slots[q0 % o->R];
         for (uint32_t oc = 0; oc < sq->n; oc++) {
-            const uint32_t nu = next_use(o, sq, oc);
-            if (q < u && nu == u) o->ah_used[sq->next[oc] & o->pos_mask] = 1; // used at u and in s+1..s+P
-            if (o->act_state[sq->act[oc]] == RES_SHARED && (nu == NIL || nu > u)) shared1++;
+            const uint32_t v = next_use(o, sq, oc);
+            if (v != NIL && v > s + P && v <= hi) o->ah_prev[ah_off[v - s - P - 1] + (sq->next[oc] & o->pos_mask)] = q0;
         }
     }
-    for (uint32_t oc = 0; oc < su->n; oc++) { // u's keys not resident shared (private ones are at s) are fetched
-        const uint32_t nu = next_use(o, su, oc), tr = (uint32_t)__builtin_ctzll(su->users[oc]);
-        const int lone = popcount64(su->users[oc]) == 1 && (nu == NIL || nu > H);
-        if (o->act_state[su->act[oc]] != RES_SHARED) {
-            if (lone) priv1[tr]++;
-            else shared1++;
-        } else if (lone && !o->ah_used[oc]) {
-            cand1[tr]++;
+    uint64_t ext[ORACLE_MAX_TRAINERS] = {0}, n_ext = 0, take[ORACLE_MAX_TRAINERS], both[ORACLE_MAX_TRAINERS];
+    int collected = 0;
+    for (uint32_t s1 = s + 1; s1 <= s + P && s1 + P <= H; s1++) {
+        const uint32_t u1 = s1 + P;
+        uint64_t sum = 0;
+        for (uint32_t q = s1; q <= u1; q++) sum += o->slots[q % o->R].n;
+        if (sum <= o->C) continue;
+        uint64_t sh = 0, pv[ORACLE_MAX_TRAINERS] = {0}, c1[ORACLE_MAX_TRAINERS] = {0};
+        for (uint32_t q = s1; q <= u1; q++) { // each key of s1..u1 at its last use there
+            const slot *sq = &o->slots[q % o->R];
+            for (uint32_t oc = 0; oc < sq->n; oc++) {
+                const uint32_t nu = next_use(o, sq, oc), tr = (uint32_t)__builtin_ctzll(sq->users[oc]);
+                if (nu != NIL && nu <= u1) continue;
+                const uint8_t st = o->act_state[sq->act[oc]];
+                if (q <= s + P) { // resident now
+                    if (st == RES_PRIVATE) pv[tr]++;
+                    else sh++;
+                    continue;
+                }
+                const uint32_t pb = o->ah_prev[ah_off[q - s - P - 1] + oc];
+                const int lone = popcount64(sq->users[oc]) == 1 && (nu == NIL || nu > H);
+                if (st == RES_SHARED) sh++, c1[tr] += lone && pb + P < q;
+                else if (pb < s1 && lone) pv[tr]++; // fetched for its one use in s1..u1: private
+                else sh++;
+            }
+        }
+        sh -= n_ext;
+        for (uint32_t i = 0; i < T; i++) pv[i] += ext[i];
+        if (water_fill(T, sh, pv, c1, take, o->C) <= o->C) continue; // step s1 manages on its own
+        if (!collected) dm_collect(o, s, H, prev), collected = 1;
+        for (uint32_t i = 0; i < T; i++) both[i] = c1[i] + o->dm_cand[i] - ext[i];
+        if (water_fill(T, sh, pv, both, take, o->C) > o->C) break; // step s1 refuses whatever is done here
+        for (uint32_t i = 0; i < T; i++) {
+            const uint64_t add = take[i] > c1[i] ? take[i] - c1[i] : 0;
+            ext[i] += add, n_ext += add;
         }
     }
-    uint64_t take[ORACLE_MAX_TRAINERS], both[ORACLE_MAX_TRAINERS];
-    if (water_fill(T, shared1, priv1, cand1, take, o->C) <= o->C) return; // step s+1 manages on its own
-    dm_collect(o, s, H, prev);
-    for (uint32_t i = 0; i < T; i++) both[i] = cand1[i] + o->dm_cand[i];
-    if (water_fill(T, shared1, priv1, both, take, o->C) > o->C) return; // step s+1 refuses whatever is done here
-    for (uint32_t i = 0; i < T; i++) o->dm_take[i] = take[i] > cand1[i] ? (uint32_t)(take[i] - cand1[i]) : 0;
+    if (!n_ext) return;
+    for (uint32_t i = 0; i < T; i++) o->dm_take[i] = (uint32_t)ext[i];
     dm_apply(o, s, H, prev, cur);
 }
 
@@ -851,6 +875,7 @@ int oracle_ref_init(oracle_ref *out, const oracle_config *cfg) {
     o->priv_count = bp_xcalloc(cfg->T, sizeof *o->priv_count);
     o->pv_cursor = bp_xcalloc(cfg->T, sizeof *o->pv_cursor);
     o->dm_cand = bp_xcalloc(cfg->T, sizeof *o->dm_cand);
+    o->ah_off = bp_xcalloc(cfg->P + 1, sizeof *o->ah_off);
     o->dm_take = bp_xcalloc(cfg->T, sizeof *o->dm_take);
     o->sync_cnt = bp_xcalloc(2 * (o->P + o->W + 2) + 1, sizeof *o->sync_cnt);
     o->bucket = bp_xcalloc(o->NB, sizeof *o->bucket);
@@ -906,7 +931,7 @@ void oracle_ref_free(oracle_ref *out) {
     free(o->bucket), free(o->bucket_n), free(o->bucket_cap);
     free(o->part_tmp);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_cnt);
-    free(o->dm_cand), free(o->dm_take), free(o->dm_list), free(o->ah_used);
+    free(o->dm_cand), free(o->dm_take), free(o->dm_list), free(o->ah_prev), free(o->ah_off);
     free(o->offset), free(o->card);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);
     free(o);

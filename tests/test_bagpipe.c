@@ -377,3 +377,12 @@ TEST(bagpipe_demotions_ahead_three_trainers_keep_the_model) {
                                    0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 0, 3, 0, 1, 4, 3, 0, 0, 0};
     demotions_keep_the_model(ids, 40, 5, 40, 3, 5, "--prefetch 2 --lookahead 2 --cache-rows 4", 40);
 }
+
+// Two steps ahead: T = 2, P = 2, W = 2, C = 4, one table of 5 rows, eleven batches of four samples
+// repeated 40 times: 39 demotions, some of them two steps before the step that would run short
+// (with a view of one step only the run is refused).
+TEST(bagpipe_demotions_two_steps_ahead_keep_the_model) {
+    static const uint32_t ids[] = {0, 1, 1, 0, 1, 0, 0, 0, 3, 0, 1, 0, 0, 0, 2, 0, 0, 0, 4, 0, 0, 3,
+                                   1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 1, 0, 0, 3, 1, 0, 0, 0, 0, 2};
+    demotions_keep_the_model(ids, 44, 5, 40, 2, 4, "--prefetch 2 --lookahead 2 --cache-rows 4", 39);
+}

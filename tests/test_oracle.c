@@ -328,43 +328,49 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             }
             CHECK(fewest == 0 || !kept_beyond, "t=%u: keys demoted after %u while one needed beyond %u stayed", t, t - 1,
                   v);
-            // Demotions ahead (W >= P >= 1): step t + 1 is seen as the horizon H(t) shows it, at
-            // best for it: with u = t + 1 + P, each trainer needs the shared keys of t+1..u (those
-            // resident, and u's keys not resident that would come back shared), its private keys
-            // of t+1..t+P and u's keys that would come back private (used there by it alone and
-            // not again within H(t)), less what step t + 1 could demote: shared keys used at u by
-            // one trainer, not again within H(t), not in t+1..t+P.  If water-filling over those
-            // and step t's own candidates left after its own demotions cannot bring that within
-            // C, nothing more is demoted; else step t demotes, for each trainer, what the filling
-            // takes of its candidates beyond step t + 1's.
+            // Demotions ahead (W >= P >= 1): each step s1 = t+1..t+P (while s1 + P <= H(t)) is seen
+            // as H(t) shows it, at best for it: each trainer needs the keys of s1..s1+P that are
+            // resident shared now (or demoted at t) and those not resident that would come back
+            // shared, its private keys of s1..t+P and the keys not resident whose one use in
+            // s1..s1+P is by it alone with no later use within H(t), less what steps t+1..s1 could
+            // demote: keys resident shared now whose one use f in s1..s1+P is after t+P, by one
+            // trainer, with no later use within H(t) and none in f-P..f-1.  Where water-filling over
+            // those (from the counts after step t's own demotions and those ahead so far) cannot
+            // bring it within C, step t demotes, for each trainer, what a filling that may also
+            // take step t's candidates left takes of them; nothing where even that cannot (nor
+            // for a later s1).
             own = fewest;
-            const uint32_t u = t + 1 + c.P;
-            if (c.P >= 1 && c.W >= c.P && u <= Ht) {
-                uint64_t sh = 0, pv[64] = {0}, c1[64] = {0}, tk[64];
+            uint64_t n_ext = 0;
+            for (uint32_t s1 = t + 1; c.P >= 1 && c.W >= c.P && s1 <= t + c.P && s1 + c.P <= Ht; s1++) {
+                const uint32_t u1 = s1 + c.P;
+                uint64_t sh = 0, pv[64] = {0}, c1[64] = {0}, tk[64], both[64];
                 for (uint64_t k = 0; k < K; k++) {
+                    uint32_t f = NONE, uses = 0;
+                    for (uint32_t q = s1; q <= u1; q++)
+                        if (M(q, k)) uses++, f = BP_MIN(f, q);
+                    if (!uses) continue;
                     const int was_shared = res_on[k] == ALL || demote_mark[k] == t + 1;
-                    int in_range = 0; // used in t+1..u-1
-                    for (uint32_t q = t + 1; q < u; q++) in_range |= M(q, k) != 0;
-                    if (kind[k] == 2 && !was_shared && for_it[k] > t) pv[holder[k]]++;
-                    if (was_shared && (in_range || M(u, k))) sh++;
-                    if (!M(u, k)) continue;
-                    const int lone = __builtin_popcountll(M(u, k)) == 1 && (NX(u, k) == NONE || NX(u, k) > Ht);
-                    const uint32_t i = (uint32_t)__builtin_ctzll(M(u, k));
-                    if (!was_shared) { // fetched at t + 1 (a private key of t is evicted after it)
-                        if (lone) pv[i]++;
-                        else sh++;
-                    } else if (lone && !in_range) {
-                        c1[i]++;
+                    if (f <= t + c.P) { // resident now
+                        if (was_shared) sh++;
+                        else pv[holder[k]]++;
+                        continue;
                     }
+                    const uint32_t i = (uint32_t)__builtin_ctzll(M(f, k));
+                    const int one = uses == 1 && __builtin_popcountll(M(f, k)) == 1 && (NX(f, k) == NONE || NX(f, k) > Ht);
+                    int near = 0; // used in f-P..f-1
+                    for (uint32_t q = f - c.P; q < f; q++) near |= M(q, k) != 0;
+                    if (was_shared) sh++, c1[i] += one && !near;
+                    else if (one) pv[i]++; // fetched for its one use: private
+                    else sh++;
                 }
-                // From the counts after step t's own demotions: step t + 1 managing on its own
-                // demotes nothing ahead, nor does one that cannot manage even with step t's
-                // candidates left.
-                uint64_t both[64];
-                for (uint32_t i = 0; i < T; i++) pv[i] += take[i], both[i] = c1[i] + cand[i] - take[i];
-                if (check_fill(T, sh - fewest, pv, c1, tk, c.C) > c.C &&
-                    check_fill(T, sh - fewest, pv, both, tk, c.C) <= c.C)
-                    for (uint32_t i = 0; i < T; i++) extra[i] = tk[i] > c1[i] ? tk[i] - c1[i] : 0;
+                sh -= fewest + n_ext;
+                for (uint32_t i = 0; i < T; i++) pv[i] += take[i] + extra[i], both[i] = c1[i] + cand[i] - take[i] - extra[i];
+                if (check_fill(T, sh, pv, c1, tk, c.C) <= c.C) continue;
+                if (check_fill(T, sh, pv, both, tk, c.C) > c.C) break;
+                for (uint32_t i = 0; i < T; i++) {
+                    const uint64_t add = tk[i] > c1[i] ? tk[i] - c1[i] : 0;
+                    extra[i] += add, n_ext += add;
+                }
             }
             for (uint32_t i = 0; i < T; i++)
                 CHECK(x[i] == take[i] + extra[i], "t=%u: %llu keys of trainer %u demoted after %u where %llu would do (%llu "
@@ -882,13 +888,13 @@ TEST(oracle_fetches_match_windowed_optimum) {
 // checker holds the planner to that), which made the first documented case optimal: 6 fetches,
 // where farthest-first alone made 7.  Demotions (a shared key next used at s+P by one trainer,
 // evicted and fetched back private when nothing else can go) made the second optimal: it was
-// refused.  Demotions a step ahead (when step s+1 would run short whatever it did, step s demotes
-// keys of s+P) made the third optimal: it was refused, and the plan that exists demotes a key one
-// step before the step that runs short.  What is left is measured against the exhaustive search
-// (T = 2-4, a window covering the trace, demotions at any step in the model) and held to what was
-// found: the oracle never beats the optimum, is off by one fetch in at most 3 of ~4,300 runs, and
-// refuses a capacity for which a plan exists in at most 3 (the capacity it names then is its own;
-// 22 before demotions ahead, 73 before demotions).
+// refused.  Demotions ahead (when a step s1 in s+1..s+P would run short whatever it did, step s
+// demotes keys of s+P) made the third and fourth optimal: they were refused, and the plans that
+// exist demote a key one and two steps before the step that runs short.  What is left is measured
+// against the exhaustive search (T = 2-4, a window covering the trace, demotions at any step in
+// the model) and held to what was found: the oracle never beats the optimum, is off by one fetch
+// in at most 3 of ~4,300 runs, and refuses no capacity for which a plan exists (22 refused before
+// demotions ahead, 73 before demotions).
 TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
     { // one table of 5 rows, T = 2, B = 2, P = 1, W = 9, C = 4
         static const uint32_t ids[] = {0, 3, 3, 4, 3, 4, 0, 4, 2, 2, 1, 3, 4, 0, 2, 4};
@@ -943,6 +949,22 @@ TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
         ASSERT_OK(run_oracle_ref(&tr, c, &sr, NULL));
         ASSERT_TRUE(s.n == sr.n && memcmp(s.buf, sr.buf, s.n) == 0);
         free(s.buf), free(sr.buf);
+        trace_free(&tr);
+    }
+    { // one table of 5 rows, T = 2, B = 4, P = 2, C = 3, W = 7: refused at step 3 with one step
+      // of view (trainer 1: keys 0, 1 and 3 shared, 4 private); step 1 now sees that step 3 would
+      // run short and demotes key 1 (used at 3 by trainer 0 alone) two steps ahead: 5 fetches,
+      // the optimum
+        static const uint32_t ids[] = {0, 1, 0, 1, 3, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 3, 0, 0, 4, 0};
+        trace tr;
+        trace_of_ids(&tr, 6, 4, 5, ids);
+        check_result cr;
+        oracle_stats st;
+        run_cfg c = {2, 7, 2, 3, 1, 0, 0};
+        ASSERT_MSG(run_and_check(&tr, c, &cr, &st) == 0, "%s", cr.msg);
+        ASSERT_EQ(cr.fetches, 5);
+        ASSERT_EQ(st.demotions, 1);
+        ASSERT_EQ(brute_min_fetches(&tr, 2, 2, 7, 3), 5);
         trace_free(&tr);
     }
     { // T = 3: step s+1 managing with its own demotions takes none a step ahead.  A review found
@@ -1001,7 +1023,7 @@ TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
            "with a plan possible\n", compared, pressured, demoted, equal, extra, refused);
     ASSERT_MSG(compared > 4000 && pressured > 500 && demoted > 20, "%d compared, %d with pressure, %d with demotions",
                compared, pressured, demoted);
-    ASSERT_MSG(extra <= 3 && refused <= 3, "%d over, %d refused of %d", extra, refused, compared);
+    ASSERT_MSG(extra <= 3 && refused == 0, "%d over, %d refused of %d", extra, refused, compared);
 }
 
 TEST(oracle_plans_deterministic_across_runs_threads_keymaps) {
