@@ -87,7 +87,7 @@ struct oref_impl {
     uint32_t part_cap;
     uint32_t *dm_cand, *dm_take; // (T) scratch of demote: candidates and keys to demote per trainer
     bentry *dm_list;             // (dm_cap) demote's candidates
-    uint32_t *ah_prev, *ah_off;  // scratch of demote_ahead: previous uses (ah_cap), offsets per batch (P)
+    uint32_t *ah_prev, *ah_off;  // scratch of demote_ahead: previous uses (ah_cap), offsets per batch (P + 1)
     uint32_t ah_cap;
     uint32_t dm_n, dm_cap;
     uint32_t rr_fetch, rr_owner;
