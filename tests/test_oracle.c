@@ -290,7 +290,7 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             if (occ > res->peak) res->peak = occ;
             occ_max = BP_MAX(occ_max, occ), occ_of[i] = occ;
         }
-        uint64_t own = 0, extra[64] = {0}; // demotions at t for step t, and ahead for step t + 1 (below)
+        uint64_t own = 0, extra[64] = {0}; // demotions at t for step t, and ahead for later steps (below)
         // Demotions are the fewest that bring every trainer within C.  A demotion of a key of
         // trainer j frees a slot on every other trainer, so "some cache exactly full" does not
         // bound their number: from the residency without them (occ0) and the keys that could have
@@ -374,9 +374,9 @@ static int check_plans(const trace *tr, run_cfg c, const stream *s, check_result
             }
             for (uint32_t i = 0; i < T; i++)
                 CHECK(x[i] == take[i] + extra[i], "t=%u: %llu keys of trainer %u demoted after %u where %llu would do (%llu "
-                      "for step %u, %llu ahead for step %u)", t, (unsigned long long)x[i], i, t - 1,
+                      "for step %u, %llu ahead for steps %u..%u)", t, (unsigned long long)x[i], i, t - 1,
                       (unsigned long long)(take[i] + extra[i]), (unsigned long long)take[i], t,
-                      (unsigned long long)extra[i], t + 1);
+                      (unsigned long long)extra[i], t + 1, t + c.P);
         }
         // Evictions under pressure free no more than needed, and so do the step's own demotions:
         // some trainer is then exactly full, before any demotion ahead (which frees a slot on
