@@ -213,7 +213,7 @@ struct oracle_impl {
     uint64_t *bits_ev, *bits_now, *bits_last; // (per batch / 64 + 1) outcomes of the batch being completed
     bentry *part_tmp;     // (part_cap) scratch of bucket_lone_last, and demote's candidates
     uint32_t part_cap;
-    uint32_t *dm_cand, *dm_take; // (T) scratch of demote: candidates and keys to demote per trainer
+    uint64_t *dm_cand, *dm_take; // (T) scratch of demote: candidates and keys to demote per trainer
     uint64_t *lz_tmp;     // (lz_cap) scratch of bucket_fill
     uint32_t lz_cap;
     uint32_t rr_fetch, rr_owner;
@@ -1340,7 +1340,7 @@ static uint32_t dm_collect(oracle_impl *o, uint32_t s, uint32_t H) {
         o->part_cap = BP_MAX(n, 2 * o->part_cap);
         o->part_tmp = bp_xrealloc(o->part_tmp, (size_t)o->part_cap * sizeof *o->part_tmp);
     }
-    memset(o->dm_cand, 0, T * sizeof *o->dm_cand), memset(o->dm_take, 0, T * sizeof *o->dm_take);
+    memset(o->dm_cand, 0, T * sizeof *o->dm_cand);
     uint32_t m = 0;
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t pos = (uint32_t)bk[i] & o->pos_mask;
@@ -1371,34 +1371,6 @@ static void dm_apply(oracle_impl *o, uint32_t s, uint32_t m, plan *prev, plan *c
     }
 }
 
-// Demotions (T > 1), as in the reference planner (oracle_ref.c, demote): when Belady has nothing
-// left to evict and a trainer is still over capacity, shared keys next used at v = s+P by one
-// trainer, and not again in view, are evicted after s-1 and fetched back at s private to that
-// trainer, the fewest that bring every trainer within C (water-filling on the counts).  The
-// candidates are the bucket of v brought up to date to the keys last used at s-1 (P >= 1; with P
-// = 0 a key used at s-1 and s is synchronised now, so to s-2): bucket_fill's order is the eager
-// pushes', so the planners take the same keys.  Nothing reads that bucket after this step.
-// Returns 0, or the most any trainer still needs after every useful demotion (nothing is changed).
-static uint64_t demote(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
-    const uint32_t T = o->T, m = dm_collect(o, s, H);
-    uint64_t shared = o->shared_count, worst;
-    for (;;) {
-        worst = 0;
-        uint32_t pick = T;
-        for (uint32_t i = 0; i < T; i++) {
-            worst = BP_MAX(worst, shared + o->priv_count[i] + o->dm_take[i]);
-            if (o->dm_take[i] < o->dm_cand[i] &&
-                (pick == T || o->priv_count[i] + o->dm_take[i] < o->priv_count[pick] + o->dm_take[pick]))
-                pick = i;
-        }
-        if (worst <= o->C || pick == T) break;
-        o->dm_take[pick]++, shared--;
-    }
-    if (worst > o->C) return worst;
-    dm_apply(o, s, m, prev, cur);
-    return 0;
-}
-
 // Water-filling over demotion candidates: each demotion of a key of trainer i takes a row from
 // every trainer's shared count and gives one to i's private count, so the next goes to the
 // trainer with the fewest private keys (with those taken; then the lowest index) that has a
@@ -1418,6 +1390,22 @@ static uint64_t water_fill(uint32_t T, uint64_t shared, const uint64_t *priv, co
         if (worst <= C || pick == T) return worst;
         take[pick]++, shared--;
     }
+}
+
+// Demotions (T > 1), as in the reference planner (oracle_ref.c, demote): when Belady has nothing
+// left to evict and a trainer is still over capacity, shared keys next used at v = s+P by one
+// trainer, and not again in view, are evicted after s-1 and fetched back at s private to that
+// trainer, the fewest that bring every trainer within C (water-filling on the counts).  The
+// candidates are the bucket of v brought up to date to the keys last used at s-1 (P >= 1; with P
+// = 0 a key used at s-1 and s is synchronised now, so to s-2): bucket_fill's order is the eager
+// pushes', so the planners take the same keys.  Nothing reads that bucket after this step.
+// Returns 0, or the most any trainer still needs after every useful demotion (nothing is changed).
+static uint64_t demote(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    const uint32_t m = dm_collect(o, s, H);
+    const uint64_t worst = water_fill(o->T, o->shared_count, o->priv_count, o->dm_cand, o->dm_take, o->C);
+    if (worst > o->C) return worst;
+    dm_apply(o, s, m, prev, cur);
+    return 0;
 }
 
 // Whether the key of occurrence oc of batch q > s+P is resident and shared at step s: from its
@@ -1487,7 +1475,7 @@ static void demote_ahead(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, pla
         }
     }
     if (!n_ext) return;
-    for (uint32_t i = 0; i < T; i++) o->dm_take[i] = (uint32_t)ext[i];
+    memcpy(o->dm_take, ext, T * sizeof *o->dm_take);
     dm_apply(o, s, m, prev, cur);
 }
 

@@ -85,7 +85,7 @@ struct oref_impl {
     uint32_t *bucket_n, *bucket_cap;
     bentry *part_tmp; // (part_cap) scratch of bucket_lone_last
     uint32_t part_cap;
-    uint32_t *dm_cand, *dm_take; // (T) scratch of demote: candidates and keys to demote per trainer
+    uint64_t *dm_cand, *dm_take; // (T) scratch of demote: candidates and keys to demote per trainer
     bentry *dm_list;             // (dm_cap) demote's candidates
     uint32_t *ah_prev, *ah_off;  // scratch of demote_ahead: previous uses (ah_cap), offsets per batch (P + 1)
     uint32_t ah_cap;
@@ -427,7 +427,7 @@ static void dm_collect(oref_impl *o, uint32_t s, uint32_t H, const plan *prev) {
     const uint32_t T = o->T, v = s + o->P, j = v % o->NB, n = o->bucket_n[j];
     const bentry *bk = o->bucket[j];
     uint32_t tr;
-    memset(o->dm_cand, 0, T * sizeof *o->dm_cand), memset(o->dm_take, 0, T * sizeof *o->dm_take);
+    memset(o->dm_cand, 0, T * sizeof *o->dm_cand);
     o->dm_n = 0;
     for (uint32_t i = 0; i < n; i++)
         if (o->act_state[bk[i].a] == RES_SHARED && lone_at(o, bk[i].nx, v, H, &tr)) dm_add(o, bk[i]), o->dm_cand[tr]++;
@@ -465,27 +465,6 @@ static void dm_apply(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur
     o->bucket_n[j] = k;
 }
 
-static uint64_t demote(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
-    const uint32_t T = o->T;
-    dm_collect(o, s, H, prev);
-    uint64_t shared = o->shared_count, worst;
-    for (;;) {
-        worst = 0;
-        uint32_t pick = T;
-        for (uint32_t i = 0; i < T; i++) {
-            worst = BP_MAX(worst, shared + o->priv_count[i] + o->dm_take[i]);
-            if (o->dm_take[i] < o->dm_cand[i] &&
-                (pick == T || o->priv_count[i] + o->dm_take[i] < o->priv_count[pick] + o->dm_take[pick]))
-                pick = i;
-        }
-        if (worst <= o->C || pick == T) break;
-        o->dm_take[pick]++, shared--;
-    }
-    if (worst > o->C) return worst;
-    dm_apply(o, s, H, prev, cur);
-    return 0;
-}
-
 // Water-filling over demotion candidates: each demotion of a key of trainer i takes a row from
 // every trainer's shared count and gives one to i's private count, so the next goes to the
 // trainer with the fewest private keys (with those taken; then the lowest index) that has a
@@ -505,6 +484,14 @@ static uint64_t water_fill(uint32_t T, uint64_t shared, const uint64_t *priv, co
         if (worst <= C || pick == T) return worst;
         take[pick]++, shared--;
     }
+}
+
+static uint64_t demote(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    dm_collect(o, s, H, prev);
+    const uint64_t worst = water_fill(o->T, o->shared_count, o->priv_count, o->dm_cand, o->dm_take, o->C);
+    if (worst > o->C) return worst;
+    dm_apply(o, s, H, prev, cur);
+    return 0;
 }
 
 // Demotions ahead (T > 1, W >= P >= 1).  A step may run short where no demotion of its own can
@@ -584,7 +571,7 @@ static void demote_ahead(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan 
         }
     }
     if (!n_ext) return;
-    for (uint32_t i = 0; i < T; i++) o->dm_take[i] = (uint32_t)ext[i];
+    memcpy(o->dm_take, ext, T * sizeof *o->dm_take);
     dm_apply(o, s, H, prev, cur);
 }
 
