@@ -513,12 +513,10 @@ static uint64_t demote(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *c
 // only where a later step would have refused.  Batches s1..s1+P with at most C distinct keys in
 // all cannot run short.  The previous use of each occurrence of s+P+1..s+2P from s+1 on comes from
 // the next links (ah_prev).
-static void demote_ahead(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
-    const uint32_t T = o->T, P = o->P;
-    if (T < 2 || P < 1 || o->W < P || s < 1 || s + 1 + P > H) return;
-    // The previous use (from s+1 on; 0: at s or before, or none) of each occurrence of batches
-    // s+P+1..hi, at ah_prev[ah_off[q - s - P - 1] + position].
-    const uint32_t hi = BP_MIN(s + 2 * P, H);
+// The previous use (from s+1 on; 0: at s or before, or none) of each occurrence of batches
+// s+P+1..min(s+2P, H), at ah_prev[ah_off[q - s - P - 1] + position], from the next links of s+1..
+static void ahead_prev(oref_impl *o, uint32_t s, uint32_t H) {
+    const uint32_t P = o->P, hi = BP_MIN(s + 2 * P, H);
     uint32_t *ah_off = o->ah_off, n_all = 0;
     for (uint32_t q = s + P + 1; q <= hi; q++) ah_off[q - s - P - 1] = n_all, n_all += o->slots[q % o->R].n;
     if (o->ah_cap < n_all) {
@@ -533,13 +531,20 @@ static void demote_ahead(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan 
             if (v != NIL && v > s + P && v <= hi) o->ah_prev[ah_off[v - s - P - 1] + (sq->next[oc] & o->pos_mask)] = q0;
         }
     }
+}
+
+static void demote_ahead(oref_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+    const uint32_t T = o->T, P = o->P;
+    if (T < 2 || P < 1 || o->W < P || s < 1 || s + 1 + P > H) return;
+    const uint32_t *ah_off = o->ah_off;
     uint64_t ext[ORACLE_MAX_TRAINERS] = {0}, n_ext = 0, take[ORACLE_MAX_TRAINERS], both[ORACLE_MAX_TRAINERS];
-    int collected = 0;
+    int collected = 0, linked = 0;
     for (uint32_t s1 = s + 1; s1 <= s + P && s1 + P <= H; s1++) {
         const uint32_t u1 = s1 + P;
         uint64_t sum = 0;
         for (uint32_t q = s1; q <= u1; q++) sum += o->slots[q % o->R].n;
         if (sum <= o->C) continue;
+        if (!linked) ahead_prev(o, s, H), linked = 1;
         uint64_t sh = 0, pv[ORACLE_MAX_TRAINERS] = {0}, c1[ORACLE_MAX_TRAINERS] = {0};
         for (uint32_t q = s1; q <= u1; q++) { // each key of s1..u1 at its last use there
             const slot *sq = &o->slots[q % o->R];
