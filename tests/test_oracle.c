@@ -882,6 +882,27 @@ TEST(oracle_fetches_match_windowed_optimum) {
     ASSERT_MSG(compared > 2000 && pressured > 170, "%d compared, %d with pressure evictions", compared, pressured);
 }
 
+// A documented case: one table of K rows, N batches of B samples (ids), planned with c and
+// accepted by the checker, at the exhaustive search's optimum of `fetches`, with `demotions`
+// demotions (-1: not counted), and the fast planner's bytes those of the reference planner.
+static void documented_case(const uint32_t *ids, uint32_t N, uint32_t B, uint64_t K, run_cfg c, uint64_t fetches,
+                            int demotions) {
+    trace tr;
+    trace_of_ids(&tr, N, B, K, ids);
+    check_result cr;
+    oracle_stats st;
+    ASSERT_MSG(run_and_check(&tr, c, &cr, &st) == 0, "%s", cr.msg);
+    ASSERT_EQ(cr.fetches, fetches);
+    if (demotions >= 0) ASSERT_EQ(st.demotions, (uint64_t)demotions);
+    ASSERT_EQ(brute_min_fetches(&tr, c.T, c.P, c.W, c.C), fetches);
+    stream s, sr;
+    ASSERT_OK(run_oracle(&tr, c, &s, NULL));
+    ASSERT_OK(run_oracle_ref(&tr, c, &sr, NULL));
+    ASSERT_TRUE(s.n == sr.n && memcmp(s.buf, sr.buf, s.n) == 0);
+    free(s.buf), free(sr.buf);
+    trace_free(&tr);
+}
+
 // Farthest-first is not optimal for T > 1 (docs/oracle.md, "Where farthest-first is not
 // optimal"): which key goes, and when, decides whether it comes back private (one slot) or shared
 // (one per trainer).  Ties of next use are broken toward the keys that come back private (the
@@ -898,14 +919,7 @@ TEST(oracle_fetches_match_windowed_optimum) {
 TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
     { // one table of 5 rows, T = 2, B = 2, P = 1, W = 9, C = 4
         static const uint32_t ids[] = {0, 3, 3, 4, 3, 4, 0, 4, 2, 2, 1, 3, 4, 0, 2, 4};
-        trace tr;
-        trace_of_ids(&tr, 8, 2, 5, ids);
-        check_result cr;
-        run_cfg c = {2, 9, 1, 4, 1, 0, 0};
-        ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "%s", cr.msg);
-        ASSERT_EQ(cr.fetches, 6);
-        ASSERT_EQ(brute_min_fetches(&tr, 2, 1, 9, 4), 6);
-        trace_free(&tr);
+        documented_case(ids, 8, 2, 5, (run_cfg){2, 9, 1, 4, 1, 0, 0}, 6, -1);
     }
     { // one table of 4 rows, T = 3, B = 6, P = 1, W = 10, C = 3: at step 5 key 3 comes private to
       // trainer 2 for batch 6 while keys 0, 1 and 2 are shared and pinned (4 rows); key 1, next used
@@ -913,21 +927,7 @@ TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
       // refused before demotions, and needed 4 rows)
         static const uint32_t ids[] = {0, 0, 3, 0, 3, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 2, 0, 0, 0, 0,
                                        2, 0, 0, 0, 0, 0, 0, 2, 0, 0, 1, 0, 0, 3, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-        trace tr;
-        trace_of_ids(&tr, 9, 6, 4, ids);
-        check_result cr;
-        oracle_stats st;
-        run_cfg c = {3, 10, 1, 3, 1, 0, 0};
-        ASSERT_MSG(run_and_check(&tr, c, &cr, &st) == 0, "%s", cr.msg);
-        ASSERT_EQ(cr.fetches, 6);
-        ASSERT_EQ(st.demotions, 1);
-        ASSERT_EQ(brute_min_fetches(&tr, 3, 1, 10, 3), 6);
-        stream s, sr;
-        ASSERT_OK(run_oracle(&tr, c, &s, NULL));
-        ASSERT_OK(run_oracle_ref(&tr, c, &sr, NULL));
-        ASSERT_TRUE(s.n == sr.n && memcmp(s.buf, sr.buf, s.n) == 0);
-        free(s.buf), free(sr.buf);
-        trace_free(&tr);
+        documented_case(ids, 9, 6, 4, (run_cfg){3, 10, 1, 3, 1, 0, 0}, 6, 1);
     }
     { // one table of 5 rows, T = 2, B = 2, P = 1, W = 10, C = 2: at step 6 key 4 comes private to
       // trainer 0 for batch 7 while keys 0 and 1 are shared and pinned, and key 1, used at 6 by
@@ -935,37 +935,14 @@ TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
       // that step 6 would run short and demotes key 1 a step ahead (evicted after 4, fetched back
       // private at 5), when no trainer is short yet: 4 fetches, the optimum
         static const uint32_t ids[] = {0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 4, 0, 0, 0};
-        trace tr;
-        trace_of_ids(&tr, 9, 2, 5, ids);
-        check_result cr;
-        oracle_stats st;
-        run_cfg c = {2, 10, 1, 2, 1, 0, 0};
-        ASSERT_MSG(run_and_check(&tr, c, &cr, &st) == 0, "%s", cr.msg);
-        ASSERT_EQ(cr.fetches, 4);
-        ASSERT_EQ(st.demotions, 1);
-        ASSERT_EQ(brute_min_fetches(&tr, 2, 1, 10, 2), 4);
-        stream s, sr;
-        ASSERT_OK(run_oracle(&tr, c, &s, NULL));
-        ASSERT_OK(run_oracle_ref(&tr, c, &sr, NULL));
-        ASSERT_TRUE(s.n == sr.n && memcmp(s.buf, sr.buf, s.n) == 0);
-        free(s.buf), free(sr.buf);
-        trace_free(&tr);
+        documented_case(ids, 9, 2, 5, (run_cfg){2, 10, 1, 2, 1, 0, 0}, 4, 1);
     }
     { // one table of 5 rows, T = 2, B = 4, P = 2, C = 3, W = 7: refused at step 3 with one step
       // of view (trainer 1: keys 0, 1 and 3 shared, 4 private); step 1 now sees that step 3 would
       // run short and demotes key 1 (used at 3 by trainer 0 alone) two steps ahead: 5 fetches,
       // the optimum
         static const uint32_t ids[] = {0, 1, 0, 1, 3, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 3, 0, 0, 4, 0};
-        trace tr;
-        trace_of_ids(&tr, 6, 4, 5, ids);
-        check_result cr;
-        oracle_stats st;
-        run_cfg c = {2, 7, 2, 3, 1, 0, 0};
-        ASSERT_MSG(run_and_check(&tr, c, &cr, &st) == 0, "%s", cr.msg);
-        ASSERT_EQ(cr.fetches, 5);
-        ASSERT_EQ(st.demotions, 1);
-        ASSERT_EQ(brute_min_fetches(&tr, 2, 2, 7, 3), 5);
-        trace_free(&tr);
+        documented_case(ids, 6, 4, 5, (run_cfg){2, 7, 2, 3, 1, 0, 0}, 5, 1);
     }
     { // T = 3: step s+1 managing with its own demotions takes none a step ahead.  A review found
       // that a single water-filling over both steps' candidates took step s's key 5 (trainer 0
@@ -974,20 +951,8 @@ TEST(oracle_fetches_against_exhaustive_optimum_several_trainers) {
         static const uint32_t a[] = {0, 3, 5, 0, 0, 5, 3, 0, 0, 5, 0, 0, 0, 3, 1, 0, 0, 2};
         static const uint32_t b[] = {0, 3, 0, 3, 0, 1, 0, 3, 0, 2, 0, 2, 0, 2, 0,
                                      3, 0, 0, 0, 2, 1, 4, 0, 0, 0, 4, 0, 0, 0, 2};
-        trace tr;
-        check_result cr;
-        trace_of_ids(&tr, 6, 3, 6, a);
-        run_cfg c = {3, 2, 1, 3, 1, 0, 0};
-        ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "%s", cr.msg);
-        ASSERT_EQ(cr.fetches, 6);
-        ASSERT_EQ(brute_min_fetches(&tr, 3, 1, 2, 3), 6);
-        trace_free(&tr);
-        trace_of_ids(&tr, 10, 3, 5, b);
-        c.W = 1;
-        ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "%s", cr.msg);
-        ASSERT_EQ(cr.fetches, 8);
-        ASSERT_EQ(brute_min_fetches(&tr, 3, 1, 1, 3), 8);
-        trace_free(&tr);
+        documented_case(a, 6, 3, 6, (run_cfg){3, 2, 1, 3, 1, 0, 0}, 6, -1);
+        documented_case(b, 10, 3, 5, (run_cfg){3, 1, 1, 3, 1, 0, 0}, 8, -1);
     }
     bp_rng r;
     bp_rng_seed(&r, 17, 0);
