@@ -2,7 +2,7 @@
 //
 //   build/bench/bench_oracle [--batches N] [--quick] [--window W] [--zipf S] [--no-ref] [--reps N]
 //                            [--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS]
-//                            [--links auto|indexer|planner]
+//                            [--links auto|indexer|planner] [--groups]
 //
 // The trace: the 26 Criteo Kaggle tables (33.7M rows), ids drawn per table from a power law
 // (rank^-s, hot ids first as after frequency mapping) with s tuned so that ~1% of the rows take
@@ -23,7 +23,18 @@
 // trainer (2M by default; the quick trace's window then needs no eviction under pressure, 1.5M
 // evicts ~2,000 keys a batch under pressure), and --links fixes which of the two threads writes
 // the next-use links (ORACLE_LINKS_*; auto by default: the one that waits).
+// --groups adds, after the headline, the rate a planner split by tables could reach on two threads
+// (docs/oracle.md, round 19): two one-thread oracles, each over one of two groups of the tables
+// (balanced by bit_length(card)^2, as round 16 weighed them) and on a thread of its own, with each
+// of group B's records copied into group A's thread after A's record of the same batch (the copy a
+// merge of the two would make); once with B up to GROUP_RING - 1 records ahead of A's merges, once
+// in step (B's record of batch t waits for A's merge of t - 1: the per-step exchange that coupling
+// the two groups' capacity would need).  It is a bound, not a planner: the two groups share no
+// capacity (no pressure evictions or demotions across them) and assign fetchers and owners each
+// by its own round-robin, which a real split would have to couple.
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -234,6 +245,135 @@ static double reference_pass_ms(const uint32_t *ids, uint32_t nb, uint32_t B, ui
     return ms;
 }
 
+// --groups (see the top of the file).
+#define GROUP_RING 8
+typedef struct group_run {
+    uint32_t F;           // tables of the group
+    uint64_t card[NF];
+    uint32_t *ids;        // (samples, F): the group's columns of the trace
+    uint32_t N, warm;     // batches; the first timed one
+    bcfg c;
+    plan *ring;           // group B: its records, GROUP_RING deep; group A: NULL
+    uint32_t ahead;       // group B: records it may make beyond those A has merged (1..GROUP_RING - 1)
+    struct group_run *other;
+    atomic_uint made;     // records made (B) or merged (A)
+    int rc;
+    double tw, te;        // wall time at batch warm and after the last push's records
+} group_run;
+
+static void *group_thread(void *arg) {
+    group_run *g = arg, *o = g->other;
+    oracle_config cfg = {.T = g->c.T, .B = g->c.B, .F = g->F, .card = g->card, .W = g->c.W, .P = g->c.P,
+                         .C = g->c.C, .threads = 1, .borrow_input = 1, .keymap = g->c.keymap};
+    oracle orc;
+    if ((g->rc = oracle_init(&orc, &cfg)) != 0) {
+        atomic_store(&g->made, UINT32_MAX); // the other thread must not wait for this one
+        return NULL;
+    }
+    plan own, merged;
+    plan_init(&own), plan_init(&merged);
+    uint32_t rec = 0;
+    for (uint32_t t = 0; t < g->N && !g->rc; t++) {
+        if (t == g->warm) g->tw = bp_now();
+        if ((g->rc = oracle_push_batch(&orc, g->ids + (size_t)t * g->c.B * g->F)) != 0) break;
+        for (;;) {
+            if (g->ring) { // B: a ring slot is free once A has merged the record that used it
+                uint32_t m;
+                while ((m = atomic_load_explicit(&o->made, memory_order_acquire)) != UINT32_MAX && rec >= m + g->ahead) {}
+                if (m == UINT32_MAX) break; // A failed
+            }
+            plan *p = g->ring ? &g->ring[rec % GROUP_RING] : &own;
+            int r = oracle_next_plan(&orc, p);
+            if (r != 1) {
+                g->rc = r < 0 ? r : 0;
+                break;
+            }
+            if (!g->ring) { // A: B's record of the same batch, copied behind this one's lists
+                while (atomic_load_explicit(&o->made, memory_order_acquire) <= rec) {}
+                if (o->rc) {
+                    g->rc = o->rc;
+                    break;
+                }
+                const plan *q = &o->ring[rec % GROUP_RING];
+                plan_reserve(&merged, PLAN_LIST_FETCH, p->n_fetch + q->n_fetch);
+                plan_reserve(&merged, PLAN_LIST_EVICT, p->n_evict + q->n_evict);
+                plan_reserve(&merged, PLAN_LIST_SYNC_NOW, p->n_sync_now + q->n_sync_now);
+                plan_reserve(&merged, PLAN_LIST_SYNC_LATER, p->n_sync_later + q->n_sync_later);
+                memcpy(merged.fetch, p->fetch, p->n_fetch * sizeof *p->fetch);
+                memcpy(merged.fetch + p->n_fetch, q->fetch, q->n_fetch * sizeof *q->fetch);
+                memcpy(merged.evict, p->evict, p->n_evict * sizeof *p->evict);
+                memcpy(merged.evict + p->n_evict, q->evict, q->n_evict * sizeof *q->evict);
+                memcpy(merged.sync_now, p->sync_now, p->n_sync_now * sizeof *p->sync_now);
+                memcpy(merged.sync_now + p->n_sync_now, q->sync_now, q->n_sync_now * sizeof *q->sync_now);
+                memcpy(merged.sync_later, p->sync_later, p->n_sync_later * sizeof *p->sync_later);
+                memcpy(merged.sync_later + p->n_sync_later, q->sync_later, q->n_sync_later * sizeof *q->sync_later);
+            }
+            atomic_store_explicit(&g->made, ++rec, memory_order_release);
+        }
+    }
+    g->te = bp_now();
+    if (g->rc) atomic_store(&g->made, UINT32_MAX);
+    plan_free(&own), plan_free(&merged);
+    oracle_free(&orc);
+    return NULL;
+}
+
+// The --groups run over the trace's first N batches (group B at most `ahead` records beyond A's
+// merges): its wall samples/s in the steady state, or a negative error.
+static double groups_run(const uint32_t *ids, uint32_t N, bcfg c, uint32_t ahead, uint32_t *split_out) {
+    group_run g[2];
+    memset(g, 0, sizeof g);
+    uint64_t w[2] = {0, 0};
+    int order[NF], in_a[NF];
+    for (int f = 0; f < NF; f++) order[f] = f;
+    for (int i = 1; i < NF; i++) // tables by weight, heaviest first (stable)
+        for (int k = i; k > 0; k--) {
+            const uint64_t wa = (uint64_t)(64 - __builtin_clzll(kaggle_card[order[k]])),
+                           wb = (uint64_t)(64 - __builtin_clzll(kaggle_card[order[k - 1]]));
+            if (wa * wa <= wb * wb) break;
+            const int t = order[k];
+            order[k] = order[k - 1], order[k - 1] = t;
+        }
+    for (int i = 0; i < NF; i++) { // each to the lighter group
+        const int f = order[i];
+        const uint64_t bl = (uint64_t)(64 - __builtin_clzll(kaggle_card[f]));
+        in_a[f] = w[0] <= w[1];
+        w[in_a[f] ? 0 : 1] += bl * bl;
+    }
+    uint32_t mask = 0;
+    for (int f = 0; f < NF; f++) {
+        group_run *x = &g[in_a[f] ? 0 : 1];
+        x->card[x->F++] = kaggle_card[f];
+        mask |= (uint32_t)in_a[f] << f;
+    }
+    *split_out = mask;
+    plan ring[GROUP_RING];
+    for (int k = 0; k < GROUP_RING; k++) plan_init(&ring[k]);
+    const size_t samples = (size_t)N * c.B;
+    for (int k = 0; k < 2; k++) {
+        g[k].ids = bp_xmalloc(samples * g[k].F * sizeof *g[k].ids);
+        g[k].N = N, g[k].warm = oracle_held_batches(c.W, c.P, 2), g[k].c = c, g[k].other = &g[1 - k];
+        atomic_init(&g[k].made, 0);
+    }
+    g[1].ring = ring, g[1].ahead = ahead;
+    for (size_t i = 0; i < samples; i++) {
+        uint32_t na = 0, nb = 0;
+        for (int f = 0; f < NF; f++) {
+            if (in_a[f]) g[0].ids[i * g[0].F + na++] = ids[i * NF + f];
+            else g[1].ids[i * g[1].F + nb++] = ids[i * NF + f];
+        }
+    }
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, group_thread, &g[k]);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    const int rc = g[0].rc ? g[0].rc : g[1].rc;
+    for (int k = 0; k < 2; k++) free(g[k].ids);
+    for (int k = 0; k < GROUP_RING; k++) plan_free(&ring[k]);
+    if (rc) return rc; // (negative)
+    const double t0 = BP_MAX(g[0].tw, g[1].tw), t1 = BP_MAX(g[0].te, g[1].te);
+    return (double)(N - g[0].warm) * c.B / (t1 - t0);
+}
+
 static void report(const char *label, bcfg c, const bres *r) {
     char m1[32], m2[32];
     printf("%-12s T=%-2u B=%-5u W=%-3u thr=%u | cpu: %5.2f M samples/s, index %6.2f + plan %6.2f ms/batch | "
@@ -258,7 +398,7 @@ static void report(const char *label, bcfg c, const bres *r) {
 
 int main(int argc, char **argv) {
     uint32_t batches = 700; // of 16384 samples: the W=400 run needs ~400 to fill the window
-    int quick = 0, with_ref = 1, reps = 1, only_threads = 0, keymap = ORACLE_KEYMAP_AUTO, scatter = 0;
+    int quick = 0, with_ref = 1, reps = 1, only_threads = 0, keymap = ORACLE_KEYMAP_AUTO, scatter = 0, groups = 0;
     uint32_t W0 = 200;
     uint64_t C = 2000000; // rows per trainer (128 MB at D = 16)
     const char *trace_path = NULL; // cache of the generated trace (read if present, else written)
@@ -272,6 +412,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) only_threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace_path = argv[++i];
         else if (strcmp(argv[i], "--scatter") == 0) scatter = 1;
+        else if (strcmp(argv[i], "--groups") == 0) groups = 1;
         else if (strcmp(argv[i], "--cache") == 0 && i + 1 < argc && atoll(argv[i + 1]) > 0) C = (uint64_t)atoll(argv[++i]);
         else if (strcmp(argv[i], "--keymap") == 0 && i + 1 < argc && strcmp(argv[i + 1], "flat") == 0)
             keymap = ORACLE_KEYMAP_FLAT, i++;
@@ -282,7 +423,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W] [--no-ref] [--reps N] "
                             "[--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS] "
-                            "[--links auto|indexer|planner]\n"
+                            "[--links auto|indexer|planner] [--groups]\n"
                             "  (the comment at the top of bench/bench_oracle.c describes each; --trace FILE keeps the "
                             "generated trace and its exponent in FILE.zipf, and reuses it when they match)\n");
             return strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ? 0 : 2;
@@ -409,6 +550,18 @@ int main(int argc, char **argv) {
             printf("   ratio oracle / reference, %u thread%s: cpu %.2fx (index %.2fx, plan %.2fx), wall %.2fx\n", th,
                    th == 1 ? "" : "s", rf.cpu_sps / rr.cpu_sps, rr.cpu_index_ms / rf.cpu_index_ms,
                    rr.cpu_plan_ms / rf.cpu_plan_ms, rf.sps / rr.sps);
+        if (groups && th == 2 && ok_fast) {
+            for (uint32_t ahead = GROUP_RING - 1;; ahead = 1) {
+                uint32_t split = 0;
+                const double gs = groups_run(ids, (uint32_t)(total / BIG), c, ahead, &split);
+                if (gs < 0) printf("2 groups     failed: %s\n", bp_errmsg((int)gs));
+                else
+                    printf("2 groups     bound of a planner split by tables (tables 0x%07x | the rest, one thread each, "
+                           "%s, records merged by copy): wall %5.2f M samples/s, %.2fx the 2-thread run above\n",
+                           split, ahead > 1 ? "up to 7 batches apart" : "in step", gs / 1e6, gs / rf.sps);
+                if (ahead == 1 || gs < 0) break;
+            }
+        }
     }
     if (!quick) {
         printf("-- window W (1 thread)\n");
