@@ -39,6 +39,7 @@ enum {
     H_CRC_DENSE = 140,
     H_CRC_SPARSE = 144,
     H_CRC_PROB = 148,
+    H_VOCAB_FP = 152,
     H_CARD = 256,   // 64 x u64
     H_SOURCE = 768, // 256 bytes, NUL-padded
     H_CRC = BP_DS_HEADER_SIZE - 4,
@@ -89,6 +90,7 @@ void bp_ds_header_encode(const bp_ds_info *in, uint8_t *b) {
     bp_put_u32(b + H_CRC_DENSE, in->crc_dense);
     bp_put_u32(b + H_CRC_SPARSE, in->crc_sparse);
     bp_put_u32(b + H_CRC_PROB, in->crc_prob);
+    bp_put_u64(b + H_VOCAB_FP, in->vocab_fp);
     for (uint32_t f = 0; f < in->n_sparse && f < BP_DS_MAX_SPARSE; f++) bp_put_u64(b + H_CARD + 8 * f, in->card[f]);
     size_t slen = strnlen(in->source, sizeof in->source - 1);
     memcpy(b + H_SOURCE, in->source, slen);
@@ -172,6 +174,7 @@ int bp_ds_header_decode(bp_ds_info *out, const uint8_t *b, size_t n, const char 
     in.crc_dense = bp_get_u32(b + H_CRC_DENSE);
     in.crc_sparse = bp_get_u32(b + H_CRC_SPARSE);
     in.crc_prob = bp_get_u32(b + H_CRC_PROB);
+    in.vocab_fp = bp_get_u64(b + H_VOCAB_FP);
     memcpy(in.source, b + H_SOURCE, sizeof in.source - 1);
 
     if (in.n_dense > BP_DS_MAX_DENSE || in.n_sparse > BP_DS_MAX_SPARSE || in.n_sparse == 0)
@@ -302,6 +305,8 @@ int bp_ds_writer_open(bp_ds_writer **out, const char *path, const bp_ds_info *tm
 }
 
 uint64_t bp_ds_writer_rows(const bp_ds_writer *w) { return w->rows; }
+
+void bp_ds_writer_set_vocab_fp(bp_ds_writer *w, uint64_t fp) { w->info.vocab_fp = fp; }
 
 static int spill_write(bp_ds_writer *w, int s, const void *buf, size_t n) {
     return bp_write_all(w->spill[s], buf, n, w->path);

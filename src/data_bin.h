@@ -45,6 +45,8 @@ typedef struct {
     uint32_t idmap;                // bp_idmap used to make sparse ids
     uint32_t min_count;            // BP_IDMAP_FREQ: values seen fewer times share one id
     uint64_t max_ind_range;        // BP_IDMAP_HASH: ids are value % max_ind_range
+    uint64_t vocab_fp;             // BP_IDMAP_FREQ: digest of the vocabularies that numbered the ids
+                                   // (prep; 0: not recorded, as in files written before it was)
     uint64_t split[3];             // rows in train, val, test; sum = rows
     uint64_t card[BP_DS_MAX_SPARSE]; // rows of each table
     uint64_t seed;                 // synth seed (0 otherwise)
@@ -99,6 +101,8 @@ int bp_ds_writer_append_summed(bp_ds_writer *w, size_t n, const uint8_t *labels,
 // A writer for exactly `rows` rows (finish fails naming the counts otherwise).
 int bp_ds_writer_open_sized(bp_ds_writer **w, const char *path, const bp_ds_info *tmpl, uint64_t rows);
 uint64_t bp_ds_writer_rows(const bp_ds_writer *w);
+// Records the vocabularies' digest (bp_ds_info.vocab_fp), once they are known (before finish).
+void bp_ds_writer_set_vocab_fp(bp_ds_writer *w, uint64_t fp);
 // card: (F) table sizes; every id written must be < card (checked).  split: rows per split, or
 // NULL for "all train".  Commits the file atomically and frees w (also on failure).
 int bp_ds_writer_finish(bp_ds_writer *w, const uint64_t *card, const uint64_t split[3]);

@@ -395,6 +395,11 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
             if ((rc = vocab_rank(&c.voc[f], o->min_count))) rc = vocab_fail(&c, f, rc);
             c.st.card[f] = c.voc[f].card;
         }
+        // The vocabularies' digest, so that a model is not evaluated on frequency ids numbered
+        // by another prep run (a test day prepped apart) whose tables happen to have its sizes.
+        uint64_t fp = bp_mix64(o->min_count);
+        for (uint32_t f = 0; f < c.F && !rc; f++) fp = bp_hash2(fp, vocab_fingerprint(&c.voc[f]));
+        if (!rc) bp_ds_writer_set_vocab_fp(c.w, fp ? fp : 1);
         c.count_bad = 0;
     } else {
         for (uint32_t f = 0; f < c.F; f++) c.st.card[f] = o->max_ind_range;

@@ -300,6 +300,18 @@ size_t vocab_map(const vocab *v, const uint64_t *keys, size_t stride, size_t n, 
     return n;
 }
 
+uint64_t vocab_fingerprint(const vocab *v) {
+    BP_ASSERT(v->ranked);
+    uint64_t sum = 0; // a sum: the slots' order (the table's size, its history of growth) drops out
+    const size_t cap = (size_t)1 << v->bits;
+    for (size_t j = 0; j < cap; j++) {
+        const uint32_t c = slot_val(v, j);
+        if (c) sum += bp_hash2(v->wide ? v->s64[j].key : (uint32_t)v->s32[j], c - 1);
+    }
+    if (v->extra_id != UINT32_MAX) sum += bp_hash2(VOCAB_KEY_EXTRA, v->extra_id);
+    return bp_hash2(sum, v->card);
+}
+
 uint64_t vocab_distinct(const vocab *v) { return v->n + (v->extra_count > 0); }
 
 uint64_t vocab_mem_bytes(const vocab *v) {

@@ -56,6 +56,9 @@ int vocab_rank(vocab *v, uint32_t min_count);
 // ids[i * ostride] = id of keys[i * stride].  Returns the number of leading keys mapped: n, or
 // the index of the first key that the counting pass never saw.
 size_t vocab_map(const vocab *v, const uint64_t *keys, size_t stride, size_t n, uint32_t *ids, size_t ostride);
+// A digest of the ranked vocabulary's value -> id map (the same map gives the same digest, whatever
+// order the values were counted in; another map, another digest but with probability ~2^-64).
+uint64_t vocab_fingerprint(const vocab *v);
 uint64_t vocab_distinct(const vocab *v);    // distinct values counted (with the extra key)
 uint64_t vocab_mem_bytes(const vocab *v);   // bytes held by the table
 

@@ -1211,6 +1211,38 @@ TEST(badinput_model_for_another_dataset) {
     EXPECT(1, cmd("%s eval --load %s/ma %s/b.bin", test_bin(), dir, dir), "rows in the model but",
            "its ids are frequency ids, numbered by the counts of the files prepped with it: prep the training and "
            "evaluation files in one run");
+    // Two logs with the same values, counted the other way round: tables of the same sizes (2 rows
+    // each), other ids (value "aa" is id 0 in one, 1 in the other).  The vocabulary digest tells
+    // them apart (the model used to score the rows through the other value's embeddings, silently);
+    // a dataset whose ids are the same map (the shuffled file, both logs prepped in one run, where
+    // the tie goes to the smaller value) is evaluated.
+    for (int k = 0; k < 2; k++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s.tsv", dir, k ? "more_bb" : "more_aa");
+        FILE *f = fopen(path, "w");
+        ASSERT_TRUE(f != NULL);
+        for (int r = 0; r < 40; r++) {
+            const char *v = (r < 30) == (k == 0) ? "aa" : "bb";
+            fprintf(f, "%d", r % 2);
+            for (int j = 1; j <= 13; j++) fprintf(f, "\t%d", j);
+            for (int j = 0; j < 26; j++) fprintf(f, "\t%s", v);
+            fprintf(f, "\n");
+        }
+        ASSERT_EQ(fclose(f), 0);
+    }
+    ASSERT_EQ(test_run(NULL, 60, "%s prep -q -o %s/aa.bin %s/more_aa.tsv && %s prep -q -o %s/bb.bin %s/more_bb.tsv && "
+                       "%s prep -q --split days -o %s/both.bin %s/more_aa.tsv %s/more_bb.tsv && "
+                       "%s shuffle -o %s/aa_shuffled.bin %s/aa.bin && %s train %s/aa.bin --arch-mlp-bot 13-8-4 "
+                       "--arch-mlp-top 8-1 --arch-sparse-feature-size 4 --batch-size 8 --iters 2 --no-eval --save %s/maa",
+                       test_bin(), dir, dir, test_bin(), dir, dir, test_bin(), dir, dir, dir, test_bin(), dir, dir,
+                       test_bin(), dir, dir), 0);
+    EXPECT(0, cmd("%s info %s/aa.bin", test_bin(), dir), "id mapping  frequency (min count 1), vocabulary digest ");
+    EXPECT(1, cmd("%s eval --load %s/maa --split train %s/bb.bin", test_bin(), dir, dir),
+           "/maa: trained on frequency ids numbered by another prep run than dataset ",
+           "bb.bin's (vocabulary digest ", "the tables have the same sizes, but a value has another id in each; prep "
+           "the training and evaluation files in one run");
+    EXPECT(0, cmd("%s eval --load %s/maa --split train %s/aa_shuffled.bin", test_bin(), dir, dir), "AUC");
+    EXPECT(0, cmd("%s eval --load %s/maa --split val %s/both.bin", test_bin(), dir, dir), "AUC");
     // The same rows split otherwise: evaluated, with a warning that val and test may hold rows the
     // model trained on (it said nothing); the same split says nothing.
     ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300,2000 --dense 4 -n 500 "

@@ -344,6 +344,45 @@ TEST(prep_vocab_grows_and_ranks_like_a_sort) {
     }
 }
 
+// The vocabulary digest follows the value -> id map, not the order the values were counted in
+// nor the table's growth: the same keys counted reversed and in two runs give the same digest; one
+// value more, a value counted often enough to rank first, or another rare threshold, another.
+TEST(prep_vocab_fingerprint_follows_the_id_map) {
+    for (int wide = 0; wide <= 1; wide++) {
+        const int n = 20000;
+        uint64_t *keys = bp_xmalloc(n * sizeof *keys), *rev = bp_xmalloc(n * sizeof *rev);
+        bp_rng rng;
+        bp_rng_seed(&rng, 11, (uint64_t)wide);
+        for (int i = 0; i < n; i++) {
+            const uint64_t k = bp_rng_below(&rng, 3000) * 2654435761u % 4294967291u;
+            keys[i] = wide ? bp_mix64(k) : (i % 500 == 0 ? VOCAB_KEY_EXTRA : k);
+        }
+        for (int i = 0; i < n; i++) rev[i] = keys[n - 1 - i];
+        uint64_t fp[5], distinct[5];
+        for (int c = 0; c < 5; c++) {
+            vocab v;
+            ASSERT_OK(vocab_init(&v, wide));
+            if (c == 1) { // reversed, in two runs
+                ASSERT_OK(vocab_count(&v, rev, 1, n / 2));
+                ASSERT_OK(vocab_count(&v, rev + n / 2, 1, n - n / 2));
+            } else {
+                ASSERT_OK(vocab_count(&v, keys, 1, n));
+            }
+            const uint64_t extra = wide ? 77 : 4294967290u; // a value not drawn (checked below)
+            if (c == 2) ASSERT_OK(vocab_count(&v, &extra, 1, 1));
+            if (c == 3)
+                for (int k = 0; k < 100; k++) ASSERT_OK(vocab_count(&v, &keys[1], 1, 1));
+            ASSERT_OK(vocab_rank(&v, c == 4 ? 3 : 1));
+            fp[c] = vocab_fingerprint(&v), distinct[c] = vocab_distinct(&v);
+            vocab_free(&v);
+        }
+        ASSERT_EQ(fp[0], fp[1]);
+        ASSERT_EQ(distinct[2], distinct[0] + 1); // the extra value is a new one
+        for (int c = 2; c < 5; c++) ASSERT_MSG(fp[c] != fp[0], "wide %d case %d", wide, c);
+        free(keys), free(rev);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Avazu
 
