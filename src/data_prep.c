@@ -396,8 +396,9 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
             c.st.card[f] = c.voc[f].card;
         }
         // The vocabularies' digest, so that a model is not evaluated on frequency ids numbered
-        // by another prep run (a test day prepped apart) whose tables happen to have its sizes.
-        uint64_t fp = bp_mix64(o->min_count);
+        // by other counts (a test day prepped apart) whose tables happen to have its sizes.  Of
+        // the map alone: --min-count shows in it only where it changes an id.
+        uint64_t fp = bp_mix64(c.F);
         for (uint32_t f = 0; f < c.F && !rc; f++) fp = bp_hash2(fp, vocab_fingerprint(&c.voc[f]));
         if (!rc) bp_ds_writer_set_vocab_fp(c.w, fp ? fp : 1);
         c.count_bad = 0;

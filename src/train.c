@@ -179,8 +179,14 @@ void trainer_manifest_fill(const trainer *tr, ckpt_manifest *m, const bp_dataset
     if (ds) // its split, so that eval can tell the same rows split otherwise (trainer_load)
         ckpt_set(&man, "dataset_split", "%llu,%llu,%llu", (unsigned long long)ds->info.split[0],
                  (unsigned long long)ds->info.split[1], (unsigned long long)ds->info.split[2]);
-    if (ds && ds->info.vocab_fp) // and its frequency ids' vocabularies (trainer_load)
-        ckpt_set(&man, "vocab_fingerprint", "%016llx", (unsigned long long)ds->info.vocab_fp);
+    if (ds) { // and how its ids were made, with its frequency ids' vocabularies (trainer_load)
+        if (ds->info.idmap == BP_IDMAP_HASH)
+            ckpt_set(&man, "id_mapping", "hash %llu", (unsigned long long)ds->info.max_ind_range);
+        else
+            ckpt_set(&man, "id_mapping", "%s", ds->info.idmap == BP_IDMAP_FREQ ? "frequency" : "raw");
+        if (ds->info.vocab_fp)
+            ckpt_set(&man, "vocab_fingerprint", "%016llx", (unsigned long long)ds->info.vocab_fp);
+    }
     ckpt_set(&man, "n_params", "%zu", tr->m.n_params);
     for (int i = 0; i < man.n_kv; i++) ckpt_set(m, man.key[i], "%s", man.val[i]);
 }
@@ -331,17 +337,27 @@ static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, 
         if (card[f] != in->card[f])
             return bp_fail(BP_EMISMATCH, "%s: table %d has %llu rows in the model but %llu in dataset %s%s", dir, f,
                            (unsigned long long)card[f], (unsigned long long)in->card[f], ds->path, apart);
-    // Tables of the same sizes, numbered by other vocabularies: the same value has another id in
-    // each, so the model would score rows through other rows' embeddings, silently.  (Either side
-    // written before the digest existed has none: nothing to compare.)
+    // Tables of the same sizes whose ids were made otherwise (hashed against frequency ids, or
+    // frequency ids of other counts): the ids stand for other values, and the model would score
+    // the rows through other values' embeddings, silently.  (A side written before these were
+    // recorded, or a damaged value, has nothing to compare.)
+    static const char *const idmaps[] = {"raw", "frequency", "hash"};
+    const char *im = ckpt_get(&man, "id_mapping");
+    char ds_im[48];
+    if (in->idmap == BP_IDMAP_HASH) snprintf(ds_im, sizeof ds_im, "hash %llu", (unsigned long long)in->max_ind_range);
+    else snprintf(ds_im, sizeof ds_im, "%s", idmaps[in->idmap]);
+    if (im && strcmp(im, ds_im) != 0)
+        return bp_fail(BP_EMISMATCH, "%s: trained on %s ids, and dataset %s has %s ids (the tables have the same sizes, "
+                       "but the ids stand for other values); prep the evaluation files as the training files were",
+                       dir, im, ds->path, ds_im);
     const char *vfp = ckpt_get(&man, "vocab_fingerprint");
-    char have[20];
-    snprintf(have, sizeof have, "%016llx", (unsigned long long)in->vocab_fp);
-    if (vfp && in->vocab_fp && strcmp(vfp, have) != 0)
-        return bp_fail(BP_EMISMATCH, "%s: trained on frequency ids numbered by another prep run than dataset %s's "
-                       "(vocabulary digest %s, the dataset's %s): the tables have the same sizes, but a value has "
-                       "another id in each; prep the training and evaluation files in one run, e.g. --split days, or "
-                       "hash both with one --max-ind-range", dir, ds->path, vfp, have);
+    char *end = NULL;
+    const uint64_t mfp = vfp ? strtoull(vfp, &end, 16) : 0;
+    if (vfp && end == vfp + 16 && !*end && in->vocab_fp && mfp != in->vocab_fp)
+        return bp_fail(BP_EMISMATCH, "%s: trained on frequency ids numbered by other counts than those of dataset %s "
+                       "(vocabulary digest %s, the dataset's %016llx): the tables have the same sizes, but the ids "
+                       "stand for other values; prep the training and evaluation files in one run, e.g. --split days, "
+                       "or hash both with one --max-ind-range", dir, ds->path, vfp, (unsigned long long)in->vocab_fp);
     // The same rows split otherwise (prep or synth with another --split): the evaluation split may
     // hold rows the model trained on, which nothing else shows.
     const char *sp = ckpt_get(&man, "dataset_split");

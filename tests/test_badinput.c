@@ -1238,11 +1238,27 @@ TEST(badinput_model_for_another_dataset) {
                        test_bin(), dir, dir), 0);
     EXPECT(0, cmd("%s info %s/aa.bin", test_bin(), dir), "id mapping  frequency (min count 1), vocabulary digest ");
     EXPECT(1, cmd("%s eval --load %s/maa --split train %s/bb.bin", test_bin(), dir, dir),
-           "/maa: trained on frequency ids numbered by another prep run than dataset ",
-           "bb.bin's (vocabulary digest ", "the tables have the same sizes, but a value has another id in each; prep "
+           "/maa: trained on frequency ids numbered by other counts than those of dataset ",
+           "bb.bin (vocabulary digest ", "the tables have the same sizes, but the ids stand for other values; prep "
            "the training and evaluation files in one run");
     EXPECT(0, cmd("%s eval --load %s/maa --split train %s/aa_shuffled.bin", test_bin(), dir, dir), "AUC");
     EXPECT(0, cmd("%s eval --load %s/maa --split val %s/both.bin", test_bin(), dir, dir), "AUC");
+    // The digest is of the map alone: two --min-count values that give the same ids (both values
+    // are seen 10 times or more) give the same digest.
+    char *k2 = NULL, *k5 = NULL;
+    ASSERT_EQ(test_run(&k2, 60, "%s prep -q --min-count 2 -o %s/aa_k2.bin %s/more_aa.tsv && %s info %s/aa_k2.bin | "
+                       "grep -o \"digest .*\"", test_bin(), dir, dir, test_bin(), dir), 0);
+    ASSERT_EQ(test_run(&k5, 60, "%s prep -q --min-count 5 -o %s/aa_k5.bin %s/more_aa.tsv && %s info %s/aa_k5.bin | "
+                       "grep -o \"digest .*\"", test_bin(), dir, dir, test_bin(), dir), 0);
+    ASSERT_MSG(strlen(k2) > 10 && strcmp(k2, k5) == 0, "%s / %s", k2, k5);
+    free(k2), free(k5);
+    // Hashed ids of the same table sizes (--max-ind-range 2: "aa" is hex 0xaa, even, id 0; "bb" id 1):
+    // other values behind the ids, whatever the digest says (hashed ids have none).
+    ASSERT_EQ(test_run(NULL, 60, "%s prep -q --max-ind-range 2 -o %s/bb_hashed.bin %s/more_bb.tsv", test_bin(), dir,
+                       dir), 0);
+    EXPECT(1, cmd("%s eval --load %s/maa --split train %s/bb_hashed.bin", test_bin(), dir, dir),
+           "/maa: trained on frequency ids, and dataset ", "bb_hashed.bin has hash 2 ids (the tables have the same "
+           "sizes, but the ids stand for other values)");
     // The same rows split otherwise: evaluated, with a warning that val and test may hold rows the
     // model trained on (it said nothing); the same split says nothing.
     ASSERT_EQ(test_run(NULL, 60, "%s synth --preset custom --tables 40,300,2000 --dense 4 -n 500 "
