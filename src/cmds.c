@@ -41,7 +41,6 @@ int cmd_info(int argc, char **argv) {
         return cmd_exit(rc);
     }
     const bp_ds_info *in = &ds.info;
-    static const char *idmaps[] = {"raw", "frequency", "hash"};
     char b[32];
     printf("dataset     %s (%s)\n", pos[0], bp_fmt_bytes(b, sizeof b, (double)in->file_size));
     printf("kind        %s, version %u%s\n", bp_ds_kind_name(in->kind), in->version,
@@ -54,7 +53,7 @@ int cmd_info(int argc, char **argv) {
                in->transform == BP_TRANSFORM_LOG1P ? "log(1+max(x,0))" : "raw", in->n_sparse);
     else
         printf("features    0 dense, %u sparse\n", in->n_sparse);
-    printf("id mapping  %s", idmaps[in->idmap]);
+    printf("id mapping  %s", bp_ds_idmap_name(in->idmap));
     if (in->idmap == BP_IDMAP_FREQ) printf(" (min count %u)", in->min_count);
     if (in->idmap == BP_IDMAP_FREQ && in->vocab_fp) printf(", vocabulary digest %016llx", (unsigned long long)in->vocab_fp);
     if (in->idmap == BP_IDMAP_HASH) printf(" (modulo %llu)", (unsigned long long)in->max_ind_range);

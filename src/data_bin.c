@@ -642,6 +642,11 @@ const char *bp_ds_kind_name(uint32_t kind) {
     return kind < BP_ARRAY_LEN(names) ? names[kind] : "unknown";
 }
 
+const char *bp_ds_idmap_name(uint32_t idmap) {
+    static const char *names[] = {"raw", "frequency", "hash"};
+    return idmap < BP_ARRAY_LEN(names) ? names[idmap] : "unknown";
+}
+
 const char *bp_split_name(bp_split s) {
     static const char *names[] = {"train", "val", "test", "all"};
     return (unsigned)s < BP_ARRAY_LEN(names) ? names[s] : "unknown";

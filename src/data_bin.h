@@ -140,6 +140,7 @@ void bp_ds_split_kaggle(uint64_t rows, uint64_t split[3]);
 void bp_ds_split_ratio(uint64_t rows, const double ratio[3], uint64_t split[3]);
 uint64_t bp_ds_total_card(const bp_ds_info *info); // sum of card[0..F)
 const char *bp_ds_kind_name(uint32_t kind);
+const char *bp_ds_idmap_name(uint32_t idmap); // "raw", "frequency", "hash"
 const char *bp_split_name(bp_split s);
 
 #endif

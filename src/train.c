@@ -145,6 +145,13 @@ int trainer_eval_to(trainer *tr, const bp_dataset *ds, uint64_t r0, uint64_t r1,
 // Saved models: MANIFEST (configuration) + dense.bin (parameters, dense optimizer state) +
 // emb.bin (every embedding row with its optimizer state).
 
+// How a dataset's ids were made, as a manifest records it: "frequency", "raw" or "hash N".
+static const char *id_mapping_name(const bp_ds_info *in, char *buf, size_t n) {
+    if (in->idmap == BP_IDMAP_HASH) snprintf(buf, n, "hash %llu", (unsigned long long)in->max_ind_range);
+    else snprintf(buf, n, "%s", bp_ds_idmap_name(in->idmap));
+    return buf;
+}
+
 void trainer_manifest_fill(const trainer *tr, ckpt_manifest *m, const bp_dataset *ds, int64_t iter, int64_t samples,
                            uint64_t seed) {
     ckpt_manifest man = {0}; // built here, copied out: the keys stay in this order
@@ -180,10 +187,8 @@ void trainer_manifest_fill(const trainer *tr, ckpt_manifest *m, const bp_dataset
         ckpt_set(&man, "dataset_split", "%llu,%llu,%llu", (unsigned long long)ds->info.split[0],
                  (unsigned long long)ds->info.split[1], (unsigned long long)ds->info.split[2]);
     if (ds) { // and how its ids were made, with its frequency ids' vocabularies (trainer_load)
-        if (ds->info.idmap == BP_IDMAP_HASH)
-            ckpt_set(&man, "id_mapping", "hash %llu", (unsigned long long)ds->info.max_ind_range);
-        else
-            ckpt_set(&man, "id_mapping", "%s", ds->info.idmap == BP_IDMAP_FREQ ? "frequency" : "raw");
+        char im[48];
+        ckpt_set(&man, "id_mapping", "%s", id_mapping_name(&ds->info, im, sizeof im));
         if (ds->info.vocab_fp)
             ckpt_set(&man, "vocab_fingerprint", "%016llx", (unsigned long long)ds->info.vocab_fp);
     }
@@ -341,11 +346,9 @@ static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, 
     // frequency ids of other counts): the ids stand for other values, and the model would score
     // the rows through other values' embeddings, silently.  (A side written before these were
     // recorded, or a damaged value, has nothing to compare.)
-    static const char *const idmaps[] = {"raw", "frequency", "hash"};
     const char *im = ckpt_get(&man, "id_mapping");
     char ds_im[48];
-    if (in->idmap == BP_IDMAP_HASH) snprintf(ds_im, sizeof ds_im, "hash %llu", (unsigned long long)in->max_ind_range);
-    else snprintf(ds_im, sizeof ds_im, "%s", idmaps[in->idmap]);
+    id_mapping_name(in, ds_im, sizeof ds_im);
     if (im && strcmp(im, ds_im) != 0)
         return bp_fail(BP_EMISMATCH, "%s: trained on %s ids, and dataset %s has %s ids (the tables have the same sizes, "
                        "but the ids stand for other values); prep the evaluation files as the training files were",
