@@ -217,7 +217,8 @@ struct oracle_impl {
     uint64_t *lz_tmp;     // (lz_cap) scratch of bucket_fill
     uint32_t lz_cap;
     uint32_t rr_fetch, rr_owner;
-    plan rec[2];          // record s-1 being completed, record s collecting fetches
+    plan rec[3];          // record s-1 being completed, record s collecting fetches (rec_prev, rec_cur)
+    uint32_t nrec;        // records in the ring: 2, or 3 (rec_prev)
     uint64_t *pv_key;     // (pv_cap) private keys of the batch being completed
     uint16_t *pv_tr;      // (pv_cap) their trainers
     uint32_t pv_n, pv_cap;
@@ -1308,8 +1309,8 @@ static void evict_pressure(oracle_impl *o, bentry e, uint32_t v, uint32_t s, pla
 // first.  (With T = 1 both take the one trainer's slot, and the order is left as it was.)
 // "Not again" is judged on the horizon H of this step (a link beyond it reads as none), so that
 // the plan does not depend on how far the input was indexed ahead.  The reference planner does
-// the same.
-static void bucket_lone_last(oracle_impl *o, uint32_t v, uint32_t H) {
+// the same.  Returns how many keys it put at the end.
+static uint32_t bucket_lone_last(oracle_impl *o, uint32_t v, uint32_t H) {
     const uint32_t j = v % o->R, n = o->bucket_n[j];
     const slot *sv = &o->slots[j];
     bentry *bk = o->bucket[j];
@@ -1326,6 +1327,7 @@ static void bucket_lone_last(oracle_impl *o, uint32_t v, uint32_t H) {
         else bk[k++] = bk[i];
     }
     memcpy(bk + k, o->part_tmp, (size_t)m * sizeof *bk);
+    return m;
 }
 
 // The candidates of step s (part_tmp; their count per trainer in dm_cand; returns how many): the
@@ -1392,6 +1394,59 @@ static uint64_t water_fill(uint32_t T, uint64_t shared, const uint64_t *priv, co
     }
 }
 
+// The records a step works on: record s-1 being completed and record s collecting fetches, in a
+// ring of nrec (2; 3 for the second part of a split planner, whose record s-1 may still be merged
+// while it plans step s + 1).
+static inline plan *rec_prev(oracle_impl *o, uint32_t s) { return &o->rec[(s + o->nrec - 1) % o->nrec]; }
+static inline plan *rec_cur(oracle_impl *o, uint32_t s) { return &o->rec[s % o->nrec]; }
+
+// Capacity over the parts of a planner split by tables (one part when it is not): a trainer holds
+// the shared keys of every part and its own private keys of each, so the counts add up.  The
+// pressure functions below take the parts in a fixed order; where they choose among the keys of
+// several parts, the choice is the one a single list would give with the parts' lists one after
+// the other (part 0 first), and each part's own order kept.  With one part that is the order of
+// the reference planner.
+static uint64_t parts_shared(oracle_impl *const *ps, int np) {
+    uint64_t n = 0;
+    for (int q = 0; q < np; q++) n += ps[q]->shared_count;
+    return n;
+}
+static uint64_t parts_private(oracle_impl *const *ps, int np, uint64_t *priv, uint32_t *who) {
+    const uint32_t T = ps[0]->T;
+    uint64_t m = 0;
+    *who = 0;
+    for (uint32_t i = 0; i < T; i++) {
+        uint64_t x = 0;
+        for (int q = 0; q < np; q++) x += ps[q]->priv_count[i];
+        if (priv) priv[i] = x;
+        if (x > m) m = x, *who = i;
+    }
+    return m;
+}
+
+// Splits take[i] demotions of trainer i over the parts' candidates (dm_cand, from dm_collect): a
+// single list takes its last ones, so the last part's first.  Into each part's dm_take.
+static void parts_take(oracle_impl *const *ps, int np, const uint64_t *take) {
+    for (uint32_t i = 0; i < ps[0]->T; i++) {
+        uint64_t left = take[i];
+        for (int q = np - 1; q >= 0; q--) {
+            const uint64_t k = BP_MIN(left, ps[q]->dm_cand[i]);
+            ps[q]->dm_take[i] = k, left -= k;
+        }
+        BP_ASSERT(left == 0);
+    }
+}
+
+// The candidates of every part (dm_collect; m[q] each), their counts per trainer summed in cand.
+static void parts_collect(oracle_impl *const *ps, int np, uint32_t s, uint32_t H, uint32_t *m, uint64_t *cand) {
+    const uint32_t T = ps[0]->T;
+    memset(cand, 0, T * sizeof *cand);
+    for (int q = 0; q < np; q++) {
+        m[q] = dm_collect(ps[q], s, H);
+        for (uint32_t i = 0; i < T; i++) cand[i] += ps[q]->dm_cand[i];
+    }
+}
+
 // Demotions (T > 1), as in the reference planner (oracle_ref.c, demote): when Belady has nothing
 // left to evict and a trainer is still over capacity, shared keys next used at v = s+P by one
 // trainer, and not again in view, are evicted after s-1 and fetched back at s private to that
@@ -1400,11 +1455,16 @@ static uint64_t water_fill(uint32_t T, uint64_t shared, const uint64_t *priv, co
 // = 0 a key used at s-1 and s is synchronised now, so to s-2): bucket_fill's order is the eager
 // pushes', so the planners take the same keys.  Nothing reads that bucket after this step.
 // Returns 0, or the most any trainer still needs after every useful demotion (nothing is changed).
-static uint64_t demote(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
-    const uint32_t m = dm_collect(o, s, H);
-    const uint64_t worst = water_fill(o->T, o->shared_count, o->priv_count, o->dm_cand, o->dm_take, o->C);
-    if (worst > o->C) return worst;
-    dm_apply(o, s, m, prev, cur);
+static uint64_t demote(oracle_impl *const *ps, int np, uint32_t s, uint32_t H) {
+    const uint32_t T = ps[0]->T;
+    uint32_t m[2], who;
+    uint64_t cand[ORACLE_MAX_TRAINERS], priv[ORACLE_MAX_TRAINERS], take[ORACLE_MAX_TRAINERS];
+    parts_collect(ps, np, s, H, m, cand);
+    parts_private(ps, np, priv, &who);
+    const uint64_t worst = water_fill(T, parts_shared(ps, np), priv, cand, take, ps[0]->C);
+    if (worst > ps[0]->C) return worst;
+    parts_take(ps, np, take);
+    for (int q = 0; q < np; q++) dm_apply(ps[q], s, m[q], rec_prev(ps[q], s), rec_cur(ps[q], s));
     return 0;
 }
 
@@ -1424,6 +1484,34 @@ static int ahead_shared(const oracle_impl *o, uint32_t s, uint32_t q, uint32_t o
     }
 }
 
+// demote_ahead's view of step s1 from one part's keys: each key of s1..u1 = s1+P at its last use
+// there, counted as shared (sh), private to trainer i (pv[i]), and as a candidate of step s1's
+// own demotions (c1[i]).
+static void ahead_view(const oracle_impl *o, uint32_t s, uint32_t s1, uint32_t H, uint64_t *sh, uint64_t *pv,
+                       uint64_t *c1) {
+    const uint32_t P = o->P, R = o->R, u1 = s1 + P;
+    for (uint32_t q = s1; q <= u1; q++) {
+        const uint32_t jq = q % R;
+        const slot *sq = &o->slots[jq];
+        for (uint32_t oc = 0; oc < sq->n; oc++) {
+            if (!no_use_until(&o->lk, q, jq, oc, u1)) continue;
+            const uint64_t users = slot_users(o, sq, oc);
+            const uint32_t tr = (uint32_t)__builtin_ctzll(users);
+            if (q <= s + P) { // resident now
+                if (occ_bit(sq->priv, oc)) pv[tr]++;
+                else (*sh)++;
+                continue;
+            }
+            const uint32_t pr = sq->prev[oc], d = pr == NIL ? q : occ_back(pr, jq, R, o->pos_bits);
+            const uint32_t pb = q - d > s ? q - d : 0; // the previous use from s+1 on, or 0
+            const int lone = users_bits(o->users8, users) == 1 && no_use_until(&o->lk, q, jq, oc, H);
+            if (ahead_shared(o, s, q, oc)) (*sh)++, c1[tr] += lone && pb + P < q;
+            else if (pb < s1 && lone) pv[tr]++; // fetched for its one use in s1..u1: private
+            else (*sh)++;
+        }
+    }
+}
+
 // Demotions ahead, as in the reference planner (oracle_ref.c, demote_ahead): where even a view of
 // a step s1 in s+1..s+P at best for it (from what H(s) shows: keys not resident come back private
 // where they can, and the steps s+1..s1 demote all they could) leaves a trainer over C, step s
@@ -1431,43 +1519,27 @@ static int ahead_shared(const oracle_impl *o, uint32_t s, uint32_t q, uint32_t o
 // beyond the later steps' candidates.  What is resident at a batch beyond s+P follows from the
 // back links (ahead_shared); the previous use from s+1 on, from the back link too.  Cheap to rule
 // out: batches s1..s1+P with at most C distinct keys in all cannot run short.
-static void demote_ahead(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, plan *cur) {
+static void demote_ahead(oracle_impl *const *ps, int np, uint32_t s, uint32_t H) {
+    const oracle_impl *o = ps[0];
     const uint32_t T = o->T, P = o->P, R = o->R;
     if (T < 2 || P < 1 || o->W < P || s < 1 || s + 1 + P > H) return;
     uint64_t ext[ORACLE_MAX_TRAINERS] = {0}, n_ext = 0, take[ORACLE_MAX_TRAINERS], both[ORACLE_MAX_TRAINERS];
-    uint32_t m = 0;
+    uint64_t cand[ORACLE_MAX_TRAINERS];
+    uint32_t m[2] = {0, 0};
     int collected = 0;
     for (uint32_t s1 = s + 1; s1 <= s + P && s1 + P <= H; s1++) {
         const uint32_t u1 = s1 + P;
         uint64_t sum = 0;
-        for (uint32_t q = s1; q <= u1; q++) sum += o->slots[q % R].n;
+        for (int x = 0; x < np; x++)
+            for (uint32_t q = s1; q <= u1; q++) sum += ps[x]->slots[q % R].n;
         if (sum <= o->C) continue;
         uint64_t sh = 0, pv[ORACLE_MAX_TRAINERS] = {0}, c1[ORACLE_MAX_TRAINERS] = {0};
-        for (uint32_t q = s1; q <= u1; q++) { // each key of s1..u1 at its last use there
-            const uint32_t jq = q % R;
-            const slot *sq = &o->slots[jq];
-            for (uint32_t oc = 0; oc < sq->n; oc++) {
-                if (!no_use_until(&o->lk, q, jq, oc, u1)) continue;
-                const uint64_t users = slot_users(o, sq, oc);
-                const uint32_t tr = (uint32_t)__builtin_ctzll(users);
-                if (q <= s + P) { // resident now
-                    if (occ_bit(sq->priv, oc)) pv[tr]++;
-                    else sh++;
-                    continue;
-                }
-                const uint32_t pr = sq->prev[oc], d = pr == NIL ? q : occ_back(pr, jq, R, o->pos_bits);
-                const uint32_t pb = q - d > s ? q - d : 0; // the previous use from s+1 on, or 0
-                const int lone = users_bits(o->users8, users) == 1 && no_use_until(&o->lk, q, jq, oc, H);
-                if (ahead_shared(o, s, q, oc)) sh++, c1[tr] += lone && pb + P < q;
-                else if (pb < s1 && lone) pv[tr]++; // fetched for its one use in s1..u1: private
-                else sh++;
-            }
-        }
+        for (int x = 0; x < np; x++) ahead_view(ps[x], s, s1, H, &sh, pv, c1);
         sh -= n_ext;
         for (uint32_t i = 0; i < T; i++) pv[i] += ext[i];
         if (water_fill(T, sh, pv, c1, take, o->C) <= o->C) continue; // step s1 manages on its own
-        if (!collected) m = dm_collect(o, s, H), collected = 1;
-        for (uint32_t i = 0; i < T; i++) both[i] = c1[i] + o->dm_cand[i] - ext[i];
+        if (!collected) parts_collect(ps, np, s, H, m, cand), collected = 1;
+        for (uint32_t i = 0; i < T; i++) both[i] = c1[i] + cand[i] - ext[i];
         if (water_fill(T, sh, pv, both, take, o->C) > o->C) break; // step s1 refuses whatever is done here
         for (uint32_t i = 0; i < T; i++) {
             const uint64_t add = take[i] > c1[i] ? take[i] - c1[i] : 0;
@@ -1475,16 +1547,8 @@ static void demote_ahead(oracle_impl *o, uint32_t s, uint32_t H, plan *prev, pla
         }
     }
     if (!n_ext) return;
-    memcpy(o->dm_take, ext, T * sizeof *o->dm_take);
-    dm_apply(o, s, m, prev, cur);
-}
-
-static uint64_t max_private(const oracle_impl *o, uint32_t *who) {
-    uint64_t m = 0;
-    *who = 0;
-    for (uint32_t i = 0; i < o->T; i++)
-        if (o->priv_count[i] > m) m = o->priv_count[i], *who = i;
-    return m;
+    parts_take(ps, np, ext);
+    for (int x = 0; x < np; x++) dm_apply(ps[x], s, m[x], rec_prev(ps[x], s), rec_cur(ps[x], s));
 }
 
 // Puts record t's sync-later entries in group order (see sync_note).  A stable counting sort:
@@ -1539,13 +1603,19 @@ static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
     sort_sync(o, r);
 }
 
-// One planning step s (see oracle.h).  Returns 1 if it completed record s-1 (in rec[(s-1)&1]),
-// 0 if not (s = 0), or BP_ECAPACITY.
-static int plan_step(oracle_impl *o) {
+// The horizon of step s: the last batch the step may look at.
+static uint32_t step_horizon(const oracle_impl *o) {
+    const uint32_t s = o->step, H = s + o->P + o->W;
+    return o->finished && H > o->n_pushed - 1 ? o->n_pushed - 1 : H; // n_pushed >= 1 here
+}
+
+// One planning step s (see oracle.h), in three parts: step_ab, its steps (a) and (b) on one part of
+// the planner (every table, or a group of them); step_c, step (c) and the demotions ahead, over all
+// parts (their capacity is shared); step_end, the record s-1 of one part.
+static void step_ab(oracle_impl *o) {
     const uint32_t s = o->step, P = o->P, T = o->T;
     const uint32_t N = o->finished ? o->n_pushed : NIL;
-    uint32_t H = s + P + o->W;
-    if (o->finished && H > N - 1) H = N - 1; // N >= 1 here
+    const uint32_t H = step_horizon(o);
     // The links this step reads (those into batches s-1 .. H) are in by now; with two threads, the
     // planner writes them itself.  A link from a batch beyond H (the indexer may run ahead, and the
     // planner links what is published before its step needs it: link_published) reads as no use
@@ -1553,7 +1623,7 @@ static int plan_step(oracle_impl *o) {
     if (o->threads == 2) {
         while (o->n_linked <= H) link_next(o);
     }
-    plan *prev = &o->rec[(s + 1) & 1], *cur = &o->rec[s & 1];
+    plan *prev = rec_prev(o, s), *cur = rec_cur(o, s);
 
     uint64_t *gate = o->act_gate;
     uint64_t shared = o->shared_count;
@@ -1783,64 +1853,101 @@ static int plan_step(oracle_impl *o) {
     o->st = st;
 
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_FETCH);
-    // (c) capacity: Belady among shared keys not needed by s..s+P.
+}
+
+// Pops up to k entries (and at most *need) from the end of bucket v of part o: evictions after s-1.
+static void evict_level(oracle_impl *o, uint32_t v, uint32_t s, uint32_t k, uint64_t *need) {
+    const uint32_t j = v % o->R;
+    plan *prev = rec_prev(o, s);
+    // Each eviction reads the key, active index and miss bit of an occurrence of batch v,
+    // then that record's gate: dependent misses, so both levels are prefetched ahead.
+    const slot *sv = &o->slots[j];
+    const bentry *bk = o->bucket[j];
+    for (; k && *need; k--, (*need)--) {
+        uint32_t bn = o->bucket_n[j];
+        if (bn > EVICT_AHEAD && *need > EVICT_AHEAD) {
+            uint32_t p1 = (uint32_t)bk[bn - 1 - EVICT_AHEAD] & o->pos_mask;
+            __builtin_prefetch(&sv->act[p1]), __builtin_prefetch(&sv->miss[p1 >> 6], 1);
+            __builtin_prefetch((const char *)sv->key + (size_t)p1 * (o->key32 ? 4 : 8));
+        }
+        if (bn > EVICT_AHEAD / 2 && *need > EVICT_AHEAD / 2) {
+            uint32_t a2 = sv->act[(uint32_t)bk[bn - 1 - EVICT_AHEAD / 2] & o->pos_mask];
+            __builtin_prefetch(&o->act_gate[a2], 1);
+        }
+        evict_pressure(o, bk[--o->bucket_n[j]], v, s, prev);
+    }
+}
+
+// (c) capacity, over the parts ps[0, np) at step s with horizon H: Belady among shared keys not
+// needed by s..s+P, then demotions, then demotions ahead.  Returns 0 or BP_ECAPACITY.
+static int step_c(oracle_impl *const *ps, int np, uint32_t s, uint32_t H) {
+    oracle_impl *o = ps[0];
+    const uint32_t P = o->P, T = o->T;
+    const uint32_t N = o->finished ? o->n_pushed : NIL;
     uint32_t who;
-    uint64_t mp = max_private(o, &who);
-    if (o->shared_count + mp > o->C) {
-        uint64_t need = o->shared_count + mp - o->C;
+    uint64_t mp = parts_private(ps, np, NULL, &who);
+    if (parts_shared(ps, np) + mp > o->C) {
+        uint64_t need = parts_shared(ps, np) + mp - o->C;
         uint32_t levels = 0;
         for (uint32_t v = H; v > s + P && need; v--, levels++) {
-            uint32_t j = v % o->R;
-            if (o->bucket_upto[j] < s) bucket_fill(o, v, s);
-            if (need < o->bucket_n[j] && T > 1 && o->W >= P) bucket_lone_last(o, v, H);
-            // Each eviction reads the key, active index and miss bit of an occurrence of batch v,
-            // then that record's gate: dependent misses, so both levels are prefetched ahead.
-            const slot *sv = &o->slots[j];
-            const bentry *bk = o->bucket[j];
-            while (o->bucket_n[j] && need) {
-                uint32_t bn = o->bucket_n[j];
-                if (bn > EVICT_AHEAD && need > EVICT_AHEAD) {
-                    uint32_t p1 = (uint32_t)bk[bn - 1 - EVICT_AHEAD] & o->pos_mask;
-                    __builtin_prefetch(&sv->act[p1]), __builtin_prefetch(&sv->miss[p1 >> 6], 1);
-                    __builtin_prefetch((const char *)sv->key + (size_t)p1 * (o->key32 ? 4 : 8));
-                }
-                if (bn > EVICT_AHEAD / 2 && need > EVICT_AHEAD / 2) {
-                    uint32_t a2 = sv->act[(uint32_t)bk[bn - 1 - EVICT_AHEAD / 2] & o->pos_mask];
-                    __builtin_prefetch(&o->act_gate[a2], 1);
-                }
-                evict_pressure(o, bk[--o->bucket_n[j]], v, s, prev);
-                need--;
+            const uint32_t j = v % o->R;
+            uint64_t tot = 0;
+            for (int q = 0; q < np; q++) {
+                if (ps[q]->bucket_upto[j] < s) bucket_fill(ps[q], v, s);
+                tot += ps[q]->bucket_n[j];
             }
+            // Evicted in part: the keys that come back private first (bucket_lone_last), each
+            // part's, the last part's first, then the others likewise; whole: in any order.
+            uint32_t lone[2] = {0, 0};
+            const int in_part = need < tot && T > 1 && o->W >= P;
+            for (int q = 0; q < np && in_part; q++) lone[q] = bucket_lone_last(ps[q], v, H);
+            for (int pass = in_part ? 0 : 1; pass < 2 && need; pass++)
+                for (int q = np - 1; q >= 0 && need; q--)
+                    evict_level(ps[q], v, s, pass == 0 ? lone[q] : ps[q]->bucket_n[j], &need);
         }
-        o->grp_span = BP_MIN(o->grp_stride - 1, BP_MAX(GRP_SPAN_MIN, levels + levels / 4));
-        uint64_t least = o->shared_count + mp; // the least this batch needs, as far as is known here
-        if (need && s >= 1 && T > 1 && o->W >= P && (least = demote(o, s, H, prev, cur)) == 0) {
-            mp = max_private(o, &who);
-            need = 0;
-        }
+        for (int q = 0; q < np; q++)
+            ps[q]->grp_span = BP_MIN(ps[q]->grp_stride - 1, BP_MAX(GRP_SPAN_MIN, levels + levels / 4));
+        uint64_t least = parts_shared(ps, np) + mp; // the least this batch needs, as far as is known here
+        if (need && s >= 1 && T > 1 && o->W >= P && (least = demote(ps, np, s, H)) == 0) need = 0;
         if (need) {
+            const uint64_t shared = parts_shared(ps, np);
+            mp = parts_private(ps, np, NULL, &who);
             uint32_t ulo = s == 0 ? 0 : s + P, uhi = s + P < N ? s + P : N - 1;
             const unsigned long long base = o->iter_base; // a resumed run's numbers
             o->err = bp_fail(BP_ECAPACITY,
                              "oracle: cache too small: batch %llu cannot be prefetched at iteration %llu: trainer %u "
                              "needs %llu rows (%llu shared + %llu private, pinned for batches %llu..%llu) but the "
                              "cache holds %llu; the minimum cache size for this batch is %llu rows",
-                             base + ulo, base + s, who, (unsigned long long)(o->shared_count + mp),
-                             (unsigned long long)o->shared_count, (unsigned long long)mp, base + s, base + uhi,
+                             base + ulo, base + s, who, (unsigned long long)(shared + mp),
+                             (unsigned long long)shared, (unsigned long long)mp, base + s, base + uhi,
                              (unsigned long long)o->C, (unsigned long long)least);
             return o->err;
         }
     }
-    demote_ahead(o, s, H, prev, cur);
-    mp = max_private(o, &who);
-    if (o->shared_count + mp > o->st.peak_resident) o->st.peak_resident = o->shared_count + mp;
+    demote_ahead(ps, np, s, H);
+    mp = parts_private(ps, np, NULL, &who);
+    if (parts_shared(ps, np) + mp > o->st.peak_resident) o->st.peak_resident = parts_shared(ps, np) + mp;
+    return 0;
+}
 
+// The end of step s on one part: its record s-1.  Returns 1 if it completed that record, 0 if
+// not (s = 0).
+static int step_end(oracle_impl *o) {
+    const uint32_t s = o->step;
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_PRESSURE);
     if (s == 0) return 0;
-    fill_header(o, prev, s - 1);
+    fill_header(o, rec_prev(o, s), s - 1);
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_RECORD);
     o->st.batches++, o->st.samples += o->slots[(s - 1) % o->R].samples;
     return 1;
+}
+
+// One planning step of a planner in one part.  Returns 1 if it completed record s-1 (rec_prev),
+// 0 if not (s = 0), or BP_ECAPACITY.
+static int plan_step(oracle_impl *o) {
+    step_ab(o);
+    const int rc = step_c(&o, 1, o->step, step_horizon(o));
+    return rc < 0 ? rc : step_end(o);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2003,8 +2110,8 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->far = bp_xcalloc(o->R, sizeof *o->far);
     o->far_n = bp_xcalloc(o->R, sizeof *o->far_n);
     o->far_cap = bp_xcalloc(o->R, sizeof *o->far_cap);
-    plan_init(&o->rec[0]), plan_init(&o->rec[1]);
-    plan_reset(&o->rec[0], o->T), plan_reset(&o->rec[1], o->T);
+    o->nrec = 2;
+    for (int k = 0; k < 3; k++) plan_init(&o->rec[k]), plan_reset(&o->rec[k], o->T);
     if (o->threads == 2) {
         if (!o->borrow)
             for (int i = 0; i < INQ; i++) o->inbuf[i] = bp_xmalloc(per * sizeof(uint32_t));
@@ -2073,7 +2180,7 @@ void oracle_free(oracle *out) {
         free(o->sync_cnt);
     free(o->offset), free(o->card), free(o->cols), free(o->dist), free(o->back_tab), free(o->card32);
     big_free(o->bl_list, per * sizeof *o->bl_list);
-    plan_free(&o->rec[0]), plan_free(&o->rec[1]);
+    for (int k = 0; k < 3; k++) plan_free(&o->rec[k]);
     free(o);
     out->impl = NULL;
 }
@@ -2183,7 +2290,7 @@ int oracle_next_plan(oracle *out, plan *p) {
         o->step++;
         if (rc == 1) {
             uint32_t t = s - 1;
-            plan *r = &o->rec[t & 1];
+            plan *r = &o->rec[t % o->nrec];
             plan_swap(p, r);
             plan_reset(r, o->T);
             lock(o);
@@ -2243,7 +2350,7 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     mem += (uint64_t)o->gtmp_cap * sizeof(uint64_t) + (uint64_t)o->R * (o->grp_stride + 2) * sizeof(uint32_t);
     // The planner's two records and its scratch for private keys and sorted sync-later lists, and
     // the input copies of the two-thread queue.
-    mem += plan_list_bytes(&o->rec[0]) + plan_list_bytes(&o->rec[1]);
+    for (uint32_t k = 0; k < o->nrec; k++) mem += plan_list_bytes(&o->rec[k]);
     mem += (uint64_t)o->pv_cap * (sizeof *o->pv_key + sizeof *o->pv_tr) + (uint64_t)o->sync_cap * sizeof(plan_sync) +
            (uint64_t)o->sync_bk_cap * sizeof(uint32_t);
     if (o->threads == 2 && !o->borrow) mem += (uint64_t)INQ * o->B * o->F * sizeof(uint32_t);
