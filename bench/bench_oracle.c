@@ -82,6 +82,7 @@ typedef struct {
     uint64_t C;
     int ref; // 1: the reference planner (oracle_ref.h, the planner before its fast path)
     int keymap; // ORACLE_KEYMAP_*
+    int groups; // oracle_config.groups: 2, the planner split by tables
 } bcfg;
 
 // The two planners behind one interface (h points at an oracle or an oracle_ref).
@@ -128,7 +129,8 @@ static int links_named(const char *name) {
 
 static int run(const uint32_t *ids, uint64_t total_samples, bcfg c, bres *out) {
     oracle_config cfg = {.T = c.T, .B = c.B, .F = NF, .card = kaggle_card, .W = c.W, .P = c.P, .C = c.C,
-                         .threads = (int)c.threads, .borrow_input = 1, .keymap = c.keymap, .links = g_links};
+                         .threads = (int)c.threads, .borrow_input = 1, .keymap = c.keymap, .links = g_links,
+                         .groups = c.groups};
     uint64_t rss0 = rss_bytes();
     const planner_api *api = c.ref ? &ref_api : &fast_api;
     union {
@@ -399,6 +401,7 @@ static void report(const char *label, bcfg c, const bres *r) {
 int main(int argc, char **argv) {
     uint32_t batches = 700; // of 16384 samples: the W=400 run needs ~400 to fill the window
     int quick = 0, with_ref = 1, reps = 1, only_threads = 0, keymap = ORACLE_KEYMAP_AUTO, scatter = 0, groups = 0;
+    int split = 0;
     uint32_t W0 = 200;
     uint64_t C = 2000000; // rows per trainer (128 MB at D = 16)
     const char *trace_path = NULL; // cache of the generated trace (read if present, else written)
@@ -413,6 +416,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace_path = argv[++i];
         else if (strcmp(argv[i], "--scatter") == 0) scatter = 1;
         else if (strcmp(argv[i], "--groups") == 0) groups = 1;
+        else if (strcmp(argv[i], "--split") == 0) split = 1;
         else if (strcmp(argv[i], "--cache") == 0 && i + 1 < argc && atoll(argv[i + 1]) > 0) C = (uint64_t)atoll(argv[++i]);
         else if (strcmp(argv[i], "--keymap") == 0 && i + 1 < argc && strcmp(argv[i + 1], "flat") == 0)
             keymap = ORACLE_KEYMAP_FLAT, i++;
@@ -505,7 +509,7 @@ int main(int argc, char **argv) {
            (unsigned long long)ns);
     free(byc), free(cnt);
 
-    bcfg base = {8, BIG, W0, 2, 1, C, 0, keymap};
+    bcfg base = {8, BIG, W0, 2, 1, C, 0, keymap, 0};
     bres res;
     int rc = -1;
 #define RUN(label, cfgv)                                                                          \
@@ -546,19 +550,27 @@ int main(int argc, char **argv) {
         rc = -1;
         RUN(th == 1 ? "1 thread" : "2 threads", c);
         ok_fast = rc == 0, rf = res;
+        if (split && ok_fast) {
+            bcfg cs = c;
+            cs.groups = 2, rc = -1;
+            RUN(th == 1 ? "1 thread split" : "2 threads split", cs);
+            if (rc == 0)
+                printf("   ratio split by tables / one part, %u thread%s: wall %.2fx, cpu %.2fx\n", th, th == 1 ? "" : "s",
+                       res.sps / rf.sps, res.cpu_sps / rf.cpu_sps);
+        }
         if (ok_ref && ok_fast)
             printf("   ratio oracle / reference, %u thread%s: cpu %.2fx (index %.2fx, plan %.2fx), wall %.2fx\n", th,
                    th == 1 ? "" : "s", rf.cpu_sps / rr.cpu_sps, rr.cpu_index_ms / rf.cpu_index_ms,
                    rr.cpu_plan_ms / rf.cpu_plan_ms, rf.sps / rr.sps);
         if (groups && th == 2 && ok_fast) {
             for (uint32_t ahead = GROUP_RING - 1;; ahead = 1) {
-                uint32_t split = 0;
-                const double gs = groups_run(ids, (uint32_t)(total / BIG), c, ahead, &split);
+                uint32_t gmask = 0;
+                const double gs = groups_run(ids, (uint32_t)(total / BIG), c, ahead, &gmask);
                 if (gs < 0) printf("2 groups     failed: %s\n", bp_errmsg((int)gs));
                 else
                     printf("2 groups     bound of a planner split by tables (tables 0x%07x | the rest, one thread each, "
                            "%s, records merged by copy): wall %5.2f M samples/s, %.2fx the 2-thread run above\n",
-                           split, ahead > 1 ? "up to 7 batches apart" : "in step", gs / 1e6, gs / rf.sps);
+                           gmask, ahead > 1 ? "up to 7 batches apart" : "in step", gs / 1e6, gs / rf.sps);
                 if (ahead == 1 || gs < 0) break;
             }
         }

@@ -150,6 +150,7 @@ struct oracle_impl {
     uint64_t C, K, row_base, iter_base;
     uint64_t *offset; // (F) first key of each table
     uint64_t *card;   // (F)
+    uint32_t *tabs, nt; // the tables this part of the planner dedupes, in order (all F unless split)
     int borrow;
 
     // indexer side
@@ -235,6 +236,11 @@ struct oracle_impl {
     double ph_idx[ORACLE_PHASES], ph_idx_t; // the indexer's phase seconds, the last boundary (its thread)
     double ph_pub[ORACLE_PHASES];           // the same, published with the memory marks
     double ph_plan[ORACLE_PHASES], ph_plan_t; // the planner's phase seconds, the last boundary
+
+    // a planner split by tables (oracle_config.groups = 2): the oracle's impl is part 0
+    struct oracle_impl *peer; // part 0: part 1 (NULL without a split)
+    struct split_sync *sp;    // part 0: what the parts share (split_sync)
+    oracle_stats st_pub;      // part 1 on its own thread: its stats as of its last step (split_stats)
 
     // two threads
     pthread_t th;
@@ -842,7 +848,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     uint32_t *sact = sl->act, *cols = o->cols;
     uint32_t *sprev = sl->prev;
     uint64_t *gate = o->act_gate;
-    const uint32_t *maxid = o->card32;
+    const uint32_t *maxid = o->card32, *tabs = o->tabs, nt = o->nt;
     sl->batch = bnum, sl->samples = n, sl->n = 0, sl->linked = link;
     uint32_t cnt = 0;
     o->ph_idx_t = bp_now();
@@ -868,7 +874,8 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         // A repeat within the batch (the common case: three ids in four) is one masked compare of
         // the keymap word: active, and its latest occurrence in this batch's slot.
         const uint64_t rep_mask = KM_ACTIVE | (uint32_t)~pos_mask, rep_val = KM_ACTIVE | tag;
-        for (uint32_t f = 0; f < F; f++) {
+        for (uint32_t x = 0; x < nt; x++) { // the part's tables (every table without a split)
+            const uint32_t f = tabs[x];
             const uint32_t *col = cols + (size_t)f * ld;
             const uint64_t base = off[f];
             uint64_t *kmb = flat ? km + base : NULL; // the table's part of the flat keymap
@@ -1975,7 +1982,10 @@ uint64_t oracle_max_batch_ids(uint32_t W, uint32_t P, int threads) {
     return (1ull << (32 - slot_bits_for(oracle_held_batches(W, P, threads)))) - 1;
 }
 
-int oracle_init(oracle *out, const oracle_config *cfg) {
+// One planner over the tables f with grp[f] == part (every table when grp is NULL), holding the
+// batches that `held` threads hold (oracle_held_batches: a split planner takes as many batches
+// pushed ahead as the planner in one part).
+static int init_part(oracle *out, const oracle_config *cfg, const uint8_t *grp, uint8_t part, int held) {
     out->impl = NULL;
     if (cfg->T < 1 || cfg->T > ORACLE_MAX_TRAINERS)
         return bp_fail(BP_EINVAL, "oracle: %u trainers, expected 1..%d", cfg->T, ORACLE_MAX_TRAINERS);
@@ -1994,7 +2004,7 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
             return bp_fail(BP_EINVAL, "oracle: table %u has %llu rows (1..2^32)", f, (unsigned long long)cfg->card[f]);
         K += cfg->card[f];
     }
-    uint32_t R = oracle_held_batches(cfg->W, cfg->P, cfg->threads);
+    uint32_t R = oracle_held_batches(cfg->W, cfg->P, held);
     uint32_t pos_bits = 32 - slot_bits_for(R);
     uint64_t per_batch = (uint64_t)cfg->B * cfg->F;
     if (per_batch >= (1ull << pos_bits))
@@ -2077,6 +2087,9 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     o->dist = bp_xmalloc((size_t)COLS_LD(cfg->B / cfg->T + 1) * sizeof *o->dist);
     o->back_tab = bp_xmalloc(R * sizeof *o->back_tab);
     o->card32 = bp_xmalloc(cfg->F * sizeof *o->card32);
+    o->tabs = bp_xmalloc(cfg->F * sizeof *o->tabs);
+    for (uint32_t f = 0; f < cfg->F; f++)
+        if (!grp || grp[f] == part) o->tabs[o->nt++] = f;
     for (uint32_t f = 0; f < cfg->F; f++) o->card32[f] = (uint32_t)(cfg->card[f] - 1);
     o->bl_list = big_alloc(per * sizeof *o->bl_list);
     o->lz_sync = big_alloc(per * sizeof *o->lz_sync);
@@ -2127,9 +2140,359 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
     return 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// A planner split by tables (oracle_config.groups = 2).
+//
+// Two planners, the parts, each over one of two groups of the tables (split_tables): each dedupes,
+// links and plans its own tables' keys, whose state (keymap words, active records, slots, buckets,
+// gates) is its own, and fills its own record.  The keys of two tables never meet, so the parts
+// share nothing but the capacity: at each step both run steps (a) and (b) (step_ab), then part 0
+// runs step (c) over both (step_c: Belady, demotions and demotions ahead over the two parts'
+// counts and buckets), and each fills its record (step_end); the oracle's record is part 0's with
+// part 1's behind it in every list (split_merge).  With threads = 2 part 1 runs on a thread of its
+// own, in step with the caller's part 0: the caller posts the start of each step, part 1 its steps
+// (a) and (b), the caller step (c), part 1 its record (split_sync).  Each core then reads and
+// writes its own part's lines only (part 0's step (c) reads part 1's buckets where pressure
+// reaches them, and its record once merged), where the split by phases (the indexer and the
+// planner) moves every slot from one core to the other: on this VM a line the other core holds
+// comes slower than one from memory (docs/oracle.md, rounds 19-20).
+//
+// The plans differ from those of the planner in one part only in order: every list holds part 0's
+// entries, then part 1's (the sync-later groups merged in their order), and where step (c) chooses
+// among keys of both parts, it takes them in that order (step_c).  Fetchers and write-back owners
+// go round-robin in each part, so each trainer's count of them is within two of another's, not one.
+
+static void stats_of(oracle_impl *o, oracle_stats *st);
+
+#define SPLIT_Q 8     // batches pushed and not yet indexed by part 1
+#define SPLIT_SPIN 4000 // polls of a counter before sleeping on the condition variable
+
+typedef struct split_sync {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int threads; // 2: part 1 on a thread of its own
+    pthread_t th;
+    int th_started;
+    const uint32_t *q_ids[SPLIT_Q]; // pushed batches that part 1 has not indexed yet
+    uint32_t q_n[SPLIT_Q], q_head, q_count;
+    uint32_t *q_buf[SPLIT_Q]; // (B, F) their copies, unless the input is borrowed
+    // Steps: go = s + 1 when part 0 starts step s (part 1 then sees go_pushed batches pushed and
+    // the end of input if go_fin), ab = s + 1 when part 1 has run its (a) and (b), c = s + 1 when
+    // part 0 has run (c), end = s + 1 when part 1 has filled its record s - 1.
+    uint32_t go, go_pushed, ab, c, end;
+    int go_fin, stop, err;
+} split_sync;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void sp_post(split_sync *g, uint32_t *at, uint32_t v) {
+    pthread_mutex_lock(&g->mu);
+    __atomic_store_n(at, v, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+// Waits until *at >= v: polls first (the other part is usually microseconds away), then sleeps.
+// Returns 0, or -1 when the split stopped or failed first.
+static int sp_wait(split_sync *g, const uint32_t *at, uint32_t v) {
+    for (int k = 0; k < SPLIT_SPIN; k++) {
+        if (__atomic_load_n(at, __ATOMIC_ACQUIRE) >= v) return 0;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&g->mu);
+    while (__atomic_load_n(at, __ATOMIC_ACQUIRE) < v && !g->stop && !g->err) pthread_cond_wait(&g->cv, &g->mu);
+    const int r = __atomic_load_n(at, __ATOMIC_ACQUIRE) >= v ? 0 : -1;
+    pthread_mutex_unlock(&g->mu);
+    return r;
+}
+
+// The two groups of tables (grp[f] = 0 or 1), balanced by bit_length(card)^2, the weight that
+// follows a table's dedupe cost within a few percent here (docs/oracle.md, round 15): from the
+// heaviest, each table to the lighter group; part 0, whose thread also runs step (c) and merges
+// the records, takes the lighter group.
+static void split_tables(uint32_t F, const uint64_t *card, uint8_t *grp) {
+    uint64_t *w = bp_xmalloc(F * sizeof *w), sum[2] = {0, 0};
+    uint32_t *ord = bp_xmalloc(F * sizeof *ord);
+    for (uint32_t f = 0; f < F; f++) {
+        uint64_t bits = 0;
+        for (uint64_t c = card[f]; c; c >>= 1) bits++;
+        w[f] = bits * bits, ord[f] = f;
+    }
+    for (uint32_t i = 1; i < F; i++) // by weight, heaviest first, then by index (stable)
+        for (uint32_t k = i; k > 0 && w[ord[k - 1]] < w[ord[k]]; k--) {
+            const uint32_t x = ord[k];
+            ord[k] = ord[k - 1], ord[k - 1] = x;
+        }
+    for (uint32_t i = 0; i < F; i++) {
+        const uint32_t f = ord[i], g = sum[1] < sum[0];
+        grp[f] = (uint8_t)g, sum[g] += w[f];
+    }
+    if (sum[0] > sum[1])
+        for (uint32_t f = 0; f < F; f++) grp[f] ^= 1;
+    free(w), free(ord);
+}
+
+// The one-thread push, after its checks: indexes the batch now.
+static int index_pushed(oracle_impl *o, const uint32_t *ids, uint32_t n) {
+    double c0 = thread_cpu();
+    int rc = indexer_run(o, ids, n, o->n_retired, 1);
+    o->cpu_index += thread_cpu() - c0;
+    if (rc) return o->err = rc;
+    o->n_indexed++;
+    publish_mem(o);
+    o->n_pushed++;
+    return 0;
+}
+
+// Part 1's thread: indexes each batch as it is pushed, and runs step s once part 0 has started it
+// and part 1 holds every batch part 0 held then.
+static void *split_thread(void *arg) {
+    oracle_impl *q = arg;
+    split_sync *g = q->sp;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        const uint32_t s = q->step;
+        while (!g->stop && !g->err && g->q_count == 0 && !(g->go > s && q->n_pushed >= g->go_pushed))
+            pthread_cond_wait(&g->cv, &g->mu);
+        if (g->stop || g->err) break;
+        if (g->q_count > 0) {
+            const uint32_t *ids = g->q_ids[g->q_head], n = g->q_n[g->q_head];
+            pthread_mutex_unlock(&g->mu);
+            BP_ASSERT(q->n_pushed < q->R + q->n_retired); // part 0 took the batch: so has part 1 room
+            const int rc = index_pushed(q, ids, n);
+            pthread_mutex_lock(&g->mu);
+            g->q_head = (g->q_head + 1) % SPLIT_Q, g->q_count--;
+            if (rc) g->err = rc; // (part 0 reports the same bad id)
+            pthread_cond_broadcast(&g->cv);
+            continue;
+        }
+        q->finished = g->go_fin;
+        pthread_mutex_unlock(&g->mu);
+        double c0 = thread_cpu();
+        step_ab(q);
+        q->cpu_plan += thread_cpu() - c0;
+        sp_post(g, &g->ab, s + 1);
+        if (sp_wait(g, &g->c, s + 1)) {
+            pthread_mutex_lock(&g->mu);
+            break;
+        }
+        c0 = thread_cpu();
+        q->ph_plan_t = bp_now();
+        const int r = step_end(q);
+        q->step = s + 1;
+        if (r) q->n_retired = s;
+        q->cpu_plan += thread_cpu() - c0;
+        pthread_mutex_lock(&g->mu);
+        stats_of(q, &q->st_pub);
+        __atomic_store_n(&g->end, s + 1, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+static int split_push(oracle_impl *o, const uint32_t *ids, uint32_t n) {
+    split_sync *g = o->sp;
+    if (g->threads == 1) {
+        const int rc = index_pushed(o, ids, n);
+        return rc ? rc : (o->err = index_pushed(o->peer, ids, n));
+    }
+    pthread_mutex_lock(&g->mu);
+    while (g->q_count == SPLIT_Q && !g->err) pthread_cond_wait(&g->cv, &g->mu);
+    const uint32_t k = (g->q_head + g->q_count) % SPLIT_Q;
+    const uint32_t *mine = ids;
+    if (!g->err) {
+        if (!o->borrow) {
+            memcpy(g->q_buf[k], ids, (size_t)n * o->F * sizeof *ids);
+            ids = g->q_buf[k];
+        }
+        g->q_ids[k] = ids, g->q_n[k] = n, g->q_count++;
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return index_pushed(o, mine, n); // (a bad id fails here as in part 1)
+}
+
+// Appends part 1's record b to p (part 0's record of the same batch): every list's entries after
+// p's, the private keys trainer by trainer, the sync-later entries merged by group ((t -
+// grad_iter, deadline), plan.h), part 0's first within a group.
+static void split_merge(plan *p, const plan *b) {
+    const uint32_t T = p->T;
+    plan_reserve(p, PLAN_LIST_FETCH, b->n_fetch);
+    memcpy(p->fetch + p->n_fetch, b->fetch, (size_t)b->n_fetch * sizeof *b->fetch);
+    p->n_fetch += b->n_fetch;
+    plan_reserve(p, PLAN_LIST_EVICT, b->n_evict);
+    memcpy(p->evict + p->n_evict, b->evict, (size_t)b->n_evict * sizeof *b->evict);
+    p->n_evict += b->n_evict;
+    plan_reserve(p, PLAN_LIST_SYNC_NOW, b->n_sync_now);
+    memcpy(p->sync_now + p->n_sync_now, b->sync_now, (size_t)b->n_sync_now * sizeof *b->sync_now);
+    p->n_sync_now += b->n_sync_now;
+    plan_reserve_private(p, p->n_private + b->n_private);
+    for (uint32_t i = T; i-- > 0;) { // from the last trainer: each block moves up, never onto one not moved yet
+        const uint32_t a0 = p->priv_off[i], na = p->priv_off[i + 1] - a0, b0 = b->priv_off[i];
+        const uint32_t nb = b->priv_off[i + 1] - b0, at = a0 + b0;
+        memmove(p->priv_key + at, p->priv_key + a0, (size_t)na * sizeof *p->priv_key);
+        memcpy(p->priv_key + at + na, b->priv_key + b0, (size_t)nb * sizeof *p->priv_key);
+    }
+    for (uint32_t i = 0; i <= T; i++) p->priv_off[i] += b->priv_off[i];
+    p->n_private += b->n_private;
+    // From the back: the larger group first, and on a tie part 1's entry (it goes after part 0's).
+    const uint32_t na = p->n_sync_later, nb = b->n_sync_later, t = p->iter;
+    plan_reserve(p, PLAN_LIST_SYNC_LATER, nb);
+    plan_sync *x = p->sync_later;
+    uint32_t i = na, j = nb, k = na + nb;
+#define SYNC_GROUP(e) ((uint64_t)(t - (e).grad_iter) << 32 | (e).deadline)
+    while (j > 0) {
+        if (i > 0 && SYNC_GROUP(x[i - 1]) > SYNC_GROUP(b->sync_later[j - 1])) x[--k] = x[--i];
+        else x[--k] = b->sync_later[--j];
+    }
+#undef SYNC_GROUP
+    p->n_sync_later = na + nb;
+}
+
+static int split_next_plan(oracle_impl *o, plan *p) {
+    oracle_impl *q = o->peer, *const ps[2] = {o, q};
+    split_sync *g = o->sp;
+    for (;;) {
+        if (o->err) return o->err;
+        if (o->done) return 0;
+        const uint32_t s = o->step;
+        if (o->finished) {
+            if (o->n_pushed == 0 || s > o->n_pushed) {
+                o->done = 1;
+                return 0;
+            }
+        } else if (o->n_pushed < s + o->P + o->W + 1) {
+            return 0;
+        }
+        double c0 = thread_cpu();
+        if (g->threads == 2) {
+            pthread_mutex_lock(&g->mu);
+            g->go_pushed = o->n_pushed, g->go_fin = o->finished;
+            __atomic_store_n(&g->go, s + 1, __ATOMIC_RELEASE);
+            pthread_cond_broadcast(&g->cv);
+            pthread_mutex_unlock(&g->mu);
+        } else {
+            q->finished = o->finished;
+        }
+        step_ab(o);
+        if (g->threads == 1) step_ab(q);
+        else if (sp_wait(g, &g->ab, s + 1))
+            return o->err = bp_fail(g->err ? g->err : BP_EINVAL, "oracle: the planner's second part stopped");
+        o->ph_plan_t = bp_now(); // (with one thread, part 1's (a) and (b) ran since part 0's)
+        int rc = step_c(ps, 2, s, step_horizon(o));
+        if (rc < 0) {
+            if (g->threads == 2) {
+                pthread_mutex_lock(&g->mu);
+                g->err = rc;
+                pthread_cond_broadcast(&g->cv);
+                pthread_mutex_unlock(&g->mu);
+            }
+            return rc;
+        }
+        if (g->threads == 2) sp_post(g, &g->c, s + 1);
+        const int r = step_end(o);
+        if (g->threads == 1) {
+            q->ph_plan_t = bp_now();
+            step_end(q);
+            q->step = s + 1;
+            if (r) q->n_retired = s;
+        } else if (sp_wait(g, &g->end, s + 1)) {
+            return o->err = bp_fail(g->err ? g->err : BP_EINVAL, "oracle: the planner's second part stopped");
+        }
+        o->step = s + 1;
+        if (r == 1) {
+            plan *r0 = &o->rec[(s - 1) % o->nrec], *r1 = &q->rec[(s - 1) % q->nrec];
+            plan_swap(p, r0);
+            plan_reset(r0, o->T);
+            split_merge(p, r1);
+            plan_reset(r1, q->T);
+            o->n_retired = s;
+        }
+        o->cpu_plan += thread_cpu() - c0;
+        if (r == 1) {
+            if (o->finished && s == o->n_pushed) {
+                BP_ASSERTF(o->shared_count == 0 && q->shared_count == 0,
+                           "oracle: %llu + %llu shared keys resident after the last batch",
+                           (unsigned long long)o->shared_count, (unsigned long long)q->shared_count);
+                for (uint32_t i = 0; i < o->T; i++) BP_ASSERT(o->priv_count[i] == 0 && q->priv_count[i] == 0);
+                o->done = 1;
+            }
+            return 1;
+        }
+    }
+}
+
+// Starts part 1 (q) next to part 0 (o): with threads = 2 on a thread of its own.
+static int split_start(oracle_impl *o, oracle_impl *q, int threads) {
+    split_sync *g = bp_xcalloc(1, sizeof *g);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->threads = threads;
+    o->peer = q, o->sp = q->sp = g;
+    if (threads == 1) return 0;
+    if (!o->borrow)
+        for (int k = 0; k < SPLIT_Q; k++) g->q_buf[k] = bp_xmalloc((size_t)o->B * o->F * sizeof(uint32_t));
+    if (pthread_create(&g->th, NULL, split_thread, q) != 0)
+        return bp_fail(BP_ENOMEM, "oracle: cannot start the thread of the planner's second part");
+    g->th_started = 1;
+    return 0;
+}
+
+static void split_stop(oracle_impl *o) {
+    split_sync *g = o->sp;
+    if (g->th_started) {
+        pthread_mutex_lock(&g->mu);
+        g->stop = 1;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        pthread_join(g->th, NULL);
+    }
+    oracle part1 = {o->peer};
+    o->peer = NULL;
+    oracle_free(&part1);
+    for (int k = 0; k < SPLIT_Q; k++) free(g->q_buf[k]);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+    o->sp = NULL;
+}
+
+int oracle_init(oracle *out, const oracle_config *cfg) {
+    out->impl = NULL;
+    if (cfg->groups < 0 || cfg->groups > 2) return bp_fail(BP_EINVAL, "oracle: groups must be 0, 1 or 2 (%d)", cfg->groups);
+    if (cfg->groups < 2 || cfg->F < 2) return init_part(out, cfg, NULL, 0, cfg->threads);
+    if (cfg->threads != 1 && cfg->threads != 2) return bp_fail(BP_EINVAL, "oracle: threads must be 1 or 2");
+    uint8_t *grp = bp_xmalloc(cfg->F);
+    split_tables(cfg->F, cfg->card, grp);
+    oracle_config c1 = *cfg;
+    c1.threads = 1, c1.groups = 1;
+    oracle a = {NULL}, b = {NULL};
+    int rc = init_part(&a, &c1, grp, 0, cfg->threads);
+    if (!rc) rc = init_part(&b, &c1, grp, 1, cfg->threads);
+    free(grp);
+    if (rc) {
+        oracle_free(&a);
+        return rc;
+    }
+    out->impl = a.impl;
+    a.impl->borrow = cfg->borrow_input;
+    if ((rc = split_start(a.impl, b.impl, cfg->threads)) != 0) {
+        if (!a.impl->peer) oracle_free(&b);
+        oracle_free(out);
+        return rc;
+    }
+    return 0;
+}
+
 void oracle_free(oracle *out) {
     oracle_impl *o = out ? out->impl : NULL;
     if (!o) return;
+    if (o->peer) split_stop(o);
     if (o->th_started) {
         pthread_mutex_lock(&o->mu);
         o->stop = 1;
@@ -2178,7 +2541,7 @@ void oracle_free(oracle *out) {
     big_free(o->bits_last, (per / 64 + 1) * sizeof *o->bits_last);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_bk),
         free(o->sync_cnt);
-    free(o->offset), free(o->card), free(o->cols), free(o->dist), free(o->back_tab), free(o->card32);
+    free(o->offset), free(o->card), free(o->tabs), free(o->cols), free(o->dist), free(o->back_tab), free(o->card32);
     big_free(o->bl_list, per * sizeof *o->bl_list);
     for (int k = 0; k < 3; k++) plan_free(&o->rec[k]);
     free(o);
@@ -2196,16 +2559,8 @@ int oracle_push_samples(oracle *out, const uint32_t *ids, uint32_t n) {
     if (o->n_pushed >= o->R + o->n_retired)
         return bp_fail(BP_EINVAL, "oracle: window full: call oracle_next_plan after each push");
     if (n < o->B) o->last_short = 1;
-    if (o->threads == 1) {
-        double c0 = thread_cpu();
-        int rc = indexer_run(o, ids, n, o->n_retired, 1);
-        o->cpu_index += thread_cpu() - c0;
-        if (rc) return o->err = rc;
-        o->n_indexed++;
-        publish_mem(o);
-        o->n_pushed++;
-        return 0;
-    }
+    if (o->peer) return split_push(o, ids, n);
+    if (o->threads == 1) return index_pushed(o, ids, n);
     pthread_mutex_lock(&o->mu);
     while (o->in_count == INQ && !o->idx_err) pthread_cond_wait(&o->cv, &o->mu);
     if (o->idx_err) {
@@ -2253,6 +2608,7 @@ static int link_published(oracle_impl *o) {
 
 int oracle_next_plan(oracle *out, plan *p) {
     oracle_impl *o = out->impl;
+    if (o->peer) return split_next_plan(o, p);
     for (;;) {
         if (o->err) return o->err;
         if (o->done) return 0;
@@ -2333,14 +2689,15 @@ static uint64_t slots_bytes(uint64_t R, uint64_t per, uint64_t occ, uint64_t kw,
 // The lists of a record, each grown to one batch's unique keys or more (oracle_mem_estimate).
 #define PLAN_BYTES_PER_KEY (sizeof(plan_fetch) + sizeof(plan_evict) + 2 * sizeof(uint64_t) + sizeof(plan_sync))
 
-void oracle_get_stats(const oracle *out, oracle_stats *st) {
-    oracle_impl *o = out->impl;
-    lock(o);
+// The stats of one part (locks are the caller's).
+static void stats_of(oracle_impl *o, oracle_stats *st) {
     *st = o->st;
     uint64_t mem = o->pub_acts * (sizeof(uint32_t) + sizeof(uint64_t));
     mem += slots_bytes(o->R, (uint64_t)o->B * o->F, o->pub_occ, o->key32 ? 4 : 8, o->users8 ? 1 : 8);
     mem += nexts_bytes(o->pub_occ, o->R);
-    mem += o->km_flat ? o->km_bytes : o->pub_hm_cap * 16;
+    uint64_t words = 0; // the flat keymap's words of this part's tables (untouched pages cost nothing)
+    for (uint32_t x = 0; x < o->nt; x++) words += o->card[o->tabs[x]];
+    mem += o->km_flat ? words * sizeof *o->km : o->pub_hm_cap * 16;
     // lz_sync, cand, far_pos and bl_list
     mem += (uint64_t)o->pub_occ * 4 * sizeof(uint32_t);
     mem += (uint64_t)COLS_LD(o->B / o->T + 1) * o->F * sizeof(uint32_t);
@@ -2358,8 +2715,33 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     st->active_peak = o->pub_acts;
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
     for (int k = 0; k < ORACLE_PHASES; k++) st->phase_s[k] = o->ph_pub[k] + o->ph_plan[k];
-    unlock(o);
     st->mem_bytes = mem;
+}
+
+void oracle_get_stats(const oracle *out, oracle_stats *st) {
+    oracle_impl *o = out->impl;
+    lock(o);
+    stats_of(o, st);
+    unlock(o);
+    if (!o->peer) return;
+    // A split planner: the parts' counts add up; batches, samples and the peak residency (over
+    // both parts, kept by part 0's step (c)) are part 0's.
+    oracle_stats b;
+    if (o->sp->threads == 2) {
+        pthread_mutex_lock(&o->sp->mu);
+        b = o->peer->st_pub;
+        pthread_mutex_unlock(&o->sp->mu);
+    } else {
+        stats_of(o->peer, &b);
+    }
+    st->accesses += b.accesses, st->hits += b.hits, st->unique += b.unique;
+    st->fetches += b.fetches, st->fetches_private += b.fetches_private;
+    st->evictions += b.evictions, st->evictions_private += b.evictions_private;
+    st->evictions_pressure += b.evictions_pressure, st->demotions += b.demotions;
+    st->sync_now += b.sync_now, st->sync_later += b.sync_later, st->sync_restated += b.sync_restated;
+    st->active_peak += b.active_peak, st->mem_bytes += b.mem_bytes;
+    st->cpu_index_s += b.cpu_index_s, st->cpu_plan_s += b.cpu_plan_s;
+    for (int k = 0; k < ORACLE_PHASES; k++) st->phase_s[k] += b.phase_s[k];
 }
 
 int oracle_window_figures(const bp_dataset *ds, uint64_t row0, uint64_t per_epoch, uint32_t B, uint64_t nb,

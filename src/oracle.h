@@ -107,6 +107,7 @@ typedef struct {
     int keymap;           // ORACLE_KEYMAP_*
     int borrow_input;     // 1: pushed ids stay valid until oracle_free (no copy)
     int links;            // with two threads, which thread writes next-use links: ORACLE_LINKS_*
+    int groups;           // 0 or 1: one planner over every table; 2: split by tables (below)
 } oracle_config;
 
 // The phases of the oracle's work, each timed in its thread by the monotonic clock read at its
