@@ -1559,17 +1559,19 @@ static void demote_ahead(oracle_impl *const *ps, int np, uint32_t s, uint32_t H)
 }
 
 // Puts record t's sync-later entries in group order (see sync_note).  A stable counting sort:
-// within a group, entries keep their occurrence order.
-static void sort_sync(oracle_impl *o, plan *r) {
-    uint32_t n = r->n_sync_later, nb = 2 * sync_span(o);
-    if (n < 2) return;
-    if (r->cap_sync_later > o->sync_cap) {
-        o->sync_cap = r->cap_sync_later;
+// within a group, entries keep their occurrence order.  With q (part 1 of a split planner, its
+// record rq of the same batch), q's entries too, each group's after r's: the merge of the two.
+static void sort_sync(oracle_impl *o, plan *r, const oracle_impl *q, const plan *rq) {
+    const uint32_t na = r->n_sync_later, nq = rq ? rq->n_sync_later : 0, n = na + nq, nb = 2 * sync_span(o);
+    if (n < 2 && !nq) return;
+    if (BP_MAX(n, r->cap_sync_later) > o->sync_cap) {
+        o->sync_cap = BP_MAX(n, r->cap_sync_later);
         o->sync_tmp = bp_xrealloc(o->sync_tmp, (size_t)o->sync_cap * sizeof *o->sync_tmp);
     }
-    uint32_t *cnt = o->sync_cnt, *bk = o->sync_bk; // locals: stores into the lists could alias o's fields
+    uint32_t *cnt = o->sync_cnt; // locals: stores into the lists could alias o's fields
     plan_sync *out = o->sync_tmp;
-    const plan_sync *e = r->sync_later;
+    if (q)
+        for (uint32_t b = 0; b <= nb; b++) cnt[b] += q->sync_cnt[b];
     for (uint32_t b = 0; b < nb; b++) cnt[b + 1] += cnt[b];
     BP_ASSERT(cnt[nb] == n); // every entry noted
     // The scratch list was last written batches ago, so its lines are cold, and the stores go to
@@ -1578,19 +1580,26 @@ static void sort_sync(oracle_impl *o, plan *r) {
     for (uint32_t b = 0; b < nb; b++)
         if (cnt[b + 1] > cnt[b])
             __builtin_prefetch(&out[cnt[b]], 1), __builtin_prefetch(&out[BP_MIN(cnt[b] + 4, n - 1)], 1);
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t c = cnt[bk[i]]++;
-        out[c] = e[i];
-        __builtin_prefetch(&out[BP_MIN(c + 8, n - 1)], 1);
+    for (int part = 0; part < 1 + (q != NULL); part++) {
+        const uint32_t *bk = part ? q->sync_bk : o->sync_bk, m = part ? nq : na;
+        const plan_sync *e = part ? rq->sync_later : r->sync_later;
+        for (uint32_t i = 0; i < m; i++) {
+            uint32_t c = cnt[bk[i]]++;
+            out[c] = e[i];
+            __builtin_prefetch(&out[BP_MIN(c + 8, n - 1)], 1);
+        }
     }
     // The sorted copy becomes the record's list; the old list is the next scratch.
     plan_sync *old = r->sync_later;
     uint32_t old_cap = r->cap_sync_later;
-    r->sync_later = o->sync_tmp, r->cap_sync_later = o->sync_cap;
+    r->sync_later = o->sync_tmp, r->cap_sync_later = o->sync_cap, r->n_sync_later = n;
     o->sync_tmp = old, o->sync_cap = old_cap;
 }
 
-static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
+// Record t's header, its private keys grouped by trainer and its sync-later entries in group
+// order.  With q (part 1 of a split planner, its record rq of the same batch), q's private keys
+// and sync-later entries go into r too, each trainer's and each group's after o's.
+static void fill_header(oracle_impl *o, plan *r, uint32_t t, const oracle_impl *q, const plan *rq) {
     const slot *sl = &o->slots[t % o->R];
     BP_ASSERT(sl->batch == t);
     r->iter = t, r->flags = (o->finished && t + 1 == o->n_pushed) ? PLAN_LAST : 0;
@@ -1600,14 +1609,17 @@ static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
     r->key_bytes = o->K <= (1ull << 32) ? 4 : 8;
     for (uint32_t i = 0; i <= o->T; i++) r->slice[i] = (uint32_t)((uint64_t)i * sl->samples / o->T);
     // Private keys grouped by trainer, each group in occurrence order.
+    const uint32_t nq = q ? q->pv_n : 0;
     memset(r->priv_off, 0, (size_t)(o->T + 1) * sizeof *r->priv_off);
     for (uint32_t k = 0; k < o->pv_n; k++) r->priv_off[o->pv_tr[k] + 1]++;
+    for (uint32_t k = 0; k < nq; k++) r->priv_off[q->pv_tr[k] + 1]++;
     for (uint32_t i = 0; i < o->T; i++) r->priv_off[i + 1] += r->priv_off[i];
-    plan_reserve_private(r, o->pv_n);
+    plan_reserve_private(r, o->pv_n + nq);
     memcpy(o->pv_cursor, r->priv_off, o->T * sizeof *o->pv_cursor);
     for (uint32_t k = 0; k < o->pv_n; k++) r->priv_key[o->pv_cursor[o->pv_tr[k]]++] = o->pv_key[k];
-    r->n_private = o->pv_n;
-    sort_sync(o, r);
+    for (uint32_t k = 0; k < nq; k++) r->priv_key[o->pv_cursor[q->pv_tr[k]]++] = q->pv_key[k];
+    r->n_private = o->pv_n + nq;
+    sort_sync(o, r, q, rq);
 }
 
 // The horizon of step s: the last batch the step may look at.
@@ -1938,12 +1950,13 @@ static int step_c(oracle_impl *const *ps, int np, uint32_t s, uint32_t H) {
 }
 
 // The end of step s on one part: its record s-1.  Returns 1 if it completed that record, 0 if
-// not (s = 0).
-static int step_end(oracle_impl *o) {
+// not (s = 0).  With q (part 0 of a split planner), part 1's private keys and sync-later entries
+// go into the record too (fill_header).
+static int step_end(oracle_impl *o, const oracle_impl *q) {
     const uint32_t s = o->step;
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_PRESSURE);
     if (s == 0) return 0;
-    fill_header(o, rec_prev(o, s), s - 1);
+    fill_header(o, rec_prev(o, s), s - 1, q, q ? &q->rec[(s - 1) % q->nrec] : NULL);
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_RECORD);
     o->st.batches++, o->st.samples += o->slots[(s - 1) % o->R].samples;
     return 1;
@@ -1954,7 +1967,7 @@ static int step_end(oracle_impl *o) {
 static int plan_step(oracle_impl *o) {
     step_ab(o);
     const int rc = step_c(&o, 1, o->step, step_horizon(o));
-    return rc < 0 ? rc : step_end(o);
+    return rc < 0 ? rc : step_end(o, NULL);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2181,6 +2194,7 @@ typedef struct split_sync {
     // part 0 has run (c), end = s + 1 when part 1 has filled its record s - 1.
     uint32_t go, go_pushed, ab, c, end;
     int go_fin, stop, err;
+    plan *dst; // with c: part 0's record s - 1, where part 1 copies its own (split_end1)
 } split_sync;
 
 static inline void cpu_relax(void) {
@@ -2248,6 +2262,22 @@ static int index_pushed(oracle_impl *o, const uint32_t *ids, uint32_t n) {
     return 0;
 }
 
+// The end of step s on part 1 of a split planner: its record's fetches, evictions and sync-now
+// keys are copied behind part 0's, into dst (part 0's record, with room made by part 0: its
+// counts are final after step (c)).  Its private keys and sync-later entries go in with part 0's
+// own (fill_header).  Returns 1 if there was a record.
+static int split_end1(oracle_impl *q, plan *dst) {
+    const uint32_t s = q->step;
+    phase_end(q->ph_plan, &q->ph_plan_t, ORACLE_PH_PRESSURE);
+    if (s == 0) return 0;
+    const plan *b = rec_prev(q, s);
+    memcpy(dst->fetch + dst->n_fetch, b->fetch, (size_t)b->n_fetch * sizeof *b->fetch);
+    memcpy(dst->evict + dst->n_evict, b->evict, (size_t)b->n_evict * sizeof *b->evict);
+    memcpy(dst->sync_now + dst->n_sync_now, b->sync_now, (size_t)b->n_sync_now * sizeof *b->sync_now);
+    phase_end(q->ph_plan, &q->ph_plan_t, ORACLE_PH_RECORD);
+    return 1;
+}
+
 // Part 1's thread: indexes each batch as it is pushed, and runs step s once part 0 has started it
 // and part 1 holds every batch part 0 held then.
 static void *split_thread(void *arg) {
@@ -2282,7 +2312,7 @@ static void *split_thread(void *arg) {
         }
         c0 = thread_cpu();
         q->ph_plan_t = bp_now();
-        const int r = step_end(q);
+        const int r = split_end1(q, g->dst);
         q->step = s + 1;
         if (r) q->n_retired = s;
         q->cpu_plan += thread_cpu() - c0;
@@ -2317,41 +2347,12 @@ static int split_push(oracle_impl *o, const uint32_t *ids, uint32_t n) {
     return index_pushed(o, mine, n); // (a bad id fails here as in part 1)
 }
 
-// Appends part 1's record b to p (part 0's record of the same batch): every list's entries after
-// p's, the private keys trainer by trainer, the sync-later entries merged by group ((t -
-// grad_iter, deadline), plan.h), part 0's first within a group.
-static void split_merge(plan *p, const plan *b) {
-    const uint32_t T = p->T;
-    plan_reserve(p, PLAN_LIST_FETCH, b->n_fetch);
-    memcpy(p->fetch + p->n_fetch, b->fetch, (size_t)b->n_fetch * sizeof *b->fetch);
-    p->n_fetch += b->n_fetch;
-    plan_reserve(p, PLAN_LIST_EVICT, b->n_evict);
-    memcpy(p->evict + p->n_evict, b->evict, (size_t)b->n_evict * sizeof *b->evict);
-    p->n_evict += b->n_evict;
-    plan_reserve(p, PLAN_LIST_SYNC_NOW, b->n_sync_now);
-    memcpy(p->sync_now + p->n_sync_now, b->sync_now, (size_t)b->n_sync_now * sizeof *b->sync_now);
-    p->n_sync_now += b->n_sync_now;
-    plan_reserve_private(p, p->n_private + b->n_private);
-    for (uint32_t i = T; i-- > 0;) { // from the last trainer: each block moves up, never onto one not moved yet
-        const uint32_t a0 = p->priv_off[i], na = p->priv_off[i + 1] - a0, b0 = b->priv_off[i];
-        const uint32_t nb = b->priv_off[i + 1] - b0, at = a0 + b0;
-        memmove(p->priv_key + at, p->priv_key + a0, (size_t)na * sizeof *p->priv_key);
-        memcpy(p->priv_key + at + na, b->priv_key + b0, (size_t)nb * sizeof *p->priv_key);
-    }
-    for (uint32_t i = 0; i <= T; i++) p->priv_off[i] += b->priv_off[i];
-    p->n_private += b->n_private;
-    // From the back: the larger group first, and on a tie part 1's entry (it goes after part 0's).
-    const uint32_t na = p->n_sync_later, nb = b->n_sync_later, t = p->iter;
-    plan_reserve(p, PLAN_LIST_SYNC_LATER, nb);
-    plan_sync *x = p->sync_later;
-    uint32_t i = na, j = nb, k = na + nb;
-#define SYNC_GROUP(e) ((uint64_t)(t - (e).grad_iter) << 32 | (e).deadline)
-    while (j > 0) {
-        if (i > 0 && SYNC_GROUP(x[i - 1]) > SYNC_GROUP(b->sync_later[j - 1])) x[--k] = x[--i];
-        else x[--k] = b->sync_later[--j];
-    }
-#undef SYNC_GROUP
-    p->n_sync_later = na + nb;
+// Part 1 stopped on an error of its own (a bad id, which part 0 reports first in its push).
+static int split_failed(split_sync *g) {
+    pthread_mutex_lock(&g->mu);
+    const int e = g->err ? g->err : BP_EINVAL;
+    pthread_mutex_unlock(&g->mu);
+    return bp_fail(e, "oracle: the second part of the split planner stopped");
 }
 
 static int split_next_plan(oracle_impl *o, plan *p) {
@@ -2382,7 +2383,7 @@ static int split_next_plan(oracle_impl *o, plan *p) {
         step_ab(o);
         if (g->threads == 1) step_ab(q);
         else if (sp_wait(g, &g->ab, s + 1))
-            return o->err = bp_fail(g->err ? g->err : BP_EINVAL, "oracle: the planner's second part stopped");
+            return o->err = split_failed(g);
         o->ph_plan_t = bp_now(); // (with one thread, part 1's (a) and (b) ran since part 0's)
         int rc = step_c(ps, 2, s, step_horizon(o));
         if (rc < 0) {
@@ -2394,22 +2395,32 @@ static int split_next_plan(oracle_impl *o, plan *p) {
             }
             return rc;
         }
-        if (g->threads == 2) sp_post(g, &g->c, s + 1);
-        const int r = step_end(o);
+        plan *r0 = rec_prev(o, s), *r1 = rec_prev(q, s);
+        if (s >= 1) { // room in part 0's record for part 1's entries (split_end1 copies them there)
+            plan_reserve(r0, PLAN_LIST_FETCH, r1->n_fetch), plan_reserve(r0, PLAN_LIST_EVICT, r1->n_evict);
+            plan_reserve(r0, PLAN_LIST_SYNC_NOW, r1->n_sync_now);
+        }
+        if (g->threads == 2) {
+            pthread_mutex_lock(&g->mu);
+            g->dst = r0;
+            __atomic_store_n(&g->c, s + 1, __ATOMIC_RELEASE);
+            pthread_cond_broadcast(&g->cv);
+            pthread_mutex_unlock(&g->mu);
+        }
+        const int r = step_end(o, q);
         if (g->threads == 1) {
             q->ph_plan_t = bp_now();
-            step_end(q);
+            split_end1(q, r0);
             q->step = s + 1;
             if (r) q->n_retired = s;
         } else if (sp_wait(g, &g->end, s + 1)) {
-            return o->err = bp_fail(g->err ? g->err : BP_EINVAL, "oracle: the planner's second part stopped");
+            return o->err = split_failed(g);
         }
         o->step = s + 1;
         if (r == 1) {
-            plan *r0 = &o->rec[(s - 1) % o->nrec], *r1 = &q->rec[(s - 1) % q->nrec];
+            r0->n_fetch += r1->n_fetch, r0->n_evict += r1->n_evict, r0->n_sync_now += r1->n_sync_now;
             plan_swap(p, r0);
             plan_reset(r0, o->T);
-            split_merge(p, r1);
             plan_reset(r1, q->T);
             o->n_retired = s;
         }

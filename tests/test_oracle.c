@@ -721,6 +721,30 @@ TEST(oracle_capacity_error_names_minimum) {
     trace_free(&tr);
 }
 
+// The split planner's refusal: for one trainer it names the exact minimum, the sum over both parts
+// of the distinct keys of batches s..s+P, on one thread and on two (whose second part is stopped
+// and joined when the oracle is freed after the error).
+TEST(oracle_split_capacity_error_names_minimum) {
+    uint64_t card[3] = {30, 12, 25};
+    for (uint32_t P = 0; P <= 3; P++)
+        for (int th = 1; th <= 2; th++) {
+            trace tr;
+            trace_make(&tr, 50 + P, 1, 25, 4, 3, card, 0);
+            const uint64_t need = capacity_lower_bound(&tr, 1, P); // exact for T = 1
+            run_cfg c = {1, 4, P, need, th, 0, 0, 2};
+            check_result cr;
+            ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "P=%u C=%llu: %s", P, (unsigned long long)need, cr.msg);
+            c.C = need - 1;
+            stream s;
+            ASSERT_EQ(run_oracle(&tr, c, &s, NULL), BP_ECAPACITY);
+            free(s.buf);
+            char want[64];
+            snprintf(want, sizeof want, "minimum cache size for this batch is %llu rows", (unsigned long long)need);
+            ASSERT_STR_CONTAINS(bp_errmsg(BP_ECAPACITY), want);
+            trace_free(&tr);
+        }
+}
+
 // Exhaustive search over eviction choices (T trainers, one table of K <= 8 keys): the fewest fetches any
 // policy can achieve with capacity C, prefetch distance P and window W under the rules every policy
 // of the model obeys (oracle.h): all keys of batches s..s+P resident at step s (fetches for s+P
