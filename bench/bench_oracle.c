@@ -2,7 +2,7 @@
 //
 //   build/bench/bench_oracle [--batches N] [--quick] [--window W] [--zipf S] [--no-ref] [--reps N]
 //                            [--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS]
-//                            [--links auto|indexer|planner] [--groups]
+//                            [--links auto|indexer|planner] [--groups] [--split]
 //
 // The trace: the 26 Criteo Kaggle tables (33.7M rows), ids drawn per table from a power law
 // (rank^-s, hot ids first as after frequency mapping) with s tuned so that ~1% of the rows take
@@ -32,6 +32,8 @@
 // the two groups' capacity would need).  It is a bound, not a planner: the two groups share no
 // capacity (no pressure evictions or demotions across them) and assign fetchers and owners each
 // by its own round-robin, which a real split would have to couple.
+// --split runs, after each headline oracle run, the planner split by tables (oracle_config.groups
+// = 2, docs/oracle.md round 20) at the same thread count, and prints the ratio of the two.
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -427,7 +429,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: bench_oracle [--batches N] [--quick] [--zipf S] [--window W] [--no-ref] [--reps N] "
                             "[--threads 1|2] [--trace FILE] [--keymap flat|hash] [--scatter] [--cache ROWS] "
-                            "[--links auto|indexer|planner] [--groups]\n"
+                            "[--links auto|indexer|planner] [--groups] [--split]\n"
                             "  (the comment at the top of bench/bench_oracle.c describes each; --trace FILE keeps the "
                             "generated trace and its exponent in FILE.zipf, and reuses it when they match)\n");
             return strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ? 0 : 2;

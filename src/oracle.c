@@ -218,8 +218,7 @@ struct oracle_impl {
     uint64_t *lz_tmp;     // (lz_cap) scratch of bucket_fill
     uint32_t lz_cap;
     uint32_t rr_fetch, rr_owner;
-    plan rec[3];          // record s-1 being completed, record s collecting fetches (rec_prev, rec_cur)
-    uint32_t nrec;        // records in the ring: 2, or 3 (rec_prev)
+    plan rec[2];          // record s-1 being completed, record s collecting fetches (rec_prev, rec_cur)
     uint64_t *pv_key;     // (pv_cap) private keys of the batch being completed
     uint16_t *pv_tr;      // (pv_cap) their trainers
     uint32_t pv_n, pv_cap;
@@ -239,8 +238,8 @@ struct oracle_impl {
 
     // a planner split by tables (oracle_config.groups = 2): the oracle's impl is part 0
     struct oracle_impl *peer; // part 0: part 1 (NULL without a split)
-    struct split_sync *sp;    // part 0: what the parts share (split_sync)
-    oracle_stats st_pub;      // part 1 on its own thread: its stats as of its last step (split_stats)
+    struct split_sync *sp;    // both parts: what they share (split_sync; part 0 owns it)
+    oracle_stats st_pub;      // part 1 on its own thread: its stats as of its last step (split_thread)
 
     // two threads
     pthread_t th;
@@ -1401,11 +1400,9 @@ static uint64_t water_fill(uint32_t T, uint64_t shared, const uint64_t *priv, co
     }
 }
 
-// The records a step works on: record s-1 being completed and record s collecting fetches, in a
-// ring of nrec (2; 3 for the second part of a split planner, whose record s-1 may still be merged
-// while it plans step s + 1).
-static inline plan *rec_prev(oracle_impl *o, uint32_t s) { return &o->rec[(s + o->nrec - 1) % o->nrec]; }
-static inline plan *rec_cur(oracle_impl *o, uint32_t s) { return &o->rec[s % o->nrec]; }
+// The records step s works on: record s-1 being completed and record s collecting fetches.
+static inline plan *rec_prev(oracle_impl *o, uint32_t s) { return &o->rec[(s + 1) & 1]; }
+static inline plan *rec_cur(oracle_impl *o, uint32_t s) { return &o->rec[s & 1]; }
 
 // Capacity over the parts of a planner split by tables (one part when it is not): a trainer holds
 // the shared keys of every part and its own private keys of each, so the counts add up.  The
@@ -1956,7 +1953,7 @@ static int step_end(oracle_impl *o, const oracle_impl *q) {
     const uint32_t s = o->step;
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_PRESSURE);
     if (s == 0) return 0;
-    fill_header(o, rec_prev(o, s), s - 1, q, q ? &q->rec[(s - 1) % q->nrec] : NULL);
+    fill_header(o, rec_prev(o, s), s - 1, q, q ? &q->rec[(s + 1) & 1] : NULL);
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_RECORD);
     o->st.batches++, o->st.samples += o->slots[(s - 1) % o->R].samples;
     return 1;
@@ -2136,8 +2133,8 @@ static int init_part(oracle *out, const oracle_config *cfg, const uint8_t *grp, 
     o->far = bp_xcalloc(o->R, sizeof *o->far);
     o->far_n = bp_xcalloc(o->R, sizeof *o->far_n);
     o->far_cap = bp_xcalloc(o->R, sizeof *o->far_cap);
-    o->nrec = 2;
-    for (int k = 0; k < 3; k++) plan_init(&o->rec[k]), plan_reset(&o->rec[k], o->T);
+    plan_init(&o->rec[0]), plan_init(&o->rec[1]);
+    plan_reset(&o->rec[0], o->T), plan_reset(&o->rec[1], o->T);
     if (o->threads == 2) {
         if (!o->borrow)
             for (int i = 0; i < INQ; i++) o->inbuf[i] = bp_xmalloc(per * sizeof(uint32_t));
@@ -2278,21 +2275,26 @@ static int split_end1(oracle_impl *q, plan *dst) {
     return 1;
 }
 
-// Part 1's thread: indexes each batch as it is pushed, and runs step s once part 0 has started it
-// and part 1 holds every batch part 0 held then.
+// Part 1's thread: indexes each batch as it is pushed (ahead of the steps when the caller pushes
+// ahead), and runs step s once part 0 has started it and part 1 holds the batches the step reads
+// (at the end of the input, every batch pushed: the step's horizon is cut at the last one).  A
+// step that can run goes first: part 0 waits for it.
 static void *split_thread(void *arg) {
     oracle_impl *q = arg;
     split_sync *g = q->sp;
     pthread_mutex_lock(&g->mu);
     for (;;) {
         const uint32_t s = q->step;
-        while (!g->stop && !g->err && g->q_count == 0 && !(g->go > s && q->n_pushed >= g->go_pushed))
+        int ready = 0;
+        while (!g->stop && !g->err) {
+            ready = g->go > s && q->n_pushed >= (g->go_fin ? g->go_pushed : s + q->P + q->W + 1);
+            if (ready || (g->q_count > 0 && q->n_pushed < q->R + q->n_retired)) break;
             pthread_cond_wait(&g->cv, &g->mu);
+        }
         if (g->stop || g->err) break;
-        if (g->q_count > 0) {
+        if (!ready) {
             const uint32_t *ids = g->q_ids[g->q_head], n = g->q_n[g->q_head];
             pthread_mutex_unlock(&g->mu);
-            BP_ASSERT(q->n_pushed < q->R + q->n_retired); // part 0 took the batch: so has part 1 room
             const int rc = index_pushed(q, ids, n);
             pthread_mutex_lock(&g->mu);
             g->q_head = (g->q_head + 1) % SPLIT_Q, g->q_count--;
@@ -2367,8 +2369,8 @@ static int split_next_plan(oracle_impl *o, plan *p) {
                 o->done = 1;
                 return 0;
             }
-        } else if (o->n_pushed < s + o->P + o->W + 1) {
-            return 0;
+        } else if (o->n_pushed < s + o->P + o->W + 1 + (g->threads == 2 ? ORACLE_INDEX_AHEAD : 0)) {
+            return 0; // (with two threads, part 1 indexes the batches pushed ahead while it waits)
         }
         double c0 = thread_cpu();
         if (g->threads == 2) {
@@ -2554,7 +2556,7 @@ void oracle_free(oracle *out) {
         free(o->sync_cnt);
     free(o->offset), free(o->card), free(o->tabs), free(o->cols), free(o->dist), free(o->back_tab), free(o->card32);
     big_free(o->bl_list, per * sizeof *o->bl_list);
-    for (int k = 0; k < 3; k++) plan_free(&o->rec[k]);
+    plan_free(&o->rec[0]), plan_free(&o->rec[1]);
     free(o);
     out->impl = NULL;
 }
@@ -2657,7 +2659,7 @@ int oracle_next_plan(oracle *out, plan *p) {
         o->step++;
         if (rc == 1) {
             uint32_t t = s - 1;
-            plan *r = &o->rec[t % o->nrec];
+            plan *r = &o->rec[t & 1];
             plan_swap(p, r);
             plan_reset(r, o->T);
             lock(o);
@@ -2718,7 +2720,7 @@ static void stats_of(oracle_impl *o, oracle_stats *st) {
     mem += (uint64_t)o->gtmp_cap * sizeof(uint64_t) + (uint64_t)o->R * (o->grp_stride + 2) * sizeof(uint32_t);
     // The planner's two records and its scratch for private keys and sorted sync-later lists, and
     // the input copies of the two-thread queue.
-    for (uint32_t k = 0; k < o->nrec; k++) mem += plan_list_bytes(&o->rec[k]);
+    mem += plan_list_bytes(&o->rec[0]) + plan_list_bytes(&o->rec[1]);
     mem += (uint64_t)o->pv_cap * (sizeof *o->pv_key + sizeof *o->pv_tr) + (uint64_t)o->sync_cap * sizeof(plan_sync) +
            (uint64_t)o->sync_bk_cap * sizeof(uint32_t);
     if (o->threads == 2 && !o->borrow) mem += (uint64_t)INQ * o->B * o->F * sizeof(uint32_t);

@@ -1893,33 +1893,105 @@ TEST(oracle_fast_matches_reference_wide_entries) {
 // smallest capacity, from which C is taken: at the old C, 2132 and 553, the bytes were unchanged;
 // cases 3 and 4, T = 1 and W < P, recorded with the ties): they pin the bytes even if the
 // reference planner is ever changed or removed.
+// Traces whose plans are pinned (crc and size of the whole stream): the planner in one part's,
+// and the split planner's (oracle_config.groups = 2).
+static const struct {
+    int kind;
+    uint32_t N, B, F, T, W, P;
+    uint64_t card[4];
+    uint32_t crc, bytes, split_crc, split_bytes;
+} pinned[] = {
+    {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}, 0x637b3e92, 1126043, 0x77d12896, 1126196},
+    {4, 60, 300, 4, 5, 12, 2, {900, 90, 9, 20000}, 0xdb386776, 20448, 0xff6cdc22, 20448},
+    {1, 50, 256, 2, 4, 10, 1, {3000, 40000, 0, 0}, 0x3de1565c, 556732, 0x7960618d, 556802},
+    {0, 60, 200, 2, 1, 6, 2, {4000, 300, 0, 0}, 0xbef4be57, 229654, 0x24cd5463, 229870}, // T = 1: the ties' rule is off
+    {0, 60, 240, 2, 4, 1, 2, {4000, 300, 0, 0}, 0xd6312b26, 280467, 0x91898dc8, 280467}, // W < P
+};
+
+// Pinned case k's trace and its capacity: a sixteenth above the smallest the reference planner takes.
+static run_cfg pinned_trace(size_t k, trace *tr) {
+    trace_make(tr, 900 + k, pinned[k].kind, pinned[k].N, pinned[k].B, pinned[k].F, pinned[k].card, pinned[k].B / 3);
+    run_cfg c = {pinned[k].T, pinned[k].W, pinned[k].P, 0, 1, ORACLE_KEYMAP_AUTO, 0, 0};
+    uint64_t lo = ref_min_capacity(tr, c, capacity_lower_bound(tr, pinned[k].T, pinned[k].P), tr_keys(tr) + 1);
+    c.C = lo + lo / 16;
+    return c;
+}
+
 TEST(oracle_plan_bytes_pinned) {
-    static const struct {
-        int kind;
-        uint32_t N, B, F, T, W, P;
-        uint64_t card[4];
-        uint32_t crc, bytes;
-    } cases[] = {
-        {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}, 0x637b3e92, 1126043},
-        {4, 60, 300, 4, 5, 12, 2, {900, 90, 9, 20000}, 0xdb386776, 20448},
-        {1, 50, 256, 2, 4, 10, 1, {3000, 40000, 0, 0}, 0x3de1565c, 556732},
-        {0, 60, 200, 2, 1, 6, 2, {4000, 300, 0, 0}, 0xbef4be57, 229654}, // T = 1: the ties' rule is off
-        {0, 60, 240, 2, 4, 1, 2, {4000, 300, 0, 0}, 0xd6312b26, 280467}, // W < P
-    };
-    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    for (size_t k = 0; k < sizeof pinned / sizeof *pinned; k++) {
         trace tr;
-        trace_make(&tr, 900 + k, cases[k].kind, cases[k].N, cases[k].B, cases[k].F, cases[k].card, cases[k].B / 3);
-        run_cfg c = {cases[k].T, cases[k].W, cases[k].P, 0, 1, ORACLE_KEYMAP_AUTO, 0, 0};
-        uint64_t lo = ref_min_capacity(&tr, c, capacity_lower_bound(&tr, cases[k].T, cases[k].P), tr_keys(&tr) + 1);
-        c.C = lo + lo / 16;
+        run_cfg c = pinned_trace(k, &tr);
         stream s;
         ASSERT_OK(run_oracle(&tr, c, &s, NULL));
         uint32_t crc = bp_crc32(0, s.buf, s.n);
-        ASSERT_MSG(crc == cases[k].crc && s.n == cases[k].bytes, "case %zu: crc 0x%08x over %zu bytes, pinned 0x%08x over %u",
-                   k, crc, s.n, cases[k].crc, cases[k].bytes);
+        ASSERT_MSG(crc == pinned[k].crc && s.n == pinned[k].bytes, "case %zu: crc 0x%08x over %zu bytes, pinned 0x%08x over %u",
+                   k, crc, s.n, pinned[k].crc, pinned[k].bytes);
         free(s.buf);
         trace_free(&tr);
     }
+}
+
+// The split planner's plans of the pinned traces above (the same capacities), pinned too: their
+// bytes change only with the split's contract (oracle.h).  The fetches are within a percent of
+// the planner in one part (printed).
+TEST(oracle_split_plan_bytes_pinned) {
+    for (size_t k = 0; k < sizeof pinned / sizeof *pinned; k++) {
+        trace tr;
+        run_cfg c = pinned_trace(k, &tr);
+        stream one, s;
+        oracle_stats st1, st;
+        ASSERT_OK(run_oracle(&tr, c, &one, &st1));
+        c.groups = 2, c.threads = 1 + (int)(k % 2);
+        ASSERT_OK(run_oracle(&tr, c, &s, &st));
+        const uint32_t crc = bp_crc32(0, s.buf, s.n);
+        printf("    case %zu: %llu fetches split (%llu under pressure, %llu demotions), %llu in one part (%llu, %llu)\n", k,
+               (unsigned long long)st.fetches, (unsigned long long)st.evictions_pressure,
+               (unsigned long long)st.demotions, (unsigned long long)st1.fetches,
+               (unsigned long long)st1.evictions_pressure, (unsigned long long)st1.demotions);
+        ASSERT_MSG(crc == pinned[k].split_crc && s.n == pinned[k].split_bytes,
+                   "case %zu: crc 0x%08x over %zu bytes, pinned 0x%08x over %u", k, crc, s.n, pinned[k].split_crc,
+                   pinned[k].split_bytes);
+        ASSERT_MSG(st.fetches * 100 <= st1.fetches * 101, "case %zu: %llu fetches split, %llu in one part", k,
+                   (unsigned long long)st.fetches, (unsigned long long)st1.fetches);
+        check_result cr;
+        ASSERT_MSG(check_plans(&tr, c, &s, &cr) == 0, "case %zu: %s", k, cr.msg);
+        free(s.buf), free(one.buf);
+        trace_free(&tr);
+    }
+}
+
+// A bad id in either part's tables: the push names it (part 0 checks every column), and the
+// oracle, its second part stopped, is freed without a hang.
+TEST(oracle_split_rejects_bad_ids) {
+    uint64_t card[4] = {50, 40, 30, 20};
+    for (int th = 1; th <= 2; th++)
+        for (uint32_t f = 0; f < 4; f++) {
+            trace tr;
+            trace_make(&tr, 70 + f, 0, 30, 16, 4, card, 0);
+            tr.ids[((size_t)12 * 16 + 5) * 4 + f] = (uint32_t)card[f]; // batch 12, sample 5
+            oracle_config cfg = {.T = 2, .B = 16, .F = 4, .card = card, .W = 4, .P = 1, .C = 1000, .threads = th,
+                                 .borrow_input = th == 1, .groups = 2};
+            oracle o;
+            ASSERT_OK(oracle_init(&o, &cfg));
+            plan p;
+            plan_init(&p);
+            int rc = 0;
+            uint32_t t = 0;
+            for (; t < tr.N && !rc; t++) {
+                rc = oracle_push_batch(&o, tr.ids + (size_t)t * 16 * 4);
+                while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) rc = 0;
+            }
+            ASSERT_EQ(rc, BP_ERANGE);
+            ASSERT_EQ(t, 13);
+            char want[80];
+            snprintf(want, sizeof want, "batch 12, sample 5, feature %u: id %llu >= table size", f,
+                     (unsigned long long)card[f]);
+            ASSERT_STR_CONTAINS(bp_errmsg(rc), want);
+            ASSERT_EQ(oracle_next_plan(&o, &p), BP_ERANGE);
+            plan_free(&p);
+            oracle_free(&o);
+            trace_free(&tr);
+        }
 }
 
 // The last batches: a key used once by one trainer near the end of the input is private (the
