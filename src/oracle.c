@@ -150,7 +150,7 @@ struct oracle_impl {
     uint64_t C, K, row_base, iter_base;
     uint64_t *offset; // (F) first key of each table
     uint64_t *card;   // (F)
-    uint32_t *tabs, nt; // the tables this part of the planner dedupes, in order (all F unless split)
+    uint32_t *tabs, nt; // the tables this part of the planner dedupes, consecutive (all F unless split)
     int borrow;
 
     // indexer side
@@ -598,17 +598,17 @@ void oracle_set_simd(int on) { simd_on = on; }
 
 #if BP_SIMD_AVX2
 // The transposition of index_batch_impl for the rows [0, len / 8 * 8) of a slice (ids: (len, F),
-// F >= 8), eight rows by eight features at a time, the last block of features overlapping the one
-// before when F is not a multiple of 8; each id is checked against its table's largest (maxid) and
+// F >= 8) and the features [fa, fb_end), eight rows by eight features at a time, the last block of
+// features overlapping the one before (or features before fa) when fb_end - fa is not a multiple of 8; each id is checked against its table's largest (maxid) and
 // *bad set for one beyond.  Returns the rows done; the scalar loop does the rest.  0.3 -> 0.15 ms
 // per batch of 16384 x 26 here.
 __attribute__((target("avx2"))) static uint32_t transpose_avx2(const uint32_t *ids, uint32_t len, uint32_t F,
-                                                               uint32_t *cols, uint32_t ld, const uint32_t *maxid,
-                                                               uint32_t *bad) {
+                                                               uint32_t fa, uint32_t fb_end, uint32_t *cols,
+                                                               uint32_t ld, const uint32_t *maxid, uint32_t *bad) {
     const uint32_t L8 = len / 8 * 8;
     __m256i over = _mm256_setzero_si256(); // nonzero lanes: an id above its table's largest
-    for (uint32_t fb = 0; fb < F; fb += 8) {
-        const uint32_t f0 = fb + 8 <= F ? fb : F - 8;
+    for (uint32_t fb = fa; fb < fb_end; fb += 8) {
+        const uint32_t f0 = fb + 8 <= fb_end ? fb : fb_end >= 8 ? fb_end - 8 : 0;
         const __m256i mx = _mm256_loadu_si256((const __m256i *)(maxid + f0));
         for (uint32_t s = 0; s < L8; s += 8) {
             const uint32_t *r = ids + (size_t)s * F + f0;
@@ -847,7 +847,7 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
     uint32_t *sact = sl->act, *cols = o->cols;
     uint32_t *sprev = sl->prev;
     uint64_t *gate = o->act_gate;
-    const uint32_t *maxid = o->card32, *tabs = o->tabs, nt = o->nt;
+    const uint32_t *maxid = o->card32, *tabs = o->tabs, nt = o->nt, fa = tabs[0], fz = tabs[nt - 1] + 1;
     sl->batch = bnum, sl->samples = n, sl->n = 0, sl->linked = link;
     uint32_t cnt = 0;
     o->ph_idx_t = bp_now();
@@ -860,15 +860,16 @@ static inline __attribute__((always_inline)) int index_batch_impl(oracle_impl *o
         uint64_t bit = 1ull << i;
         uint32_t bad = 0;
         uint32_t s0 = 0;
+        // The part's columns [fa, fz): every column without a split.
 #if BP_SIMD_AVX2
-        if (o->avx2_cols) s0 = transpose_avx2(ids + (size_t)lo * F, len, F, cols, ld, maxid, &bad);
+        if (o->avx2_cols) s0 = transpose_avx2(ids + (size_t)lo * F, len, F, fa, fz, cols, ld, maxid, &bad);
 #endif
         for (uint32_t s = s0; s < len; s++) {
             const uint32_t *row = ids + (size_t)(lo + s) * F;
-            for (uint32_t f = 0; f < F; f++) cols[(size_t)f * ld + s] = row[f], bad |= row[f] > maxid[f];
+            for (uint32_t f = fa; f < fz; f++) cols[(size_t)f * ld + s] = row[f], bad |= row[f] > maxid[f];
         }
         if (bad) return index_check(o, ids, n); // the first bad id in indexing order (trainer i's slice)
-        for (uint32_t f = 0; f < F; f++) memset(cols + (size_t)f * ld + len, 0, IDX_AHEAD_KM * sizeof *cols);
+        for (uint32_t f = fa; f < fz; f++) memset(cols + (size_t)f * ld + len, 0, IDX_AHEAD_KM * sizeof *cols);
         phase_end(o->ph_idx, &o->ph_idx_t, ORACLE_PH_TRANSPOSE);
         // A repeat within the batch (the common case: three ids in four) is one masked compare of
         // the keymap word: active, and its latest occurrence in this batch's slot.
@@ -2191,6 +2192,7 @@ typedef struct split_sync {
     // part 0 has run (c), end = s + 1 when part 1 has filled its record s - 1.
     uint32_t go, go_pushed, ab, c, end;
     int go_fin, stop, err;
+    char msg[512]; // part 1's error (a bad id in its tables' columns)
     plan *dst; // with c: part 0's record s - 1, where part 1 copies its own (split_end1)
 } split_sync;
 
@@ -2221,30 +2223,30 @@ static int sp_wait(split_sync *g, const uint32_t *at, uint32_t v) {
     return r;
 }
 
-// The two groups of tables (grp[f] = 0 or 1), balanced by bit_length(card)^2, the weight that
-// follows a table's dedupe cost within a few percent here (docs/oracle.md, round 15): from the
-// heaviest, each table to the lighter group; part 0, whose thread also runs step (c) and merges
-// the records, takes the lighter group.
+// The two groups of tables (grp[f] = 0 or 1): tables [0, k) and [k, F), so that each part reads
+// and transposes only its own columns of a batch (transpose_avx2), balanced by
+// bit_length(card)^2, the weight that follows a table's dedupe cost within a few percent here
+// (docs/oracle.md, round 15); part 0, whose thread also runs step (c) and sorts the records'
+// sync-later entries, takes the lighter group.  (On the Kaggle tables: 0-11 and 12-25, weights
+// 2674 and 2536.)
 static void split_tables(uint32_t F, const uint64_t *card, uint8_t *grp) {
-    uint64_t *w = bp_xmalloc(F * sizeof *w), sum[2] = {0, 0};
-    uint32_t *ord = bp_xmalloc(F * sizeof *ord);
+    uint64_t total = 0, best = UINT64_MAX, acc = 0;
+    uint32_t k = 1;
     for (uint32_t f = 0; f < F; f++) {
         uint64_t bits = 0;
         for (uint64_t c = card[f]; c; c >>= 1) bits++;
-        w[f] = bits * bits, ord[f] = f;
+        grp[f] = (uint8_t)bits; // (the weight's root, for the second pass)
+        total += bits * bits;
     }
-    for (uint32_t i = 1; i < F; i++) // by weight, heaviest first, then by index (stable)
-        for (uint32_t k = i; k > 0 && w[ord[k - 1]] < w[ord[k]]; k--) {
-            const uint32_t x = ord[k];
-            ord[k] = ord[k - 1], ord[k - 1] = x;
-        }
-    for (uint32_t i = 0; i < F; i++) {
-        const uint32_t f = ord[i], g = sum[1] < sum[0];
-        grp[f] = (uint8_t)g, sum[g] += w[f];
+    for (uint32_t f = 0; f + 1 < F; f++) {
+        acc += (uint64_t)grp[f] * grp[f];
+        const uint64_t diff = acc > total - acc ? 2 * acc - total : total - 2 * acc;
+        if (diff < best) best = diff, k = f + 1;
     }
-    if (sum[0] > sum[1])
-        for (uint32_t f = 0; f < F; f++) grp[f] ^= 1;
-    free(w), free(ord);
+    acc = 0;
+    for (uint32_t f = 0; f < k; f++) acc += (uint64_t)grp[f] * grp[f];
+    const uint8_t first = acc > total - acc; // the lighter side is part 0
+    for (uint32_t f = 0; f < F; f++) grp[f] = f < k ? first : (uint8_t)!first;
 }
 
 // The one-thread push, after its checks: indexes the batch now.
@@ -2298,7 +2300,7 @@ static void *split_thread(void *arg) {
             const int rc = index_pushed(q, ids, n);
             pthread_mutex_lock(&g->mu);
             g->q_head = (g->q_head + 1) % SPLIT_Q, g->q_count--;
-            if (rc) g->err = rc; // (part 0 reports the same bad id)
+            if (rc) g->err = rc, snprintf(g->msg, sizeof g->msg, "%s", bp_errmsg(rc));
             pthread_cond_broadcast(&g->cv);
             continue;
         }
@@ -2327,6 +2329,17 @@ static void *split_thread(void *arg) {
     return NULL;
 }
 
+// Part 1's error, reported in the caller's thread (a bad id in its tables' columns, found where it
+// indexes the batch: at a later push or step than the batch's own, as the two-thread indexer's).
+static int split_failed(split_sync *g) {
+    pthread_mutex_lock(&g->mu);
+    const int e = g->err ? g->err : BP_EINVAL;
+    char m[sizeof g->msg];
+    snprintf(m, sizeof m, "%s", g->err ? g->msg : "oracle: the second part of the split planner stopped");
+    pthread_mutex_unlock(&g->mu);
+    return bp_fail(e, "%s", m);
+}
+
 static int split_push(oracle_impl *o, const uint32_t *ids, uint32_t n) {
     split_sync *g = o->sp;
     if (g->threads == 1) {
@@ -2335,26 +2348,20 @@ static int split_push(oracle_impl *o, const uint32_t *ids, uint32_t n) {
     }
     pthread_mutex_lock(&g->mu);
     while (g->q_count == SPLIT_Q && !g->err) pthread_cond_wait(&g->cv, &g->mu);
+    if (g->err) {
+        pthread_mutex_unlock(&g->mu);
+        return o->err = split_failed(g);
+    }
     const uint32_t k = (g->q_head + g->q_count) % SPLIT_Q;
     const uint32_t *mine = ids;
-    if (!g->err) {
-        if (!o->borrow) {
-            memcpy(g->q_buf[k], ids, (size_t)n * o->F * sizeof *ids);
-            ids = g->q_buf[k];
-        }
-        g->q_ids[k] = ids, g->q_n[k] = n, g->q_count++;
-        pthread_cond_broadcast(&g->cv);
+    if (!o->borrow) {
+        memcpy(g->q_buf[k], ids, (size_t)n * o->F * sizeof *ids);
+        ids = g->q_buf[k];
     }
+    g->q_ids[k] = ids, g->q_n[k] = n, g->q_count++;
+    pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
-    return index_pushed(o, mine, n); // (a bad id fails here as in part 1)
-}
-
-// Part 1 stopped on an error of its own (a bad id, which part 0 reports first in its push).
-static int split_failed(split_sync *g) {
-    pthread_mutex_lock(&g->mu);
-    const int e = g->err ? g->err : BP_EINVAL;
-    pthread_mutex_unlock(&g->mu);
-    return bp_fail(e, "oracle: the second part of the split planner stopped");
+    return index_pushed(o, mine, n);
 }
 
 static int split_next_plan(oracle_impl *o, plan *p) {

@@ -1901,7 +1901,7 @@ static const struct {
     uint64_t card[4];
     uint32_t crc, bytes, split_crc, split_bytes;
 } pinned[] = {
-    {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}, 0x637b3e92, 1126043, 0x77d12896, 1126196},
+    {0, 70, 512, 4, 8, 20, 2, {20000, 300, 50, 5000}, 0x637b3e92, 1126043, 0xf0f6f638, 1126166},
     {4, 60, 300, 4, 5, 12, 2, {900, 90, 9, 20000}, 0xdb386776, 20448, 0xff6cdc22, 20448},
     {1, 50, 256, 2, 4, 10, 1, {3000, 40000, 0, 0}, 0x3de1565c, 556732, 0x7960618d, 556802},
     {0, 60, 200, 2, 1, 6, 2, {4000, 300, 0, 0}, 0xbef4be57, 229654, 0x24cd5463, 229870}, // T = 1: the ties' rule is off
@@ -1960,8 +1960,9 @@ TEST(oracle_split_plan_bytes_pinned) {
     }
 }
 
-// A bad id in either part's tables: the push names it (part 0 checks every column), and the
-// oracle, its second part stopped, is freed without a hang.
+// A bad id in either part's tables is named (batch, sample, feature): by its push with one thread;
+// with two, where part 1's thread finds it in its columns, by a later push or step (as the
+// two-thread indexer's errors).  The oracle, its second part stopped, is freed without a hang.
 TEST(oracle_split_rejects_bad_ids) {
     uint64_t card[4] = {50, 40, 30, 20};
     for (int th = 1; th <= 2; th++)
@@ -1982,7 +1983,8 @@ TEST(oracle_split_rejects_bad_ids) {
                 while (!rc && (rc = oracle_next_plan(&o, &p)) == 1) rc = 0;
             }
             ASSERT_EQ(rc, BP_ERANGE);
-            ASSERT_EQ(t, 13);
+            ASSERT_MSG(th == 1 ? t == 13 : t >= 13 && t <= 13 + ORACLE_INDEX_AHEAD + 1, "threads %d, table %u: %u pushes",
+                       th, f, t);
             char want[80];
             snprintf(want, sizeof want, "batch 12, sample 5, feature %u: id %llu >= table size", f,
                      (unsigned long long)card[f]);
