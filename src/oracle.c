@@ -228,6 +228,7 @@ struct oracle_impl {
     uint32_t *sync_bk;    // (sync_bk_cap) the group of each sync-later entry of the record being completed
     uint32_t sync_bk_cap;
     uint32_t *sync_cnt;   // (2 (P + W + 2) + 1) their counts by group, from index 1 (sync_note)
+    uint32_t *sync_cur;   // (2 (P + W + 2)) sync_scatter's cursors
     oracle_stats st;
     uint64_t pub_acts, pub_occ, pub_hm_cap; // indexer memory high-water marks, published per batch
     uint64_t mem_peak;                      // the largest mem_bytes reported (the plan lists swap sizes)
@@ -1556,48 +1557,53 @@ static void demote_ahead(oracle_impl *const *ps, int np, uint32_t s, uint32_t H)
     for (int x = 0; x < np; x++) dm_apply(ps[x], s, m[x], rec_prev(ps[x], s), rec_cur(ps[x], s));
 }
 
-// Puts record t's sync-later entries in group order (see sync_note).  A stable counting sort:
-// within a group, entries keep their occurrence order.  With q (part 1 of a split planner, its
-// record rq of the same batch), q's entries too, each group's after r's: the merge of the two.
-static void sort_sync(oracle_impl *o, plan *r, const oracle_impl *q, const plan *rq) {
-    const uint32_t na = r->n_sync_later, nq = rq ? rq->n_sync_later : 0, n = na + nq, nb = 2 * sync_span(o);
-    if (n < 2 && !nq) return;
-    if (BP_MAX(n, r->cap_sync_later) > o->sync_cap) {
-        o->sync_cap = BP_MAX(n, r->cap_sync_later);
-        o->sync_tmp = bp_xrealloc(o->sync_tmp, (size_t)o->sync_cap * sizeof *o->sync_tmp);
-    }
-    uint32_t *cnt = o->sync_cnt; // locals: stores into the lists could alias o's fields
-    plan_sync *out = o->sync_tmp;
-    if (q)
-        for (uint32_t b = 0; b <= nb; b++) cnt[b] += q->sync_cnt[b];
-    for (uint32_t b = 0; b < nb; b++) cnt[b + 1] += cnt[b];
-    BP_ASSERT(cnt[nb] == n); // every entry noted
+// Record t's sync-later entries go into group order (see sync_note) by a stable counting sort:
+// within a group, entries keep their occurrence order.  sync_scatter stores a part's entries e[0,
+// m) into out (n entries in all), each at its group's cursor cur[group], advanced.
+static void sync_scatter(const oracle_impl *o, const plan_sync *e, uint32_t m, uint32_t *cur, plan_sync *out,
+                         uint32_t n) {
+    const uint32_t nb = 2 * sync_span(o), *cnt = o->sync_cnt, *bk = o->sync_bk;
     // The scratch list was last written batches ago, so its lines are cold, and the stores go to
     // ~2 (P + W) places at once, which the hardware's stream prefetch does not follow: each group's
     // store line is asked for two lines ahead (the record phase 0.3 -> 0.2 ms per batch here).
     for (uint32_t b = 0; b < nb; b++)
-        if (cnt[b + 1] > cnt[b])
-            __builtin_prefetch(&out[cnt[b]], 1), __builtin_prefetch(&out[BP_MIN(cnt[b] + 4, n - 1)], 1);
-    for (int part = 0; part < 1 + (q != NULL); part++) {
-        const uint32_t *bk = part ? q->sync_bk : o->sync_bk, m = part ? nq : na;
-        const plan_sync *e = part ? rq->sync_later : r->sync_later;
-        for (uint32_t i = 0; i < m; i++) {
-            uint32_t c = cnt[bk[i]]++;
-            out[c] = e[i];
-            __builtin_prefetch(&out[BP_MIN(c + 8, n - 1)], 1);
-        }
+        if (cnt[b + 1]) __builtin_prefetch(&out[cur[b]], 1), __builtin_prefetch(&out[BP_MIN(cur[b] + 4, n - 1)], 1);
+    for (uint32_t i = 0; i < m; i++) {
+        uint32_t c = cur[bk[i]]++;
+        out[c] = e[i];
+        __builtin_prefetch(&out[BP_MIN(c + 8, n - 1)], 1);
     }
-    // The sorted copy becomes the record's list; the old list is the next scratch.
+}
+
+// Room for n entries in o's scratch list, which becomes record r's (sync_swap).
+static void sync_room_tmp(oracle_impl *o, const plan *r, uint32_t n) {
+    if (BP_MAX(n, r->cap_sync_later) > o->sync_cap) {
+        o->sync_cap = BP_MAX(n, r->cap_sync_later);
+        o->sync_tmp = bp_xrealloc(o->sync_tmp, (size_t)o->sync_cap * sizeof *o->sync_tmp);
+    }
+}
+
+// The sorted copy (n entries) becomes the record's list; the old list is the next scratch.
+static void sync_swap(oracle_impl *o, plan *r, uint32_t n) {
     plan_sync *old = r->sync_later;
     uint32_t old_cap = r->cap_sync_later;
     r->sync_later = o->sync_tmp, r->cap_sync_later = o->sync_cap, r->n_sync_later = n;
     o->sync_tmp = old, o->sync_cap = old_cap;
 }
 
-// Record t's header, its private keys grouped by trainer and its sync-later entries in group
-// order.  With q (part 1 of a split planner, its record rq of the same batch), q's private keys
-// and sync-later entries go into r too, each trainer's and each group's after o's.
-static void fill_header(oracle_impl *o, plan *r, uint32_t t, const oracle_impl *q, const plan *rq) {
+static void sort_sync(oracle_impl *o, plan *r) {
+    const uint32_t n = r->n_sync_later, nb = 2 * sync_span(o);
+    if (n < 2) return;
+    sync_room_tmp(o, r, n);
+    uint32_t start = 0;
+    for (uint32_t b = 0; b < nb; b++) o->sync_cur[b] = start, start += o->sync_cnt[b + 1];
+    BP_ASSERT(start == n); // every entry noted
+    sync_scatter(o, r->sync_later, n, o->sync_cur, o->sync_tmp, n);
+    sync_swap(o, r, n);
+}
+
+// Record t's header fields.
+static void record_header(const oracle_impl *o, plan *r, uint32_t t) {
     const slot *sl = &o->slots[t % o->R];
     BP_ASSERT(sl->batch == t);
     r->iter = t, r->flags = (o->finished && t + 1 == o->n_pushed) ? PLAN_LAST : 0;
@@ -1606,18 +1612,25 @@ static void fill_header(oracle_impl *o, plan *r, uint32_t t, const oracle_impl *
     r->capacity = o->C, r->n_keys = o->K;
     r->key_bytes = o->K <= (1ull << 32) ? 4 : 8;
     for (uint32_t i = 0; i <= o->T; i++) r->slice[i] = (uint32_t)((uint64_t)i * sl->samples / o->T);
-    // Private keys grouped by trainer, each group in occurrence order.
-    const uint32_t nq = q ? q->pv_n : 0;
+}
+
+// Stores part o's private keys into r at the cursors pv_cursor[trainer], advanced.
+static void private_scatter(oracle_impl *o, plan *r) {
+    for (uint32_t k = 0; k < o->pv_n; k++) r->priv_key[o->pv_cursor[o->pv_tr[k]]++] = o->pv_key[k];
+}
+
+// Record t's header, its private keys grouped by trainer (each group in occurrence order) and its
+// sync-later entries in group order.
+static void fill_header(oracle_impl *o, plan *r, uint32_t t) {
+    record_header(o, r, t);
     memset(r->priv_off, 0, (size_t)(o->T + 1) * sizeof *r->priv_off);
     for (uint32_t k = 0; k < o->pv_n; k++) r->priv_off[o->pv_tr[k] + 1]++;
-    for (uint32_t k = 0; k < nq; k++) r->priv_off[q->pv_tr[k] + 1]++;
     for (uint32_t i = 0; i < o->T; i++) r->priv_off[i + 1] += r->priv_off[i];
-    plan_reserve_private(r, o->pv_n + nq);
+    plan_reserve_private(r, o->pv_n);
     memcpy(o->pv_cursor, r->priv_off, o->T * sizeof *o->pv_cursor);
-    for (uint32_t k = 0; k < o->pv_n; k++) r->priv_key[o->pv_cursor[o->pv_tr[k]]++] = o->pv_key[k];
-    for (uint32_t k = 0; k < nq; k++) r->priv_key[o->pv_cursor[q->pv_tr[k]]++] = q->pv_key[k];
-    r->n_private = o->pv_n + nq;
-    sort_sync(o, r, q, rq);
+    private_scatter(o, r);
+    r->n_private = o->pv_n;
+    sort_sync(o, r);
 }
 
 // The horizon of step s: the last batch the step may look at.
@@ -1947,14 +1960,16 @@ static int step_c(oracle_impl *const *ps, int np, uint32_t s, uint32_t H) {
     return 0;
 }
 
+static void split_fill(oracle_impl *o, plan *r, uint32_t t);
+
 // The end of step s on one part: its record s-1.  Returns 1 if it completed that record, 0 if
-// not (s = 0).  With q (part 0 of a split planner), part 1's private keys and sync-later entries
-// go into the record too (fill_header).
-static int step_end(oracle_impl *o, const oracle_impl *q) {
+// not (s = 0).  Part 0 of a split planner fills the record's header only (split_next_plan).
+static int step_end(oracle_impl *o, int split) {
     const uint32_t s = o->step;
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_PRESSURE);
     if (s == 0) return 0;
-    fill_header(o, rec_prev(o, s), s - 1, q, q ? &q->rec[(s + 1) & 1] : NULL);
+    if (split) split_fill(o, rec_prev(o, s), s - 1);
+    else fill_header(o, rec_prev(o, s), s - 1);
     phase_end(o->ph_plan, &o->ph_plan_t, ORACLE_PH_RECORD);
     o->st.batches++, o->st.samples += o->slots[(s - 1) % o->R].samples;
     return 1;
@@ -1965,7 +1980,7 @@ static int step_end(oracle_impl *o, const oracle_impl *q) {
 static int plan_step(oracle_impl *o) {
     step_ab(o);
     const int rc = step_c(&o, 1, o->step, step_horizon(o));
-    return rc < 0 ? rc : step_end(o, NULL);
+    return rc < 0 ? rc : step_end(o, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2121,6 +2136,7 @@ static int init_part(oracle *out, const oracle_config *cfg, const uint8_t *grp, 
     o->dm_cand = bp_xcalloc(cfg->T, sizeof *o->dm_cand);
     o->dm_take = bp_xcalloc(cfg->T, sizeof *o->dm_take);
     o->sync_cnt = bp_xcalloc(2 * sync_span(o) + 1, sizeof *o->sync_cnt);
+    o->sync_cur = bp_xcalloc(2 * sync_span(o), sizeof *o->sync_cur);
     o->bucket = bp_xcalloc(o->R, sizeof *o->bucket);
     o->bucket_n = bp_xcalloc(o->R, sizeof *o->bucket_n);
     o->bucket_cap = bp_xcalloc(o->R, sizeof *o->bucket_cap);
@@ -2176,7 +2192,7 @@ static int init_part(oracle *out, const oracle_config *cfg, const uint8_t *grp, 
 static void stats_of(oracle_impl *o, oracle_stats *st);
 
 #define SPLIT_Q 8     // batches pushed and not yet indexed by part 1
-#define SPLIT_SPIN 4000 // polls of a counter before sleeping on the condition variable
+#define SPLIT_SPIN 20000 // polls of a counter before sleeping on the condition variable
 
 typedef struct split_sync {
     pthread_mutex_t mu;
@@ -2193,7 +2209,9 @@ typedef struct split_sync {
     uint32_t go, go_pushed, ab, c, end;
     int go_fin, stop, err;
     char msg[512]; // part 1's error (a bad id in its tables' columns)
-    plan *dst; // with c: part 0's record s - 1, where part 1 copies its own (split_end1)
+    plan *dst;          // with c: part 0's record s - 1, where part 1 stores its own (split_end1)
+    plan_sync *sync_out; // and part 0's sorted sync-later list, sync_n entries in all
+    uint32_t sync_n;
 } split_sync;
 
 static inline void cpu_relax(void) {
@@ -2261,11 +2279,50 @@ static int index_pushed(oracle_impl *o, const uint32_t *ids, uint32_t n) {
     return 0;
 }
 
-// The end of step s on part 1 of a split planner: its record's fetches, evictions and sync-now
-// keys are copied behind part 0's, into dst (part 0's record, with room made by part 0: its
-// counts are final after step (c)).  Its private keys and sync-later entries go in with part 0's
-// own (fill_header).  Returns 1 if there was a record.
-static int split_end1(oracle_impl *q, plan *dst) {
+// The record of a split planner is part 0's, each part writing its own entries into it at
+// once: once step (c) has fixed both parts' counts, part 0 makes room in its record and sets each
+// part's cursors (split_prepare): the fetches, evictions and sync-now keys of part 1 after part
+// 0's, and within each trainer's private keys and each group of sync-later entries, part 0's then
+// part 1's.  Part 0 then fills its header and stores its private keys and sync-later entries
+// (split_fill), while part 1 copies its lists and stores its own (split_end1).
+static void split_prepare(oracle_impl *o, oracle_impl *q, uint32_t s) {
+    split_sync *g = o->sp;
+    plan *r0 = rec_prev(o, s), *r1 = rec_prev(q, s);
+    g->dst = r0;
+    if (s == 0) return;
+    plan_reserve(r0, PLAN_LIST_FETCH, r1->n_fetch), plan_reserve(r0, PLAN_LIST_EVICT, r1->n_evict);
+    plan_reserve(r0, PLAN_LIST_SYNC_NOW, r1->n_sync_now);
+    const uint32_t T = o->T, nb = 2 * sync_span(o), n = r0->n_sync_later + r1->n_sync_later;
+    memset(r0->priv_off, 0, (size_t)(T + 1) * sizeof *r0->priv_off);
+    memset(q->pv_cursor, 0, T * sizeof *q->pv_cursor);
+    for (uint32_t k = 0; k < o->pv_n; k++) r0->priv_off[o->pv_tr[k] + 1]++;
+    for (uint32_t k = 0; k < q->pv_n; k++) q->pv_cursor[q->pv_tr[k]]++;
+    for (uint32_t i = 0; i < T; i++) {
+        const uint32_t mine = r0->priv_off[i + 1];
+        r0->priv_off[i + 1] = r0->priv_off[i] + mine + q->pv_cursor[i];
+        o->pv_cursor[i] = r0->priv_off[i], q->pv_cursor[i] = r0->priv_off[i] + mine;
+    }
+    plan_reserve_private(r0, o->pv_n + q->pv_n);
+    sync_room_tmp(o, r0, n);
+    g->sync_out = o->sync_tmp, g->sync_n = n;
+    uint32_t start = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        o->sync_cur[b] = start, q->sync_cur[b] = start + o->sync_cnt[b + 1];
+        start += o->sync_cnt[b + 1] + q->sync_cnt[b + 1];
+    }
+    BP_ASSERT(start == n); // every entry noted
+}
+
+static void split_fill(oracle_impl *o, plan *r, uint32_t t) {
+    record_header(o, r, t);
+    private_scatter(o, r);
+    sync_scatter(o, r->sync_later, r->n_sync_later, o->sync_cur, o->sp->sync_out, o->sp->sync_n);
+}
+
+// The end of step s on part 1 of a split planner: its part of the record (above) into dst, part
+// 0's record, and into part 0's sorted sync-later list (sync_tmp, n entries in all).  Returns 1
+// if there was a record.
+static int split_end1(oracle_impl *q, plan *dst, plan_sync *sync_out, uint32_t n) {
     const uint32_t s = q->step;
     phase_end(q->ph_plan, &q->ph_plan_t, ORACLE_PH_PRESSURE);
     if (s == 0) return 0;
@@ -2273,6 +2330,8 @@ static int split_end1(oracle_impl *q, plan *dst) {
     memcpy(dst->fetch + dst->n_fetch, b->fetch, (size_t)b->n_fetch * sizeof *b->fetch);
     memcpy(dst->evict + dst->n_evict, b->evict, (size_t)b->n_evict * sizeof *b->evict);
     memcpy(dst->sync_now + dst->n_sync_now, b->sync_now, (size_t)b->n_sync_now * sizeof *b->sync_now);
+    private_scatter(q, dst);
+    sync_scatter(q, b->sync_later, b->n_sync_later, q->sync_cur, sync_out, n);
     phase_end(q->ph_plan, &q->ph_plan_t, ORACLE_PH_RECORD);
     return 1;
 }
@@ -2316,7 +2375,7 @@ static void *split_thread(void *arg) {
         }
         c0 = thread_cpu();
         q->ph_plan_t = bp_now();
-        const int r = split_end1(q, g->dst);
+        const int r = split_end1(q, g->dst, g->sync_out, g->sync_n);
         q->step = s + 1;
         if (r) q->n_retired = s;
         q->cpu_plan += thread_cpu() - c0;
@@ -2405,21 +2464,13 @@ static int split_next_plan(oracle_impl *o, plan *p) {
             return rc;
         }
         plan *r0 = rec_prev(o, s), *r1 = rec_prev(q, s);
-        if (s >= 1) { // room in part 0's record for part 1's entries (split_end1 copies them there)
-            plan_reserve(r0, PLAN_LIST_FETCH, r1->n_fetch), plan_reserve(r0, PLAN_LIST_EVICT, r1->n_evict);
-            plan_reserve(r0, PLAN_LIST_SYNC_NOW, r1->n_sync_now);
-        }
-        if (g->threads == 2) {
-            pthread_mutex_lock(&g->mu);
-            g->dst = r0;
-            __atomic_store_n(&g->c, s + 1, __ATOMIC_RELEASE);
-            pthread_cond_broadcast(&g->cv);
-            pthread_mutex_unlock(&g->mu);
-        }
-        const int r = step_end(o, q);
+        split_prepare(o, q, s);
+        const uint32_t n_sync = s ? r0->n_sync_later + r1->n_sync_later : 0;
+        if (g->threads == 2) sp_post(g, &g->c, s + 1);
+        const int r = step_end(o, 1);
         if (g->threads == 1) {
             q->ph_plan_t = bp_now();
-            split_end1(q, r0);
+            split_end1(q, r0, o->sync_tmp, n_sync);
             q->step = s + 1;
             if (r) q->n_retired = s;
         } else if (sp_wait(g, &g->end, s + 1)) {
@@ -2428,6 +2479,8 @@ static int split_next_plan(oracle_impl *o, plan *p) {
         o->step = s + 1;
         if (r == 1) {
             r0->n_fetch += r1->n_fetch, r0->n_evict += r1->n_evict, r0->n_sync_now += r1->n_sync_now;
+            r0->n_private = o->pv_n + q->pv_n;
+            sync_swap(o, r0, n_sync);
             plan_swap(p, r0);
             plan_reset(r0, o->T);
             plan_reset(r1, q->T);
@@ -2560,7 +2613,7 @@ void oracle_free(oracle *out) {
     big_free(o->bits_now, (per / 64 + 1) * sizeof *o->bits_now);
     big_free(o->bits_last, (per / 64 + 1) * sizeof *o->bits_last);
     free(o->priv_count), free(o->pv_key), free(o->pv_tr), free(o->pv_cursor), free(o->sync_tmp), free(o->sync_bk),
-        free(o->sync_cnt);
+        free(o->sync_cnt), free(o->sync_cur);
     free(o->offset), free(o->card), free(o->tabs), free(o->cols), free(o->dist), free(o->back_tab), free(o->card32);
     big_free(o->bl_list, per * sizeof *o->bl_list);
     plan_free(&o->rec[0]), plan_free(&o->rec[1]);

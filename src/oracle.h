@@ -110,18 +110,20 @@ typedef struct {
     int groups;           // 0 or 1: one planner over every table; 2: split by tables (below)
 } oracle_config;
 // A planner split by tables (groups = 2, F >= 2; with one table it is the planner in one part).
-// Two planners, each over one of two groups of the tables (balanced by bit_length(card)^2), share
-// the capacity: each runs steps (a) and (b) on its own tables' keys, then step (c) runs over both
-// (Belady, demotions and demotions ahead on the sum of their counts), and the record is the first
-// part's with the second's behind it in each list (the sync-later groups merged in their order).
-// With threads = 2 the second part runs on a thread of its own, so that neither core reads the
-// other's slots (docs/oracle.md, round 20), instead of the split by phases (indexer and planner).
-// The plans differ from the planner in one part's only in the order of entries and of Belady's
-// ties among keys of one next use: the same contract and checker, fetches equal in total on the
-// tests' random traces.  Fetchers and write-back owners go round-robin in each part: each
-// trainer's count is within two of any other's.  Plans do not depend on the thread count.  Not
-// the default: on the benchmark's host it has not yet been measured faster (docs/oracle.md).
-
+// Two planners, each over one of two groups of consecutive tables (balanced by bit_length(card)^2),
+// share the capacity: each runs steps (a) and (b) on its own tables' keys, then step (c) runs over
+// both (Belady, demotions and demotions ahead on the sum of their counts), and the record is the
+// first part's with the second's behind it in each list (the private keys trainer by trainer and
+// the sync-later groups merged in their order).  With threads = 2 the second part runs on a thread
+// of its own, so that neither core reads the slots the other wrote, instead of the split by
+// phases (indexer and planner); a bad id in its tables is then named by a later push or step, as
+// the two-thread indexer's are.  The plans differ from the planner in one part's only in the order
+// of entries and of Belady's ties among keys of one next use: the same contract and checker.
+// Fetchers and write-back owners go round-robin in each part: each trainer's count is within two
+// of any other's.  Plans do not depend on the thread count.  Not the default: on the benchmark's
+// host it has not been measured faster than the split by phases (docs/oracle.md, round 20), and
+// oracle_mem_estimate is the planner in one part's (the split's parts hold about as much in all,
+// plus a second set of records and scratch).
 
 // The phases of the oracle's work, each timed in its thread by the monotonic clock read at its
 // boundaries (oracle_stats.phase_s; ~25 reads per batch).  The indexer: retiring the keys of
