@@ -2170,24 +2170,24 @@ static int init_part(oracle *out, const oracle_config *cfg, const uint8_t *grp, 
 // ---------------------------------------------------------------------------------------------
 // A planner split by tables (oracle_config.groups = 2).
 //
-// Two planners, the parts, each over one of two groups of the tables (split_tables): each dedupes,
-// links and plans its own tables' keys, whose state (keymap words, active records, slots, buckets,
-// gates) is its own, and fills its own record.  The keys of two tables never meet, so the parts
-// share nothing but the capacity: at each step both run steps (a) and (b) (step_ab), then part 0
-// runs step (c) over both (step_c: Belady, demotions and demotions ahead over the two parts'
-// counts and buckets), and each fills its record (step_end); the oracle's record is part 0's with
-// part 1's behind it in every list (split_merge).  With threads = 2 part 1 runs on a thread of its
-// own, in step with the caller's part 0: the caller posts the start of each step, part 1 its steps
-// (a) and (b), the caller step (c), part 1 its record (split_sync).  Each core then reads and
-// writes its own part's lines only (part 0's step (c) reads part 1's buckets where pressure
-// reaches them, and its record once merged), where the split by phases (the indexer and the
-// planner) moves every slot from one core to the other: on this VM a line the other core holds
-// comes slower than one from memory (docs/oracle.md, rounds 19-20).
+// Two planners, the parts, each over one of two groups of consecutive tables (split_tables): each
+// dedupes, links and plans its own tables' keys, whose state (keymap words, active records, slots,
+// buckets, gates) is its own.  The keys of two tables never meet, so the parts share nothing but
+// the capacity: at each step both run steps (a) and (b) (step_ab), then part 0 runs step (c) over
+// both (step_c: Belady, demotions and demotions ahead over the two parts' counts and buckets), and
+// each stores its entries into the one record, part 0's (split_prepare, below).  With threads = 2
+// part 1 runs on a thread of its own, in step with the caller's part 0: the caller posts the start
+// of each step, part 1 its steps (a) and (b), the caller step (c), part 1 its part of the record
+// (split_sync).  Each core then reads and writes its own part's lines only (but for part 1's
+// buckets and counts, which part 0's step (c) reads, and the record), where the split by phases
+// (the indexer and the planner) moves every slot from one core to the other: on this VM a line
+// the other core holds comes slower than one from memory (docs/oracle.md, rounds 19-20).
 //
 // The plans differ from those of the planner in one part only in order: every list holds part 0's
-// entries, then part 1's (the sync-later groups merged in their order), and where step (c) chooses
-// among keys of both parts, it takes them in that order (step_c).  Fetchers and write-back owners
-// go round-robin in each part, so each trainer's count of them is within two of another's, not one.
+// entries, then part 1's (within each trainer's private keys and each sync-later group), and where
+// step (c) chooses among keys of both parts, it takes them in that order (step_c).  Fetchers and
+// write-back owners go round-robin in each part, so each trainer's count of them is within two of
+// another's, not one.
 
 static void stats_of(oracle_impl *o, oracle_stats *st);
 
@@ -2205,7 +2205,7 @@ typedef struct split_sync {
     uint32_t *q_buf[SPLIT_Q]; // (B, F) their copies, unless the input is borrowed
     // Steps: go = s + 1 when part 0 starts step s (part 1 then sees go_pushed batches pushed and
     // the end of input if go_fin), ab = s + 1 when part 1 has run its (a) and (b), c = s + 1 when
-    // part 0 has run (c), end = s + 1 when part 1 has filled its record s - 1.
+    // part 0 has run (c), end = s + 1 when part 1 has stored its part of record s - 1.
     uint32_t go, go_pushed, ab, c, end;
     int go_fin, stop, err;
     char msg[512]; // part 1's error (a bad id in its tables' columns)
@@ -2244,8 +2244,8 @@ static int sp_wait(split_sync *g, const uint32_t *at, uint32_t v) {
 // The two groups of tables (grp[f] = 0 or 1): tables [0, k) and [k, F), so that each part reads
 // and transposes only its own columns of a batch (transpose_avx2), balanced by
 // bit_length(card)^2, the weight that follows a table's dedupe cost within a few percent here
-// (docs/oracle.md, round 15); part 0, whose thread also runs step (c) and sorts the records'
-// sync-later entries, takes the lighter group.  (On the Kaggle tables: 0-11 and 12-25, weights
+// (docs/oracle.md, round 15); part 0, whose thread also runs step (c) and sets the record's
+// cursors, takes the lighter group.  (On the Kaggle tables: 0-11 and 12-25, weights
 // 2674 and 2536.)
 static void split_tables(uint32_t F, const uint64_t *card, uint8_t *grp) {
     uint64_t total = 0, best = UINT64_MAX, acc = 0;
