@@ -1926,8 +1926,9 @@ static int step_c(oracle_impl *const *ps, int np, uint32_t s, uint32_t H) {
                 if (ps[q]->bucket_upto[j] < s) bucket_fill(ps[q], v, s);
                 tot += ps[q]->bucket_n[j];
             }
-            // Evicted in part: the keys that come back private first (bucket_lone_last), each
-            // part's, the last part's first, then the others likewise; whole: in any order.
+            // Pops from the end of the parts' buckets as from one list (part 0's first), the last
+            // part's first; a level evicted in part gives up its keys that come back private
+            // first (bucket_lone_last), each part's, before the others.
             uint32_t lone[2] = {0, 0};
             const int in_part = need < tot && T > 1 && o->W >= P;
             for (int q = 0; q < np && in_part; q++) lone[q] = bucket_lone_last(ps[q], v, H);
