@@ -571,7 +571,7 @@ int main(int argc, char **argv) {
                 if (gs < 0) printf("2 groups     failed: %s\n", bp_errmsg((int)gs));
                 else
                     printf("2 groups     bound of a planner split by tables (tables 0x%07x | the rest, one thread each, "
-                           "%s, records merged by copy): wall %5.2f M samples/s, %.2fx the 2-thread run above\n",
+                           "%s, records merged by copy): wall %5.2f M samples/s, %.2fx the \"2 threads\" run above\n",
                            gmask, ahead > 1 ? "up to 7 batches apart" : "in step", gs / 1e6, gs / rf.sps);
                 if (ahead == 1 || gs < 0) break;
             }

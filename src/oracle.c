@@ -1323,6 +1323,7 @@ static uint32_t bucket_lone_last(oracle_impl *o, uint32_t v, uint32_t H) {
     const slot *sv = &o->slots[j];
     bentry *bk = o->bucket[j];
     BP_ASSERT(sv->batch == v);
+    if (n == 0) return 0; // (a part of a split planner with nothing at this level)
     if (o->part_cap < n) {
         o->part_cap = BP_MAX(n, 2 * o->part_cap);
         o->part_tmp = bp_xrealloc(o->part_tmp, (size_t)o->part_cap * sizeof *o->part_tmp);
@@ -2328,9 +2329,11 @@ static int split_end1(oracle_impl *q, plan *dst, plan_sync *sync_out, uint32_t n
     phase_end(q->ph_plan, &q->ph_plan_t, ORACLE_PH_PRESSURE);
     if (s == 0) return 0;
     const plan *b = rec_prev(q, s);
-    memcpy(dst->fetch + dst->n_fetch, b->fetch, (size_t)b->n_fetch * sizeof *b->fetch);
-    memcpy(dst->evict + dst->n_evict, b->evict, (size_t)b->n_evict * sizeof *b->evict);
-    memcpy(dst->sync_now + dst->n_sync_now, b->sync_now, (size_t)b->n_sync_now * sizeof *b->sync_now);
+    // (lists never used are NULL: no copy, no offset)
+    if (b->n_fetch) memcpy(dst->fetch + dst->n_fetch, b->fetch, (size_t)b->n_fetch * sizeof *b->fetch);
+    if (b->n_evict) memcpy(dst->evict + dst->n_evict, b->evict, (size_t)b->n_evict * sizeof *b->evict);
+    if (b->n_sync_now)
+        memcpy(dst->sync_now + dst->n_sync_now, b->sync_now, (size_t)b->n_sync_now * sizeof *b->sync_now);
     private_scatter(q, dst);
     sync_scatter(q, b->sync_later, b->n_sync_later, q->sync_cur, sync_out, n);
     phase_end(q->ph_plan, &q->ph_plan_t, ORACLE_PH_RECORD);
