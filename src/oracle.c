@@ -2178,9 +2178,9 @@ static int init_part(oracle *out, const oracle_config *cfg, const uint8_t *grp, 
 // the capacity: at each step both run steps (a) and (b) (step_ab), then part 0 runs step (c) over
 // both (step_c: Belady, demotions and demotions ahead over the two parts' counts and buckets), and
 // each stores its entries into the one record, part 0's (split_prepare, below).  With threads = 2
-// part 1 runs on a thread of its own, in step with the caller's part 0: the caller posts the start
-// of each step, part 1 its steps (a) and (b), the caller step (c), part 1 its part of the record
-// (split_sync).  Each core then reads and writes its own part's lines only (but for part 1's
+// part 1 runs on a thread of its own, a step at most ahead of the caller's part 0: part 1 posts
+// its steps (a) and (b), the caller step (c), part 1 its part of the record (split_sync), and
+// part 1 goes on to its next step while the caller ends this one.  Each core then reads and writes its own part's lines only (but for part 1's
 // buckets and counts, which part 0's step (c) reads, and the record), where the split by phases
 // (the indexer and the planner) moves every slot from one core to the other: on this VM a line
 // the other core holds comes slower than one from memory (docs/oracle.md, rounds 19-20).
@@ -2205,11 +2205,12 @@ typedef struct split_sync {
     const uint32_t *q_ids[SPLIT_Q]; // pushed batches that part 1 has not indexed yet
     uint32_t q_n[SPLIT_Q], q_head, q_count;
     uint32_t *q_buf[SPLIT_Q]; // (B, F) their copies, unless the input is borrowed
-    // Steps: go = s + 1 when part 0 starts step s (part 1 then sees go_pushed batches pushed and
-    // the end of input if go_fin), ab = s + 1 when part 1 has run its (a) and (b), c = s + 1 when
-    // part 0 has run (c), end = s + 1 when part 1 has stored its part of record s - 1.
-    uint32_t go, go_pushed, ab, c, end;
-    int go_fin, stop, err;
+    // Input: the batches pushed, and fin once the input has ended (oracle_finish).  Steps: ab = s
+    // + 1 when part 1 has run its (a) and (b), c = s + 1 when part 0 has run (c), end = s + 1
+    // when part 1 has stored its part of record s - 1, whose counts are then in n1.
+    uint32_t pushed, ab, c, end;
+    uint32_t n1_fetch, n1_evict, n1_sync_now, n1_private;
+    int fin, stop, err;
     char msg[512]; // part 1's error (a bad id in its tables' columns)
     plan *dst;          // with c: part 0's record s - 1, where part 1 stores its own (split_end1)
     plan_sync *sync_out; // and part 0's sorted sync-later list, sync_n entries in all
@@ -2341,9 +2342,11 @@ static int split_end1(oracle_impl *q, plan *dst, plan_sync *sync_out, uint32_t n
 }
 
 // Part 1's thread: indexes each batch as it is pushed (ahead of the steps when the caller pushes
-// ahead), and runs step s once part 0 has started it and part 1 holds the batches the step reads
-// (at the end of the input, every batch pushed: the step's horizon is cut at the last one).  A
-// step that can run goes first: part 0 waits for it.
+// ahead), and runs step s as soon as it holds the batches the step reads (at the end of the input,
+// every batch pushed: the horizon is cut at the last one), as part 0 does: the two compute the
+// same horizon, whichever sees the end of the input first (step_horizon's cut is never needed
+// before a batch that exists is missing).  So part 1 may start step s + 1 while part 0 ends step
+// s.  A step that can run goes first.
 static void *split_thread(void *arg) {
     oracle_impl *q = arg;
     split_sync *g = q->sp;
@@ -2352,7 +2355,9 @@ static void *split_thread(void *arg) {
         const uint32_t s = q->step;
         int ready = 0;
         while (!g->stop && !g->err) {
-            ready = g->go > s && q->n_pushed >= (g->go_fin ? g->go_pushed : s + q->P + q->W + 1);
+            const int fin = g->fin && q->n_pushed == g->pushed;
+            ready = fin ? q->n_pushed >= 1 && s <= q->n_pushed : q->n_pushed >= s + q->P + q->W + 1;
+            if (ready) q->finished = fin;
             if (ready || (g->q_count > 0 && q->n_pushed < q->R + q->n_retired)) break;
             pthread_cond_wait(&g->cv, &g->mu);
         }
@@ -2367,7 +2372,6 @@ static void *split_thread(void *arg) {
             pthread_cond_broadcast(&g->cv);
             continue;
         }
-        q->finished = g->go_fin;
         pthread_mutex_unlock(&g->mu);
         double c0 = thread_cpu();
         step_ab(q);
@@ -2380,11 +2384,15 @@ static void *split_thread(void *arg) {
         c0 = thread_cpu();
         q->ph_plan_t = bp_now();
         const int r = split_end1(q, g->dst, g->sync_out, g->sync_n);
+        plan *r1 = rec_prev(q, s); // (stored into part 0's record: its counts go with end)
+        const uint32_t n1[4] = {r1->n_fetch, r1->n_evict, r1->n_sync_now, q->pv_n};
+        plan_reset(r1, q->T);
         q->step = s + 1;
         if (r) q->n_retired = s;
         q->cpu_plan += thread_cpu() - c0;
         pthread_mutex_lock(&g->mu);
         stats_of(q, &q->st_pub);
+        g->n1_fetch = n1[0], g->n1_evict = n1[1], g->n1_sync_now = n1[2], g->n1_private = n1[3];
         __atomic_store_n(&g->end, s + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&g->cv);
     }
@@ -2421,7 +2429,7 @@ static int split_push(oracle_impl *o, const uint32_t *ids, uint32_t n) {
         memcpy(g->q_buf[k], ids, (size_t)n * o->F * sizeof *ids);
         ids = g->q_buf[k];
     }
-    g->q_ids[k] = ids, g->q_n[k] = n, g->q_count++;
+    g->q_ids[k] = ids, g->q_n[k] = n, g->q_count++, g->pushed++;
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     return index_pushed(o, mine, n);
@@ -2443,15 +2451,7 @@ static int split_next_plan(oracle_impl *o, plan *p) {
             return 0; // (with two threads, part 1 indexes the batches pushed ahead while it waits)
         }
         double c0 = thread_cpu();
-        if (g->threads == 2) {
-            pthread_mutex_lock(&g->mu);
-            g->go_pushed = o->n_pushed, g->go_fin = o->finished;
-            __atomic_store_n(&g->go, s + 1, __ATOMIC_RELEASE);
-            pthread_cond_broadcast(&g->cv);
-            pthread_mutex_unlock(&g->mu);
-        } else {
-            q->finished = o->finished;
-        }
+        if (g->threads == 1) q->finished = o->finished;
         step_ab(o);
         if (g->threads == 1) step_ab(q);
         else if (sp_wait(g, &g->ab, s + 1))
@@ -2475,19 +2475,21 @@ static int split_next_plan(oracle_impl *o, plan *p) {
         if (g->threads == 1) {
             q->ph_plan_t = bp_now();
             split_end1(q, r0, o->sync_tmp, n_sync);
+            g->n1_fetch = r1->n_fetch, g->n1_evict = r1->n_evict, g->n1_sync_now = r1->n_sync_now;
+            g->n1_private = q->pv_n;
+            plan_reset(r1, q->T);
             q->step = s + 1;
             if (r) q->n_retired = s;
         } else if (sp_wait(g, &g->end, s + 1)) {
             return o->err = split_failed(g);
         }
         o->step = s + 1;
-        if (r == 1) {
-            r0->n_fetch += r1->n_fetch, r0->n_evict += r1->n_evict, r0->n_sync_now += r1->n_sync_now;
-            r0->n_private = o->pv_n + q->pv_n;
+        if (r == 1) { // (part 1 may be planning its next step: its counts come from g)
+            r0->n_fetch += g->n1_fetch, r0->n_evict += g->n1_evict, r0->n_sync_now += g->n1_sync_now;
+            r0->n_private = o->pv_n + g->n1_private;
             sync_swap(o, r0, n_sync);
             plan_swap(p, r0);
             plan_reset(r0, o->T);
-            plan_reset(r1, q->T);
             o->n_retired = s;
         }
         o->cpu_plan += thread_cpu() - c0;
@@ -2664,6 +2666,12 @@ int oracle_finish(oracle *out) {
     lock(o);
     o->finished = 1;
     unlock(o);
+    if (o->sp) { // a split planner: part 1 learns it too
+        pthread_mutex_lock(&o->sp->mu);
+        o->sp->fin = 1;
+        pthread_cond_broadcast(&o->sp->cv);
+        pthread_mutex_unlock(&o->sp->mu);
+    }
     return o->err;
 }
 
