@@ -120,10 +120,11 @@ typedef struct {
 // the two-thread indexer's are.  The plans differ from the planner in one part's only in the order
 // of entries and of Belady's ties among keys of one next use: the same contract and checker.
 // Fetchers and write-back owners go round-robin in each part: each trainer's count is within two
-// of any other's.  Plans do not depend on the thread count.  Not the default: on the benchmark's
-// host it has not been measured faster than the split by phases (docs/oracle.md, round 20), and
-// oracle_mem_estimate is the planner in one part's (the split's parts hold about as much in all,
-// plus a second set of records and scratch).
+// of any other's.  Plans do not depend on the thread count.  Not the default: its plans differ
+// from the planner in one part's, which the product uses on one and two threads alike (on two
+// threads the split measured 1.05x the split by phases with the host steady, at parity with it
+// noisy: docs/oracle.md, round 20), and oracle_mem_estimate is the planner in one part's (the
+// split's parts hold about as much in all, plus a second set of records and scratch).
 
 // The phases of the oracle's work, each timed in its thread by the monotonic clock read at its
 // boundaries (oracle_stats.phase_s; ~25 reads per batch).  The indexer: retiring the keys of
