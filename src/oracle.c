@@ -1917,8 +1917,9 @@ static int step_c(oracle_impl *const *ps, int np, uint32_t s, uint32_t H) {
     const uint32_t N = o->finished ? o->n_pushed : NIL;
     uint32_t who;
     uint64_t mp = parts_private(ps, np, NULL, &who);
-    if (parts_shared(ps, np) + mp > o->C) {
-        uint64_t need = parts_shared(ps, np) + mp - o->C;
+    const uint64_t held = parts_shared(ps, np) + mp;
+    if (held > o->C) {
+        uint64_t need = held - o->C;
         uint32_t levels = 0;
         for (uint32_t v = H; v > s + P && need; v--, levels++) {
             const uint32_t j = v % o->R;
@@ -1939,7 +1940,7 @@ static int step_c(oracle_impl *const *ps, int np, uint32_t s, uint32_t H) {
         }
         for (int q = 0; q < np; q++)
             ps[q]->grp_span = BP_MIN(ps[q]->grp_stride - 1, BP_MAX(GRP_SPAN_MIN, levels + levels / 4));
-        uint64_t least = parts_shared(ps, np) + mp; // the least this batch needs, as far as is known here
+        uint64_t least = parts_shared(ps, np) + mp; // the least this batch needs, after the evictions
         if (need && s >= 1 && T > 1 && o->W >= P && (least = demote(ps, np, s, H)) == 0) need = 0;
         if (need) {
             const uint64_t shared = parts_shared(ps, np);
@@ -1957,8 +1958,8 @@ static int step_c(oracle_impl *const *ps, int np, uint32_t s, uint32_t H) {
         }
     }
     demote_ahead(ps, np, s, H);
-    mp = parts_private(ps, np, NULL, &who);
-    if (parts_shared(ps, np) + mp > o->st.peak_resident) o->st.peak_resident = parts_shared(ps, np) + mp;
+    const uint64_t after = parts_shared(ps, np) + parts_private(ps, np, NULL, &who);
+    if (after > o->st.peak_resident) o->st.peak_resident = after;
     return 0;
 }
 
@@ -2192,6 +2193,16 @@ static int init_part(oracle *out, const oracle_config *cfg, const uint8_t *grp, 
 // another's, not one.
 
 static void stats_of(oracle_impl *o, oracle_stats *st);
+
+// Tells a thread waiting on cv (under mu) for *stop to end, and joins it: the indexer's thread and
+// a split planner's part 1.
+static void stop_thread(pthread_mutex_t *mu, pthread_cond_t *cv, int *stop, pthread_t th) {
+    pthread_mutex_lock(mu);
+    *stop = 1;
+    pthread_cond_broadcast(cv);
+    pthread_mutex_unlock(mu);
+    pthread_join(th, NULL);
+}
 
 #define SPLIT_Q 8     // batches pushed and not yet indexed by part 1
 #define SPLIT_SPIN 20000 // polls of a counter before sleeping on the condition variable
@@ -2524,13 +2535,7 @@ static int split_start(oracle_impl *o, oracle_impl *q, int threads) {
 
 static void split_stop(oracle_impl *o) {
     split_sync *g = o->sp;
-    if (g->th_started) {
-        pthread_mutex_lock(&g->mu);
-        g->stop = 1;
-        pthread_cond_broadcast(&g->cv);
-        pthread_mutex_unlock(&g->mu);
-        pthread_join(g->th, NULL);
-    }
+    if (g->th_started) stop_thread(&g->mu, &g->cv, &g->stop, g->th);
     oracle part1 = {o->peer};
     o->peer = NULL;
     oracle_free(&part1);
@@ -2559,7 +2564,6 @@ int oracle_init(oracle *out, const oracle_config *cfg) {
         return rc;
     }
     out->impl = a.impl;
-    a.impl->borrow = cfg->borrow_input;
     if ((rc = split_start(a.impl, b.impl, cfg->threads)) != 0) {
         if (!a.impl->peer) oracle_free(&b);
         oracle_free(out);
@@ -2572,13 +2576,7 @@ void oracle_free(oracle *out) {
     oracle_impl *o = out ? out->impl : NULL;
     if (!o) return;
     if (o->peer) split_stop(o);
-    if (o->th_started) {
-        pthread_mutex_lock(&o->mu);
-        o->stop = 1;
-        pthread_cond_broadcast(&o->cv);
-        pthread_mutex_unlock(&o->mu);
-        pthread_join(o->th, NULL);
-    }
+    if (o->th_started) stop_thread(&o->mu, &o->cv, &o->stop, o->th);
     if (o->mu_init) {
         pthread_mutex_destroy(&o->mu);
         pthread_cond_destroy(&o->cv);

@@ -601,46 +601,71 @@ static uint64_t capacity_upper_bound(const trace *tr, uint32_t P) {
 // ---------------------------------------------------------------------------------------------
 // Tests
 
-TEST(oracle_checker_random_traces) {
+// What random_checker_runs counted.
+typedef struct {
+    int runs, pressured, restated, demoted;
+    uint64_t fetches, fetches_one; // split runs only: their fetches, and the planner in one part's
+} random_runs;
+
+// The checker on `iters` random traces (shapes drawn from seed; trace it's ids from seed2 + it), each at its
+// smallest capacity, just above and generous.  The smallest is found by scanning up from the
+// lower bound, and is exact for one trainer; for more, at most every key of s..s+P held by every
+// trainer.  Without a split (groups 0), 1-3 tables, and every third trace through the two-thread
+// planner and the hash keymap, with the links written by either thread or as they come; with the
+// planner split by tables (groups 2), 2-5 tables, one and two threads, both keymaps, and each run's
+// fetches summed beside the planner in one part's on the same trace and capacity.
+static void random_checker_runs(uint64_t seed, uint64_t seed2, int iters, int groups, random_runs *res) {
     bp_rng r;
-    bp_rng_seed(&r, 42, 0);
-    int runs = 0, pressured = 0, restated = 0;
-    for (int it = 0; it < 160; it++) {
+    bp_rng_seed(&r, seed, 0);
+    memset(res, 0, sizeof *res);
+    for (int it = 0; it < iters; it++) {
         uint32_t T = 1 + bp_rng_below(&r, 5), P = bp_rng_below(&r, 4), W = 1 + bp_rng_below(&r, 8);
-        uint32_t F = 1 + bp_rng_below(&r, 3), B = 1 + bp_rng_below(&r, 12), N = 5 + bp_rng_below(&r, 30);
+        uint32_t F = groups == 2 ? 2 + bp_rng_below(&r, 4) : 1 + bp_rng_below(&r, 3);
+        uint32_t B = 1 + bp_rng_below(&r, 12), N = 5 + bp_rng_below(&r, 30);
         uint64_t card[MAXF];
         for (uint32_t f = 0; f < F; f++) card[f] = 1 + bp_rng_below(&r, 40);
         int kind = (int)bp_rng_below(&r, 5);
         trace tr;
-        trace_make(&tr, 1000 + (uint64_t)it, kind, N, B, F, card, 1 + bp_rng_below(&r, B));
-        // Every third trace also goes through the two-thread planner and the hash keymap, with
-        // the links written by either thread or as they come.
-        run_cfg c = {T, W, P, 0, it % 3 == 0 ? 2 : 1, it % 3 == 0 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO, it / 3 % 3, 0};
-        uint64_t lo = capacity_lower_bound(&tr, T, P);
-        uint64_t cmin = min_capacity(&tr, c, lo, tr_keys(&tr) + 1);
+        trace_make(&tr, seed2 + (uint64_t)it, kind, N, B, F, card, 1 + bp_rng_below(&r, B));
+        const int km = it % 3 == 0 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO;
+        run_cfg c = groups == 2 ? (run_cfg){T, W, P, 0, 1 + it % 2, km, 0, 2}
+                                : (run_cfg){T, W, P, 0, it % 3 == 0 ? 2 : 1, km, it / 3 % 3, 0};
+        const uint64_t lo = capacity_lower_bound(&tr, T, P);
+        const uint64_t cmin = min_capacity(&tr, c, lo, tr_keys(&tr) + 1);
         ASSERT_MSG(cmin >= lo, "it %d: no capacity works (lower bound %llu)", it, (unsigned long long)lo);
-        // Exact for one trainer; for more, at most every key of s..s+P held by every trainer.
         ASSERT_MSG(cmin <= (T == 1 ? lo : capacity_upper_bound(&tr, P)), "it %d T=%u: minimum %llu, bounds %llu..%llu",
                    it, T, (unsigned long long)cmin, (unsigned long long)lo,
                    (unsigned long long)capacity_upper_bound(&tr, P));
-        // At the minimum, just above, and generous.
         uint64_t caps[3] = {cmin, cmin + 1 + bp_rng_below(&r, 5), tr_keys(&tr) + 10};
         for (int k = 0; k < 3; k++) {
             c.C = caps[k];
             check_result cr;
-            oracle_stats st;
+            oracle_stats st, st1;
             int rc = run_and_check(&tr, c, &cr, &st);
-            ASSERT_MSG(rc == 0, "it %d (kind %d T=%u P=%u W=%u B=%u N=%u F=%u C=%llu): %s", it, kind, T, P, W, B, N, F,
-                       (unsigned long long)c.C, cr.msg);
-            runs++;
-            pressured += st.evictions_pressure > 0, restated += st.sync_restated > 0;
+            ASSERT_MSG(rc == 0, "it %d (kind %d T=%u P=%u W=%u B=%u N=%u F=%u C=%llu threads %d groups %d): %s", it, kind,
+                       T, P, W, B, N, F, (unsigned long long)c.C, c.threads, groups, cr.msg);
+            res->runs++;
+            res->pressured += st.evictions_pressure > 0, res->restated += st.sync_restated > 0;
+            res->demoted += st.demotions > 0;
+            if (groups == 2) {
+                run_cfg one = c;
+                one.groups = 1;
+                stream s1;
+                if (run_oracle(&tr, one, &s1, &st1) == 0) res->fetches += st.fetches, res->fetches_one += st1.fetches;
+                free(s1.buf);
+            }
         }
         trace_free(&tr);
     }
-    ASSERT_EQ(runs, 480);
+}
+
+TEST(oracle_checker_random_traces) {
+    random_runs res;
+    random_checker_runs(42, 1000, 160, 0, &res);
+    ASSERT_EQ(res.runs, 480);
     // The checker saw capacity pressure, and reductions restated by it, in a good share of the runs.
-    ASSERT_MSG(pressured >= 100 && restated >= 45, "%d runs with pressure evictions, %d with restated reductions",
-               pressured, restated);
+    ASSERT_MSG(res.pressured >= 100 && res.restated >= 45, "%d runs with pressure evictions, %d with restated reductions",
+               res.pressured, res.restated);
 }
 
 TEST(oracle_checker_adversarial_traces) {
@@ -684,22 +709,29 @@ TEST(oracle_checker_adversarial_traces) {
 
 // T = 1: the minimum cache is exactly the largest set of keys pinned at one step, and the error
 // names it.
+// One trainer (c.T = 1): at the exact minimum, the largest set of keys pinned at one step, the
+// plans pass the checker, and a row less is refused with the message naming that minimum.
+static void check_exact_minimum(const trace *tr, run_cfg c) {
+    const uint64_t need = capacity_lower_bound(tr, 1, c.P); // exact for T = 1
+    c.C = need;
+    check_result cr;
+    ASSERT_MSG(run_and_check(tr, c, &cr, NULL) == 0, "P=%u C=%llu threads %d groups %d: %s", c.P,
+               (unsigned long long)need, c.threads, c.groups, cr.msg);
+    c.C = need - 1;
+    stream s;
+    ASSERT_EQ(run_oracle(tr, c, &s, NULL), BP_ECAPACITY);
+    free(s.buf);
+    char want[64];
+    snprintf(want, sizeof want, "minimum cache size for this batch is %llu rows", (unsigned long long)need);
+    ASSERT_STR_CONTAINS(bp_errmsg(BP_ECAPACITY), want);
+}
+
 TEST(oracle_capacity_error_names_minimum) {
     uint64_t card[1] = {30};
     for (uint32_t P = 0; P <= 3; P++) {
         trace tr;
         trace_make(&tr, 5 + P, 1, 25, 4, 1, card, 0);
-        uint64_t need = capacity_lower_bound(&tr, 1, P); // exact for T = 1
-        run_cfg c = {1, 4, P, need, 1, 0, 0, 0};
-        check_result cr;
-        ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "P=%u C=%llu: %s", P, (unsigned long long)need, cr.msg);
-        c.C = need - 1;
-        stream s;
-        ASSERT_EQ(run_oracle(&tr, c, &s, NULL), BP_ECAPACITY);
-        free(s.buf);
-        char want[64];
-        snprintf(want, sizeof want, "minimum cache size for this batch is %llu rows", (unsigned long long)need);
-        ASSERT_STR_CONTAINS(bp_errmsg(BP_ECAPACITY), want);
+        check_exact_minimum(&tr, (run_cfg){1, 4, P, 0, 1, 0, 0, 0});
         trace_free(&tr);
     }
     // T > 1: below the smallest working capacity the error names a size at least that large.
@@ -730,17 +762,7 @@ TEST(oracle_split_capacity_error_names_minimum) {
         for (int th = 1; th <= 2; th++) {
             trace tr;
             trace_make(&tr, 50 + P, 1, 25, 4, 3, card, 0);
-            const uint64_t need = capacity_lower_bound(&tr, 1, P); // exact for T = 1
-            run_cfg c = {1, 4, P, need, th, 0, 0, 2};
-            check_result cr;
-            ASSERT_MSG(run_and_check(&tr, c, &cr, NULL) == 0, "P=%u C=%llu: %s", P, (unsigned long long)need, cr.msg);
-            c.C = need - 1;
-            stream s;
-            ASSERT_EQ(run_oracle(&tr, c, &s, NULL), BP_ECAPACITY);
-            free(s.buf);
-            char want[64];
-            snprintf(want, sizeof want, "minimum cache size for this batch is %llu rows", (unsigned long long)need);
-            ASSERT_STR_CONTAINS(bp_errmsg(BP_ECAPACITY), want);
+            check_exact_minimum(&tr, (run_cfg){1, 4, P, 0, th, 0, 0, 2});
             trace_free(&tr);
         }
 }
@@ -1054,50 +1076,16 @@ TEST(oracle_plans_deterministic_across_runs_threads_keymaps) {
 // split plans and of the planner in one part are compared too: they differ only where Belady's
 // order among keys of one next use differs, so their totals stay close.
 TEST(oracle_split_checker_random_traces) {
-    bp_rng r;
-    bp_rng_seed(&r, 77, 0);
-    int runs = 0, pressured = 0, demoted = 0;
-    uint64_t fetch_split = 0, fetch_one = 0;
-    for (int it = 0; it < 150; it++) {
-        uint32_t T = 1 + bp_rng_below(&r, 5), P = bp_rng_below(&r, 4), W = 1 + bp_rng_below(&r, 8);
-        uint32_t F = 2 + bp_rng_below(&r, 4), B = 1 + bp_rng_below(&r, 12), N = 5 + bp_rng_below(&r, 30);
-        uint64_t card[MAXF];
-        for (uint32_t f = 0; f < F; f++) card[f] = 1 + bp_rng_below(&r, 40);
-        int kind = (int)bp_rng_below(&r, 5);
-        trace tr;
-        trace_make(&tr, 5000 + (uint64_t)it, kind, N, B, F, card, 1 + bp_rng_below(&r, B));
-        run_cfg c = {T, W, P, 0, 1 + it % 2, it % 3 == 0 ? ORACLE_KEYMAP_HASH : ORACLE_KEYMAP_AUTO, 0, 2};
-        const uint64_t lo = capacity_lower_bound(&tr, T, P);
-        const uint64_t cmin = min_capacity(&tr, c, lo, tr_keys(&tr) + 1);
-        ASSERT_MSG(cmin >= lo, "it %d: no capacity works (lower bound %llu)", it, (unsigned long long)lo);
-        ASSERT_MSG(cmin <= (T == 1 ? lo : capacity_upper_bound(&tr, P)), "it %d T=%u: minimum %llu, bounds %llu..%llu",
-                   it, T, (unsigned long long)cmin, (unsigned long long)lo,
-                   (unsigned long long)capacity_upper_bound(&tr, P));
-        uint64_t caps[3] = {cmin, cmin + 1 + bp_rng_below(&r, 5), tr_keys(&tr) + 10};
-        for (int k = 0; k < 3; k++) {
-            c.C = caps[k];
-            check_result cr;
-            oracle_stats st, st1;
-            int rc = run_and_check(&tr, c, &cr, &st);
-            ASSERT_MSG(rc == 0, "it %d (kind %d T=%u P=%u W=%u B=%u N=%u F=%u C=%llu threads %d): %s", it, kind, T, P, W,
-                       B, N, F, (unsigned long long)c.C, c.threads, cr.msg);
-            runs++;
-            pressured += st.evictions_pressure > 0, demoted += st.demotions > 0;
-            run_cfg one = c;
-            one.groups = 1;
-            stream s1;
-            if (run_oracle(&tr, one, &s1, &st1) == 0) fetch_split += st.fetches, fetch_one += st1.fetches;
-            free(s1.buf);
-        }
-        trace_free(&tr);
-    }
-    ASSERT_EQ(runs, 450);
-    ASSERT_MSG(pressured >= 100 && demoted >= 5, "%d runs with pressure evictions, %d with demotions", pressured,
-               demoted);
-    printf("    %d runs (%d with pressure evictions, %d with demotions): %llu fetches split, %llu in one part\n", runs,
-           pressured, demoted, (unsigned long long)fetch_split, (unsigned long long)fetch_one);
-    ASSERT_MSG(fetch_split * 100 <= fetch_one * 101 && fetch_one * 100 <= fetch_split * 101,
-               "fetches: %llu split, %llu in one part", (unsigned long long)fetch_split, (unsigned long long)fetch_one);
+    random_runs res;
+    random_checker_runs(77, 5000, 150, 2, &res);
+    ASSERT_EQ(res.runs, 450);
+    ASSERT_MSG(res.pressured >= 100 && res.demoted >= 5, "%d runs with pressure evictions, %d with demotions",
+               res.pressured, res.demoted);
+    printf("    %d runs (%d with pressure evictions, %d with demotions): %llu fetches split, %llu in one part\n", res.runs,
+           res.pressured, res.demoted, (unsigned long long)res.fetches, (unsigned long long)res.fetches_one);
+    ASSERT_MSG(res.fetches * 100 <= res.fetches_one * 101 && res.fetches_one * 100 <= res.fetches * 101,
+               "fetches: %llu split, %llu in one part", (unsigned long long)res.fetches,
+               (unsigned long long)res.fetches_one);
 }
 
 // Split plans depend on the split alone: not on the threads, the keymap or how far the input is
