@@ -278,19 +278,35 @@ TEST(train_four_models_learn) {
     }
 }
 
-// `train --model dcn` with every rate left at its default trains: its cross layers diverge at the
-// DLRM default 0.1 within ten iterations of 128 samples, so DCN's dense part defaults to 0.02
-// (src/train.c).  The explicit 0.1 shows that the data would still diverge.
+// `train --model dcn` with every rate left at its default trains: its cross layers diverge at
+// their initialisation, at the DLRM default 0.1 within ten iterations of 128 samples, and with few
+// tables already at 0.02, the default before the warmup; the default is 0.03 after a 200-iteration
+// warmup (src/train.c), which a decay that starts sooner ends there.
 TEST(train_dcn_defaults_do_not_diverge) {
     const char *data = test_path("dcn.bin");
     ASSERT_EQ(synth(data, 20000, ""), 0);
     char *out = NULL;
-    int st = test_run(&out, 120, "%s train %s --model dcn --iters 60", test_bin(), data);
+    int st = test_run(&out, 120, "%s train %s --model dcn --iters 250", test_bin(), data);
     ASSERT_MSG(st == 0 && number_after(out, "val   AUC ") > 0.6, "%s", out);
-    ASSERT_STR_CONTAINS(out, "lr 0.02, embeddings 0.1)");
+    ASSERT_STR_CONTAINS(out, "lr 0.03, embeddings 0.1, warmup 200)");
     free(out);
     st = test_run(&out, 120, "%s train %s --model dcn --iters 60 --learning-rate 0.1", test_bin(), data);
     ASSERT_MSG(st == 1 && strstr(out, "lower --learning-rate"), "%s", out);
+    free(out);
+    // Five tables and 13 dense features: a cross layer of 93 floats.  2.5 epochs, past the warmup.
+    const char *few = test_path("dcn5.bin");
+    ASSERT_EQ(test_run(NULL, 120, "%s synth --preset custom --tables 100000,10,500,40000,7 --dense 13 -n 30000 "
+                       "--split ratio:0.8,0.1,0.1 -o %s", test_bin(), few), 0);
+    st = test_run(&out, 120, "%s train %s --model dcn --iters 470", test_bin(), few);
+    ASSERT_MSG(st == 0 && number_after(out, "val   AUC ") > 0.78, "%s", out);
+    free(out);
+    st = test_run(&out, 120, "%s train %s --model dcn --iters 470 --learning-rate 0.02 --emb-learning-rate 0.1",
+                  test_bin(), few);
+    ASSERT_MSG(st == 1 && strstr(out, "lower --learning-rate"), "%s", out);
+    free(out);
+    st = test_run(&out, 120, "%s train %s --model dcn --iters 60 --lr-decay-start-step 40 --lr-num-decay-steps 20",
+                  test_bin(), few);
+    ASSERT_MSG(st == 0 && strstr(out, "lr 0.03, embeddings 0.1, warmup 40, decay from 40 over 20)"), "%s", out);
     free(out);
 }
 
