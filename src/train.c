@@ -1095,7 +1095,8 @@ static int train_cmd(int argc, char **argv) {
                 "after a warmup of 200 iterations)"),
         CLI_DBL("emb-learning-rate", 0, &fl.emb_lr, -1, -1, 1e6, "embedding learning rate (-1: --learning-rate)"),
         CLI_I64("lr-num-warmup-steps", 0, &fl.lr_warmup, 0, 0, INT64_MAX / 4,
-                "learning rates rise linearly over the first N iterations (the DLRM reference's schedule)"),
+                "learning rates rise linearly over the first N iterations (the DLRM reference's schedule; "
+                "--model dcn: 200 when --learning-rate is not given)"),
         CLI_I64("lr-decay-start-step", 0, &fl.lr_decay_start, 0, 0, INT64_MAX / 4,
                 "iteration where the quadratic decay starts (at or after the warmup's end)"),
         CLI_I64("lr-num-decay-steps", 0, &fl.lr_decay_steps, 0, 0, INT64_MAX / 4,
