@@ -57,6 +57,9 @@ int cmd_info(int argc, char **argv) {
     if (in->idmap == BP_IDMAP_FREQ) printf(" (min count %u)", in->min_count);
     if (in->idmap == BP_IDMAP_FREQ && in->vocab_fp) printf(", vocabulary digest %016llx", (unsigned long long)in->vocab_fp);
     if (in->idmap == BP_IDMAP_HASH) printf(" (modulo %llu)", (unsigned long long)in->max_ind_range);
+    if (in->idmap == BP_IDMAP_HASH && in->vocab_fp)
+        printf(", the residues present numbered in order (prep --compact), digest %016llx",
+               (unsigned long long)in->vocab_fp);
     printf("\ntables      %llu rows in all:", (unsigned long long)bp_ds_total_card(in));
     for (uint32_t f = 0; f < in->n_sparse; f++) printf("%s%llu", f ? "," : " ", (unsigned long long)in->card[f]);
     printf("\n");

@@ -216,6 +216,8 @@ struct bp_ds_writer {
     uint32_t crc[N_SEC];
     uint64_t rows;
     uint32_t *max_id;      // (F) largest id seen per table, +1 (0 = none)
+    bp_ds_sparse_map map;  // renumbers the sparse ids at finish (bp_ds_writer_map_sparse)
+    void *map_ctx;
 };
 
 static int open_spill(const char *path, int *fd) {
@@ -307,6 +309,11 @@ int bp_ds_writer_open(bp_ds_writer **out, const char *path, const bp_ds_info *tm
 uint64_t bp_ds_writer_rows(const bp_ds_writer *w) { return w->rows; }
 
 void bp_ds_writer_set_vocab_fp(bp_ds_writer *w, uint64_t fp) { w->info.vocab_fp = fp; }
+
+void bp_ds_writer_map_sparse(bp_ds_writer *w, bp_ds_sparse_map map, void *ctx) {
+    BP_ASSERTF(w->af.fd < 0, "a sized dataset writer renumbers no ids");
+    w->map = map, w->map_ctx = ctx;
+}
 
 static int spill_write(bp_ds_writer *w, int s, const void *buf, size_t n) {
     return bp_write_all(w->spill[s], buf, n, w->path);
@@ -429,13 +436,40 @@ static int copy_section(int dst, uint64_t off, int src, uint64_t len, const char
     return rc;
 }
 
+// The sparse section's copy into place through w->map: its CRC into *crc and each table's largest
+// id + 1 into w->max_id.
+static int copy_sparse_mapped(bp_ds_writer *w, int dst, uint64_t off, uint64_t len, uint32_t *crc) {
+    const uint32_t F = w->info.n_sparse;
+    const size_t chunk_vals = ((size_t)1 << 18) / F * F; // whole rows
+    uint32_t *buf = bp_xmalloc(chunk_vals * sizeof *buf);
+    memset(w->max_id, 0, F * sizeof *w->max_id);
+    uint32_t c = 0;
+    int rc = 0;
+    for (uint64_t done = 0; !rc && done < len;) {
+        const size_t bytes = (size_t)BP_MIN(len - done, (uint64_t)chunk_vals * sizeof *buf), n = bytes / sizeof *buf;
+        rc = bp_pread_all(w->spill[SEC_SPARSE], buf, bytes, done, w->path);
+        if (rc) break;
+        w->map(w->map_ctx, buf, n, done / sizeof *buf);
+        for (size_t i = 0; i < n; i++) { // (chunks hold whole rows: buf[i] is table i % F)
+            const uint32_t f = (uint32_t)(i % F), id1 = buf[i] + 1;
+            if (id1 > w->max_id[f]) w->max_id[f] = id1;
+        }
+        c = bp_crc32(c, buf, bytes);
+        rc = bp_pwrite_all(dst, buf, bytes, off + done, w->path);
+        done += bytes;
+    }
+    free(buf);
+    *crc = c;
+    return rc;
+}
+
 int bp_ds_writer_finish(bp_ds_writer *w, const uint64_t *card, const uint64_t split[3]) {
     bp_ds_info *in = &w->info;
     int rc = 0;
     in->rows = w->rows;
     for (uint32_t f = 0; f < in->n_sparse; f++) {
         in->card[f] = card[f];
-        if (card[f] == 0 || card[f] > ((uint64_t)1 << 32) || w->max_id[f] > card[f]) {
+        if (card[f] == 0 || card[f] > ((uint64_t)1 << 32) || (!w->map && w->max_id[f] > card[f])) {
             rc = bp_fail(BP_ERANGE, "%s: table %u: ids up to %u do not fit its cardinality %llu", w->path, f,
                          w->max_id[f] - 1, (unsigned long long)card[f]);
             bp_ds_writer_abort(w);
@@ -476,14 +510,22 @@ int bp_ds_writer_finish(bp_ds_writer *w, const uint64_t *card, const uint64_t sp
             return rc;
         }
     }
-    uint8_t *hdr = bp_xmalloc(BP_DS_HEADER_SIZE);
-    bp_ds_header_encode(in, hdr);
-    rc = bp_afile_pwrite(&af, hdr, BP_DS_HEADER_SIZE, 0);
-    free(hdr);
     const uint64_t off[N_SEC] = {in->off_label, in->off_dense, in->off_sparse, in->off_prob};
     const uint64_t len[N_SEC] = {in->rows, in->rows * in->n_dense * 4, in->rows * in->n_sparse * 4, in->rows * 4};
+    if (w->map && len[SEC_SPARSE]) { // renumbered first: the header holds its CRC
+        rc = copy_sparse_mapped(w, af.fd, off[SEC_SPARSE], len[SEC_SPARSE], &in->crc_sparse);
+        for (uint32_t f = 0; f < in->n_sparse && !rc; f++)
+            if (w->max_id[f] > card[f])
+                rc = bp_fail(BP_ERANGE, "%s: table %u: renumbered ids up to %u do not fit its cardinality %llu",
+                             w->path, f, w->max_id[f] - 1, (unsigned long long)card[f]);
+    }
+    uint8_t *hdr = bp_xmalloc(BP_DS_HEADER_SIZE);
+    bp_ds_header_encode(in, hdr);
+    if (!rc) rc = bp_afile_pwrite(&af, hdr, BP_DS_HEADER_SIZE, 0);
+    free(hdr);
     for (int s = 0; s < N_SEC && !rc && !sized; s++)
-        if (w->spill[s] >= 0 && len[s]) rc = copy_section(af.fd, off[s], w->spill[s], len[s], w->path);
+        if (w->spill[s] >= 0 && len[s] && !(s == SEC_SPARSE && w->map))
+            rc = copy_section(af.fd, off[s], w->spill[s], len[s], w->path);
     if (!rc && ftruncate(af.fd, (off_t)in->file_size) != 0)
         rc = bp_fail(BP_EIO, "%s: cannot set file size: %s", w->path, strerror(errno));
     if (!rc) rc = bp_afile_commit(&af);

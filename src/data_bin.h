@@ -46,7 +46,9 @@ typedef struct {
     uint32_t min_count;            // BP_IDMAP_FREQ: values seen fewer times share one id
     uint64_t max_ind_range;        // BP_IDMAP_HASH: ids are value % max_ind_range
     uint64_t vocab_fp;             // BP_IDMAP_FREQ: digest of the vocabularies that numbered the ids
-                                   // (prep; 0: not recorded, as in files written before it was)
+                                   // (prep; 0: not recorded, as in files written before it was);
+                                   // BP_IDMAP_HASH: of the residues that prep --compact numbered
+                                   // (0: ids are value % max_ind_range)
     uint64_t split[3];             // rows in train, val, test; sum = rows
     uint64_t card[BP_DS_MAX_SPARSE]; // rows of each table
     uint64_t seed;                 // synth seed (0 otherwise)
@@ -103,6 +105,12 @@ int bp_ds_writer_open_sized(bp_ds_writer **w, const char *path, const bp_ds_info
 uint64_t bp_ds_writer_rows(const bp_ds_writer *w);
 // Records the vocabularies' digest (bp_ds_info.vocab_fp), once they are known (before finish).
 void bp_ds_writer_set_vocab_fp(bp_ds_writer *w, uint64_t fp);
+// Renumbers the sparse ids as finish copies them into place (the writer of bp_ds_writer_open
+// only): map(ctx, ids, n, first) rewrites ids[0, n), the values first .. first + n - 1 of the
+// sparse section (row (first + i) / F, table (first + i) % F), each below the card given to
+// finish, which then checks the renumbered ids (the appended ones may exceed it).
+typedef void (*bp_ds_sparse_map)(void *ctx, uint32_t *ids, size_t n, uint64_t first);
+void bp_ds_writer_map_sparse(bp_ds_writer *w, bp_ds_sparse_map map, void *ctx);
 // card: (F) table sizes; every id written must be < card (checked).  split: rows per split, or
 // NULL for "all train".  Commits the file atomically and frees w (also on failure).
 int bp_ds_writer_finish(bp_ds_writer *w, const uint64_t *card, const uint64_t split[3]);

@@ -15,6 +15,7 @@
 #include "data_avazu.h"
 #include "data_criteo.h"
 #include "data_vocab.h"
+#include "dist.h"
 #include "progress.h"
 
 enum { PASS_COUNT, PASS_WRITE };
@@ -40,6 +41,8 @@ typedef struct {
     bp_progress prog;
     avazu_header hdr;
     bp_ds_writer *w;
+    uint64_t **seen;       // --compact: (F) per 64 residues a word of those present, and (after the
+                           // pass) a word of how many are present before them: one line for both
 } prep_ctx;
 
 void prep_opts_default(prep_opts *o) {
@@ -170,6 +173,13 @@ static int prep_flush(prep_ctx *c) {
         } else {
             for (size_t i = 0; i < total; i++) c->ids[i] = (uint32_t)(c->keys[i] % N);
         }
+        if (c->seen)
+            for (size_t r = 0; r < n; r++)
+                for (uint32_t f = 0; f < F; f++) {
+                    const uint32_t id = c->ids[r * F + f];
+                    if (r + 4 < n) __builtin_prefetch(&c->seen[f][2 * (c->ids[(r + 4) * F + f] >> 6)], 1);
+                    c->seen[f][2 * (id >> 6)] |= 1ull << (id & 63);
+                }
     }
     return bp_ds_writer_append(c->w, n, c->label, c->Nd ? c->dense : NULL, c->ids, NULL);
 }
@@ -327,6 +337,19 @@ static int prep_check_opts(const prep_opts *o) {
     if (o->max_ind_range > ((uint64_t)1 << 32))
         return bp_fail(BP_EUSAGE, "--max-ind-range: %llu is over 2^32, the largest table a dataset can hold",
                        (unsigned long long)o->max_ind_range);
+    if (o->compact && !o->max_ind_range)
+        return bp_fail(BP_EUSAGE, "--compact renumbers hashed ids: give --max-ind-range N too (frequency ids, the "
+                       "default, have compact tables already)");
+    if (o->compact) { // a bit per residue and a count per 64, for every table
+        const uint32_t F = o->format == PREP_AVAZU ? AVAZU_F : CRITEO_F;
+        const uint64_t need = F * ((o->max_ind_range + 63) / 64) * 16, avail = dist_mem_available();
+        char a[32], b[32];
+        if (avail && need > avail)
+            return bp_fail(BP_ENOMEM, "--compact --max-ind-range %llu: the residues of %u tables take %s and %s is "
+                           "available; a smaller --max-ind-range, or leave out --compact",
+                           (unsigned long long)o->max_ind_range, F, bp_fmt_bytes(a, sizeof a, (double)need),
+                           bp_fmt_bytes(b, sizeof b, (double)avail));
+    }
     if (o->split == PREP_SPLIT_DAYS && o->n_inputs < 2)
         return bp_fail(BP_EUSAGE, "--split days: expected one input file per day (at least 2), got %d", o->n_inputs);
     // One file given twice (by one name or two) would repeat its rows, with --split days in
@@ -339,6 +362,43 @@ static int prep_check_opts(const prep_opts *o) {
                                "would be there twice)", o->inputs[i], j + 1, o->inputs[j]);
     }
     return days_order_check(o);
+}
+
+// --compact: each table's ids (residues value mod N) renumbered 0..k-1 in their order as the
+// writer copies them into place (bp_ds_writer_map_sparse): the id of residue x is the number of
+// residues present below it, a word's count plus a popcount.  The order of residues is kept, so
+// k = N (every residue present) leaves the ids as they are.
+static void compact_map(void *ctx, uint32_t *ids, size_t n, uint64_t first) {
+    const prep_ctx *c = ctx;
+    const uint32_t F = c->F, ahead = 4 * F; // the same table four rows on
+    uint32_t f = (uint32_t)(first % F);
+    for (size_t i = 0; i < n; i++) {
+        if (i + ahead < n) __builtin_prefetch(&c->seen[f][2 * (ids[i + ahead] >> 6)]);
+        const uint32_t x = ids[i];
+        const uint64_t *e = &c->seen[f][2 * (x >> 6)], below = e[0] & ((1ull << (x & 63)) - 1);
+        ids[i] = (uint32_t)e[1] + (uint32_t)__builtin_popcountll(below);
+        if (++f == F) f = 0;
+    }
+}
+
+// The residues' counts into card, the ranks, and the digest of the residue sets (0 when every
+// table holds every residue: the ids are then value mod N).
+static uint64_t compact_rank(prep_ctx *c, uint64_t *card) {
+    const uint64_t N = c->o->max_ind_range, words = (N + 63) / 64;
+    uint64_t fp = bp_mix64(c->F ^ 0x636f6d70616374ull), all = 1;
+    for (uint32_t f = 0; f < c->F; f++) {
+        uint64_t k = 0, h = bp_mix64(f), *e = c->seen[f];
+        for (uint64_t w = 0; w < words; w++) {
+            e[2 * w + 1] = k;
+            k += (uint64_t)__builtin_popcountll(e[2 * w]);
+            if (e[2 * w]) h = bp_hash2(h, bp_hash2(w, e[2 * w]));
+        }
+        card[f] = k;
+        c->st.distinct += k;
+        all &= k == N;
+        fp = bp_hash2(fp, h);
+    }
+    return all ? 0 : fp ? fp : 1;
 }
 
 int prep_run(const prep_opts *o, prep_stats *st_out) {
@@ -408,8 +468,17 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
             c.st.card[0] = BP_MIN(o->max_ind_range, 24);
             c.st.card[1] = BP_MIN(o->max_ind_range, 7);
         }
+        if (o->compact) {
+            c.seen = bp_xcalloc(c.F, sizeof *c.seen);
+            const uint64_t words = (o->max_ind_range + 63) / 64;
+            for (uint32_t f = 0; f < c.F; f++) c.seen[f] = bp_xcalloc(2 * words, sizeof **c.seen);
+        }
     }
     if (!rc) rc = prep_pass(&c, PASS_WRITE);
+    if (!rc && c.seen && c.rows) {
+        bp_ds_writer_set_vocab_fp(c.w, compact_rank(&c, c.st.card));
+        bp_ds_writer_map_sparse(c.w, compact_map, &c);
+    }
     if (!rc && c.rows == 0) {
         char more[48] = "";
         if (o->n_inputs > 1)
@@ -432,6 +501,8 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
     free(c.keys);
     free(c.ids);
     free(c.file_rows);
+    for (uint32_t f = 0; c.seen && f < c.F; f++) free(c.seen[f]);
+    free(c.seen);
     c.st.seconds = bp_now() - t0;
     if (st_out) *st_out = c.st;
     return rc;
@@ -457,7 +528,10 @@ static void prep_print_summary(const prep_opts *o, const prep_stats *st) {
     printf("\n");
     uint64_t total = 0;
     for (uint32_t f = 0; f < st->n_sparse; f++) total += st->card[f];
-    if (o->max_ind_range)
+    if (o->max_ind_range && o->compact)
+        printf("ids: hashed, value mod %llu, the residues present numbered in order (--compact); %u tables, %llu "
+               "rows in all:", (unsigned long long)o->max_ind_range, st->n_sparse, (unsigned long long)total);
+    else if (o->max_ind_range)
         printf("ids: hashed, value mod %llu; %u tables, %llu rows in all:", (unsigned long long)o->max_ind_range,
                st->n_sparse, (unsigned long long)total);
     else
@@ -480,7 +554,7 @@ static void prep_print_summary(const prep_opts *o, const prep_stats *st) {
 }
 
 int cmd_prep(int argc, char **argv) {
-    int format = 0, skip_bad = 0, quiet = 0;
+    int format = 0, skip_bad = 0, quiet = 0, compact = 0;
     const char *out = NULL, *split = NULL;
     int64_t min_count = 1, max_ind_range = 0, max_rows = 0;
     const cli_opt opts[] = {
@@ -492,6 +566,9 @@ int cmd_prep(int argc, char **argv) {
                 "share the last id"),
         CLI_I64("max-ind-range", 0, &max_ind_range, 0, 0, (int64_t)1 << 32,
                 "hashed ids instead (one pass): id = value mod N, 0 = off"),
+        CLI_FLAG("compact", 0, &compact,
+                 "with --max-ind-range: each table's residues present renumbered 0..k-1 in their order, k rows "
+                 "instead of N (the DLRM reference's table sizes; files prepped apart no longer share ids)"),
         CLI_STR("split", 0, &split, "none",
                 "none | kaggle (7 equal days: 0-5 train, 6 halved val/test) | days (one file per day, last "
                 "halved) | ratio:A,B,C"),
@@ -524,6 +601,7 @@ int cmd_prep(int argc, char **argv) {
     o.out = out;
     o.min_count = (uint32_t)min_count;
     o.max_ind_range = (uint64_t)max_ind_range;
+    o.compact = compact;
     o.skip_bad = skip_bad;
     o.max_rows = (uint64_t)max_rows;
     o.progress = !quiet;

@@ -25,6 +25,8 @@ typedef struct {
     const char *out;
     uint32_t min_count;        // frequency mapping (used when max_ind_range == 0); >= 1
     uint64_t max_ind_range;    // > 0: id = value mod max_ind_range (at most 2^32)
+    int compact;               // with max_ind_range: each table's residues present renumbered
+                               // 0..k-1 in their order, k rows (bp_ds_info.vocab_fp their digest)
     prep_split_kind split;
     double ratio[3];           // PREP_SPLIT_RATIO: train, val, test fractions (sum 1)
     int skip_bad;              // skip bad lines (counted) instead of failing
@@ -44,7 +46,8 @@ typedef struct {
     uint32_t n_dense, n_sparse;
     uint64_t card[BP_DS_MAX_SPARSE];
     uint64_t vocab_bytes;      // memory held by the vocabularies at their peak
-    uint64_t distinct;         // distinct values over all tables (frequency mapping)
+    uint64_t distinct;         // distinct values over all tables (frequency mapping), or residues
+                               // (hashed ids: of value mod max_ind_range, counted with --compact)
     double seconds;            // whole run
     double seconds_count;      // the counting pass (frequency mapping)
     int inputs_read;           // inputs reached (fewer than given when --max-rows stops early)

@@ -215,6 +215,91 @@ TEST(prep_criteo_hashed_values_exact) {
     bp_ds_close(&ds);
 }
 
+// --compact: each table's residues (value mod N) present, numbered 0..k-1 in their order, k rows;
+// checked against a brute-force rank of the uncompacted file's ids, table by table.  The other
+// sections are the uncompacted file's; a table with every residue present keeps its ids, and
+// with every table so (N = 1 here) the file records no digest.
+TEST(prep_compact_numbers_the_residues_present) {
+    const char *in = criteo_file("cmp.tsv", 0, 3000), *plain = tpath("cmp_plain.bin"), *comp = tpath("cmp.bin");
+    for (int k = 0; k < 2; k++) {
+        const uint64_t N = k ? 1 : 9973;
+        prep_opts o;
+        prep_opts_default(&o);
+        o.inputs = &in, o.n_inputs = 1, o.max_ind_range = N;
+        prep_stats st;
+        o.out = plain;
+        ASSERT_OK(prep_run(&o, &st));
+        o.out = comp, o.compact = 1;
+        ASSERT_OK(prep_run(&o, &st));
+        bp_dataset a, b;
+        ASSERT_OK(bp_ds_open(&a, plain, BP_DS_VERIFY));
+        ASSERT_OK(bp_ds_open(&b, comp, BP_DS_VERIFY)); // (the renumbered section's CRC)
+        ASSERT_TRUE(b.info.idmap == BP_IDMAP_HASH && b.info.max_ind_range == N && a.info.vocab_fp == 0);
+        ASSERT_EQ(b.info.rows, 3000);
+        ASSERT_TRUE(memcmp(a.label, b.label, 3000) == 0 && memcmp(a.dense, b.dense, 3000 * 13 * sizeof(float)) == 0);
+        uint8_t *seen = bp_xcalloc(N, 1);
+        int smaller = 0;
+        for (int f = 0; f < 26; f++) {
+            memset(seen, 0, N);
+            for (int r = 0; r < 3000; r++) seen[a.sparse[r * 26 + f]] = 1;
+            uint64_t distinct = 0;
+            for (uint64_t x = 0; x < N; x++) distinct += seen[x];
+            ASSERT_EQ(b.info.card[f], distinct);
+            smaller += distinct < N;
+            for (int r = 0; r < 3000 && distinct == N; r++) ASSERT_EQ(b.sparse[r * 26 + f], a.sparse[r * 26 + f]);
+            for (int r = 0; r < 3000; r++) {
+                const uint32_t x = a.sparse[r * 26 + f];
+                uint32_t below = 0;
+                for (uint32_t y = 0; y < x; y++) below += seen[y];
+                ASSERT_EQ(b.sparse[r * 26 + f], below);
+            }
+        }
+        free(seen);
+        if (k == 0) ASSERT_TRUE(smaller > 0 && b.info.vocab_fp != 0);
+        else ASSERT_TRUE(smaller == 0 && b.info.vocab_fp == 0);
+        bp_ds_close(&a), bp_ds_close(&b);
+    }
+    // Another day, prepped apart: other residues, another digest.
+    const char *in2 = criteo_file("cmp2.tsv", 5000, 3000), *comp2 = tpath("cmp2.bin");
+    uint64_t fp[2];
+    for (int k = 0; k < 2; k++) {
+        prep_opts o;
+        prep_opts_default(&o);
+        o.inputs = k ? &in2 : &in, o.n_inputs = 1, o.max_ind_range = 9973, o.compact = 1, o.out = k ? comp2 : comp;
+        ASSERT_OK(prep_run(&o, NULL));
+        bp_dataset d;
+        ASSERT_OK(bp_ds_open(&d, o.out, 0));
+        fp[k] = d.info.vocab_fp;
+        bp_ds_close(&d);
+    }
+    ASSERT_TRUE(fp[0] != fp[1]);
+    // A model of one such file is not evaluated on the other, even where their tables have the
+    // same sizes (one value per table: one row each).
+    char *msg = NULL;
+    const char *one[2] = {tpath("one_a.bin"), tpath("one_b.bin")}, *model = tpath("one_model");
+    for (int k = 0; k < 2; k++) {
+        text t = {0};
+        for (int r = 0; r < 4; r++) {
+            text_add(&t, "1");
+            for (int i = 0; i < 13; i++) text_add(&t, "\t1");
+            for (int j = 0; j < 26; j++) text_add(&t, "\t%08x", k + 1);
+            text_add(&t, "\n");
+        }
+        const char *tsv = write_bytes(k ? "one_b.tsv" : "one_a.tsv", t.s, t.n);
+        free(t.s);
+        ASSERT_EQ(test_run(NULL, 20, "%s prep -q --max-ind-range 1000 --compact -o %s %s", test_bin(), one[k], tsv), 0);
+    }
+    ASSERT_EQ(test_run(NULL, 60, "%s train %s --batch-size 2 --iters 1 --no-eval --save %s", test_bin(), one[0], model),
+              0);
+    ASSERT_EQ(test_run(&msg, 60, "%s eval --load %s %s", test_bin(), model, one[1]), 1);
+    ASSERT_STR_CONTAINS(msg, "trained on hashed ids compacted over other residues than those of dataset");
+    free(msg);
+    // The flag alone is refused, naming what it needs.
+    ASSERT_EQ(test_run(&msg, 20, "%s prep --compact -o %s %s", test_bin(), tpath("cmp3.bin"), in), 2);
+    ASSERT_STR_CONTAINS(msg, "--compact renumbers hashed ids: give --max-ind-range N too");
+    free(msg);
+}
+
 TEST(prep_criteo_log1p_table_matches_libm) {
     for (int64_t x = -3; x < 5000; x++) ASSERT_TRUE(criteo_log1p(x) == (float)log1p((double)(x > 0 ? x : 0)));
     ASSERT_TRUE(criteo_log1p(INT64_MAX) == (float)log1p((double)INT64_MAX));
@@ -1046,8 +1131,8 @@ TEST(prep_archives_and_other_compressors_are_refused) {
 TEST(prep_cli_flags) {
     char *msg = NULL;
     ASSERT_EQ(test_run(&msg, 10, "%s prep --help", test_bin()), 0);
-    static const char *flags[] = {"--format", "--out", "--min-count", "--max-ind-range", "--split", "--skip-bad",
-                                  "--max-rows", "--quiet"};
+    static const char *flags[] = {"--format",   "--out",      "--min-count", "--max-ind-range", "--compact",
+                                  "--split",    "--skip-bad", "--max-rows",  "--quiet"};
     for (size_t i = 0; i < BP_ARRAY_LEN(flags); i++) ASSERT_STR_CONTAINS(msg, flags[i]);
     free(msg);
     const char *good = criteo_file("good.tsv", 0, 10);
