@@ -1166,10 +1166,10 @@ static int train_cmd(int argc, char **argv) {
     // and at their initialisation plain SGD diverges within ten iterations: on Criteo-shaped data
     // from a dense rate of about 0.065 (the DLRM default 0.1 does), and with fewer tables (a
     // narrower cross layer, whose Glorot weights are larger) from 0.014 or less.  A linear warmup
-    // over the first 200 iterations moves that edge 5-7x, to 0.07-0.2 on every dataset measured
-    // (docs/models.md).  So DCN's dense part defaults to 0.03 after such a warmup (unless
-    // --lr-num-warmup-steps is given; a decay that starts sooner ends it there); the embeddings
-    // keep the common default, and warm up with it.
+    // over the first 200 iterations lifts that edge 2-7x (most where it was lowest), to 0.07-0.2 on
+    // every dataset measured (docs/models.md).  So DCN's dense part defaults to 0.03 after such a
+    // warmup (unless --lr-num-warmup-steps is given; a decay that starts sooner ends it there); the
+    // embeddings keep the common default, and warm up with it.
     if (fl.mf.kind == MODEL_DCN && !cli_was_given(&given, opts, "learning-rate")) {
         fl.lr = DCN_DEFAULT_DENSE_LR;
         if (!cli_was_given(&given, opts, "emb-learning-rate")) fl.emb_lr = DEFAULT_LR;
