@@ -866,8 +866,12 @@ static void local_on_signal(int sig) {
     raise(sig);
 }
 
-// install: the loop's handlers (the previous actions into local_old); else the previous ones back.
+// install: the loop's handlers (the previous actions into local_old); else the previous ones back
+// (once: again, nothing).
 static void local_signals(int install) {
+    static int installed;
+    if (install == installed) return;
+    installed = install;
     for (int i = 0; i < 3; i++) {
         if (!install) {
             sigaction(local_sigs[i], &local_old[i], NULL);
@@ -1295,6 +1299,9 @@ static int train_cmd(int argc, char **argv) {
     bp_signal_cleanup_init(); // the temporary files' clean-up, restored after the loop
     local_signals(1);
     int64_t t_stop = -1;
+    // BAGPIPE_TEST_SIGNAL_AT=T (tests): a SIGINT during iteration T, as a Ctrl-C would be.
+    const char *sig_hook = getenv("BAGPIPE_TEST_SIGNAL_AT");
+    const int64_t sig_at = sig_hook ? strtoll(sig_hook, NULL, 10) : -1;
     for (int64_t t = t0_iter; t < total_iters; t++) {
         if (local_stop) {
             t_stop = t;
@@ -1302,6 +1309,7 @@ static int train_cmd(int argc, char **argv) {
         }
         uint64_t r = tr0 + (uint64_t)(t % (int64_t)per_epoch) * (uint64_t)B;
         double loss = trainer_step(&tr, t, ds.dense + r * Nd, ds.sparse + r * F, ds.label + r, B);
+        if (t == sig_at) raise(SIGINT);
         if ((rc = train_loss_check(t, loss))) break;
         if (t == t0_iter) first_s = bp_now() - t_start;
         win_loss += loss, win_n++;
@@ -1331,8 +1339,15 @@ static int train_cmd(int argc, char **argv) {
         }
     }
     bp_progress_finish(&prog);
-    local_signals(0);
-    if (t_stop < 0 && local_stop) t_stop = total_iters; // during the last iteration
+    // A signal during the last iteration came with the training done: the run goes on to its final
+    // evaluation and save, where it used to stop with the model trained and not saved.  The loop's
+    // handlers stay until then, so that a second signal ends it at once (its temporary files
+    // removed) and the same one delivered twice does not.
+    if (t_stop < 0 && local_stop && !rc)
+        fprintf(stderr, "bagpipe: signal %d (%s) during the last iteration: the training is complete, so the run "
+                "goes on to its final evaluation and save (a second signal ends it now)\n", (int)local_stop,
+                strsignal((int)local_stop));
+    else local_signals(0);
     if (t_stop >= 0) {
         local_interrupted(&fl, local_stop, t_stop);
         if (!rc) rc = bp_fail(BP_EIO, "interrupted by signal %d", (int)local_stop); // its action did not end us
@@ -1364,6 +1379,7 @@ static int train_cmd(int argc, char **argv) {
         if (!rc) printf("saved model to %s\n", fl.save);
     }
 out:
+    local_signals(0); // (after a signal in the last iteration: see above)
     trainer_free(&tr);
     rc = jsonl_close(&mf, rc);
     bp_ds_close(&ds);

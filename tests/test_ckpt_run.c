@@ -295,6 +295,29 @@ TEST(ckpt_local_interrupt_says_where_to_resume) {
     ASSERT_TRUE(same_model(ref, res));
 }
 
+// A signal during the last iteration comes with the training done: the run says so, saves the
+// model, the uninterrupted run's, and succeeds (it used to stop without saving it).  One in an
+// earlier iteration still stops the run, by the signal, with nothing saved.
+TEST(ckpt_local_signal_in_the_last_iteration_still_saves) {
+    ASSERT_OK(make_data());
+    const char *ref = test_path("ref"), *sig = test_path("sig"), *early = test_path("early");
+    TRAIN_OK("", "--iters 30 --save %s", ref);
+    char *out = NULL;
+    int st = train(&out, "BAGPIPE_TEST_SIGNAL_AT=29", "--iters 30 --save %s", sig);
+    ASSERT_MSG(st == 0, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "bagpipe: signal 2 (Interrupt) during the last iteration: the training is complete, "
+                             "so the run goes on to its final evaluation and save");
+    ASSERT_STR_CONTAINS(out, "saved model to ");
+    free(out);
+    ASSERT_TRUE(same_model(ref, sig));
+    st = train(&out, "BAGPIPE_TEST_SIGNAL_AT=10", "--iters 30 --save %s", early);
+    ASSERT_MSG(st == 128 + SIGINT, "status %d:\n%s", st, out);
+    ASSERT_STR_CONTAINS(out, "bagpipe: interrupted by signal 2 (Interrupt) at iteration 11");
+    free(out);
+    struct stat sb;
+    ASSERT_TRUE(stat(early, &sb) != 0);
+}
+
 // Ranks that see the --resume directory differently (node-local disks, a stale NFS view) take
 // different checkpoints: the job used to hang (sync) or fail on a message of the wrong iteration
 // (bagpipe).  The start-up agreement compares them and refuses, naming the rank, before training.
