@@ -757,6 +757,29 @@ int ckpt_stage_begin(const char *dir, char *stage, size_t cap) {
     return 1;
 }
 
+int ckpt_stage_new(const char *dir, char *stage, size_t cap) {
+    size_t n;
+    dir_base(dir, &n); // (n: dir without its trailing slashes)
+    if ((size_t)snprintf(stage, cap, "%.*s.saving-%ld", (int)n, dir, (long)getpid()) >= cap)
+        return bp_fail(BP_EINVAL, "%s: path too long", dir);
+    struct stat st;
+    if (lstat(stage, &st) == 0 && ckpt_remove_dir(stage) != 0) bp_clear_error(); // a leftover of this pid
+    if (mkdir(stage, 0755) != 0) {
+        const int e = errno;
+        stage[0] = 0;
+        return bp_fail(BP_EIO, "%s: cannot create directory: %s", dir, strerror(e));
+    }
+    return 0;
+}
+
+int ckpt_stage_commit_new(const char *dir, const char *stage) {
+    if (renameat2(AT_FDCWD, stage, AT_FDCWD, dir, RENAME_NOREPLACE) == 0) return 0;
+    if (errno == EEXIST) return ckpt_stage_commit(dir, stage); // made meanwhile
+    if (rename(stage, dir) == 0) return 0; // no renameat2 here (it replaces only an empty directory)
+    const int e = errno;
+    return bp_fail(BP_EIO, "%s: cannot rename into place: %s (the model is in %s)", dir, strerror(e), stage);
+}
+
 int ckpt_stage_warn_leftovers(const char *dir) {
     size_t n;
     const char *base = dir_base(dir, &n);
@@ -801,7 +824,12 @@ int ckpt_stage_warn_leftovers(const char *dir) {
         const int whole = ckpt_verify(dname, m) == 0;
         free(m);
         bp_clear_error();
-        if (!whole && !others)
+        struct stat st;
+        if (!others && stat(dname, &st) != 0) // a save into a new directory, killed before its rename
+            fprintf(stderr, "bagpipe: warning: %s is left from a save into %s that was interrupted (process %ld "
+                    "is gone) before it was complete: it holds only model files (%d), and %s was never made; "
+                    "remove it\n", path, dname, pid, files, dname);
+        else if (!whole && !others)
             fprintf(stderr, "bagpipe: warning: %s is left from a save into %s that was interrupted (process %ld "
                     "is gone) while it moved the new model in file by file: %s's model is incomplete and the rest "
                     "is here (%d file%s): move them into %s, MANIFEST last, then remove it\n", path, dname, pid,

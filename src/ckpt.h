@@ -80,6 +80,12 @@ int ckpt_manifest_write(const char *dir, const ckpt_manifest *m);
 int ckpt_stage_begin(const char *dir, char *stage, size_t cap);
 int ckpt_stage_commit(const char *dir, const char *stage);
 void ckpt_stage_abort(const char *stage);
+// A new directory (dir does not exist) is staged too, so that even a kill -9 leaves no dir
+// without a MANIFEST: ckpt_stage_new makes <dir>.saving-<pid> (its path in stage; 0, or an error
+// naming dir), and ckpt_stage_commit_new renames it to dir, or where dir has appeared meanwhile
+// puts it in dir's place as ckpt_stage_commit does.
+int ckpt_stage_new(const char *dir, char *stage, size_t cap);
+int ckpt_stage_commit_new(const char *dir, const char *stage);
 // A save killed between the exchange and the end of ckpt_stage_commit leaves <dir>.saving-<pid>
 // holding what dir held before (the older model, and any other files not yet moved back).  This
 // names each such directory of a process that is gone, on stderr, with its number of entries; it

@@ -225,9 +225,10 @@ static int trainer_save_parts(const trainer *tr, const char *dir, const bp_datas
 }
 
 // Over a saved model, the new one is written beside it and then takes its place as a whole
-// (ckpt_stage_begin): the old model stays valid until the new one is complete.  Where there was
-// none, a save that fails (a full disk) removes the parts it wrote, and the directory if it made
-// it: without a MANIFEST they are no model, only space taken.
+// (ckpt_stage_begin): the old model stays valid until the new one is complete.  A new directory is
+// written beside it too and renamed into place whole (ckpt_stage_new), so that not even a kill -9
+// leaves it without a MANIFEST.  Into a directory that holds no model, a save that fails (a full
+// disk) removes the parts it wrote: without a MANIFEST they are no model, only space taken.
 int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
                  uint64_t seed) {
     struct stat st;
@@ -235,17 +236,17 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     const int made = stat(dir, &st) != 0;
     snprintf(path, sizeof path, "%s/MANIFEST", dir);
     const int fresh = lstat(path, &st) != 0;
-    int rc = ckpt_mkdir(dir);
+    char stage[4200], note[4400];
+    int staged = 0, rc = made ? 0 : ckpt_mkdir(dir); // (an existing dir: that it is a directory)
     if (rc) return rc;
     ckpt_stage_warn_leftovers(dir);
-    char stage[4200], note[4400];
-    int staged = ckpt_stage_begin(dir, stage, sizeof stage);
+    if (made && (rc = ckpt_stage_new(dir, stage, sizeof stage))) return rc;
+    staged = made || ckpt_stage_begin(dir, stage, sizeof stage);
     // A Ctrl-C removes the parts written (a resume's save would refuse to replace them), and the
     // MANIFEST too: one that comes just after its commit leaves no model, as the note says, where
     // the parts alone would leave a MANIFEST naming files that are gone.
     static const char *const parts[] = {"dense.bin", "emb.bin", "MANIFEST"};
-    if (staged) bp_signal_remove_dir(stage); // until it takes the old model's place: a Ctrl-C removes it
-    else if (fresh && made) bp_signal_remove_dir(dir); // made by this save: it holds only its files
+    if (staged) bp_signal_remove_dir(stage); // until it takes dir's place: a Ctrl-C removes it
     else if (fresh)
         for (size_t i = 0; i < BP_ARRAY_LEN(parts); i++) {
             snprintf(path, sizeof path, "%s/%s", dir, parts[i]);
@@ -254,7 +255,7 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     // A Ctrl-C here says what it left (it ended the run without a word), and the lines printed so
     // far (the results) are out of stdio's buffer first, which the signal would lose.
     snprintf(note, sizeof note, "bagpipe: interrupted while saving the model to %s: %s\n", dir,
-             staged ? "the model saved there before is kept, the new one is not saved"
+             staged && !made ? "the model saved there before is kept, the new one is not saved"
                     : fresh ? "it is not saved (the parts written are removed)"
                             : "it is not saved (no MANIFEST: the parts written are no model)");
     fflush(stdout);
@@ -265,24 +266,26 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     free(man);
     const char *hook = getenv("BAGPIPE_TEST_SAVE_FAIL"); // =3 (tests): interrupted just after the commit
     if (!rc && hook && *hook == '3') raise(SIGINT);
+    if (!rc && hook && *hook == '4') raise(SIGKILL); // =4: killed there, as by kill -9
     bp_signal_note(NULL);
-    if (staged || (fresh && made)) bp_signal_remove_dir(NULL);
+    if (staged) bp_signal_remove_dir(NULL);
     for (size_t i = 0; i < BP_ARRAY_LEN(parts); i++) bp_signal_remove_file((int)i, NULL);
     if (rc && (staged || fresh)) {
         char msg[1536];
         snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
         if (staged) {
             ckpt_stage_abort(stage);
+            if (made) return bp_fail(rc, "%s (the model is not saved to %s)", msg, dir);
             return bp_fail(rc, "%s (the model saved before in %s is kept)", msg, dir);
         }
         for (size_t i = 0; i < 2; i++) { // the parts (a MANIFEST is never left by a failure)
             snprintf(path, sizeof path, "%s/%s", dir, parts[i]);
             unlink(path);
         }
-        if (made) rmdir(dir);
         return bp_fail(rc, "%s (the model is not saved)", msg);
     }
-    return staged ? ckpt_stage_commit(dir, stage) : rc;
+    if (rc) return rc;
+    return made ? ckpt_stage_commit_new(dir, stage) : staged ? ckpt_stage_commit(dir, stage) : 0;
 }
 
 static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, int max_batch);
