@@ -734,10 +734,7 @@ static const char *dir_base(const char *dir, size_t *n) {
 
 int ckpt_stage_begin(const char *dir, char *stage, size_t cap) {
     stage[0] = 0;
-    char path[4200];
-    join(path, sizeof path, dir, "MANIFEST");
     struct stat st;
-    if (lstat(path, &st) != 0) return 0; // nothing to keep
     size_t n;
     const char *base = dir_base(dir, &n);
     size_t blen = (size_t)(dir + n - base);
@@ -825,10 +822,20 @@ int ckpt_stage_warn_leftovers(const char *dir) {
         free(m);
         bp_clear_error();
         struct stat st;
+        char part[8400];
+        int parts_in_dir = 0; // the new model's parts moved in, where there is no exchange
+        for (int i = 0; i < 2; i++) {
+            snprintf(part, sizeof part, "%s/%s", dname, i ? "emb.bin" : "dense.bin");
+            parts_in_dir += lstat(part, &st) == 0;
+        }
         if (!others && stat(dname, &st) != 0) // a save into a new directory, killed before its rename
             fprintf(stderr, "bagpipe: warning: %s is left from a save into %s that was interrupted (process %ld "
                     "is gone) before it was complete: it holds only model files (%d), and %s was never made; "
                     "remove it\n", path, dname, pid, files, dname);
+        else if (!whole && !others && !parts_in_dir) // into a directory of no model, killed before the exchange
+            fprintf(stderr, "bagpipe: warning: %s is left from a save into %s that was interrupted (process %ld "
+                    "is gone) before its model took %s's place, which holds none: it holds only model files (%d); "
+                    "remove it\n", path, dname, pid, dname, files);
         else if (!whole && !others)
             fprintf(stderr, "bagpipe: warning: %s is left from a save into %s that was interrupted (process %ld "
                     "is gone) while it moved the new model in file by file: %s's model is incomplete and the rest "

@@ -67,11 +67,12 @@ int ckpt_manifest_write(const char *dir, const ckpt_manifest *m);
 
 // Replacing a saved model as a whole.  Writing new parts over the old ones would leave, until the
 // new MANIFEST is committed, a directory that holds neither model (a crash, Ctrl-C or full disk
-// there loses the old one).  So where dir already holds a MANIFEST:
+// there loses the old one), and writing them into a directory of no model would leave, killed
+// there, parts without a MANIFEST.  So where dir is a directory:
 //   ckpt_stage_begin makes the sibling directory <dir>.saving-<pid>, to write the new model into
 //   (its path in stage), and returns 1; it returns 0, stage empty, where the model is to be
-//   written into dir itself (no MANIFEST there; or dir is a symbolic link, "." or "..", or the
-//   sibling cannot be made: the old way, which is all a new directory needs);
+//   written into dir itself (dir is a symbolic link, "." or "..", or the sibling cannot be made,
+//   e.g. in a directory this user cannot write to);
 //   ckpt_stage_commit puts it in dir's place: the two directories are exchanged at once
 //   (renameat2 RENAME_EXCHANGE), then the old model's files (its MANIFEST, the parts it names,
 //   temporary files) are removed and anything else that was in dir is moved back.  Where the

@@ -224,11 +224,11 @@ static int trainer_save_parts(const trainer *tr, const char *dir, const bp_datas
     return 0;
 }
 
-// Over a saved model, the new one is written beside it and then takes its place as a whole
-// (ckpt_stage_begin): the old model stays valid until the new one is complete.  A new directory is
-// written beside it too and renamed into place whole (ckpt_stage_new), so that not even a kill -9
-// leaves it without a MANIFEST.  Into a directory that holds no model, a save that fails (a full
-// disk) removes the parts it wrote: without a MANIFEST they are no model, only space taken.
+// The new model is written beside dir and then takes its place as a whole (ckpt_stage_begin; a new
+// directory is renamed into place, ckpt_stage_new): an old model stays valid until the new one is
+// complete, and not even a kill -9 leaves dir with parts and no MANIFEST.  Where the model is
+// written into dir itself (a symbolic link, or a sibling that cannot be made), a save that fails
+// (a full disk) removes the parts it wrote: without a MANIFEST they are no model, only space taken.
 int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64_t iter, int64_t samples,
                  uint64_t seed) {
     struct stat st;
@@ -255,7 +255,7 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     // A Ctrl-C here says what it left (it ended the run without a word), and the lines printed so
     // far (the results) are out of stdio's buffer first, which the signal would lose.
     snprintf(note, sizeof note, "bagpipe: interrupted while saving the model to %s: %s\n", dir,
-             staged && !made ? "the model saved there before is kept, the new one is not saved"
+             staged && !fresh ? "the model saved there before is kept, the new one is not saved"
                     : fresh ? "it is not saved (the parts written are removed)"
                             : "it is not saved (no MANIFEST: the parts written are no model)");
     fflush(stdout);
@@ -275,7 +275,7 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
         snprintf(msg, sizeof msg, "%s", bp_errmsg(rc));
         if (staged) {
             ckpt_stage_abort(stage);
-            if (made) return bp_fail(rc, "%s (the model is not saved to %s)", msg, dir);
+            if (fresh) return bp_fail(rc, "%s (the model is not saved to %s)", msg, dir);
             return bp_fail(rc, "%s (the model saved before in %s is kept)", msg, dir);
         }
         for (size_t i = 0; i < 2; i++) { // the parts (a MANIFEST is never left by a failure)

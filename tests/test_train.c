@@ -219,6 +219,7 @@ TEST(train_save_interrupted_into_a_new_dir_leaves_no_part) {
 // MANIFEST) leaves nothing under that name, only <dir>.saving-<pid>: it is written there and
 // renamed into place whole (it used to be written in place, and a kill left its parts without a
 // MANIFEST, which eval and the next save refused).  The next save names the leftover and saves.
+// The same into an existing directory of no model: it is left as it was.
 TEST(train_save_killed_into_a_new_dir_leaves_no_dir) {
     const char *data = test_path("d.bin");
     ASSERT_EQ(synth(data, 2000, ""), 0);
@@ -241,6 +242,25 @@ TEST(train_save_killed_into_a_new_dir_leaves_no_dir) {
     ASSERT_STR_CONTAINS(out, "was never made; remove it");
     free(out);
     ASSERT_EQ(test_run(&out, 60, "%s eval --load %s --split val %s", test_bin(), dir, data), 0);
+    free(out);
+    snprintf(dir, sizeof dir, "%s/mine", test_tmpdir());
+    ASSERT_EQ(test_run(NULL, 10, "mkdir %s && echo mine > %s/notes.txt", dir, dir), 0);
+    rc = test_run(&out, 120, "BAGPIPE_TEST_SAVE_FAIL=4 %s train %s %s --iters 5 --no-eval --save %s", test_bin(), data,
+                  arch, dir);
+    ASSERT_MSG(rc == 128 + SIGKILL, "exit %d:\n%s", rc, out);
+    free(out);
+    ASSERT_EQ(test_run(&out, 10, "ls -A %s", dir), 0);
+    ASSERT_MSG(strcmp(out, "notes.txt\n") == 0, "in %s: %s", dir, out);
+    free(out);
+    rc = test_run(&out, 120, "%s train %s %s --iters 5 --no-eval --save %s", test_bin(), data, arch, dir);
+    ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    ASSERT_STR_CONTAINS(out, "before its model took ");
+    ASSERT_STR_CONTAINS(out, "'s place, which holds none: it holds only model files (3); remove it");
+    free(out);
+    ASSERT_EQ(test_run(&out, 60, "%s eval --load %s --split val %s", test_bin(), dir, data), 0);
+    free(out);
+    ASSERT_EQ(test_run(&out, 10, "cat %s/notes.txt", dir), 0);
+    ASSERT_STR_CONTAINS(out, "mine");
     free(out);
 }
 
