@@ -237,11 +237,11 @@ int trainer_save(const trainer *tr, const char *dir, const bp_dataset *ds, int64
     snprintf(path, sizeof path, "%s/MANIFEST", dir);
     const int fresh = lstat(path, &st) != 0;
     char stage[4200], note[4400];
-    int staged = 0, rc = made ? 0 : ckpt_mkdir(dir); // (an existing dir: that it is a directory)
+    int rc = made ? 0 : ckpt_mkdir(dir); // (an existing dir: that it is a directory)
     if (rc) return rc;
     ckpt_stage_warn_leftovers(dir);
     if (made && (rc = ckpt_stage_new(dir, stage, sizeof stage))) return rc;
-    staged = made || ckpt_stage_begin(dir, stage, sizeof stage);
+    const int staged = made || ckpt_stage_begin(dir, stage, sizeof stage);
     // A Ctrl-C removes the parts written (a resume's save would refuse to replace them), and the
     // MANIFEST too: one that comes just after its commit leaves no model, as the note says, where
     // the parts alone would leave a MANIFEST naming files that are gone.
