@@ -140,17 +140,22 @@ TEST(train_save_replaces_a_model_whole) {
     free(out);
 }
 
+// `train DATA` of a small model for 5 iterations, saved to dir with the save's test hook
+// BAGPIPE_TEST_SAVE_FAIL=hook (0: none): its exit status, its output into *out.
+static int small_save(char **out, int hook, const char *data, const char *dir) {
+    return test_run(out, 120, "BAGPIPE_TEST_SAVE_FAIL=%d %s train %s " SMALL_ARCH " --batch-size 64 --iters 5 "
+                    "--no-eval --save %s", hook, test_bin(), data, dir);
+}
+
 // A save that fails where there was no model (a full disk: the hook BAGPIPE_TEST_SAVE_FAIL=1)
-// leaves nothing: the parts it wrote without a MANIFEST are no model, only space taken, and the
-// directory it made goes too (they used to stay); a directory that was there stays.
+// leaves nothing: the parts it wrote without a MANIFEST are no model, only space taken, and a
+// directory it would have made is not made (they used to stay); a directory that was there stays.
 TEST(train_failed_save_leaves_nothing) {
     const char *data = test_path("d.bin");
     ASSERT_EQ(synth(data, 2000, ""), 0);
-    const char *arch = SMALL_ARCH " --batch-size 64";
     char dir[600], *out = NULL;
     snprintf(dir, sizeof dir, "%s/new", test_tmpdir());
-    int rc = test_run(&out, 120, "BAGPIPE_TEST_SAVE_FAIL=1 %s train %s %s --iters 5 --no-eval --save %s", test_bin(),
-                      data, arch, dir);
+    int rc = small_save(&out, 1, data, dir);
     ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
     // (written beside it under a staging name, renamed into place once whole)
     char want[700];
@@ -164,8 +169,7 @@ TEST(train_failed_save_leaves_nothing) {
     ASSERT_MSG(!strstr(out, "new.saving-"), "left: %s", out);
     free(out);
     ASSERT_EQ(mkdir(dir, 0755), 0);
-    rc = test_run(&out, 120, "BAGPIPE_TEST_SAVE_FAIL=1 %s train %s %s --iters 5 --no-eval --save %s", test_bin(), data,
-                  arch, dir);
+    rc = small_save(&out, 1, data, dir);
     ASSERT_MSG(rc == 1, "exit %d:\n%s", rc, out);
     free(out);
     ASSERT_EQ(test_run(&out, 10, "ls -A %s", dir), 0);
@@ -223,11 +227,9 @@ TEST(train_save_interrupted_into_a_new_dir_leaves_no_part) {
 TEST(train_save_killed_into_a_new_dir_leaves_no_dir) {
     const char *data = test_path("d.bin");
     ASSERT_EQ(synth(data, 2000, ""), 0);
-    const char *arch = SMALL_ARCH " --batch-size 64";
     char dir[600], *out = NULL;
     snprintf(dir, sizeof dir, "%s/killed", test_tmpdir());
-    int rc = test_run(&out, 120, "BAGPIPE_TEST_SAVE_FAIL=4 %s train %s %s --iters 5 --no-eval --save %s", test_bin(),
-                      data, arch, dir);
+    int rc = small_save(&out, 4, data, dir);
     ASSERT_MSG(rc == 128 + SIGKILL, "exit %d:\n%s", rc, out);
     free(out);
     struct stat st;
@@ -235,7 +237,7 @@ TEST(train_save_killed_into_a_new_dir_leaves_no_dir) {
     ASSERT_EQ(test_run(&out, 10, "ls %s", test_tmpdir()), 0);
     ASSERT_STR_CONTAINS(out, "killed.saving-");
     free(out);
-    rc = test_run(&out, 120, "%s train %s %s --iters 5 --no-eval --save %s", test_bin(), data, arch, dir);
+    rc = small_save(&out, 0, data, dir);
     ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "that was interrupted (process ");
     ASSERT_STR_CONTAINS(out, "before it was complete: it holds only model files (3), and ");
@@ -245,14 +247,13 @@ TEST(train_save_killed_into_a_new_dir_leaves_no_dir) {
     free(out);
     snprintf(dir, sizeof dir, "%s/mine", test_tmpdir());
     ASSERT_EQ(test_run(NULL, 10, "mkdir %s && echo mine > %s/notes.txt", dir, dir), 0);
-    rc = test_run(&out, 120, "BAGPIPE_TEST_SAVE_FAIL=4 %s train %s %s --iters 5 --no-eval --save %s", test_bin(), data,
-                  arch, dir);
+    rc = small_save(&out, 4, data, dir);
     ASSERT_MSG(rc == 128 + SIGKILL, "exit %d:\n%s", rc, out);
     free(out);
     ASSERT_EQ(test_run(&out, 10, "ls -A %s", dir), 0);
     ASSERT_MSG(strcmp(out, "notes.txt\n") == 0, "in %s: %s", dir, out);
     free(out);
-    rc = test_run(&out, 120, "%s train %s %s --iters 5 --no-eval --save %s", test_bin(), data, arch, dir);
+    rc = small_save(&out, 0, data, dir);
     ASSERT_MSG(rc == 0, "exit %d:\n%s", rc, out);
     ASSERT_STR_CONTAINS(out, "before its model took ");
     ASSERT_STR_CONTAINS(out, "'s place, which holds none: it holds only model files (3); remove it");
