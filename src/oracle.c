@@ -2181,8 +2181,9 @@ static int init_part(oracle *out, const oracle_config *cfg, const uint8_t *grp, 
 // each stores its entries into the one record, part 0's (split_prepare, below).  With threads = 2
 // part 1 runs on a thread of its own, a step at most ahead of the caller's part 0: part 1 posts
 // its steps (a) and (b), the caller step (c), part 1 its part of the record (split_sync), and
-// part 1 goes on to its next step while the caller ends this one.  Each core then reads and writes its own part's lines only (but for part 1's
-// buckets and counts, which part 0's step (c) reads, and the record), where the split by phases
+// part 1 goes on to its next step while the caller ends this one.  Each core then reads and writes
+// its own part's lines only (but for part 1's buckets and counts, which part 0's step (c) reads,
+// and the record), where the split by phases
 // (the indexer and the planner) moves every slot from one core to the other: on this VM a line
 // the other core holds comes slower than one from memory (docs/oracle.md, rounds 19-20).
 //
@@ -2352,6 +2353,17 @@ static int split_end1(oracle_impl *q, plan *dst, plan_sync *sync_out, uint32_t n
     return 1;
 }
 
+// Part 1 after its split_end1 of step s (r: it stored a record): the counts of its entries into g,
+// for part 0 to add to its record's once end is posted (part 1 may be planning its next step by
+// then), its record reset, and its next step.
+static void split_end1_done(oracle_impl *q, split_sync *g, uint32_t s, int r) {
+    plan *r1 = rec_prev(q, s);
+    g->n1_fetch = r1->n_fetch, g->n1_evict = r1->n_evict, g->n1_sync_now = r1->n_sync_now, g->n1_private = q->pv_n;
+    plan_reset(r1, q->T);
+    q->step = s + 1;
+    if (r) q->n_retired = s;
+}
+
 // Part 1's thread: indexes each batch as it is pushed (ahead of the steps when the caller pushes
 // ahead), and runs step s as soon as it holds the batches the step reads (at the end of the input,
 // every batch pushed: the horizon is cut at the last one), as part 0 does: the two compute the
@@ -2394,16 +2406,10 @@ static void *split_thread(void *arg) {
         }
         c0 = thread_cpu();
         q->ph_plan_t = bp_now();
-        const int r = split_end1(q, g->dst, g->sync_out, g->sync_n);
-        plan *r1 = rec_prev(q, s); // (stored into part 0's record: its counts go with end)
-        const uint32_t n1[4] = {r1->n_fetch, r1->n_evict, r1->n_sync_now, q->pv_n};
-        plan_reset(r1, q->T);
-        q->step = s + 1;
-        if (r) q->n_retired = s;
+        split_end1_done(q, g, s, split_end1(q, g->dst, g->sync_out, g->sync_n)); // (read once end is posted)
         q->cpu_plan += thread_cpu() - c0;
         pthread_mutex_lock(&g->mu);
         stats_of(q, &q->st_pub);
-        g->n1_fetch = n1[0], g->n1_evict = n1[1], g->n1_sync_now = n1[2], g->n1_private = n1[3];
         __atomic_store_n(&g->end, s + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&g->cv);
     }
@@ -2485,12 +2491,7 @@ static int split_next_plan(oracle_impl *o, plan *p) {
         const int r = step_end(o, 1);
         if (g->threads == 1) {
             q->ph_plan_t = bp_now();
-            split_end1(q, r0, o->sync_tmp, n_sync);
-            g->n1_fetch = r1->n_fetch, g->n1_evict = r1->n_evict, g->n1_sync_now = r1->n_sync_now;
-            g->n1_private = q->pv_n;
-            plan_reset(r1, q->T);
-            q->step = s + 1;
-            if (r) q->n_retired = s;
+            split_end1_done(q, g, s, split_end1(q, r0, o->sync_tmp, n_sync));
         } else if (sp_wait(g, &g->end, s + 1)) {
             return o->err = split_failed(g);
         }
