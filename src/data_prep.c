@@ -330,6 +330,9 @@ static int days_order_check(const prep_opts *o) {
     return 0;
 }
 
+// The input format's number of tables.
+static uint32_t prep_tables(const prep_opts *o) { return o->format == PREP_AVAZU ? AVAZU_F : CRITEO_F; }
+
 static int prep_check_opts(const prep_opts *o) {
     if (o->n_inputs < 1) return bp_fail(BP_EUSAGE, "prep: no input files given");
     if (!o->out || !*o->out) return bp_fail(BP_EUSAGE, "prep: no output file given (--out FILE)");
@@ -341,7 +344,7 @@ static int prep_check_opts(const prep_opts *o) {
         return bp_fail(BP_EUSAGE, "--compact renumbers hashed ids: give --max-ind-range N too (frequency ids, the "
                        "default, have compact tables already)");
     if (o->compact) { // a bit per residue and a count per 64, for every table
-        const uint32_t F = o->format == PREP_AVAZU ? AVAZU_F : CRITEO_F;
+        const uint32_t F = prep_tables(o);
         const uint64_t need = F * ((o->max_ind_range + 63) / 64) * 16, avail = dist_mem_available();
         char a[32], b[32];
         if (avail && need > avail)
@@ -408,7 +411,7 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
     prep_ctx c;
     memset(&c, 0, sizeof c);
     c.o = o;
-    c.F = o->format == PREP_AVAZU ? AVAZU_F : CRITEO_F;
+    c.F = prep_tables(o);
     c.Nd = o->format == PREP_AVAZU ? 0 : CRITEO_ND;
     // Every input must open before any work starts.
     for (int i = 0; i < o->n_inputs; i++) {

@@ -361,13 +361,14 @@ static int trainer_load_dir(trainer *tr, const char *dir, const bp_dataset *ds, 
     const char *vfp = ckpt_get(&man, "vocab_fingerprint");
     char *end = NULL;
     const uint64_t mfp = vfp ? strtoull(vfp, &end, 16) : 0;
-    if (vfp && end == vfp + 16 && !*end && in->vocab_fp && mfp != in->vocab_fp && in->idmap == BP_IDMAP_HASH)
+    const int other_ids = vfp && end == vfp + 16 && !*end && in->vocab_fp && mfp != in->vocab_fp;
+    if (other_ids && in->idmap == BP_IDMAP_HASH)
         return bp_fail(BP_EMISMATCH, "%s: trained on hashed ids compacted over other residues than those of dataset "
                        "%s (digest %s, the dataset's %016llx; prep --compact): the tables have the same sizes, but "
                        "the ids stand for other values; prep the training and evaluation files in one run, e.g. "
                        "--split days, or hash both without --compact", dir, ds->path, vfp,
                        (unsigned long long)in->vocab_fp);
-    if (vfp && end == vfp + 16 && !*end && in->vocab_fp && mfp != in->vocab_fp)
+    if (other_ids)
         return bp_fail(BP_EMISMATCH, "%s: trained on frequency ids numbered by other counts than those of dataset %s "
                        "(vocabulary digest %s, the dataset's %016llx): the tables have the same sizes, but the ids "
                        "stand for other values; prep the training and evaluation files in one run, e.g. --split days, "
