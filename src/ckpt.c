@@ -732,6 +732,22 @@ static const char *dir_base(const char *dir, size_t *n) {
     return base;
 }
 
+// Makes the staging directory <dir's first n bytes>.saving-<pid> (its path in stage) by mkdir with
+// mode, a leftover of this pid removed first.  0; or stage empty and -1 (errno says why), -2 where
+// the path does not fit in cap.
+static int stage_mkdir(const char *dir, size_t n, char *stage, size_t cap, mode_t mode) {
+    if ((size_t)snprintf(stage, cap, "%.*s.saving-%ld", (int)n, dir, (long)getpid()) >= cap) return stage[0] = 0, -2;
+    struct stat st;
+    if (lstat(stage, &st) == 0 && ckpt_remove_dir(stage) != 0) bp_clear_error(); // a leftover of this pid
+    if (mkdir(stage, mode) != 0) {
+        const int e = errno;
+        stage[0] = 0;
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
 int ckpt_stage_begin(const char *dir, char *stage, size_t cap) {
     stage[0] = 0;
     struct stat st;
@@ -744,9 +760,7 @@ int ckpt_stage_begin(const char *dir, char *stage, size_t cap) {
     memcpy(trimmed, dir, n), trimmed[n] = 0;
     if (lstat(trimmed, &st) != 0 || !S_ISDIR(st.st_mode)) return 0; // a symbolic link: written in place
     const mode_t mode = st.st_mode & 07777;
-    if ((size_t)snprintf(stage, cap, "%s.saving-%ld", trimmed, (long)getpid()) >= cap) return stage[0] = 0, 0;
-    if (lstat(stage, &st) == 0 && ckpt_remove_dir(stage) != 0) bp_clear_error(); // a leftover of this pid
-    if (mkdir(stage, 0700) != 0) return stage[0] = 0, 0;
+    if (stage_mkdir(trimmed, n, stage, cap, 0700) != 0) return 0;
     if (chmod(stage, mode) != 0) { // it takes dir's place: with dir's permissions
         ckpt_stage_abort(stage);
         return stage[0] = 0, 0;
@@ -757,15 +771,9 @@ int ckpt_stage_begin(const char *dir, char *stage, size_t cap) {
 int ckpt_stage_new(const char *dir, char *stage, size_t cap) {
     size_t n;
     dir_base(dir, &n); // (n: dir without its trailing slashes)
-    if ((size_t)snprintf(stage, cap, "%.*s.saving-%ld", (int)n, dir, (long)getpid()) >= cap)
-        return bp_fail(BP_EINVAL, "%s: path too long", dir);
-    struct stat st;
-    if (lstat(stage, &st) == 0 && ckpt_remove_dir(stage) != 0) bp_clear_error(); // a leftover of this pid
-    if (mkdir(stage, 0755) != 0) {
-        const int e = errno;
-        stage[0] = 0;
-        return bp_fail(BP_EIO, "%s: cannot create directory: %s", dir, strerror(e));
-    }
+    const int rc = stage_mkdir(dir, n, stage, cap, 0755);
+    if (rc == -2) return bp_fail(BP_EINVAL, "%s: path too long", dir);
+    if (rc) return bp_fail(BP_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
     return 0;
 }
 
