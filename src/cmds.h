@@ -14,6 +14,10 @@ int cmd_eval(int argc, char **argv);    // train.c
 int cmd_info(int argc, char **argv);    // cmds.c
 int cmd_shuffle(int argc, char **argv); // data_shuffle.c
 
+// The order `bagpipe shuffle --seed seed --buckets K` writes n train rows in: order[i] is the input
+// row at position i (K <= 1: in memory).  The tests' twin of the command's passes over files.
+void bp_shuffle_order(uint64_t n, uint64_t K, uint64_t seed, uint64_t *order);
+
 // Exit code for a bagpipe error code (BP_EUSAGE -> 2, others -> 1), after printing its message.
 int cmd_exit(int rc);
 

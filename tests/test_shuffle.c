@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmds.h"
 #include "common.h"
 #include "data_bin.h"
 #include "dist_util.h"
@@ -104,5 +105,111 @@ TEST(shuffle_bad_input) {
     free(out);
     ASSERT_EQ(test_run(&out, 10, "%s shuffle --seed -1 -o %s %s", test_bin(), test_path("o.bin"), in), 2);
     ASSERT_STR_CONTAINS(out, "--seed");
+    free(out);
+}
+
+// Through buckets (--buckets K): output train row i is input row bp_shuffle_order(...)[i], the
+// command's passes over files and the twin in memory giving the same order; val and test in
+// place; the same K the same bytes, another K another order; --buckets 1 is the default's bytes;
+// --memory picks the fewest buckets whose largest fits, says how many, and gives --buckets K's
+// bytes; the temporary file is gone.
+TEST(shuffle_through_buckets_is_the_twin_order) {
+    const char *in = test_path("d.bin"), *plain = test_path("p.bin"), *one = test_path("b1.bin");
+    const char *b5 = test_path("b5.bin"), *b5b = test_path("b5b.bin"), *b6 = test_path("b6.bin");
+    const char *mem = test_path("m.bin");
+    ASSERT_EQ(test_run(NULL, 60, "%s synth -n 30000 --split ratio:0.8,0.1,0.1 -o %s", test_bin(), in), 0);
+    ASSERT_EQ(test_run(NULL, 60, "%s shuffle --seed 3 -o %s %s", test_bin(), plain, in), 0);
+    ASSERT_EQ(test_run(NULL, 60, "%s shuffle --seed 3 --buckets 1 -o %s %s", test_bin(), one, in), 0);
+    ASSERT_TRUE(dist_test_files_equal(plain, one));
+    char *msg = NULL;
+    ASSERT_EQ(test_run(&msg, 60, "%s shuffle --seed 3 --buckets 5 -o %s %s", test_bin(), b5, in), 0);
+    ASSERT_STR_CONTAINS(msg, "5 buckets, the largest");
+    free(msg);
+    ASSERT_EQ(test_run(NULL, 60, "%s shuffle --seed 3 --buckets 5 -o %s %s", test_bin(), b5b, in), 0);
+    ASSERT_EQ(test_run(NULL, 60, "%s shuffle --seed 3 --buckets 6 -o %s %s", test_bin(), b6, in), 0);
+    ASSERT_TRUE(dist_test_files_equal(b5, b5b));
+    ASSERT_TRUE(!dist_test_files_equal(b5, b6) && !dist_test_files_equal(b5, plain));
+    // 24,000 train rows of 161 bytes and a 4-byte order entry each: 3.96 MB, 5.04 times the three
+    // quarters of 1 MiB that a bucket may take, so 6 buckets
+    ASSERT_EQ(test_run(&msg, 60, "%s shuffle --seed 3 --memory 1 -o %s %s", test_bin(), mem, in), 0);
+    ASSERT_STR_CONTAINS(msg, "--memory 1 MiB: 6 buckets (--buckets 6 gives the same bytes)");
+    free(msg);
+    ASSERT_TRUE(dist_test_files_equal(b6, mem));
+    ASSERT_EQ(test_run(&msg, 10, "ls -a %s", test_path("")), 0);
+    ASSERT_MSG(strstr(msg, ".shuffle.") == NULL, "a temporary file was left: %s", msg);
+    free(msg);
+
+    bp_dataset a, b;
+    ASSERT_OK(bp_ds_open(&a, in, BP_DS_VERIFY));
+    ASSERT_OK(bp_ds_open(&b, b5, BP_DS_VERIFY));
+    ASSERT_STR_CONTAINS(b.info.source, "shuffle --seed 3 --buckets 5 of: bagpipe synth");
+    const uint64_t nt = a.info.split[0];
+    uint64_t *order = bp_xmalloc(nt * sizeof *order);
+    bp_shuffle_order(nt, 5, 3, order);
+    const size_t w = row_bytes(&a);
+    uint8_t *ra = bp_xmalloc(w), *rb = bp_xmalloc(w);
+    for (uint64_t r = 0; r < a.info.rows; r++) {
+        row_get(&a, r < nt ? order[r] : r, ra), row_get(&b, r, rb);
+        ASSERT_MSG(memcmp(ra, rb, w) == 0, "row %llu is not input row %llu", (unsigned long long)r,
+                   (unsigned long long)(r < nt ? order[r] : r));
+    }
+    free(ra), free(rb), free(order);
+    bp_ds_close(&a), bp_ds_close(&b);
+}
+
+// The twin order is a permutation, and every order of 5 rows is as likely through 1, 2, 3 or 7
+// buckets (more than the rows: some stay empty): a chi-square test over the 120 orders from
+// 36,000 seeds each (119 degrees of freedom: mean 119, standard deviation 15.4; the bound is
+// over six deviations above).  Rows sent to bucket i % K instead, or buckets left in input order,
+// give statistics above 80,000.
+TEST(shuffle_orders_are_uniform) {
+    const uint64_t Ks[] = {1, 2, 3, 7};
+    enum { N = 5, ORDERS = 120, RUNS = 36000 };
+    for (size_t q = 0; q < sizeof Ks / sizeof *Ks; q++) {
+        uint32_t count[ORDERS] = {0};
+        for (uint64_t seed = 0; seed < RUNS; seed++) {
+            uint64_t o[N];
+            bp_shuffle_order(N, Ks[q], seed, o);
+            uint32_t seen = 0, rank = 0; // the order's Lehmer code
+            for (int i = 0; i < N; i++) {
+                ASSERT_TRUE(o[i] < N && !(seen >> o[i] & 1));
+                uint32_t less = 0;
+                for (int j = i + 1; j < N; j++) less += o[j] < o[i];
+                seen |= 1u << o[i], rank = rank * (uint32_t)(N - i) + less;
+            }
+            count[rank]++;
+        }
+        double chi2 = 0, e = (double)RUNS / ORDERS;
+        for (int k = 0; k < ORDERS; k++) chi2 += (count[k] - e) * (count[k] - e) / e;
+        printf("    K = %llu: chi-square %.1f over %d orders\n", (unsigned long long)Ks[q], chi2, ORDERS);
+        ASSERT_MSG(chi2 < 215, "K = %llu: chi-square %.1f", (unsigned long long)Ks[q], chi2);
+    }
+    uint64_t big[1000];
+    bp_shuffle_order(1000, 9, 1, big);
+    uint8_t hit[1000] = {0};
+    for (int i = 0; i < 1000; i++) {
+        ASSERT_TRUE(big[i] < 1000 && !hit[big[i]]);
+        hit[big[i]] = 1;
+    }
+}
+
+// A wrong use of the buckets is a usage error naming the flag; nothing is written.
+TEST(shuffle_buckets_bad_input) {
+    const char *in = test_path("d.bin"), *o = test_path("o.bin");
+    ASSERT_EQ(test_run(NULL, 60, "%s synth -n 2000 -o %s", test_bin(), in), 0);
+    char *out = NULL;
+    ASSERT_EQ(test_run(&out, 10, "%s shuffle --buckets 0 -o %s %s", test_bin(), o, in), 2);
+    ASSERT_STR_CONTAINS(out, "--buckets");
+    free(out);
+    ASSERT_EQ(test_run(&out, 10, "%s shuffle --buckets 70000 -o %s %s", test_bin(), o, in), 2);
+    ASSERT_STR_CONTAINS(out, "--buckets");
+    free(out);
+    ASSERT_EQ(test_run(&out, 10, "%s shuffle --buckets 4 --memory 100 -o %s %s", test_bin(), o, in), 2);
+    ASSERT_STR_CONTAINS(out, "--memory and --buckets both given");
+    free(out);
+    ASSERT_EQ(test_run(&out, 10, "%s shuffle --memory -3 -o %s %s", test_bin(), o, in), 2);
+    ASSERT_STR_CONTAINS(out, "--memory");
+    free(out);
+    ASSERT_EQ(test_run(&out, 10, "ls %s", o), 2); // never written
     free(out);
 }
