@@ -689,17 +689,48 @@ TEST(synth_crc32_and_summary_match_zlib_and_data_bin) {
 
 // A text output named *.gz is gzip (as the Criteo and Avazu downloads come): it decompresses to
 // the plain output's bytes, with the Avazu header in its first member (it used to be plain text
-// under a .gz name, which gzip and zcat refuse).
+// under a .gz name, which gzip and zcat refuse).  Each block of 32,768 rows is a member of its own,
+// compressed by the thread that made it: the Criteo file has three, and the same bytes on one
+// thread as on three.
+// The gzip members of a file, each inflated to its end (-1 if the file is not whole gzip).
+static int gz_members(const char *path) {
+    size_t n = 0;
+    unsigned char *in = (unsigned char *)dist_test_slurp(path, &n), out[1 << 16];
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (!in || inflateInit2(&z, 15 + 16) != Z_OK) return free(in), -1;
+    z.next_in = in, z.avail_in = (uInt)n;
+    int members = 0, zr = Z_OK;
+    while (z.avail_in > 0) {
+        z.next_out = out, z.avail_out = sizeof out;
+        zr = inflate(&z, Z_NO_FLUSH);
+        if (zr == Z_STREAM_END) members++, inflateReset(&z);
+        else if (zr != Z_OK) break;
+    }
+    inflateEnd(&z);
+    free(in);
+    return zr == Z_STREAM_END ? members : -1;
+}
+
 TEST(synth_text_output_named_gz_is_gzip) {
     for (int avazu = 0; avazu <= 1; avazu++) {
         const char *plain = test_path(avazu ? "a.csv" : "k.tsv"), *gz = test_path(avazu ? "a.csv.gz" : "k.tsv.gz");
         synth_opts o;
         synth_opts_default(&o, avazu ? SYNTH_PRESET_AVAZU : SYNTH_PRESET_CRITEO_KAGGLE);
-        o.rows = 30000, o.seed = 5, o.format = avazu ? SYNTH_FMT_CSV : SYNTH_FMT_TSV, o.out = plain;
+        o.rows = avazu ? 30000 : 70000, o.seed = 5, o.format = avazu ? SYNTH_FMT_CSV : SYNTH_FMT_TSV, o.out = plain;
         synth_report rep;
         ASSERT_OK(synth_run(&o, &rep));
-        o.out = gz;
+        o.out = gz, o.threads = 3;
         ASSERT_OK(synth_run(&o, &rep));
+        const char *gz1 = test_path("one.gz");
+        o.out = gz1, o.threads = 1;
+        ASSERT_OK(synth_run(&o, &rep));
+        ASSERT_TRUE(dist_test_files_equal(gz, gz1));
+        ASSERT_EQ(gz_members(gz), avazu ? 2 : 3); // (Avazu: the header's, then the block's)
+        char *out = NULL;
+        ASSERT_EQ(test_run(&out, 30, "gzip -t %s && echo intact", gz), 0);
+        ASSERT_STR_CONTAINS(out, "intact");
+        free(out);
         FILE *f = fopen(plain, "rb");
         gzFile g = gzopen(gz, "rb");
         ASSERT_TRUE(f != NULL && g != NULL);
