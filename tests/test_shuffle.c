@@ -112,11 +112,13 @@ TEST(shuffle_bad_input) {
 // command's passes over files and the twin in memory giving the same order; val and test in
 // place; the same K the same bytes, another K another order; --buckets 1 is the default's bytes;
 // --memory picks the fewest buckets whose largest fits, says how many, and gives --buckets K's
-// bytes; the temporary file is gone.
+// bytes; in place (-o the input) the same bytes; the temporary file is gone.
 TEST(shuffle_through_buckets_is_the_twin_order) {
-    const char *in = test_path("d.bin"), *plain = test_path("p.bin"), *one = test_path("b1.bin");
-    const char *b5 = test_path("b5.bin"), *b5b = test_path("b5b.bin"), *b6 = test_path("b6.bin");
-    const char *mem = test_path("m.bin");
+    char in[512], b5[512]; // (test_path's names are reused after eight)
+    snprintf(in, sizeof in, "%s", test_path("d.bin"));
+    snprintf(b5, sizeof b5, "%s", test_path("b5.bin"));
+    const char *plain = test_path("p.bin"), *one = test_path("b1.bin");
+    const char *b5b = test_path("b5b.bin"), *b6 = test_path("b6.bin"), *mem = test_path("m.bin");
     ASSERT_EQ(test_run(NULL, 60, "%s synth -n 30000 --split ratio:0.8,0.1,0.1 -o %s", test_bin(), in), 0);
     ASSERT_EQ(test_run(NULL, 60, "%s shuffle --seed 3 -o %s %s", test_bin(), plain, in), 0);
     ASSERT_EQ(test_run(NULL, 60, "%s shuffle --seed 3 --buckets 1 -o %s %s", test_bin(), one, in), 0);
@@ -135,6 +137,10 @@ TEST(shuffle_through_buckets_is_the_twin_order) {
     ASSERT_STR_CONTAINS(msg, "--memory 1 MiB: 6 buckets (--buckets 6 gives the same bytes)");
     free(msg);
     ASSERT_TRUE(dist_test_files_equal(b6, mem));
+    const char *inplace = test_path("in.bin"); // -o the input: replaced whole, the same bytes
+    ASSERT_EQ(test_run(NULL, 10, "cp %s %s", in, inplace), 0);
+    ASSERT_EQ(test_run(NULL, 60, "%s shuffle --seed 3 --buckets 5 -o %s %s", test_bin(), inplace, inplace), 0);
+    ASSERT_TRUE(dist_test_files_equal(b5, inplace));
     ASSERT_EQ(test_run(&msg, 10, "ls -a %s", test_path("")), 0);
     ASSERT_MSG(strstr(msg, ".shuffle.") == NULL, "a temporary file was left: %s", msg);
     free(msg);
