@@ -169,15 +169,15 @@ static int shuffle_buckets(const bp_dataset *ds, bp_ds_writer *w, rows_buf *b, u
                        "more buckets", K, *largest);
     }
 
-    size_t nt = strlen(out) + 32;
-    char *tmp = bp_xmalloc(nt), what[64];
+    size_t nt = strlen(out) + 48;
+    char *tmp = bp_xmalloc(nt), *what = bp_xmalloc(nt);
     snprintf(tmp, nt, "%s.shuffle.XXXXXX", out);
+    snprintf(what, nt, "%s (the shuffle's temporary file beside it)", out);
     const int fd = mkstemp(tmp);
     int rc = 0;
     if (fd < 0) rc = bp_fail(BP_EIO, "%s: cannot create the shuffle's temporary file beside it: %s", out, strerror(errno));
     else unlink(tmp); // lives until closed: a crash leaves nothing behind
     free(tmp);
-    snprintf(what, sizeof what, "the shuffle's temporary file");
     if (!rc && n) {
         const int e = posix_fallocate(fd, 0, (off_t)(n * rb));
         char m[32];
@@ -204,8 +204,14 @@ static int shuffle_buckets(const bp_dataset *ds, bp_ds_writer *w, rows_buf *b, u
     free(buf), free(fill), free(put);
 
     // Pass 2: each bucket read back whole and written in its own order.
-    uint8_t *rows = rc ? NULL : bp_xmalloc(*largest * rb + 1);
-    uint32_t *perm = rc ? NULL : bp_xmalloc((*largest ? *largest : 1) * sizeof *perm);
+    uint8_t *rows = rc ? NULL : malloc(*largest * rb + 1);
+    uint32_t *perm = rc ? NULL : malloc((*largest ? *largest : 1) * sizeof *perm);
+    if (!rc && (!rows || !perm)) {
+        char m[32];
+        rc = bp_fail(BP_ENOMEM, "shuffle: out of memory: the largest of %" PRIu64 " buckets, %" PRIu64 " rows, needs %s; "
+                     "more buckets make it smaller (--buckets, or --memory)", K, *largest,
+                     bp_fmt_bytes(m, sizeof m, (double)*largest * (double)(rb + sizeof *perm)));
+    }
     for (uint64_t k = 0; !rc && k < K; k++) {
         const uint64_t m = start[k + 1] - start[k];
         if (!m) continue;
@@ -218,7 +224,7 @@ static int shuffle_buckets(const bp_dataset *ds, bp_ds_writer *w, rows_buf *b, u
         }
         bp_progress_update(pg, n + start[k + 1], NULL);
     }
-    free(rows), free(perm), free(start);
+    free(rows), free(perm), free(start), free(what);
     if (fd >= 0) close(fd);
     return rc;
 }
