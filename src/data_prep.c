@@ -50,6 +50,16 @@ void prep_opts_default(prep_opts *o) {
     o->format = PREP_CRITEO;
     o->min_count = 1;
     o->split = PREP_SPLIT_NONE;
+    o->seed = 1;
+}
+
+// Whether --sub-sample-rate may drop rows of input fi: not the last day, val and test, with --split days.
+static int sub_train_input(const prep_opts *o, int fi) { return !(o->split == PREP_SPLIT_DAYS && fi == o->n_inputs - 1); }
+
+int prep_keeps(const prep_opts *o, int fi, uint64_t line, int label) {
+    if (label || !(o->sub_sample_rate > 0) || !sub_train_input(o, fi)) return 1;
+    const uint64_t h = bp_hash2(bp_hash2(o->seed, 0x5355425341ull /* "SUBSA" */), ((uint64_t)fi << 40) ^ line);
+    return (double)(h >> 11) * 0x1.0p-53 >= o->sub_sample_rate;
 }
 
 int prep_split_parse(prep_opts *o, const char *s) {
@@ -232,6 +242,13 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
             if ((rc = prep_bad_line(c, &r, &bad)) != 0) break;
             continue;
         }
+        if (o->sub_sample_rate > 0 && c->label[i] == 0 && sub_train_input(o, fi)) {
+            c->st.sub_negatives++;
+            if (!prep_keeps(o, fi, r.line_no, 0)) {
+                c->st.sub_dropped++;
+                continue;
+            }
+        }
         c->n++, c->rows++, c->file_rows[fi]++;
         if (c->n == PREP_CHUNK) {
             if ((rc = prep_flush(c)) != 0) break;
@@ -279,7 +296,7 @@ static int prep_pass(prep_ctx *c, int pass) {
     const prep_opts *o = c->o;
     c->pass = pass;
     c->rows = 0, c->n = 0, c->bytes_before = 0;
-    c->st.bytes_file = c->st.bytes_text = c->st.lines = 0;
+    c->st.bytes_file = c->st.bytes_text = c->st.lines = c->st.sub_dropped = c->st.sub_negatives = 0;
     memset(c->file_rows, 0, (size_t)o->n_inputs * sizeof *c->file_rows);
     if (o->progress)
         bp_progress_init(&c->prog, pass == PASS_COUNT ? "prep: counting" : "prep", "bytes", c->total_bytes);
@@ -299,6 +316,9 @@ static void prep_source(const prep_opts *o, char *buf, size_t cap) {
         const char *base = strrchr(o->inputs[i], '/');
         k += (size_t)snprintf(buf + k, cap - k, " %s", base ? base + 1 : o->inputs[i]);
     }
+    if (o->sub_sample_rate > 0 && k < cap)
+        snprintf(buf + k, cap - k, " --sub-sample-rate %.17g --seed %llu", o->sub_sample_rate,
+                 (unsigned long long)o->seed);
 }
 
 // The day of a Criteo Terabyte file name (day_N, day_N.gz, day_N.txt ...), or -1.
@@ -353,6 +373,16 @@ static int prep_check_opts(const prep_opts *o) {
                            (unsigned long long)o->max_ind_range, F, bp_fmt_bytes(a, sizeof a, (double)need),
                            bp_fmt_bytes(b, sizeof b, (double)avail));
     }
+    if (!(o->sub_sample_rate >= 0 && o->sub_sample_rate < 1))
+        return bp_fail(BP_EUSAGE, "--sub-sample-rate: %g is not in [0, 1), the share of no-click train rows dropped",
+                       o->sub_sample_rate);
+    if (o->sub_sample_rate > 0 && (o->split == PREP_SPLIT_KAGGLE || o->split == PREP_SPLIT_RATIO))
+        return bp_fail(BP_EUSAGE, "--sub-sample-rate drops no-click rows of the train split as they are read, and "
+                       "with --split %s which rows are train is known only at the end: use --split days (the last "
+                       "day, val and test, is kept whole) or none", o->split == PREP_SPLIT_KAGGLE ? "kaggle" : "ratio");
+    if (o->sub_sample_rate > 0 && o->split == PREP_SPLIT_DAYS && o->max_rows)
+        return bp_fail(BP_EUSAGE, "--sub-sample-rate with --split days keeps the last day whole, and --max-rows may "
+                       "stop before it, making another day val and test; leave out one of them");
     if (o->split == PREP_SPLIT_DAYS && o->n_inputs < 2)
         return bp_fail(BP_EUSAGE, "--split days: expected one input file per day (at least 2), got %d", o->n_inputs);
     // One file given twice (by one name or two) would repeat its rows, with --split days in
@@ -543,6 +573,11 @@ static void prep_print_summary(const prep_opts *o, const prep_stats *st) {
                (unsigned long long)st->distinct, bp_fmt_bytes(a, sizeof a, (double)st->vocab_bytes));
     for (uint32_t f = 0; f < st->n_sparse; f++) printf("%s%llu", f ? "," : " ", (unsigned long long)st->card[f]);
     printf("\n");
+    if (o->sub_sample_rate > 0)
+        printf("sub-sampled: %llu of the %llu no-click train rows dropped (%.4f; --sub-sample-rate %g, seed %llu)\n",
+               (unsigned long long)st->sub_dropped, (unsigned long long)st->sub_negatives,
+               st->sub_negatives ? (double)st->sub_dropped / (double)st->sub_negatives : 0.0, o->sub_sample_rate,
+               (unsigned long long)o->seed);
     if (st->bad_total) {
         printf("bad lines skipped: %llu (", (unsigned long long)st->bad_total);
         int first = 1;
@@ -559,7 +594,8 @@ static void prep_print_summary(const prep_opts *o, const prep_stats *st) {
 int cmd_prep(int argc, char **argv) {
     int format = 0, skip_bad = 0, quiet = 0, compact = 0;
     const char *out = NULL, *split = NULL;
-    int64_t min_count = 1, max_ind_range = 0, max_rows = 0;
+    int64_t min_count = 1, max_ind_range = 0, max_rows = 0, seed = 1;
+    double sub_rate = 0;
     const cli_opt opts[] = {
         CLI_CHOICE("format", 'f', &format, 0, "criteo|avazu",
                    "input format: Criteo TSV (Kaggle or Terabyte days) or Avazu CSV with its header"),
@@ -577,6 +613,11 @@ int cmd_prep(int argc, char **argv) {
                 "halved) | ratio:A,B,C"),
         CLI_FLAG("skip-bad", 0, &skip_bad, "skip malformed lines (counted per kind) instead of failing"),
         CLI_I64("max-rows", 0, &max_rows, 0, 0, INT64_MAX, "stop after N rows (0 = all)"),
+        CLI_DBL("sub-sample-rate", 0, &sub_rate, 0, -1e9, 1e9, // (range: prep_check_opts)
+                "drop each no-click row of the train days with this probability (the DLRM reference's "
+                "--data-sub-sample-rate; its Terabyte runs use 0.875); --split days or none, the last day kept whole"),
+        CLI_ALIAS("data-sub-sample-rate", "sub-sample-rate", "the DLRM reference's name for --sub-sample-rate"),
+        CLI_I64("seed", 's', &seed, 1, 0, INT64_MAX, "seed of the rows --sub-sample-rate drops"),
         CLI_FLAG("quiet", 'q', &quiet, "no progress line and no summary"),
         // The DLRM reference's names for what the arguments and --format say here.
         CLI_HINT("raw-data-file", "the raw files are the INPUT arguments, in order: 'bagpipe prep -o OUT INPUT...'"),
@@ -607,6 +648,7 @@ int cmd_prep(int argc, char **argv) {
     o.compact = compact;
     o.skip_bad = skip_bad;
     o.max_rows = (uint64_t)max_rows;
+    o.sub_sample_rate = sub_rate, o.seed = (uint64_t)seed;
     o.progress = !quiet;
     if (max_ind_range && cli_was_given(&given, opts, "min-count"))
         rc = bp_fail(BP_EUSAGE, "--min-count and --max-ind-range choose two different id mappings; give one");

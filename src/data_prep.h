@@ -31,6 +31,9 @@ typedef struct {
     double ratio[3];           // PREP_SPLIT_RATIO: train, val, test fractions (sum 1)
     int skip_bad;              // skip bad lines (counted) instead of failing
     uint64_t max_rows;         // stop after this many rows; 0 = all
+    double sub_sample_rate;    // each no-click row of a train input dropped with this probability
+                               // (the DLRM reference's --data-sub-sample-rate); 0 = none
+    uint64_t seed;             // of those drops (prep_keeps)
     int progress;              // draw a progress line (bp_progress) when stderr is a terminal
     const char *source;        // free text for the header; NULL = made from the options
 } prep_opts;
@@ -43,6 +46,8 @@ typedef struct {
     uint64_t lines;            // input lines, one pass (headers and bad lines included)
     uint64_t bad[LINES_BAD_N]; // skipped bad lines per kind (--skip-bad)
     uint64_t bad_total;
+    uint64_t sub_dropped;      // no-click train rows dropped (sub_sample_rate), one pass
+    uint64_t sub_negatives;    // no-click train rows read, dropped or not, one pass
     uint32_t n_dense, n_sparse;
     uint64_t card[BP_DS_MAX_SPARSE];
     uint64_t vocab_bytes;      // memory held by the vocabularies at their peak
@@ -53,7 +58,12 @@ typedef struct {
     int inputs_read;           // inputs reached (fewer than given when --max-rows stops early)
 } prep_stats;
 
-// Sets o to the defaults (criteo, min_count 1, no hashing, split none).
+// Whether row `line` (the line number in its file, from 1) of input fi, whose label is `label`,
+// is kept: the rows of the val/test input (--split days: the last) and the clicks always; a
+// no-click row of a train input with probability 1 - o->sub_sample_rate, drawn from a hash of
+// (seed, fi, line) alone, so both passes of the frequency ids, and any chunking, drop the same rows.
+int prep_keeps(const prep_opts *o, int fi, uint64_t line, int label);
+// Sets o to the defaults (criteo, min_count 1, no hashing, split none, seed 1).
 void prep_opts_default(prep_opts *o);
 // Parses a --split value: "none", "kaggle", "days" or "ratio:A,B,C".  BP_EUSAGE on error.
 int prep_split_parse(prep_opts *o, const char *s);

@@ -1048,8 +1048,8 @@ static int train_distributed(const train_flags *fl, const char *data_path, int a
     CLI_HINT("data-randomize", "the model learns from the rows in the dataset's order, every epoch the "  \
              "same; the reference's default, total, shuffles the train days when it preprocesses them, "     \
              "which 'bagpipe shuffle -o OUT DATA' does once"),                                              \
-    CLI_HINT("data-sub-sample-rate", "not supported: every row of the train split is used (the "        \
-             "reference drops that share of the no-click rows when it preprocesses them)"),                 \
+    CLI_HINT("data-sub-sample-rate", "the reference drops that share of the no-click train rows when it " \
+             "preprocesses them: 'bagpipe prep --sub-sample-rate R --split days' does it once"),            \
     CLI_HINT("num-indices-per-lookup", DLRM_ONE_ID_HINT), CLI_HINT("num-indices-per-lookup-fixed", DLRM_ONE_ID_HINT), \
     CLI_HINT("mlperf-auc-threshold", DLRM_THRESHOLD_HINT), CLI_HINT("mlperf-acc-threshold", DLRM_THRESHOLD_HINT), \
     CLI_HINT("mlperf-bin-loader", DLRM_LOADER_HINT), CLI_HINT("mlperf-bin-shuffle", DLRM_LOADER_HINT),    \

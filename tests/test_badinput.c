@@ -1030,7 +1030,8 @@ TEST(badinput_dlrm_reference_flag_names_and_typos) {
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --data-randomize total", test_bin(), d),
                            "which 'bagpipe shuffle -o OUT DATA' does once");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --data-sub-sample-rate=0.875", test_bin(), d),
-                           "--data-sub-sample-rate: not supported: every row of the train split is used");
+                           "--data-sub-sample-rate: the reference drops that share of the no-click train rows when it "
+                           "preprocesses them: 'bagpipe prep --sub-sample-rate R --split days' does it once");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --mlperf-bin-loader", test_bin(), d),
                            "--mlperf-bin-loader: the dataset is mapped and read in place");
     EXPECT_BEFORE_TRAINING(2, cmd("%s train %s --num-indices-per-lookup 1", test_bin(), d),

@@ -13,6 +13,7 @@
 #include "data_prep.h"
 #include "data_synth.h"
 #include "data_vocab.h"
+#include "dist_util.h"
 #include "test.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -1572,4 +1573,90 @@ TEST(prep_line_limit_counts_the_text_not_its_line_end) {
             ASSERT_EQ(lines_next(&r, &s, &n), 0);
             lines_close(&r);
         }
+}
+
+// --sub-sample-rate (the DLRM reference's --data-sub-sample-rate): each no-click row of the train
+// days is dropped where prep_keeps says, in one pass (hashed ids) and in both passes of the
+// frequency ids: the dataset equals the prep of the days with those lines removed by hand (so
+// the vocabulary counts the rows kept).  The clicks and the last day (val and test) stay whole,
+// the share dropped is the rate's (binomial, within five deviations), and the summary counts
+// them.  From the command line: the same seed gives the same bytes, another seed other rows, the
+// reference's name is the same flag, and the header records rate and seed.
+TEST(prep_sub_sample_drops_train_negatives) {
+    enum { PER = 3000 };
+    const char *days[3], *kept[3];
+    char name[32];
+    for (int d = 0; d < 3; d++) snprintf(name, sizeof name, "day_%d", d), days[d] = criteo_file(name, d * PER, PER);
+    for (int map = 0; map < 2; map++) { // hashed, then frequency ids
+        prep_opts o;
+        prep_opts_default(&o);
+        o.inputs = days, o.n_inputs = 3, o.split = PREP_SPLIT_DAYS, o.sub_sample_rate = 0.75, o.seed = 7;
+        if (map == 0) o.max_ind_range = 1000;
+        else o.min_count = 2;
+        o.out = tpath(map ? "sf.bin" : "sh.bin");
+        prep_stats st;
+        ASSERT_OK(prep_run(&o, &st));
+        uint64_t negatives = 0, dropped = 0;
+        for (int d = 0; d < 3; d++) {
+            text t = {0};
+            for (int r = d * PER; r < (d + 1) * PER; r++) {
+                const int label = r % 3 == 0;
+                negatives += !label && d < 2;
+                if (prep_keeps(&o, d, (uint64_t)(r - d * PER + 1), label)) {
+                    crow(&t, r);
+                } else {
+                    ASSERT_MSG(!label && d < 2, "row %d (day %d, label %d) dropped", r, d, label);
+                    dropped++;
+                }
+            }
+            snprintf(name, sizeof name, "kept_%d", d);
+            kept[d] = write_bytes(name, t.s, t.n);
+            free(t.s);
+        }
+        ASSERT_EQ(st.sub_negatives, negatives);
+        ASSERT_EQ(st.sub_dropped, dropped);
+        ASSERT_EQ(st.rows, 3 * PER - dropped);
+        ASSERT_EQ(st.split[1] + st.split[2], PER); // the last day whole
+        ASSERT_MSG(dropped > 2863 && dropped < 3137, "%llu of %llu no-click rows dropped at 0.75 (sd 27)",
+                   (unsigned long long)dropped, (unsigned long long)negatives);
+        prep_opts k = o;
+        k.inputs = kept, k.sub_sample_rate = 0, k.out = tpath(map ? "kf.bin" : "kh.bin");
+        ASSERT_OK(prep_run(&k, NULL));
+        ASSERT_MSG(same_dataset(o.out, k.out), "%s ids: the sub-sampled dataset differs from the days filtered by hand",
+                   map ? "frequency" : "hashed");
+    }
+
+    const char *a = tpath("a.bin"), *b = tpath("b.bin"), *c = tpath("c.bin"), *e = tpath("e.bin");
+    char *msg = NULL;
+    ASSERT_EQ(test_run(&msg, 30, "%s prep --split days --sub-sample-rate 0.5 --seed 3 -o %s %s %s %s", test_bin(), a,
+                       days[0], days[1], days[2]), 0);
+    ASSERT_STR_CONTAINS(msg, "no-click train rows dropped (0.");
+    ASSERT_STR_CONTAINS(msg, "of the 4000 no-click train rows");
+    free(msg);
+    ASSERT_EQ(test_run(NULL, 30, "%s prep -q --split days --data-sub-sample-rate=0.5 --seed 3 -o %s %s %s %s",
+                       test_bin(), b, days[0], days[1], days[2]), 0);
+    ASSERT_EQ(test_run(NULL, 30, "%s prep -q --split days --sub-sample-rate 0.5 --seed 4 -o %s %s %s %s", test_bin(),
+                       c, days[0], days[1], days[2]), 0);
+    ASSERT_TRUE(dist_test_files_equal(a, b));
+    ASSERT_TRUE(!same_dataset(a, c));
+    ASSERT_EQ(test_run(&msg, 10, "%s info %s", test_bin(), a), 0);
+    ASSERT_STR_CONTAINS(msg, "day_2 --sub-sample-rate 0.5 --seed 3");
+    free(msg);
+    // Wrong uses: 2, naming why, nothing written.
+    static const struct {
+        const char *flags, *want;
+    } bad[] = {
+        {"--split days --sub-sample-rate 1", "--sub-sample-rate: 1 is not in [0, 1)"},
+        {"--split days --sub-sample-rate -0.1", "--sub-sample-rate: -0.1 is not in [0, 1)"},
+        {"--split kaggle --sub-sample-rate 0.5", "with --split kaggle which rows are train is known only at the end"},
+        {"--split ratio:0.8,0.1,0.1 --sub-sample-rate 0.5", "with --split ratio which rows are train"},
+        {"--split days --max-rows 100 --sub-sample-rate 0.5", "--max-rows may stop before it"},
+    };
+    for (size_t i = 0; i < BP_ARRAY_LEN(bad); i++) {
+        ASSERT_EQ(test_run(&msg, 10, "%s prep %s -o %s %s %s %s", test_bin(), bad[i].flags, e, days[0], days[1],
+                           days[2]), 2);
+        ASSERT_STR_CONTAINS(msg, bad[i].want);
+        free(msg);
+        ASSERT_TRUE(!file_exists(e));
+    }
 }
