@@ -54,7 +54,9 @@ void prep_opts_default(prep_opts *o) {
 }
 
 // Whether --sub-sample-rate may drop rows of input fi: not the last day, val and test, with --split days.
-static int sub_train_input(const prep_opts *o, int fi) { return !(o->split == PREP_SPLIT_DAYS && fi == o->n_inputs - 1); }
+static int sub_train_input(const prep_opts *o, int fi) {
+    return !(o->split == PREP_SPLIT_DAYS && fi == o->n_inputs - 1);
+}
 
 int prep_keeps(const prep_opts *o, int fi, uint64_t line, int label) {
     if (label || !(o->sub_sample_rate > 0) || !sub_train_input(o, fi)) return 1;

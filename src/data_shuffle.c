@@ -145,7 +145,8 @@ static int shuffle_in_memory(const bp_dataset *ds, bp_ds_writer *w, rows_buf *b,
     int rc = 0;
     for (uint64_t r0 = 0; !rc && r0 < n; r0 += CHUNK) {
         const size_t m = (size_t)BP_MIN((uint64_t)CHUNK, n - r0);
-        for (size_t k = 0; k < m; k++) rows_take(b, ds, wide ? ((uint64_t *)order)[r0 + k] : ((uint32_t *)order)[r0 + k], k);
+        for (size_t k = 0; k < m; k++)
+            rows_take(b, ds, wide ? ((uint64_t *)order)[r0 + k] : ((uint32_t *)order)[r0 + k], k);
         rc = bp_ds_writer_append(w, m, b->lab, b->dense, b->sparse, b->prob);
         bp_progress_update(pg, r0 + m, NULL);
     }
@@ -175,7 +176,8 @@ static int shuffle_buckets(const bp_dataset *ds, bp_ds_writer *w, rows_buf *b, u
     snprintf(what, nt, "%s (the shuffle's temporary file beside it)", out);
     const int fd = mkstemp(tmp);
     int rc = 0;
-    if (fd < 0) rc = bp_fail(BP_EIO, "%s: cannot create the shuffle's temporary file beside it: %s", out, strerror(errno));
+    if (fd < 0)
+        rc = bp_fail(BP_EIO, "%s: cannot create the shuffle's temporary file beside it: %s", out, strerror(errno));
     else unlink(tmp); // lives until closed: a crash leaves nothing behind
     free(tmp);
     if (!rc && n) {
@@ -195,7 +197,8 @@ static int shuffle_buckets(const bp_dataset *ds, bp_ds_writer *w, rows_buf *b, u
     for (uint64_t i = 0; !rc && i < n; i++) {
         const uint64_t k = rng_below64(&r, K);
         row_pack(b, ds, i, buf + (k * per + fill[k]) * rb);
-        if (++fill[k] == per) rc = bp_pwrite_all(fd, buf + k * per * rb, per * rb, put[k] * rb, what), put[k] += per, fill[k] = 0;
+        if (++fill[k] == per)
+            rc = bp_pwrite_all(fd, buf + k * per * rb, per * rb, put[k] * rb, what), put[k] += per, fill[k] = 0;
         if ((i & 0xffff) == 0) bp_progress_update(pg, i, NULL);
     }
     for (uint64_t k = 0; !rc && k < K; k++)
@@ -208,8 +211,8 @@ static int shuffle_buckets(const bp_dataset *ds, bp_ds_writer *w, rows_buf *b, u
     uint32_t *perm = rc ? NULL : malloc((*largest ? *largest : 1) * sizeof *perm);
     if (!rc && (!rows || !perm)) {
         char m[32];
-        rc = bp_fail(BP_ENOMEM, "shuffle: out of memory: the largest of %" PRIu64 " buckets, %" PRIu64 " rows, needs %s; "
-                     "more buckets make it smaller (--buckets, or --memory)", K, *largest,
+        rc = bp_fail(BP_ENOMEM, "shuffle: out of memory: the largest of %" PRIu64 " buckets, %" PRIu64 " rows, needs "
+                     "%s; more buckets make it smaller (--buckets, or --memory)", K, *largest,
                      bp_fmt_bytes(m, sizeof m, (double)*largest * (double)(rb + sizeof *perm)));
     }
     for (uint64_t k = 0; !rc && k < K; k++) {
