@@ -833,7 +833,7 @@ int ckpt_stage_warn_leftovers(const char *dir) {
         char part[8400];
         int parts_in_dir = 0; // the new model's parts moved in, where there is no exchange
         for (int i = 0; i < 2; i++) {
-            snprintf(part, sizeof part, "%s/%s", dname, i ? "emb.bin" : "dense.bin");
+            join(part, sizeof part, dname, i ? "emb.bin" : "dense.bin");
             parts_in_dir += lstat(part, &st) == 0;
         }
         if (!others && stat(dname, &st) != 0) // a save into a new directory, killed before its rename

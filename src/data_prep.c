@@ -58,10 +58,14 @@ static int sub_train_input(const prep_opts *o, int fi) {
     return !(o->split == PREP_SPLIT_DAYS && fi == o->n_inputs - 1);
 }
 
-int prep_keeps(const prep_opts *o, int fi, uint64_t line, int label) {
-    if (label || !(o->sub_sample_rate > 0) || !sub_train_input(o, fi)) return 1;
+// The draw that drops a no-click train row: from (seed, fi, line) alone.
+static int sub_drawn(const prep_opts *o, int fi, uint64_t line) {
     const uint64_t h = bp_hash2(bp_hash2(o->seed, 0x5355425341ull /* "SUBSA" */), ((uint64_t)fi << 40) ^ line);
-    return (double)(h >> 11) * 0x1.0p-53 >= o->sub_sample_rate;
+    return (double)(h >> 11) * 0x1.0p-53 < o->sub_sample_rate;
+}
+
+int prep_keeps(const prep_opts *o, int fi, uint64_t line, int label) {
+    return label || !(o->sub_sample_rate > 0) || !sub_train_input(o, fi) || !sub_drawn(o, fi, line);
 }
 
 int prep_split_parse(prep_opts *o, const char *s) {
@@ -246,7 +250,7 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
         }
         if (o->sub_sample_rate > 0 && c->label[i] == 0 && sub_train_input(o, fi)) {
             c->st.sub_negatives++;
-            if (!prep_keeps(o, fi, r.line_no, 0)) {
+            if (sub_drawn(o, fi, r.line_no)) {
                 c->st.sub_dropped++;
                 continue;
             }
