@@ -1,11 +1,13 @@
 // bench_prep: raw Criteo TSV -> binary dataset throughput of prep_run().
 //
-//   build/bench/bench_prep [MB [DIR]]     (default 200 MB of text, DIR = $TMPDIR or /tmp)
+//   build/bench/bench_prep [MB [DIR [THREADS]]]   (default 200 MB of text, DIR = $TMPDIR or /tmp,
+//                                                 THREADS one per core, at most 16)
 //
 // Generates a Criteo-shaped TSV (Kaggle's 26 table sizes, log-uniform "power-law" categorical
 // ranks, heavy-tailed integers, Kaggle-like shares of empty fields, ~250 bytes a line), a gzip
 // copy of it, then times in one run: read+parse only, prep with hashed ids, prep with frequency
-// ids (two passes), and prep of the gzip copy with hashed ids.  Prints MB/s of text and rows/s
+// ids (two passes), and prep of the gzip copy with hashed ids, each on one thread and then on
+// THREADS (prep_opts.threads), with the ratio of the two wall times.  Prints MB/s of text and rows/s
 // over wall time (which includes writing and fsyncing the output), and the CPU time used.
 #include <math.h>
 #include <stdio.h>
@@ -116,7 +118,9 @@ static double cpu_seconds(void) {
            1e-6 * (double)ru.ru_stime.tv_usec;
 }
 
-static void bench_prep(const char *what, const char *in, const char *out, uint64_t min_count, uint64_t max_ind) {
+// One prep run; returns its wall time.
+static double bench_prep(const char *what, const char *in, const char *out, uint64_t min_count, uint64_t max_ind,
+                         int threads) {
     prep_opts o;
     prep_opts_default(&o);
     o.inputs = &in;
@@ -125,6 +129,7 @@ static void bench_prep(const char *what, const char *in, const char *out, uint64
     o.min_count = (uint32_t)min_count;
     o.max_ind_range = max_ind;
     o.split = PREP_SPLIT_KAGGLE;
+    o.threads = threads;
     prep_stats st;
     double cpu0 = cpu_seconds();
     int rc = prep_run(&o, &st);
@@ -133,7 +138,9 @@ static void bench_prep(const char *what, const char *in, const char *out, uint64
         fprintf(stderr, "prep failed: %s\n", bp_errmsg(rc));
         exit(1);
     }
-    printf("%-34s %8.1f MB/s %10.0f rows/s   %.2f s wall, %.2f s cpu (%.0f MB/s per cpu-second)", what,
+    char name[80];
+    snprintf(name, sizeof name, "%s, %d thread%s", what, threads, threads == 1 ? "" : "s");
+    printf("%-46s %8.1f MB/s %10.0f rows/s   %.2f s wall, %.2f s cpu (%.0f MB/s per cpu-second)", name,
            (double)st.bytes_text / 1e6 / st.seconds, (double)st.rows / st.seconds, st.seconds, cpu,
            (double)st.bytes_text / 1e6 / cpu);
     if (st.bytes_file != st.bytes_text) printf(", %.1f MB/s of gzip", (double)st.bytes_file / 1e6 / st.seconds);
@@ -145,17 +152,32 @@ static void bench_prep(const char *what, const char *in, const char *out, uint64
     }
     printf("\n");
     unlink(out);
+    return st.seconds;
+}
+
+// The same prep on one thread and on `threads`, back to back, and the ratio of their wall times.
+static void bench_pair(const char *what, const char *in, const char *out, uint64_t min_count, uint64_t max_ind,
+                       int threads) {
+    double t1 = bench_prep(what, in, out, min_count, max_ind, 1);
+    if (threads == 1) return;
+    double tn = bench_prep(what, in, out, min_count, max_ind, threads);
+    printf("%-46s %.2fx\n", "  speed-up", t1 / tn);
 }
 
 int main(int argc, char **argv) {
-    if (bench_help(argc, argv, "[MB [DIR]]",
+    if (bench_help(argc, argv, "[MB [DIR [THREADS]]]",
                    "raw Criteo TSV -> binary dataset throughput of prep: MB of generated text (default 200) in DIR\n"
-                   "($TMPDIR or /tmp); read+parse, hashed ids, frequency ids and a gzip copy, in MB/s and rows/s"))
+                   "($TMPDIR or /tmp); read+parse, hashed ids, frequency ids and a gzip copy, in MB/s and rows/s, each on one\n"
+                   "thread and on THREADS (default: one per core, at most 16) back to back"))
         return 0;
     const double mb = bench_num_arg(argc, argv, 1, 200, 1, "MB");
     if (mb < 0) return 2;
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    const double th = bench_num_arg(argc, argv, 3, (double)(nc < 1 ? 1 : nc > 16 ? 16 : nc), 1, "THREADS");
+    if (th < 0) return 2;
+    const int threads = th < 1 ? 1 : th > 16 ? 16 : (int)th;
     if (!(mb > 0)) {
-        fprintf(stderr, "usage: bench_prep [MB [DIR]]\n");
+        fprintf(stderr, "usage: bench_prep [MB [DIR [THREADS]]]\n");
         return 2;
     }
     const char *dir = bench_scratch(argc > 2 ? argv[2] : NULL, "bench_prep");
@@ -174,9 +196,9 @@ int main(int argc, char **argv) {
     printf("generated %llu rows, %.1f MB text (%.1f bytes/line), %.1f MB gzip, in %.1f s\n", (unsigned long long)rows,
            (double)bytes / 1e6, (double)bytes / (double)rows, (double)gz_bytes / 1e6, bp_now() - t0);
     bench_parse(txt, bytes);
-    bench_prep("prep, hashed ids (mod 10M)", txt, out, 1, 10000000);
-    bench_prep("prep, frequency ids (min count 1)", txt, out, 1, 0);
-    bench_prep("prep, frequency ids (min count 4)", txt, out, 4, 0);
-    bench_prep("prep gzip input, hashed ids", gz, out, 1, 10000000);
+    bench_pair("prep, hashed ids (mod 10M)", txt, out, 1, 10000000, threads);
+    bench_pair("prep, frequency ids (min count 1)", txt, out, 1, 0, threads);
+    bench_pair("prep, frequency ids (min count 4)", txt, out, 4, 0, threads);
+    bench_pair("prep gzip input, hashed ids", gz, out, 1, 10000000, threads);
     return 0;
 }

@@ -205,8 +205,9 @@ const char *bp_fmt_bytes(char *buf, size_t cap, double bytes) {
 }
 
 const char *bp_fmt_seconds(char *buf, size_t cap, double seconds) {
-    if (seconds < 1) snprintf(buf, cap, "%.3g ms", seconds * 1e3);
-    else snprintf(buf, cap, "%.*f s", seconds < 10 ? 2 : 1, seconds);
+    // (%.3g of 999.5 ms and more reads "1e+03": those are 1.00 s, as 9.995 s and more are 10.0 s)
+    if (seconds < 0.9995) snprintf(buf, cap, "%.3g ms", seconds * 1e3);
+    else snprintf(buf, cap, "%.*f s", seconds < 9.995 ? 2 : 1, seconds);
     return buf;
 }
 

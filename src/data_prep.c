@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <libgen.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,32 @@
 #include "data_criteo.h"
 #include "data_vocab.h"
 #include "dist.h"
+#include "nn.h"
 #include "progress.h"
 
 enum { PASS_COUNT, PASS_WRITE };
+
+// Lines are read in chunks of at most CHUNK_LINES lines or about CHUNK_TEXT bytes of text, copied
+// out of the reader, and parsed by every thread into the rows gathered for the writer (up to
+// PREP_CHUNK, handed on early when a chunk might not fit); the next chunk is read while one is
+// parsed.  The two chunks held at once add ~9 MB to prep's memory.
+enum { CHUNK_LINES = 16384, CHUNK_TEXT = 4 << 20, PARSE_BLOCK = 256 };
+enum { ENTRY_LINE = 0, ENTRY_LONG = 1 }; // a line to parse, or one over LINES_MAX (skipped, no text)
+
+// Consecutive lines of one input, from line first_line on.
+typedef struct {
+    char *text;             // each line followed by '\n' (the parsers' sentinel)
+    size_t text_len;
+    size_t n;               // entries
+    size_t *off;            // (CHUNK_LINES) where entry i's text starts
+    uint32_t *len;          // its length
+    uint8_t *kind;          // ENTRY_*
+    uint64_t *end;          // the input's text position after entry i (bytes_text; --max-rows)
+    uint64_t first_line;
+    uint64_t bytes_file;    // the reader's bytes_file after the last entry (progress)
+    int end_rc;             // after the entries: 0 more lines follow, 1 the end of the input, < 0 a
+    char err[256];          //   read error, whose message is err (read on another thread, maybe)
+} prep_chunk;
 
 typedef struct {
     const prep_opts *o;
@@ -43,6 +67,12 @@ typedef struct {
     bp_ds_writer *w;
     uint64_t **seen;       // --compact: (F) per 64 residues a word of those present, and (after the
                            // pass) a word of how many are present before them: one line for both
+    int threads;           // parts of each parallel step (nn_pool_run)
+    prep_chunk chunk[2];   // the one parsed and the one read meanwhile
+    size_t at;             // a chunk's line i is parsed into row at + i of label, dense and keys
+    uint8_t *bad;          // (CHUNK_LINES) per line of the chunk parsed: 0, or 1 + the lines_bad kind
+                           // of a bad line (its message is made again, by parsing the line once
+                           // more, when it is shown)
 } prep_ctx;
 
 void prep_opts_default(prep_opts *o) {
@@ -128,17 +158,24 @@ static int prep_check_out(const char *out) {
     return rc;
 }
 
-static int prep_bad_line(prep_ctx *c, const lines_reader *r, const lines_bad *bad) {
+// A bad line: fails, naming it, or (--skip-bad) counts it and shows the first three.  bad is
+// made only when it is said (make_bad), since a skipped line is otherwise only counted.
+static int prep_bad_line(prep_ctx *c, const char *path, uint64_t line, lines_bad_kind kind,
+                         void (*make_bad)(const prep_ctx *, const void *, lines_bad *), const void *arg) {
+    lines_bad bad;
     if (!c->o->skip_bad) {
-        const char *hint = bad->first_line_hint && r->line_no == 1 ? bad->first_line_hint : NULL;
-        return bp_fail(BP_EFORMAT, "%s:%llu: %s%s", r->path, (unsigned long long)r->line_no, bad->msg,
+        make_bad(c, arg, &bad);
+        const char *hint = bad.first_line_hint && line == 1 ? bad.first_line_hint : NULL;
+        return bp_fail(BP_EFORMAT, "%s:%llu: %s%s", path, (unsigned long long)line, bad.msg,
                        hint ? hint : " (or --skip-bad to skip bad lines)");
     }
     if (c->count_bad) {
-        c->st.bad[bad->kind]++;
+        c->st.bad[kind]++;
         c->st.bad_total++;
-        if (c->shown_bad++ < 3)
-            bp_log(BP_LOG_WARN, "skipping %s:%llu: %s", r->path, (unsigned long long)r->line_no, bad->msg);
+        if (c->shown_bad++ < 3) {
+            make_bad(c, arg, &bad);
+            bp_log(BP_LOG_WARN, "skipping %s:%llu: %s", path, (unsigned long long)line, bad.msg);
+        }
     }
     return 0;
 }
@@ -155,40 +192,96 @@ static int vocab_fail(const prep_ctx *c, uint32_t f, int rc) {
                    bp_fmt_bytes(held, sizeof held, (double)bytes), rc == BP_ENOMEM ? ", or give prep more memory" : "");
 }
 
-// Hands the parsed chunk on: counts values (first pass of the frequency mapping) or maps them
+// The values of one table of a chunk of rows, counted or mapped to ids, as a part of a parallel
+// step: the parts take tables in turn, the largest vocabularies first (their lookups miss the
+// caches most), and each table's work is what one thread did alone.
+typedef struct {
+    prep_ctx *c;
+    size_t n;
+    uint32_t order[BP_DS_MAX_SPARSE];
+    _Atomic uint32_t next;
+    int rc[BP_DS_MAX_SPARSE];        // vocab_count's failure, per table
+    size_t mapped[BP_DS_MAX_SPARSE]; // vocab_map's rows mapped, per table
+    char err[BP_DS_MAX_SPARSE][256]; // the failure's message (bp_fail's text is the thread's own)
+} table_job;
+
+static void table_part(void *ctx, int p, int parts) {
+    (void)p, (void)parts;
+    table_job *j = ctx;
+    prep_ctx *c = j->c;
+    const uint32_t F = c->F;
+    for (uint32_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < F;) {
+        const uint32_t f = j->order[k];
+        if (c->pass == PASS_COUNT) {
+            if ((j->rc[f] = vocab_count(&c->voc[f], c->keys + f, F, j->n)) != 0)
+                snprintf(j->err[f], sizeof j->err[f], "%s", bp_errmsg(j->rc[f]));
+        } else {
+            j->mapped[f] = vocab_map(&c->voc[f], c->keys + f, F, j->n, c->ids + f, F);
+        }
+    }
+}
+
+// Tables by distinct values so far, most first (ties by index).
+static int cmp_distinct_desc(const void *a, const void *b, void *ctx) {
+    const vocab *voc = ctx;
+    const uint32_t f = *(const uint32_t *)a, g = *(const uint32_t *)b;
+    const uint64_t x = vocab_distinct(&voc[f]), y = vocab_distinct(&voc[g]);
+    return x != y ? (x < y) - (x > y) : (f > g) - (f < g);
+}
+
+// Hashed ids of rows [i0, i1) (every table), a part of a parallel step.
+typedef struct {
+    prep_ctx *c;
+    size_t n;
+} hash_job;
+
+static void hash_part(void *ctx, int p, int parts) {
+    const hash_job *j = ctx;
+    const prep_ctx *c = j->c;
+    const uint64_t N = c->o->max_ind_range;
+    const size_t F = c->F, i0 = (size_t)nn_part_begin((long)j->n, p, parts) * F,
+                 i1 = (size_t)nn_part_begin((long)j->n, p + 1, parts) * F;
+    if (N <= UINT32_MAX) {
+        // Keys below 2^32 (all Criteo values but the missing one) take Lemire's remainder
+        // by multiplication: k mod N = ((M k mod 2^64) N) >> 64 with M = ceil(2^64 / N).
+        const uint64_t M = UINT64_MAX / N + 1;
+        for (size_t i = i0; i < i1; i++) {
+            uint64_t k = c->keys[i];
+            c->ids[i] = k <= UINT32_MAX ? (uint32_t)(((unsigned __int128)(M * k) * N) >> 64) : (uint32_t)(k % N);
+        }
+    } else {
+        for (size_t i = i0; i < i1; i++) c->ids[i] = (uint32_t)(c->keys[i] % N);
+    }
+}
+
+// Hands the rows gathered on: counts values (first pass of the frequency mapping) or maps them
 // to ids and appends the rows to the dataset.
 static int prep_flush(prep_ctx *c) {
     size_t n = c->n;
     const uint32_t F = c->F;
     c->n = 0;
     if (!n) return 0;
-    if (c->pass == PASS_COUNT) {
-        for (uint32_t f = 0; f < F; f++) {
-            int rc = vocab_count(&c->voc[f], c->keys + f, F, n);
-            if (rc) return vocab_fail(c, f, rc);
-        }
-        return 0;
-    }
     if (c->voc) {
-        for (uint32_t f = 0; f < F; f++)
-            if (vocab_map(&c->voc[f], c->keys + f, F, n, c->ids + f, F) < n)
-                return bp_fail(BP_EMISMATCH, "an input changed between the counting and the writing pass "
-                               "(table %u has a value the first pass never saw)", f);
-    } else {
-        const uint64_t N = c->o->max_ind_range;
-        size_t total = n * F;
-        if (N <= UINT32_MAX) {
-            // Keys below 2^32 (all Criteo values but the missing one) take Lemire's remainder
-            // by multiplication: k mod N = ((M k mod 2^64) N) >> 64 with M = ceil(2^64 / N).
-            const uint64_t M = UINT64_MAX / N + 1;
-            for (size_t i = 0; i < total; i++) {
-                uint64_t k = c->keys[i];
-                c->ids[i] = k <= UINT32_MAX ? (uint32_t)(((unsigned __int128)(M * k) * N) >> 64)
-                                            : (uint32_t)(k % N);
+        table_job *j = bp_xcalloc(1, sizeof *j);
+        j->c = c, j->n = n;
+        for (uint32_t f = 0; f < F; f++) j->order[f] = f;
+        qsort_r(j->order, F, sizeof *j->order, cmp_distinct_desc, c->voc);
+        nn_pool_run(BP_MIN(c->threads, (int)F), table_part, j);
+        int rc = 0;
+        for (uint32_t f = 0; f < F && !rc; f++) {
+            if (j->rc[f]) {
+                bp_fail(j->rc[f], "%s", j->err[f]);
+                rc = vocab_fail(c, f, j->rc[f]);
+            } else if (c->pass == PASS_WRITE && j->mapped[f] < n) {
+                rc = bp_fail(BP_EMISMATCH, "an input changed between the counting and the writing pass "
+                             "(table %u has a value the first pass never saw)", f);
             }
-        } else {
-            for (size_t i = 0; i < total; i++) c->ids[i] = (uint32_t)(c->keys[i] % N);
         }
+        free(j);
+        if (rc || c->pass == PASS_COUNT) return rc;
+    } else {
+        hash_job j = {c, n};
+        nn_pool_run(n >= 4096 ? c->threads : 1, hash_part, &j);
         if (c->seen)
             for (size_t r = 0; r < n; r++)
                 for (uint32_t f = 0; f < F; f++) {
@@ -200,77 +293,177 @@ static int prep_flush(prep_ctx *c) {
     return bp_ds_writer_append(c->w, n, c->label, c->Nd ? c->dense : NULL, c->ids, NULL);
 }
 
-// Reads input fi to the end (or to --max-rows): sets *stop when the row limit is reached.
-static int prep_file(prep_ctx *c, int fi, int *stop) {
+// Reads the next lines of r into ch (the input's header, if any, already read).
+static void chunk_read(lines_reader *r, prep_chunk *ch) {
+    ch->n = 0, ch->text_len = 0;
+    ch->first_line = r->line_no + 1;
+    ch->end_rc = 0;
+    while (ch->n < CHUNK_LINES && ch->text_len < CHUNK_TEXT) {
+        const char *s;
+        size_t len;
+        int k = lines_next(r, &s, &len);
+        if (k <= 0) {
+            ch->end_rc = k < 0 ? k : 1;
+            if (k < 0) snprintf(ch->err, sizeof ch->err, "%s", bp_errmsg(k));
+            break;
+        }
+        const size_t i = ch->n++;
+        ch->off[i] = ch->text_len;
+        ch->end[i] = r->bytes_text - (r->len - r->pos);
+        if (k == LINES_LONG) {
+            ch->kind[i] = ENTRY_LONG, ch->len[i] = 0;
+            continue;
+        }
+        ch->kind[i] = ENTRY_LINE, ch->len[i] = (uint32_t)len;
+        memcpy(ch->text + ch->text_len, s, len);
+        ch->text[ch->text_len + len] = '\n';
+        ch->text_len += len + 1;
+    }
+    ch->bytes_file = r->bytes_file;
+}
+
+// Parses line i of ch into row c->at + i; nonzero (bad filled) for a bad line.
+static int chunk_parse_line(const prep_ctx *c, const prep_chunk *ch, size_t i, lines_bad *bad) {
+    const char *s = ch->text + ch->off[i];
+    const size_t r = c->at + i;
+    return c->o->format == PREP_CRITEO
+               ? criteo_parse(s, ch->len[i], &c->label[r], &c->dense[r * c->Nd], &c->keys[r * c->F], bad)
+               : avazu_parse(&c->hdr, s, ch->len[i], &c->label[r], &c->keys[r * c->F], bad);
+}
+
+// One parallel step: every part parses blocks of ch's lines; part 0 first reads the next chunk
+// (next, from r) when there is one, so that reading overlaps the parsing.
+typedef struct {
+    prep_ctx *c;
+    const prep_chunk *ch;
+    prep_chunk *next;
+    lines_reader *r;
+    _Atomic size_t block;
+} parse_job;
+
+static void parse_part(void *ctx, int p, int parts) {
+    (void)parts;
+    parse_job *j = ctx;
+    if (p == 0 && j->next) chunk_read(j->r, j->next);
+    const prep_chunk *ch = j->ch;
+    for (size_t b; (b = atomic_fetch_add_explicit(&j->block, 1, memory_order_relaxed) * PARSE_BLOCK) < ch->n;) {
+        const size_t e = BP_MIN(ch->n, b + PARSE_BLOCK);
+        for (size_t i = b; i < e; i++) {
+            lines_bad bad;
+            j->c->bad[i] = ch->kind[i] == ENTRY_LONG ? (uint8_t)(1 + LINES_BAD_LONG)
+                             : chunk_parse_line(j->c, ch, i, &bad) ? (uint8_t)(1 + bad.kind)
+                                                                   : 0;
+        }
+    }
+}
+
+typedef struct {
+    const prep_chunk *ch;
+    size_t i;
+} bad_arg;
+
+static void make_bad_entry(const prep_ctx *c, const void *arg, lines_bad *bad) {
+    const bad_arg *a = arg;
+    if (a->ch->kind[a->i] == ENTRY_LONG)
+        lines_bad_set(bad, LINES_BAD_LONG, "line longer than %u bytes, expected text lines of at most that "
+                      "(is this %s file?)", LINES_MAX, c->o->format == PREP_AVAZU ? "an Avazu CSV" : "a Criteo TSV");
+    else
+        chunk_parse_line(c, a->ch, a->i, bad); // again, for its message (its row is taken by no line)
+}
+
+// Takes ch's parsed lines in order: bad lines, sub-sampling, --max-rows; the rows kept are moved
+// down over those not (rows c->at + i to c->n).  *taken = entries taken (all, unless *stop).
+static int chunk_take(prep_ctx *c, int fi, const char *path, const prep_chunk *ch, size_t *taken, int *stop) {
     const prep_opts *o = c->o;
     const uint32_t F = c->F, Nd = c->Nd;
-    lines_reader r;
-    int rc = lines_open(&r, o->inputs[fi], c->voc != NULL);
-    if (rc) return rc;
-    c->files_read = fi + 1;
-    int need_header = o->format == PREP_AVAZU;
-    lines_bad bad;
-    const char *s;
-    size_t len;
-    uint64_t nlines = 0;
-    for (;;) {
-        int k = lines_next(&r, &s, &len);
-        if (k <= 0) {
-            rc = k;
-            break;
-        }
-        nlines++;
-        if (k == LINES_LONG && need_header) {
-            rc = bp_fail(BP_EFORMAT, "%s:%llu: header line longer than %u bytes; expected the Avazu header",
-                         r.path, (unsigned long long)r.line_no, LINES_MAX);
-            break;
-        }
-        if (k == LINES_LONG) {
-            lines_bad_set(&bad, LINES_BAD_LONG, "line longer than %u bytes, expected text lines of at most that "
-                          "(is this %s file?)", LINES_MAX, o->format == PREP_AVAZU ? "an Avazu CSV" : "a Criteo TSV");
-            if ((rc = prep_bad_line(c, &r, &bad)) != 0) break;
+    int rc = 0;
+    size_t i = 0;
+    while (i < ch->n && !rc) {
+        const size_t e = i++;
+        const uint64_t line = ch->first_line + e;
+        const size_t from = c->at + e, r = c->n;
+        if (c->bad[e]) {
+            bad_arg a = {ch, e};
+            rc = prep_bad_line(c, path, line, (lines_bad_kind)(c->bad[e] - 1), make_bad_entry, &a);
             continue;
         }
-        if (need_header) {
-            // The header names the columns of this file; a bad one is fatal even with --skip-bad.
-            if (avazu_header_parse(&c->hdr, s, len, &bad)) {
-                rc = bp_fail(BP_EFORMAT, "%s:%llu: %s", r.path, (unsigned long long)r.line_no, bad.msg);
-                break;
-            }
-            need_header = 0;
-            continue;
-        }
-        size_t i = c->n;
-        int is_bad = o->format == PREP_CRITEO
-                         ? criteo_parse(s, len, &c->label[i], &c->dense[i * Nd], &c->keys[i * F], &bad)
-                         : avazu_parse(&c->hdr, s, len, &c->label[i], &c->keys[i * F], &bad);
-        if (is_bad) {
-            if ((rc = prep_bad_line(c, &r, &bad)) != 0) break;
-            continue;
-        }
-        if (o->sub_sample_rate > 0 && c->label[i] == 0 && sub_train_input(o, fi)) {
+        if (o->sub_sample_rate > 0 && c->label[from] == 0 && sub_train_input(o, fi)) {
             c->st.sub_negatives++;
-            if (sub_drawn(o, fi, r.line_no)) {
+            if (sub_drawn(o, fi, line)) {
                 c->st.sub_dropped++;
                 continue;
             }
         }
-        c->n++, c->rows++, c->file_rows[fi]++;
-        if (c->n == PREP_CHUNK) {
-            if ((rc = prep_flush(c)) != 0) break;
-            char note[48];
-            snprintf(note, sizeof note, "%llu rows", (unsigned long long)c->rows);
-            bp_progress_update(&c->prog, c->bytes_before + r.bytes_file, note);
+        if (r != from) {
+            c->label[r] = c->label[from];
+            memcpy(&c->dense[r * Nd], &c->dense[from * Nd], Nd * sizeof *c->dense);
+            memcpy(&c->keys[r * F], &c->keys[from * F], F * sizeof *c->keys);
         }
+        c->n++, c->rows++, c->file_rows[fi]++;
         if (o->max_rows && c->rows >= o->max_rows) {
             *stop = 1;
             break;
         }
     }
+    *taken = i;
+    return rc;
+}
+
+// Reads input fi to the end (or to --max-rows): sets *stop when the row limit is reached.
+static int prep_file(prep_ctx *c, int fi, int *stop) {
+    const prep_opts *o = c->o;
+    lines_reader r;
+    int rc = lines_open(&r, o->inputs[fi], c->voc != NULL);
+    if (rc) return rc;
+    c->files_read = fi + 1;
+    uint64_t nlines = 0, stop_end = 0;
+    int lines_follow = 1;
+    if (o->format == PREP_AVAZU) {
+        // The header names the columns of this file; a bad one is fatal even with --skip-bad.
+        const char *s;
+        size_t len;
+        lines_bad bad;
+        int k = lines_next(&r, &s, &len);
+        if (k < 0) rc = k;
+        else if (k > 0) nlines++;
+        if (k == LINES_LONG)
+            rc = bp_fail(BP_EFORMAT, "%s:%llu: header line longer than %u bytes; expected the Avazu header",
+                         r.path, (unsigned long long)r.line_no, LINES_MAX);
+        else if (k == 1 && avazu_header_parse(&c->hdr, s, len, &bad))
+            rc = bp_fail(BP_EFORMAT, "%s:%llu: %s", r.path, (unsigned long long)r.line_no, bad.msg);
+        lines_follow = k > 0 && !rc; // (an empty file: said below)
+    }
+    prep_chunk *ch = &c->chunk[0];
+    if (lines_follow) chunk_read(&r, ch);
+    while (lines_follow) {
+        prep_chunk *next = ch->end_rc == 0 ? (ch == &c->chunk[0] ? &c->chunk[1] : &c->chunk[0]) : NULL;
+        if (c->n + ch->n > PREP_CHUNK && (rc = prep_flush(c)) != 0) break;
+        c->at = c->n;
+        parse_job j = {c, ch, next, &r, 0};
+        nn_pool_run(ch->n >= 2 * PARSE_BLOCK ? c->threads : 1, parse_part, &j);
+        size_t taken = 0;
+        rc = chunk_take(c, fi, r.path, ch, &taken, stop);
+        nlines += taken;
+        if (rc) break;
+        if (*stop) {
+            stop_end = ch->end[taken - 1];
+            break;
+        }
+        if (c->prog.enabled) {
+            char note[48];
+            snprintf(note, sizeof note, "%llu rows", (unsigned long long)c->rows);
+            bp_progress_update(&c->prog, c->bytes_before + ch->bytes_file, note);
+        }
+        if (ch->end_rc != 0) {
+            if (ch->end_rc < 0) rc = bp_fail(ch->end_rc, "%s", ch->err);
+            break;
+        }
+        ch = next;
+    }
     if (!rc && nlines == 0)
         rc = bp_fail(BP_EFORMAT, "%s: empty input file%s", r.path, r.gz ? " (no lines after decompression)" : "");
     if (*stop) { // --max-rows: the text read ahead of the last line taken is not input taken
-        r.bytes_text -= r.len - r.pos;
+        r.bytes_text = stop_end;
         r.bytes_file = r.bytes_text; // (gzip: the compressed bytes of those lines are not known)
     }
     c->st.bytes_file += r.bytes_file;
@@ -478,6 +671,21 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
     c.keys = bp_xmalloc((size_t)PREP_CHUNK * c.F * sizeof *c.keys);
     c.ids = bp_xmalloc((size_t)PREP_CHUNK * c.F * sizeof *c.ids);
     c.file_rows = bp_xcalloc((size_t)o->n_inputs, sizeof *c.file_rows);
+    c.threads = o->threads;
+    if (c.threads <= 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        c.threads = nc < 1 ? 1 : (int)BP_MIN(nc, (long)NN_POOL_MAX);
+    }
+    c.threads = BP_MIN(c.threads, NN_POOL_MAX);
+    for (int k = 0; k < 2; k++) {
+        prep_chunk *ch = &c.chunk[k];
+        ch->text = bp_xmalloc(CHUNK_TEXT + LINES_MAX + 1);
+        ch->off = bp_xmalloc(CHUNK_LINES * sizeof *ch->off);
+        ch->len = bp_xmalloc(CHUNK_LINES * sizeof *ch->len);
+        ch->kind = bp_xmalloc(CHUNK_LINES);
+        ch->end = bp_xmalloc(CHUNK_LINES * sizeof *ch->end);
+    }
+    c.bad = bp_xmalloc(CHUNK_LINES);
     c.st.n_dense = c.Nd, c.st.n_sparse = c.F;
     c.count_bad = 1;
 
@@ -540,6 +748,14 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
     free(c.keys);
     free(c.ids);
     free(c.file_rows);
+    for (int k = 0; k < 2; k++) {
+        free(c.chunk[k].text);
+        free(c.chunk[k].off);
+        free(c.chunk[k].len);
+        free(c.chunk[k].kind);
+        free(c.chunk[k].end);
+    }
+    free(c.bad);
     for (uint32_t f = 0; c.seen && f < c.F; f++) free(c.seen[f]);
     free(c.seen);
     c.st.seconds = bp_now() - t0;
@@ -597,8 +813,11 @@ static void prep_print_summary(const prep_opts *o, const prep_stats *st) {
     printf("wrote %s\n", o->out);
 }
 
+#define PREP_STR_(x) #x
+#define PREP_STR(x) PREP_STR_(x)
+
 int cmd_prep(int argc, char **argv) {
-    int format = 0, skip_bad = 0, quiet = 0, compact = 0;
+    int format = 0, skip_bad = 0, quiet = 0, compact = 0, threads = 0;
     const char *out = NULL, *split = NULL;
     int64_t min_count = 1, max_ind_range = 0, max_rows = 0, seed = 1;
     double sub_rate = 0;
@@ -624,6 +843,9 @@ int cmd_prep(int argc, char **argv) {
                 "--data-sub-sample-rate; its Terabyte runs use 0.875); --split days or none, the last day kept whole"),
         CLI_ALIAS("data-sub-sample-rate", "sub-sample-rate", "the DLRM reference's name for --sub-sample-rate"),
         CLI_I64("seed", 's', &seed, 1, 0, INT64_MAX, "seed of the rows --sub-sample-rate drops"),
+        CLI_INT("threads", 't', &threads, 0, 0, NN_POOL_MAX,
+                "threads that parse lines and count or map the tables' values (0: one per core, at most "
+                PREP_STR(NN_POOL_MAX) "); the output is the same on any number"),
         CLI_FLAG("quiet", 'q', &quiet, "no progress line and no summary"),
         // The DLRM reference's names for what the arguments and --format say here.
         CLI_HINT("raw-data-file", "the raw files are the INPUT arguments, in order: 'bagpipe prep -o OUT INPUT...'"),
@@ -656,6 +878,7 @@ int cmd_prep(int argc, char **argv) {
     o.max_rows = (uint64_t)max_rows;
     o.sub_sample_rate = sub_rate, o.seed = (uint64_t)seed;
     o.progress = !quiet;
+    o.threads = threads;
     if (max_ind_range && cli_was_given(&given, opts, "min-count"))
         rc = bp_fail(BP_EUSAGE, "--min-count and --max-ind-range choose two different id mappings; give one");
     if (!rc) rc = prep_split_parse(&o, split);

@@ -3,7 +3,10 @@
 // the id mappings and the splits.
 //
 // Rows stream through in chunks of PREP_CHUNK: parse -> (count | map ids) -> bp_ds_writer_append,
-// so memory is bounded apart from the frequency vocabularies (data_vocab.h).  The frequency
+// so memory is bounded apart from the frequency vocabularies (data_vocab.h).  Lines are parsed by
+// every thread (o->threads) while the next ones are read, and the tables counted or mapped in
+// parallel, one table per thread at a time; bad lines, sub-sampling and --max-rows are taken in
+// the input's order, so the output and every message are the same on any number of threads.  The frequency
 // mapping reads the inputs twice (count, then map); hashing reads them once.
 #ifndef BP_DATA_PREP_H
 #define BP_DATA_PREP_H
@@ -34,6 +37,8 @@ typedef struct {
     double sub_sample_rate;    // each no-click row of a train input dropped with this probability
                                // (the DLRM reference's --data-sub-sample-rate); 0 = none
     uint64_t seed;             // of those drops (prep_keeps)
+    int threads;               // threads that parse, count and map (0: one per core, at most
+                               // NN_POOL_MAX); the output does not depend on it
     int progress;              // draw a progress line (bp_progress) when stderr is a terminal
     const char *source;        // free text for the header; NULL = made from the options
 } prep_opts;

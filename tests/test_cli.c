@@ -496,6 +496,9 @@ TEST(cli_report_formats_short_times_and_small_rates) {
     ASSERT_STR_EQ(bp_fmt_seconds(b, sizeof b, 0.0362), "36.2 ms");
     ASSERT_STR_EQ(bp_fmt_seconds(b, sizeof b, 2.414), "2.41 s");
     ASSERT_STR_EQ(bp_fmt_seconds(b, sizeof b, 58.04), "58.0 s");
+    ASSERT_STR_EQ(bp_fmt_seconds(b, sizeof b, 0.9996), "1.00 s"); // not "1e+03 ms"
+    ASSERT_STR_EQ(bp_fmt_seconds(b, sizeof b, 0.9994), "999 ms");
+    ASSERT_STR_EQ(bp_fmt_seconds(b, sizeof b, 9.996), "10.0 s"); // not "10.00 s"
     ASSERT_STR_EQ(bp_fmt_rate(b, sizeof b, 1534.4), "1534");
     ASSERT_STR_EQ(bp_fmt_rate(b, sizeof b, 99999), "99999");
     ASSERT_STR_EQ(bp_fmt_rate(b, sizeof b, 2.4149e6), "2.41M");

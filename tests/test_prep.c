@@ -1660,3 +1660,132 @@ TEST(prep_sub_sample_drops_train_negatives) {
         ASSERT_TRUE(!file_exists(e));
     }
 }
+
+// prep parses on every thread (--threads), reading the next lines meanwhile, and counts or maps
+// the tables in parallel; what it writes and says must not depend on the number of threads.  A
+// log of 3.5 chunks of lines (16,384 each) with bad lines of every kind, some on the lines where
+// chunks meet, with sub-sampling; with frequency ids and hashed ids with --compact.
+TEST(prep_threads_give_the_same_dataset_and_messages) {
+    const int R = 57000;
+    const int at[] = {4, 16383, 16384, 16385, 20000, 32767, 32768, 40001, 49151, 56999};
+    text t = {0};
+    size_t len_at_stop = 0; // text bytes up to and with line 16390 (--max-rows below)
+    int nb = 0, lines = 0;
+    for (int r = 0; r < R; r++) {
+        if (nb < (int)BP_ARRAY_LEN(at) && r == at[nb]) {
+            add_bad(&t, &criteo_bad_cases[(size_t)nb % BP_ARRAY_LEN(criteo_bad_cases)], r);
+            nb++;
+        } else {
+            crow(&t, r);
+        }
+        if (++lines == 16390) len_at_stop = t.n;
+    }
+    const char *in = write_bytes("threads.tsv", t.s, t.n);
+    const char *gz = write_gz("threads.tsv.gz", t.s, t.n);
+    free(t.s);
+    const int threads[] = {1, 2, 3, 16};
+    const int level = bp_log_level;
+    bp_log_level = BP_LOG_ERROR; // (the bad lines skipped, shown: compared below, by the command)
+    for (int mode = 0; mode < 3; mode++) { // frequency ids, hashed with --compact, gzip input
+        prep_stats st[4];
+        const char *out[4];
+        for (int k = 0; k < 4; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "threads%d_%d.bin", mode, k);
+            out[k] = tpath(name);
+            prep_opts o;
+            prep_opts_default(&o);
+            o.inputs = mode == 2 ? &gz : &in;
+            o.n_inputs = 1;
+            o.out = out[k];
+            o.min_count = 2;
+            o.max_ind_range = mode == 1 ? 5000 : 0;
+            o.compact = mode == 1;
+            o.skip_bad = 1;
+            o.sub_sample_rate = 0.3, o.seed = 11;
+            o.threads = threads[k];
+            ASSERT_OK(prep_run(&o, &st[k]));
+            ASSERT_EQ(st[k].bad_total, BP_ARRAY_LEN(at));
+            ASSERT_EQ(st[k].lines, (uint64_t)R);
+            ASSERT_TRUE(st[k].sub_dropped > 5000);
+            ASSERT_EQ(st[k].rows + st[k].sub_dropped + st[k].bad_total, (uint64_t)R);
+            if (k == 0) continue;
+            ASSERT_MSG(same_dataset(out[0], out[k]), "mode %d: %d threads wrote another dataset", mode, threads[k]);
+            ASSERT_EQ(st[k].rows, st[0].rows);
+            ASSERT_EQ(st[k].sub_dropped, st[0].sub_dropped);
+            ASSERT_EQ(st[k].bytes_text, st[0].bytes_text);
+            ASSERT_EQ(st[k].bytes_file, st[0].bytes_file);
+            ASSERT_EQ(st[k].distinct, st[0].distinct);
+            ASSERT_TRUE(memcmp(st[k].bad, st[0].bad, sizeof st[0].bad) == 0);
+            ASSERT_TRUE(memcmp(st[k].card, st[0].card, sizeof st[0].card) == 0);
+        }
+    }
+    bp_log_level = level;
+    // The first bad line fails the run on any number of threads, though the lines after it were
+    // read and parsed; --max-rows stops at its row, and the text counted is the text up to it.
+    int rc;
+    for (int k = 0; k < 4; k++) {
+        char *msg = NULL;
+        ASSERT_EQ(test_run(&msg, 30, "%s prep -q -t %d -o %s %s", test_bin(), threads[k], tpath("x.bin"), in), 1);
+        ASSERT_STR_CONTAINS(msg, "threads.tsv:5: 3 fields, expected 40");
+        free(msg);
+        ASSERT_TRUE(!file_exists(tpath("x.bin")));
+        prep_opts o;
+        prep_opts_default(&o);
+        o.inputs = &in;
+        o.n_inputs = 1;
+        o.out = tpath("m.bin");
+        o.max_ind_range = 1000;
+        o.skip_bad = 1;
+        o.max_rows = 16390 - 4; // the bad lines 5, 16384, 16385 and 16386 are not rows
+        o.threads = threads[k];
+        prep_stats st;
+        bp_log_level = BP_LOG_ERROR;
+        rc = prep_run(&o, &st);
+        bp_log_level = level;
+        ASSERT_OK(rc);
+        ASSERT_EQ(st.rows, o.max_rows);
+        ASSERT_EQ(st.lines, 16390);
+        ASSERT_EQ(st.bad_total, 4);
+        ASSERT_EQ(st.bytes_text, (uint64_t)len_at_stop);
+    }
+    // What --skip-bad shows (the first three bad lines) is the same too.
+    char *one = NULL, *two = NULL;
+    ASSERT_EQ(test_run(&one, 30, "%s prep -q --skip-bad -t 1 --max-ind-range 99 -o %s %s 2>&1", test_bin(),
+                       tpath("y.bin"), in), 0);
+    ASSERT_EQ(test_run(&two, 30, "%s prep -q --skip-bad -t 3 --max-ind-range 99 -o %s %s 2>&1", test_bin(),
+                       tpath("y.bin"), in), 0);
+    ASSERT_STR_CONTAINS(one, "skipping ");
+    ASSERT_STR_CONTAINS(one, "threads.tsv:16385: ");
+    ASSERT_STR_EQ(one, two);
+    free(one);
+    free(two);
+}
+
+// A read error after a bad line: the bad line is said, as when one thread read and parsed each
+// line in turn, though the error was met while the lines before it were parsed.
+// The error is met among the lines of the bad one's chunk (10,000 lines), or in the next (30,000).
+TEST(prep_bad_line_is_said_before_a_later_read_error) {
+    for (int run = 0; run < 4; run++) {
+        const int th = 1 + run % 2;
+        text t = {0};
+        for (int r = 0; r < (run < 2 ? 10000 : 30000); r++) {
+            if (r == 100) add_bad(&t, &criteo_bad_cases[0], r);
+            else crow(&t, r);
+        }
+        const char *gz = write_gz("late.tsv.gz", t.s, t.n);
+        free(t.s);
+        struct stat sb;
+        ASSERT_EQ(stat(gz, &sb), 0);
+        ASSERT_EQ(truncate(gz, sb.st_size * 3 / 4), 0);
+        char *msg = NULL;
+        ASSERT_EQ(test_run(&msg, 30, "%s prep -q -t %d -o %s %s", test_bin(), th, tpath("z.bin"), gz), 1);
+        ASSERT_STR_CONTAINS(msg, "late.tsv.gz:101: 3 fields, expected 40");
+        ASSERT_TRUE(strstr(msg, "truncated") == NULL);
+        free(msg);
+        ASSERT_EQ(test_run(&msg, 30, "%s prep -q -t %d --skip-bad -o %s %s", test_bin(), th, tpath("z.bin"), gz), 1);
+        ASSERT_STR_CONTAINS(msg, "truncated gzip stream");
+        free(msg);
+        ASSERT_TRUE(!file_exists(tpath("z.bin")));
+    }
+}
