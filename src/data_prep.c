@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,10 +24,10 @@
 enum { PASS_COUNT, PASS_WRITE };
 
 // Lines are read in chunks of at most CHUNK_LINES lines or about CHUNK_TEXT bytes of text, copied
-// out of the reader, and parsed by every thread into the rows gathered for the writer (up to
-// PREP_CHUNK, handed on early when a chunk might not fit); the next chunk is read while one is
-// parsed.  The two chunks held at once add ~9 MB to prep's memory.
-enum { CHUNK_LINES = 16384, CHUNK_TEXT = 4 << 20, PARSE_BLOCK = 256 };
+// out of the reader by a thread of their own (with more than one thread) up to CHUNK_RING chunks
+// ahead, and parsed by every thread into the rows gathered for the writer (up to PREP_CHUNK,
+// handed on early when a chunk might not fit).  The ring adds ~17 MB to prep's memory.
+enum { CHUNK_LINES = 16384, CHUNK_TEXT = 4 << 20, PARSE_BLOCK = 256, CHUNK_RING = 4 };
 enum { ENTRY_LINE = 0, ENTRY_LONG = 1 }; // a line to parse, or one over LINES_MAX (skipped, no text)
 
 // Consecutive lines of one input, from line first_line on.
@@ -68,7 +69,7 @@ typedef struct {
     uint64_t **seen;       // --compact: (F) per 64 residues a word of those present, and (after the
                            // pass) a word of how many are present before them: one line for both
     int threads;           // parts of each parallel step (nn_pool_run)
-    prep_chunk chunk[2];   // the one parsed and the one read meanwhile
+    prep_chunk chunk[CHUNK_RING]; // the one parsed and those read ahead of it
     size_t at;             // a chunk's line i is parsed into row at + i of label, dense and keys
     uint8_t *bad;          // (CHUNK_LINES) per line of the chunk parsed: 0, or 1 + the lines_bad kind
                            // of a bad line (its message is made again, by parsing the line once
@@ -331,20 +332,99 @@ static int chunk_parse_line(const prep_ctx *c, const prep_chunk *ch, size_t i, l
                : avazu_parse(&c->hdr, s, ch->len[i], &c->label[r], &c->keys[r * c->F], bad);
 }
 
-// One parallel step: every part parses blocks of ch's lines; part 0 first reads the next chunk
-// (next, from r) when there is one, so that reading overlaps the parsing.
+// The chunks of one input, in order: read by a thread of their own into a ring of n chunks, or
+// (one thread, or no thread to be had) by the caller when it asks for the next.
+typedef struct {
+    lines_reader *r;
+    prep_chunk *ring;
+    unsigned n;
+    unsigned taken;    // chunks handed to the caller (the next is ring[taken % n])
+    int threaded;
+    pthread_t th;
+    pthread_mutex_t mu; // the three below, with a threaded feed
+    pthread_cond_t cv;
+    unsigned filled;    // chunks read and not yet released by the caller
+    int cancel;         // the caller needs no more
+} chunk_feed;
+
+static void *feed_main(void *arg) {
+    chunk_feed *f = arg;
+    for (unsigned k = 0;; k = (k + 1) % f->n) {
+        pthread_mutex_lock(&f->mu);
+        while (f->filled == f->n && !f->cancel) pthread_cond_wait(&f->cv, &f->mu);
+        const int cancel = f->cancel;
+        pthread_mutex_unlock(&f->mu);
+        if (cancel) break;
+        chunk_read(f->r, &f->ring[k]);
+        pthread_mutex_lock(&f->mu);
+        f->filled++;
+        pthread_cond_broadcast(&f->cv);
+        pthread_mutex_unlock(&f->mu);
+        if (f->ring[k].end_rc != 0) break;
+    }
+    return NULL;
+}
+
+static void feed_start(chunk_feed *f, lines_reader *r, prep_chunk *ring, int threads) {
+    memset(f, 0, sizeof *f);
+    f->r = r, f->ring = ring;
+    f->n = threads > 1 ? CHUNK_RING : 1;
+    if (threads > 1) {
+        pthread_mutex_init(&f->mu, NULL);
+        pthread_cond_init(&f->cv, NULL);
+        f->threaded = pthread_create(&f->th, NULL, feed_main, f) == 0;
+        if (!f->threaded) {
+            pthread_mutex_destroy(&f->mu);
+            pthread_cond_destroy(&f->cv);
+        }
+    }
+}
+
+// The next chunk (after feed_release of the one before).
+static prep_chunk *feed_next(chunk_feed *f) {
+    prep_chunk *ch = &f->ring[f->taken % f->n];
+    if (f->threaded) {
+        pthread_mutex_lock(&f->mu);
+        while (f->filled == 0) pthread_cond_wait(&f->cv, &f->mu);
+        pthread_mutex_unlock(&f->mu);
+    } else {
+        chunk_read(f->r, ch);
+    }
+    return ch;
+}
+
+static void feed_release(chunk_feed *f) {
+    f->taken++;
+    if (!f->threaded) return;
+    pthread_mutex_lock(&f->mu);
+    f->filled--;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+// Stops the reading thread (it may be ahead, or done) and waits for it: r is the caller's again.
+static void feed_stop(chunk_feed *f) {
+    if (!f->threaded) return;
+    pthread_mutex_lock(&f->mu);
+    f->cancel = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(f->th, NULL);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    f->threaded = 0;
+}
+
+// One parallel step: every part parses blocks of ch's lines.
 typedef struct {
     prep_ctx *c;
     const prep_chunk *ch;
-    prep_chunk *next;
-    lines_reader *r;
     _Atomic size_t block;
 } parse_job;
 
 static void parse_part(void *ctx, int p, int parts) {
-    (void)parts;
+    (void)p, (void)parts;
     parse_job *j = ctx;
-    if (p == 0 && j->next) chunk_read(j->r, j->next);
     const prep_chunk *ch = j->ch;
     for (size_t b; (b = atomic_fetch_add_explicit(&j->block, 1, memory_order_relaxed) * PARSE_BLOCK) < ch->n;) {
         const size_t e = BP_MIN(ch->n, b + PARSE_BLOCK);
@@ -433,13 +513,13 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
             rc = bp_fail(BP_EFORMAT, "%s:%llu: %s", r.path, (unsigned long long)r.line_no, bad.msg);
         lines_follow = k > 0 && !rc; // (an empty file: said below)
     }
-    prep_chunk *ch = &c->chunk[0];
-    if (lines_follow) chunk_read(&r, ch);
+    chunk_feed feed;
+    if (lines_follow) feed_start(&feed, &r, c->chunk, c->threads);
     while (lines_follow) {
-        prep_chunk *next = ch->end_rc == 0 ? (ch == &c->chunk[0] ? &c->chunk[1] : &c->chunk[0]) : NULL;
+        prep_chunk *ch = feed_next(&feed);
         if (c->n + ch->n > PREP_CHUNK && (rc = prep_flush(c)) != 0) break;
         c->at = c->n;
-        parse_job j = {c, ch, next, &r, 0};
+        parse_job j = {c, ch, 0};
         nn_pool_run(ch->n >= 2 * PARSE_BLOCK ? c->threads : 1, parse_part, &j);
         size_t taken = 0;
         rc = chunk_take(c, fi, r.path, ch, &taken, stop);
@@ -454,12 +534,12 @@ static int prep_file(prep_ctx *c, int fi, int *stop) {
             snprintf(note, sizeof note, "%llu rows", (unsigned long long)c->rows);
             bp_progress_update(&c->prog, c->bytes_before + ch->bytes_file, note);
         }
-        if (ch->end_rc != 0) {
-            if (ch->end_rc < 0) rc = bp_fail(ch->end_rc, "%s", ch->err);
-            break;
-        }
-        ch = next;
+        const int end = ch->end_rc != 0;
+        if (ch->end_rc < 0) rc = bp_fail(ch->end_rc, "%s", ch->err);
+        feed_release(&feed);
+        if (end) break;
     }
+    if (lines_follow) feed_stop(&feed);
     if (!rc && nlines == 0)
         rc = bp_fail(BP_EFORMAT, "%s: empty input file%s", r.path, r.gz ? " (no lines after decompression)" : "");
     if (*stop) { // --max-rows: the text read ahead of the last line taken is not input taken
@@ -677,7 +757,7 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
         c.threads = nc < 1 ? 1 : (int)BP_MIN(nc, (long)NN_POOL_MAX);
     }
     c.threads = BP_MIN(c.threads, NN_POOL_MAX);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < (c.threads > 1 ? CHUNK_RING : 1); k++) {
         prep_chunk *ch = &c.chunk[k];
         ch->text = bp_xmalloc(CHUNK_TEXT + LINES_MAX + 1);
         ch->off = bp_xmalloc(CHUNK_LINES * sizeof *ch->off);
@@ -748,7 +828,7 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
     free(c.keys);
     free(c.ids);
     free(c.file_rows);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < CHUNK_RING; k++) {
         free(c.chunk[k].text);
         free(c.chunk[k].off);
         free(c.chunk[k].len);
