@@ -7,8 +7,8 @@
 // ranks, heavy-tailed integers, Kaggle-like shares of empty fields, ~250 bytes a line), a gzip
 // copy of it, then times in one run: read+parse only, prep with hashed ids, prep with frequency
 // ids (two passes), and prep of the gzip copy with hashed ids, each on one thread and then on
-// THREADS (prep_opts.threads), with the ratio of the two wall times.  Prints MB/s of text and rows/s
-// over wall time (which includes writing and fsyncing the output), and the CPU time used.
+// THREADS (prep_opts.threads), with the ratio of the two wall times.  Prints MB/s of text and
+// rows/s over wall time (which includes writing and fsyncing the output), and the CPU time used.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,8 +167,8 @@ static void bench_pair(const char *what, const char *in, const char *out, uint64
 int main(int argc, char **argv) {
     if (bench_help(argc, argv, "[MB [DIR [THREADS]]]",
                    "raw Criteo TSV -> binary dataset throughput of prep: MB of generated text (default 200) in DIR\n"
-                   "($TMPDIR or /tmp); read+parse, hashed ids, frequency ids and a gzip copy, in MB/s and rows/s, each on one\n"
-                   "thread and on THREADS (default: one per core, at most 16) back to back"))
+                   "($TMPDIR or /tmp); read+parse, hashed ids, frequency ids and a gzip copy, in MB/s and rows/s,\n"
+                   "each on one thread and on THREADS (default: one per core, at most 16) back to back"))
         return 0;
     const double mb = bench_num_arg(argc, argv, 1, 200, 1, "MB");
     if (mb < 0) return 2;

@@ -69,7 +69,7 @@ typedef struct {
     uint64_t **seen;       // --compact: (F) per 64 residues a word of those present, and (after the
                            // pass) a word of how many are present before them: one line for both
     int threads;           // parts of each parallel step (nn_pool_run)
-    prep_chunk chunk[CHUNK_RING]; // the one parsed and those read ahead of it
+    prep_chunk chunk[CHUNK_RING]; // the chunk parsed and those read ahead of it (chunk_feed)
     size_t at;             // a chunk's line i is parsed into row at + i of label, dense and keys
     uint8_t *bad;          // (CHUNK_LINES) per line of the chunk parsed: 0, or 1 + the lines_bad kind
                            // of a bad line (its message is made again, by parsing the line once

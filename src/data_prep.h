@@ -3,11 +3,11 @@
 // the id mappings and the splits.
 //
 // Rows stream through in chunks of PREP_CHUNK: parse -> (count | map ids) -> bp_ds_writer_append,
-// so memory is bounded apart from the frequency vocabularies (data_vocab.h).  Lines are parsed by
-// every thread (o->threads) while the next ones are read, and the tables counted or mapped in
-// parallel, one table per thread at a time; bad lines, sub-sampling and --max-rows are taken in
-// the input's order, so the output and every message are the same on any number of threads.  The frequency
-// mapping reads the inputs twice (count, then map); hashing reads them once.
+// so memory is bounded apart from the frequency vocabularies (data_vocab.h).  The frequency
+// mapping reads the inputs twice (count, then map); hashing reads them once.  A thread reads the
+// lines ahead while every thread (o->threads) parses them, and the tables are counted or mapped in
+// parallel, a table per thread at a time; bad lines, sub-sampling and --max-rows are taken in the
+// input's order, so the output and every message are the same on any number of threads.
 #ifndef BP_DATA_PREP_H
 #define BP_DATA_PREP_H
 
