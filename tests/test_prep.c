@@ -1661,10 +1661,10 @@ TEST(prep_sub_sample_drops_train_negatives) {
     }
 }
 
-// prep parses on every thread (--threads), reading the next lines meanwhile, and counts or maps
-// the tables in parallel; what it writes and says must not depend on the number of threads.  A
-// log of 3.5 chunks of lines (16,384 each) with bad lines of every kind, some on the lines where
-// chunks meet, with sub-sampling; with frequency ids and hashed ids with --compact.
+// prep parses on every thread (--threads), a thread of its own reading the next lines meanwhile,
+// and counts or maps the tables in parallel; what it writes and says must not depend on the number
+// of threads.  A log of 3.5 chunks of lines (16,384 each) with bad lines of every kind, some on the
+// lines where chunks meet, with sub-sampling; frequency ids, hashed ids with --compact, gzip input.
 TEST(prep_threads_give_the_same_dataset_and_messages) {
     const int R = 57000;
     const int at[] = {4, 16383, 16384, 16385, 20000, 32767, 32768, 40001, 49151, 56999};
@@ -1763,8 +1763,8 @@ TEST(prep_threads_give_the_same_dataset_and_messages) {
 }
 
 // A read error after a bad line: the bad line is said, as when one thread read and parsed each
-// line in turn, though the error was met while the lines before it were parsed.
-// The error is met among the lines of the bad one's chunk (10,000 lines), or in the next (30,000).
+// line in turn, though the error was met while the lines before it were parsed: among the lines of
+// the bad one's chunk (a log of 10,000 lines), or in a chunk read ahead (30,000).
 TEST(prep_bad_line_is_said_before_a_later_read_error) {
     for (int run = 0; run < 4; run++) {
         const int th = 1 + run % 2;
