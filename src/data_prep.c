@@ -66,6 +66,7 @@ typedef struct {
     bp_progress prog;
     avazu_header hdr;
     bp_ds_writer *w;
+    bp_ds_info shape;      // the dataset's template (bp_ds_rows_summarize)
     uint64_t **seen;       // --compact: (F) per 64 residues a word of those present, and (after the
                            // pass) a word of how many are present before them: one line for both
     int threads;           // parts of each parallel step (nn_pool_run)
@@ -255,6 +256,40 @@ static void hash_part(void *ctx, int p, int parts) {
     }
 }
 
+// The dataset's summary of rows [i0, i1) (checksums, largest ids), a part of a parallel step;
+// the parts' are combined in order, so the summary is the one of the rows in one piece.
+typedef struct {
+    const prep_ctx *c;
+    size_t n;
+    bp_ds_rows_sum part[NN_POOL_MAX];
+} sum_job;
+
+static void sum_part(void *ctx, int p, int parts) {
+    sum_job *j = ctx;
+    const prep_ctx *c = j->c;
+    const size_t i0 = (size_t)nn_part_begin((long)j->n, p, parts);
+    const size_t i1 = (size_t)nn_part_begin((long)j->n, p + 1, parts);
+    bp_ds_rows_summarize(&c->shape, i1 - i0, c->label + i0, c->Nd ? c->dense + i0 * c->Nd : NULL,
+                         c->ids + i0 * c->F, NULL, &j->part[p]);
+}
+
+static int prep_append(prep_ctx *c, size_t n) {
+    sum_job *j = bp_xmalloc(sizeof *j);
+    j->c = c, j->n = n;
+    const int parts = n >= 8192 ? c->threads : 1;
+    nn_pool_run(parts, sum_part, j);
+    bp_ds_rows_sum sum = j->part[0];
+    const size_t width[4] = {1, (size_t)c->Nd * sizeof(float), (size_t)c->F * sizeof(uint32_t), 0}; // (crc[])
+    for (int p = 1; p < parts; p++) {
+        const size_t rows = (size_t)(nn_part_begin((long)n, p + 1, parts) - nn_part_begin((long)n, p, parts));
+        for (int s = 0; s < 4; s++)
+            if (width[s]) sum.crc[s] = bp_crc32_combine(sum.crc[s], j->part[p].crc[s], rows * width[s]);
+        for (uint32_t f = 0; f < c->F; f++) sum.max_id1[f] = BP_MAX(sum.max_id1[f], j->part[p].max_id1[f]);
+    }
+    free(j);
+    return bp_ds_writer_append_summed(c->w, n, c->label, c->Nd ? c->dense : NULL, c->ids, NULL, &sum);
+}
+
 // Hands the rows gathered on: counts values (first pass of the frequency mapping) or maps them
 // to ids and appends the rows to the dataset.
 static int prep_flush(prep_ctx *c) {
@@ -291,7 +326,7 @@ static int prep_flush(prep_ctx *c) {
                     c->seen[f][2 * (id >> 6)] |= 1ull << (id & 63);
                 }
     }
-    return bp_ds_writer_append(c->w, n, c->label, c->Nd ? c->dense : NULL, c->ids, NULL);
+    return prep_append(c, n);
 }
 
 // Reads the next lines of r into ch (the input's header, if any, already read).
@@ -745,6 +780,7 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
     if (o->source) snprintf(tmpl.source, sizeof tmpl.source, "%s", o->source);
     else prep_source(o, tmpl.source, sizeof tmpl.source);
     if ((rc = bp_ds_writer_open(&c.w, o->out, &tmpl)) != 0) return rc;
+    c.shape = tmpl;
 
     c.label = bp_xmalloc(PREP_CHUNK);
     c.dense = bp_xmalloc((size_t)PREP_CHUNK * (c.Nd ? c.Nd : 1) * sizeof *c.dense);
