@@ -380,17 +380,26 @@ typedef struct {
     pthread_cond_t cv;
     unsigned filled;    // chunks read and not yet released by the caller
     int cancel;         // the caller needs no more
+    int blocking;       // the input is no regular file: a read may wait for its writer
 } chunk_feed;
 
+// The reading thread can be cancelled while it reads (feed_stop), and only then: a pipe whose
+// writer stalls would otherwise hold it in read() after the caller needs no more lines.  (A
+// regular file is never cancelled: its reads end, and the unwinding a cancellation needs loads a
+// library, which under a tight memory limit can fail, and abort.)
 static void *feed_main(void *arg) {
     chunk_feed *f = arg;
+    int was;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &was);
     for (unsigned k = 0;; k = (k + 1) % f->n) {
         pthread_mutex_lock(&f->mu);
         while (f->filled == f->n && !f->cancel) pthread_cond_wait(&f->cv, &f->mu);
         const int cancel = f->cancel;
         pthread_mutex_unlock(&f->mu);
         if (cancel) break;
+        pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &was);
         chunk_read(f->r, &f->ring[k]);
+        pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &was);
         pthread_mutex_lock(&f->mu);
         f->filled++;
         pthread_cond_broadcast(&f->cv);
@@ -404,6 +413,8 @@ static void feed_start(chunk_feed *f, lines_reader *r, prep_chunk *ring, int thr
     memset(f, 0, sizeof *f);
     f->r = r, f->ring = ring;
     f->n = threads > 1 ? CHUNK_RING : 1;
+    struct stat st;
+    f->blocking = fstat(r->fd, &st) != 0 || !S_ISREG(st.st_mode);
     if (threads > 1) {
         pthread_mutex_init(&f->mu, NULL);
         pthread_cond_init(&f->cv, NULL);
@@ -437,13 +448,15 @@ static void feed_release(chunk_feed *f) {
     pthread_mutex_unlock(&f->mu);
 }
 
-// Stops the reading thread (it may be ahead, or done) and waits for it: r is the caller's again.
+// Stops the reading thread (it may be ahead, waiting in read(), or done) and waits for it: r is
+// the caller's again, to close (a cancelled read leaves it fit for nothing else).
 static void feed_stop(chunk_feed *f) {
     if (!f->threaded) return;
     pthread_mutex_lock(&f->mu);
     f->cancel = 1;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
+    if (f->blocking) pthread_cancel(f->th);
     pthread_join(f->th, NULL);
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);

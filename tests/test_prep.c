@@ -1789,3 +1789,27 @@ TEST(prep_bad_line_is_said_before_a_later_read_error) {
         ASSERT_TRUE(!file_exists(tpath("z.bin")));
     }
 }
+
+// A pipe whose writer stalls after the rows asked for: prep stops as soon as it has them (or has
+// met a bad line), though its reading thread waits in read() for more; it used to wait for the
+// writer (hashed ids read a pipe; `timeout` tells a wait from an exit).
+TEST(prep_stops_reading_a_stalled_pipe) {
+    text t = {0};
+    for (int r = 0; r < 20000; r++) {
+        if (r == 500) add_bad(&t, &criteo_bad_cases[0], r);
+        else crow(&t, r);
+    }
+    const char *in = write_bytes("pipe.tsv", t.s, t.n);
+    free(t.s);
+    const char *fifo = tpath("fifo");
+    ASSERT_EQ(mkfifo(fifo, 0600), 0);
+    for (int run = 0; run < 2; run++) {
+        char *msg = NULL;
+        int rc = test_run(&msg, 60, "(cat %s; exec sleep 30) > %s 2>/dev/null & w=$!; timeout 10 %s prep -q -t 2 %s "
+                          "--max-ind-range 100 -o %s %s; rc=$?; kill $w; exit $rc", in, fifo, test_bin(),
+                          run == 0 ? "--max-rows 100" : "", tpath("p.bin"), fifo);
+        ASSERT_MSG(rc == (run == 0 ? 0 : 1), "exit %d (124: still reading after 10 s):\n%s", rc, msg);
+        if (run == 1) ASSERT_STR_CONTAINS(msg, "fifo:501: 3 fields, expected 40");
+        free(msg);
+    }
+}
