@@ -263,6 +263,10 @@ static int lines_refill(lines_reader *r) {
     return lines_fill(r, r->cap - r->len);
 }
 
+int lines_pending(const lines_reader *r) {
+    return r->eof || memchr(r->buf + r->pos, '\n', r->len - r->pos) != NULL;
+}
+
 int lines_next(lines_reader *r, const char **s, size_t *n) {
     for (;;) {
         char *start = r->buf + r->pos;

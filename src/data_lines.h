@@ -73,6 +73,9 @@ int lines_check(const char *path, int need_regular, uint64_t *size);
 // than LINES_MAX (it is skipped and counted); negative BP_E* on a read error or a truncated or
 // damaged gzip stream (the message names the file and the line reached).
 int lines_next(lines_reader *r, const char **s, size_t *n);
+// Whether lines_next has a line (or the end) without reading: a newline in the text buffered, or
+// the input's end reached.  With nothing buffered, a read of a pipe may wait for its writer.
+int lines_pending(const lines_reader *r);
 void lines_close(lines_reader *r); // safe on a closed or failed reader
 
 #endif

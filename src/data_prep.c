@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <libgen.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -329,12 +330,18 @@ static int prep_flush(prep_ctx *c) {
     return prep_append(c, n);
 }
 
-// Reads the next lines of r into ch (the input's header, if any, already read).
-static void chunk_read(lines_reader *r, prep_chunk *ch) {
+// Reads the next lines of r into ch (the input's header, if any, already read).  From an input
+// that may block (a pipe), the lines to be had without waiting, once there are some: a writer that
+// trickles or stalls gets its lines taken as they come, not after a chunk's worth.
+static void chunk_read(lines_reader *r, prep_chunk *ch, int blocking) {
     ch->n = 0, ch->text_len = 0;
     ch->first_line = r->line_no + 1;
     ch->end_rc = 0;
     while (ch->n < CHUNK_LINES && ch->text_len < CHUNK_TEXT) {
+        if (blocking && ch->n > 0 && !lines_pending(r)) {
+            struct pollfd p = {.fd = r->fd, .events = POLLIN};
+            if (poll(&p, 1, 0) == 0) break;
+        }
         const char *s;
         size_t len;
         int k = lines_next(r, &s, &len);
@@ -398,7 +405,7 @@ static void *feed_main(void *arg) {
         pthread_mutex_unlock(&f->mu);
         if (cancel) break;
         pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &was);
-        chunk_read(f->r, &f->ring[k]);
+        chunk_read(f->r, &f->ring[k], f->blocking);
         pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &was);
         pthread_mutex_lock(&f->mu);
         f->filled++;
@@ -434,7 +441,7 @@ static prep_chunk *feed_next(chunk_feed *f) {
         while (f->filled == 0) pthread_cond_wait(&f->cv, &f->mu);
         pthread_mutex_unlock(&f->mu);
     } else {
-        chunk_read(f->r, ch);
+        chunk_read(f->r, ch, f->blocking);
     }
     return ch;
 }

@@ -1791,25 +1791,31 @@ TEST(prep_bad_line_is_said_before_a_later_read_error) {
 }
 
 // A pipe whose writer stalls after the rows asked for: prep stops as soon as it has them (or has
-// met a bad line), though its reading thread waits in read() for more; it used to wait for the
-// writer (hashed ids read a pipe; `timeout` tells a wait from an exit).
+// met a bad line).  Its reading thread, waiting in read() for more, is stopped; and lines are
+// taken as they come, not after a chunk's worth (16,384): prep used to wait for the writer in both
+// ways (hashed ids read a pipe; `timeout` tells a wait from an exit).  Before the writer stalls:
+// 3,000 lines, less than a chunk, or 20,000, a chunk and some.
 TEST(prep_stops_reading_a_stalled_pipe) {
-    text t = {0};
-    for (int r = 0; r < 20000; r++) {
-        if (r == 500) add_bad(&t, &criteo_bad_cases[0], r);
-        else crow(&t, r);
-    }
-    const char *in = write_bytes("pipe.tsv", t.s, t.n);
-    free(t.s);
-    const char *fifo = tpath("fifo");
-    ASSERT_EQ(mkfifo(fifo, 0600), 0);
-    for (int run = 0; run < 2; run++) {
+    for (int run = 0; run < 8; run++) {
+        const int lines = run < 4 ? 3000 : 20000, threads = 1 + run % 2, bad = (run / 2) % 2;
+        text t = {0};
+        for (int r = 0; r < lines; r++) {
+            if (r == 500) add_bad(&t, &criteo_bad_cases[0], r);
+            else crow(&t, r);
+        }
+        const char *in = write_bytes("pipe.tsv", t.s, t.n);
+        free(t.s);
+        char name[16];
+        snprintf(name, sizeof name, "fifo%d", run);
+        const char *fifo = tpath(name);
+        ASSERT_EQ(mkfifo(fifo, 0600), 0);
         char *msg = NULL;
-        int rc = test_run(&msg, 60, "(cat %s; exec sleep 30) > %s 2>/dev/null & w=$!; timeout 10 %s prep -q -t 2 %s "
-                          "--max-ind-range 100 -o %s %s; rc=$?; kill $w; exit $rc", in, fifo, test_bin(),
-                          run == 0 ? "--max-rows 100" : "", tpath("p.bin"), fifo);
-        ASSERT_MSG(rc == (run == 0 ? 0 : 1), "exit %d (124: still reading after 10 s):\n%s", rc, msg);
-        if (run == 1) ASSERT_STR_CONTAINS(msg, "fifo:501: 3 fields, expected 40");
+        int rc = test_run(&msg, 60, "(cat %s; exec sleep 30) > %s 2>/dev/null & w=$!; timeout 10 %s prep -q -t %d %s "
+                          "--max-ind-range 100 -o %s %s; rc=$?; kill $w; exit $rc", in, fifo, test_bin(), threads,
+                          bad ? "" : "--max-rows 100", tpath("p.bin"), fifo);
+        ASSERT_MSG(rc == bad, "%d lines, %d threads: exit %d (124: still reading after 10 s):\n%s", lines, threads, rc,
+                   msg);
+        if (bad) ASSERT_STR_CONTAINS(msg, ":501: 3 fields, expected 40");
         free(msg);
     }
 }
