@@ -161,28 +161,6 @@ static int prep_check_out(const char *out) {
     return rc;
 }
 
-// A bad line: fails, naming it, or (--skip-bad) counts it and shows the first three.  bad is
-// made only when it is said (make_bad), since a skipped line is otherwise only counted.
-static int prep_bad_line(prep_ctx *c, const char *path, uint64_t line, lines_bad_kind kind,
-                         void (*make_bad)(const prep_ctx *, const void *, lines_bad *), const void *arg) {
-    lines_bad bad;
-    if (!c->o->skip_bad) {
-        make_bad(c, arg, &bad);
-        const char *hint = bad.first_line_hint && line == 1 ? bad.first_line_hint : NULL;
-        return bp_fail(BP_EFORMAT, "%s:%llu: %s%s", path, (unsigned long long)line, bad.msg,
-                       hint ? hint : " (or --skip-bad to skip bad lines)");
-    }
-    if (c->count_bad) {
-        c->st.bad[kind]++;
-        c->st.bad_total++;
-        if (c->shown_bad++ < 3) {
-            make_bad(c, arg, &bad);
-            bp_log(BP_LOG_WARN, "skipping %s:%llu: %s", path, (unsigned long long)line, bad.msg);
-        }
-    }
-    return 0;
-}
-
 // A vocabulary that ran out of memory (vocab_*'s message): which table, and what needs none.
 static int vocab_fail(const prep_ctx *c, uint32_t f, int rc) {
     char table[48], held[32];
@@ -492,18 +470,35 @@ static void parse_part(void *ctx, int p, int parts) {
     }
 }
 
-typedef struct {
-    const prep_chunk *ch;
-    size_t i;
-} bad_arg;
-
-static void make_bad_entry(const prep_ctx *c, const void *arg, lines_bad *bad) {
-    const bad_arg *a = arg;
-    if (a->ch->kind[a->i] == ENTRY_LONG)
+// What is wrong with the bad line i of ch (its kind is c->bad[i]).
+static void chunk_bad_message(const prep_ctx *c, const prep_chunk *ch, size_t i, lines_bad *bad) {
+    if (ch->kind[i] == ENTRY_LONG)
         lines_bad_set(bad, LINES_BAD_LONG, "line longer than %u bytes, expected text lines of at most that "
                       "(is this %s file?)", LINES_MAX, c->o->format == PREP_AVAZU ? "an Avazu CSV" : "a Criteo TSV");
     else
-        chunk_parse_line(c, a->ch, a->i, bad); // again, for its message (its row is taken by no line)
+        chunk_parse_line(c, ch, i, bad); // again, for its message (its row is taken by no line)
+}
+
+// The bad line i of ch: fails, naming it, or (--skip-bad) counts it and shows the first three.
+// Its message is made only when it is said, since a skipped line is otherwise only counted.
+static int prep_bad_line(prep_ctx *c, const char *path, const prep_chunk *ch, size_t i) {
+    const uint64_t line = ch->first_line + i;
+    lines_bad bad;
+    if (!c->o->skip_bad) {
+        chunk_bad_message(c, ch, i, &bad);
+        const char *hint = bad.first_line_hint && line == 1 ? bad.first_line_hint : NULL;
+        return bp_fail(BP_EFORMAT, "%s:%llu: %s%s", path, (unsigned long long)line, bad.msg,
+                       hint ? hint : " (or --skip-bad to skip bad lines)");
+    }
+    if (c->count_bad) {
+        c->st.bad[c->bad[i] - 1]++;
+        c->st.bad_total++;
+        if (c->shown_bad++ < 3) {
+            chunk_bad_message(c, ch, i, &bad);
+            bp_log(BP_LOG_WARN, "skipping %s:%llu: %s", path, (unsigned long long)line, bad.msg);
+        }
+    }
+    return 0;
 }
 
 // Takes ch's parsed lines in order: bad lines, sub-sampling, --max-rows; the rows kept are moved
@@ -518,8 +513,7 @@ static int chunk_take(prep_ctx *c, int fi, const char *path, const prep_chunk *c
         const uint64_t line = ch->first_line + e;
         const size_t from = c->at + e, r = c->n;
         if (c->bad[e]) {
-            bad_arg a = {ch, e};
-            rc = prep_bad_line(c, path, line, (lines_bad_kind)(c->bad[e] - 1), make_bad_entry, &a);
+            rc = prep_bad_line(c, path, ch, e);
             continue;
         }
         if (o->sub_sample_rate > 0 && c->label[from] == 0 && sub_train_input(o, fi)) {
