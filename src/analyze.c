@@ -414,7 +414,7 @@ void analyze_print_json(FILE *f, const analyze_result *r, const char *path, bp_s
 int cmd_analyze(int argc, char **argv) {
     int batch, split, json, threads;
     int64_t cache, max_rows, iters, start;
-    int window, trainers, prefetch, dim;
+    int window, trainers, prefetch, dim, parts;
     const char *sweep_c, *sweep_w, *plot_dir;
     const cli_opt opts[] = {
         CLI_GROUP("the access analysis (the default: skew, unique rows per batch, reuse distances) and the cache "
@@ -432,6 +432,9 @@ int cmd_analyze(int argc, char **argv) {
                 "lookahead window W in batches (the default is train's, so that the two agree)"),
         CLI_INT("trainers", 0, &trainers, 4, 1, ORACLE_MAX_TRAINERS, "trainers T sharing each global batch"),
         CLI_INT("prefetch", 0, &prefetch, 2, 0, 255, "lookahead: iterations between a fetch and its use (as train's)"),
+        CLI_INT("oracle-parts", 0, &parts, 1, 1, 2,
+                "lookahead: the planner in one part, or split by tables in 2 (as train's --oracle-parts; its "
+                "smallest cache can differ by a few rows)"),
         CLI_INT("dim", 0, &dim, 16, 1, 1 << 16, "embedding dimension D (row bytes = 4 D) for the byte counts"),
         CLI_STR("sweep-cache", 0, &sweep_c, NULL, "also simulate these cache sizes (a,b,c)"),
         CLI_STR("sweep-lookahead", 0, &sweep_w, NULL, "also run the lookahead policy with these windows (a,b,c)"),
@@ -486,7 +489,7 @@ int cmd_analyze(int argc, char **argv) {
         cachesim_cmd_opts so = {.path = pos[0], .split = splits[split], .batch = batch, .json = json,
                                 .threads = threads, .cache = (uint64_t)cache, .rows = (uint64_t)max_rows,
                                 .window = window, .trainers = trainers, .prefetch = prefetch, .dim = dim,
-                                .iters = (uint64_t)iters, .start = (uint64_t)start,
+                                .parts = parts, .iters = (uint64_t)iters, .start = (uint64_t)start,
                                 .sweep_cache = sweep_c, .sweep_lookahead = sweep_w, .plot_dir = plot_dir};
         rc = cachesim_cmd(&so);
         free(pos);

@@ -402,7 +402,7 @@ int cachesim_lookahead_fits(uint64_t rows, uint32_t B, uint32_t F, uint32_t W, u
 static int run_lookahead(cachesim *cs, const cachesim_config *c, cachesim_result *r) {
     oracle_config oc = {.T = c->T, .B = lookahead_batch(cs->rows, c->B, c->iters), .F = cs->F, .card = cs->card,
                         .W = lookahead_window(cs->rows, c->B, c->W, c->iters), .P = c->P, .C = c->C,
-                        .threads = c->threads ? c->threads : 1, .borrow_input = 1,
+                        .threads = c->threads ? c->threads : 1, .borrow_input = 1, .groups = c->parts == 2 ? 2 : 1,
                         .iter_base = c->iters ? c->start : 0};
     oracle o;
     int rc = oracle_init(&o, &oc);
@@ -553,6 +553,7 @@ typedef struct {
     uint32_t B, T, P, D, W;
     uint64_t C;
     uint64_t start; // the first iteration simulated (--start-iter)
+    uint32_t parts; // the lookahead planner's (--oracle-parts)
 } sim_meta;
 
 static void json_write(FILE *f, const sim_meta *m, const sim_run *runs, int n) {
@@ -561,11 +562,11 @@ static void json_write(FILE *f, const sim_meta *m, const sim_run *runs, int n) {
     fprintf(f,
             ",\n  \"split\": \"%s\", \"rows\": %llu, \"batches\": %llu, \"batch_size\": %u, \"trainers\": %u, "
             "\"prefetch\": %u, \"dim\": %u, \"row_bytes\": %u, \"cache\": %llu, \"lookahead\": %u, "
-            "\"start_iter\": %llu,\n  \"hit_definition\": "
+            "\"start_iter\": %llu, \"oracle_parts\": %u,\n  \"hit_definition\": "
             "\"(trainer, key, batch) accesses served from the trainer's cache without a fetch for that batch\",\n"
             "  \"runs\": [\n",
             m->split, (unsigned long long)m->rows, (unsigned long long)m->batches, m->B, m->T, m->P, m->D, m->D * 4,
-            (unsigned long long)m->C, m->W, (unsigned long long)m->start);
+            (unsigned long long)m->C, m->W, (unsigned long long)m->start, m->parts);
     for (int i = 0; i < n; i++) json_run(f, &runs[i], m->D, i == n - 1);
     fprintf(f, "  ]\n}\n");
 }
@@ -803,7 +804,7 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
     const uint64_t cache = o->cache, max_rows = o->rows;
     const int window = o->window, trainers = o->trainers, batch = o->batch, prefetch = o->prefetch, dim = o->dim;
     const uint64_t iters = o->iters, start = o->start;
-    const int threads = BP_MIN(o->threads, 2), split = (int)o->split, json = o->json;
+    const int threads = BP_MIN(o->threads, 2), split = (int)o->split, json = o->json, parts = o->parts == 2 ? 2 : 1;
     const char *sweep_c = o->sweep_cache, *sweep_w = o->sweep_lookahead, *plot_dir = o->plot_dir, *path = o->path;
     int rc = 0;
     bp_dataset ds = {0};
@@ -871,7 +872,7 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         if (windows[i] != (uint64_t)window) runs[n++] = (sim_run){.pol = CS_LOOKAHEAD, .C = (uint64_t)cache, .W = (uint32_t)windows[i]};
     for (int i = 0; i < n; i++) {
         cachesim_config c = {(uint32_t)trainers, (uint32_t)batch, runs[i].C, runs[i].W, (uint32_t)prefetch, threads,
-                             iters, start};
+                             parts, iters, start};
         runs[i].rc = cachesim_run(cs, runs[i].pol, &c, &runs[i].r);
         if (runs[i].rc == BP_ECAPACITY) {
             // The smallest size that works for this window, found once per window (a sweep's
@@ -888,7 +889,7 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
     }
 
     sim_meta meta = {path, bp_split_name((bp_split)split), e - b, runs[0].r.batches, (uint32_t)batch, (uint32_t)trainers,
-                     (uint32_t)prefetch, (uint32_t)dim, (uint32_t)window, (uint64_t)cache, start};
+                     (uint32_t)prefetch, (uint32_t)dim, (uint32_t)window, (uint64_t)cache, start, (uint32_t)parts};
     if (json) {
         json_write(stdout, &meta, runs, n);
     } else {
@@ -897,11 +898,12 @@ int cachesim_cmd(const cachesim_cmd_opts *o) {
         if (start)
             snprintf(from, sizeof from, " from iteration %llu (resumed there: the caches start empty)",
                      (unsigned long long)start);
-        printf("cache simulation of %s: %s split, %llu rows in %llu %s of %d%s%s, %d trainer%s, prefetch %d, rows of "
-               "%d floats (%s)\n",
+        printf("cache simulation of %s: %s split, %llu rows in %llu %s of %d%s%s, %d trainer%s, prefetch %d%s, rows "
+               "of %d floats (%s)\n",
                path, meta.split, (unsigned long long)meta.rows, (unsigned long long)meta.batches,
                iters ? "iterations" : "batches", batch, iters ? " (train's: the whole batches in turn)" : "", from,
-               trainers, trainers == 1 ? "" : "s", prefetch, dim, bp_fmt_bytes(b1, sizeof b1, dim * 4.0));
+               trainers, trainers == 1 ? "" : "s", prefetch, parts == 2 ? ", the lookahead planner split by tables" : "",
+               dim, bp_fmt_bytes(b1, sizeof b1, dim * 4.0));
         printf("hit = (trainer, key, batch) accesses served from the trainer's cache without a fetch for that batch\n\n");
         printf("%-9s %10s %6s %8s %13s %11s %13s %13s %10s\n", "policy", "cache", "window", "hit", "fetched rows",
                "fetched", "written rows", "synced rows", "peak rows");

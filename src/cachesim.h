@@ -40,6 +40,7 @@ typedef struct {
     uint64_t C;      // rows per trainer
     uint32_t W, P;   // lookahead only
     int threads;     // lookahead only: 1 or 2
+    int parts;       // lookahead only: 1, or 2 for the planner split by tables (oracle_config.groups)
     uint64_t iters;  // 0: one pass over the trace, its last batch possibly short; else this many batches of
                      // B as training takes them: the trace's whole batches in turn, its partial last one dropped
     uint64_t start;  // with iters: simulate batches start..iters-1 only, the caches empty at start (as a
@@ -88,6 +89,7 @@ typedef struct {
     bp_split split;
     int batch, json;
     int threads;                 // >= 1; the lookahead planner uses at most 2
+    int parts;                   // the lookahead planner's parts: 1, or 2 (split by tables)
     uint64_t cache;              // rows per trainer, >= 1
     uint64_t rows;               // simulate only the first N rows of the split (0: all)
     int window, trainers, prefetch, dim;

@@ -89,8 +89,9 @@ static void print_layout(const train_setup *su, const dist_layout *l) {
            (unsigned long long)(su->tr1 - su->tr0), (long long)su->total_iters, su->total_iters == 1 ? "" : "s", su->B,
            (double)su->total_iters / (double)su->per_epoch, dist_mode_name(l->mode));
     if (su->mode == TRAIN_MODE_BAGPIPE)
-        printf("cache: %llu rows per trainer, lookahead %d, prefetch %d%s\n", (unsigned long long)su->cache_rows,
-               su->lookahead, su->prefetch, su->oracle_threads == 2 ? ", oracle on 2 threads" : "");
+        printf("cache: %llu rows per trainer, lookahead %d, prefetch %d%s%s%s\n", (unsigned long long)su->cache_rows,
+               su->lookahead, su->prefetch, su->oracle_parts == 2 || su->oracle_threads == 2 ? ", oracle" : "",
+               su->oracle_parts == 2 ? " split by tables in 2 parts" : "", su->oracle_threads == 2 ? " on 2 threads" : "");
     if (l->mode == DIST_MODE_ASYNC)
         printf("cache: %llu rows per trainer, %s, staleness bound %d iterations\n", (unsigned long long)su->cache_rows,
                su->cache_policy == TRAIN_CACHE_LFU ? "LFU" : "LRU", su->staleness);

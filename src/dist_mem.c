@@ -140,12 +140,17 @@ int dist_mem_plan_compute(dist_mem_plan *p, const train_setup *su, const dist_la
     if (l->mode == DIST_MODE_BAGPIPE) {
         oracle_config cfg = {.T = (uint32_t)T, .B = (uint32_t)su->B, .F = (uint32_t)F, .card = su->lc.card,
                              .W = (uint32_t)su->lookahead, .P = (uint32_t)su->prefetch, .C = su->cache_rows,
-                             .threads = su->oracle_threads == 2 ? 2 : 1, .keymap = ORACLE_KEYMAP_AUTO};
+                             .threads = su->oracle_threads == 2 ? 2 : 1, .keymap = ORACLE_KEYMAP_AUTO,
+                             .borrow_input = 1, .groups = su->oracle_parts == 2 ? 2 : 1};
         // the batches of the first window (a window longer than an epoch sees no more keys)
         const uint64_t R = oracle_held_batches((uint32_t)su->lookahead, (uint32_t)su->prefetch, cfg.threads);
-        uint64_t U, D;
+        uint64_t U[2], D[2];
+        uint8_t *grp = bp_xmalloc((size_t)F);
+        const int split = oracle_parts(&cfg, grp) == 2;
         p->oracle_exact = oracle_window_figures(su->ds, su->tr0, su->per_epoch, (uint32_t)su->B,
-                                                BP_MIN(BP_MIN(R, su->per_epoch), (uint64_t)BP_MAX(su->total_iters, 1)), &U, &D);
+                                                BP_MIN(BP_MIN(R, su->per_epoch), (uint64_t)BP_MAX(su->total_iters, 1)),
+                                                split ? grp : NULL, U, D);
+        free(grp);
         p->oracle = oracle_mem_estimate(&cfg, U, D);
     }
     p->dataset = su->ds ? su->ds->map_size : 0;

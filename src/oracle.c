@@ -2800,6 +2800,7 @@ static void stats_of(oracle_impl *o, oracle_stats *st) {
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
     for (int k = 0; k < ORACLE_PHASES; k++) st->phase_s[k] = o->ph_pub[k] + o->ph_plan[k];
     st->mem_bytes = mem;
+    st->parts = 1;
 }
 
 void oracle_get_stats(const oracle *out, oracle_stats *st) {
@@ -2824,14 +2825,29 @@ void oracle_get_stats(const oracle *out, oracle_stats *st) {
     st->evictions_pressure += b.evictions_pressure, st->demotions += b.demotions;
     st->sync_now += b.sync_now, st->sync_later += b.sync_later, st->sync_restated += b.sync_restated;
     st->active_peak += b.active_peak, st->mem_bytes += b.mem_bytes;
+    if (o->sp->threads == 2 && !o->borrow) st->mem_bytes += (uint64_t)SPLIT_Q * o->B * o->F * sizeof(uint32_t); // q_buf
     st->cpu_index_s += b.cpu_index_s, st->cpu_plan_s += b.cpu_plan_s;
     for (int k = 0; k < ORACLE_PHASES; k++) st->phase_s[k] += b.phase_s[k];
+    st->parts = 2;
+}
+
+uint32_t oracle_parts(const oracle_config *cfg, uint8_t *grp) {
+    const uint32_t parts = cfg->groups == 2 && cfg->F >= 2 ? 2 : 1;
+    if (grp && parts == 2) split_tables(cfg->F, cfg->card, grp);
+    else if (grp) memset(grp, 0, cfg->F);
+    return parts;
 }
 
 int oracle_window_figures(const bp_dataset *ds, uint64_t row0, uint64_t per_epoch, uint32_t B, uint64_t nb,
-                          uint64_t *unique, uint64_t *distinct) {
+                          const uint8_t *grp, uint64_t *unique, uint64_t *distinct) {
     const uint64_t F = ds->info.n_sparse, K = bp_ds_total_card(&ds->info);
-    *unique = (uint64_t)B * F, *distinct = BP_MIN(K, nb * B * F);
+    const int parts = grp ? 2 : 1;
+    for (int k = 0; k < parts; k++) { // the bounds: every id of the part's tables distinct
+        uint64_t nf = 0, card = 0;
+        for (uint64_t f = 0; f < F; f++)
+            if (!grp || grp[f] == k) nf++, card += ds->info.card[f];
+        unique[k] = (uint64_t)B * nf, distinct[k] = BP_MIN(card, nb * B * nf);
+    }
     if (K > (1ull << 30) || per_epoch == 0 || nb == 0) return 0;
     uint64_t *off = bp_xmalloc((F ? F : 1) * sizeof *off), acc = 0;
     for (uint64_t f = 0; f < F; f++) off[f] = acc, acc += ds->info.card[f];
@@ -2840,40 +2856,42 @@ int oracle_window_figures(const bp_dataset *ds, uint64_t row0, uint64_t per_epoc
         free(win), free(one), free(off);
         return 0;
     }
-    uint64_t U = 0, D = 0;
+    uint64_t U[2] = {0, 0}, D[2] = {0, 0};
     for (uint64_t t = 0; t < nb; t++) {
         const uint32_t *ids = ds->sparse + (row0 + (t % per_epoch) * B) * F;
-        uint64_t u = 0;
+        uint64_t u[2] = {0, 0};
         for (uint64_t j = 0; j < (uint64_t)B * F; j++) {
             const uint64_t k = off[j % F] + ids[j], bit = (uint64_t)1 << (k & 63);
-            if (!(one[k >> 6] & bit)) one[k >> 6] |= bit, u++;
-            if (!(win[k >> 6] & bit)) win[k >> 6] |= bit, D++;
+            const int g = grp ? grp[j % F] : 0;
+            if (!(one[k >> 6] & bit)) one[k >> 6] |= bit, u[g]++;
+            if (!(win[k >> 6] & bit)) win[k >> 6] |= bit, D[g]++;
         }
         for (uint64_t j = 0; j < (uint64_t)B * F; j++) {
             const uint64_t k = off[j % F] + ids[j];
             one[k >> 6] &= ~((uint64_t)1 << (k & 63));
         }
-        U = BP_MAX(U, u);
+        for (int g = 0; g < parts; g++) U[g] = BP_MAX(U[g], u[g]);
     }
     free(win), free(one), free(off);
-    *unique = U, *distinct = D;
+    for (int g = 0; g < parts; g++) unique[g] = U[g], distinct[g] = D[g];
     return 1;
 }
 
-uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t distinct) {
-    uint64_t K = 0;
-    for (uint32_t f = 0; f < cfg->F; f++) K += cfg->card[f];
+// One part's share of oracle_mem_estimate: its K_part keys (the flat keymap's words it touches),
+// the most unique keys of one batch and the distinct keys of a window in its tables, and the
+// resident keys it holds.
+static uint64_t part_mem_estimate(const oracle_config *cfg, uint64_t K, uint64_t K_part, uint64_t unique,
+                                  uint64_t distinct, uint64_t resident) {
     const uint64_t R = oracle_held_batches(cfg->W, cfg->P, cfg->threads), per_batch = (uint64_t)cfg->B * cfg->F;
     const uint64_t act_cap = BP_MIN(BP_MIN(K, R * per_batch), (uint64_t)0x7FFFFFFF);
-    const uint64_t resident = BP_MIN((uint64_t)cfg->T * cfg->C, K);
-    const uint64_t acts = BP_MIN(act_cap, BP_MIN(K, distinct + resident));
+    const uint64_t acts = BP_MIN(act_cap, BP_MIN(K_part, distinct + resident));
     const int km = cfg->keymap == ORACLE_KEYMAP_AUTO ? (K <= (1ull << 28) ? ORACLE_KEYMAP_FLAT : ORACLE_KEYMAP_HASH)
                                                      : cfg->keymap;
     // the same terms as oracle_get_stats, at these high-water marks
     uint64_t mem = acts * (sizeof(uint32_t) + sizeof(uint64_t));
     mem += slots_bytes(R, per_batch, unique, K <= (1ull << 32) ? 4 : 8, cfg->T <= 8 ? 1 : 8);
     mem += nexts_bytes(unique, R);
-    mem += km == ORACLE_KEYMAP_FLAT ? K * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
+    mem += km == ORACLE_KEYMAP_FLAT ? K_part * sizeof(uint64_t) : 48 * acts; // hash: up to three tables while it grows
     mem += unique * 4 * sizeof(uint32_t);
     mem += (uint64_t)COLS_LD(cfg->B / cfg->T + 1) * cfg->F * sizeof(uint32_t);
     mem += resident * (sizeof(bentry) + sizeof(uint64_t)); // the buckets and bucket_fill's scratch at most
@@ -2883,7 +2901,25 @@ uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t
     while (lists < unique) lists *= 2;
     mem += lists * (2 * PLAN_BYTES_PER_KEY + sizeof(uint64_t) + sizeof(uint16_t) + sizeof(plan_sync) +
                     sizeof(uint32_t));
-    if (cfg->threads == 2 && !cfg->borrow_input) mem += (uint64_t)INQ * per_batch * sizeof(uint32_t);
+    return mem;
+}
+
+uint64_t oracle_mem_estimate(const oracle_config *cfg, const uint64_t *unique, const uint64_t *distinct) {
+    uint64_t K = 0, Kp[2] = {0, 0};
+    uint8_t *grp = bp_xmalloc(cfg->F ? cfg->F : 1);
+    const uint32_t parts = oracle_parts(cfg, grp);
+    for (uint32_t f = 0; f < cfg->F; f++) K += cfg->card[f], Kp[grp[f]] += cfg->card[f];
+    free(grp);
+    const uint64_t resident = BP_MIN((uint64_t)cfg->T * cfg->C, K), per_batch = (uint64_t)cfg->B * cfg->F;
+    const double all = parts == 2 ? (double)distinct[0] + (double)distinct[1] : 0;
+    uint64_t mem = 0;
+    for (uint32_t k = 0; k < parts; k++) {
+        const uint64_t res = parts == 1 || all == 0 ? resident / parts : (uint64_t)((double)resident * distinct[k] / all);
+        mem += part_mem_estimate(cfg, K, Kp[k], unique[k], distinct[k], BP_MIN(res, Kp[k]));
+    }
+    // the input copies: the two-thread indexer's queue, or the second part's
+    if (cfg->threads == 2 && !cfg->borrow_input)
+        mem += (uint64_t)(parts == 2 ? SPLIT_Q : INQ) * per_batch * sizeof(uint32_t);
     return mem;
 }
 

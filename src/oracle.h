@@ -121,10 +121,10 @@ typedef struct {
 // of entries and of Belady's ties among keys of one next use: the same contract and checker.
 // Fetchers and write-back owners go round-robin in each part: each trainer's count is within two
 // of any other's.  Plans do not depend on the thread count.  Not the default: its plans differ
-// from the planner in one part's, which the product uses on one and two threads alike (on two
-// threads the split measured 1.05x the split by phases with the host steady, at parity with it
-// noisy: docs/oracle.md, round 20), and oracle_mem_estimate is the planner in one part's (the
-// split's parts hold about as much in all, plus a second set of records and scratch).
+// from the planner in one part's, and the product's plans depend on its planner flags, never on
+// its thread count, so `train --oracle-parts 2` (and analyze's) chooses it, with one thread or
+// two (on two threads the split measured 1.05x the split by phases with the host steady, at
+// parity with it noisy: docs/oracle.md, round 20).
 
 // The phases of the oracle's work, each timed in its thread by the monotonic clock read at its
 // boundaries (oracle_stats.phase_s; ~25 reads per batch).  The indexer: retiring the keys of
@@ -156,6 +156,7 @@ typedef struct {
     uint64_t active_peak;     // most keys tracked at once (occurring in held batches or resident)
     uint64_t mem_bytes;       // the oracle's own data structures at their high-water mark
     uint64_t linked_indexer;  // with two threads: batches the indexer linked (the rest, the planner)
+    uint32_t parts;           // 1, or 2 for a planner split by tables (oracle_parts)
     double cpu_index_s;       // CPU time spent indexing batches (dedupe, linking, retiring)
     double cpu_plan_s;        // CPU time spent planning (in oracle_next_plan)
     double phase_s[ORACLE_PHASES]; // seconds in each phase (ORACLE_PH_*; 0 for oracle_ref)
@@ -203,13 +204,21 @@ void oracle_free(oracle *o); // safe on a zeroed or freed oracle
 // window of W + P + 3 batches.  Resident keys are taken at T x C (a full cache); with a hash
 // keymap the map is taken at its largest (three tables' worth while it grows) over the window's
 // keys, though it grows with the run's.
-uint64_t oracle_mem_estimate(const oracle_config *cfg, uint64_t unique, uint64_t distinct);
+// A planner split by tables: unique[k] and distinct[k] are those figures over part k's tables
+// (oracle_parts), and the estimate is the parts' sum, the full caches' T x C keys shared between
+// them in proportion to distinct[k].
+uint64_t oracle_mem_estimate(const oracle_config *cfg, const uint64_t *unique, const uint64_t *distinct);
+// How many parts cfg plans in: 2 for a planner split by tables (groups = 2, F >= 2), else 1; where
+// grp is not NULL, grp[f] = the part of table f (F entries).
+uint32_t oracle_parts(const oracle_config *cfg, uint8_t *grp);
 // The two figures of the trace for oracle_mem_estimate: batch t of B samples = rows row0 +
 // (t % per_epoch) B of ds (training order), t < nb (nb = W + P + 3, or the run's batches when fewer).
+// grp NULL: one figure each over every table; else one per part, grp[f] naming table f's part
+// (0 or 1, as oracle_parts gives it), in unique[0..1] and distinct[0..1].
 // Counted with two bitmaps over the key space (K / 4 bytes); above 2^30 keys it gives the bounds
 // (every id distinct) and returns 0, else 1.
 int oracle_window_figures(const bp_dataset *ds, uint64_t row0, uint64_t per_epoch, uint32_t B, uint64_t nb,
-                          uint64_t *unique, uint64_t *distinct);
+                          const uint8_t *grp, uint64_t *unique, uint64_t *distinct);
 
 // Trace driver: plans a split of a dataset in row order, batch t = rows [t*B, (t+1)*B) of the
 // split, the final partial batch kept (it becomes the PLAN_LAST record).  cfg supplies T, B, W,

@@ -1047,4 +1047,5 @@ void oracle_ref_get_stats(const oracle_ref *out, oracle_stats *st) {
     st->cpu_index_s = o->cpu_index, st->cpu_plan_s = o->cpu_plan;
     unlock(o);
     st->mem_bytes = mem;
+    st->parts = 1;
 }

@@ -76,11 +76,12 @@ static int produce(role_oracle *ro) {
                 snprintf(start, sizeof start, " --start-iter %lld", (long long)ro->K);
             }
             return bp_fail(rc, "%s (--cache-rows %llu: give at least that minimum; a later batch may need more: "
-                           "`bagpipe analyze --cache %llu --trainers %d --batch-size %d --lookahead %d --prefetch %d "
+                           "`bagpipe analyze --cache %llu --trainers %d --batch-size %d --lookahead %d --prefetch %d%s "
                            "--iters %lld%s %s%s%s` simulates this run's batches and names the smallest cache that "
                            "works%s)",
                            bp_errmsg(rc), (unsigned long long)su->cache_rows, (unsigned long long)su->cache_rows,
-                           su->trainers, su->B, su->lookahead, su->prefetch, (long long)su->total_iters, start,
+                           su->trainers, su->B, su->lookahead, su->prefetch,
+                           su->oracle_parts == 2 ? " --oracle-parts 2" : "", (long long)su->total_iters, start,
                            plain ? "" : "\"", su->data_path, plain ? "" : "\"", resumed);
         }
         if (rc < 0) return rc;
@@ -126,7 +127,8 @@ int role_oracle_prepare(role_oracle **out, const train_setup *su, const dist_lay
     oracle_config cfg = {.T = (uint32_t)l->T, .B = (uint32_t)su->B, .F = (uint32_t)su->mc.F, .card = su->ds->info.card,
                          .W = (uint32_t)su->lookahead, .P = (uint32_t)su->prefetch, .C = su->cache_rows,
                          .row_base = su->tr0, .iter_base = (uint64_t)ro->K,
-                         .threads = su->oracle_threads == 2 ? 2 : 1, .keymap = ORACLE_KEYMAP_AUTO, .borrow_input = 1};
+                         .threads = su->oracle_threads == 2 ? 2 : 1, .keymap = ORACLE_KEYMAP_AUTO, .borrow_input = 1,
+                         .groups = su->oracle_parts == 2 ? 2 : 1};
     int rc = oracle_init(&ro->o, &cfg);
     if (rc) return rc;
     const int A = ro->A, T = ro->T;
@@ -233,11 +235,12 @@ void role_oracle_report(const role_oracle *ro) {
     oracle_stats st;
     oracle_get_stats(&ro->o, &st);
     printf("oracle: %llu records, %llu fetches (%llu private, %llu refetches), %llu evictions (%llu under "
-           "pressure, %llu demoted), sync %llu now / %llu later (%llu restated), peak %llu of %llu rows\n",
+           "pressure, %llu demoted), sync %llu now / %llu later (%llu restated), peak %llu of %llu rows%s\n",
            (unsigned long long)st.batches, (unsigned long long)st.fetches, (unsigned long long)st.fetches_private,
            (unsigned long long)ro->refetches, (unsigned long long)st.evictions,
            (unsigned long long)st.evictions_pressure, (unsigned long long)st.demotions, (unsigned long long)st.sync_now,
            (unsigned long long)st.sync_later, (unsigned long long)st.sync_restated,
-           (unsigned long long)st.peak_resident, (unsigned long long)ro->su->cache_rows);
+           (unsigned long long)st.peak_resident, (unsigned long long)ro->su->cache_rows,
+           st.parts == 2 ? "; planned in 2 parts (split by tables)" : "");
     fflush(stdout);
 }

@@ -88,7 +88,8 @@ typedef struct {
     int mode;                   // TRAIN_MODE_*
     uint64_t cache_rows;        // bagpipe: cache capacity per trainer (rows)
     int lookahead, prefetch;    // bagpipe: window W and prefetch distance P (iterations)
-    int oracle_threads;         // bagpipe: 1, or 2 (the planner's indexer on its own thread)
+    int oracle_threads;         // bagpipe: 1, or 2 (the planner's indexer, or its second part, on its own thread)
+    int oracle_parts;           // bagpipe: 1, or 2 (the planner split by tables: oracle_config.groups)
     int staleness;              // async: a cached row may be read up to this many iterations old
     int cache_policy;           // async: TRAIN_CACHE_LRU or TRAIN_CACHE_LFU
     int64_t static_rows;        // static: rows asked to pin (--static-rows, its 0 resolved to 1% of the rows)

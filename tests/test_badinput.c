@@ -1107,6 +1107,9 @@ TEST(badinput_flags_that_do_not_apply) {
     EXPECT(2, cmd("%s train %s --oracle-threads 2", test_bin(), d),
            "--oracle-threads: only --mode bagpipe reads it (this is --mode local)");
     EXPECT(2, cmd("%s train %s --mode bagpipe --oracle-threads 3", test_bin(), d), "--oracle-threads: 3 is out of range [1, 2]");
+    EXPECT(2, cmd("%s train %s --mode sync --oracle-parts 2", test_bin(), d),
+           "--oracle-parts: only --mode bagpipe reads it (this is --mode sync)");
+    EXPECT(2, cmd("%s train %s --mode bagpipe --oracle-parts 0", test_bin(), d), "--oracle-parts: 0 is out of range [1, 2]");
     EXPECT(2, cmd("%s train %s " TINY " --mode bagpipe --iters 4294967290", test_bin(), d),
            "--iters: 4294967290 iterations; --mode bagpipe plans at most 4294967253");
     EXPECT(2, cmd("%s train %s --staleness 2", test_bin(), d), "--staleness: only --mode async reads it (this is --mode local)");

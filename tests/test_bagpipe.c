@@ -1,7 +1,7 @@
 // Multi-rank tests of mode bagpipe (oracle + lookahead cache + prefetch + LRPP sync): the saved
 // model is bit-identical to mode sync at the same T (and to local at T = 1) with a cache small
 // enough to force evictions, refetches and capacity pressure, also with the oracle on two threads
-// (--oracle-threads 2); a cache too small is a clear error.
+// (--oracle-threads 2) and split by tables (--oracle-parts 2); a cache too small is a clear error.
 // Every job goes through the binary (it launches mpirun itself) under a timeout.
 #include <stdlib.h>
 
@@ -89,6 +89,22 @@ static void check_optimizer(const char *opt, const char *more) {
            extra);
     free(out), out = NULL;
     ASSERT_SAME_MODEL(s3, b);
+    // The planner split by tables, its second part on the caller's thread and on its own: other
+    // plans (the order of their lists), the same model.
+    JOB_OK(&out, data, b, "--mode bagpipe --trainers 2 --servers 1 --prefetch 1 --lookahead 16 --cache-rows 80 --oracle-parts 2",
+           extra);
+    ASSERT_STR_CONTAINS(out, "prefetch 1, oracle split by tables in 2 parts\n");
+    ASSERT_STR_CONTAINS(out, " rows; planned in 2 parts (split by tables)\n"); // the oracle's own word
+    ASSERT_PRESSURE(out);
+    free(out), out = NULL;
+    ASSERT_SAME_MODEL(s2, b);
+    JOB_OK(&out, data, b, "--mode bagpipe --trainers 3 --servers 2 --prefetch 1 --lookahead 16 --cache-rows 80 --oracle-parts 2 "
+           "--oracle-threads 2", extra);
+    ASSERT_STR_CONTAINS(out, "prefetch 1, oracle split by tables in 2 parts on 2 threads\n");
+    ASSERT_STR_CONTAINS(out, " rows; planned in 2 parts (split by tables)\n");
+    ASSERT_PRESSURE(out);
+    free(out), out = NULL;
+    ASSERT_SAME_MODEL(s3, b);
 }
 
 TEST(bagpipe_sgd_matches_local_and_sync) { check_optimizer("sgd", ""); }
@@ -127,15 +143,17 @@ static unsigned long long analyze_min_cache(const char *args) {
 }
 
 // A cache smaller than the first batches need: the planner's error, with the minimum, and every
-// rank stops (no hang: the timeout would give 124).  The same with the oracle on two threads.
+// rank stops (no hang: the timeout would give 124).  The same with the oracle on two threads, and
+// split by tables on two threads, whose smallest cache is its own (analyze --oracle-parts 2).
 TEST(bagpipe_cache_too_small) {
     char data[512];
     snprintf(data, sizeof data, "%s", test_path("d.bin"));
     ASSERT_OK(bagpipe_dataset(data, 4000, 6));
-    for (int threads = 1; threads <= 2; threads++) {
+    for (int run = 0; run < 3; run++) {
+        const int threads = run ? 2 : 1, parts = run == 2 ? 2 : 1;
         char *out = NULL;
         int rc = test_run(&out, 30, "%s %s train --mode bagpipe --trainers 2 --servers 1 --cache-rows 5 --oracle-threads %d "
-                          BP_MODEL " %s", dist_test_env(), test_bin(), threads, data);
+                          "--oracle-parts %d " BP_MODEL " %s", dist_test_env(), test_bin(), threads, parts, data);
         ASSERT_MSG(rc != 0 && rc != 124, "exit %d:\n%s", rc, out);
         ASSERT_STR_CONTAINS(out, "cache too small");
         ASSERT_STR_CONTAINS(out, "the minimum cache size for this batch is");
@@ -145,12 +163,15 @@ TEST(bagpipe_cache_too_small) {
         char args[1024];
         ASSERT_MSG(named_analyze_args(out, args, sizeof args) == 0, "no analyze command in:\n%s", out);
         free(out);
-        ASSERT_STR_CONTAINS(args, "--cache 5 --trainers 2 --batch-size 16 --lookahead 32 --prefetch 2 --iters 1000 ");
+        ASSERT_STR_CONTAINS(args, parts == 2 ? "--cache 5 --trainers 2 --batch-size 16 --lookahead 32 --prefetch 2 "
+                                               "--oracle-parts 2 --iters 1000 "
+                                             : "--cache 5 --trainers 2 --batch-size 16 --lookahead 32 --prefetch 2 --iters 1000 ");
         const unsigned long long min = analyze_min_cache(args);
         ASSERT_MSG(min > 5, "analyze %s: smallest cache %llu", args, min);
         for (unsigned long long c = min - 1; c <= min; c++) {
             rc = test_run(&out, 60, "%s %s train --mode bagpipe --trainers 2 --servers 1 --cache-rows %llu "
-                          "--oracle-threads %d " BP_MODEL " %s", dist_test_env(), test_bin(), c, threads, data);
+                          "--oracle-threads %d --oracle-parts %d " BP_MODEL " %s", dist_test_env(), test_bin(), c,
+                          threads, parts, data);
             ASSERT_MSG(c == min ? rc == 0 : rc != 0 && strstr(out, "cache too small"),
                        "--cache-rows %llu (analyze's smallest: %llu): exit %d:\n%s", c, min, rc, out);
             free(out);
@@ -309,7 +330,8 @@ TEST(bagpipe_second_epoch_and_resume_keep_the_model) {
 // back private at s (the oracle's demote), so its write-back of s-1 and the refetch of s meet at
 // the gate; write-backs are held back (BAGPIPE_TEST_WB_DELAY_US), so the refetch waits for its
 // watermark.  The batches of one oracle test (one table of `rows` rows, T trainers, batch B) are
-// repeated `reps` times; the model is mode sync's, with the oracle on one thread and on two.
+// repeated `reps` times; the model is mode sync's, with the oracle on one thread and on two (there
+// with --oracle-parts 2, which one table cannot split: a warning, and the planner in one part).
 static void demotions_keep_the_model(const uint32_t *ids, uint32_t len, uint32_t rows, uint32_t reps, int T, int B,
                                      const char *plan_flags, long demotions) {
     const uint32_t n = reps * len;
@@ -342,9 +364,13 @@ static void demotions_keep_the_model(const uint32_t *ids, uint32_t len, uint32_t
     free(out);
     for (int threads = 1; threads <= 2; threads++) {
         rc = test_run(&out, 60, "BAGPIPE_TEST_WB_DELAY_US=2000 %s %s train --mode bagpipe --trainers %d --servers 2 "
-                      "%s --oracle-threads %d %s --save %s %s", dist_test_env(), test_bin(), T, plan_flags, threads,
-                      model, b, data);
+                      "%s --oracle-threads %d --oracle-parts %d %s --save %s %s", dist_test_env(), test_bin(), T,
+                      plan_flags, threads, threads, model, b, data);
         ASSERT_MSG(rc == 0, "bagpipe, %d oracle threads: exit %d:\n%s", threads, rc, out);
+        if (threads == 2) {
+            ASSERT_STR_CONTAINS(out, "has one table, so the planner runs in one part");
+            ASSERT_MSG(!strstr(out, "split by tables"), "%s", out);
+        }
         ASSERT_MSG(dist_test_num_before(out, "oracle:", "demoted") == demotions, "not %ld demotions:\n%s", demotions,
                    out);
         const long waited = dist_test_num_before(out, "server 0:", "waited for a write-back watermark") +

@@ -2235,7 +2235,7 @@ TEST(oracle_cachesim_and_dataset_driver_agree) {
                 oc.C = caps[j], oc.threads = th;
                 oracle_stats st;
                 ASSERT_OK(oracle_run_dataset(&ds, BP_SPLIT_TRAIN, 0, &oc, NULL, NULL, &st));
-                cachesim_config cc = {oc.T, oc.B, oc.C, oc.W, oc.P, th, 0, 0};
+                cachesim_config cc = {oc.T, oc.B, oc.C, oc.W, oc.P, th, 1, 0, 0};
                 cachesim_result r;
                 ASSERT_OK(cachesim_run(cs, CS_LOOKAHEAD, &cc, &r));
                 ASSERT_MSG(r.batches == st.batches && r.accesses == st.accesses && r.hits == st.hits &&

@@ -226,8 +226,11 @@ class Fuzz:
         P = rng.choice([0, 1, 2, 3])
         bp = ["--mode", "bagpipe", "--trainers", str(T), "--servers", str(S), "--lookahead", str(W),
               "--prefetch", str(P), "--oracle-threads", str(rng.choice([1, 2]))]
+        parts = rng.choice([1, 2])
+        bp += ["--oracle-parts", str(parts)]
         self.note("W", W)
         self.note("P", P)
+        self.note("oracle-parts", parts)
         cache, probe = self.min_cache(data, common + bp)
         if cache is not None:
             extra = rng.choice([0, 0, 1, 7])
