@@ -1097,8 +1097,9 @@ static int train_cmd(int argc, char **argv) {
                 "with --oracle-parts 2 plans the second part; the same plans either way)"),
         CLI_INT("oracle-parts", 0, &fl.oracle_parts, 1, 1, 2,
                 "bagpipe: 2 splits the planner by tables into two parts that share the cache capacity (on two "
-                "threads each part has a core to itself, which measured a little faster than the indexer's "
-                "thread; the plans differ from one part's in their order and Belady's ties, the model does not)"),
+                "threads each part has a core to itself, where one part has an indexer thread: docs/oracle.md "
+                "compares them; the plans differ from one part's in their order and Belady's ties, the model does "
+                "not)"),
         CLI_INT("trainers", 0, &fl.trainers, 1, 1, 1024, "trainer ranks (distributed modes; at most 64 with --mode bagpipe)"),
         CLI_INT("servers", 0, &fl.servers, 1, 0, 1024,
                 "embedding server ranks (sync, static, bagpipe, async; sharded runs none: 0, and 1 is read as 0)"),
