@@ -90,7 +90,7 @@ static void check_optimizer(const char *opt, const char *more) {
     free(out), out = NULL;
     ASSERT_SAME_MODEL(s3, b);
     // The planner split by tables, its second part on the caller's thread and on its own: other
-    // plans (the order of their lists), the same model.
+    // plans (their order and Belady's ties), the same model.
     JOB_OK(&out, data, b, "--mode bagpipe --trainers 2 --servers 1 --prefetch 1 --lookahead 16 --cache-rows 80 --oracle-parts 2",
            extra);
     ASSERT_STR_CONTAINS(out, "prefetch 1, oracle split by tables in 2 parts\n");
