@@ -2,7 +2,7 @@
 // window W (at a fixed T) and over the trainers T (at a fixed W), one run per configuration, all
 // in one process on the same ids (paged in before any timing).
 //
-//   build/bench/bench_plan DATA [--windows 10,25,50,100] [--trainers 1,2,4,8] [-b 2048] [...]
+//   build/bench/bench_plan DATA [--windows 10,25,50,100] [--trainers 1,2,4,8] [-b 2048] [--parts 2] [...]
 //
 // Prints one tab-separated line per run (header first): the sweep it belongs to, W, T, B, planner
 // threads, samples planned, wall seconds, samples/s, ms per batch, CPU ms per batch (indexing and
@@ -21,8 +21,8 @@ enum { MAX_SWEEP = 32 };
 
 // Plans the trace once with these settings and prints its line (none when sweep is NULL: a warm-up).
 static int run_one(const bp_dataset *ds, uint64_t rows, const char *sweep, uint32_t W, uint32_t T, uint32_t B,
-                   uint32_t P, uint64_t C, int threads) {
-    oracle_config cfg = {.T = T, .B = B, .W = W, .P = P, .C = C, .threads = threads};
+                   uint32_t P, uint64_t C, int threads, int parts) {
+    oracle_config cfg = {.T = T, .B = B, .W = W, .P = P, .C = C, .threads = threads, .groups = parts};
     oracle_stats st;
     double t0 = bp_now();
     int rc = oracle_run_dataset(ds, BP_SPLIT_TRAIN, rows, &cfg, NULL, NULL, &st);
@@ -43,7 +43,7 @@ static int run_one(const bp_dataset *ds, uint64_t rows, const char *sweep, uint3
 
 int main(int argc, char **argv) {
     const char *wl = NULL, *tl = NULL;
-    int batch, prefetch, threads, w_fixed, t_fixed;
+    int batch, prefetch, threads, parts, w_fixed, t_fixed;
     int64_t rows, cache;
     const cli_opt opts[] = {
         CLI_STR("windows", 0, &wl, "10,25,50,100", "lookahead windows W to sweep (at --fixed-trainers)"),
@@ -55,6 +55,7 @@ int main(int argc, char **argv) {
         CLI_I64("cache", 0, &cache, 400000, 1, INT64_MAX, "cache rows per trainer C"),
         CLI_I64("rows", 0, &rows, 0, 0, INT64_MAX, "plan only the first N rows of the train split (0: all)"),
         CLI_INT("threads", 't', &threads, 1, 1, 2, "planner threads"),
+        CLI_INT("parts", 0, &parts, 1, 1, 2, "the planner in one part, or split by tables in 2 (train's --oracle-parts)"),
         CLI_END,
     };
     char **pos = NULL; // (cli_parse leaves it unset when it fails)
@@ -83,20 +84,21 @@ int main(int argc, char **argv) {
     // Page the ids in so that the first configuration does not pay for reading the file.
     uint64_t sum = 0, n = ds.info.rows * ds.info.n_sparse;
     for (uint64_t i = 0; i < n; i += 1024) sum += ds.sparse[i];
-    printf("# bench_plan: %s, B=%d, P=%d, C=%lld rows per trainer, %d planner thread%s (checksum %llu)\n", pos[0],
-           batch, prefetch, (long long)cache, threads, threads > 1 ? "s" : "", (unsigned long long)(sum & 0xff));
+    printf("# bench_plan: %s, B=%d, P=%d, C=%lld rows per trainer, %d planner thread%s, %d part%s (checksum %llu)\n",
+           pos[0], batch, prefetch, (long long)cache, threads, threads > 1 ? "s" : "", parts, parts > 1 ? "s" : "",
+           (unsigned long long)(sum & 0xff));
     printf("sweep\tW\tT\tB\tthreads\tsamples\tseconds\tsamples_per_s\tms_per_batch\tcpu_index_ms\tcpu_plan_ms\t"
            "hit_rate\tfetches_per_batch\tmem_bytes\n");
     // One untimed run first: the first planning of a process also pays for faulting in the
     // allocator's pages, which would otherwise fall on whichever configuration comes first.
     rc = run_one(&ds, (uint64_t)rows, NULL, (uint32_t)w_fixed, (uint32_t)t_fixed, (uint32_t)batch, (uint32_t)prefetch,
-                 (uint64_t)cache, threads);
+                 (uint64_t)cache, threads, parts);
     for (int i = 0; i < nw && !rc; i++)
         rc = run_one(&ds, (uint64_t)rows, "window", (uint32_t)ws[i], (uint32_t)t_fixed, (uint32_t)batch,
-                     (uint32_t)prefetch, (uint64_t)cache, threads);
+                     (uint32_t)prefetch, (uint64_t)cache, threads, parts);
     for (int i = 0; i < nt && !rc; i++)
         rc = run_one(&ds, (uint64_t)rows, "trainers", (uint32_t)w_fixed, (uint32_t)ts[i], (uint32_t)batch,
-                     (uint32_t)prefetch, (uint64_t)cache, threads);
+                     (uint32_t)prefetch, (uint64_t)cache, threads, parts);
     bp_ds_close(&ds);
     free(pos);
     return rc ? 1 : 0;
