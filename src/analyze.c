@@ -471,10 +471,7 @@ int cmd_analyze(int argc, char **argv) {
         past_cache = past_cache || strcmp(opts[k].name, "cache") == 0;
     }
     static const bp_split splits[] = {BP_SPLIT_TRAIN, BP_SPLIT_VAL, BP_SPLIT_TEST, BP_SPLIT_ALL};
-    if (threads == 0) {
-        long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = nc < 1 ? 1 : nc > 64 ? 64 : (int)nc;
-    }
+    threads = bp_threads_resolve(threads, 64);
     if (simulate) {
         if (trainers > batch) { // as train refuses it: some trainers would get no samples
             free(pos);

@@ -196,6 +196,14 @@ static uint64_t meminfo_field(const char *key) {
 uint64_t bp_mem_total(void) { return meminfo_field("MemTotal"); }
 uint64_t bp_mem_available(void) { return meminfo_field("MemAvailable"); }
 
+int bp_threads_resolve(int threads, int max) {
+    if (threads <= 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = nc < 1 ? 1 : nc > max ? max : (int)nc;
+    }
+    return threads < 1 ? 1 : threads > max ? max : threads;
+}
+
 const char *bp_fmt_bytes(char *buf, size_t cap, double bytes) {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;

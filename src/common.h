@@ -101,6 +101,8 @@ void bp_free_huge(void *p, size_t n);
 // Total and available physical memory in bytes (from /proc/meminfo; 0 when unknown).
 uint64_t bp_mem_total(void);
 uint64_t bp_mem_available(void);
+// A thread count asked for: 0 or less takes one per online core; the result is within [1, max].
+int bp_threads_resolve(int threads, int max);
 // Human-readable byte count into buf ("1.5 GiB").
 const char *bp_fmt_bytes(char *buf, size_t cap, double bytes);
 // Human-readable duration into buf: under a second in ms to three significant digits ("37.8 ms",

@@ -801,12 +801,7 @@ int prep_run(const prep_opts *o, prep_stats *st_out) {
     c.keys = bp_xmalloc((size_t)PREP_CHUNK * c.F * sizeof *c.keys);
     c.ids = bp_xmalloc((size_t)PREP_CHUNK * c.F * sizeof *c.ids);
     c.file_rows = bp_xcalloc((size_t)o->n_inputs, sizeof *c.file_rows);
-    c.threads = o->threads;
-    if (c.threads <= 0) {
-        long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        c.threads = nc < 1 ? 1 : (int)BP_MIN(nc, (long)NN_POOL_MAX);
-    }
-    c.threads = BP_MIN(c.threads, NN_POOL_MAX);
+    c.threads = bp_threads_resolve(o->threads, NN_POOL_MAX);
     for (int k = 0; k < (c.threads > 1 ? CHUNK_RING : 1); k++) {
         prep_chunk *ch = &c.chunk[k];
         ch->text = bp_xmalloc(CHUNK_TEXT + LINES_MAX + 1);

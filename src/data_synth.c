@@ -715,11 +715,7 @@ int cmd_synth(int argc, char **argv) {
     if (split && o.format != SYNTH_FMT_BIN && o.split != SYNTH_SPLIT_NONE)
         return cmd_exit(bp_fail(BP_EUSAGE, "--split %s: only with --format bin; a text file holds no split: give "
                                 "--split to prep when converting it", split));
-    if (threads == 0) {
-        long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = nc < 1 ? 1 : nc > 64 ? 64 : (int)nc;
-    }
-    o.threads = threads;
+    o.threads = bp_threads_resolve(threads, 64);
     o.progress = 1;
     o.out = out;
     if (!out) return cmd_exit(bp_fail(BP_EUSAGE, "synth: an output file is required (-o FILE)"));

@@ -155,9 +155,7 @@ static void *fill_main(void *arg) {
 }
 
 void emb_table_fill(emb_table *t, int nthreads) {
-    if (nthreads <= 0) nthreads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (nthreads < 1) nthreads = 1;
-    if (nthreads > 64) nthreads = 64;
+    nthreads = bp_threads_resolve(nthreads, 64);
     uint64_t rows = t->L.rows;
     if ((uint64_t)nthreads > rows) nthreads = (int)rows;
     fill_job jobs[64];
